@@ -1,0 +1,42 @@
+"""The metrics the bundled suites measure: one place that says each metric's unit, direction and scope.
+
+A baseline entry for one of these must agree with it; a site's own suites may use other metric names and
+then say unit and direction themselves (``gb_expect(..., unit=..., direction=...)``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+UNITS = frozenset({"GB/s", "TB/s", "TFLOPS", "s", "ms", "us", "tokens/s", "%", "count", "W", "C", "MHz", "GiB"})
+DIRECTIONS = ("higher", "lower")
+# What one measurement is about. Values for `message_size` differ per size, so a baseline keeps one value per
+# label; for the other kinds one value applies to every GPU / pair / link of the node.
+SCOPE_KINDS = ("node", "gpu", "gpu_pair", "link", "message_size")
+PER_LABEL_SCOPE_KINDS = frozenset({"message_size"})
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    name: str
+    unit: str
+    direction: str
+    scope_kind: str
+    description: str
+
+
+CATALOG: dict[str, MetricSpec] = {
+    spec.name: spec
+    for spec in (
+        MetricSpec(
+            "host_copy_bandwidth_gbps", "GB/s", "higher", "node", "host memory to host memory copy, bytes copied / time"
+        ),
+        MetricSpec("h2d_bandwidth_gbps", "GB/s", "higher", "gpu", "host to device copy (copy engine), per GPU"),
+        MetricSpec("d2h_bandwidth_gbps", "GB/s", "higher", "gpu", "device to host copy (copy engine), per GPU"),
+        MetricSpec("d2d_bandwidth_gbps", "GB/s", "higher", "gpu", "device memory to device memory copy, per GPU"),
+        MetricSpec("p2p_bandwidth_gbps", "GB/s", "higher", "gpu_pair", "GPU to GPU copy, per ordered pair"),
+        MetricSpec("gemm_bf16_tflops", "TFLOPS", "higher", "gpu", "dense bf16 matmul throughput, per GPU"),
+        MetricSpec("gemm_fp8_tflops", "TFLOPS", "higher", "gpu", "dense fp8 matmul throughput, per GPU"),
+        MetricSpec("all_reduce_busbw_gbps", "GB/s", "higher", "message_size", "all_reduce bus bandwidth (nccl-tests)"),
+    )
+}

@@ -1,0 +1,1 @@
+"""What the node is: facts for reports, and (later) probes of its GPUs and topology."""

@@ -1,0 +1,121 @@
+"""pytest-gbvalidate's pytest entry point: options, markers, fixtures. The work is in session.py.
+
+This module loads in every pytest run of the environment, so it imports nothing heavy (no torch, NVML, numpy).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from pytest_gbvalidate import settings as st
+from pytest_gbvalidate.session import GPU_MARKER, Expect, GbSession, Target
+
+if TYPE_CHECKING:
+    from pytest_gbvalidate.baselines import Baseline
+    from pytest_gbvalidate.sku import Detection
+
+SESSION = pytest.StashKey[GbSession]()
+_HELP = {
+    "sku": "SKU to check against, or 'auto' to detect it (Azure metadata, NVML, else 'cpu'). Default: auto.",
+    "baselines": "directory of <SKU>.yaml baselines. Default: the baselines shipped with pytest-gbvalidate.",
+    "report": "write the JSON run report here (rewritten as results arrive).",
+    "strict": "fail, rather than skip, a measurement the baseline has no reference for.",
+}
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from pytest_gbvalidate import hooks
+
+    pluginmanager.add_hookspecs(hooks)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("gbvalidate", "GPU node validation (pytest-gbvalidate)")
+    for name in ("sku", "baselines", "report"):
+        env, ini = st.env_name(name), st.ini_name(name)
+        group.addoption(st.cli_flag(name), dest=f"gb_{name}", default=None, help=f"{_HELP[name]} Env {env}, ini {ini}.")
+        parser.addini(ini, _HELP[name], default="")
+    group.addoption(
+        "--gb-strict",
+        dest="gb_strict",
+        action="store_true",
+        default=None,
+        help=f"{_HELP['strict']} Env GBVALIDATE_STRICT, ini gb_strict.",
+    )
+    parser.addini("gb_strict", _HELP["strict"], default="")
+    group.addoption(
+        "--gb-record",
+        dest="gb_record",
+        default=None,
+        metavar="PATH",
+        help="write a baseline for this node from this run's measurements to PATH (the file name is the SKU).",
+    )
+    group.addoption("--gb-list-skus", dest="gb_list_skus", action="store_true", help="list known SKUs and exit.")
+
+
+def _settings(config: pytest.Config) -> st.Settings:
+    names = ("sku", "baselines", "report", "strict", "record", "list_skus")
+    sources = st.Sources(
+        cli={name: config.getoption(f"gb_{name}") for name in names},
+        env=os.environ,
+        ini={name: str(config.getini(st.ini_name(name))) for name in ("sku", "baselines", "report", "strict")},
+        ini_file=config.inipath,
+        cwd=Path(config.invocation_params.dir),
+    )
+    try:
+        return st.resolve(sources)
+    except st.SettingError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    if not config.getoption("gb_list_skus"):
+        return None
+    from pytest_gbvalidate import baselines as bl
+
+    directory = _settings(config).baselines.value
+    try:
+        for b in bl.load_all(directory):
+            statuses = sorted({ref.status for m in b.metrics.values() for ref in (m.default, *m.values.values())})
+            print(f"{b.sku:<14} {b.description}  [{len(b.metrics)} metrics: {', '.join(statuses) or 'none'}]")
+    except bl.BaselineError as exc:
+        raise pytest.UsageError(f"bad baseline: {exc}") from None
+    print(f"(baselines in {directory})")
+    return 0
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{GPU_MARKER}: needs NVIDIA GPUs; skipped when the run checks the cpu SKU, run (and failed "
+        "if the GPUs are missing) on every GPU SKU",
+    )
+    gb = GbSession(config, _settings(config))
+    config.stash[SESSION] = gb
+    config.pluginmanager.register(gb, "gbvalidate-session")
+    if gb.settings.explicit:
+        _ = gb.target  # asked for explicitly: a bad SKU or baseline stops the run before collection
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_gbvalidate_detect_sku(config: pytest.Config, baselines: list[Baseline]) -> Detection | None:
+    from pytest_gbvalidate.sku import detect_sku
+
+    return detect_sku(baselines)
+
+
+@pytest.fixture(scope="session")
+def gb_target(request: pytest.FixtureRequest) -> Target:
+    """The SKU this run checks, where that came from, and its baseline."""
+    return request.config.stash[SESSION].target
+
+
+@pytest.fixture
+def gb_expect(request: pytest.FixtureRequest) -> Expect:
+    """Compare a measurement with the SKU's baseline: ``gb_expect("h2d_bandwidth_gbps", 49.2, scope="gpu3")``."""
+    return Expect(request.config.stash[SESSION], request.node)

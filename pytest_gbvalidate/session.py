@@ -1,0 +1,336 @@
+"""The per-run state of pytest-gbvalidate and the hooks that use it (plugin.py registers one GbSession).
+
+The SKU and its baseline are resolved once, lazily: at start-up when the user asked for gbvalidate in any way
+(a `--gb-*` option, its environment variable or ini key), else when the first collected test uses one of our
+fixtures. An unrelated test run in the same environment never detects anything nor imports torch or NVML.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_gbvalidate import report as rp
+from pytest_gbvalidate.metrics import CATALOG, MetricSpec
+from pytest_gbvalidate.settings import AUTO, Settings
+
+if TYPE_CHECKING:
+    from pytest_gbvalidate import baselines as bl
+    from pytest_gbvalidate.sku import Detection
+
+# Loaded in every pytest run of the environment: baselines (PyYAML), detection (urllib, NVML) and node facts
+# are imported where they are first used, once gbvalidate is engaged.
+
+ENGAGING_FIXTURES = frozenset({"gb_expect", "gb_target"})
+GPU_MARKER = "gb_gpu"
+MEASUREMENTS = pytest.StashKey[list[dict[str, Any]]]()
+
+
+class GbValidateWarning(UserWarning):
+    """A measurement in its SKU's warn band: the test passes, the reports mark it."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """The SKU this run checks and its baseline (None while recording a SKU that has no baseline yet)."""
+
+    sku: str
+    source: str
+    baselines_dir: Path
+    baseline: bl.Baseline | None
+
+    @property
+    def baseline_file(self) -> Path:
+        return self.baselines_dir / f"{self.sku}.yaml"
+
+    @property
+    def is_gpu(self) -> bool:
+        """Every SKU is a GPU SKU unless its baseline says it has none (`detect: {gpu_count: 0}`, as `cpu` does)."""
+        return self.baseline is None or self.baseline.detect.gpu_count != 0
+
+    def reference(self, metric: str, scope: str) -> bl.Reference | None:
+        metric_baseline = None if self.baseline is None else self.baseline.metrics.get(metric)
+        return None if metric_baseline is None else metric_baseline.reference(scope)
+
+    def params(self, metric: str, scope: str = "node") -> dict[str, Any]:
+        """Measurement parameters the baseline gives for a metric (buffer sizes, ...); empty when none."""
+        ref = self.reference(metric, scope)
+        return {} if ref is None else dict(ref.params)
+
+
+class GbSession:
+    def __init__(self, config: pytest.Config, settings: Settings) -> None:
+        self.config = config
+        self.settings = settings
+        self.is_controller = not hasattr(config, "workerinput")  # the xdist controller, or the only process
+        self.report = rp.RunReport(settings.report.value if self.is_controller else None)
+        self._target: Target | None = None
+        self._header_shown = False
+        self.node_facts: dict[str, str] = {}
+
+    # --- resolving the SKU ---------------------------------------------------------------------------------
+
+    @property
+    def engaged(self) -> bool:
+        return self._target is not None
+
+    @property
+    def target(self) -> Target:
+        if self._target is None:
+            self._target = self._resolve()
+            if self.is_controller:
+                self._describe_run(self._target)
+        return self._target
+
+    def _resolve(self) -> Target:
+        from pytest_gbvalidate import baselines as bl
+        from pytest_gbvalidate.sku import Detection, DetectionError
+
+        s = self.settings
+        directory = s.baselines.value
+        if not directory.is_dir():
+            raise pytest.UsageError(f"baselines directory {directory} ({s.baselines.source}) does not exist")
+        try:
+            if s.sku.value == AUTO:
+                every = bl.load_all(directory)
+                detection = self.config.hook.pytest_gbvalidate_detect_sku(config=self.config, baselines=every)
+                loaded = {b.sku: b for b in every}
+            else:
+                detection, loaded = Detection(s.sku.value, s.sku.source), {}
+            path = bl.baseline_path(directory, detection.sku)
+            if detection.sku in loaded:
+                baseline: bl.Baseline | None = loaded[detection.sku]
+            elif path.is_file():
+                baseline = bl.load_baseline(path)
+            elif s.record is not None:
+                baseline = None
+            else:
+                raise pytest.UsageError(_unknown_sku_message(detection, directory))
+        except bl.BaselineError as exc:
+            raise pytest.UsageError(f"bad baseline: {exc}") from None
+        except DetectionError as exc:
+            raise pytest.UsageError(f"SKU auto-detection ({s.sku.source}): {exc}") from None
+        return Target(detection.sku, detection.source, directory, baseline)
+
+    def _describe_run(self, target: Target) -> None:
+        from pytest_gbvalidate.node.facts import software_facts
+
+        self.node_facts = software_facts(gpu=target.is_gpu)
+        s = self.settings
+        self.report.data.update(
+            sku={
+                "name": target.sku,
+                "source": target.source,
+                "baseline_file": str(target.baseline_file) if target.baseline else None,
+            },
+            node=self.node_facts,
+            settings={
+                "sku": {"value": s.sku.value, "source": s.sku.source},
+                "baselines": {"value": str(s.baselines.value), "source": s.baselines.source},
+                "strict": {"value": s.strict.value, "source": s.strict.source},
+                "record": None if s.record is None else str(s.record),
+            },
+        )
+        self.report.write()
+
+    def header_lines(self) -> list[str]:
+        if not self.engaged or self._header_shown:
+            return []
+        self._header_shown = True
+        t = self.target
+        baseline = str(t.baseline_file) if t.baseline else "none yet (recording)"
+        facts = self.node_facts
+        stack = ", ".join(f"{k} {facts[k]}" for k in ("driver", "cuda_driver", "nccl", "torch") if k in facts)
+        return [f"gbvalidate: SKU {t.sku} ({t.source}); baseline {baseline}; {stack}"]
+
+    # --- pytest hooks ---------------------------------------------------------------------------------------
+
+    def pytest_report_header(self) -> list[str]:
+        return self.header_lines()
+
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        if not self.settings.explicit and not any(ENGAGING_FIXTURES & set(_fixturenames(i)) for i in items):
+            return
+        if self.target.is_gpu:
+            return
+        skip = pytest.mark.skip(reason=f"needs NVIDIA GPUs; this run checks the {self.target.sku} SKU, which has none")
+        for item in items:
+            if item.get_closest_marker(GPU_MARKER) is not None:
+                item.add_marker(skip)
+
+    def pytest_report_collectionfinish(self) -> list[str]:
+        return self.header_lines()
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        records = item.stash.get(MEASUREMENTS, [])
+        if records:
+            # A plain attribute survives xdist's report serialisation, so the controller receives it.
+            report.gb_measurements = records  # type: ignore[attr-defined]
+            item.stash[MEASUREMENTS] = []
+        return report
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if not self.is_controller:
+            return
+        records: list[dict[str, Any]] = getattr(report, "gb_measurements", [])
+        if records:
+            _ = self.target  # a worker measured: resolve here too, for the report's header
+            self.report.add_measurements(records)
+        if report.when == "call" or report.outcome != "passed":
+            message = None if report.passed else _short_message(report)
+            self.report.add_test(report.nodeid, report.when, report.outcome, report.duration, message)
+        if self.engaged and (records or report.when == "teardown"):
+            self.report.write()
+
+    @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file
+    def pytest_sessionfinish(self, exitstatus: int) -> None:
+        if not self.is_controller or not self.engaged:
+            return
+        t = self.target
+        _add_junit_suite_properties(self.config, {"sku": t.sku, "sku_source": t.source, **self.node_facts})
+        if self.settings.record is not None:
+            self._write_record(self.settings.record)
+        interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
+        self.report.finish(int(exitstatus), "interrupted" if interrupted else "finished")
+        self.report.write()
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not self.is_controller or not self.engaged:
+            return
+        t = self.target
+        measurements = self.report.measurements
+        terminalreporter.section(f"gbvalidate: {t.sku} measured vs baseline")
+        if measurements:
+            for line in rp.terminal_table(measurements):
+                terminalreporter.write_line(line)
+        else:
+            terminalreporter.write_line("no measurements")
+        if self.settings.report.value is not None:
+            terminalreporter.write_line(f"JSON report: {self.settings.report.value}")
+        if self.settings.record is not None:
+            terminalreporter.write_line(f"recorded baseline: {self.settings.record}")
+
+    def _write_record(self, path: Path) -> None:
+        from pytest_gbvalidate import baselines as bl
+
+        t = self.target
+        facts = self.node_facts
+        stack = ", ".join(f"{k} {v}" for k, v in facts.items() if k != "hostname")
+        provenance = f"measured on {facts.get('hostname', '?')} ({rp.utc_now()[:10]}; {stack}) by --gb-record"
+        doc = bl.recorded_baseline(path.stem, t.baseline, self.report.measurements, provenance)
+        rp.atomic_write_text(path, bl.dump_baseline(doc))
+
+
+class Expect:
+    """`gb_expect(metric, value, scope=...)`: compare a measurement with the SKU baseline inside the test that
+    measured it. Fails the test below the fail limit, warns in the warn band, skips (or, with --gb-strict,
+    fails) when the baseline has no reference for it. Every call is recorded in the reports, whatever the
+    verdict."""
+
+    def __init__(self, gb: GbSession, item: pytest.Item) -> None:
+        self.gb = gb
+        self.item = item
+
+    def __call__(
+        self,
+        metric: str,
+        value: float,
+        scope: str = "node",
+        *,
+        spec: MetricSpec | None = None,
+        details: Mapping[str, Any] | None = None,
+    ) -> bl.Verdict | None:
+        from pytest_gbvalidate import baselines as bl
+
+        target = self.gb.target
+        ref = target.reference(metric, scope)
+        spec = spec or CATALOG.get(metric) or _spec_from(ref)
+        if spec is None:
+            raise TypeError(f"{metric!r} is not a built-in metric: pass spec=MetricSpec(...) to say its unit")
+        value = float(value)
+        record: dict[str, Any] = {
+            "test_id": self.item.nodeid,
+            "metric": metric,
+            "scope": scope,
+            "scope_kind": spec.scope_kind,
+            "value": rp.json_safe(value),
+            "unit": spec.unit,
+            "direction": spec.direction,
+            "details": dict(details or {}),
+        }
+        if ref is not None and (ref.unit, ref.direction) != (spec.unit, spec.direction):
+            reason = f"{metric}: measured in {spec.unit} ({spec.direction} is better) but the baseline says "
+            reason += f"{ref.unit} ({ref.direction} is better) in {target.baseline_file}"
+            self._store(record | {"verdict": bl.FAIL, "message": reason})
+            pytest.fail(reason, pytrace=False)
+        if ref is None or not ref.has_reference:
+            if self.gb.settings.record is not None:
+                self._store(record | {"verdict": "recorded", "message": "recorded, no baseline to compare with"})
+                return None
+            reason = _no_reference_reason(target, metric, scope, ref)
+            strict = self.gb.settings.strict.value
+            self._store(record | {"verdict": bl.FAIL if strict else "skip", "message": reason})
+            if strict:
+                pytest.fail(f"{reason} (--gb-strict)", pytrace=False)
+            # Reported at the test's own location, as a skip marker would be, not at this line.
+            raise pytest.skip.Exception(reason, _use_item_location=True)
+        verdict = bl.compare(ref, value, scope)
+        self._store(record | verdict.as_dict() | {"value": rp.json_safe(value)})
+        if verdict.verdict == bl.FAIL:
+            pytest.fail(verdict.message, pytrace=False)
+        if verdict.verdict == bl.WARN:
+            warnings.warn(GbValidateWarning(verdict.message), stacklevel=2)
+        return verdict
+
+    def _store(self, record: dict[str, Any]) -> None:
+        self.item.stash.setdefault(MEASUREMENTS, []).append(record)
+        self.item.user_properties.extend(rp.junit_properties(record))
+
+
+def _spec_from(ref: bl.Reference | None) -> MetricSpec | None:
+    return None if ref is None else MetricSpec(ref.metric, ref.unit, ref.direction, ref.scope_kind, "")
+
+
+def _no_reference_reason(target: Target, metric: str, scope: str, ref: bl.Reference | None) -> str:
+    if target.baseline is None or metric not in target.baseline.metrics:
+        return f"{target.sku} baseline has no {metric}"
+    if ref is None:
+        return f"{target.sku} baseline has no {metric} value for {scope}"
+    return f"{target.sku} baseline for {metric} is provisional with no reference value yet ({ref.provenance})"
+
+
+def _unknown_sku_message(detection: Detection, directory: Path) -> str:
+    from pytest_gbvalidate import baselines as bl
+
+    known = ", ".join(bl.known_skus(directory)) or "none"
+    return (
+        f"unknown SKU {detection.sku!r} ({detection.source}); known SKUs in {directory}: {known}. "
+        f"To bring up a new SKU, record a baseline on a golden node: "
+        f"pytest --gb-sku={detection.sku} --gb-record={bl.baseline_path(directory, detection.sku)} suites/"
+    )
+
+
+def _fixturenames(item: pytest.Item) -> list[str]:
+    return list(getattr(item, "fixturenames", ()))
+
+
+def _short_message(report: pytest.TestReport) -> str:
+    if report.skipped and isinstance(report.longrepr, tuple):
+        return str(report.longrepr[2])
+    return report.longreprtext.strip().splitlines()[-1] if report.longreprtext.strip() else report.outcome
+
+
+def _add_junit_suite_properties(config: pytest.Config, properties: Mapping[str, str]) -> None:
+    from _pytest.junitxml import xml_key  # what record_testsuite_property uses; it has no public form
+
+    xml = config.stash.get(xml_key, None)
+    if xml is not None:
+        for name, value in properties.items():
+            xml.add_global_property(f"gb_{name}", value)

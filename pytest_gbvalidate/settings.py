@@ -1,0 +1,131 @@
+"""Settings with one precedence -- command line, then environment, then ini file, then default -- and errors
+that say where a bad value came from. No pytest here: the plugin hands in what each source holds."""
+
+from __future__ import annotations
+
+import importlib.resources
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+AUTO = "auto"
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
+
+
+class SettingError(Exception):
+    """A setting has a bad value; the message starts with where it came from."""
+
+
+@dataclass(frozen=True)
+class Setting(Generic[T]):
+    value: T
+    source: str  # e.g. "--gb-sku on the command line", "GBVALIDATE_SKU in the environment", "default"
+
+    @property
+    def is_default(self) -> bool:
+        return self.source == "default"
+
+
+@dataclass(frozen=True)
+class Sources:
+    """The raw values each source holds, keyed by setting name (`sku`, `baselines`, `report`, `strict`)."""
+
+    cli: Mapping[str, str | bool | None]
+    env: Mapping[str, str]
+    ini: Mapping[str, str]
+    ini_file: Path | None
+    cwd: Path
+
+
+@dataclass(frozen=True)
+class Settings:
+    sku: Setting[str]
+    baselines: Setting[Path]
+    report: Setting[Path | None]
+    strict: Setting[bool]
+    record: Path | None  # command line only: a one-off action, not a standing configuration
+    list_skus: bool
+
+    @property
+    def explicit(self) -> bool:
+        """True when the user asked for gbvalidate in any way, so a bad value must fail the run."""
+        chosen = (self.sku, self.baselines, self.report, self.strict)
+        return any(not s.is_default for s in chosen) or self.record is not None or self.list_skus
+
+
+def env_name(name: str) -> str:
+    return f"GBVALIDATE_{name.upper()}"
+
+
+def ini_name(name: str) -> str:
+    return f"gb_{name}"
+
+
+def cli_flag(name: str) -> str:
+    return f"--gb-{name}"
+
+
+def bundled_baselines() -> Path:
+    return Path(str(importlib.resources.files("pytest_gbvalidate.bundled_baselines")))
+
+
+def resolve(sources: Sources) -> Settings:
+    record = sources.cli.get("record")
+    return Settings(
+        sku=_pick(sources, "sku", AUTO, _parse_sku),
+        baselines=_pick(sources, "baselines", bundled_baselines(), _parse_dir),
+        report=_pick(sources, "report", None, _parse_optional_path),
+        strict=_pick(sources, "strict", False, _parse_bool),
+        record=(sources.cwd / str(record)) if record else None,
+        list_skus=bool(sources.cli.get("list_skus")),
+    )
+
+
+def _pick(sources: Sources, name: str, default: T, parse: Callable[[str, Path], T]) -> Setting[T]:
+    candidates: list[tuple[str | bool | None, str, Path]] = [
+        (sources.cli.get(name), f"{cli_flag(name)} on the command line", sources.cwd),
+        (sources.env.get(env_name(name)), f"{env_name(name)} in the environment", sources.cwd),
+    ]
+    if sources.ini_file is not None:
+        ini_dir = sources.ini_file.parent
+        candidates.append((sources.ini.get(name), f"{ini_name(name)} in {sources.ini_file}", ini_dir))
+    for raw, source, base in candidates:
+        if raw is None or raw == "":
+            continue
+        if isinstance(raw, bool):
+            return Setting(raw, source)  # type: ignore[arg-type]  # store_true flags are already parsed
+        try:
+            return Setting(parse(raw, base), source)
+        except SettingError as exc:
+            raise SettingError(f"{source}: {raw!r}: {exc}") from None
+    return Setting(default, "default")
+
+
+def _parse_sku(raw: str, _base: Path) -> str:
+    name = raw.strip()
+    if not name or not all(c.isalnum() or c in "_-." for c in name):
+        raise SettingError("a SKU name is letters, digits, '_', '-' and '.' (or 'auto')")
+    return name
+
+
+def _parse_optional_path(raw: str, base: Path) -> Path | None:
+    return base / raw
+
+
+def _parse_dir(raw: str, base: Path) -> Path:
+    path = base / raw
+    if not path.is_dir():
+        raise SettingError(f"no such directory: {path}")
+    return path
+
+
+def _parse_bool(raw: str, _base: Path) -> bool:
+    word = raw.strip().lower()
+    if word in _TRUE:
+        return True
+    if word in _FALSE:
+        return False
+    raise SettingError("expected one of 1/0, true/false, yes/no, on/off")

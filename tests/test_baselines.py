@@ -1,0 +1,271 @@
+"""Unit tests of the baseline schema, loading, comparison and recording (pure module, no pytest run)."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pytest_gbvalidate import baselines as bl
+from pytest_gbvalidate.settings import bundled_baselines
+
+GOOD = """\
+schema_version: 1
+sku: TEST
+description: a test SKU
+detect: {azure_vm_sizes: [Standard_X], gpu_name_contains: X1, gpu_count: 2}
+metrics:
+  h2d_bandwidth_gbps:
+    unit: GB/s
+    direction: higher
+    scope: gpu
+    status: measured
+    expected: 50
+    fail: 10%
+    warn: 48
+    provenance: golden node
+  step_time_s:
+    unit: s
+    direction: lower
+    scope: node
+    status: provisional
+    expected: 2.0
+    fail: 25%
+    provenance: a guess from a paper
+  all_reduce_busbw_gbps:
+    unit: GB/s
+    direction: higher
+    scope: message_size
+    status: provisional
+    fail: 10%
+    provenance: nccl-tests
+    values:
+      1GiB: {expected: 400}
+      16GiB: {fail: 430, provenance: a public gate}
+"""
+
+
+def write(tmp_path: Path, text: str, sku: str = "TEST") -> Path:
+    path = tmp_path / f"{sku}.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_every_bundled_baseline_loads_and_names_its_file() -> None:
+    loaded = bl.load_all(bundled_baselines())
+    assert {b.sku for b in loaded} >= {"cpu", "ND_GB200_v6", "ND_H100_v5", "ND_H200_v5", "ND96asr_v4"}
+    for b in loaded:
+        assert b.path.stem == b.sku
+        for metric in b.metrics.values():
+            for ref in (metric.default, *metric.values.values()):
+                assert ref.provenance or metric.values, f"{b.sku}:{ref.metric} has no provenance"
+
+
+def test_bundled_gpu_baselines_are_provisional_public_figures() -> None:
+    # Nothing in them was measured by this project: every value must say so.
+    for b in bl.load_all(bundled_baselines()):
+        if b.sku == "cpu":
+            continue
+        statuses = {ref.status for m in b.metrics.values() for ref in (m.default, *m.values.values())}
+        assert statuses == {"provisional"}, b.sku
+
+
+def test_limits_resolve_from_relative_and_absolute(tmp_path: Path) -> None:
+    b = bl.load_baseline(write(tmp_path, GOOD))
+    h2d = b.metrics["h2d_bandwidth_gbps"].reference("gpu3")
+    assert h2d is not None
+    assert h2d.fail_limit == pytest.approx(45.0)
+    assert h2d.warn_limit == 48.0
+    step = b.metrics["step_time_s"].reference("node")
+    assert step is not None
+    assert step.fail_limit == pytest.approx(2.5)  # lower is better: the limit is above expected
+    sizes = b.metrics["all_reduce_busbw_gbps"]
+    one = sizes.reference("1GiB")
+    assert one is not None and one.fail_limit == pytest.approx(360.0)
+    sixteen = sizes.reference("16GiB")
+    assert sixteen is not None and sixteen.expected is None and sixteen.fail_limit == 430.0
+    assert sizes.reference("8GiB") is None  # a per-size metric has no value for a size it does not list
+    assert b.detect == bl.Detect(("Standard_X",), "X1", 2)
+
+
+@pytest.mark.parametrize(
+    ("value", "verdict"),
+    [(55.0, "pass"), (50.0, "pass"), (48.0, "pass"), (47.9, "warn"), (45.0, "warn"), (44.9, "fail")],
+)
+def test_compare_higher_is_better(tmp_path: Path, value: float, verdict: str) -> None:
+    ref = bl.load_baseline(write(tmp_path, GOOD)).metrics["h2d_bandwidth_gbps"].reference("gpu0")
+    assert ref is not None
+    assert bl.compare(ref, value, "gpu0").verdict == verdict
+
+
+@pytest.mark.parametrize(("value", "verdict"), [(1.0, "pass"), (2.5, "pass"), (2.51, "fail")])
+def test_compare_lower_is_better(tmp_path: Path, value: float, verdict: str) -> None:
+    ref = bl.load_baseline(write(tmp_path, GOOD)).metrics["step_time_s"].reference("node")
+    assert ref is not None
+    assert bl.compare(ref, value, "node").verdict == verdict
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_a_value_that_is_not_a_number_fails(tmp_path: Path, value: float) -> None:
+    ref = bl.load_baseline(write(tmp_path, GOOD)).metrics["step_time_s"].reference("node")
+    assert ref is not None
+    assert bl.compare(ref, value, "node").verdict == "fail"
+
+
+def test_verdict_message_triages_itself(tmp_path: Path) -> None:
+    ref = bl.load_baseline(write(tmp_path, GOOD)).metrics["h2d_bandwidth_gbps"].reference("gpu3")
+    assert ref is not None
+    v = bl.compare(ref, 40.0, "gpu3")
+    assert v.verdict == "fail"
+    assert v.delta_pct == pytest.approx(-20.0)
+    msg = v.message
+    for part in ("h2d_bandwidth_gbps [gpu3]", "measured 40 GB/s", "expected 50 GB/s", "fail limit 45 GB/s"):
+        assert part in msg
+    assert "delta -20.0%" in msg and "higher is better" in msg and "FAIL" in msg and "golden node" in msg
+    record = v.as_dict()
+    assert record["limit"] == 45.0 and record["verdict"] == "fail" and record["delta_pct"] == -20.0
+
+
+@pytest.mark.parametrize(
+    ("change", "expected_error"),
+    [
+        (
+            (
+                "    unit: GB/s\n    direction: higher\n    scope: gpu",
+                "    unit: GiB/s\n    direction: higher\n    scope: gpu",
+            ),
+            ":7: metrics.h2d_bandwidth_gbps.unit: unknown unit 'GiB/s'",
+        ),
+        (
+            ("direction: lower", "direction: down"),
+            ":17: metrics.step_time_s.direction: 'down' is not one of higher, lower",
+        ),
+        (("scope: node", "scope: rack"), ":18: metrics.step_time_s.scope: 'rack' is not one of"),
+        (("status: measured", "status: guessed"), ":10: metrics.h2d_bandwidth_gbps.status: 'guessed' is not one of"),
+        (
+            ("    expected: 50\n", "    expected: fast\n"),
+            ":11: metrics.h2d_bandwidth_gbps.expected: must be a finite number",
+        ),
+        (("fail: 10%", "fail: ten%"), ":12: metrics.h2d_bandwidth_gbps.fail: 'ten%': a relative limit"),
+        (("fail: 10%", "fail: 150%"), ":12: metrics.h2d_bandwidth_gbps.fail: must be below 100%"),
+        (("fail: 10%", "fail: 49"), ":12: metrics.h2d_bandwidth_gbps.fail: 49 is above warn 48"),
+        (("    warn: 48\n", "    warn: 51\n"), ":13: metrics.h2d_bandwidth_gbps.warn: 51 is above expected 50"),
+        (("    provenance: golden node\n", ""), "metrics.h2d_bandwidth_gbps.provenance: must be a non-empty string"),
+        (("    fail: 25%\n", ""), "metrics.step_time_s.fail: missing (a metric with an expected value needs a fail"),
+        (("    expected: 50\n", ""), "metrics.h2d_bandwidth_gbps.expected: missing (a measured baseline"),
+        (
+            ("    expected: 2.0\n", "    expected: 2.0\n    expect: 3\n"),
+            ":21: metrics.step_time_s.expect: unknown field",
+        ),
+        (("sku: TEST", "sku: OTHER"), ":2: sku: 'OTHER' does not match the file name 'TEST.yaml'"),
+        (("schema_version: 1", "schema_version: 2"), ":1: schema_version: must be 1"),
+        (("gpu_count: 2", "gpu_count: two"), "detect.gpu_count: must be a non-negative integer"),
+        (
+            ("      1GiB: {expected: 400}\n", "      1GiB: {expected: 400}\n      1GiB: {expected: 300}\n"),
+            ":32: duplicate key '1GiB'",
+        ),
+        (
+            ("detect: {azure_vm_sizes: [Standard_X], gpu_name_contains: X1, gpu_count: 2}", "detect: [1]"),
+            ":4: detect: must be a mapping, got list",
+        ),
+    ],
+)
+def test_schema_errors_name_file_line_and_field(tmp_path: Path, change: tuple[str, str], expected_error: str) -> None:
+    old, new = change
+    assert old in GOOD
+    path = write(tmp_path, GOOD.replace(old, new, 1))
+    with pytest.raises(bl.BaselineError) as excinfo:
+        bl.load_baseline(path)
+    message = str(excinfo.value)
+    assert message.startswith(str(path)), message
+    assert expected_error in message, message
+    assert "\n" not in message
+
+
+def test_yaml_syntax_error_names_line_and_column(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD.replace("    unit: s\n", "    unit: [s\n"))
+    with pytest.raises(bl.BaselineError, match=r"TEST\.yaml:\d+:\d+: YAML syntax error"):
+        bl.load_baseline(path)
+
+
+def test_yaml_is_never_executed(tmp_path: Path) -> None:
+    path = write(tmp_path, "!!python/object/apply:os.system ['echo pwned']\n")
+    with pytest.raises(bl.BaselineError, match="could not determine a constructor"):
+        bl.load_baseline(path)
+
+
+def test_recorded_baseline_round_trips_and_keeps_old_limits(tmp_path: Path) -> None:
+    old = bl.load_baseline(write(tmp_path, GOOD))
+    measurements = (
+        [
+            {
+                "metric": "h2d_bandwidth_gbps",
+                "scope": f"gpu{i}",
+                "scope_kind": "gpu",
+                "unit": "GB/s",
+                "direction": "higher",
+                "value": v,
+            }
+            for i, v in enumerate([52.0, 54.0, 53.0])
+        ]
+        + [
+            {
+                "metric": "all_reduce_busbw_gbps",
+                "scope": s,
+                "scope_kind": "message_size",
+                "unit": "GB/s",
+                "direction": "higher",
+                "value": v,
+            }
+            for s, v in (("1GiB", 410.0), ("16GiB", 470.0))
+        ]
+        + [
+            {
+                "metric": "new_metric_s",
+                "scope": "node",
+                "scope_kind": "node",
+                "unit": "s",
+                "direction": "lower",
+                "value": 3.0,
+            },
+            {
+                "metric": "broken",
+                "scope": "node",
+                "scope_kind": "node",
+                "unit": "s",
+                "direction": "lower",
+                "value": "nan",
+            },
+        ]
+    )
+    doc = bl.recorded_baseline("GOLDEN", old, measurements, "measured on node7")
+    path = tmp_path / "GOLDEN.yaml"
+    path.write_text(bl.dump_baseline(doc))
+    new = bl.load_baseline(path)
+    h2d = new.metrics["h2d_bandwidth_gbps"].default
+    assert (h2d.expected, h2d.status, h2d.provenance) == (53.0, "measured", "measured on node7")
+    assert str(h2d.fail) == "10%" and h2d.warn_limit == 48.0  # the operator's limits carried over
+    sizes = new.metrics["all_reduce_busbw_gbps"]
+    assert {k: r.expected for k, r in sizes.values.items()} == {"1GiB": 410.0, "16GiB": 470.0}
+    fresh = new.metrics["new_metric_s"].default
+    assert fresh.expected == 3.0 and fresh.fail_limit == pytest.approx(3.3)  # default rule: 10% worse
+    assert "broken" not in new.metrics
+    assert new.detect == old.detect
+
+
+def test_recording_replaces_limits_that_no_longer_fit(tmp_path: Path) -> None:
+    old = bl.load_baseline(write(tmp_path, GOOD))  # h2d warns below 48 GB/s
+    m = {
+        "metric": "h2d_bandwidth_gbps",
+        "scope": "gpu0",
+        "scope_kind": "gpu",
+        "unit": "GB/s",
+        "direction": "higher",
+        "value": 30.0,
+    }
+    doc = bl.recorded_baseline("SLOW", old, [m], "measured")
+    (tmp_path / "SLOW.yaml").write_text(bl.dump_baseline(doc))
+    ref = bl.load_baseline(tmp_path / "SLOW.yaml").metrics["h2d_bandwidth_gbps"].default
+    assert (str(ref.fail), str(ref.warn)) == ("10%", "5%")

@@ -1,0 +1,449 @@
+"""End-to-end runs of the plugin through pytester, reading back the JUnit XML and JSON report they write."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch  # noqa: F401 -- in-process pytester runs drop modules they imported, and torch cannot load twice
+
+from tests.fakenvml import install
+
+REPO = Path(__file__).resolve().parents[1]
+SUITES = REPO / "suites"
+
+BASELINE = """\
+schema_version: 1
+sku: LAB
+description: a lab SKU for the plugin's tests
+metrics:
+  host_copy_bandwidth_gbps:
+    unit: GB/s
+    direction: higher
+    scope: node
+    status: measured
+    expected: 100
+    fail: 50%
+    warn: 90
+    provenance: the plugin's tests
+  all_reduce_busbw_gbps:
+    unit: GB/s
+    direction: higher
+    scope: message_size
+    status: provisional
+    fail: 10%
+    provenance: the plugin's tests
+    values:
+      1GiB: {expected: 400}
+  step_time_s:
+    unit: s
+    direction: lower
+    scope: node
+    status: provisional
+    provenance: nothing published yet
+"""
+
+CHECKS = """\
+def test_pass(gb_expect):
+    gb_expect("host_copy_bandwidth_gbps", 101.5, details={"size_bytes": 1024})
+
+def test_warn(gb_expect):
+    gb_expect("host_copy_bandwidth_gbps", 80.0)
+
+def test_fail(gb_expect):
+    gb_expect("host_copy_bandwidth_gbps", 40.0)
+
+def test_per_size(gb_expect):
+    gb_expect("all_reduce_busbw_gbps", 395.0, scope="1GiB")
+    gb_expect("all_reduce_busbw_gbps", 300.0, scope="2GiB")
+
+def test_provisional_without_value(gb_expect):
+    from pytest_gbvalidate.metrics import MetricSpec
+    gb_expect("step_time_s", 1.5, spec=MetricSpec("step_time_s", "s", "lower", "node", "one training step"))
+
+def test_not_in_baseline(gb_expect):
+    gb_expect("h2d_bandwidth_gbps", 50.0, scope="gpu0")
+"""
+
+
+@pytest.fixture
+def lab(pytester: pytest.Pytester) -> pytest.Pytester:
+    """A project with a LAB baseline directory and a test file of checks against it."""
+    (pytester.path / "baselines").mkdir()
+    (pytester.path / "baselines" / "LAB.yaml").write_text(BASELINE)
+    pytester.makepyfile(test_checks=CHECKS)
+    return pytester
+
+
+def lab_args(*extra: str) -> list[str]:
+    return ["--gb-sku=LAB", "--gb-baselines=baselines", "--junitxml=r.xml", "--gb-report=r.json", *extra]
+
+
+def junit_cases(path: Path) -> dict[str, dict[str, Any]]:
+    """testcase name -> {'outcome', 'props': [(name, value), ...], 'message'}."""
+    cases = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        outcome, message = "passed", None
+        for tag in ("failure", "error", "skipped"):
+            element = case.find(tag)
+            if element is not None:
+                outcome, message = tag, element.get("message")
+        props = [(p.get("name"), p.get("value")) for p in case.iter("property")]
+        cases[case.get("name", "")] = {"outcome": outcome, "props": props, "message": message}
+    return cases
+
+
+def by_test(report: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for m in report["measurements"]:
+        out.setdefault(m["test_id"].rsplit("::", 1)[-1], []).append(m)
+    return out
+
+
+def test_verdicts_land_in_the_test_junit_and_json(lab: pytest.Pytester) -> None:
+    result = lab.runpytest(*lab_args("-rfs"))
+    result.assert_outcomes(passed=2, failed=1, skipped=3, warnings=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            "gbvalidate: SKU LAB (--gb-sku on the command line); baseline *LAB.yaml; *torch *",
+            "host_copy_bandwidth_gbps [[]node[]]: measured 40 GB/s, expected 100 GB/s, fail limit 50 GB/s, "
+            "warn limit 90 GB/s, delta -60.0%, higher is better -> FAIL (measured baseline: the plugin's tests)",
+            "*GbValidateWarning: host_copy_bandwidth_gbps [[]node[]]: measured 80 GB/s*-> WARN*",
+            "FAILED test_checks.py::test_fail - Failed: host_copy_bandwidth_gbps*",
+            "SKIPPED [[]1[]] test_checks.py:14: LAB baseline for step_time_s is provisional with no reference value *",
+            "SKIPPED [[]1[]] test_checks.py:18: LAB baseline has no h2d_bandwidth_gbps",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "*gbvalidate: LAB measured vs baseline*",
+            "test *metric *scope *measured *verdict",
+            "test_pass *host_copy_bandwidth_gbps *node *101.5 *100 *50 *GB/s *+1.5% *PASS",
+        ]
+    )
+
+    cases = junit_cases(lab.path / "r.xml")
+    assert cases["test_pass"]["outcome"] == "passed"
+    assert dict(cases["test_pass"]["props"]) == {
+        "gb_metric": "host_copy_bandwidth_gbps",
+        "gb_scope": "node",
+        "gb_value": "101.5",
+        "gb_unit": "GB/s",
+        "gb_expected": "100.0",
+        "gb_limit": "50.0",
+        "gb_warn_limit": "90.0",
+        "gb_delta_pct": "1.5",
+        "gb_verdict": "pass",
+    }
+    assert dict(cases["test_warn"]["props"])["gb_verdict"] == "warn"
+    assert cases["test_fail"]["outcome"] == "failure"
+    assert "delta -60.0%" in (cases["test_fail"]["message"] or "")
+    per_size = [v for k, v in cases["test_per_size"]["props"] if k == "gb_verdict"]
+    assert per_size == ["pass", "skip"]  # 2GiB has no value in the baseline
+    assert cases["test_not_in_baseline"]["outcome"] == "skipped"
+    assert cases["test_per_size"]["outcome"] == "skipped"
+
+    report = json.loads((lab.path / "r.json").read_text())
+    assert report["status"] == "finished" and report["exit_status"] == 1
+    assert report["sku"]["name"] == "LAB" and report["sku"]["source"] == "--gb-sku on the command line"
+    assert report["start_time"] <= report["end_time"]
+    assert report["node"]["torch"] and report["node"]["hostname"]
+    tests = by_test(report)
+    assert tests["test_pass"][0] | {"details": None} == tests["test_pass"][0] | {
+        "metric": "host_copy_bandwidth_gbps",
+        "scope": "node",
+        "value": 101.5,
+        "unit": "GB/s",
+        "expected": 100.0,
+        "limit": 50.0,
+        "verdict": "pass",
+        "details": None,
+    }
+    assert tests["test_pass"][0]["details"] == {"size_bytes": 1024}
+    assert [m["verdict"] for m in tests["test_per_size"]] == ["pass", "skip"]
+    assert tests["test_fail"][0]["verdict"] == "fail" and tests["test_warn"][0]["verdict"] == "warn"
+    assert tests["test_provisional_without_value"][0]["value"] == 1.5  # a skip still keeps what was measured
+    outcomes = {t["test_id"].rsplit("::", 1)[-1]: t["outcome"] for t in report["tests"]}
+    assert outcomes["test_fail"] == "failed" and outcomes["test_not_in_baseline"] == "skipped"
+
+
+def test_strict_fails_what_the_baseline_lacks(lab: pytest.Pytester) -> None:
+    result = lab.runpytest(*lab_args("--gb-strict"), "-k", "not_in_baseline or provisional")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*LAB baseline has no h2d_bandwidth_gbps (--gb-strict)*"])
+
+
+def test_suites_run_on_the_cpu_sku_end_to_end(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest(
+        str(SUITES), "--gb-sku=cpu", "--junitxml=r.xml", "--gb-report=r.json", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(passed=1)
+    case = junit_cases(pytester.path / "r.xml")["test_host_copy_bandwidth"]
+    props = dict(case["props"])
+    assert props["gb_metric"] == "host_copy_bandwidth_gbps" and props["gb_verdict"] == "pass"
+    assert float(props["gb_value"]) > 0
+    root = ET.parse(pytester.path / "r.xml").getroot()
+    suite_props = {p.get("name"): p.get("value") for p in root.iterfind("testsuite/properties/property")}
+    assert suite_props["gb_sku"] == "cpu" and suite_props["gb_torch"]
+    (measurement,) = json.loads((pytester.path / "r.json").read_text())["measurements"]
+    assert measurement["value"] == pytest.approx(float(props["gb_value"]))
+    assert measurement["details"]["iterations"] >= 10 and len(measurement["details"]["samples_gbps"]) >= 10
+
+
+def test_auto_detects_cpu_here_and_records_where_it_came_from(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install(monkeypatch, None)
+    pytester.makepyfile("def test_x(gb_target):\n    assert gb_target.sku == 'cpu'\n")
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["gbvalidate: SKU cpu (no NVIDIA GPU or driver on this node); baseline *cpu.yaml*"])
+
+
+def test_a_site_hook_answers_before_the_built_in_detector(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(
+        """
+        from pytest_gbvalidate.sku import Detection
+        def pytest_gbvalidate_detect_sku(config, baselines):
+            assert "ND_GB200_v6" in [b.sku for b in baselines]
+            return Detection("ND_H100_v5", "site rack database")
+        """
+    )
+    pytester.makepyfile("def test_x(gb_target):\n    assert gb_target.baseline.sku == 'ND_H100_v5'\n")
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["gbvalidate: SKU ND_H100_v5 (site rack database)*"])
+
+
+def test_gpu_marker_skips_on_cpu(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+        @pytest.mark.gb_gpu
+        def test_needs_gpu(gb_expect):
+            raise AssertionError("must not run on cpu")
+        """
+    )
+    result = pytester.runpytest("--gb-sku=cpu", "--strict-markers", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*needs NVIDIA GPUs; this run checks the cpu SKU, which has none*"])
+
+
+# --- bad input: a usage error (exit 4), one line, no traceback ------------------------------------------------
+
+
+def assert_usage_error(result: pytest.RunResult, *lines: str) -> None:
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(list(lines))
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
+def test_unknown_sku(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--gb-sku=NOPE")
+    assert_usage_error(
+        result,
+        "ERROR: unknown SKU 'NOPE' (--gb-sku on the command line); known SKUs in *: ND96asr_v4, ND_GB200_v6, "
+        "ND_H100_v5, ND_H200_v5, cpu. To bring up a new SKU, record a baseline on a golden node: pytest --gb-sku=NOPE "
+        "--gb-record=*NOPE.yaml suites/",
+    )
+
+
+def test_unknown_sku_from_the_environment_says_so(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GBVALIDATE_SKU", "NOPE")
+    assert_usage_error(pytester.runpytest(), "ERROR: unknown SKU 'NOPE' (GBVALIDATE_SKU in the environment)*")
+
+
+def test_bad_ini_value_names_the_ini_file(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\ngb_baselines = missing_dir\n")
+    assert_usage_error(pytester.runpytest(), "ERROR: gb_baselines in *tox.ini: 'missing_dir': no such directory: *")
+
+
+def test_missing_baselines_directory(pytester: pytest.Pytester) -> None:
+    assert_usage_error(
+        pytester.runpytest("--gb-baselines=nowhere"),
+        "ERROR: --gb-baselines on the command line: 'nowhere': no such directory: *nowhere",
+    )
+
+
+@pytest.mark.parametrize(
+    ("corruption", "error"),
+    [
+        (("    unit: GB/s\n", "    unit: [GB/s\n"), "ERROR: bad baseline: *LAB.yaml:*:*: YAML syntax error: *"),
+        (
+            ("    direction: lower\n", "    direction: sideways\n"),
+            "ERROR: bad baseline: *LAB.yaml:25: metrics.step_time_s.direction: 'sideways' is not one of higher, lower",
+        ),
+        (
+            ("    unit: s\n", "    unit: fortnights\n"),
+            "ERROR: bad baseline: *LAB.yaml:24: metrics.step_time_s.unit: unknown unit 'fortnights' (known: *)",
+        ),
+    ],
+)
+def test_corrupted_baseline(lab: pytest.Pytester, corruption: tuple[str, str], error: str) -> None:
+    path = lab.path / "baselines" / "LAB.yaml"
+    path.write_text(path.read_text().replace(*corruption))
+    assert_usage_error(lab.runpytest("--gb-sku=LAB", "--gb-baselines=baselines"), error)
+
+
+def test_corrupted_baseline_stops_auto_detection_too(pytester: pytest.Pytester) -> None:
+    shutil.copytree(REPO / "baselines", pytester.path / "b")
+    (pytester.path / "b" / "ND_H100_v5.yaml").write_text("schema_version: 1\nsku: ND_H100_v5\nmetrics:\n  - oops\n")
+    pytester.makepyfile("def test_x(gb_target):\n    pass\n")
+    assert_usage_error(
+        pytester.runpytest("--gb-baselines=b"), "ERROR: bad baseline: *ND_H100_v5.yaml:3: metrics: must be a mapping*"
+    )
+
+
+def test_list_skus(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--gb-list-skus")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(
+        [
+            "ND_GB200_v6 *Azure ND GB200 v6 (4x NVIDIA GB200, 2x Grace)*provisional*",
+            "cpu *measured*",
+            "(baselines in *)",
+        ]
+    )
+
+
+# --- record mode --------------------------------------------------------------------------------------------
+
+
+def test_record_on_cpu_then_pass_against_the_recording(pytester: pytest.Pytester) -> None:
+    shutil.copytree(REPO / "baselines", pytester.path / "b")
+    first = pytester.runpytest(str(SUITES), "--gb-sku=cpu", "--gb-baselines=b", "--gb-record=b/golden.yaml")
+    first.assert_outcomes(passed=1)
+    first.stdout.fnmatch_lines(["recorded baseline: *golden.yaml"])
+    text = (pytester.path / "b" / "golden.yaml").read_text()
+    assert "sku: golden" in text and "status: measured" in text and "measured on " in text
+    second = pytester.runpytest(str(SUITES), "--gb-sku=golden", "--gb-baselines=b", "--gb-report=r.json")
+    second.assert_outcomes(passed=1)
+    (m,) = json.loads((pytester.path / "r.json").read_text())["measurements"]
+    assert m["verdict"] == "pass" and m["status"] == "measured" and m["provenance"].startswith("measured on ")
+
+
+def test_record_a_sku_that_has_no_baseline_yet(lab: pytest.Pytester) -> None:
+    result = lab.runpytest(
+        "--gb-sku=NEW", "--gb-baselines=baselines", "--gb-record=baselines/NEW.yaml", "-k", "pass or size"
+    )
+    result.assert_outcomes(passed=2)  # nothing to compare against: measured, recorded, not failed
+    text = (lab.path / "baselines" / "NEW.yaml").read_text()
+    assert "host_copy_bandwidth_gbps:" in text and "1GiB:" in text and "2GiB:" in text
+    assert lab.runpytest("--gb-sku=NEW", "--gb-baselines=baselines", "-k", "pass").ret == 0
+
+
+# --- nothing lost -------------------------------------------------------------------------------------------
+
+
+def test_ctrl_c_still_writes_the_report(lab: pytest.Pytester) -> None:
+    lab.makepyfile(
+        test_checks="""
+        def test_a(gb_expect):
+            gb_expect("host_copy_bandwidth_gbps", 101.0)
+        def test_b(gb_expect):
+            raise KeyboardInterrupt
+        def test_c(gb_expect):
+            gb_expect("host_copy_bandwidth_gbps", 99.0)
+        """
+    )
+    result = lab.runpytest_subprocess(*lab_args())
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    report = json.loads((lab.path / "r.json").read_text())
+    assert report["status"] == "interrupted" and report["exit_status"] == 2
+    assert [m["value"] for m in report["measurements"]] == [101.0]
+
+
+def test_a_crashed_run_leaves_what_it_measured(lab: pytest.Pytester) -> None:
+    lab.makepyfile(
+        test_checks="""
+        import os
+        def test_a(gb_expect):
+            gb_expect("host_copy_bandwidth_gbps", 101.0)
+        def test_b(gb_expect):
+            os._exit(3)  # as a segfault in a driver call would end the process
+        """
+    )
+    result = lab.runpytest_subprocess(*lab_args())
+    assert result.ret == 3
+    report = json.loads((lab.path / "r.json").read_text())
+    assert report["status"] == "running" and report["end_time"] is None  # says it is partial
+    assert [m["value"] for m in report["measurements"]] == [101.0]
+
+
+def test_under_xdist_the_controller_reports_every_worker(lab: pytest.Pytester) -> None:
+    result = lab.runpytest_subprocess(*lab_args("-n", "2"))
+    result.assert_outcomes(passed=2, failed=1, skipped=3)
+    report = json.loads((lab.path / "r.json").read_text())
+    assert sorted(by_test(report)) == sorted(
+        [
+            "test_pass",
+            "test_warn",
+            "test_fail",
+            "test_per_size",
+            "test_provisional_without_value",
+            "test_not_in_baseline",
+        ]
+    )
+    assert report["status"] == "finished" and report["sku"]["name"] == "LAB"
+    cases = junit_cases(lab.path / "r.xml")
+    assert dict(cases["test_pass"]["props"])["gb_verdict"] == "pass"
+    root = ET.parse(lab.path / "r.xml").getroot()
+    assert {p.get("name") for p in root.iterfind("testsuite/properties/property")} >= {"gb_sku", "gb_hostname"}
+
+
+# --- free when unused ---------------------------------------------------------------------------------------
+
+
+def test_importing_the_plugin_imports_nothing_heavy() -> None:
+    code = (
+        "import sys, importlib.metadata as md\n"
+        "[ep.load() for ep in md.entry_points(group='pytest11') if ep.name == 'gbvalidate']\n"
+        "print(sorted(m for m in ('torch', 'pynvml', 'numpy', 'matplotlib') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_an_unrelated_test_run_does_nothing(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(
+        """
+        import sys
+        def pytest_unconfigure(config):
+            heavy = sorted(m for m in ("torch", "pynvml", "numpy") if m in sys.modules)
+            print("HEAVY:", heavy)
+        """
+    )
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest_subprocess("-s", "--junitxml=r.xml")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["HEAVY: []"])
+    result.stdout.no_fnmatch_line("gbvalidate*")
+    assert "gb_sku" not in (pytester.path / "r.xml").read_text()
+
+
+def test_the_report_is_valid_json_while_the_run_is_going(lab: pytest.Pytester) -> None:
+    lab.makepyfile(
+        test_checks=textwrap.dedent(
+            """
+            import json, os
+            def test_a(gb_expect):
+                gb_expect("host_copy_bandwidth_gbps", 101.0)
+            def test_b():
+                with open("r.json") as f:
+                    report = json.load(f)
+                assert report["status"] == "running"
+                assert [m["value"] for m in report["measurements"]] == [101.0]
+            """
+        )
+    )
+    lab.runpytest(*lab_args()).assert_outcomes(passed=2)
+    assert not [p for p in os.listdir(lab.path) if p.endswith(".tmp")]

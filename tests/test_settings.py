@@ -1,0 +1,70 @@
+"""Setting precedence (command line > environment > ini > default) and errors that name the source."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_gbvalidate.settings import SettingError, Sources, bundled_baselines, resolve
+
+
+def sources(
+    tmp_path: Path,
+    cli: dict[str, str | bool | None] | None = None,
+    env: dict[str, str] | None = None,
+    ini: dict[str, str] | None = None,
+) -> Sources:
+    return Sources(cli=cli or {}, env=env or {}, ini=ini or {}, ini_file=tmp_path / "pytest.ini", cwd=tmp_path)
+
+
+def test_defaults(tmp_path: Path) -> None:
+    s = resolve(sources(tmp_path))
+    assert (s.sku.value, s.sku.source) == ("auto", "default")
+    assert s.baselines.value == bundled_baselines() and (s.baselines.value / "cpu.yaml").is_file()
+    assert s.report.value is None and s.strict.value is False and s.record is None
+    assert not s.explicit
+
+
+def test_command_line_beats_environment_beats_ini(tmp_path: Path) -> None:
+    ini = {"sku": "FROM_INI"}
+    env = {"GBVALIDATE_SKU": "FROM_ENV"}
+    assert resolve(sources(tmp_path, ini=ini)).sku.source == f"gb_sku in {tmp_path / 'pytest.ini'}"
+    assert resolve(sources(tmp_path, env=env, ini=ini)).sku.value == "FROM_ENV"
+    s = resolve(sources(tmp_path, cli={"sku": "FROM_CLI"}, env=env, ini=ini))
+    assert (s.sku.value, s.sku.source) == ("FROM_CLI", "--gb-sku on the command line")
+    assert s.explicit
+
+
+def test_empty_values_fall_through(tmp_path: Path) -> None:
+    s = resolve(sources(tmp_path, cli={"sku": None}, env={"GBVALIDATE_SKU": ""}, ini={"sku": "X"}))
+    assert s.sku.value == "X"
+
+
+def test_paths_are_relative_to_their_source(tmp_path: Path) -> None:
+    (tmp_path / "mine").mkdir()
+    s = resolve(sources(tmp_path, ini={"baselines": "mine", "report": "out/r.json"}))
+    assert s.baselines.value == tmp_path / "mine"
+    assert s.report.value == tmp_path / "out" / "r.json"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"cli": {"baselines": "nope"}}, "--gb-baselines on the command line: 'nope': no such directory"),
+        ({"env": {"GBVALIDATE_BASELINES": "nope"}}, "GBVALIDATE_BASELINES in the environment: 'nope': no such"),
+        ({"ini": {"baselines": "nope"}}, "gb_baselines in "),
+        ({"env": {"GBVALIDATE_STRICT": "maybe"}}, "GBVALIDATE_STRICT in the environment: 'maybe': expected one of"),
+        ({"cli": {"sku": "a b"}}, "--gb-sku on the command line: 'a b': a SKU name is letters"),
+    ],
+)
+def test_errors_name_where_the_value_came_from(tmp_path: Path, kwargs: dict[str, dict[str, str]], message: str) -> None:
+    with pytest.raises(SettingError) as excinfo:
+        resolve(sources(tmp_path, **kwargs))  # type: ignore[arg-type]
+    assert str(excinfo.value).startswith(message)
+
+
+@pytest.mark.parametrize(("raw", "value"), [("1", True), ("yes", True), ("ON", True), ("0", False), ("off", False)])
+def test_booleans(tmp_path: Path, raw: str, value: bool) -> None:
+    s = resolve(sources(tmp_path, env={"GBVALIDATE_STRICT": raw}))
+    assert s.strict.value is value and s.explicit
