@@ -10,7 +10,7 @@ Pure Python (PyYAML only), no pytest: a CLI or a dashboard can reuse it. A basel
       h2d_bandwidth_gbps:
         unit: GB/s
         direction: higher          # higher or lower is better
-        scope: gpu                 # node | gpu | gpu_pair | link | message_size
+        scope: gpu                 # node | gpu | gpu_pair | link | message_size | layout
         status: provisional        # measured (on a golden node) | provisional
         expected: 51
         fail: 48                   # absolute limit in the metric's unit, or "10%" of expected

@@ -11,13 +11,22 @@ import pytest
 from pytest_gbvalidate import baselines as bl
 from pytest_gbvalidate.settings import bundled_baselines
 from pytest_gbvalidate.workloads.llama.config import LLAMA3_8B, LLAMA3_TINY
-from pytest_gbvalidate.workloads.llama.parallel import Layout, LayoutError, check_world, for_world, problems, validate
+from pytest_gbvalidate.workloads.llama.parallel import (
+    Layout,
+    LayoutError,
+    check_world,
+    engine_of,
+    for_world,
+    problems,
+    validate,
+)
 
 
 def test_the_nd_gb200_v6_layout_fills_four_gpus_with_two_data_parallel_pipelines() -> None:
     layout = validate(LLAMA3_8B, for_world(4, mbs=4, gbs=512, tp=1, pp=2, cp=1))
     assert (layout.dp, layout.microbatches, layout.world_size) == (2, 64, 4)
-    assert layout.label == "mbs4-gbs512-tp1-pp2-cp1-dp2-bf16-native"
+    assert layout.label == "native-bf16-mbs4-gbs512-tp1-pp2-cp1-dp2"
+    assert engine_of(dataclasses.replace(layout, engine="megatron_bridge").label) == "megatron_bridge"
 
 
 def test_tp_pp_cp_must_divide_the_world() -> None:
@@ -72,7 +81,7 @@ def test_validate_names_every_broken_rule_at_once() -> None:
     with pytest.raises(LayoutError) as info:
         validate(dataclasses.replace(LLAMA3_TINY, seq_len=30), Layout(mbs=3, gbs=8, tp=8, cp=4))
     message = str(info.value)
-    assert message.startswith("invalid layout mbs3-gbs8-tp8-pp1-cp4-dp1-bf16-native for llama3_tiny at seq 30: ")
+    assert message.startswith("invalid layout native-bf16-mbs3-gbs8-tp8-pp1-cp4-dp1 for llama3_tiny at seq 30: ")
     for part in ("heads are not divisible by TP=8", "not divisible by 2*CP = 8", "GBS 8 is not divisible"):
         assert part in message
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from pytest_gbvalidate.workloads.llama.config import LlamaConfig
 
@@ -136,6 +137,7 @@ class Transformer(nn.Module):
         self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
         self.attend: AttendFn = causal_attention
+        self.activation_checkpointing = False
         # The positions of the tokens this rank holds: 0..seq-1, or this rank's chunks under context parallelism.
         self.register_buffer("positions", torch.arange(cfg.seq_len), persistent=False)
         self.register_buffer("rope_cos", torch.empty(0), persistent=False)
@@ -150,7 +152,10 @@ class Transformer(nn.Module):
         # x: (bs, seq) token ids on the first stage, (bs, seq, dim) activations on the others
         h = self.tok_embeddings(x) if self.tok_embeddings is not None else x  # (bs, seq, dim)
         for layer in self.layers.values():
-            h = layer(h, self.rope_cos, self.rope_sin, self.attend)
+            if self.activation_checkpointing:
+                h = checkpoint(layer, h, self.rope_cos, self.rope_sin, self.attend, use_reentrant=False)
+            else:
+                h = layer(h, self.rope_cos, self.rope_sin, self.attend)
         if self.norm is not None:
             h = self.norm(h)
         return self.output(h) if self.output is not None else h  # (bs, seq, vocab) logits on the last stage

@@ -48,10 +48,14 @@ class Layout:
 
     @property
     def label(self) -> str:
-        """e.g. mbs4-gbs512-tp1-pp2-cp1-dp2-bf16-native (-ac with activation checkpointing): what a recorded
-        step time is valid for."""
+        """e.g. native-bf16-mbs4-gbs512-tp1-pp2-cp1-dp2 (-ac with activation checkpointing): what a step time
+        measured with this layout is valid for. The engine comes first: `engine_of` reads it back."""
         sizes = "-".join(f"{k}{getattr(self, k)}" for k in SIZES)
-        return f"{sizes}-{self.precision}-{self.engine}" + ("-ac" if self.activation_checkpointing else "")
+        return f"{self.engine}-{self.precision}-{sizes}" + ("-ac" if self.activation_checkpointing else "")
+
+
+def engine_of(label: str) -> str:
+    return label.split("-", 1)[0]
 
 
 def for_world(
