@@ -6,6 +6,7 @@ This module loads in every pytest run of the environment, so it imports nothing 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,6 +17,7 @@ from pytest_gbvalidate.session import GPU_MARKER, Expect, GbSession, Target
 
 if TYPE_CHECKING:
     from pytest_gbvalidate.baselines import Baseline
+    from pytest_gbvalidate.dist.gang import Gang
     from pytest_gbvalidate.sku import Detection
 
 SESSION = pytest.StashKey[GbSession]()
@@ -119,3 +121,19 @@ def gb_target(request: pytest.FixtureRequest) -> Target:
 def gb_expect(request: pytest.FixtureRequest) -> Expect:
     """Compare a measurement with the SKU's baseline: ``gb_expect("h2d_bandwidth_gbps", 49.2, scope="gpu3")``."""
     return Expect(request.config.stash[SESSION], request.node)
+
+
+@pytest.fixture(scope="session")
+def gb_gang(gb_target: Target) -> Iterator[Gang]:
+    """Ranks that run a function SPMD (`gb_gang.run(fn, *args, timeout_s=...)`): one per GPU, started here and
+    reused across tests, or this process's torchrun / srun world when pytest runs inside one."""
+    from pytest_gbvalidate.dist.gang import LocalGang, WorldGang, world_from_environment
+
+    world = world_from_environment(os.environ)
+    gang: Gang
+    if world is not None:
+        gang = WorldGang(*world, device_type=gb_target.device_type, timeout_s=600.0)
+    else:
+        gang = LocalGang(gb_target.local_world_size, device_type=gb_target.device_type)
+    yield gang
+    gang.close()

@@ -26,8 +26,9 @@ if TYPE_CHECKING:
 # Loaded in every pytest run of the environment: baselines (PyYAML), detection (urllib, NVML) and node facts
 # are imported where they are first used, once gbvalidate is engaged.
 
-ENGAGING_FIXTURES = frozenset({"gb_expect", "gb_target"})
+ENGAGING_FIXTURES = frozenset({"gb_expect", "gb_target", "gb_gang"})
 GPU_MARKER = "gb_gpu"
+CPU_RANKS = 2  # ranks of a gang on a CPU-only SKU: enough for every collective and PP=2, cheap on 2 cores
 MEASUREMENTS = pytest.StashKey[list[dict[str, Any]]]()
 
 
@@ -52,6 +53,16 @@ class Target:
     def is_gpu(self) -> bool:
         """Every SKU is a GPU SKU unless its baseline says it has none (`detect: {gpu_count: 0}`, as `cpu` does)."""
         return self.baseline is None or self.baseline.detect.gpu_count != 0
+
+    @property
+    def device_type(self) -> str:
+        return "cuda" if self.is_gpu else "cpu"
+
+    @property
+    def local_world_size(self) -> int:
+        """Ranks a gang starts on this node: one per GPU the SKU promises, or CPU_RANKS on a CPU-only SKU."""
+        gpu_count = None if self.baseline is None else self.baseline.detect.gpu_count
+        return gpu_count or CPU_RANKS
 
     def reference(self, metric: str, scope: str) -> bl.Reference | None:
         metric_baseline = None if self.baseline is None else self.baseline.metrics.get(metric)

@@ -1,0 +1,104 @@
+"""The rank gang: SPMD calls, and a rank that crashes, hangs or raises fails the call naming it, in bounded
+time, with no process left behind; the next call gets a fresh gang."""
+
+from __future__ import annotations
+
+import fnmatch
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_gbvalidate.dist.gang import GangError, LocalGang, world_from_environment
+from tests import gang_functions as f
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def gang() -> Iterator[LocalGang]:
+    g = LocalGang(2, start_timeout_s=60)
+    yield g
+    g.close()
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return "\nState:\tZ" not in status.read()
+    except FileNotFoundError:
+        return False
+
+
+def test_every_rank_runs_the_function_and_results_come_back_in_rank_order(gang: LocalGang) -> None:
+    assert gang.run(f.all_reduce_rank, 2, timeout_s=60) == [(0, 2, 6.0), (1, 2, 6.0)]
+    starts = gang.starts
+    assert gang.run(f.all_reduce_rank, 5, timeout_s=60) == [(0, 2, 15.0), (1, 2, 15.0)]
+    assert gang.starts == starts  # the ranks stay up between calls
+
+
+@pytest.mark.parametrize(
+    ("fn", "cause", "detail"),
+    [
+        (f.crash_on, "crashed", "during crash_on: process exited with code 7"),
+        (f.raise_on, "raised", "raise_on: ValueError: wrong data on rank 1"),
+        (
+            f.hang_on,
+            "timed out",
+            "hang_on did not finish within 1 s (rank 0 at *barrier; rank 1 at *gang_functions.py*",
+        ),
+    ],
+)
+def test_a_failing_rank_fails_the_call_naming_rank_and_cause(
+    gang: LocalGang, fn: object, cause: str, detail: str
+) -> None:
+    gang.run(f.pid, timeout_s=60)  # a gang is up before the fault
+    pids = gang.run(f.pid, timeout_s=60)
+    start = time.monotonic()
+    with pytest.raises(GangError) as excinfo:
+        gang.run(fn, 1, timeout_s=1)  # type: ignore[arg-type]
+    assert time.monotonic() - start < 10
+    err = excinfo.value
+    assert (err.rank, err.cause) == (1, cause)
+    assert fnmatch.fnmatch(str(err).splitlines()[0], f"rank 1 {cause}: {detail}"), str(err)
+    assert not any(alive(p) for p in pids)  # the whole gang was torn down
+    assert gang.run(f.all_reduce_rank, 1, timeout_s=60) == [(0, 2, 3.0), (1, 2, 3.0)]  # and comes back
+
+
+def test_ranks_do_not_outlive_a_killed_parent() -> None:
+    script = textwrap.dedent(
+        f"""
+        import os, sys
+        sys.path.insert(0, {str(REPO)!r})
+        from pytest_gbvalidate.dist.gang import LocalGang
+        from tests import gang_functions as f
+        if __name__ == "__main__":
+            pids = LocalGang(2).run(f.pid, timeout_s=60)
+            print(*pids, flush=True)
+            os._exit(9)  # killed: no chance to close the gang
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    pids = [int(p) for p in out.stdout.split()]
+    assert len(pids) == 2, out.stderr
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(alive(p) for p in pids)
+
+
+@pytest.mark.parametrize(
+    ("env", "world"),
+    [
+        ({}, None),
+        ({"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "3"}, (3, 8, 3)),
+        ({"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1"}, (5, 8, 1)),
+        ({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}, None),  # a one-task allocation is no world to join
+    ],
+)
+def test_world_from_environment(env: dict[str, str], world: tuple[int, int, int] | None) -> None:
+    assert world_from_environment(env) == world
