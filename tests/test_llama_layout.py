@@ -15,6 +15,7 @@ from pytest_gbvalidate.workloads.llama.parallel import (
     Layout,
     LayoutError,
     check_world,
+    engine_mismatch,
     engine_of,
     for_world,
     problems,
@@ -174,3 +175,15 @@ def test_a_recorded_baseline_keeps_the_pretrain_section(tmp_path: Path) -> None:
     previous = bl.load_baseline(write(tmp_path, BASELINE))
     doc = bl.recorded_baseline("TEST", previous, [], "a golden node")
     assert bl.load_baseline(write(tmp_path, bl.dump_baseline(doc))).pretrain == previous.pretrain
+
+
+def test_step_times_recorded_with_another_engine_are_not_compared() -> None:
+    native = "native-bf16-mbs4-gbs512-tp1-pp2-cp1-dp2-seq8192"
+    nemo = "nemo-fp8-mbs4-gbs512-tp1-pp2-cp1-dp2-seq8192"
+    assert engine_mismatch("llama3_8b_step_time_s", [nemo], native) == (
+        "llama3_8b_step_time_s: the baseline's values were recorded with the nemo engine "
+        f"({nemo}); this run used the native engine ({native}): refusing to compare step times across engines"
+    )
+    assert engine_mismatch("m", [nemo, native], native) is None
+    assert engine_mismatch("m", [], native) is None  # nothing recorded: the usual no-reference skip
+    assert engine_mismatch("m", ["native-fp32-mbs1-gbs8-tp1-pp1-cp1-dp4-seq64"], native) is None  # ditto

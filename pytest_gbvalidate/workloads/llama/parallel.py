@@ -58,6 +58,19 @@ def engine_of(label: str) -> str:
     return label.split("-", 1)[0]
 
 
+def engine_mismatch(metric: str, recorded_labels: list[str], label: str) -> str | None:
+    """Why a measurement with layout `label` must not be compared with a baseline whose values for `metric`
+    were recorded under `recorded_labels`: they all come from other engines. None when they do not."""
+    engines = sorted({engine_of(x) for x in recorded_labels})
+    if label in recorded_labels or not engines or engine_of(label) in engines:
+        return None
+    return (
+        f"{metric}: the baseline's values were recorded with the {' and '.join(engines)} engine "
+        f"({', '.join(recorded_labels)}); this run used the {engine_of(label)} engine ({label}): "
+        "refusing to compare step times across engines"
+    )
+
+
 def for_world(
     world_size: int,
     *,

@@ -212,7 +212,13 @@ class PretrainResult:
     mfu_pct: float | None  # None where the baseline gives no peak
     peak_tflops_per_gpu: float | None
     losses: list[float]
-    memory: list[MemoryPeak] = field(default_factory=list)  # per rank
+    vocab_size: int
+    memory: list[MemoryPeak] = field(default_factory=list)  # per rank; empty where the engine reports none
+
+    @property
+    def scope(self) -> str:
+        """The label a baseline keeps this run's figures under: engine, precision, layout, sequence length."""
+        return f"{self.layout.label}-seq{self.seq_len}"
 
     @property
     def loss_drop_pct(self) -> float:
@@ -231,13 +237,11 @@ class PretrainResult:
             f"{math.log(self.vocab_size):.3f}; loss per step: {curve}"
         )
 
-    vocab_size: int = 0
-
     def details(self) -> dict[str, Any]:
         """Everything a report keeps about the run."""
         return {
             "model": self.model,
-            "layout": self.layout.label,
+            "layout": self.scope,
             "engine": self.layout.engine,
             "precision": self.layout.precision,
             "mbs": self.layout.mbs,
@@ -264,11 +268,22 @@ class PretrainResult:
 
 
 def summarize(request: TrainRequest, results: list[RankResult], peak_tflops_per_gpu: float | None) -> PretrainResult:
-    """The run's figures from every rank's results (in rank order)."""
-    layout, cfg = request.layout, request.cfg
+    """The run's figures from every rank's results (in rank order): a step takes as long as its slowest rank."""
     per_step = [max(steps) for steps in zip(*(r.step_times_s for r in results), strict=True)]
-    step_time_s = statistics.median(per_step)
     losses = next(r.losses for r in results if r.losses is not None)
+    return pretrain_result(request, per_step, losses, [r.memory for r in results], peak_tflops_per_gpu)
+
+
+def pretrain_result(
+    request: TrainRequest,
+    step_times_s: list[float],
+    losses: list[float],
+    memory: list[MemoryPeak],
+    peak_tflops_per_gpu: float | None,
+) -> PretrainResult:
+    """The figures of a run whose timed steps took `step_times_s`, whatever engine ran it."""
+    layout, cfg = request.layout, request.cfg
+    step_time_s = statistics.median(step_times_s)
     tokens_per_step = layout.gbs * cfg.seq_len
     tokens_per_s_per_gpu = tokens_per_step / step_time_s / layout.world_size
     tflops = flops.model_tflops_per_gpu(cfg, tokens_per_s_per_gpu)
@@ -279,7 +294,7 @@ def summarize(request: TrainRequest, results: list[RankResult], peak_tflops_per_
         warmup_steps=request.warmup_steps,
         timed_steps=request.timed_steps,
         step_time_s=step_time_s,
-        step_times_s=per_step,
+        step_times_s=step_times_s,
         tokens_per_step=tokens_per_step,
         tokens_per_s_per_gpu=tokens_per_s_per_gpu,
         model_tflops_per_gpu=tflops,
@@ -287,6 +302,6 @@ def summarize(request: TrainRequest, results: list[RankResult], peak_tflops_per_
         mfu_pct=None if peak_tflops_per_gpu is None else flops.mfu_pct(tflops, peak_tflops_per_gpu),
         peak_tflops_per_gpu=peak_tflops_per_gpu,
         losses=losses,
-        memory=[r.memory for r in results],
         vocab_size=cfg.vocab_size,
+        memory=memory,
     )
