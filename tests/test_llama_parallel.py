@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
 
 from pytest_gbvalidate.dist.gang import LocalGang
+from pytest_gbvalidate.workloads.llama import sweep
 from pytest_gbvalidate.workloads.llama.config import LLAMA3_TINY
 from pytest_gbvalidate.workloads.llama.model import Transformer, build
 from pytest_gbvalidate.workloads.llama.parallel import Layout
@@ -130,3 +132,21 @@ def test_a_loss_that_does_not_go_down_fails_the_loss_check(losses: list[float]) 
     assert message.startswith("llama3_tiny native-bf16-mbs2-gbs16-tp1-pp1-cp1-dp1: loss fell ")
     assert f"ln(vocab) = {math.log(512):.3f}" in message
     assert "loss per step: 6.24, " in message
+
+
+def test_a_reduced_sweep_on_cpu_trains_each_layout_and_plots_it(gang: LocalGang, tmp_path: Path) -> None:
+    train = sweep.native_trainer(gang, LLAMA3_TINY, warmup_steps=1, timed_steps=10, learning_rate=3e-3, peak=0.5)
+    grid = {"mbs": [2], "tp": [1], "pp": [1, 2], "cp": [1, 2]}
+    points = sweep.sweep(LLAMA3_TINY, 2, 8, grid, train, precision="fp32")
+    assert [(p.pp, p.cp, p.dp, p.status) for p in points] == [
+        (1, 1, 2, "ok"),
+        (1, 2, 1, "ok"),
+        (2, 1, 1, "ok"),
+        (2, 2, None, "invalid"),
+    ]
+    for p in points[:3]:
+        assert p.result is not None
+        assert p.result.loss_decreased, p.result.loss_message()
+    written = sweep.write_outputs(points, tmp_path)
+    assert {p.name for p in written} >= {"sweep.md", "sweep_pp.png", "sweep_cp.png"}
+    assert "Best layout: native-fp32-mbs2-gbs8-" in (tmp_path / "sweep.md").read_text()
