@@ -64,23 +64,20 @@ def node_gpus(gb: GbSession) -> Iterator[NodeGpus]:
     if not target.is_gpu:
         yield NodeGpus(target, nvml.Inventory(0, {}, {}, {}), None)
         return
+    started = False
     try:
         nvml.init()
+        started = True
+        gpus = NodeGpus(target, nvml.read_inventory(), None)
     except nvml.NvmlError as exc:
         gpus = NodeGpus(target, None, str(exc))
-        gb.set_report_section("gpus", gpus.as_dict())
-        yield gpus
-        return
+    gb.set_report_section("gpus", gpus.as_dict())
     try:
-        try:
-            gpus = NodeGpus(target, nvml.read_inventory(), None)
-        except nvml.NvmlError as exc:
-            gpus = NodeGpus(target, None, str(exc))
-        gb.set_report_section("gpus", gpus.as_dict())
         yield gpus
     finally:
-        with contextlib.suppress(nvml.NvmlError):  # a driver that died mid-run: its tests have failed already
-            nvml.shutdown()
+        if started:
+            with contextlib.suppress(nvml.NvmlError):  # a driver that died mid-run: its tests have failed already
+                nvml.shutdown()
 
 
 class Gpu:
@@ -196,7 +193,7 @@ class Telemetry:
     def __call__(self, interval_s: float = telemetry.DEFAULT_INTERVAL_S, *, label: str = "") -> telemetry.Sampler:
         sources: list[telemetry.Source] = []
         if self.gb.target.is_gpu:
-            sources.append(telemetry.NvmlSource(self.gpus.require().handles))
+            sources += [telemetry.NvmlSource(i, h) for i, h in self.gpus.require().handles.items()]
         sources.append(telemetry.CpuSource())
         sampler = telemetry.Sampler(sources, interval_s)
         self._samplers.append((label, sampler))
@@ -255,9 +252,3 @@ class Expected:
                 pytest.fail(f"{reason} (--gb-strict)", pytrace=False)
             raise pytest.skip.Exception(reason, _use_item_location=True)
         return found
-
-    def provenance(self, field: str) -> str:
-        """Where the baseline says an expectation comes from (the section's provenance)."""
-        baseline = self.gb.target.baseline
-        section = None if baseline is None else getattr(baseline, field.partition(".")[0])
-        return str(getattr(section, "provenance", ""))

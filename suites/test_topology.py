@@ -34,8 +34,7 @@ def test_gpu_numa_node(gpu: Gpu, numa_map: NumaMap, gb_expected: Expected) -> No
     layout = gb_expected.require("topology.gpu_numa_nodes")
     node = numa_map.cpu_node(gpu.info.index)
     assert node == layout[gpu.index], (
-        f"{gpu} is on NUMA node {node}, the {gpu.gpus.target.sku} layout puts it on {layout[gpu.index]} "
-        f"({gb_expected.provenance('topology')})"
+        f"{gpu} is on NUMA node {node}, the {gpu.gpus.target.sku} layout puts it on {layout[gpu.index]}"
     )
 
 
@@ -47,8 +46,7 @@ def test_gpus_per_numa_node(gpus: NodeGpus, numa_map: NumaMap, gb_expected: Expe
     assert not unplaced, f"{', '.join(unplaced)}: on no NUMA node with CPUs"
     counts = dict(sorted(Counter(nodes.values()).items()))
     assert all(n == per_node for n in counts.values()), (
-        f"GPUs per NUMA node: {counts}, the {gpus.target.sku} layout has {per_node} on each "
-        f"({gb_expected.provenance('topology')})"
+        f"GPUs per NUMA node: {counts}, the {gpus.target.sku} layout has {per_node} on each"
     )
 
 

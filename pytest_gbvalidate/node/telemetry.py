@@ -1,6 +1,6 @@
 """A background sampler of node telemetry, to wrap around any workload:
 
-    with Sampler([NvmlSource(handles), CpuSource()]) as sampler:
+    with Sampler([NvmlSource(0, handle), CpuSource()]) as sampler:
         workload()
     sampler.summary()  # {"gpu0.power_w": {"mean": 612.0, "p5": 590.5, "p95": 650.1}, ...}
 
@@ -32,32 +32,27 @@ class Source(Protocol):
 
 
 class NvmlSource:
-    """Per GPU: utilization, memory used, SM clock, power, temperature, and whether its clocks are held down by
+    """One GPU: utilization, memory used, SM clock, power, temperature, and whether its clocks are held down by
     a slowdown (hardware, thermal, power brake: nvml.SLOWDOWN_REASONS) or by the power cap, as 1 or 0 (so the
-    mean is the fraction of the time). Series are named `gpu<index>.<what>_<unit>`."""
+    mean is the fraction of the time). Series are named `gpu<index>.<what>_<unit>`; one source per GPU, so a
+    GPU that stops answering leaves the others sampled."""
 
-    name = "nvml"
-
-    def __init__(self, handles: Mapping[int, Any]) -> None:
-        self.handles = dict(handles)
+    def __init__(self, index: int, handle: Any) -> None:
+        self.name = f"gpu{index}"
+        self.handle = handle
 
     def read(self) -> dict[str, float]:
-        values = {}
-        for index, h in self.handles.items():
-            s = nvml.sensors(h)
-            prefix = f"gpu{index}."
-            values.update(
-                {
-                    prefix + "utilization_pct": s.utilization_pct,
-                    prefix + "memory_used_gib": s.memory_used_bytes / GIB,
-                    prefix + "sm_clock_mhz": s.sm_clock_mhz,
-                    prefix + "power_w": s.power_w,
-                    prefix + "temperature_c": s.temperature_c,
-                    prefix + "slowdown": float(bool(nvml.slowdown_reasons(s.clocks_event_reasons))),
-                    prefix + "power_capped": float(bool(s.clocks_event_reasons & nvml.SW_POWER_CAP)),
-                }
-            )
-        return values
+        s = nvml.sensors(self.handle)
+        prefix = self.name + "."
+        return {
+            prefix + "utilization_pct": s.utilization_pct,
+            prefix + "memory_used_gib": s.memory_used_bytes / GIB,
+            prefix + "sm_clock_mhz": s.sm_clock_mhz,
+            prefix + "power_w": s.power_w,
+            prefix + "temperature_c": s.temperature_c,
+            prefix + "slowdown": float(bool(nvml.slowdown_reasons(s.clocks_event_reasons))),
+            prefix + "power_capped": float(bool(s.clocks_event_reasons & nvml.SW_POWER_CAP)),
+        }
 
 
 class CpuSource:
@@ -192,17 +187,8 @@ class Sampler:
         return out
 
     def summary(self) -> dict[str, dict[str, float]]:
-        """Series name -> mean, 5th and 95th percentile of its finite values (a series with none is left out)."""
-        out = {}
-        for name, values in self.series().items():
-            finite = sorted(v for v in values if math.isfinite(v))
-            if finite:
-                out[name] = {
-                    "mean": _round(sum(finite) / len(finite)),
-                    "p5": _round(percentile(finite, 5)),
-                    "p95": _round(percentile(finite, 95)),
-                }
-        return out
+        """Series name -> mean, 5th and 95th percentile (see `summarize`)."""
+        return summarize(self.series())
 
     def as_dict(self) -> dict[str, Any]:
         """Everything, for a report: the summary and the raw series (aligned on `t_s`; None where missing)."""
@@ -218,6 +204,20 @@ class Sampler:
             "t_s": [round(s.t_s, 4) for s in samples],
             "series": {name: [_json_number(s.values.get(name)) for s in samples] for name in names},
         }
+
+
+def summarize(series: Mapping[str, Sequence[float]]) -> dict[str, dict[str, float]]:
+    """Series name -> mean, 5th and 95th percentile of its finite values (a series with none is left out)."""
+    out = {}
+    for name, values in series.items():
+        finite = sorted(v for v in values if math.isfinite(v))
+        if finite:
+            out[name] = {
+                "mean": _round(sum(finite) / len(finite)),
+                "p5": _round(percentile(finite, 5)),
+                "p95": _round(percentile(finite, 95)),
+            }
+    return out
 
 
 def percentile(sorted_values: Sequence[float], pct: float) -> float:
