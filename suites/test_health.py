@@ -237,9 +237,9 @@ def test_nvlinks(gpu: Gpu, gb_expected: Expected) -> None:
 def test_application_clocks(gpu: Gpu) -> None:
     """Operators set application clocks to their maximum before benchmarks (`nvidia-smi -ac <mem>,<sm>`)."""
     c = gpu.read(nvml.clocks)
-    if None in (c.sm_app_mhz, c.sm_max_mhz, c.mem_app_mhz, c.mem_max_mhz):
+    if None in (c.graphics_app_mhz, c.graphics_max_mhz, c.mem_app_mhz, c.mem_max_mhz):
         pytest.skip(f"{gpu}: NVML reports no application clocks for this GPU")
-    assert (c.sm_app_mhz, c.mem_app_mhz) == (c.sm_max_mhz, c.mem_max_mhz), (
-        f"{gpu}: application clocks SM {c.sm_app_mhz} of {c.sm_max_mhz} MHz, memory {c.mem_app_mhz} of "
-        f"{c.mem_max_mhz} MHz: `nvidia-smi -i {gpu.index} -ac {c.mem_max_mhz},{c.sm_max_mhz}`"
+    assert (c.graphics_app_mhz, c.mem_app_mhz) == (c.graphics_max_mhz, c.mem_max_mhz), (
+        f"{gpu}: application clocks graphics {c.graphics_app_mhz} of {c.graphics_max_mhz} MHz, memory "
+        f"{c.mem_app_mhz} of {c.mem_max_mhz} MHz: `nvidia-smi -i {gpu.index} -ac {c.mem_max_mhz},{c.graphics_max_mhz}`"
     )

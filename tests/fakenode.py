@@ -17,7 +17,7 @@ import pytest
 
 from pytest_gbvalidate.node import topology, xid
 from pytest_gbvalidate.node.topology import format_cpulist, parse_cpulist, sysfs_pci_address
-from tests.fakenvml import FakeGpu, FakeNvmlLib, install
+from tests.fakenvml import FakeGpu, FakeNvmlLib, clocks_mhz, install
 
 
 @dataclass
@@ -126,7 +126,7 @@ def nd96asr_v4() -> FakeNode:
             uuid=f"GPU-a1000000-0000-4000-8000-00000000000{i}",
             serial=f"132000000000{i}",
             memory_total_bytes=40_960 * 2**20,
-            clocks_mhz={"sm": 1410, "sm_app": 1410, "sm_max": 1410, "mem": 1215, "mem_app": 1215, "mem_max": 1215},
+            clocks_mhz=clocks_mhz(1410, 1215),
             pcie=(4, 4, 16, 16),
             nvlinks=[True] * 12,
             numa_nodes=[node],

@@ -22,7 +22,7 @@ SUCCESS: int = pynvml.NVML_SUCCESS
 IDLE = 0x1  # nvmlClocksEventReasonGpuIdle
 HW_SLOWDOWN, HW_THERMAL_SLOWDOWN, SW_POWER_CAP = 0x08, 0x40, 0x04
 
-_CLOCKS = {pynvml.NVML_CLOCK_SM: "sm", pynvml.NVML_CLOCK_MEM: "mem"}
+_CLOCKS = {pynvml.NVML_CLOCK_SM: "sm", pynvml.NVML_CLOCK_GRAPHICS: "graphics", pynvml.NVML_CLOCK_MEM: "mem"}
 _ECC_KINDS = {
     pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED: "uncorrectable",
     pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED: "correctable",
@@ -40,8 +40,17 @@ def supported(value: Any) -> Any:
     return value
 
 
+def clocks_mhz(graphics: int, mem: int) -> dict[str, int | None]:
+    """Clock domain (+ "_app" / "_max") -> MHz, all at their maximum; an idle GPU would run lower."""
+    return {
+        f"{domain}{kind}": mhz
+        for domain, mhz in (("sm", graphics), ("graphics", graphics), ("mem", mem))
+        for kind in ("", "_app", "_max")
+    }
+
+
 def default_clocks() -> dict[str, int | None]:
-    return {"sm": 1980, "sm_app": 1980, "sm_max": 1980, "mem": 2619, "mem_app": 2619, "mem_max": 2619}
+    return clocks_mhz(1980, 2619)
 
 
 @dataclass

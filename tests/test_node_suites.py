@@ -121,8 +121,8 @@ def test_each_injected_fault_fails_the_right_check_on_the_right_gpu(
     gpu2.nvlinks[7] = False
     gpu2.persistence_mode = 0
     gpu3.pcie = (5, 5, 8, 16)
-    assert gpu3.clocks_mhz["sm_max"] == 1980
-    gpu3.clocks_mhz["sm_app"] = 1500
+    assert gpu3.clocks_mhz["graphics_max"] == 1980
+    gpu3.clocks_mhz["graphics_app"] = 1500
     node.install(monkeypatch, tmp_path)
 
     result, cases, _ = run_suites(pytester, "ND_GB200_v6", *NO_TELEMETRY, suites=(HEALTH,))
@@ -135,7 +135,7 @@ def test_each_injected_fault_fails_the_right_check_on_the_right_gpu(
         "test_nvlinks[gpu2]": "gpu2 (00000018:01:00.0): 17 NVLink(s) up, expected 18; down: 7",
         "test_persistence_mode[gpu2]": "gpu2 (00000018:01:00.0): persistence mode is off",
         "test_pcie_link[gpu3]": "PCIe link trained at gen 5 x8, the GPU and slot support gen 5 x16",
-        "test_application_clocks[gpu3]": "application clocks SM 1500 of 1980 MHz, memory 2619 of 2619 MHz",
+        "test_application_clocks[gpu3]": "graphics 1500 of 1980 MHz, memory 2619 of 2619 MHz: `nvidia-smi -i 3 -ac",
     }
     failed = with_outcome(cases, "failure")
     assert set(failed) == set(expected)

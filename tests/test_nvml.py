@@ -45,7 +45,7 @@ def test_inventory_of_a_gb200_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
         persistence_mode=True,
         compute_mode="default",
         power_limit_w=700.0,
-        clocks=nvml.Clocks(1980, 1980, 1980, 2619, 2619, 2619),
+        clocks=nvml.Clocks(1980, 1980, 1980, 1980, 1980, 2619, 2619, 2619),
         pcie=nvml.PcieLink(5, 5, 16, 16),
         nvlinks=dict.fromkeys(range(18), True),
         c2c_enabled=True,
@@ -56,7 +56,7 @@ def test_inventory_of_a_gb200_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
         cpu_affinity=tuple(range(72, 144)),  # bits beyond the first 64-bit word of the mask
         memory_numa_node=5,
     )
-    assert gpu.as_dict()["clocks"]["sm_max_mhz"] == 1980
+    assert gpu.as_dict()["clocks"]["graphics_app_mhz"] == 1980
 
 
 def test_what_a_gpu_lacks_reads_as_none(lib: FakeNvmlLib) -> None:
@@ -67,13 +67,13 @@ def test_what_a_gpu_lacks_reads_as_none(lib: FakeNvmlLib) -> None:
         ecc_mode=None,
         persistence_mode=None,
         power_limit_mw=None,
-        clocks_mhz={"sm": 2040, "sm_max": 2040, "mem": 6251, "mem_max": 6251},
+        clocks_mhz={"sm": 2040, "sm_max": 2040, "graphics_max": 2040, "mem": 6251, "mem_max": 6251},
         pcie=None,
     )
     lib.gpus.append(bare)
     gpu = nvml.read_inventory().gpus[0]
     assert (gpu.serial, gpu.vbios_version, gpu.ecc_mode, gpu.persistence_mode, gpu.power_limit_w) == (None,) * 5
-    assert (gpu.clocks.sm_app_mhz, gpu.clocks.mem_app_mhz, gpu.clocks.sm_max_mhz) == (None, None, 2040)
+    assert (gpu.clocks.graphics_app_mhz, gpu.clocks.mem_app_mhz, gpu.clocks.graphics_max_mhz) == (None, None, 2040)
     assert (gpu.pcie, gpu.nvlinks, gpu.c2c_enabled, gpu.fabric_state, gpu.mig_mode) == (None, {}, None, None, None)
     assert gpu.memory_numa_node is None
     assert nvml.ecc_counts(nvml.handle(0))["sram_uncorrectable"] == nvml.EccCount(None, None)  # ECC off

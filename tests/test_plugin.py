@@ -409,7 +409,7 @@ def test_importing_the_plugin_imports_nothing_heavy() -> None:
     code = (
         "import sys, importlib.metadata as md\n"
         "[ep.load() for ep in md.entry_points(group='pytest11') if ep.name == 'gbvalidate']\n"
-        "print(sorted(m for m in ('torch', 'pynvml', 'numpy', 'matplotlib') if m in sys.modules))\n"
+        "print(sorted(m for m in ('torch', 'pynvml', 'numpy', 'matplotlib', 'psutil') if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -420,7 +420,7 @@ def test_an_unrelated_test_run_does_nothing(pytester: pytest.Pytester) -> None:
         """
         import sys
         def pytest_unconfigure(config):
-            heavy = sorted(m for m in ("torch", "pynvml", "numpy") if m in sys.modules)
+            heavy = sorted(m for m in ("torch", "pynvml", "numpy", "psutil") if m in sys.modules)
             print("HEAVY:", heavy)
         """
     )

@@ -31,7 +31,7 @@ def gpu_info(fake: FakeGpu, index: int) -> GpuInfo:
         persistence_mode=None,
         compute_mode=None,
         power_limit_w=None,
-        clocks=Clocks(None, None, None, None, None, None),
+        clocks=Clocks(*[None] * 8),
         pcie=None,
         nvlinks={},
         c2c_enabled=None,

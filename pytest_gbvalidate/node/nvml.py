@@ -212,11 +212,14 @@ def nvlinks(h: Any) -> dict[int, bool]:
 
 @dataclass(frozen=True)
 class Clocks:
-    """MHz, for the SM and memory clocks: now, the application clocks set (`nvidia-smi -ac`), the maximum."""
+    """MHz: now, as the application clocks set them (`nvidia-smi -ac <memory>,<graphics>`), and the maximum.
+    Application clocks are set for the graphics and memory domains; the SMs run at the graphics clock."""
 
     sm_mhz: int | None
-    sm_app_mhz: int | None
     sm_max_mhz: int | None
+    graphics_mhz: int | None
+    graphics_app_mhz: int | None
+    graphics_max_mhz: int | None
     mem_mhz: int | None
     mem_app_mhz: int | None
     mem_max_mhz: int | None
@@ -225,14 +228,19 @@ class Clocks:
 def clocks(h: Any) -> Clocks:
     import pynvml
 
-    sm, mem = pynvml.NVML_CLOCK_SM, pynvml.NVML_CLOCK_MEM
-    return Clocks(
-        *(
-            _optional(name, h, clock)
-            for clock in (sm, mem)
-            for name in ("nvmlDeviceGetClockInfo", "nvmlDeviceGetApplicationsClock", "nvmlDeviceGetMaxClockInfo")
-        )
-    )
+    now, app, top = "nvmlDeviceGetClockInfo", "nvmlDeviceGetApplicationsClock", "nvmlDeviceGetMaxClockInfo"
+    sm, graphics, mem = pynvml.NVML_CLOCK_SM, pynvml.NVML_CLOCK_GRAPHICS, pynvml.NVML_CLOCK_MEM
+    readings = [
+        (now, sm),
+        (top, sm),
+        (now, graphics),
+        (app, graphics),
+        (top, graphics),
+        (now, mem),
+        (app, mem),
+        (top, mem),
+    ]
+    return Clocks(*(_optional(name, h, domain) for name, domain in readings))
 
 
 @dataclass(frozen=True)
@@ -361,7 +369,9 @@ def _gpu_info(index: int, h: Any, driver: str, cuda_version: str) -> GpuInfo:
         c2c_enabled=None if c2c is None else bool(c2c.isC2cEnabled),
         fabric_state=fabric_state,
         fabric_status=fabric_status,
-        mig_mode=None if mig is None else (mig[0] == pynvml.NVML_DEVICE_MIG_ENABLE, mig[1] == 1),
+        mig_mode=None
+        if mig is None
+        else (mig[0] == pynvml.NVML_DEVICE_MIG_ENABLE, mig[1] == pynvml.NVML_DEVICE_MIG_ENABLE),
         numa_nodes=numa_nodes,
         cpu_affinity=cpus,
         memory_numa_node=_optional("nvmlDeviceGetNumaNodeId", h),

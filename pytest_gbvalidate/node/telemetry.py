@@ -58,31 +58,27 @@ class NvmlSource:
 class CpuSource:
     """The host: CPU utilization over all CPUs since the previous read, memory used, and the current CPU clock
     where the kernel reports one. Keeps its own CPU-time counters, so samplers running at once do not disturb
-    each other (psutil.cpu_percent() shares one between all its callers)."""
+    each other."""
 
     name = "cpu"
 
     def __init__(self) -> None:
-        self._last = self._cpu_times()
-
-    @staticmethod
-    def _cpu_times() -> tuple[float, float]:
-        """(busy, total) CPU seconds; waiting for I/O counts as idle, as `top` counts it."""
         import psutil
 
-        t = psutil.cpu_times()
-        total = sum(t)
-        return total - t.idle - getattr(t, "iowait", 0.0), total
+        self._last = psutil.cpu_times()
 
     def read(self) -> dict[str, float]:
         import psutil
 
-        busy, total = self._cpu_times()
-        last_busy, last_total = self._last
-        self._last = (busy, total)
-        elapsed = total - last_total
+        now = psutil.cpu_times()
+        # Linux counters sometimes step back (iowait notably): a negative delta counts as none, as top does it.
+        delta = {f: max(0.0, getattr(now, f) - getattr(self._last, f)) for f in now._fields}
+        self._last = now
+        # Guest time is already counted in user and nice time; waiting for I/O is idle time, as top counts it.
+        total = sum(delta.values()) - delta.get("guest", 0.0) - delta.get("guest_nice", 0.0)
+        busy = max(0.0, total - delta["idle"] - delta.get("iowait", 0.0))
         values = {
-            "cpu.utilization_pct": 100.0 * (busy - last_busy) / elapsed if elapsed > 0 else 0.0,
+            "cpu.utilization_pct": 100.0 * busy / total if total > 0 else 0.0,
             "cpu.memory_used_gib": psutil.virtual_memory().used / GIB,
         }
         freq = psutil.cpu_freq()
