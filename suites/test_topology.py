@@ -10,6 +10,7 @@ import pytest
 
 from pytest_gbvalidate.node.topology import NumaMap, format_cpulist
 from pytest_gbvalidate.probes import Expected, Gpu, NodeGpus
+from pytest_gbvalidate.session import Target
 
 
 def test_numa_nodes_hold_every_cpu(numa_map: NumaMap) -> None:
@@ -60,12 +61,12 @@ def test_gpu_has_a_nic_on_its_numa_node(gpu: Gpu, numa_map: NumaMap, gb_expected
     assert nics, f"{gpu} is on NUMA node {node}, which has no NIC (NICs: {elsewhere})"
 
 
-def test_infiniband_ports_active(numa_map: NumaMap, gb_expected: Expected, gpus: NodeGpus) -> None:
+def test_infiniband_ports_active(numa_map: NumaMap, gb_expected: Expected, gb_target: Target) -> None:
     rate_gbps = gb_expected.get("topology.ib_rate_gbps")
     ports = [(nic, port) for nic in numa_map.nics for port in nic.ports if port.link_layer == "InfiniBand"]
     if not ports:
         assert rate_gbps is None, (
-            f"no InfiniBand port on this node; the {gpus.target.sku} baseline expects {rate_gbps} Gb/s ports"
+            f"no InfiniBand port on this node; the {gb_target.sku} baseline expects {rate_gbps} Gb/s ports"
         )
         pytest.skip("no InfiniBand port on this node, and the baseline expects none")
     bad = [
