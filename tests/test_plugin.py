@@ -183,13 +183,16 @@ def test_strict_fails_what_the_baseline_lacks(lab: pytest.Pytester) -> None:
 
 
 def test_suites_run_on_the_cpu_sku_end_to_end(pytester: pytest.Pytester) -> None:
+    bandwidth = str(SUITES / "test_bandwidth.py")  # the health and topology suites have their own tests
     result = pytester.runpytest(
-        str(SUITES), "--gb-sku=cpu", "--junitxml=r.xml", "--gb-report=r.json", "-p", "no:cacheprovider"
+        bandwidth, "--gb-sku=cpu", "--junitxml=r.xml", "--gb-report=r.json", "-p", "no:cacheprovider"
     )
     result.assert_outcomes(passed=1)
     case = junit_cases(pytester.path / "r.xml")["test_host_copy_bandwidth"]
     props = dict(case["props"])
-    assert props["gb_metric"] == "host_copy_bandwidth_gbps" and props["gb_verdict"] == "pass"
+    assert props["gb_metric"] == "host_copy_bandwidth_gbps"
+    # The cpu baseline's warn band sits at half the measured rate: a machine busy with other work lands there.
+    assert props["gb_verdict"] in ("pass", "warn")
     assert float(props["gb_value"]) > 0
     root = ET.parse(pytester.path / "r.xml").getroot()
     suite_props = {p.get("name"): p.get("value") for p in root.iterfind("testsuite/properties/property")}
@@ -320,12 +323,13 @@ def test_list_skus(pytester: pytest.Pytester) -> None:
 
 def test_record_on_cpu_then_pass_against_the_recording(pytester: pytest.Pytester) -> None:
     shutil.copytree(REPO / "baselines", pytester.path / "b")
-    first = pytester.runpytest(str(SUITES), "--gb-sku=cpu", "--gb-baselines=b", "--gb-record=b/golden.yaml")
+    bandwidth = str(SUITES / "test_bandwidth.py")
+    first = pytester.runpytest(bandwidth, "--gb-sku=cpu", "--gb-baselines=b", "--gb-record=b/golden.yaml")
     first.assert_outcomes(passed=1)
     first.stdout.fnmatch_lines(["recorded baseline: *golden.yaml"])
     text = (pytester.path / "b" / "golden.yaml").read_text()
     assert "sku: golden" in text and "status: measured" in text and "measured on " in text
-    second = pytester.runpytest(str(SUITES), "--gb-sku=golden", "--gb-baselines=b", "--gb-report=r.json")
+    second = pytester.runpytest(bandwidth, "--gb-sku=golden", "--gb-baselines=b", "--gb-report=r.json")
     second.assert_outcomes(passed=1)
     (m,) = json.loads((pytester.path / "r.json").read_text())["measurements"]
     assert m["verdict"] == "pass" and m["status"] == "measured" and m["provenance"].startswith("measured on ")
@@ -407,7 +411,7 @@ def test_importing_the_plugin_imports_nothing_heavy() -> None:
     code = (
         "import sys, importlib.metadata as md\n"
         "[ep.load() for ep in md.entry_points(group='pytest11') if ep.name == 'gbvalidate']\n"
-        "print(sorted(m for m in ('torch', 'pynvml', 'numpy', 'matplotlib') if m in sys.modules))\n"
+        "print(sorted(m for m in ('torch', 'pynvml', 'numpy', 'matplotlib', 'psutil') if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -418,7 +422,7 @@ def test_an_unrelated_test_run_does_nothing(pytester: pytest.Pytester) -> None:
         """
         import sys
         def pytest_unconfigure(config):
-            heavy = sorted(m for m in ("torch", "pynvml", "numpy") if m in sys.modules)
+            heavy = sorted(m for m in ("torch", "pynvml", "numpy", "psutil") if m in sys.modules)
             print("HEAVY:", heavy)
         """
     )
