@@ -332,7 +332,7 @@ def test_record_on_cpu_then_pass_against_the_recording(pytester: pytest.Pytester
     second = pytester.runpytest(bandwidth, "--gb-sku=golden", "--gb-baselines=b", "--gb-report=r.json")
     second.assert_outcomes(passed=1)
     (m,) = json.loads((pytester.path / "r.json").read_text())["measurements"]
-    assert m["verdict"] == "pass" and m["status"] == "measured" and m["provenance"].startswith("measured on ")
+    assert m["verdict"] in ("pass", "warn") and m["status"] == "measured" and m["provenance"].startswith("measured on ")
 
 
 def test_record_a_sku_that_has_no_baseline_yet(lab: pytest.Pytester) -> None:
