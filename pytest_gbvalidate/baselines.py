@@ -20,6 +20,13 @@ Pure Python (PyYAML only), no pytest: a CLI or a dashboard can reuse it. A basel
         ...
         values:                    # per scope label; each entry overrides the metric-level fields
           8GiB: {expected: 478.87, provenance: ...}
+    health:                        # optional: gates of the health suite (HealthBaseline)
+      critical_xids: [48, 79]
+      ecc_limits: {sram_uncorrectable: 0}
+      provenance: where the gates come from
+    topology:                      # optional: the layout the topology suite expects (TopologyBaseline)
+      gpu_numa_nodes: [1, 1, 0, 0]
+      provenance: where the layout comes from
 
 Every error names the file, the line and the field.
 """
@@ -30,6 +37,7 @@ import dataclasses
 import functools
 import itertools
 import math
+import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,7 +53,7 @@ from pytest_gbvalidate.workloads.llama.config import LlamaConfig
 
 SCHEMA_VERSION = 1
 STATUSES = ("measured", "provisional")
-_TOP_KEYS = {"schema_version", "sku", "description", "detect", "metrics"}
+_TOP_KEYS = {"schema_version", "sku", "description", "detect", "metrics", "health", "topology"}
 _DETECT_KEYS = {"azure_vm_sizes", "gpu_name_contains", "gpu_count"}
 _OVERRIDE_KEYS = {"status", "expected", "fail", "warn", "provenance", "params"}
 _METRIC_KEYS = _OVERRIDE_KEYS | {"unit", "direction", "scope", "values"}
@@ -166,6 +174,44 @@ class Detect:
 
 
 @dataclass(frozen=True)
+class HealthBaseline:
+    """What the health suite holds the SKU's GPUs to. A field left out is a check the SKU has no expectation
+    for: that check skips and says so."""
+
+    provenance: str
+    min_driver_version: str | None = None
+    nvlinks_per_gpu: int | None = None
+    critical_xids: tuple[int, ...] | None = None
+    ecc_limits: dict[str, int] = field(default_factory=dict)  # counter -> the most a healthy GPU may have
+
+    def as_doc(self) -> dict[str, Any]:
+        return _section_doc(self)
+
+
+@dataclass(frozen=True)
+class TopologyBaseline:
+    """The layout the topology suite expects. A field left out is a check the SKU has no expectation for."""
+
+    provenance: str
+    gpu_numa_nodes: tuple[int, ...] | None = None  # the CPU NUMA node of each GPU, by GPU index
+    gpus_per_numa_node: int | None = None  # GPUs on each NUMA node that has any
+    nic_on_gpu_numa_node: bool | None = None  # every GPU has a NIC on its NUMA node
+    ib_rate_gbps: float | None = None  # every InfiniBand port is Active at this rate
+
+    def as_doc(self) -> dict[str, Any]:
+        return _section_doc(self)
+
+
+def _section_doc(section: HealthBaseline | TopologyBaseline) -> dict[str, Any]:
+    doc: dict[str, Any] = {}
+    for f in dataclasses.fields(section):
+        value = getattr(section, f.name)
+        if value is not None and value != {}:
+            doc[f.name] = list(value) if isinstance(value, tuple) else value
+    return doc
+
+
+@dataclass(frozen=True)
 class Baseline:
     sku: str
     path: Path
@@ -173,6 +219,8 @@ class Baseline:
     detect: Detect
     metrics: dict[str, MetricBaseline]
     pretrain: PretrainSpec | None = None
+    health: HealthBaseline | None = None
+    topology: TopologyBaseline | None = None
 
 
 # --- the pretrain section: the SKU's Llama 3 pretraining run ---------------------------------------------------
@@ -301,13 +349,16 @@ class _Parser:
         if doc["sku"] != self.path.stem:
             raise self.error(doc, "sku", "sku", f"{doc['sku']!r} does not match the file name {self.path.name!r}")
         metrics_doc = self.mapping(doc["metrics"], doc, "metrics", "metrics", set(doc["metrics"] or ()))
+        detect = self.detect(doc)
         return Baseline(
             sku=doc["sku"],
             path=self.path,
             description=str(doc.get("description", "")),
-            detect=self.detect(doc),
+            detect=detect,
             metrics={name: self.metric(metrics_doc, name) for name in metrics_doc},
             pretrain=self.pretrain(doc),
+            health=self.health(doc),
+            topology=self.topology(doc, detect),
         )
 
     def detect(self, doc: _Mapping) -> Detect:
@@ -498,6 +549,101 @@ class _Parser:
             provenance=provenance,
         )
 
+    # --- the health and topology sections ---------------------------------------------------------------
+
+    def health(self, doc: _Mapping) -> HealthBaseline | None:
+        if "health" not in doc:
+            return None
+        h = self.mapping(doc["health"], doc, "health", "health", _HEALTH_KEYS)
+        version = h.get("min_driver_version")
+        if version is not None and not (isinstance(version, str) and re.fullmatch(r"\d+(\.\d+)*", version)):
+            raise self.error(
+                h, "min_driver_version", "health.min_driver_version", f"{version!r}: quote it, e.g. '570.133.20'"
+            )
+        xids = h.get("critical_xids")
+        if xids is not None:
+            if not (isinstance(xids, list) and xids and all(_is_count(x) and x > 0 for x in xids)):
+                raise self.error(h, "critical_xids", "health.critical_xids", "must be a non-empty list of Xid numbers")
+            if len(set(xids)) != len(xids):
+                raise self.error(h, "critical_xids", "health.critical_xids", "lists an Xid twice")
+        limits = {}
+        if "ecc_limits" in h:
+            e = self.mapping(h["ecc_limits"], h, "ecc_limits", "health.ecc_limits", _ECC_LIMIT_KEYS)
+            for key, value in e.items():
+                if not _is_count(value):
+                    raise self.error(e, key, f"health.ecc_limits.{key}", f"{value!r}: must be a count (0 or more)")
+                limits[key] = int(value)
+        return HealthBaseline(
+            provenance=self.provenance(h, "health"),
+            min_driver_version=version,
+            nvlinks_per_gpu=self.positive_int(h, "nvlinks_per_gpu", "health"),
+            critical_xids=None if xids is None else tuple(xids),
+            ecc_limits=limits,
+        )
+
+    def topology(self, doc: _Mapping, detect: Detect) -> TopologyBaseline | None:
+        if "topology" not in doc:
+            return None
+        t = self.mapping(doc["topology"], doc, "topology", "topology", _TOPOLOGY_KEYS)
+        nodes = t.get("gpu_numa_nodes")
+        if nodes is not None:
+            if not (isinstance(nodes, list) and nodes and all(_is_count(n) for n in nodes)):
+                raise self.error(
+                    t, "gpu_numa_nodes", "topology.gpu_numa_nodes", "must be a list of NUMA node numbers, one per GPU"
+                )
+            if detect.gpu_count is not None and len(nodes) != detect.gpu_count:
+                raise self.error(
+                    t,
+                    "gpu_numa_nodes",
+                    "topology.gpu_numa_nodes",
+                    f"names {len(nodes)} GPUs but detect.gpu_count is {detect.gpu_count}",
+                )
+        nic = t.get("nic_on_gpu_numa_node")
+        if nic is not None and not isinstance(nic, bool):
+            raise self.error(t, "nic_on_gpu_numa_node", "topology.nic_on_gpu_numa_node", "must be true or false")
+        rate = t.get("ib_rate_gbps")
+        if rate is not None and not (_is_number(rate) and rate > 0):
+            raise self.error(t, "ib_rate_gbps", "topology.ib_rate_gbps", f"{rate!r}: must be a rate in Gb/s")
+        return TopologyBaseline(
+            provenance=self.provenance(t, "topology"),
+            gpu_numa_nodes=None if nodes is None else tuple(nodes),
+            gpus_per_numa_node=self.positive_int(t, "gpus_per_numa_node", "topology"),
+            nic_on_gpu_numa_node=nic,
+            ib_rate_gbps=None if rate is None else float(rate),
+        )
+
+    def provenance(self, m: _Mapping, section: str) -> str:
+        value = m.get("provenance")
+        if not isinstance(value, str) or not value.strip():
+            raise self.error(m, "provenance", f"{section}.provenance", "must be a non-empty string naming the source")
+        return value
+
+    def positive_int(self, m: _Mapping, key: str, section: str) -> int | None:
+        value = m.get(key)
+        if value is not None and not (_is_count(value) and value > 0):
+            raise self.error(m, key, f"{section}.{key}", f"{value!r}: must be a whole number above 0")
+        return value
+
+
+_HEALTH_KEYS = {"provenance", "min_driver_version", "nvlinks_per_gpu", "critical_xids", "ecc_limits"}
+_TOPOLOGY_KEYS = {"provenance", "gpu_numa_nodes", "gpus_per_numa_node", "nic_on_gpu_numa_node", "ib_rate_gbps"}
+# Per-GPU ceilings on memory error counters (nvml.ecc_counts; volatile and aggregate counts are both held to
+# them) and on row remapping / page retirement states (pending and failed count as 1).
+_ECC_LIMIT_KEYS = {
+    "sram_uncorrectable",
+    "sram_correctable",
+    "dram_uncorrectable",
+    "dram_correctable",
+    "row_remaps_pending",
+    "row_remap_failures",
+    "retired_pages",
+    "retired_pages_pending",
+}
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
 
 def _better(direction: str) -> Any:
     return (lambda a, b: a > b) if direction == "higher" else (lambda a, b: a < b)
@@ -664,6 +810,11 @@ def recorded_baseline(
             )
             if v not in (None, [])
         }
+    # The health gates and the expected layout are not measured: they carry over as they were.
+    if previous is not None and previous.health is not None:
+        doc["health"] = previous.health.as_doc()
+    if previous is not None and previous.topology is not None:
+        doc["topology"] = previous.topology.as_doc()
     doc["metrics"] = metrics
     if previous is not None and previous.pretrain is not None:
         doc["pretrain"] = previous.pretrain.as_doc()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -18,6 +18,8 @@ from pytest_gbvalidate.session import GPU_MARKER, Expect, GbSession, Target
 if TYPE_CHECKING:
     from pytest_gbvalidate.baselines import Baseline
     from pytest_gbvalidate.dist.gang import Gang
+    from pytest_gbvalidate.node.topology import NumaMap
+    from pytest_gbvalidate.probes import Expected, Gpu, NodeGpus, Telemetry
     from pytest_gbvalidate.sku import Detection
 
 SESSION = pytest.StashKey[GbSession]()
@@ -137,3 +139,73 @@ def gb_gang(gb_target: Target) -> Iterator[Gang]:
         gang = LocalGang(gb_target.local_world_size, device_type=gb_target.device_type)
     yield gang
     gang.close()
+
+
+# --- node probes: GPUs, NUMA map, telemetry (probes.py) ----------------------------------------------------
+# Each depends on gb_target, so a test that uses one engages gbvalidate like gb_expect does.
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "gpu" in metafunc.fixturenames and _is_ours(metafunc, "gpu"):
+        from pytest_gbvalidate.probes import parametrize_gpu
+
+        parametrize_gpu(metafunc, metafunc.config.stash[SESSION].target)
+
+
+def _is_ours(metafunc: pytest.Metafunc, name: str) -> bool:
+    """Whether `name` resolves to this plugin's fixture: a project's own `gpu` fixture is left alone. pytest
+    has no public way to ask, so this reads the fixture definitions the Metafunc holds."""
+    definitions: Any = getattr(metafunc, "_arg2fixturedefs", {}).get(name)
+    return bool(definitions) and getattr(definitions[-1].func, "__module__", None) == __name__
+
+
+@pytest.fixture(scope="session")
+def gpus(gb_target: Target, request: pytest.FixtureRequest) -> Iterator[NodeGpus]:
+    """The node's GPUs as NVML lists them at the start of the session: `gpus.devices` (index, UUID, name, PCI
+    bus id, serial, memory, driver/CUDA/VBIOS versions, ECC, persistence and compute modes, power limit,
+    clocks, PCIe link, NVLink states, C2C and fabric state, MIG mode, NUMA affinity). On a GPU SKU where NVML
+    cannot list them, `gpus.devices` fails the test with NVML's error."""
+    from pytest_gbvalidate.probes import node_gpus
+
+    with node_gpus(request.config.stash[SESSION]) as node:
+        yield node
+
+
+@pytest.fixture
+def gpu(request: pytest.FixtureRequest, gpus: NodeGpus) -> Gpu:
+    """One GPU: a test using it runs once per GPU the SKU has (`test_x[gpu3]`), and its JUnit testcase names
+    the GPU's index, PCI bus id and UUID as properties."""
+    from pytest_gbvalidate.probes import Gpu
+
+    device = Gpu(request.param, gpus)
+    request.node.user_properties.extend(device.junit_properties())
+    return device
+
+
+@pytest.fixture(scope="session")
+def numa_map(gpus: NodeGpus, request: pytest.FixtureRequest) -> NumaMap:
+    """The node's NUMA map: NUMA nodes and their CPUs (memory-only nodes included), each GPU's placement by
+    NVML and by sysfs, and the NICs/HCAs with their NUMA node. Also written to the JSON report."""
+    from pytest_gbvalidate.probes import numa_map as read
+
+    return read(request.config.stash[SESSION], gpus)
+
+
+@pytest.fixture
+def gb_telemetry(request: pytest.FixtureRequest, gpus: NodeGpus) -> Iterator[Telemetry]:
+    """A telemetry sampler around any workload: ``with gb_telemetry() as sampler: work()``, then
+    ``sampler.summary()``. Its summaries land in the test's JUnit properties and the JSON report."""
+    from pytest_gbvalidate.probes import Telemetry
+
+    samplers = Telemetry(request.config.stash[SESSION], request.node, gpus)
+    yield samplers
+    samplers.finish()
+
+
+@pytest.fixture
+def gb_expected(request: pytest.FixtureRequest, gb_target: Target) -> Expected:
+    """Expectations from the baseline's `health` and `topology` sections: ``gb_expected.require("health.
+    nvlinks_per_gpu")`` skips the test, saying so, when the SKU's baseline has none."""
+    from pytest_gbvalidate.probes import Expected
+
+    return Expected(request.config.stash[SESSION])

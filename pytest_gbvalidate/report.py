@@ -72,6 +72,14 @@ class RunReport:
     def add_measurements(self, records: list[dict[str, Any]]) -> None:
         self.data["measurements"].extend(records)
 
+    def set_section(self, name: str, value: Any) -> None:
+        """A section of its own about the node (e.g. `gpus`, `numa_map`): the latest value wins."""
+        self.data[name] = value
+
+    def add_record(self, section: str, record: dict[str, Any]) -> None:
+        """A record in a list section (e.g. `telemetry`: one per sampler), created on first use."""
+        self.data.setdefault(section, []).append(record)
+
     def finish(self, exit_status: int, status: str) -> None:
         self.data.update(status=status, exit_status=exit_status, end_time=utc_now())
 

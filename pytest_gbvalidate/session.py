@@ -30,6 +30,7 @@ ENGAGING_FIXTURES = frozenset({"gb_expect", "gb_target", "gb_gang"})
 GPU_MARKER = "gb_gpu"
 CPU_RANKS = 2  # ranks of a gang on a CPU-only SKU: enough for every collective and PP=2, cheap on 2 cores
 MEASUREMENTS = pytest.StashKey[list[dict[str, Any]]]()
+REPORT_RECORDS = pytest.StashKey[list[tuple[str, dict[str, Any]]]]()
 
 
 class GbValidateWarning(UserWarning):
@@ -83,6 +84,7 @@ class GbSession:
         self._target: Target | None = None
         self._header_shown = False
         self.node_facts: dict[str, str] = {}
+        self._pending_sections: dict[str, Any] = {}
 
     # --- resolving the SKU ---------------------------------------------------------------------------------
 
@@ -185,6 +187,7 @@ class GbSession:
             # A plain attribute survives xdist's report serialisation, so the controller receives it.
             report.gb_measurements = records  # type: ignore[attr-defined]
             item.stash[MEASUREMENTS] = []
+        self._attach_report_sections(item, report)
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -194,6 +197,7 @@ class GbSession:
         if records:
             _ = self.target  # a worker measured: resolve here too, for the report's header
             self.report.add_measurements(records)
+        self._merge_report_sections(report)
         if report.when == "call" or report.outcome != "passed":
             message = None if report.passed else _short_message(report)
             self.report.add_test(report.nodeid, report.when, report.outcome, report.duration, message)
@@ -237,6 +241,33 @@ class GbSession:
         provenance = f"measured on {facts.get('hostname', '?')} ({rp.utc_now()[:10]}; {stack}) by --gb-record"
         doc = bl.recorded_baseline(path.stem, t.baseline, self.report.measurements, provenance)
         rp.atomic_write_text(path, bl.dump_baseline(doc))
+
+    # --- report sections beyond measurements: GPU inventory, NUMA map, telemetry -----------------------------
+    # Probed wherever the test runs (an xdist worker, or this process) and carried to the controller on test
+    # reports as plain attributes, like the measurements.
+
+    def set_report_section(self, name: str, value: Any) -> None:
+        """A section of the JSON report about the whole node (`gpus`, `numa_map`), sent with the next report."""
+        self._pending_sections[name] = value
+
+    def add_report_record(self, item: pytest.Item, section: str, record: dict[str, Any]) -> None:
+        """A record of one test for a list section of the JSON report (`telemetry`)."""
+        item.stash.setdefault(REPORT_RECORDS, []).append((section, record))
+
+    def _attach_report_sections(self, item: pytest.Item, report: pytest.TestReport) -> None:
+        if self._pending_sections:
+            report.gb_sections = self._pending_sections  # type: ignore[attr-defined]
+            self._pending_sections = {}
+        records = item.stash.get(REPORT_RECORDS, [])
+        if records:
+            report.gb_records = records  # type: ignore[attr-defined]
+            item.stash[REPORT_RECORDS] = []
+
+    def _merge_report_sections(self, report: pytest.TestReport) -> None:
+        for name, value in getattr(report, "gb_sections", {}).items():
+            self.report.set_section(name, value)
+        for section, record in getattr(report, "gb_records", []):
+            self.report.add_record(section, record)
 
 
 class Expect:

@@ -269,3 +269,83 @@ def test_recording_replaces_limits_that_no_longer_fit(tmp_path: Path) -> None:
     (tmp_path / "SLOW.yaml").write_text(bl.dump_baseline(doc))
     ref = bl.load_baseline(tmp_path / "SLOW.yaml").metrics["h2d_bandwidth_gbps"].default
     assert (str(ref.fail), str(ref.warn)) == ("10%", "5%")
+
+
+# --- the health and topology sections ------------------------------------------------------------------------
+
+SECTIONS = GOOD.replace(
+    "metrics:\n",
+    """\
+health:
+  min_driver_version: '570.133.20'
+  nvlinks_per_gpu: 18
+  critical_xids: [48, 79]
+  ecc_limits: {sram_uncorrectable: 0, row_remaps_pending: 0}
+  provenance: a public health check
+topology:
+  gpu_numa_nodes: [1, 0]
+  nic_on_gpu_numa_node: true
+  ib_rate_gbps: 400
+  provenance: the SKU's documentation
+metrics:
+""",
+)
+
+
+def test_health_and_topology_sections_load(tmp_path: Path) -> None:
+    b = bl.load_baseline(write(tmp_path, SECTIONS))
+    assert b.health == bl.HealthBaseline(
+        provenance="a public health check",
+        min_driver_version="570.133.20",
+        nvlinks_per_gpu=18,
+        critical_xids=(48, 79),
+        ecc_limits={"sram_uncorrectable": 0, "row_remaps_pending": 0},
+    )
+    assert b.topology == bl.TopologyBaseline("the SKU's documentation", (1, 0), None, True, 400.0)
+    assert bl.load_baseline(write(tmp_path, GOOD)).health is None
+
+
+def test_bundled_gpu_baselines_carry_only_public_gates_and_layouts() -> None:
+    loaded = {b.sku: b for b in bl.load_all(bundled_baselines())}
+    for sku in ("ND_GB200_v6", "ND_H100_v5", "ND_H200_v5", "ND96asr_v4"):
+        health = loaded[sku].health
+        assert health is not None and "azurehpc-health-checks" in health.provenance, sku
+        assert health.critical_xids is not None and 79 in health.critical_xids
+        assert health.ecc_limits["sram_uncorrectable"] == 0 and health.min_driver_version is None  # none published
+    gb200, ndv4 = loaded["ND_GB200_v6"], loaded["ND96asr_v4"]
+    assert gb200.health is not None and gb200.health.nvlinks_per_gpu == 18
+    assert gb200.topology is not None and gb200.topology.gpus_per_numa_node == 2
+    assert ndv4.topology is not None and ndv4.topology.gpu_numa_nodes == (1, 1, 0, 0, 3, 3, 2, 2)
+    assert loaded["cpu"].health is None and loaded["cpu"].topology is None
+
+
+@pytest.mark.parametrize(
+    ("change", "expected_error"),
+    [
+        (("'570.133.20'", "570.13"), ":6: health.min_driver_version: 570.13: quote it, e.g. '570.133.20'"),
+        (("nvlinks_per_gpu: 18", "nvlinks_per_gpu: 0"), ":7: health.nvlinks_per_gpu: 0: must be a whole number"),
+        (("[48, 79]", "[79, 79]"), ":8: health.critical_xids: lists an Xid twice"),
+        (("[48, 79]", "[48, -1]"), ":8: health.critical_xids: must be a non-empty list of Xid numbers"),
+        (("sram_uncorrectable: 0", "sram_uncorrectable: -1"), ":9: health.ecc_limits.sram_uncorrectable: -1: must be"),
+        (("sram_uncorrectable: 0", "sram_uncorrectible: 0"), ":9: health.ecc_limits.sram_uncorrectible: unknown"),
+        (("  provenance: a public health check\n", ""), "health.provenance: must be a non-empty string"),
+        (("[1, 0]", "[1, 0, 1]"), ":12: topology.gpu_numa_nodes: names 3 GPUs but detect.gpu_count is 2"),
+        (("nic_on_gpu_numa_node: true", "nic_on_gpu_numa_node: yes please"), ":13: topology.nic_on_gpu_numa_node:"),
+        (("ib_rate_gbps: 400", "ib_rate_gbps: fast"), ":14: topology.ib_rate_gbps: 'fast': must be a rate in Gb/s"),
+        (("topology:\n", "topology:\n  numa: 1\n"), ":12: topology.numa: unknown field"),
+    ],
+)
+def test_section_errors_name_file_line_and_field(tmp_path: Path, change: tuple[str, str], expected_error: str) -> None:
+    old, new = change
+    assert old in SECTIONS
+    path = write(tmp_path, SECTIONS.replace(old, new, 1))
+    with pytest.raises(bl.BaselineError) as excinfo:
+        bl.load_baseline(path)
+    assert str(excinfo.value).startswith(str(path)) and expected_error in str(excinfo.value), str(excinfo.value)
+
+
+def test_recording_keeps_the_health_gates_and_the_layout(tmp_path: Path) -> None:
+    old = bl.load_baseline(write(tmp_path, SECTIONS))
+    (tmp_path / "NEW.yaml").write_text(bl.dump_baseline(bl.recorded_baseline("NEW", old, [], "measured")))
+    new = bl.load_baseline(tmp_path / "NEW.yaml")
+    assert (new.health, new.topology) == (old.health, old.topology)

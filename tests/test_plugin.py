@@ -190,7 +190,9 @@ def test_suites_run_on_the_cpu_sku_end_to_end(pytester: pytest.Pytester) -> None
     result.assert_outcomes(passed=1)
     case = junit_cases(pytester.path / "r.xml")["test_host_copy_bandwidth"]
     props = dict(case["props"])
-    assert props["gb_metric"] == "host_copy_bandwidth_gbps" and props["gb_verdict"] == "pass"
+    assert props["gb_metric"] == "host_copy_bandwidth_gbps"
+    # The cpu baseline's warn band sits at half the measured rate: a machine busy with other work lands there.
+    assert props["gb_verdict"] in ("pass", "warn")
     assert float(props["gb_value"]) > 0
     root = ET.parse(pytester.path / "r.xml").getroot()
     suite_props = {p.get("name"): p.get("value") for p in root.iterfind("testsuite/properties/property")}
@@ -330,7 +332,7 @@ def test_record_on_cpu_then_pass_against_the_recording(pytester: pytest.Pytester
     second = pytester.runpytest(bandwidth, "--gb-sku=golden", "--gb-baselines=b", "--gb-report=r.json")
     second.assert_outcomes(passed=1)
     (m,) = json.loads((pytester.path / "r.json").read_text())["measurements"]
-    assert m["verdict"] == "pass" and m["status"] == "measured" and m["provenance"].startswith("measured on ")
+    assert m["verdict"] in ("pass", "warn") and m["status"] == "measured" and m["provenance"].startswith("measured on ")
 
 
 def test_record_a_sku_that_has_no_baseline_yet(lab: pytest.Pytester) -> None:
@@ -409,7 +411,7 @@ def test_importing_the_plugin_imports_nothing_heavy() -> None:
     code = (
         "import sys, importlib.metadata as md\n"
         "[ep.load() for ep in md.entry_points(group='pytest11') if ep.name == 'gbvalidate']\n"
-        "print(sorted(m for m in ('torch', 'pynvml', 'numpy', 'matplotlib') if m in sys.modules))\n"
+        "print(sorted(m for m in ('torch', 'pynvml', 'numpy', 'matplotlib', 'psutil') if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -420,7 +422,7 @@ def test_an_unrelated_test_run_does_nothing(pytester: pytest.Pytester) -> None:
         """
         import sys
         def pytest_unconfigure(config):
-            heavy = sorted(m for m in ("torch", "pynvml", "numpy") if m in sys.modules)
+            heavy = sorted(m for m in ("torch", "pynvml", "numpy", "psutil") if m in sys.modules)
             print("HEAVY:", heavy)
         """
     )

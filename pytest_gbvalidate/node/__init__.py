@@ -1,1 +1,1 @@
-"""What the node is: facts for reports, and (later) probes of its GPUs and topology."""
+"""What the node is: facts for reports, and probes of its GPUs, NUMA topology, kernel log and telemetry."""

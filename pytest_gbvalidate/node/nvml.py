@@ -1,0 +1,402 @@
+"""NVML probes: the inventory of a node's GPUs and the health readings the suites check, as plain data.
+
+No pytest here; pynvml (nvidia-ml-py) is imported on first use. Every NVML failure is raised as NvmlError,
+whose message carries NVML's own text ("NVML Shared Library Not Found", "GPU is lost"), so a failed check
+says what NVML said. A feature this GPU or driver does not have (NVLink on a PCIe card, MIG on a GPU without
+it, a function an older driver lacks) reads as None rather than as an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+# NVML fills affinity masks into arrays of 64-bit words; these sizes cover 4096 CPUs and 1024 NUMA nodes.
+_CPU_SET_WORDS = 64
+_NODE_SET_WORDS = 16
+_WORD_BITS = 64
+
+# Clock event reasons that mean the GPU is slowed by a fault, heat or the power brake. Idle, application
+# clock settings, sync boost and the software power cap are normal operation and are not listed.
+SLOWDOWN_REASONS = {
+    0x08: "hw_slowdown",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+}
+SW_POWER_CAP = 0x04  # the clocks are held down to stay within the power limit: expected under full load
+_COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
+_FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
+
+
+class NvmlError(Exception):
+    """An NVML call failed. `code` is NVML's return code; the message names the call and NVML's text."""
+
+    def __init__(self, call: str, text: str, code: int) -> None:
+        super().__init__(f"{call}: {text}")
+        self.call = call
+        self.text = text
+        self.code = code
+
+
+def _call(name: str, *args: Any) -> Any:
+    """`pynvml.<name>(*args)`, with NVML's failure raised as NvmlError."""
+    import pynvml
+
+    try:
+        return getattr(pynvml, name)(*args)
+    except pynvml.NVMLError as exc:
+        raise NvmlError(name, str(exc), int(exc.value)) from None
+
+
+def _optional(name: str, *args: Any) -> Any:
+    """Like `_call`, but None where this GPU or driver lacks the feature."""
+    import pynvml
+
+    absent = (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+    try:
+        return _call(name, *args)
+    except NvmlError as exc:
+        if exc.code in absent:
+            return None
+        raise
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+# --- the session -------------------------------------------------------------------------------------------
+
+
+def init() -> None:
+    """Start NVML (reference-counted by NVML: pair every init with a shutdown)."""
+    _call("nvmlInit")
+
+
+def shutdown() -> None:
+    _call("nvmlShutdown")
+
+
+def gpu_count() -> int:
+    return int(_call("nvmlDeviceGetCount"))
+
+
+def handle(index: int) -> Any:
+    return _call("nvmlDeviceGetHandleByIndex", index)
+
+
+# --- health readings, one small call each: the suites read live, so a GPU lost mid-run fails its own tests -
+
+
+def ecc_mode(h: Any) -> tuple[bool, bool] | None:
+    """(current, pending) ECC mode; pending is what the GPU comes up with after the next reset."""
+    modes = _optional("nvmlDeviceGetEccMode", h)
+    return None if modes is None else (bool(modes[0]), bool(modes[1]))
+
+
+@dataclass(frozen=True)
+class EccCount:
+    volatile: int | None  # since the driver was loaded
+    aggregate: int | None  # over the GPU's life
+
+
+ECC_COUNTERS = ("sram_uncorrectable", "sram_correctable", "dram_uncorrectable", "dram_correctable")
+
+
+def ecc_counts(h: Any) -> dict[str, EccCount]:
+    """Memory error counts by location (SRAM: caches and register files; DRAM: device memory) and kind."""
+    import pynvml
+
+    kinds = {
+        "uncorrectable": pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+        "correctable": pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED,
+    }
+    locations = {"sram": pynvml.NVML_MEMORY_LOCATION_SRAM, "dram": pynvml.NVML_MEMORY_LOCATION_DRAM}
+    counts = {}
+    for name in ECC_COUNTERS:
+        location, kind = name.split("_")
+        volatile, aggregate = (
+            _optional("nvmlDeviceGetMemoryErrorCounter", h, kinds[kind], counter, locations[location])
+            for counter in (pynvml.NVML_VOLATILE_ECC, pynvml.NVML_AGGREGATE_ECC)
+        )
+        counts[name] = EccCount(volatile, aggregate)
+    return counts
+
+
+@dataclass(frozen=True)
+class RowRemaps:
+    """Row remapping (A100 and later): spare DRAM rows replacing rows that had errors."""
+
+    corrected_rows: int
+    uncorrected_rows: int
+    pending: bool  # a remap waits for the next GPU reset
+    failed: bool  # a remap failed: the GPU ran out of spare rows
+
+
+def row_remaps(h: Any) -> RowRemaps | None:
+    rows = _optional("nvmlDeviceGetRemappedRows", h)
+    return None if rows is None else RowRemaps(int(rows[0]), int(rows[1]), bool(rows[2]), bool(rows[3]))
+
+
+@dataclass(frozen=True)
+class RetiredPages:
+    """Dynamic page retirement (before A100): device memory pages taken out of service."""
+
+    single_bit: int  # retired after multiple single-bit errors
+    double_bit: int  # retired after a double-bit error
+    pending: bool  # a retirement waits for the next reboot
+
+
+def retired_pages(h: Any) -> RetiredPages | None:
+    import pynvml
+
+    pending = _optional("nvmlDeviceGetRetiredPagesPendingStatus", h)
+    if pending is None:
+        return None
+    single = _call("nvmlDeviceGetRetiredPages", h, pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
+    double = _call("nvmlDeviceGetRetiredPages", h, pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+    return RetiredPages(len(single), len(double), bool(pending))
+
+
+def clocks_event_reasons(h: Any) -> int:
+    """The bit mask of reasons the clocks are below their maximum now (NVML's 'clocks event reasons')."""
+    return int(_call("nvmlDeviceGetCurrentClocksEventReasons", h))
+
+
+def slowdown_reasons(mask: int) -> list[str]:
+    """The names of the slowdowns in a clocks event reason mask that are faults, heat or the power brake."""
+    return [name for bit, name in SLOWDOWN_REASONS.items() if mask & bit]
+
+
+def persistence_mode(h: Any) -> bool | None:
+    mode = _optional("nvmlDeviceGetPersistenceMode", h)
+    return None if mode is None else bool(mode)
+
+
+@dataclass(frozen=True)
+class PcieLink:
+    gen: int
+    gen_max: int  # the highest generation this GPU and its slot support together
+    width: int
+    width_max: int
+
+
+def pcie_link(h: Any) -> PcieLink | None:
+    gen = _optional("nvmlDeviceGetCurrPcieLinkGeneration", h)
+    if gen is None:
+        return None
+    return PcieLink(
+        int(gen),
+        int(_call("nvmlDeviceGetMaxPcieLinkGeneration", h)),
+        int(_call("nvmlDeviceGetCurrPcieLinkWidth", h)),
+        int(_call("nvmlDeviceGetMaxPcieLinkWidth", h)),
+    )
+
+
+def nvlinks(h: Any) -> dict[int, bool]:
+    """Link number -> active, for every NVLink this GPU has (none on a GPU without NVLink)."""
+    import pynvml
+
+    no_such_link = (pynvml.NVML_ERROR_INVALID_ARGUMENT, pynvml.NVML_ERROR_NOT_SUPPORTED)
+    states = {}
+    for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
+        try:
+            states[link] = bool(_call("nvmlDeviceGetNvLinkState", h, link))
+        except NvmlError as exc:
+            if exc.code not in no_such_link:
+                raise
+    return states
+
+
+@dataclass(frozen=True)
+class Clocks:
+    """MHz: now, as the application clocks set them (`nvidia-smi -ac <memory>,<graphics>`), and the maximum.
+    Application clocks are set for the graphics and memory domains; the SMs run at the graphics clock."""
+
+    sm_mhz: int | None
+    sm_max_mhz: int | None
+    graphics_mhz: int | None
+    graphics_app_mhz: int | None
+    graphics_max_mhz: int | None
+    mem_mhz: int | None
+    mem_app_mhz: int | None
+    mem_max_mhz: int | None
+
+
+def clocks(h: Any) -> Clocks:
+    import pynvml
+
+    now, app, top = "nvmlDeviceGetClockInfo", "nvmlDeviceGetApplicationsClock", "nvmlDeviceGetMaxClockInfo"
+    sm, graphics, mem = pynvml.NVML_CLOCK_SM, pynvml.NVML_CLOCK_GRAPHICS, pynvml.NVML_CLOCK_MEM
+    readings = [
+        (now, sm),
+        (top, sm),
+        (now, graphics),
+        (app, graphics),
+        (top, graphics),
+        (now, mem),
+        (app, mem),
+        (top, mem),
+    ]
+    return Clocks(*(_optional(name, h, domain) for name, domain in readings))
+
+
+@dataclass(frozen=True)
+class Sensors:
+    """What a telemetry sampler reads from one GPU, about ten times a second."""
+
+    utilization_pct: float  # of the last sample period in which a kernel ran
+    memory_used_bytes: int
+    sm_clock_mhz: int
+    power_w: float
+    temperature_c: int
+    clocks_event_reasons: int
+
+
+def sensors(h: Any) -> Sensors:
+    import pynvml
+
+    return Sensors(
+        utilization_pct=float(_call("nvmlDeviceGetUtilizationRates", h).gpu),
+        memory_used_bytes=int(_call("nvmlDeviceGetMemoryInfo", h).used),
+        sm_clock_mhz=int(_call("nvmlDeviceGetClockInfo", h, pynvml.NVML_CLOCK_SM)),
+        power_w=int(_call("nvmlDeviceGetPowerUsage", h)) / 1000.0,
+        temperature_c=int(_call("nvmlDeviceGetTemperature", h, pynvml.NVML_TEMPERATURE_GPU)),
+        clocks_event_reasons=clocks_event_reasons(h),
+    )
+
+
+# --- inventory ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """What one GPU is and how it is set up, read once when the session starts."""
+
+    index: int
+    uuid: str
+    name: str
+    pci_bus_id: str
+    serial: str | None
+    memory_total_bytes: int
+    driver_version: str
+    cuda_driver_version: str
+    vbios_version: str | None
+    ecc_mode: tuple[bool, bool] | None  # (current, pending)
+    persistence_mode: bool | None
+    compute_mode: str | None
+    power_limit_w: float | None
+    clocks: Clocks
+    pcie: PcieLink | None
+    nvlinks: dict[int, bool]  # link -> active
+    c2c_enabled: bool | None  # NVLink-C2C to a Grace CPU
+    fabric_state: str | None  # NVLink fabric registration (multi-node NVLink): not_started ... completed
+    fabric_status: str | None  # NVML's word on the registration's result
+    mig_mode: tuple[bool, bool] | None  # (current, pending)
+    numa_nodes: tuple[int, ...] | None  # the NUMA nodes NVML says are closest to the GPU
+    cpu_affinity: tuple[int, ...] | None  # the CPUs NVML says are closest to the GPU
+    memory_numa_node: int | None  # the NUMA node that is this GPU's own memory (Grace systems)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """The GPUs NVML lists. A GPU that NVML counts but that fails to answer is in `failed`, with the error."""
+
+    count: int
+    gpus: dict[int, GpuInfo]
+    failed: dict[int, str]
+    handles: dict[int, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "count": self.count,
+            "devices": [g.as_dict() for g in self.gpus.values()],
+            "failed": {str(i): e for i, e in self.failed.items()},
+        }
+
+
+def read_inventory() -> Inventory:
+    """Every GPU's inventory. NVML must be started (`init`). Raises NvmlError if NVML cannot count the GPUs."""
+    count = gpu_count()
+    driver = _text(_call("nvmlSystemGetDriverVersion"))
+    cuda = int(_call("nvmlSystemGetCudaDriverVersion"))
+    cuda_version = f"{cuda // 1000}.{cuda % 1000 // 10}"
+    gpus, failed, handles = {}, {}, {}
+    for index in range(count):
+        try:
+            h = handle(index)
+            gpus[index] = _gpu_info(index, h, driver, cuda_version)
+            handles[index] = h
+        except NvmlError as exc:
+            failed[index] = str(exc)
+    return Inventory(count, gpus, failed, handles)
+
+
+def _gpu_info(index: int, h: Any, driver: str, cuda_version: str) -> GpuInfo:
+    import pynvml
+
+    pci = _call("nvmlDeviceGetPciInfo", h)
+    power_limit_mw = _optional("nvmlDeviceGetPowerManagementLimit", h)
+    compute_mode = _optional("nvmlDeviceGetComputeMode", h)
+    serial = _optional("nvmlDeviceGetSerial", h)
+    vbios = _optional("nvmlDeviceGetVbiosVersion", h)
+    mig = _optional("nvmlDeviceGetMigMode", h)
+    numa_nodes, cpus = _affinity(h)
+    c2c = _optional("nvmlDeviceGetC2cModeInfoV", h)
+    fabric_state, fabric_status = _fabric(h)
+    return GpuInfo(
+        index=index,
+        uuid=_text(_call("nvmlDeviceGetUUID", h)),
+        name=_text(_call("nvmlDeviceGetName", h)),
+        pci_bus_id=_text(pci.busId),
+        serial=None if serial is None else _text(serial),
+        memory_total_bytes=int(_call("nvmlDeviceGetMemoryInfo", h).total),
+        driver_version=driver,
+        cuda_driver_version=cuda_version,
+        vbios_version=None if vbios is None else _text(vbios),
+        ecc_mode=ecc_mode(h),
+        persistence_mode=persistence_mode(h),
+        compute_mode=None if compute_mode is None else _COMPUTE_MODES.get(compute_mode, str(compute_mode)),
+        power_limit_w=None if power_limit_mw is None else power_limit_mw / 1000.0,
+        clocks=clocks(h),
+        pcie=pcie_link(h),
+        nvlinks=nvlinks(h),
+        c2c_enabled=None if c2c is None else bool(c2c.isC2cEnabled),
+        fabric_state=fabric_state,
+        fabric_status=fabric_status,
+        mig_mode=None
+        if mig is None
+        else (mig[0] == pynvml.NVML_DEVICE_MIG_ENABLE, mig[1] == pynvml.NVML_DEVICE_MIG_ENABLE),
+        numa_nodes=numa_nodes,
+        cpu_affinity=cpus,
+        memory_numa_node=_optional("nvmlDeviceGetNumaNodeId", h),
+    )
+
+
+def _affinity(h: Any) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
+    import pynvml
+
+    nodes = _optional("nvmlDeviceGetMemoryAffinity", h, _NODE_SET_WORDS, pynvml.NVML_AFFINITY_SCOPE_NODE)
+    cpus = _optional("nvmlDeviceGetCpuAffinity", h, _CPU_SET_WORDS)
+    return (None if nodes is None else _bits(nodes)), (None if cpus is None else _bits(cpus))
+
+
+def _bits(words: Any) -> tuple[int, ...]:
+    return tuple(w * _WORD_BITS + b for w, word in enumerate(words) for b in range(_WORD_BITS) if word >> b & 1)
+
+
+def _fabric(h: Any) -> tuple[str | None, str | None]:
+    import pynvml
+
+    info = pynvml.c_nvmlGpuFabricInfo_v2_t()
+    if _optional("nvmlDeviceGetGpuFabricInfoV", h, pynvml.byref(info)) is None:
+        return None, None
+    state = _FABRIC_STATES.get(int(info.state), str(info.state))
+    if state == "not_supported":
+        return None, None
+    return state, str(pynvml.NVMLError(int(info.status))) if info.status else "Success"

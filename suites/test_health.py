@@ -1,0 +1,245 @@
+"""GPU health: what a node must show before it goes back into service. Per-GPU checks run once per GPU the SKU
+has (`test_ecc_errors[gpu3]`); gates come from the `health` section of the SKU's baseline, and a gate the
+baseline does not give is a check that skips saying so. Readings are live: a GPU lost mid-run fails its own
+checks from then on. On a SKU without GPUs (`cpu`) only the telemetry check runs."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from pytest_gbvalidate.node import nvml, xid
+from pytest_gbvalidate.probes import Expected, Gpu, NodeGpus, Telemetry
+
+TELEMETRY_WINDOW_S = 0.5
+LIMITS = "health.ecc_limits"
+
+
+# --- the node ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.gb_gpu
+def test_gpu_count(gpus: NodeGpus, gb_expected: Expected) -> None:
+    expected = gb_expected.require("detect.gpu_count")
+    inventory = gpus.require()
+    unreadable = "".join(f"; gpu{i} does not answer: {error}" for i, error in inventory.failed.items())
+    assert (inventory.count, len(inventory.gpus)) == (expected, expected), (
+        f"NVML lists {inventory.count} GPU(s) and reads {len(inventory.gpus)}, the {gpus.target.sku} SKU has "
+        f"{expected}{unreadable}"
+    )
+
+
+@pytest.mark.gb_gpu
+def test_gpu_model(gpus: NodeGpus, gb_expected: Expected) -> None:
+    model = gb_expected.require("detect.gpu_name_contains")
+    wrong = [f"gpu{g.index} ({g.pci_bus_id}) is {g.name!r}" for g in gpus.devices if model not in g.name]
+    assert not wrong, f"{'; '.join(wrong)}: the {gpus.target.sku} SKU has {model!r} GPUs"
+
+
+@pytest.mark.gb_gpu
+def test_driver_version(gpus: NodeGpus, gb_expected: Expected) -> None:
+    minimum = gb_expected.require("health.min_driver_version")
+    versions = {g.driver_version for g in gpus.devices}
+    old = sorted(v for v in versions if _version(v) < _version(minimum))
+    assert not old, f"NVIDIA driver {', '.join(old)} is older than {minimum}, the {gpus.target.sku} minimum"
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(".") if part.isdigit())
+
+
+def test_telemetry_reads_every_sensor(gb_telemetry: Telemetry, gb_expected: Expected) -> None:
+    """The sampler reads each GPU's sensors (and the host's) at its rate, with no sensor failing. Its summary
+    of the idle node lands in the reports: idle power and temperature are worth a look on a suspect node."""
+    with gb_telemetry() as sampler:
+        time.sleep(TELEMETRY_WINDOW_S)
+    assert not sampler.errors, f"telemetry sources failed: {'; '.join(sampler.errors)}"
+    expected_samples = TELEMETRY_WINDOW_S / sampler.interval_s
+    assert len(sampler.samples) >= expected_samples / 2, (
+        f"{len(sampler.samples)} samples in {sampler.duration_s:.2f} s, expected about {expected_samples:.0f}"
+    )
+    series = sampler.series()
+    gpu_count = gb_expected.get("detect.gpu_count") or 0
+    wanted = ["cpu.utilization_pct", "cpu.memory_used_gib"]
+    wanted += [f"gpu{i}.{name}" for i in range(gpu_count) for name in ("utilization_pct", "power_w", "temperature_c")]
+    missing = [name for name in wanted if name not in series]
+    assert not missing, f"no telemetry for {', '.join(missing)}"
+    out_of_range = [n for n, values in series.items() if n.endswith("_pct") and not all(0 <= v <= 100 for v in values)]
+    assert not out_of_range, f"percentages outside 0-100: {out_of_range}"
+
+
+# --- each GPU ----------------------------------------------------------------------------------------------
+
+
+def test_ecc_enabled(gpu: Gpu) -> None:
+    mode = gpu.read(nvml.ecc_mode)
+    assert mode is not None, f"{gpu}: NVML reports no ECC mode: this GPU cannot protect its memory"
+    current, pending = mode
+    assert (current, pending) == (True, True), (
+        f"{gpu}: ECC is {'on' if current else 'off'} now and {'on' if pending else 'off'} after the next reset"
+    )
+
+
+def test_ecc_errors(gpu: Gpu, gb_expected: Expected) -> None:
+    limits = gb_expected.require_any(*(f"{LIMITS}.{counter}" for counter in nvml.ECC_COUNTERS))
+    counts = gpu.read(nvml.ecc_counts)
+    problems = []
+    for field, limit in limits.items():
+        counter = field.rsplit(".", 1)[1]
+        count = counts[counter]
+        if count.volatile is None and count.aggregate is None:
+            problems.append(f"{counter}: NVML reports no count")
+            continue
+        over = [
+            f"{n} {kind}"
+            for kind, n in (("volatile", count.volatile), ("aggregate", count.aggregate))
+            if (n or 0) > limit
+        ]
+        if over:
+            problems.append(f"{counter} {' and '.join(over)}, limit {limit}")
+    assert not problems, f"{gpu}: ECC errors: {'; '.join(problems)}"
+
+
+def test_row_remapping(gpu: Gpu, gb_expected: Expected) -> None:
+    limits = gb_expected.require_any(f"{LIMITS}.row_remaps_pending", f"{LIMITS}.row_remap_failures")
+    remaps = gpu.read(nvml.row_remaps)
+    if remaps is None:
+        pytest.skip(f"{gpu} does not remap rows (GPUs before A100 retire pages instead)")
+    max_pending, max_failures = limits.get(f"{LIMITS}.row_remaps_pending"), limits.get(f"{LIMITS}.row_remap_failures")
+    problems = []
+    if max_pending is not None and int(remaps.pending) > max_pending:
+        problems.append("a row remap is pending: reset the GPU to apply it")
+    if max_failures is not None and int(remaps.failed) > max_failures:
+        problems.append("a row remap failed: the GPU has no spare rows left")
+    assert not problems, (
+        f"{gpu}: {'; '.join(problems)} ({remaps.corrected_rows} rows remapped after correctable errors, "
+        f"{remaps.uncorrected_rows} after uncorrectable ones)"
+    )
+
+
+def test_retired_pages(gpu: Gpu, gb_expected: Expected) -> None:
+    limits = gb_expected.require_any(f"{LIMITS}.retired_pages", f"{LIMITS}.retired_pages_pending")
+    pages = gpu.read(nvml.retired_pages)
+    if pages is None:
+        pytest.skip(f"{gpu} does not retire pages (A100 and later remap rows instead)")
+    max_pages, max_pending = limits.get(f"{LIMITS}.retired_pages"), limits.get(f"{LIMITS}.retired_pages_pending")
+    problems = []
+    total = pages.single_bit + pages.double_bit
+    if max_pages is not None and total > max_pages:
+        problems.append(
+            f"{total} pages retired ({pages.single_bit} single-bit, {pages.double_bit} double-bit), limit {max_pages}"
+        )
+    if max_pending is not None and int(pages.pending) > max_pending:
+        problems.append("a page retirement is pending: reboot to apply it")
+    assert not problems, f"{gpu}: {'; '.join(problems)}"
+
+
+def test_no_critical_xid(gpu: Gpu, gb_expected: Expected) -> None:
+    critical = set(gb_expected.require("health.critical_xids"))
+    where = xid.pci_of(gpu.info.pci_bus_id)
+    try:
+        log = xid.read_kernel_log(xid.KERNEL_LOG)
+    except OSError as exc:
+        pytest.fail(
+            f"{gpu}: cannot read the kernel log {xid.KERNEL_LOG} for Xid events: {exc.strerror or exc} "
+            "(run as root, or set kernel.dmesg_restrict=0)",
+            pytrace=False,
+        )
+    seen = [e for e in xid.xid_events(log) if e.pci == where and e.xid in critical]
+    assert not seen, f"{gpu}: {len(seen)} critical Xid event(s) in the kernel log since boot, e.g. " + " | ".join(
+        e.text for e in seen[:3]
+    )
+
+
+def test_no_slowdown(gpu: Gpu) -> None:
+    mask = gpu.read(nvml.clocks_event_reasons)
+    reasons = nvml.slowdown_reasons(mask)
+    assert not reasons, f"{gpu}: clocks held down by {', '.join(reasons)} (clocks event reasons {mask:#x})"
+
+
+def test_persistence_mode(gpu: Gpu) -> None:
+    mode = gpu.read(nvml.persistence_mode)
+    assert mode, f"{gpu}: persistence mode is {'not reported' if mode is None else 'off'}: `nvidia-smi -pm 1`"
+
+
+def test_pcie_link(gpu: Gpu) -> None:
+    link = gpu.read(nvml.pcie_link)
+    if link is None:
+        pytest.skip(f"{gpu}: NVML reports no PCIe link for this GPU")
+    note = ""
+    if link.gen < link.gen_max:
+        loaded = _pcie_link_under_load(gpu)
+        note = " with host-to-device copies running" if loaded is not None else " (idle: no CUDA device to load it)"
+        link = loaded or link
+    assert (link.gen, link.width) == (link.gen_max, link.width_max), (
+        f"{gpu}: PCIe link trained at gen {link.gen} x{link.width}{note}, the GPU and slot support "
+        f"gen {link.gen_max} x{link.width_max}"
+    )
+
+
+def _pcie_link_under_load(gpu: Gpu) -> nvml.PcieLink | None:
+    """CUDA only. An idle GPU lowers its PCIe link generation to save power; the link is trained at its best
+    only while data moves. Copy host to device on this GPU and read the link meanwhile. None when torch has no
+    CUDA device with this GPU's UUID to copy to."""
+    import threading
+
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    uuid = gpu.info.uuid.lower().removeprefix("gpu-")
+    indices = [
+        i
+        for i in range(torch.cuda.device_count())
+        if str(torch.cuda.get_device_properties(i).uuid).lower().removeprefix("gpu-") == uuid
+    ]
+    if not indices:
+        return None
+    device = torch.device("cuda", indices[0])
+    src = torch.empty(64 * 2**20, dtype=torch.uint8).pin_memory()
+    dst = torch.empty(src.shape, dtype=src.dtype, device=device)
+    done = threading.Event()
+
+    def copy_until_done() -> None:
+        while not done.is_set():
+            dst.copy_(src, non_blocking=True)
+            torch.cuda.synchronize(device)
+
+    copier = threading.Thread(target=copy_until_done, daemon=True)
+    copier.start()
+    try:
+        readings = []
+        for _ in range(10):
+            time.sleep(0.05)
+            readings.append(gpu.read(nvml.pcie_link))
+    finally:
+        done.set()
+        copier.join()
+    return max((r for r in readings if r is not None), key=lambda r: (r.gen, r.width), default=None)
+
+
+def test_nvlinks(gpu: Gpu, gb_expected: Expected) -> None:
+    expected = gb_expected.get("health.nvlinks_per_gpu")
+    links = gpu.read(nvml.nvlinks)
+    if not links and expected is None:
+        pytest.skip(f"{gpu} has no NVLink and the {gpu.gpus.target.sku} baseline expects none")
+    down = [link for link, active in links.items() if not active]
+    up = len(links) - len(down)
+    healthy = not down and (expected is None or up == expected)
+    assert healthy, (
+        f"{gpu}: {up} NVLink(s) up"
+        + (f", expected {expected}" if expected is not None else "")
+        + (f"; down: {', '.join(map(str, down))}" if down else "")
+    )
+
+
+def test_application_clocks(gpu: Gpu) -> None:
+    """Operators set application clocks to their maximum before benchmarks (`nvidia-smi -ac <mem>,<sm>`)."""
+    c = gpu.read(nvml.clocks)
+    if None in (c.graphics_app_mhz, c.graphics_max_mhz, c.mem_app_mhz, c.mem_max_mhz):
+        pytest.skip(f"{gpu}: NVML reports no application clocks for this GPU")
+    assert (c.graphics_app_mhz, c.mem_app_mhz) == (c.graphics_max_mhz, c.mem_max_mhz), (
+        f"{gpu}: application clocks graphics {c.graphics_app_mhz} of {c.graphics_max_mhz} MHz, memory "
+        f"{c.mem_app_mhz} of {c.mem_max_mhz} MHz: `nvidia-smi -i {gpu.index} -ac {c.mem_max_mhz},{c.graphics_max_mhz}`"
+    )
