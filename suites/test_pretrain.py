@@ -1,20 +1,19 @@
 """Llama 3 pretraining: the SKU's model and parallel layout (its baseline's `pretrain` section) trained on
 synthetic tokens for a bounded number of steps. The loss must go down; the median step time, tokens/s per GPU,
 model TFLOPS per GPU and MFU are checked against the baseline values recorded for the same engine, precision
-and layout (the measurement's scope is the layout's label).
+and layout (the measurement's scope is the layout's label). The node's telemetry is sampled through the run.
 """
 
 from __future__ import annotations
 
 import json
-from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from pytest_gbvalidate.baselines import PretrainSpec
 from pytest_gbvalidate.dist.gang import Gang
+from pytest_gbvalidate.probes import Telemetry
 from pytest_gbvalidate.session import Expect, Target
 from pytest_gbvalidate.workloads.llama.parallel import LayoutError, check_world, engine_mismatch
 from pytest_gbvalidate.workloads.llama.train import PretrainResult, TrainRequest, summarize, train_worker
@@ -24,15 +23,19 @@ SECONDS_PER_STEP_LIMIT = 600.0
 START_LIMIT_S = 600.0
 
 
-def test_pretrain(gb_target: Target, gb_expect: Expect, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+def test_pretrain(
+    gb_target: Target, gb_expect: Expect, gb_telemetry: Telemetry, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
     spec = pretrain_spec(gb_target)
-    with telemetry(request) as sampler:
+    # The node's GPUs (utilization, memory, SM clock, power) and host, sampled through the whole run: their
+    # summaries land in this test's JUnit properties and the JSON report, and in the step time's details.
+    with gb_telemetry() as sampler:
         if spec.layout.engine == "native":
             run = train_native(spec, request.getfixturevalue("gb_gang"))
         else:
             run = train_with_nemo(spec, gb_target.local_world_size, tmp_path)
     details = run.details()
-    details["telemetry"] = sampler.summary() if sampler is not None else "not sampled (no telemetry sampler)"
+    details["telemetry"] = sampler.summary()
     junit = request.node.user_properties
     junit.append(("gb_loss_curve", json.dumps([round(x, 4) for x in run.losses])))
     junit.extend((f"gb_{k}", details[k]) for k in ("tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu_pct"))
@@ -91,10 +94,3 @@ def refuse_other_engines(target: Target, metric: str, run: PretrainResult) -> No
     problem = engine_mismatch(metric, list(recorded.values) if recorded is not None else [], run.scope)
     if problem is not None:
         pytest.fail(f"{problem} ({target.baseline_file})", pytrace=False)
-
-
-def telemetry(request: pytest.FixtureRequest) -> AbstractContextManager[Any]:
-    """Node telemetry around the run. INTEGRATION POINT: once the node telemetry sampler and its `gb_telemetry`
-    fixture are part of the plugin, return `request.getfixturevalue("gb_telemetry")()` here; until then the
-    run is not sampled and the report says so."""
-    return nullcontext(None)

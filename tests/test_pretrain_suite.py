@@ -56,7 +56,12 @@ def test_the_cpu_pretrain_check_reports_step_time_throughput_mfu_and_loss(pytest
     assert measured["llama3_tiny_mfu_pct"]["value"] == pytest.approx(100 * tflops / details["peak_tflops_per_gpu"])
     assert [m["what"] for m in details["peak_memory"]] == ["host RSS peak", "host RSS peak"]
     assert all(0 < m["gib"] < 64 for m in details["peak_memory"])
-    assert details["telemetry"] == "not sampled (no telemetry sampler)"
+    # Telemetry sampled through the run: in the step time's details, the report's telemetry list and JUnit.
+    assert set(details["telemetry"]["cpu.utilization_pct"]) == {"mean", "p5", "p95"}
+    (sampled,) = report["telemetry"]
+    assert sampled["test_id"] == "suites/test_pretrain.py::test_pretrain"
+    assert sampled["sample_count"] >= 2
+    assert float(junit["gb_telemetry.cpu.utilization_pct.mean"]) > 0
     assert math.log(512) > details["loss_curve"][0] - 0.1  # the tiny model starts near ln(vocab)
 
 

@@ -13,12 +13,13 @@ grid defaults to MBS 1-16 and TP, PP, CP 1-4 in powers of two. Every point train
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import dataclasses
 import itertools
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -256,6 +257,22 @@ def native_trainer(
     return train
 
 
+@contextlib.contextmanager
+def node_samplers(gpu: bool) -> Iterator[Callable[[], AbstractContextManager[Any]]]:
+    """Makes a telemetry sampler of this node (its GPUs through NVML, and the host) for each sweep point."""
+    from pytest_gbvalidate.node import nvml, telemetry
+
+    if not gpu:
+        yield lambda: telemetry.Sampler([telemetry.CpuSource()])
+        return
+    nvml.init()
+    try:
+        gpus: list[telemetry.Source] = [telemetry.NvmlSource(i, nvml.handle(i)) for i in range(nvml.gpu_count())]
+        yield lambda: telemetry.Sampler([*gpus, telemetry.CpuSource()])
+    finally:
+        nvml.shutdown()
+
+
 # --- command line ---------------------------------------------------------------------------------------------
 
 
@@ -291,10 +308,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     grid = {name: getattr(args, name) for name in PARAMETERS}
     fixed = dataclasses.asdict(spec.layout)
     fixed = {k: fixed[k] for k in ("precision", "activation_checkpointing")}
-    # INTEGRATION POINT (telemetry): pass sample=<a factory of the node's telemetry sampler> here once the node
-    # telemetry sampler is part of the plugin; until then GPU utilization and SM clock are not sampled.
     try:
-        points = sweep(spec.config, world_size, spec.layout.gbs, grid, train, **fixed)
+        with node_samplers(gpu=gpu_count != 0) as sample:
+            points = sweep(spec.config, world_size, spec.layout.gbs, grid, train, sample, **fixed)
     finally:
         gang.close()
     for path in write_outputs(points, args.out):
