@@ -150,7 +150,9 @@ class _GatherSequence(torch.autograd.Function):
 class ContextParallelAttention:
     """Causal attention over a sequence split across a CP group, by all-gathering keys and values (the
     all-gather flavour of context parallelism, as Llama 3's training used): each rank attends with its own
-    queries to the whole sequence's keys and values, masked by the tokens' global positions."""
+    queries to the whole sequence's keys and values, masked by the tokens' global positions. torch's own
+    experimental context_parallel (ring attention) does not run on the CPU in torch 2.13 (the CPU attention
+    kernel has no sharding strategy), so the cpu SKU could not run the lines a GPU runs; this runs on both."""
 
     def __init__(self, group: dist.ProcessGroup, seq_len: int, device: torch.device) -> None:
         cp, cp_rank = dist.get_world_size(group), dist.get_rank(group)

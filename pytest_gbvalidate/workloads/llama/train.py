@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 from torch import Tensor
+from torch.distributed.tensor import DTensor
 
 from pytest_gbvalidate.bench.timing import time_op_s
+from pytest_gbvalidate.dist.gang import RankContext
 from pytest_gbvalidate.workloads.llama import flops
 from pytest_gbvalidate.workloads.llama.config import LlamaConfig
 from pytest_gbvalidate.workloads.llama.data import SyntheticTokens
@@ -88,9 +90,7 @@ class Trainer:
         self.request, self.device, self.groups = request, device, groups
         self.at = groups.at if groups is not None else None
         self.model = build_rank_model(cfg, layout, groups, device, request.seed)
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=request.learning_rate, betas=ADAMW_BETAS, weight_decay=WEIGHT_DECAY
-        )
+        self.optimizer = adamw(self.model, request.learning_rate)
         self.is_last_stage = self.at is None or self.at.pp == layout.pp - 1
         self.schedule = self._pipeline() if layout.pp > 1 else None
         self.batches = self._batches()
@@ -109,9 +109,8 @@ class Trainer:
         cfg, layout = self.request.cfg, self.request.layout
         data = SyntheticTokens(cfg.vocab_size, cfg.seq_len, self.request.seed)
         dp_rank = self.at.dp if self.at is not None else 0
-        positions = (
-            context_parallel_positions(cfg.seq_len, layout.cp, self.at.cp) if self.at and layout.cp > 1 else None
-        )
+        cp_rank = self.at.cp if self.at is not None else 0
+        positions = context_parallel_positions(cfg.seq_len, layout.cp, cp_rank) if layout.cp > 1 else None
         out = []
         for i in range(self.request.steps):
             mine = data.batch(i, layout.gbs).chunk(layout.dp)[dp_rank]  # (gbs / dp, seq + 1)
@@ -158,6 +157,17 @@ class Trainer:
         return float(loss)
 
 
+def adamw(model: torch.nn.Module, learning_rate: float) -> torch.optim.AdamW:
+    """AdamW with its multi-tensor (foreach) kernels, the GPU default, on every device so the CPU runs the same
+    code. Those kernels cannot mix DTensors (tensor-parallel weights) and plain tensors in one call, hence one
+    parameter group each."""
+    params = list(model.parameters())
+    sharded = [p for p in params if isinstance(p, DTensor)]
+    plain = [p for p in params if not isinstance(p, DTensor)]
+    groups = [{"params": group} for group in (sharded, plain) if group]
+    return torch.optim.AdamW(groups, lr=learning_rate, betas=ADAMW_BETAS, weight_decay=WEIGHT_DECAY, foreach=True)
+
+
 def train(request: TrainRequest, device: torch.device, groups: RankGroups | None = None) -> RankResult:
     """Train `request.steps` steps on this rank; time the steps after the warm-up ones."""
     if device.type != "cpu":
@@ -179,7 +189,7 @@ def train(request: TrainRequest, device: torch.device, groups: RankGroups | None
     )
 
 
-def train_worker(ctx: Any, request: TrainRequest) -> RankResult:
+def train_worker(ctx: RankContext, request: TrainRequest) -> RankResult:
     """The SPMD entry point: every rank of a gang (whose default process group is up) calls this."""
     groups = build_groups(request.layout, ctx.device) if request.layout.world_size > 1 else None
     return train(request, ctx.device, groups)
