@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pytest_gbvalidate.baselines import PretrainSpec
+from pytest_gbvalidate.bench.timing import MIN_TIMED_ITERATIONS
 from pytest_gbvalidate.dist.gang import Gang
 from pytest_gbvalidate.probes import Telemetry
 from pytest_gbvalidate.session import Expect, Target
@@ -71,6 +72,10 @@ def train_native(spec: PretrainSpec, gang: Gang) -> PretrainResult:
         check_world(spec.layout, gang.world_size)
     except LayoutError as exc:
         pytest.fail(f"pretrain layout from the baseline: {exc}", pytrace=False)
+    if spec.timed_steps < MIN_TIMED_ITERATIONS:
+        pytest.fail(
+            f"pretrain.timed_steps: {spec.timed_steps}; a median needs >= {MIN_TIMED_ITERATIONS}", pytrace=False
+        )
     request = TrainRequest(spec.config, spec.layout, spec.warmup_steps, spec.timed_steps, spec.learning_rate)
     results = gang.run(train_worker, request, timeout_s=timeout_s(spec))
     return summarize(request, results, spec.peak_tflops_per_gpu)

@@ -208,6 +208,7 @@ def test_a_nemo_log_becomes_the_runs_figures_without_its_warm_up_steps() -> None
     assert result.tokens_per_s_per_gpu == pytest.approx(512 * 8192 / 64.5 / 4)
     assert result.mfu_pct == pytest.approx(100 * result.model_tflops_per_gpu / 2450)
     assert result.losses == pytest.approx(losses)
+    assert (result.min_loss_drop_pct, result.loss_decreased) == (0.0, True)  # random mock tokens: any fall
     assert result.scope == "nemo-bf16-mbs4-gbs512-tp1-pp2-cp1-dp2-ac-seq8192"
     assert [m.what for m in result.memory] == ["device peak (engine log, rank 0)"]
     with pytest.raises(nemo.EngineFailed, match=r"expected a log line for each of steps 1..13, found steps 1, 2"):

@@ -120,6 +120,7 @@ def test_summary_takes_the_slowest_rank_per_step_and_the_median_step() -> None:
     "losses",
     [
         [6.24, 6.23, 6.22, 6.2, 6.19],  # flat: learned nothing (under 10%)
+        [10.0, 9.5, 9.0, 9.0, 9.0],  # exactly 10%: not more
         [6.24, 3.0, float("nan"), 2.0, 2.0],  # a NaN anywhere
         [6.24, 7.0, 8.0, 9.0, 10.0],  # diverging
     ],
@@ -131,7 +132,8 @@ def test_a_loss_that_does_not_go_down_fails_the_loss_check(losses: list[float]) 
     message = summary.loss_message()
     assert message.startswith("llama3_tiny native-bf16-mbs2-gbs16-tp1-pp1-cp1-dp1: loss fell ")
     assert f"ln(vocab) = {math.log(512):.3f}" in message
-    assert "loss per step: 6.24, " in message
+    assert f"loss per step: {losses[0]:.4g}, " in message
+    assert "(needs more than 10%)" in message
 
 
 def test_a_reduced_sweep_on_cpu_trains_each_layout_and_plots_it(gang: LocalGang, tmp_path: Path) -> None:

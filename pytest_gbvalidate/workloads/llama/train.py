@@ -38,10 +38,12 @@ from pytest_gbvalidate.workloads.llama.parallelize import (
 if TYPE_CHECKING:
     from torch.distributed.pipelining.schedules import Schedule1F1B
 
-# The loss must end (mean of the last LOSS_TAIL_STEPS steps) at least this far below the first step's loss.
+# The loss must end (mean of the last LOSS_TAIL_STEPS steps) more than this far below the first step's loss.
 # Shrinking the initial random logits alone brings the loss down to about ln(vocab), a few percent; learning
-# the synthetic data's structure takes it far below (see data.py).
+# the synthetic data's structure takes it far below (see data.py). The NeMo engines train on uniformly random
+# mock tokens, which cannot take the loss below ln(vocab): with them the loss need only fall.
 MIN_LOSS_DROP_PCT = 10.0
+MIN_LOSS_DROP_PCT_RANDOM_TOKENS = 0.0
 LOSS_TAIL_STEPS = 3
 ADAMW_BETAS = (0.9, 0.95)
 WEIGHT_DECAY = 0.1
@@ -237,13 +239,18 @@ class PretrainResult:
 
     @property
     def loss_decreased(self) -> bool:
-        return all(math.isfinite(x) for x in self.losses) and self.loss_drop_pct >= MIN_LOSS_DROP_PCT
+        return all(math.isfinite(x) for x in self.losses) and self.loss_drop_pct > self.min_loss_drop_pct
+
+    @property
+    def min_loss_drop_pct(self) -> float:
+        native = self.layout.engine == "native"
+        return MIN_LOSS_DROP_PCT if native else MIN_LOSS_DROP_PCT_RANDOM_TOKENS
 
     def loss_message(self) -> str:
         curve = ", ".join(f"{x:.4g}" for x in self.losses)
         return (
             f"{self.model} {self.layout.label}: loss fell {self.loss_drop_pct:.1f}% from the first step to the mean "
-            f"of the last {LOSS_TAIL_STEPS} (needs {MIN_LOSS_DROP_PCT:g}%); ln(vocab) = "
+            f"of the last {LOSS_TAIL_STEPS} (needs more than {self.min_loss_drop_pct:g}%); ln(vocab) = "
             f"{math.log(self.vocab_size):.3f}; loss per step: {curve}"
         )
 
