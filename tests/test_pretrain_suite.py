@@ -32,7 +32,9 @@ def test_the_cpu_pretrain_check_reports_step_time_throughput_mfu_and_loss(pytest
     result.assert_outcomes(passed=1)
     props = junit_cases(pytester.path / "r.xml")["test_pretrain"]["props"]
     assert [v for k, v in props if k == "gb_metric"] == METRICS
-    assert [v for k, v in props if k == "gb_verdict"] == ["pass"] * 4
+    verdicts = [v for k, v in props if k == "gb_verdict"]
+    assert len(verdicts) == 4
+    assert set(verdicts) <= {"pass", "warn"}  # a busy machine may land in the warn band
     assert {v for k, v in props if k == "gb_scope"} == {SCOPE}
     junit = dict(props)
     curve = json.loads(junit["gb_loss_curve"])
