@@ -10,7 +10,7 @@ Pure Python (PyYAML only), no pytest: a CLI or a dashboard can reuse it. A basel
       h2d_bandwidth_gbps:
         unit: GB/s
         direction: higher          # higher or lower is better
-        scope: gpu                 # node | gpu | gpu_pair | link | message_size
+        scope: gpu                 # node | gpu | gpu_pair | link | message_size | layout
         status: provisional        # measured (on a golden node) | provisional
         expected: 51
         fail: 48                   # absolute limit in the metric's unit, or "10%" of expected
@@ -47,6 +47,9 @@ if TYPE_CHECKING:
     import yaml
 
 from pytest_gbvalidate.metrics import CATALOG, DIRECTIONS, PER_LABEL_SCOPE_KINDS, SCOPE_KINDS, UNITS
+from pytest_gbvalidate.workloads.llama import parallel as llama_parallel
+from pytest_gbvalidate.workloads.llama.config import CONFIGS as LLAMA_CONFIGS
+from pytest_gbvalidate.workloads.llama.config import LlamaConfig
 
 SCHEMA_VERSION = 1
 STATUSES = ("measured", "provisional")
@@ -215,8 +218,69 @@ class Baseline:
     description: str
     detect: Detect
     metrics: dict[str, MetricBaseline]
+    pretrain: PretrainSpec | None = None
     health: HealthBaseline | None = None
     topology: TopologyBaseline | None = None
+
+
+# --- the pretrain section: the SKU's Llama 3 pretraining run ---------------------------------------------------
+
+_TOP_KEYS |= {"pretrain"}
+_PRETRAIN_REQUIRED = {
+    "model",
+    "mbs",
+    "gbs",
+    "tp",
+    "pp",
+    "cp",
+    "dp",
+    "precision",
+    "engine",
+    "warmup_steps",
+    "timed_steps",
+    "provenance",
+}
+_PRETRAIN_KEYS = _PRETRAIN_REQUIRED | {
+    "seq_len",
+    "activation_checkpointing",
+    "learning_rate",
+    "peak_tflops_per_gpu",
+    "peak_tflops_source",
+}
+DEFAULT_LEARNING_RATE = 3e-4  # Llama 3 8B's peak learning rate (Meta), also NeMo's llama3_8b recipe default
+
+
+@dataclass(frozen=True)
+class PretrainSpec:
+    """What the pretraining check runs on this SKU: model, sequence length, parallel layout, step counts, and
+    the dense bf16 peak per GPU its MFU is measured against (None: MFU is not reported)."""
+
+    model: str
+    seq_len: int
+    layout: llama_parallel.Layout
+    warmup_steps: int
+    timed_steps: int
+    learning_rate: float
+    peak_tflops_per_gpu: float | None
+    peak_tflops_source: str
+    provenance: str
+
+    @property
+    def config(self) -> LlamaConfig:
+        return dataclasses.replace(LLAMA_CONFIGS[self.model], seq_len=self.seq_len)
+
+    def as_doc(self) -> dict[str, Any]:
+        """The section as it is written in a baseline file."""
+        layout = self.layout
+        doc: dict[str, Any] = {"model": self.model, "seq_len": self.seq_len}
+        doc.update({k: getattr(layout, k) for k in llama_parallel.SIZES})
+        doc.update(precision=layout.precision, engine=layout.engine)
+        doc.update(activation_checkpointing=layout.activation_checkpointing)
+        doc.update(warmup_steps=self.warmup_steps, timed_steps=self.timed_steps, learning_rate=self.learning_rate)
+        if self.peak_tflops_per_gpu is not None:
+            doc.update(peak_tflops_per_gpu=self.peak_tflops_per_gpu, peak_tflops_source=self.peak_tflops_source)
+        doc["provenance"] = self.provenance
+        return doc
 
 
 # --- loading ----------------------------------------------------------------------------------------------
@@ -292,6 +356,7 @@ class _Parser:
             description=str(doc.get("description", "")),
             detect=detect,
             metrics={name: self.metric(metrics_doc, name) for name in metrics_doc},
+            pretrain=self.pretrain(doc),
             health=self.health(doc),
             topology=self.topology(doc, detect),
         )
@@ -424,6 +489,65 @@ class _Parser:
             if better(v1, v2):
                 word = "above" if ref.direction == "higher" else "below"
                 raise self.error(m, k1, f"{fp}.{k1}", f"{v1:g} is {word} {k2} {v2:g} ({ref.direction} is better)")
+
+    def pretrain(self, doc: _Mapping) -> PretrainSpec | None:
+        if "pretrain" not in doc:
+            return None
+        p = self.mapping(doc["pretrain"], doc, "pretrain", "pretrain", _PRETRAIN_KEYS)
+        missing = sorted(_PRETRAIN_REQUIRED - set(p))
+        if missing:
+            raise self.error(p, None, f"pretrain.{missing[0]}", "missing")
+        model = p["model"]
+        if model not in LLAMA_CONFIGS:
+            raise self.error(p, "model", "pretrain.model", f"unknown model {model!r} (known: {_names(LLAMA_CONFIGS)})")
+        counts = {}
+        for key in (*llama_parallel.SIZES, "seq_len", "warmup_steps", "timed_steps"):
+            value = p.get(key, LLAMA_CONFIGS[model].seq_len if key == "seq_len" else None)
+            least = 0 if key == "warmup_steps" else 1
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise self.error(p, key, f"pretrain.{key}", f"must be an integer >= {least}, got {value!r}")
+            counts[key] = value
+        checkpointing = p.get("activation_checkpointing", False)
+        if not isinstance(checkpointing, bool):
+            raise self.error(
+                p, "activation_checkpointing", "pretrain.activation_checkpointing", "must be true or false"
+            )
+        layout = llama_parallel.Layout(
+            **{k: counts[k] for k in llama_parallel.SIZES},
+            precision=str(p["precision"]),
+            engine=str(p["engine"]),
+            activation_checkpointing=checkpointing,
+        )
+        cfg = dataclasses.replace(LLAMA_CONFIGS[model], seq_len=counts["seq_len"])
+        broken = llama_parallel.problems(cfg, layout)
+        if broken:
+            key, message = broken[0]
+            raise self.error(p, key, f"pretrain.{key}", f"invalid layout for {model} at seq {cfg.seq_len}: {message}")
+        learning_rate = p.get("learning_rate", DEFAULT_LEARNING_RATE)
+        if not _is_number(learning_rate) or learning_rate <= 0:
+            raise self.error(p, "learning_rate", "pretrain.learning_rate", "must be a positive number")
+        peak = p.get("peak_tflops_per_gpu")
+        source = p.get("peak_tflops_source", "")
+        if peak is not None and (not _is_number(peak) or peak <= 0):
+            raise self.error(p, "peak_tflops_per_gpu", "pretrain.peak_tflops_per_gpu", "must be a positive number")
+        if peak is not None and not (isinstance(source, str) and source.strip()):
+            raise self.error(
+                p, "peak_tflops_source", "pretrain.peak_tflops_source", "must name where the peak comes from"
+            )
+        provenance = p["provenance"]
+        if not isinstance(provenance, str) or not provenance.strip():
+            raise self.error(p, "provenance", "pretrain.provenance", "must be a non-empty string naming the source")
+        return PretrainSpec(
+            model=model,
+            seq_len=counts["seq_len"],
+            layout=layout,
+            warmup_steps=counts["warmup_steps"],
+            timed_steps=counts["timed_steps"],
+            learning_rate=float(learning_rate),
+            peak_tflops_per_gpu=None if peak is None else float(peak),
+            peak_tflops_source=str(source),
+            provenance=provenance,
+        )
 
     # --- the health and topology sections ---------------------------------------------------------------
 
@@ -692,6 +816,8 @@ def recorded_baseline(
     if previous is not None and previous.topology is not None:
         doc["topology"] = previous.topology.as_doc()
     doc["metrics"] = metrics
+    if previous is not None and previous.pretrain is not None:
+        doc["pretrain"] = previous.pretrain.as_doc()
     return doc
 
 

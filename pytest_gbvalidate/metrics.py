@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pytest_gbvalidate.workloads.llama.config import CONFIGS as LLAMA_CONFIGS
+
 UNITS = frozenset({"GB/s", "TB/s", "TFLOPS", "s", "ms", "us", "tokens/s", "%", "count", "W", "C", "MHz", "GiB"})
 DIRECTIONS = ("higher", "lower")
-# What one measurement is about. Values for `message_size` differ per size, so a baseline keeps one value per
-# label; for the other kinds one value applies to every GPU / pair / link of the node.
-SCOPE_KINDS = ("node", "gpu", "gpu_pair", "link", "message_size")
-PER_LABEL_SCOPE_KINDS = frozenset({"message_size"})
+# What one measurement is about. Values for `message_size` differ per size (and for `layout` per training
+# layout), so a baseline keeps one value per label; for the other kinds one value applies to every GPU / pair /
+# link of the node.
+SCOPE_KINDS = ("node", "gpu", "gpu_pair", "link", "message_size", "layout")
+PER_LABEL_SCOPE_KINDS = frozenset({"message_size", "layout"})
 
 
 @dataclass(frozen=True)
@@ -40,3 +43,20 @@ CATALOG: dict[str, MetricSpec] = {
         MetricSpec("all_reduce_busbw_gbps", "GB/s", "higher", "message_size", "all_reduce bus bandwidth (nccl-tests)"),
     )
 }
+
+
+# --- pretraining (suites/test_pretrain.py) ---------------------------------------------------------------------
+# One set per model, named after it. A value is valid for one engine, precision and parallel layout only: the
+# scope is the layout's label (e.g. native-bf16-mbs4-gbs512-tp1-pp2-cp1-dp2-seq8192), one baseline value each.
+
+
+def _pretrain_metrics(model: str) -> list[MetricSpec]:
+    return [
+        MetricSpec(f"{model}_step_time_s", "s", "lower", "layout", f"{model} optimizer step, median after warm-up"),
+        MetricSpec(f"{model}_tokens_per_s_per_gpu", "tokens/s", "higher", "layout", f"{model} training throughput"),
+        MetricSpec(f"{model}_model_tflops_per_gpu", "TFLOPS", "higher", "layout", f"{model} model FLOPs per second"),
+        MetricSpec(f"{model}_mfu_pct", "%", "higher", "layout", f"{model} model FLOPs utilisation of the dense peak"),
+    ]
+
+
+CATALOG.update({spec.name: spec for model in LLAMA_CONFIGS for spec in _pretrain_metrics(model)})

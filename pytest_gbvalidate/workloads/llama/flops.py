@@ -1,0 +1,51 @@
+"""Model FLOPs and MFU, counted the standard way for decoder-only transformers. Pure Python.
+
+Training FLOPs per token (forward + backward), as in the PaLM paper (Chowdhery et al. 2022, appendix B),
+torchtitan's `get_num_flop_per_token` and Megatron-LM's model-FLOPs accounting::
+
+    flops_per_token = 6 * N + 12 * L * D * S
+
+- 6 * N: every weight of a matmul does one multiply-add (2 FLOPs) per token in the forward pass and two in
+  the backward pass (gradient of the input, gradient of the weight). N counts the matmul weights: all
+  parameters except the input embedding, whose lookup is a gather, not a matmul. The output head counts.
+  RMSNorm weights are in N too (a negligible 0.0003% of 8B) to keep N "all parameters but the embedding".
+- 12 * L * D * S: attention scores (Q K^T) and their weighted sum (P V), 2 * S * D multiply-adds per token per
+  layer in the forward pass, times 3 for forward + backward: 2 FLOPs * 2 matmuls * 3 = 12. L layers, D model
+  width (= heads * head dim), S sequence length. Causal masking is not subtracted, as in the references.
+
+Activation recomputation is not counted (these are model FLOPs, not hardware FLOPs), so MFU compares layouts
+and engines by useful work. MFU = achieved model FLOPs per second per GPU / the GPU's dense peak.
+For Llama 3 8B at S = 8192: N = 7.50e9, 6N = 45.0e9, 12LDS = 12.9e9, about 57.9 GFLOPs per token.
+"""
+
+from __future__ import annotations
+
+from pytest_gbvalidate.workloads.llama.config import LlamaConfig
+
+
+def param_count(cfg: LlamaConfig) -> int:
+    """All parameters: embedding, per layer (attention, SwiGLU, two RMSNorms), final norm, untied output."""
+    kv_dim = cfg.n_kv_heads * cfg.head_dim
+    attention = 2 * cfg.dim * cfg.dim + 2 * cfg.dim * kv_dim  # wq, wo; wk, wv
+    ffn = 3 * cfg.dim * cfg.ffn_dim  # w1, w2, w3
+    per_layer = attention + ffn + 2 * cfg.dim
+    return 2 * cfg.vocab_size * cfg.dim + cfg.n_layers * per_layer + cfg.dim
+
+
+def matmul_param_count(cfg: LlamaConfig) -> int:
+    """N of the formula: every parameter but the input embedding table."""
+    return param_count(cfg) - cfg.vocab_size * cfg.dim
+
+
+def train_flops_per_token(cfg: LlamaConfig) -> int:
+    """Forward + backward model FLOPs per token at cfg.seq_len: 6 * N + 12 * L * D * S."""
+    return 6 * matmul_param_count(cfg) + 12 * cfg.n_layers * cfg.dim * cfg.seq_len
+
+
+def model_tflops_per_gpu(cfg: LlamaConfig, tokens_per_s_per_gpu: float) -> float:
+    return train_flops_per_token(cfg) * tokens_per_s_per_gpu / 1e12
+
+
+def mfu_pct(model_tflops: float, peak_tflops_per_gpu: float) -> float:
+    """Model FLOPs utilisation, percent of the dense peak."""
+    return 100.0 * model_tflops / peak_tflops_per_gpu

@@ -1,0 +1,153 @@
+"""Parallel layouts of a pretraining run and the rules that make one valid. Pure Python (no torch): the
+baseline loader and the suite reject an invalid layout before any process starts.
+
+World = TP x PP x CP x DP ranks. Each step trains on GBS sequences: each DP rank takes GBS / DP of them and
+feeds them through its pipeline in microbatches of MBS sequences; under CP each rank of a CP group holds
+1 / CP of every sequence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pytest_gbvalidate.workloads.llama.config import LlamaConfig
+
+ENGINES = ("native", "nemo", "megatron_bridge")
+# fp32: no autocast (the cpu SKU's equality tests); bf16: bf16 autocast; fp8: bf16 with fp8 matmuls (NeMo).
+PRECISIONS = ("fp32", "bf16", "fp8")
+NATIVE_PRECISIONS = ("fp32", "bf16")
+SIZES = ("mbs", "gbs", "tp", "pp", "cp", "dp")
+
+
+class LayoutError(ValueError):
+    """A layout that cannot run; the message lists every rule it breaks."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    mbs: int  # micro-batch size: sequences per pipeline microbatch
+    gbs: int  # global batch size: sequences per optimizer step, all DP ranks together
+    tp: int = 1  # tensor parallel: each layer's heads and FFN split over TP ranks
+    pp: int = 1  # pipeline parallel: layers split into PP stages (1F1B schedule)
+    cp: int = 1  # context parallel: each sequence split over CP ranks
+    dp: int = 1  # data parallel: replicas, each on GBS / DP sequences
+    precision: str = "bf16"
+    engine: str = "native"
+    # Recompute each layer's activations in the backward pass instead of keeping them: trades about a third
+    # more compute for memory (what lets Llama 3 8B at MBS 4, seq 8192 fit a GPU in the native engine).
+    activation_checkpointing: bool = False
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp * self.cp * self.dp
+
+    @property
+    def microbatches(self) -> int:
+        """Microbatches each pipeline runs per step."""
+        return self.gbs // (self.mbs * self.dp)
+
+    @property
+    def label(self) -> str:
+        """e.g. native-bf16-mbs4-gbs512-tp1-pp2-cp1-dp2 (-ac with activation checkpointing): what a step time
+        measured with this layout is valid for. The engine comes first: `engine_of` reads it back."""
+        sizes = "-".join(f"{k}{getattr(self, k)}" for k in SIZES)
+        return f"{self.engine}-{self.precision}-{sizes}" + ("-ac" if self.activation_checkpointing else "")
+
+
+def engine_of(label: str) -> str:
+    return label.split("-", 1)[0]
+
+
+def engine_mismatch(metric: str, recorded_labels: list[str], label: str) -> str | None:
+    """Why a measurement with layout `label` must not be compared with a baseline whose values for `metric`
+    were recorded under `recorded_labels`: they all come from other engines. None when they do not."""
+    engines = sorted({engine_of(x) for x in recorded_labels})
+    if label in recorded_labels or not engines or engine_of(label) in engines:
+        return None
+    return (
+        f"{metric}: the baseline's values were recorded with the {' and '.join(engines)} engine "
+        f"({', '.join(recorded_labels)}); this run used the {engine_of(label)} engine ({label}): "
+        "refusing to compare step times across engines"
+    )
+
+
+def for_world(
+    world_size: int,
+    *,
+    mbs: int,
+    gbs: int,
+    tp: int = 1,
+    pp: int = 1,
+    cp: int = 1,
+    precision: str = "bf16",
+    engine: str = "native",
+    activation_checkpointing: bool = False,
+) -> Layout:
+    """The layout filling `world_size` ranks: DP is what TP x PP x CP leaves."""
+    model_parallel = tp * pp * cp
+    if min(mbs, gbs, tp, pp, cp, world_size) < 1:
+        raise LayoutError(
+            f"sizes must be positive: world {world_size}, MBS {mbs}, GBS {gbs}, TP {tp}, PP {pp}, CP {cp}"
+        )
+    if world_size % model_parallel:
+        raise LayoutError(
+            f"TP*PP*CP = {tp}*{pp}*{cp} = {model_parallel} does not divide the world of {world_size} ranks"
+        )
+    return Layout(
+        mbs=mbs, gbs=gbs, tp=tp, pp=pp, cp=cp, dp=world_size // model_parallel, precision=precision, engine=engine
+    )
+
+
+def problems(cfg: LlamaConfig, layout: Layout) -> list[tuple[str, str]]:
+    """Every rule `layout` breaks for model `cfg` (at cfg.seq_len), as (field, message); empty when it can run."""
+    bad_sizes = [k for k in SIZES if not isinstance(getattr(layout, k), int) or getattr(layout, k) < 1]
+    if bad_sizes:
+        return [(k, f"{k.upper()} must be a positive integer, got {getattr(layout, k)!r}") for k in bad_sizes]
+    found = []
+    if cfg.n_layers % layout.pp:
+        found.append(("pp", f"{cfg.n_layers} layers do not split into PP={layout.pp} equal pipeline stages"))
+    if cfg.n_heads % layout.tp:
+        found.append(("tp", f"{cfg.n_heads} attention heads are not divisible by TP={layout.tp}"))
+    if cfg.n_kv_heads % layout.tp:
+        found.append(("tp", f"{cfg.n_kv_heads} KV heads are not divisible by TP={layout.tp}"))
+    if cfg.seq_len % (2 * layout.cp):
+        # Each CP rank holds two of 2*CP chunks (one early, one late), so causal attention costs every rank
+        # the same.
+        found.append(("cp", f"sequence length {cfg.seq_len} is not divisible by 2*CP = {2 * layout.cp}"))
+    if layout.gbs % (layout.mbs * layout.dp):
+        found.append(("gbs", f"GBS {layout.gbs} is not divisible by MBS*DP = {layout.mbs}*{layout.dp}"))
+    elif layout.pp > 1 and layout.microbatches < layout.pp:
+        found.append(
+            (
+                "gbs",
+                f"{layout.microbatches} microbatches per step (GBS/(MBS*DP)) cannot fill PP={layout.pp} stages; "
+                "1F1B needs at least one per stage",
+            )
+        )
+    if layout.engine not in ENGINES:
+        found.append(("engine", f"engine {layout.engine!r} is not one of {', '.join(ENGINES)}"))
+    if layout.precision not in PRECISIONS:
+        found.append(("precision", f"precision {layout.precision!r} is not one of {', '.join(PRECISIONS)}"))
+    elif layout.engine == "native" and layout.precision not in NATIVE_PRECISIONS:
+        found.append(
+            ("precision", f"the native engine trains in {' or '.join(NATIVE_PRECISIONS)}, not {layout.precision}")
+        )
+    return found
+
+
+def validate(cfg: LlamaConfig, layout: Layout) -> Layout:
+    """`layout`, or LayoutError naming every rule it breaks."""
+    found = problems(cfg, layout)
+    if found:
+        reasons = "; ".join(message for _, message in found)
+        raise LayoutError(f"invalid layout {layout.label} for {cfg.name} at seq {cfg.seq_len}: {reasons}")
+    return layout
+
+
+def check_world(layout: Layout, world_size: int) -> None:
+    """The ranks at hand must be exactly the ranks the layout needs."""
+    if layout.world_size != world_size:
+        raise LayoutError(
+            f"layout {layout.label} needs TP*PP*CP*DP = {layout.tp}*{layout.pp}*{layout.cp}*{layout.dp} = "
+            f"{layout.world_size} ranks; this run has {world_size}"
+        )

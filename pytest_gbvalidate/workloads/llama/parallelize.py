@@ -1,0 +1,212 @@
+"""A layout applied to the model on one rank, in a fixed order: the pipeline stage's share of the model (PP),
+then tensor parallel linear layers (TP), then context parallel attention (CP). Data parallel replicas (DP)
+average their gradients after backward (`average_gradients`).
+
+Ranks are numbered with PP outermost and TP innermost (rank = ((pp * DP + dp) * CP + cp) * TP + tp), so the
+ranks of a TP group, which talk in every layer, are neighbours (one NVLink domain on a GPU node).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+from pytest_gbvalidate.workloads.llama.config import LlamaConfig
+from pytest_gbvalidate.workloads.llama.model import Transformer, repeat_kv
+from pytest_gbvalidate.workloads.llama.parallel import Layout, check_world
+
+MESH_DIMS = ("pp", "dp", "cp", "tp")
+
+
+@dataclass(frozen=True)
+class Coordinates:
+    """Where a rank sits in the layout."""
+
+    pp: int = 0
+    dp: int = 0
+    cp: int = 0
+    tp: int = 0
+
+
+def coordinates(rank: int, layout: Layout) -> Coordinates:
+    rest, tp = divmod(rank, layout.tp)
+    rest, cp = divmod(rest, layout.cp)
+    pp, dp = divmod(rest, layout.dp)
+    return Coordinates(pp=pp, dp=dp, cp=cp, tp=tp)
+
+
+@dataclass
+class RankGroups:
+    """This rank's coordinates and the process groups it talks in. None of them exists on a single rank."""
+
+    at: Coordinates
+    pp_group: dist.ProcessGroup | None = None
+    tp_mesh: DeviceMesh | None = None
+    cp_group: dist.ProcessGroup | None = None
+    replica_group: dist.ProcessGroup | None = None  # DP x CP: same weights, gradients averaged
+
+    @property
+    def is_first_stage(self) -> bool:
+        return self.at.pp == 0
+
+
+def build_groups(layout: Layout, device: torch.device) -> RankGroups:
+    """The process groups of `layout` over the initialised default group (every rank calls this)."""
+    check_world(layout, dist.get_world_size())
+    mesh = init_device_mesh(device.type, (layout.pp, layout.dp, layout.cp, layout.tp), mesh_dim_names=MESH_DIMS)
+    # DP and CP ranks hold the same weights: their gradients are averaged over both dimensions together.
+    grid = torch.arange(layout.world_size).reshape(layout.pp, layout.dp, layout.cp, layout.tp)
+    replicas = grid.permute(0, 3, 1, 2).reshape(layout.pp * layout.tp, layout.dp * layout.cp).tolist()
+    replica_group, _ = dist.new_subgroups_by_enumeration(replicas)  # type: ignore[no-untyped-call]
+    return RankGroups(
+        at=coordinates(dist.get_rank(), layout),
+        pp_group=mesh["pp"].get_group(),
+        tp_mesh=mesh["tp"],
+        cp_group=mesh["cp"].get_group(),
+        replica_group=replica_group,
+    )
+
+
+# --- PP ---------------------------------------------------------------------------------------------------
+
+
+def stage_layers(cfg: LlamaConfig, pp: int, stage: int) -> range:
+    per_stage = cfg.n_layers // pp
+    return range(stage * per_stage, (stage + 1) * per_stage)
+
+
+def keep_stage(model: Transformer, pp: int, stage: int) -> None:
+    """Cut `model` down to pipeline stage `stage` of `pp`: its layers; the embedding on the first stage, the
+    final norm and output head on the last."""
+    keep = {str(i) for i in stage_layers(model.cfg, pp, stage)}
+    for name in [n for n in model.layers if n not in keep]:
+        del model.layers[name]
+    if stage > 0:
+        model.tok_embeddings = None
+    if stage < pp - 1:
+        model.norm = None
+        model.output = None
+
+
+# --- TP ---------------------------------------------------------------------------------------------------
+
+# Megatron's split: Q, K, V and the SwiGLU gate/up projections by output columns (each rank gets whole heads
+# and a slice of the FFN), the attention output and FFN down projections by input rows; one all-reduce after
+# each row-wise layer. Embedding, norms and the output head stay replicated.
+TP_PLAN = {
+    "attention.wq": ColwiseParallel(),
+    "attention.wk": ColwiseParallel(),
+    "attention.wv": ColwiseParallel(),
+    "attention.wo": RowwiseParallel(),
+    "feed_forward.w1": ColwiseParallel(),
+    "feed_forward.w3": ColwiseParallel(),
+    "feed_forward.w2": RowwiseParallel(),
+}
+
+
+def apply_tensor_parallel(model: Transformer, tp_mesh: DeviceMesh) -> None:
+    for block in model.layers.values():
+        parallelize_module(block, tp_mesh, TP_PLAN)
+
+
+# --- CP ---------------------------------------------------------------------------------------------------
+
+
+def context_parallel_positions(seq_len: int, cp: int, cp_rank: int) -> Tensor:
+    """Positions of the tokens CP rank `cp_rank` holds: chunks r and 2*CP-1-r of 2*CP, one early and one late,
+    so every rank does the same share of causal attention work."""
+    chunks = torch.arange(seq_len).chunk(2 * cp)
+    return torch.cat((chunks[cp_rank], chunks[2 * cp - 1 - cp_rank]))
+
+
+class _GatherSequence(torch.autograd.Function):
+    """All-gather along the sequence dimension (dim 2 of (bs, heads, seq, hd)); the backward pass sums the
+    gradients of every rank's copy and keeps this rank's slice. all_gather and all_reduce, which every backend
+    has (gloo has no reduce_scatter of tensor lists)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, group: dist.ProcessGroup) -> Tensor:
+        ctx.group = group
+        x = x.contiguous()
+        parts = [torch.empty_like(x) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(parts, x, group=group)
+        return torch.cat(parts, dim=2)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
+        grad = grad.contiguous()
+        dist.all_reduce(grad, group=ctx.group)
+        mine = grad.chunk(dist.get_world_size(ctx.group), dim=2)[dist.get_rank(ctx.group)]
+        return mine.contiguous(), None
+
+
+class ContextParallelAttention:
+    """Causal attention over a sequence split across a CP group, by all-gathering keys and values (the
+    all-gather flavour of context parallelism, as Llama 3's training used): each rank attends with its own
+    queries to the whole sequence's keys and values, masked by the tokens' global positions. torch's own
+    experimental context_parallel (ring attention) does not run on the CPU in torch 2.13 (the CPU attention
+    kernel has no sharding strategy), so the cpu SKU could not run the lines a GPU runs; this runs on both."""
+
+    def __init__(self, group: dist.ProcessGroup, seq_len: int, device: torch.device) -> None:
+        cp, cp_rank = dist.get_world_size(group), dist.get_rank(group)
+        q_positions = context_parallel_positions(seq_len, cp, cp_rank)
+        kv_positions = torch.cat([context_parallel_positions(seq_len, cp, r) for r in range(cp)])
+        self.group = group
+        self.mask = (q_positions[:, None] >= kv_positions[None, :]).to(device)  # (seq / cp, seq)
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        # q (bs, heads, seq / cp, hd); k, v (bs, kv_heads, seq / cp, hd) -> gathered (bs, kv_heads, seq, hd)
+        k = _GatherSequence.apply(k, self.group)  # type: ignore[no-untyped-call]
+        v = _GatherSequence.apply(v, self.group)  # type: ignore[no-untyped-call]
+        n_rep = q.shape[1] // k.shape[1]
+        return torch.nn.functional.scaled_dot_product_attention(
+            q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), attn_mask=self.mask
+        )
+
+
+# --- the model on this rank ----------------------------------------------------------------------------------
+
+
+def build_rank_model(
+    cfg: LlamaConfig, layout: Layout, groups: RankGroups | None, device: torch.device, seed: int
+) -> Transformer:
+    """This rank's part of the model with the whole model's seeded weights, parallelised as `layout` says.
+    Built on the meta device and materialised after the pipeline cut, so a rank allocates only its stage."""
+    with torch.device("meta"):
+        model = Transformer(cfg)
+    at = groups.at if groups is not None else Coordinates()
+    if layout.pp > 1:
+        keep_stage(model, layout.pp, at.pp)
+    positions = context_parallel_positions(cfg.seq_len, layout.cp, at.cp) if layout.cp > 1 else None
+    model.materialize(device, seed, positions)
+    model.activation_checkpointing = layout.activation_checkpointing
+    if layout.tp > 1:
+        assert groups is not None
+        assert groups.tp_mesh is not None
+        apply_tensor_parallel(model, groups.tp_mesh)
+    if layout.cp > 1:
+        assert groups is not None
+        assert groups.cp_group is not None
+        model.attend = ContextParallelAttention(groups.cp_group, cfg.seq_len, device)
+    return model
+
+
+def average_gradients(model: torch.nn.Module, group: dist.ProcessGroup | None) -> None:
+    """Average gradients over the ranks holding the same weights (DP x CP). Tensor-parallel parameters are
+    DTensors: their local shards are averaged, each with the same shard on the other replicas."""
+    if group is None or dist.get_world_size(group) == 1:
+        return
+    n = dist.get_world_size(group)
+    for param in model.parameters():
+        if param.grad is None:
+            continue
+        grad = param.grad.to_local() if isinstance(param.grad, DTensor) else param.grad
+        dist.all_reduce(grad, group=group)
+        grad.div_(n)

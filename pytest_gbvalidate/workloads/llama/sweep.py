@@ -1,0 +1,323 @@
+"""Sweep mode: train every valid layout of a grid of MBS, TP, PP and CP on the same ranks, record what each
+measured -- or that it ran out of memory, or why it cannot run -- and name the fastest. Writes a table
+(Markdown and CSV), the points as JSON and, with matplotlib installed (the `plots` extra), one PNG per
+parameter plotting step time, peak memory, GPU utilization and SM clock against it.
+
+    python -m pytest_gbvalidate.workloads.llama.sweep --sku ND_GB200_v6 --out sweep/
+    python -m pytest_gbvalidate.workloads.llama.sweep --sku cpu --mbs 1,2 --tp 1,2 --pp 1,2 --cp 1 --out sweep/
+
+The SKU's baseline `pretrain` section gives the model, sequence length, GBS, precision and step counts; the
+grid defaults to MBS 1-16 and TP, PP, CP 1-4 in powers of two. Every point trains with the built-in engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import dataclasses
+import itertools
+import json
+import math
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_gbvalidate.workloads.llama.config import LlamaConfig
+from pytest_gbvalidate.workloads.llama.parallel import Layout, LayoutError, for_world, problems
+from pytest_gbvalidate.workloads.llama.train import PretrainResult
+
+if TYPE_CHECKING:
+    from pytest_gbvalidate.dist.gang import Gang
+
+OK, OOM, INVALID, FAILED = "ok", "oom", "invalid", "failed"
+PARAMETERS = ("mbs", "tp", "pp", "cp")
+DEFAULT_GRID = {"mbs": [1, 2, 4, 8, 16], "tp": [1, 2, 4], "pp": [1, 2, 4], "cp": [1, 2, 4]}
+# How a rank's out-of-memory error reads once it has crossed the gang: torch.OutOfMemoryError (CUDA, and the
+# other accelerators' allocators), or the allocator's message where an engine re-raised it as something else.
+OOM_MARKERS = ("OutOfMemoryError", "out of memory")
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    mbs: int
+    tp: int
+    pp: int
+    cp: int
+    status: str  # ok | oom | invalid | failed
+    reason: str = ""
+    layout: Layout | None = None
+    result: PretrainResult | None = None
+    telemetry: dict[str, dict[str, float]] | None = None  # series -> {mean, p5, p95}
+
+    @property
+    def dp(self) -> int | None:
+        return None if self.layout is None else self.layout.dp
+
+    def telemetry_mean(self, series: str) -> float | None:
+        """Mean over the GPUs of a telemetry series (`utilization_pct`, `sm_clock_mhz`), where it was sampled
+        (the sampler names them gpu<index>.<series>)."""
+        summary = self.telemetry or {}
+        means = [stats["mean"] for name, stats in summary.items() if name.startswith("gpu") and name.endswith(series)]
+        return sum(means) / len(means) if means else None
+
+    @property
+    def peak_memory_gib(self) -> float | None:
+        memory = [] if self.result is None else [m.gib for m in self.result.memory]
+        return max(memory) if memory else None
+
+
+def layouts(
+    cfg: LlamaConfig, world_size: int, gbs: int, grid: dict[str, list[int]], **fixed: Any
+) -> list[tuple[dict[str, int], Layout | str]]:
+    """Every point of the grid with the layout that fills `world_size` ranks, or why it cannot run."""
+    out: list[tuple[dict[str, int], Layout | str]] = []
+    for mbs, tp, pp, cp in itertools.product(*(grid[p] for p in PARAMETERS)):
+        point = {"mbs": mbs, "tp": tp, "pp": pp, "cp": cp}
+        try:
+            layout = for_world(world_size, gbs=gbs, mbs=mbs, tp=tp, pp=pp, cp=cp, **fixed)
+        except LayoutError as exc:
+            out.append((point, str(exc)))
+            continue
+        broken = problems(cfg, layout)
+        out.append((point, "; ".join(message for _, message in broken) if broken else layout))
+    return out
+
+
+def is_oom(exc: BaseException) -> bool:
+    text = f"{type(exc).__name__}: {exc}"
+    return any(marker in text for marker in OOM_MARKERS)
+
+
+def sweep(
+    cfg: LlamaConfig,
+    world_size: int,
+    gbs: int,
+    grid: dict[str, list[int]],
+    train: Callable[[Layout], PretrainResult],
+    sample: Callable[[], AbstractContextManager[Any]] = nullcontext,
+    **fixed: Any,
+) -> list[SweepPoint]:
+    """Train each valid layout with `train`, inside `sample()` (a telemetry sampler with a `summary()`, or
+    nothing). A point that runs out of memory or fails is recorded as such and the sweep moves on."""
+    points = []
+    for point, layout in layouts(cfg, world_size, gbs, grid, **fixed):
+        if isinstance(layout, str):
+            points.append(_point(point, INVALID, reason=layout))
+            continue
+        try:
+            with sample() as sampler:
+                result = train(layout)
+        except Exception as exc:  # a point's failure is the sweep's data, not its end
+            status = OOM if is_oom(exc) else FAILED
+            points.append(_point(point, status, reason=_first_line(exc), layout=layout))
+            continue
+        summary = sampler.summary() if sampler is not None else None
+        points.append(_point(point, OK, layout=layout, result=result, telemetry=summary))
+    return points
+
+
+def _point(at: dict[str, int], status: str, **rest: Any) -> SweepPoint:
+    return SweepPoint(at["mbs"], at["tp"], at["pp"], at["cp"], status, **rest)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
+
+
+def best(points: Sequence[SweepPoint]) -> SweepPoint | None:
+    """The layout with the shortest step time (GBS and ranks are the same for all: also the most tokens/s)."""
+    done = [p for p in points if p.result is not None]
+    return min(done, key=lambda p: p.result.step_time_s if p.result else math.inf, default=None)
+
+
+# --- output -------------------------------------------------------------------------------------------------
+
+COLUMNS = (
+    *("mbs", "tp", "pp", "cp", "dp", "status", "step_time_s", "tokens_per_s_per_gpu", "mfu_pct"),
+    *("peak_memory_gib", "gpu_utilization_pct", "sm_clock_mhz", "reason"),
+)
+
+
+def row(p: SweepPoint) -> dict[str, Any]:
+    r = p.result
+    return {
+        "mbs": p.mbs,
+        "tp": p.tp,
+        "pp": p.pp,
+        "cp": p.cp,
+        "dp": p.dp,
+        "status": p.status,
+        "step_time_s": None if r is None else r.step_time_s,
+        "tokens_per_s_per_gpu": None if r is None else r.tokens_per_s_per_gpu,
+        "mfu_pct": None if r is None else r.mfu_pct,
+        "peak_memory_gib": p.peak_memory_gib,
+        "gpu_utilization_pct": p.telemetry_mean("utilization_pct"),
+        "sm_clock_mhz": p.telemetry_mean("sm_clock_mhz"),
+        "reason": p.reason,
+    }
+
+
+def markdown_table(points: Sequence[SweepPoint]) -> str:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for p in points:
+        lines.append("| " + " | ".join(_cell(v) for v in row(p).values()) + " |")
+    winner = best(points)
+    if winner is not None and winner.result is not None:
+        lines.append("")
+        lines.append(f"Best layout: {winner.result.scope} ({winner.result.step_time_s:.4g} s per step)")
+    return "\n".join(lines) + "\n"
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value).replace("|", "/")
+
+
+def write_outputs(points: Sequence[SweepPoint], out: Path) -> list[Path]:
+    """sweep.md, sweep.csv, sweep.json and, with matplotlib, sweep_<parameter>.png; the paths written."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sweep.md").write_text(markdown_table(points), encoding="utf-8")
+    with (out / "sweep.csv").open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(row(p) for p in points)
+    records = [
+        {**row(p), "layout": None if p.result is None else p.result.details(), "telemetry": p.telemetry} for p in points
+    ]
+    winner = best(points)
+    doc = {"best": None if winner is None or winner.result is None else winner.result.scope, "points": records}
+    (out / "sweep.json").write_text(json.dumps(doc, indent=1, default=str) + "\n", encoding="utf-8")
+    written = [out / "sweep.md", out / "sweep.csv", out / "sweep.json"]
+    return written + plot(points, out)
+
+
+PANELS = (
+    ("step_time_s", "step time (s)"),
+    ("peak_memory_gib", "peak memory (GiB)"),
+    ("gpu_utilization_pct", "GPU utilization (%)"),
+    ("sm_clock_mhz", "SM clock (MHz)"),
+)
+
+
+def plot(points: Sequence[SweepPoint], out: Path) -> list[Path]:
+    """One PNG per parameter: each panel plots a figure against it, one dot per layout that ran; layouts that
+    ran out of memory are marked on the axis. Nothing (and no error) without matplotlib."""
+    try:
+        import matplotlib
+    except ImportError:
+        return []
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    rows = [row(p) for p in points]
+    memory_kinds = {m.what for p in points if p.result is not None for m in p.result.memory}
+    titles = dict(PANELS)
+    if memory_kinds:
+        titles["peak_memory_gib"] = f"peak memory (GiB, {', '.join(sorted(memory_kinds))})"
+    paths = []
+    for parameter in PARAMETERS:
+        fig, axes = plt.subplots(1, len(PANELS), figsize=(4 * len(PANELS), 3.4), layout="constrained")
+        for ax, (key, title) in zip(axes, titles.items(), strict=True):
+            ran = [r for r in rows if r[key] is not None]
+            ax.scatter([r[parameter] for r in ran], [r[key] for r in ran], color="tab:blue", label="ran")
+            oom = [r[parameter] for r in rows if r["status"] == OOM]
+            if oom:
+                ax.scatter(oom, [0] * len(oom), marker="x", color="tab:red", label="out of memory")
+            if not ran:
+                ax.text(0.5, 0.5, "not sampled", ha="center", va="center", transform=ax.transAxes)
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel(parameter.upper())
+            ax.set_title(title)
+        axes[0].legend(fontsize="small")
+        path = out / f"sweep_{parameter}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def native_trainer(
+    gang: Gang, cfg: LlamaConfig, warmup_steps: int, timed_steps: int, learning_rate: float, peak: float | None
+) -> Callable[[Layout], PretrainResult]:
+    """Trains one sweep point with the built-in engine on `gang`; `peak` (TFLOPS per GPU) for the MFU."""
+    from pytest_gbvalidate.workloads.llama.train import TrainRequest, summarize, train_worker
+
+    def train(layout: Layout) -> PretrainResult:
+        request = TrainRequest(cfg, layout, warmup_steps, timed_steps, learning_rate)
+        results = gang.run(train_worker, request, timeout_s=600 + 600 * request.steps)
+        return summarize(request, results, peak)
+
+    return train
+
+
+@contextlib.contextmanager
+def node_samplers(gpu: bool) -> Iterator[Callable[[], AbstractContextManager[Any]]]:
+    """Makes a telemetry sampler of this node (its GPUs through NVML, and the host) for each sweep point."""
+    from pytest_gbvalidate.node import nvml, telemetry
+
+    if not gpu:
+        yield lambda: telemetry.Sampler([telemetry.CpuSource()])
+        return
+    nvml.init()
+    try:
+        gpus: list[telemetry.Source] = [telemetry.NvmlSource(i, nvml.handle(i)) for i in range(nvml.gpu_count())]
+        yield lambda: telemetry.Sampler([*gpus, telemetry.CpuSource()])
+    finally:
+        nvml.shutdown()
+
+
+# --- command line ---------------------------------------------------------------------------------------------
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--sku", required=True, help="SKU whose baseline's pretrain section sets the workload")
+    parser.add_argument("--baselines", type=Path, default=None, help="baselines directory (default: bundled)")
+    parser.add_argument("--out", type=Path, required=True, help="directory for the table and plots")
+    for name in PARAMETERS:
+        default = ",".join(map(str, DEFAULT_GRID[name]))
+        parser.add_argument(f"--{name}", type=_ints, default=DEFAULT_GRID[name], help=f"values (default {default})")
+    args = parser.parse_args(argv)
+
+    from pytest_gbvalidate import baselines as bl
+    from pytest_gbvalidate.dist.gang import LocalGang
+    from pytest_gbvalidate.session import CPU_RANKS
+    from pytest_gbvalidate.settings import bundled_baselines
+
+    baseline = bl.load_baseline(bl.baseline_path(args.baselines or bundled_baselines(), args.sku))
+    spec = baseline.pretrain
+    if spec is None:
+        parser.error(f"the {args.sku} baseline has no pretrain section")
+    gpu_count = baseline.detect.gpu_count
+    world_size = gpu_count or CPU_RANKS
+    gang = LocalGang(world_size, device_type="cpu" if gpu_count == 0 else "cuda")
+
+    peak = spec.peak_tflops_per_gpu
+    train = native_trainer(gang, spec.config, spec.warmup_steps, spec.timed_steps, spec.learning_rate, peak)
+    grid = {name: getattr(args, name) for name in PARAMETERS}
+    fixed = dataclasses.asdict(spec.layout)
+    fixed = {k: fixed[k] for k in ("precision", "activation_checkpointing")}
+    try:
+        with node_samplers(gpu=gpu_count != 0) as sample:
+            points = sweep(spec.config, world_size, spec.layout.gbs, grid, train, sample, **fixed)
+    finally:
+        gang.close()
+    for path in write_outputs(points, args.out):
+        print(f"wrote {path}")
+    print(markdown_table(points), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

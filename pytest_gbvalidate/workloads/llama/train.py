@@ -1,0 +1,324 @@
+"""The built-in training engine: Llama 3 on synthetic tokens, in any valid layout, timed per optimizer step.
+
+`train_worker(ctx, request)` is the SPMD function every rank of a gang runs; `summarize` turns the ranks'
+results into the step time, throughput, MFU and loss curve the suite checks. On one rank, `train(request,
+device)` runs the same steps without any process group (the reference the parallel layouts are tested against).
+"""
+
+from __future__ import annotations
+
+import math
+import resource
+import statistics
+import sys
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from torch.distributed.tensor import DTensor
+
+from pytest_gbvalidate.bench.timing import time_op_s
+from pytest_gbvalidate.dist.gang import RankContext
+from pytest_gbvalidate.workloads.llama import flops
+from pytest_gbvalidate.workloads.llama.config import LlamaConfig
+from pytest_gbvalidate.workloads.llama.data import SyntheticTokens
+from pytest_gbvalidate.workloads.llama.model import loss_fn
+from pytest_gbvalidate.workloads.llama.parallel import Layout, LayoutError, validate
+from pytest_gbvalidate.workloads.llama.parallelize import (
+    RankGroups,
+    average_gradients,
+    build_groups,
+    build_rank_model,
+    context_parallel_positions,
+)
+
+if TYPE_CHECKING:
+    from torch.distributed.pipelining.schedules import Schedule1F1B
+
+# The loss must end (mean of the last LOSS_TAIL_STEPS steps) more than this far below the first step's loss.
+# Shrinking the initial random logits alone brings the loss down to about ln(vocab), a few percent; learning
+# the synthetic data's structure takes it far below (see data.py). The NeMo engines train on uniformly random
+# mock tokens, which cannot take the loss below ln(vocab): with them the loss need only fall.
+MIN_LOSS_DROP_PCT = 10.0
+MIN_LOSS_DROP_PCT_RANDOM_TOKENS = 0.0
+LOSS_TAIL_STEPS = 3
+ADAMW_BETAS = (0.9, 0.95)
+WEIGHT_DECAY = 0.1
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class TrainRequest:
+    cfg: LlamaConfig
+    layout: Layout
+    warmup_steps: int
+    timed_steps: int
+    learning_rate: float
+    seed: int = 0
+
+    @property
+    def steps(self) -> int:
+        return self.warmup_steps + self.timed_steps
+
+
+@dataclass(frozen=True)
+class MemoryPeak:
+    what: str  # "device max allocated" on an accelerator; "host RSS peak" (the whole process) on the CPU
+    gib: float
+
+
+@dataclass(frozen=True)
+class RankResult:
+    rank: int
+    stage: int
+    step_times_s: list[float]  # the timed steps
+    losses: list[float] | None  # every step's global-batch loss; on ranks of the last pipeline stage only
+    memory: MemoryPeak
+
+
+class Trainer:
+    """One rank's model, optimizer and (under PP) pipeline schedule; `step(i)` trains on global batch i."""
+
+    def __init__(self, request: TrainRequest, device: torch.device, groups: RankGroups | None) -> None:
+        cfg, layout = request.cfg, request.layout
+        validate(cfg, layout)
+        if layout.engine != "native":
+            raise LayoutError(f"the built-in trainer runs the native engine, not {layout.engine!r}")
+        if groups is None and layout.world_size != 1:
+            raise LayoutError(f"layout {layout.label} needs {layout.world_size} ranks; train_worker builds them")
+        self.request, self.device, self.groups = request, device, groups
+        self.at = groups.at if groups is not None else None
+        self.model = build_rank_model(cfg, layout, groups, device, request.seed)
+        self.optimizer = adamw(self.model, request.learning_rate)
+        self.is_last_stage = self.at is None or self.at.pp == layout.pp - 1
+        self.schedule = self._pipeline() if layout.pp > 1 else None
+        self.batches = self._batches()
+
+    def _pipeline(self) -> Schedule1F1B:
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+
+        assert self.groups is not None
+        layout = self.request.layout
+        stage = PipelineStage(self.model, self.groups.at.pp, layout.pp, self.device, group=self.groups.pp_group)
+        # The schedule averages gradients over microbatches (scale_grads), as the single-rank loop below does.
+        return Schedule1F1B(stage, layout.microbatches, loss_fn=loss_fn)
+
+    def _batches(self) -> list[tuple[Tensor, Tensor]]:
+        """This rank's share of every step's global batch, made before timing starts: (inputs, labels)."""
+        cfg, layout = self.request.cfg, self.request.layout
+        data = SyntheticTokens(cfg.vocab_size, cfg.seq_len, self.request.seed)
+        dp_rank = self.at.dp if self.at is not None else 0
+        cp_rank = self.at.cp if self.at is not None else 0
+        positions = context_parallel_positions(cfg.seq_len, layout.cp, cp_rank) if layout.cp > 1 else None
+        out = []
+        for i in range(self.request.steps):
+            mine = data.batch(i, layout.gbs).chunk(layout.dp)[dp_rank]  # (gbs / dp, seq + 1)
+            inputs, labels = mine[:, :-1], mine[:, 1:]  # (gbs / dp, seq) each
+            if positions is not None:
+                inputs, labels = inputs[:, positions], labels[:, positions]  # (gbs / dp, seq / cp)
+            out.append((inputs.to(self.device), labels.to(self.device)))
+        return out
+
+    def autocast(self) -> AbstractContextManager[Any]:
+        if self.request.layout.precision == "bf16":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return nullcontext()
+
+    def step(self, index: int) -> float | None:
+        """One optimizer step on global batch `index`; the global batch's loss on the last pipeline stage."""
+        inputs, labels = self.batches[index]
+        layout = self.request.layout
+        with self.autocast():
+            if self.schedule is not None:
+                losses: list[Tensor] = []
+                if self.groups is not None and self.groups.is_first_stage:
+                    self.schedule.step(inputs)
+                elif self.is_last_stage:
+                    self.schedule.step(target=labels, losses=losses)
+                else:
+                    self.schedule.step()
+                loss = torch.stack(losses).mean().detach() if self.is_last_stage else None
+            else:
+                loss = torch.zeros((), device=self.device)
+                for x, y in zip(inputs.chunk(layout.microbatches), labels.chunk(layout.microbatches), strict=True):
+                    microbatch_loss = loss_fn(self.model(x), y) / layout.microbatches
+                    microbatch_loss.backward()  # type: ignore[no-untyped-call]
+                    loss += microbatch_loss.detach()
+        replicas = self.groups.replica_group if self.groups is not None else None
+        average_gradients(self.model, replicas)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if loss is None:
+            return None
+        if replicas is not None and dist.get_world_size(replicas) > 1:
+            dist.all_reduce(loss, group=replicas)
+            loss /= dist.get_world_size(replicas)
+        return float(loss)
+
+
+def adamw(model: torch.nn.Module, learning_rate: float) -> torch.optim.AdamW:
+    """AdamW with its multi-tensor (foreach) kernels, the GPU default, on every device so the CPU runs the same
+    code. Those kernels cannot mix DTensors (tensor-parallel weights) and plain tensors in one call, hence one
+    parameter group each."""
+    params = list(model.parameters())
+    sharded = [p for p in params if isinstance(p, DTensor)]
+    plain = [p for p in params if not isinstance(p, DTensor)]
+    groups = [{"params": group} for group in (sharded, plain) if group]
+    return torch.optim.AdamW(groups, lr=learning_rate, betas=ADAMW_BETAS, weight_decay=WEIGHT_DECAY, foreach=True)
+
+
+def train(request: TrainRequest, device: torch.device, groups: RankGroups | None = None) -> RankResult:
+    """Train `request.steps` steps on this rank; time the steps after the warm-up ones."""
+    if device.type != "cpu":
+        torch.accelerator.reset_peak_memory_stats(device)
+    trainer = Trainer(request, device, groups)
+    losses: list[float | None] = []
+
+    def one_step() -> None:
+        losses.append(trainer.step(len(losses)))
+
+    times_s = time_op_s(device, one_step, warmup=request.warmup_steps, iterations=request.timed_steps)
+    known = [x for x in losses if x is not None]
+    return RankResult(
+        rank=dist.get_rank() if groups is not None else 0,
+        stage=trainer.at.pp if trainer.at is not None else 0,
+        step_times_s=times_s,
+        losses=known if len(known) == len(losses) else None,
+        memory=memory_peak(device),
+    )
+
+
+def train_worker(ctx: RankContext, request: TrainRequest) -> RankResult:
+    """The SPMD entry point: every rank of a gang (whose default process group is up) calls this."""
+    groups = build_groups(request.layout, ctx.device) if request.layout.world_size > 1 else None
+    return train(request, ctx.device, groups)
+
+
+def memory_peak(device: torch.device) -> MemoryPeak:
+    if device.type != "cpu":
+        return MemoryPeak("device max allocated", torch.accelerator.max_memory_allocated(device) / GIB)
+    # The CPU has no allocator statistics: the process's resident set peak (torch itself included) stands in.
+    rss_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return MemoryPeak("host RSS peak", rss_peak * (1 if sys.platform == "darwin" else 1024) / GIB)
+
+
+# --- the run's figures --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PretrainResult:
+    model: str
+    layout: Layout
+    seq_len: int
+    warmup_steps: int
+    timed_steps: int
+    step_time_s: float  # median over the timed steps of the slowest rank's step
+    step_times_s: list[float]
+    tokens_per_step: int
+    tokens_per_s_per_gpu: float
+    model_tflops_per_gpu: float
+    flops_per_token: int
+    mfu_pct: float | None  # None where the baseline gives no peak
+    peak_tflops_per_gpu: float | None
+    losses: list[float]
+    vocab_size: int
+    memory: list[MemoryPeak] = field(default_factory=list)  # per rank; empty where the engine reports none
+
+    @property
+    def scope(self) -> str:
+        """The label a baseline keeps this run's figures under: engine, precision, layout, sequence length."""
+        return f"{self.layout.label}-seq{self.seq_len}"
+
+    @property
+    def loss_drop_pct(self) -> float:
+        tail = statistics.fmean(self.losses[-LOSS_TAIL_STEPS:])
+        return 100.0 * (self.losses[0] - tail) / self.losses[0]
+
+    @property
+    def loss_decreased(self) -> bool:
+        return all(math.isfinite(x) for x in self.losses) and self.loss_drop_pct > self.min_loss_drop_pct
+
+    @property
+    def min_loss_drop_pct(self) -> float:
+        native = self.layout.engine == "native"
+        return MIN_LOSS_DROP_PCT if native else MIN_LOSS_DROP_PCT_RANDOM_TOKENS
+
+    def loss_message(self) -> str:
+        curve = ", ".join(f"{x:.4g}" for x in self.losses)
+        return (
+            f"{self.model} {self.layout.label}: loss fell {self.loss_drop_pct:.1f}% from the first step to the mean "
+            f"of the last {LOSS_TAIL_STEPS} (needs more than {self.min_loss_drop_pct:g}%); ln(vocab) = "
+            f"{math.log(self.vocab_size):.3f}; loss per step: {curve}"
+        )
+
+    def details(self) -> dict[str, Any]:
+        """Everything a report keeps about the run."""
+        return {
+            "model": self.model,
+            "layout": self.scope,
+            "engine": self.layout.engine,
+            "precision": self.layout.precision,
+            "mbs": self.layout.mbs,
+            "gbs": self.layout.gbs,
+            "tp": self.layout.tp,
+            "pp": self.layout.pp,
+            "cp": self.layout.cp,
+            "dp": self.layout.dp,
+            "seq_len": self.seq_len,
+            "warmup_steps": self.warmup_steps,
+            "timed_steps": self.timed_steps,
+            "step_time_s": self.step_time_s,
+            "step_times_s": self.step_times_s,
+            "tokens_per_step": self.tokens_per_step,
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "model_tflops_per_gpu": self.model_tflops_per_gpu,
+            "flops_per_token": self.flops_per_token,
+            "mfu_pct": self.mfu_pct,
+            "peak_tflops_per_gpu": self.peak_tflops_per_gpu,
+            "loss_curve": self.losses,
+            "loss_drop_pct": self.loss_drop_pct,
+            "peak_memory": [{"rank": i, "what": m.what, "gib": m.gib} for i, m in enumerate(self.memory)],
+        }
+
+
+def summarize(request: TrainRequest, results: list[RankResult], peak_tflops_per_gpu: float | None) -> PretrainResult:
+    """The run's figures from every rank's results (in rank order): a step takes as long as its slowest rank."""
+    per_step = [max(steps) for steps in zip(*(r.step_times_s for r in results), strict=True)]
+    losses = next(r.losses for r in results if r.losses is not None)
+    return pretrain_result(request, per_step, losses, [r.memory for r in results], peak_tflops_per_gpu)
+
+
+def pretrain_result(
+    request: TrainRequest,
+    step_times_s: list[float],
+    losses: list[float],
+    memory: list[MemoryPeak],
+    peak_tflops_per_gpu: float | None,
+) -> PretrainResult:
+    """The figures of a run whose timed steps took `step_times_s`, whatever engine ran it."""
+    layout, cfg = request.layout, request.cfg
+    step_time_s = statistics.median(step_times_s)
+    tokens_per_step = layout.gbs * cfg.seq_len
+    tokens_per_s_per_gpu = tokens_per_step / step_time_s / layout.world_size
+    tflops = flops.model_tflops_per_gpu(cfg, tokens_per_s_per_gpu)
+    return PretrainResult(
+        model=cfg.name,
+        layout=layout,
+        seq_len=cfg.seq_len,
+        warmup_steps=request.warmup_steps,
+        timed_steps=request.timed_steps,
+        step_time_s=step_time_s,
+        step_times_s=step_times_s,
+        tokens_per_step=tokens_per_step,
+        tokens_per_s_per_gpu=tokens_per_s_per_gpu,
+        model_tflops_per_gpu=tflops,
+        flops_per_token=flops.train_flops_per_token(cfg),
+        mfu_pct=None if peak_tflops_per_gpu is None else flops.mfu_pct(tflops, peak_tflops_per_gpu),
+        peak_tflops_per_gpu=peak_tflops_per_gpu,
+        losses=losses,
+        vocab_size=cfg.vocab_size,
+        memory=memory,
+    )

@@ -1,0 +1,101 @@
+"""Llama 3 pretraining: the SKU's model and parallel layout (its baseline's `pretrain` section) trained on
+synthetic tokens for a bounded number of steps. The loss must go down; the median step time, tokens/s per GPU,
+model TFLOPS per GPU and MFU are checked against the baseline values recorded for the same engine, precision
+and layout (the measurement's scope is the layout's label). The node's telemetry is sampled through the run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_gbvalidate.baselines import PretrainSpec
+from pytest_gbvalidate.bench.timing import MIN_TIMED_ITERATIONS
+from pytest_gbvalidate.dist.gang import Gang
+from pytest_gbvalidate.probes import Telemetry
+from pytest_gbvalidate.session import Expect, Target
+from pytest_gbvalidate.workloads.llama.parallel import LayoutError, check_world, engine_mismatch
+from pytest_gbvalidate.workloads.llama.train import PretrainResult, TrainRequest, summarize, train_worker
+
+# A hang guard, not the measurement's bound (the step counts are): generous for an 8B step of about a minute.
+SECONDS_PER_STEP_LIMIT = 600.0
+START_LIMIT_S = 600.0
+
+
+def test_pretrain(
+    gb_target: Target, gb_expect: Expect, gb_telemetry: Telemetry, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    spec = pretrain_spec(gb_target)
+    # The node's GPUs (utilization, memory, SM clock, power) and host, sampled through the whole run: their
+    # summaries land in this test's JUnit properties and the JSON report, and in the step time's details.
+    with gb_telemetry() as sampler:
+        if spec.layout.engine == "native":
+            run = train_native(spec, request.getfixturevalue("gb_gang"))
+        else:
+            run = train_with_nemo(spec, gb_target.local_world_size, tmp_path)
+    details = run.details()
+    details["telemetry"] = sampler.summary()
+    junit = request.node.user_properties
+    junit.append(("gb_loss_curve", json.dumps([round(x, 4) for x in run.losses])))
+    junit.extend((f"gb_{k}", details[k]) for k in ("tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu_pct"))
+    junit.append(("gb_peak_memory", json.dumps(details["peak_memory"])))
+
+    # The loss first: a node that computes garbage fast must fail even where no step time is recorded yet.
+    assert run.loss_decreased, run.loss_message()
+    model = spec.model
+    figures = [
+        (f"{model}_step_time_s", run.step_time_s),
+        (f"{model}_tokens_per_s_per_gpu", run.tokens_per_s_per_gpu),
+        (f"{model}_model_tflops_per_gpu", run.model_tflops_per_gpu),
+        (f"{model}_mfu_pct", run.mfu_pct),
+    ]
+    for metric, value in figures:
+        if value is None:
+            continue  # MFU without a peak in the baseline
+        refuse_other_engines(gb_target, metric, run)
+        gb_expect(metric, value, scope=run.scope, details=details if metric.endswith("step_time_s") else None)
+
+
+def pretrain_spec(target: Target) -> PretrainSpec:
+    spec = None if target.baseline is None else target.baseline.pretrain
+    if spec is None:
+        pytest.skip(f"the {target.sku} baseline has no pretrain section")
+    return spec
+
+
+def train_native(spec: PretrainSpec, gang: Gang) -> PretrainResult:
+    """The built-in engine on the gang's ranks. The layout must fill the gang exactly: checked here, before
+    any rank does work."""
+    try:
+        check_world(spec.layout, gang.world_size)
+    except LayoutError as exc:
+        pytest.fail(f"pretrain layout from the baseline: {exc}", pytrace=False)
+    if spec.timed_steps < MIN_TIMED_ITERATIONS:
+        pytest.fail(
+            f"pretrain.timed_steps: {spec.timed_steps}; a median needs >= {MIN_TIMED_ITERATIONS}", pytrace=False
+        )
+    request = TrainRequest(spec.config, spec.layout, spec.warmup_steps, spec.timed_steps, spec.learning_rate)
+    results = gang.run(train_worker, request, timeout_s=timeout_s(spec))
+    return summarize(request, results, spec.peak_tflops_per_gpu)
+
+
+def train_with_nemo(spec: PretrainSpec, gpus: int, workdir: Path) -> PretrainResult:
+    from pytest_gbvalidate.workloads.llama import nemo
+
+    try:
+        return nemo.run_pretrain(spec, gpus, workdir, timeout_s=timeout_s(spec))
+    except (nemo.EngineUnavailable, nemo.EngineFailed) as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+def timeout_s(spec: PretrainSpec) -> float:
+    return START_LIMIT_S + SECONDS_PER_STEP_LIMIT * (spec.warmup_steps + spec.timed_steps)
+
+
+def refuse_other_engines(target: Target, metric: str, run: PretrainResult) -> None:
+    recorded = target.baseline.metrics.get(metric) if target.baseline is not None else None
+    problem = engine_mismatch(metric, list(recorded.values) if recorded is not None else [], run.scope)
+    if problem is not None:
+        pytest.fail(f"{problem} ({target.baseline_file})", pytrace=False)

@@ -1,0 +1,15 @@
+"""SPMD functions the Llama tests run on every rank (module level, so spawned ranks can import them)."""
+
+from __future__ import annotations
+
+from pytest_gbvalidate.dist.gang import RankContext
+from pytest_gbvalidate.workloads.llama.parallelize import build_groups
+from pytest_gbvalidate.workloads.llama.train import Trainer, TrainRequest
+
+
+def step_losses(ctx: RankContext, request: TrainRequest) -> list[float] | None:
+    """The loss of each of `request.steps` optimizer steps; None on ranks that do not compute it (the first
+    stage of a pipeline)."""
+    trainer = Trainer(request, ctx.device, build_groups(request.layout, ctx.device))
+    losses = [trainer.step(i) for i in range(request.steps)]
+    return None if None in losses else [x for x in losses if x is not None]

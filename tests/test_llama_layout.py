@@ -1,0 +1,189 @@
+"""Parallel layouts: one test per rule an invalid layout breaks, and the pretrain section of a baseline."""
+
+from __future__ import annotations
+
+import dataclasses
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pytest_gbvalidate import baselines as bl
+from pytest_gbvalidate.settings import bundled_baselines
+from pytest_gbvalidate.workloads.llama.config import LLAMA3_8B, LLAMA3_TINY
+from pytest_gbvalidate.workloads.llama.parallel import (
+    Layout,
+    LayoutError,
+    check_world,
+    engine_mismatch,
+    engine_of,
+    for_world,
+    problems,
+    validate,
+)
+
+
+def test_the_nd_gb200_v6_layout_fills_four_gpus_with_two_data_parallel_pipelines() -> None:
+    layout = validate(LLAMA3_8B, for_world(4, mbs=4, gbs=512, tp=1, pp=2, cp=1))
+    assert (layout.dp, layout.microbatches, layout.world_size) == (2, 64, 4)
+    assert layout.label == "native-bf16-mbs4-gbs512-tp1-pp2-cp1-dp2"
+    assert engine_of(dataclasses.replace(layout, engine="megatron_bridge").label) == "megatron_bridge"
+
+
+def test_tp_pp_cp_must_divide_the_world() -> None:
+    with pytest.raises(LayoutError, match=r"TP\*PP\*CP = 1\*4\*1 = 4 does not divide the world of 6 ranks"):
+        for_world(6, mbs=1, gbs=8, tp=1, pp=4, cp=1)
+    with pytest.raises(LayoutError, match=r"needs TP\*PP\*CP\*DP = 1\*2\*1\*2 = 4 ranks; this run has 8"):
+        check_world(Layout(mbs=4, gbs=512, pp=2, dp=2), 8)
+
+
+def test_layers_must_split_evenly_into_pipeline_stages() -> None:
+    assert problems(LLAMA3_TINY, Layout(mbs=1, gbs=6, pp=3)) == [
+        ("pp", "4 layers do not split into PP=3 equal pipeline stages")
+    ]
+
+
+def test_heads_and_kv_heads_must_split_over_tensor_parallel_ranks() -> None:
+    assert problems(LLAMA3_8B, Layout(mbs=1, gbs=8, tp=3)) == [
+        ("tp", "32 attention heads are not divisible by TP=3"),
+        ("tp", "8 KV heads are not divisible by TP=3"),
+    ]
+    assert problems(LLAMA3_8B, Layout(mbs=1, gbs=8, tp=16)) == [("tp", "8 KV heads are not divisible by TP=16")]
+
+
+def test_sequence_must_split_into_two_chunks_per_context_parallel_rank() -> None:
+    assert problems(LLAMA3_8B, Layout(mbs=1, gbs=8, cp=3)) == [
+        ("cp", "sequence length 8192 is not divisible by 2*CP = 6")
+    ]
+
+
+def test_global_batch_must_split_into_microbatches_per_data_parallel_rank() -> None:
+    assert problems(LLAMA3_8B, Layout(mbs=3, gbs=512, dp=2)) == [("gbs", "GBS 512 is not divisible by MBS*DP = 3*2")]
+    assert problems(LLAMA3_8B, Layout(mbs=4, gbs=8, pp=4)) == [
+        ("gbs", "2 microbatches per step (GBS/(MBS*DP)) cannot fill PP=4 stages; 1F1B needs at least one per stage")
+    ]
+
+
+def test_engine_and_precision_must_be_known_and_fp8_needs_nemo() -> None:
+    assert problems(LLAMA3_8B, Layout(mbs=1, gbs=8, precision="fp8")) == [
+        ("precision", "the native engine trains in fp32 or bf16, not fp8")
+    ]
+    assert problems(LLAMA3_8B, Layout(mbs=1, gbs=8, precision="fp8", engine="nemo")) == []
+    assert [field for field, _ in problems(LLAMA3_8B, Layout(mbs=1, gbs=8, precision="fp4", engine="x"))] == [
+        "engine",
+        "precision",
+    ]
+
+
+def test_validate_names_every_broken_rule_at_once() -> None:
+    with pytest.raises(LayoutError) as info:
+        validate(LLAMA3_TINY, Layout(mbs=0, gbs=8, tp=2))
+    assert "MBS must be a positive integer, got 0" in str(info.value)
+    with pytest.raises(LayoutError) as info:
+        validate(dataclasses.replace(LLAMA3_TINY, seq_len=30), Layout(mbs=3, gbs=8, tp=8, cp=4))
+    message = str(info.value)
+    assert message.startswith("invalid layout native-bf16-mbs3-gbs8-tp8-pp1-cp4-dp1 for llama3_tiny at seq 30: ")
+    for part in ("heads are not divisible by TP=8", "not divisible by 2*CP = 8", "GBS 8 is not divisible"):
+        assert part in message
+
+
+# --- the pretrain section of a baseline ------------------------------------------------------------------------
+
+BASELINE = """\
+schema_version: 1
+sku: TEST
+description: a test SKU
+metrics: {}
+pretrain:
+  model: llama3_8b
+  mbs: 4
+  gbs: 512
+  tp: 1
+  pp: 2
+  cp: 1
+  dp: 2
+  precision: bf16
+  engine: native
+  activation_checkpointing: true
+  warmup_steps: 3
+  timed_steps: 10
+  peak_tflops_per_gpu: 2450
+  peak_tflops_source: a spec sheet
+  provenance: the tests
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "TEST.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_a_baseline_carries_its_pretrain_layout(tmp_path: Path) -> None:
+    spec = bl.load_baseline(write(tmp_path, BASELINE)).pretrain
+    assert spec is not None
+    assert spec.layout == Layout(mbs=4, gbs=512, tp=1, pp=2, cp=1, dp=2, activation_checkpointing=True)
+    assert (spec.seq_len, spec.config, spec.learning_rate) == (8192, LLAMA3_8B, bl.DEFAULT_LEARNING_RATE)
+    assert (spec.peak_tflops_per_gpu, spec.warmup_steps, spec.timed_steps) == (2450.0, 3, 10)
+    again = bl.load_baseline(write(tmp_path, bl.dump_baseline({"schema_version": 1, "sku": "TEST", "metrics": {}})))
+    assert again.pretrain is None
+
+
+@pytest.mark.parametrize(
+    ("edit", "where", "message"),
+    [
+        (("pp: 2", "pp: 3"), ":10: pretrain.pp:", "32 layers do not split into PP=3 equal pipeline stages"),
+        (("tp: 1", "tp: 3"), ":9: pretrain.tp:", "32 attention heads are not divisible by TP=3"),
+        (("cp: 1", "cp: 3"), ":11: pretrain.cp:", "sequence length 8192 is not divisible by 2*CP = 6"),
+        (("gbs: 512", "gbs: 510"), ":8: pretrain.gbs:", "GBS 510 is not divisible by MBS*DP = 4*2"),
+        (("precision: bf16", "precision: fp8"), ":13: pretrain.precision:", "native engine trains in fp32 or bf16"),
+        (("model: llama3_8b", "model: llama2"), ":6: pretrain.model:", "unknown model 'llama2' (known: llama3_8b"),
+        (("mbs: 4", "mbs: four"), ":7: pretrain.mbs:", "must be an integer >= 1, got 'four'"),
+        (("  dp: 2\n", ""), ":6: pretrain.dp:", "missing"),
+        (("timed_steps: 10", "timed_steps: 10\n  flops: 3"), ":18: pretrain.flops:", "unknown field"),
+        (("peak_tflops_source: a spec sheet", "peak_tflops_source: ''"), ":19: pretrain.peak_tflops_source:", "name"),
+        (
+            ("activation_checkpointing: true", "activation_checkpointing: 1"),
+            ":15: pretrain.activation_checkpointing:",
+            "must be true or false",
+        ),
+    ],
+)
+def test_a_bad_pretrain_section_names_file_line_and_field(
+    tmp_path: Path, edit: tuple[str, str], where: str, message: str
+) -> None:
+    path = write(tmp_path, BASELINE.replace(*edit))
+    with pytest.raises(bl.BaselineError) as info:
+        bl.load_baseline(path)
+    assert str(info.value).startswith(str(path) + where)
+    assert message in str(info.value)
+
+
+def test_bundled_pretrain_sections_are_valid_and_gb200_uses_the_azure_layout() -> None:
+    by_sku = {b.sku: b for b in bl.load_all(bundled_baselines())}
+    gb200 = by_sku["ND_GB200_v6"].pretrain
+    assert gb200 is not None
+    assert (gb200.model, gb200.seq_len, gb200.peak_tflops_per_gpu) == ("llama3_8b", 8192, 2450.0)
+    layout = gb200.layout
+    assert (layout.mbs, layout.gbs, layout.tp, layout.pp, layout.cp, layout.dp) == (4, 512, 1, 2, 1, 2)
+    cpu = by_sku["cpu"].pretrain
+    assert cpu is not None
+    assert (cpu.model, cpu.layout.pp, cpu.layout.world_size) == ("llama3_tiny", 2, 2)
+
+
+def test_a_recorded_baseline_keeps_the_pretrain_section(tmp_path: Path) -> None:
+    previous = bl.load_baseline(write(tmp_path, BASELINE))
+    doc = bl.recorded_baseline("TEST", previous, [], "a golden node")
+    assert bl.load_baseline(write(tmp_path, bl.dump_baseline(doc))).pretrain == previous.pretrain
+
+
+def test_step_times_recorded_with_another_engine_are_not_compared() -> None:
+    native = "native-bf16-mbs4-gbs512-tp1-pp2-cp1-dp2-seq8192"
+    nemo = "nemo-fp8-mbs4-gbs512-tp1-pp2-cp1-dp2-seq8192"
+    assert engine_mismatch("llama3_8b_step_time_s", [nemo], native) == (
+        "llama3_8b_step_time_s: the baseline's values were recorded with the nemo engine "
+        f"({nemo}); this run used the native engine ({native}): refusing to compare step times across engines"
+    )
+    assert engine_mismatch("m", [nemo, native], native) is None
+    assert engine_mismatch("m", [], native) is None  # nothing recorded: the usual no-reference skip
+    assert engine_mismatch("m", ["native-fp32-mbs1-gbs8-tp1-pp1-cp1-dp4-seq64"], native) is None  # ditto

@@ -1,0 +1,153 @@
+"""The built-in engine's parallel layouts train exactly as one rank does: same weights, same data, same loss
+at every step (so forward, backward, gradient averaging and the optimizer agree), on 2 CPU ranks over gloo."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from pytest_gbvalidate.dist.gang import LocalGang
+from pytest_gbvalidate.workloads.llama import sweep
+from pytest_gbvalidate.workloads.llama.config import LLAMA3_TINY
+from pytest_gbvalidate.workloads.llama.model import Transformer, build
+from pytest_gbvalidate.workloads.llama.parallel import Layout
+from pytest_gbvalidate.workloads.llama.parallelize import context_parallel_positions, keep_stage
+from pytest_gbvalidate.workloads.llama.train import (
+    MemoryPeak,
+    PretrainResult,
+    RankResult,
+    Trainer,
+    TrainRequest,
+    summarize,
+)
+from tests import llama_functions as f
+
+STEPS = 3  # the third step's loss depends on two optimizer updates made from averaged gradients
+
+
+def request(**layout: int | bool) -> TrainRequest:
+    # fp32: the layouts must agree to rounding, which bf16 would blur.
+    shape = Layout(mbs=2, gbs=4, precision="fp32", **layout)  # type: ignore[arg-type]
+    return TrainRequest(LLAMA3_TINY, shape, warmup_steps=0, timed_steps=STEPS, learning_rate=3e-3)
+
+
+@pytest.fixture(scope="module")
+def gang() -> Iterator[LocalGang]:
+    g = LocalGang(2, start_timeout_s=60)
+    yield g
+    g.close()
+
+
+@pytest.fixture(scope="module")
+def single_rank_losses() -> list[float]:
+    trainer = Trainer(request(), torch.device("cpu"), None)
+    losses = [trainer.step(i) for i in range(STEPS)]
+    return [x for x in losses if x is not None]
+
+
+@pytest.mark.parametrize("layout", [{"pp": 2}, {"tp": 2}, {"dp": 2}, {"cp": 2}], ids=lambda d: "-".join(d))
+def test_a_parallel_layout_gives_the_single_rank_loss(
+    gang: LocalGang, single_rank_losses: list[float], layout: dict[str, int]
+) -> None:
+    per_rank = gang.run(f.step_losses, request(**layout), timeout_s=120)
+    losses = [r for r in per_rank if r is not None]
+    assert losses, f"no rank computed the loss: {per_rank}"
+    for rank_losses in losses:
+        assert rank_losses == pytest.approx(single_rank_losses, rel=1e-5, abs=0)
+    assert single_rank_losses[-1] < single_rank_losses[0]  # the steps did train
+
+
+def test_activation_checkpointing_recomputes_the_same_loss(single_rank_losses: list[float]) -> None:
+    trainer = Trainer(request(activation_checkpointing=True), torch.device("cpu"), None)
+    assert trainer.model.activation_checkpointing
+    assert [trainer.step(i) for i in range(STEPS)] == pytest.approx(single_rank_losses, rel=1e-6)
+
+
+def test_a_pipeline_stage_holds_the_whole_models_weights_for_its_layers() -> None:
+    cfg = LLAMA3_TINY
+    whole = dict(build(cfg, torch.device("cpu"), seed=7).named_parameters())
+    with torch.device("meta"):
+        stage = Transformer(cfg)
+    keep_stage(stage, pp=2, stage=1)
+    stage.materialize(torch.device("cpu"), seed=7)
+    names = [name for name, _ in stage.named_parameters()]
+    assert names[0].startswith("layers.2.")
+    assert "output.weight" in names
+    assert "tok_embeddings.weight" not in names
+    for name, param in stage.named_parameters():
+        assert torch.equal(param, whole[name]), name
+
+
+def test_context_parallel_ranks_hold_an_early_and_a_late_chunk() -> None:
+    # 16 tokens, CP=2: 4 chunks of 4; rank 0 holds chunks 0 and 3, rank 1 chunks 1 and 2.
+    assert context_parallel_positions(16, 2, 0).tolist() == [0, 1, 2, 3, 12, 13, 14, 15]
+    assert context_parallel_positions(16, 2, 1).tolist() == [4, 5, 6, 7, 8, 9, 10, 11]
+
+
+def rank_result(rank: int, step_times_s: list[float], losses: list[float] | None) -> RankResult:
+    return RankResult(rank, rank, step_times_s, losses, MemoryPeak("host RSS peak", 0.5 + rank))
+
+
+def test_summary_takes_the_slowest_rank_per_step_and_the_median_step() -> None:
+    req = TrainRequest(LLAMA3_TINY, Layout(mbs=2, gbs=16, pp=2), warmup_steps=1, timed_steps=3, learning_rate=1e-3)
+    results = [
+        rank_result(0, [1.0, 4.0, 2.0], None),
+        rank_result(1, [3.0, 1.0, 2.5], [6.0, 5.0, 4.0, 3.0]),
+    ]
+    summary = summarize(req, results, peak_tflops_per_gpu=2.0)
+    assert summary.step_times_s == [3.0, 4.0, 2.5]
+    assert summary.step_time_s == 3.0
+    # 16 sequences of 64 tokens per step, over 3 s, on 2 ranks
+    assert summary.tokens_per_s_per_gpu == pytest.approx(16 * 64 / 3.0 / 2)
+    assert summary.model_tflops_per_gpu == pytest.approx(summary.flops_per_token * 16 * 64 / 6.0 / 1e12)
+    assert summary.mfu_pct == pytest.approx(100 * summary.model_tflops_per_gpu / 2.0)
+    assert summary.losses == [6.0, 5.0, 4.0, 3.0]
+    assert summary.loss_drop_pct == pytest.approx(100 * (6.0 - 4.0) / 6.0)  # mean of the last 3 is 4.0
+    assert summary.loss_decreased
+    details = summary.details()
+    assert details["peak_memory"] == [
+        {"rank": 0, "what": "host RSS peak", "gib": 0.5},
+        {"rank": 1, "what": "host RSS peak", "gib": 1.5},
+    ]
+    assert summarize(req, results, peak_tflops_per_gpu=None).mfu_pct is None
+
+
+@pytest.mark.parametrize(
+    "losses",
+    [
+        [6.24, 6.23, 6.22, 6.2, 6.19],  # flat: learned nothing (under 10%)
+        [10.0, 9.5, 9.0, 9.0, 9.0],  # exactly 10%: not more
+        [6.24, 3.0, float("nan"), 2.0, 2.0],  # a NaN anywhere
+        [6.24, 7.0, 8.0, 9.0, 10.0],  # diverging
+    ],
+)
+def test_a_loss_that_does_not_go_down_fails_the_loss_check(losses: list[float]) -> None:
+    req = TrainRequest(LLAMA3_TINY, Layout(mbs=2, gbs=16), warmup_steps=0, timed_steps=5, learning_rate=1e-3)
+    summary: PretrainResult = summarize(req, [rank_result(0, [1.0] * 5, losses)], None)
+    assert not summary.loss_decreased
+    message = summary.loss_message()
+    assert message.startswith("llama3_tiny native-bf16-mbs2-gbs16-tp1-pp1-cp1-dp1: loss fell ")
+    assert f"ln(vocab) = {math.log(512):.3f}" in message
+    assert f"loss per step: {losses[0]:.4g}, " in message
+    assert "(needs more than 10%)" in message
+
+
+def test_a_reduced_sweep_on_cpu_trains_each_layout_and_plots_it(gang: LocalGang, tmp_path: Path) -> None:
+    train = sweep.native_trainer(gang, LLAMA3_TINY, warmup_steps=1, timed_steps=10, learning_rate=3e-3, peak=0.5)
+    grid = {"mbs": [2], "tp": [1], "pp": [1, 2, 4], "cp": [1]}
+    with sweep.node_samplers(gpu=False) as sample:
+        points = sweep.sweep(LLAMA3_TINY, 2, 8, grid, train, sample, precision="fp32")
+    assert [(p.pp, p.dp, p.status) for p in points] == [(1, 2, "ok"), (2, 1, "ok"), (4, None, "invalid")]
+    for p in points[:2]:
+        assert p.result is not None
+        assert p.result.loss_decreased, p.result.loss_message()
+        assert p.telemetry is not None
+        assert "cpu.utilization_pct" in p.telemetry  # the host is sampled; a CPU node has no GPU series
+        assert p.telemetry_mean("utilization_pct") is None
+    written = sweep.write_outputs(points, tmp_path)
+    assert {p.name for p in written} >= {"sweep.md", "sweep_pp.png", "sweep_mbs.png"}
+    assert "Best layout: native-fp32-mbs2-gbs8-" in (tmp_path / "sweep.md").read_text()

@@ -1,0 +1,114 @@
+"""Sweep mode with a stand-in trainer: invalid layouts, out-of-memory and failed points are recorded and the
+sweep moves on; the table names the best layout; CSV, JSON and plots are written."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_gbvalidate.dist.gang import GangError
+from pytest_gbvalidate.workloads.llama import sweep
+from pytest_gbvalidate.workloads.llama.config import LLAMA3_TINY
+from pytest_gbvalidate.workloads.llama.parallel import Layout
+from pytest_gbvalidate.workloads.llama.train import MemoryPeak, PretrainResult, TrainRequest, pretrain_result
+
+GRID = {"mbs": [1, 2, 4], "tp": [1, 2], "pp": [1], "cp": [1]}
+
+
+def fake_train(layout: Layout) -> PretrainResult:
+    """Step time 1 s / MBS; MBS 4 runs out of memory on a GPU; TP=2 at MBS 2 fails otherwise."""
+    if layout.mbs == 4:
+        raise GangError(1, "raised", "train_worker: torch.OutOfMemoryError: CUDA out of memory. Tried to ...")
+    if layout.tp == 2 and layout.mbs == 2:
+        raise GangError(0, "timed out", "train_worker did not finish within 60 s")
+    request = TrainRequest(LLAMA3_TINY, layout, warmup_steps=1, timed_steps=10, learning_rate=1e-3)
+    memory = [MemoryPeak("device max allocated", 10.0 * layout.mbs)]
+    return pretrain_result(request, [1.0 / layout.mbs] * 10, [6.0, 5.0], memory, peak_tflops_per_gpu=1.0)
+
+
+class FakeSampler:
+    def __enter__(self) -> FakeSampler:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        return {
+            "gpu0.utilization_pct": {"mean": 90.0, "p5": 80.0, "p95": 99.0},
+            "gpu1.utilization_pct": {"mean": 70.0, "p5": 60.0, "p95": 79.0},
+            "cpu.utilization_pct": {"mean": 5.0, "p5": 1.0, "p95": 9.0},
+            "gpu0.sm_clock_mhz": {"mean": 1900.0, "p5": 1800.0, "p95": 1980.0},
+        }
+
+
+def test_a_sweep_records_every_point_and_names_the_fastest(tmp_path: Path) -> None:
+    points = sweep.sweep(LLAMA3_TINY, 4, 16, GRID, fake_train, sample=FakeSampler)
+    status = {(p.mbs, p.tp): p.status for p in points}
+    assert status == {
+        (1, 1): "ok",
+        (1, 2): "ok",
+        (2, 1): "ok",
+        (2, 2): "failed",
+        (4, 1): "oom",
+        (4, 2): "oom",
+    }
+    oom = next(p for p in points if p.status == "oom")
+    assert (
+        oom.reason == "GangError: rank 1 raised: train_worker: torch.OutOfMemoryError: CUDA out of memory. Tried to ..."
+    )
+    winner = sweep.best(points)
+    assert winner is not None and (winner.mbs, winner.tp, winner.dp) == (2, 1, 4)
+    assert winner.telemetry_mean("utilization_pct") == 80.0  # GPUs only, not the host
+    assert winner.telemetry_mean("sm_clock_mhz") == 1900.0
+
+    written = sweep.write_outputs(points, tmp_path)
+    assert [p.name for p in written] == [
+        "sweep.md",
+        "sweep.csv",
+        "sweep.json",
+        "sweep_mbs.png",
+        "sweep_tp.png",
+        "sweep_pp.png",
+        "sweep_cp.png",
+    ]
+    table = (tmp_path / "sweep.md").read_text()
+    assert "| 2 | 1 | 1 | 1 | 4 | ok | 0.5 | 512 |" in table
+    assert table.endswith("Best layout: native-bf16-mbs2-gbs16-tp1-pp1-cp1-dp4-seq64 (0.5 s per step)\n")
+    with (tmp_path / "sweep.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [r["status"] for r in rows] == ["ok", "ok", "ok", "failed", "oom", "oom"]
+    assert rows[2]["peak_memory_gib"] == "20.0"
+    doc = json.loads((tmp_path / "sweep.json").read_text())
+    assert doc["best"] == "native-bf16-mbs2-gbs16-tp1-pp1-cp1-dp4-seq64"
+    for png in written[3:]:
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_invalid_layouts_say_why_without_training() -> None:
+    def never(layout: Layout) -> PretrainResult:
+        raise AssertionError(f"trained {layout}")
+
+    grid = {"mbs": [3], "tp": [4], "pp": [3], "cp": [1]}
+    (point,) = sweep.sweep(LLAMA3_TINY, 6, 16, grid, never)
+    assert point.status == "invalid"
+    assert point.reason == "TP*PP*CP = 4*3*1 = 12 does not divide the world of 6 ranks"
+    (point,) = sweep.sweep(LLAMA3_TINY, 3, 16, {"mbs": [3], "tp": [1], "pp": [3], "cp": [1]}, never)
+    assert point.reason == (
+        "4 layers do not split into PP=3 equal pipeline stages; GBS 16 is not divisible by MBS*DP = 3*1"
+    )
+
+
+@pytest.mark.parametrize(
+    ("error", "oom"),
+    [
+        (RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"), True),
+        (GangError(0, "raised", "torch.OutOfMemoryError: ..."), True),
+        (GangError(0, "crashed", "process exited with code -9"), False),
+    ],
+)
+def test_out_of_memory_is_told_apart_from_other_failures(error: Exception, oom: bool) -> None:
+    assert sweep.is_oom(error) is oom
