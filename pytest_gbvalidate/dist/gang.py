@@ -1,0 +1,316 @@
+"""Run one function SPMD on every rank of a gang and get each rank's result back.
+
+Two kinds of gang, one interface (`Gang.run`):
+- `LocalGang`: we start the ranks ourselves, one process per GPU (or N processes on the CPU), each with
+  torch.distributed initialised (NCCL on GPUs, gloo on the CPU) over a file rendezvous in a private temporary
+  directory, so parallel runs never collide on a port. The processes stay up between calls (starting a gang
+  costs seconds); a rank that crashes, raises or outlives its deadline tears the whole gang down, the call
+  raises `GangError` naming the rank and the cause, and the next call starts a fresh gang.
+- `WorldGang`: pytest itself runs under torchrun or Slurm `srun`; this process is one rank of that world and
+  `run` executes the function here and gathers every rank's result, so all ranks see the same results.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from multiprocessing.connection import Connection, wait
+from typing import Any, Protocol
+
+import torch
+import torch.distributed as dist
+
+_POLL_S = 0.05
+_PARENT_CHECK_S = 1.0
+
+
+@dataclass(frozen=True)
+class RankContext:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    backend: str
+
+
+class GangError(RuntimeError):
+    """A rank failed. `rank` is the first rank seen failing (None when several timed out together)."""
+
+    def __init__(self, rank: int | None, cause: str, detail: str) -> None:
+        who = "gang" if rank is None else f"rank {rank}"
+        super().__init__(f"{who} {cause}: {detail}")
+        self.rank = rank
+        self.cause = cause
+        self.detail = detail
+
+
+class Gang(Protocol):
+    world_size: int
+
+    def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float) -> list[Any]:
+        """`fn(ctx, *args)` on every rank; the results in rank order. `fn` must be a module-level function."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def world_from_environment(env: Mapping[str, str]) -> tuple[int, int, int] | None:
+    """(rank, world_size, local_rank) when this process is a rank of torchrun's or srun's world, else None."""
+    if "WORLD_SIZE" in env and "RANK" in env:
+        return int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", "0"))
+    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env and int(env["SLURM_NTASKS"]) > 1:
+        return int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), int(env.get("SLURM_LOCALID", "0"))
+    return None
+
+
+def device_for(device_type: str, local_rank: int) -> torch.device:
+    return torch.device("cpu") if device_type == "cpu" else torch.device(device_type, local_rank)
+
+
+def _init_rank(device: torch.device, rank: int, world_size: int, init_method: str, timeout_s: float) -> str:
+    if device.type != "cpu":
+        torch.accelerator.set_device_index(device.index)
+    backend = dist.get_default_backend_for_device(device)
+    dist.init_process_group(
+        backend, init_method=init_method, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s)
+    )
+    return backend
+
+
+# --- local gang ---------------------------------------------------------------------------------------------
+
+
+def _rank_main(
+    rank: int,
+    world_size: int,
+    device_type: str,
+    init_method: str,
+    env: dict[str, str],
+    collective_timeout_s: float,
+    conn: Connection,
+    stack_file: str,
+    parent_pid: int,
+) -> None:
+    os.environ.update(env)
+    # On a hang the parent asks every rank where it is stuck; the answer names the culprit.
+    faulthandler.register(signal.SIGUSR1, file=open(stack_file, "w"), all_threads=False)  # noqa: SIM115
+    if device_type == "cpu":
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))  # ranks share the cores
+    device = device_for(device_type, rank)
+    try:
+        backend = _init_rank(device, rank, world_size, init_method, collective_timeout_s)
+    except BaseException:
+        conn.send(("raised", traceback.format_exc()))
+        return
+    ctx = RankContext(rank, world_size, rank, device, backend)
+    conn.send(("ok", None))
+    while True:
+        if not conn.poll(_PARENT_CHECK_S):
+            if os.getppid() != parent_pid:  # orphaned (pytest was killed): do not linger
+                return
+            continue
+        task = conn.recv()
+        if task is None:
+            break
+        fn, args = task
+        try:
+            conn.send(("ok", fn(ctx, *args)))
+        except BaseException:
+            conn.send(("raised", traceback.format_exc()))
+    with contextlib.suppress(Exception):
+        dist.destroy_process_group()
+
+
+class LocalGang:
+    def __init__(
+        self,
+        world_size: int,
+        *,
+        device_type: str = "cpu",
+        env: Mapping[str, str] | None = None,
+        start_timeout_s: float = 120.0,
+        collective_timeout_s: float = 600.0,
+    ) -> None:
+        self.world_size = world_size
+        self.device_type = device_type
+        self.env = dict(env or {})
+        self.start_timeout_s = start_timeout_s
+        self.collective_timeout_s = collective_timeout_s
+        self._procs: list[Any] = []
+        self._conns: list[Connection] = []
+        self._tmpdir: str | None = None
+        self.starts = 0  # how many times ranks were started: a failed call costs a restart
+
+    def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float) -> list[Any]:
+        if not self._procs:
+            self._start()
+        try:
+            for conn in self._conns:
+                conn.send((fn, args))
+            return self._collect(timeout_s, getattr(fn, "__name__", str(fn)))
+        except BaseException:
+            self.close(force=True)
+            raise
+
+    def _start(self) -> None:
+        ctx = mp.get_context("spawn")
+        self._tmpdir = tempfile.mkdtemp(prefix="gbvalidate-gang-")
+        init_method = f"file://{os.path.join(self._tmpdir, 'rendezvous')}"
+        pipes = [ctx.Pipe() for _ in range(self.world_size)]
+        self._conns = [parent_end for parent_end, _ in pipes]
+        self._procs = [
+            ctx.Process(
+                target=_rank_main,
+                args=(
+                    rank,
+                    self.world_size,
+                    self.device_type,
+                    init_method,
+                    self.env,
+                    self.collective_timeout_s,
+                    child_end,
+                    self._stack_file(rank),
+                    os.getpid(),
+                ),
+                name=f"gbvalidate-rank{rank}",
+                daemon=True,
+            )
+            for rank, (_, child_end) in enumerate(pipes)
+        ]
+        for p in self._procs:
+            p.start()
+        for _, child_end in pipes:
+            child_end.close()
+        self.starts += 1
+        try:
+            self._collect(self.start_timeout_s, "start-up")
+        except BaseException:
+            self.close(force=True)
+            raise
+
+    def _stack_file(self, rank: int) -> str:
+        assert self._tmpdir is not None
+        return os.path.join(self._tmpdir, f"stack-rank{rank}.txt")
+
+    def _collect(self, timeout_s: float, what: str) -> list[Any]:
+        deadline = time.monotonic() + timeout_s
+        results: dict[int, Any] = {}
+        while len(results) < self.world_size:
+            pending = {self._conns[r]: r for r in range(self.world_size) if r not in results}
+            ready = wait(list(pending), timeout=max(0.0, min(_POLL_S * 20, deadline - time.monotonic())))
+            for conn in ready:
+                assert isinstance(conn, Connection)
+                rank = pending[conn]
+                try:
+                    status, payload = conn.recv()
+                except (EOFError, OSError):
+                    raise self._crash(rank, what) from None
+                if status == "raised":
+                    error = GangError(rank, "raised", f"{what}: {_last_line(str(payload))}\n{payload}")
+                    raise self._first_crash(what) or error
+                results[rank] = payload
+            if not ready and time.monotonic() >= deadline:
+                raise self._first_crash(what) or self._timeout(sorted(pending.values()), timeout_s, what)
+        return [results[r] for r in range(self.world_size)]
+
+    def _crash(self, rank: int, what: str) -> GangError:
+        self._procs[rank].join(timeout=1.0)
+        return GangError(rank, "crashed", f"during {what}: process exited with code {self._procs[rank].exitcode}")
+
+    def _first_crash(self, what: str) -> GangError | None:
+        """A peer's error is often the echo of a rank that died: blame the dead rank when there is one."""
+        time.sleep(_POLL_S)
+        for rank, p in enumerate(self._procs):
+            if p.exitcode is not None:
+                return self._crash(rank, what)
+        return None
+
+    def _timeout(self, missing: list[int], timeout_s: float, what: str) -> GangError:
+        stacks = {}
+        for rank in missing:
+            with contextlib.suppress(OSError):
+                os.kill(self._procs[rank].pid, signal.SIGUSR1)
+        time.sleep(0.5)
+        for rank in missing:
+            with contextlib.suppress(OSError), open(self._stack_file(rank)) as f:
+                stacks[rank] = _innermost_frame(f.read())
+        # Ranks blocked in a collective are waiting for a peer; a rank that is not is the likely culprit.
+        culprits = [r for r in missing if "torch/distributed" not in stacks.get(r, "torch/distributed")]
+        where = "; ".join(f"rank {r} at {stacks.get(r, '?')}" for r in missing)
+        culprit = culprits[0] if len(culprits) == 1 else None
+        return GangError(culprit, "timed out", f"{what} did not finish within {timeout_s:g} s ({where})")
+
+    def close(self, *, force: bool = False) -> None:
+        """Stop every rank: politely (they finish their call and leave the process group), or at once after a
+        failure (a rank may be stuck in a collective). Safe to call twice."""
+        if not force:
+            for conn in self._conns:
+                with contextlib.suppress(OSError):
+                    conn.send(None)
+            deadline = time.monotonic() + 5.0
+            for p in self._procs:
+                p.join(timeout=max(0.0, deadline - time.monotonic()))
+        for p in self._procs:
+            if p.is_alive():
+                p.kill()
+            p.join(timeout=5.0)
+        for conn in self._conns:
+            conn.close()
+        self._procs, self._conns = [], []
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            self._tmpdir = None
+
+
+def _innermost_frame(dump: str) -> str:
+    """'file:line in function' of the innermost frame of a faulthandler dump."""
+    frames = [line.strip() for line in dump.splitlines() if line.strip().startswith("File ")]
+    return frames[0].removeprefix("File ").replace('"', "") if frames else "unknown"
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else text
+
+
+# --- the world we run in ------------------------------------------------------------------------------------
+
+
+class WorldGang:
+    """This process is one rank of a torchrun / srun world (MASTER_ADDR and MASTER_PORT in the environment)."""
+
+    def __init__(self, rank: int, world_size: int, local_rank: int, *, device_type: str, timeout_s: float) -> None:
+        self.world_size = world_size
+        self.device = device_for(device_type, local_rank)
+        if not dist.is_initialized():
+            os.environ.setdefault("RANK", str(rank))
+            os.environ.setdefault("WORLD_SIZE", str(world_size))
+            os.environ.setdefault("LOCAL_RANK", str(local_rank))
+            _init_rank(self.device, rank, world_size, "env://", timeout_s)
+        self.ctx = RankContext(rank, world_size, local_rank, self.device, dist.get_backend())
+
+    def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float) -> list[Any]:
+        # timeout_s bounds nothing here: a peer that hangs is bounded by the process group's collective timeout.
+        try:
+            mine: tuple[str, Any] = ("ok", fn(self.ctx, *args))
+        except Exception:
+            mine = ("raised", traceback.format_exc())
+        gathered: list[Any] = [None] * self.world_size
+        dist.all_gather_object(gathered, mine)
+        for rank, (status, payload) in enumerate(gathered):
+            if status == "raised":
+                raise GangError(rank, "raised", f"{getattr(fn, '__name__', fn)}: {_last_line(payload)}\n{payload}")
+        return [payload for _, payload in gathered]
+
+    def close(self) -> None:
+        pass  # the world belongs to torchrun / srun; it is torn down when the processes exit
