@@ -1,0 +1,54 @@
+"""Faults injected into gang ranks by the plugin's tests, never by a real run: a rank that crashes, hangs, or
+whose collectives return wrong data. Module level, so spawned ranks can import it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from pytest_gbvalidate.dist.gang import RankContext
+
+# The collectives the measurement code calls; a corrupted one returns its result with one element off by one.
+COLLECTIVES = ("all_reduce", "broadcast", "all_gather_single", "reduce_scatter_single", "all_to_all_single")
+
+
+def inject(ctx: RankContext, fault: str, bad_rank: int, fn: Callable[..., Any], *args: Any) -> Any:
+    """Run `fn(ctx, *args)`, with `fault` on `bad_rank`: `crash` (the process dies), `hang` (it never arrives
+    in the collective), `wrong` (its collectives return wrong data)."""
+    if ctx.rank == bad_rank:
+        if fault == "crash":
+            os._exit(7)  # as a segfault in a driver would end the process
+        if fault == "hang":
+            time.sleep(3600)
+        if fault == "wrong":
+            with corrupted_collectives():
+                return fn(ctx, *args)
+    return fn(ctx, *args)
+
+
+@contextlib.contextmanager
+def corrupted_collectives() -> Iterator[None]:
+    originals = {name: getattr(dist, name) for name in COLLECTIVES if hasattr(dist, name)}
+
+    def corrupt(real: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(output: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            result = real(output, *args, **kwargs)
+            if output.numel():
+                output.view(-1)[0] += 1
+            return result
+
+        return wrapper
+
+    for name, real in originals.items():
+        setattr(dist, name, corrupt(real))
+    try:
+        yield
+    finally:
+        for name, real in originals.items():
+            setattr(dist, name, real)
