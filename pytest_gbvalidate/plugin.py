@@ -179,12 +179,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         count = torch.cuda.device_count()
     if "gb_gpu_index" in wanted:
         indices = list(range(count))
-        metafunc.parametrize("gb_gpu_index", indices or [_NO_GPU], ids=[gpu_label(i) for i in indices] or ["no-gpu"])
+        none = [_none(f"needs NVIDIA GPUs; the {target.sku} SKU has none")]
+        metafunc.parametrize("gb_gpu_index", indices or none, ids=[gpu_label(i) for i in indices] or ["no-gpu"])
     if "gb_gpu_pair" in wanted:
         pairs = [(i, j) for i in range(count) for j in range(count) if i != j]
-        metafunc.parametrize("gb_gpu_pair", pairs or [_NO_GPU], ids=[gpu_pair_label(*p) for p in pairs] or ["no-gpu"])
+        none = [_none(f"needs two NVIDIA GPUs; the {target.sku} SKU has {count}")]
+        metafunc.parametrize("gb_gpu_pair", pairs or none, ids=[gpu_pair_label(*p) for p in pairs] or ["no-gpu"])
 
 
-_NO_GPU = pytest.param(
-    None, marks=pytest.mark.skip(reason="needs NVIDIA GPUs; this run's SKU has none (or one, for a pair)")
-)
+def _none(reason: str) -> object:
+    """The one case of a per-GPU test where there is no GPU: skipped, saying why."""
+    return pytest.param(None, marks=pytest.mark.skip(reason=reason))

@@ -251,11 +251,13 @@ class GbSession:
         if world is not None:
             gang = WorldGang(*world, device_type=t.device_type, timeout_s=timeout_s, env=env)
         else:
+            # The call timeout bounds every call; the ranks' own collective timeout is only a backstop, longer,
+            # so that the call timeout fires first and can say which rank is stuck where.
             gang = LocalGang(
                 t.local_world_size,
                 device_type=t.device_type,
                 env=env,
-                collective_timeout_s=timeout_s,
+                collective_timeout_s=2 * timeout_s,
                 call_timeout_s=timeout_s,
             )
         if self.is_controller:

@@ -52,3 +52,38 @@ def corrupted_collectives() -> Iterator[None]:
     finally:
         for name, real in originals.items():
             setattr(dist, name, real)
+
+
+def rank_processes(parent_pid: int) -> list[int]:
+    """Live gang ranks (spawned children) of `parent_pid`."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        state, ppid = fields[0], int(fields[1])
+        if ppid == parent_pid and state != "Z" and b"spawn_main" in cmdline:
+            pids.append(int(entry))
+    return pids
+
+
+def processes_with_marker(marker: str) -> list[int]:
+    """Processes whose environment carries `marker` (everything a test run started inherits it)."""
+    needle = marker.encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if needle in f.read():
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found

@@ -41,3 +41,7 @@ def raise_on(ctx: RankContext, bad_rank: int) -> None:
 
 def rank_and_device(ctx: RankContext, tag: str) -> tuple[int, str, str]:
     return ctx.rank, str(ctx.device), tag
+
+
+def nccl_environment(ctx: RankContext) -> dict[str, str]:
+    return {name: value for name, value in os.environ.items() if name.startswith("NCCL_")}

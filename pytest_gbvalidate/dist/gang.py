@@ -158,7 +158,8 @@ class LocalGang:
     def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None) -> list[Any]:
         if self._start_error is not None:
             e = self._start_error
-            raise GangError(e.rank, e.cause, f"{e.detail} (the gang failed to start earlier; not retried)")
+            first, newline, rest = e.detail.partition("\n")
+            raise GangError(e.rank, e.cause, f"{first} (the gang failed to start earlier; not retried){newline}{rest}")
         if not self._procs:
             self._start()
         try:
