@@ -373,8 +373,9 @@ def test_record_on_cpu_then_pass_against_the_recording(pytester: pytest.Pytester
     second.assert_outcomes(passed=2, deselected=13)
     gated = [m for m in json.loads((pytester.path / "r.json").read_text())["measurements"] if m["verdict"] != "info"]
     assert [m["scope"] for m in gated] == ["node", "1MiB", "4MiB"]
-    for m in gated:
-        assert m["verdict"] == "pass" and m["status"] == "measured" and m["provenance"].startswith("measured on ")
+    for m in gated:  # compared with the recording (a busy machine may land in the warn band; never below fail)
+        assert m["verdict"] in ("pass", "warn") and m["status"] == "measured"
+        assert m["provenance"].startswith("measured on ") and m["expected"] > 0
 
 
 def test_record_a_sku_that_has_no_baseline_yet(lab: pytest.Pytester) -> None:
