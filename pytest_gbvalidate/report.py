@@ -188,6 +188,8 @@ def busbw_plot(records: list[dict[str, Any]], path: Path, title: str) -> Path:
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 
+    from pytest_gbvalidate.labels import size_label
+
     by_metric: dict[str, list[dict[str, Any]]] = {}
     for r in sweep_records(records):
         if isinstance(r["value"], (int, float)):
@@ -201,19 +203,28 @@ def busbw_plot(records: list[dict[str, Any]], path: Path, title: str) -> Path:
         for (tool, placement), points in sorted(lines.items()):
             xs, ys = zip(*sorted(points), strict=True)
             ax.plot(xs, ys, marker=".", label=f"{tool} {placement}")
-        for key, marker, name in (("expected", "o", "baseline expected"), ("limit", "x", "baseline fail limit")):
-            marks = sorted({(r["details"]["size_bytes"], r[key]) for r in rs if r.get(key) is not None})
-            if marks:
-                xs, ys = zip(*marks, strict=True)
-                ax.scatter(xs, ys, marker=marker, s=60, facecolors="none" if marker == "o" else None, label=name)
+        expected = sorted({(r["details"]["size_bytes"], r["expected"]) for r in rs if r.get("expected") is not None})
+        limits = sorted({(r["details"]["size_bytes"], r["limit"]) for r in rs if r.get("limit") is not None})
+        if expected:
+            xs, ys = zip(*expected, strict=True)
+            ax.scatter(xs, ys, marker="o", s=70, facecolors="none", edgecolors="black", label="baseline expected")
+        if limits:
+            xs, ys = zip(*limits, strict=True)
+            ax.scatter(xs, ys, marker="x", s=70, color="red", label="baseline fail limit")
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("message size (bytes)")
+        sizes = [r["details"]["size_bytes"] for r in rs]
+        first, last = min(sizes).bit_length() - 1, max(sizes).bit_length() - 1
+        step = max(1, -(-(last - first) // 10))  # at most about ten labelled sizes
+        ax.set_xticks(
+            [2**k for k in range(first, last + 1, step)], [size_label(2**k) for k in range(first, last + 1, step)]
+        )
+        ax.set_xlabel("message size")
         ax.set_ylabel("busbw (GB/s)")
         ax.set_title(metric)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small")
     fig.suptitle(title)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.98))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -274,7 +274,10 @@ class GbSession:
         baseline = str(t.baseline_file) if t.baseline else "none yet (recording)"
         facts = self.node_facts
         stack = ", ".join(f"{k} {facts[k]}" for k in ("driver", "cuda_driver", "nccl", "torch") if k in facts)
-        return [f"gbvalidate: SKU {t.sku} ({t.source}); baseline {baseline}; {stack}"]
+        line = f"gbvalidate: SKU {t.sku} ({t.source}); baseline {baseline}"
+        if self.world_rank not in (None, 0):  # the node facts and the reports are global rank 0's
+            return [f"{line}; rank {self.world_rank} of a torchrun / srun world (rank 0 writes the reports)"]
+        return [f"{line}; {stack}"]
 
     # --- pytest hooks ---------------------------------------------------------------------------------------
 
