@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from pytest_gbvalidate.bench import on_rank
+from pytest_gbvalidate.bench.on_rank import copy_on_rank, gemm_on_rank, has_fp8_on_rank, host_gemm_on_rank, p2p_on_rank
 from pytest_gbvalidate.dist.gang import Gang, NodeResult, run_on_local_rank
 from pytest_gbvalidate.labels import gpu_label, gpu_pair_label
 from pytest_gbvalidate.session import Expect, Target
@@ -40,8 +40,11 @@ def _gemm_params(target: Target, metric: str, default_size: int) -> tuple[int, i
 
 
 def _scope(label: str, result: NodeResult, results: list[NodeResult]) -> str:
-    """The label as is on one node; prefixed by the node where several nodes' results sit side by side."""
-    return label if len(results) == 1 else f"node{result.node_rank}/{label}"
+    """The label as is on one node; naming the node where several nodes' results sit side by side."""
+    if len(results) == 1:
+        return label
+    node = f"node{result.node_rank}"
+    return node if label == "node" else f"{node}/{label}"
 
 
 def _details(result: NodeResult, **extra: Any) -> dict[str, Any]:
@@ -96,14 +99,14 @@ def _expect_gemms(gb_expect: Expect, metric: str, label: str, results: list[Node
 def test_host_copy_bandwidth(gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
     metric = "host_copy_bandwidth_gbps"
     size, warmup, iterations = _copy_params(gb_target, metric, HOST_COPY_SIZE_BYTES)
-    results = run_on_local_rank(gb_gang, 0, on_rank.copy_on_rank, "host", size, warmup, iterations)
+    results = run_on_local_rank(gb_gang, 0, copy_on_rank, "host", size, warmup, iterations)
     _expect_copies(gb_expect, metric, "node", results)
 
 
 def test_host_gemm_bf16_tflops(gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
     metric = "host_gemm_bf16_tflops"
     m, n, k, warmup, iterations = _gemm_params(gb_target, metric, HOST_GEMM_SIZE)
-    results = run_on_local_rank(gb_gang, 0, on_rank.host_gemm_on_rank, "bf16", m, n, k, warmup, iterations)
+    results = run_on_local_rank(gb_gang, 0, host_gemm_on_rank, "bf16", m, n, k, warmup, iterations)
     _expect_gemms(gb_expect, metric, "node", results)
 
 
@@ -112,13 +115,13 @@ def test_host_gemm_bf16_tflops(gb_target: Target, gb_gang: Gang, gb_expect: Expe
 
 def _device_copy(kind: str, metric: str, index: int, target: Target, gang: Gang, gb_expect: Expect) -> None:
     size, warmup, iterations = _copy_params(target, metric, DEVICE_COPY_SIZE_BYTES)
-    results = run_on_local_rank(gang, index, on_rank.copy_on_rank, kind, size, warmup, iterations)
+    results = run_on_local_rank(gang, index, copy_on_rank, kind, size, warmup, iterations)
     _expect_copies(gb_expect, metric, gpu_label(index), results)
 
 
 def _gemm(dtype: str, metric: str, index: int, target: Target, gang: Gang, gb_expect: Expect) -> None:
     m, n, k, warmup, iterations = _gemm_params(target, metric, GEMM_SIZE)
-    results = run_on_local_rank(gang, index, on_rank.gemm_on_rank, dtype, m, n, k, warmup, iterations)
+    results = run_on_local_rank(gang, index, gemm_on_rank, dtype, m, n, k, warmup, iterations)
     _expect_gemms(gb_expect, metric, gpu_label(index), results)
 
 
@@ -146,7 +149,7 @@ def test_p2p_bandwidth(gb_gpu_pair: tuple[int, int], gb_target: Target, gb_gang:
     metric = "p2p_bandwidth_gbps"
     src, dst = gb_gpu_pair
     size, warmup, iterations = _copy_params(gb_target, metric, DEVICE_COPY_SIZE_BYTES)
-    results = run_on_local_rank(gb_gang, src, on_rank.p2p_on_rank, dst, size, warmup, iterations)
+    results = run_on_local_rank(gb_gang, src, p2p_on_rank, dst, size, warmup, iterations)
     _expect_copies(gb_expect, metric, gpu_pair_label(src, dst), results)
 
 
@@ -157,6 +160,6 @@ def test_gemm_bf16_tflops(gb_gpu_index: int, gb_target: Target, gb_gang: Gang, g
 
 @pytest.mark.gb_gpu  # skipped on the cpu SKU
 def test_gemm_fp8_tflops(gb_gpu_index: int, gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
-    if not all(r.value for r in run_on_local_rank(gb_gang, gb_gpu_index, on_rank.has_fp8_on_rank)):
+    if not all(r.value for r in run_on_local_rank(gb_gang, gb_gpu_index, has_fp8_on_rank)):
         pytest.skip(f"{gpu_label(gb_gpu_index)} has no fp8 tensor cores (compute capability below 8.9)")
     _gemm("fp8", "gemm_fp8_tflops", gb_gpu_index, gb_target, gb_gang, gb_expect)

@@ -99,7 +99,7 @@ def test_each_fault_fails_its_test_in_bounded_time_and_the_session_goes_on(
     result = pytester.runpytest_subprocess(
         "test_collectives.py",
         "-k",
-        "all_reduce or all_gather_busbw[in_place] or reduce_scatter_busbw[out_of_place] or alltoall or broadcast",
+        "all_reduce or all_gather_busbw[in_place] or alltoall or broadcast",
         "--gb-sku=LABCPU",
         "--gb-baselines=baselines",
         f"--gb-timeout={TIMEOUT_S}",
@@ -117,8 +117,7 @@ def test_each_fault_fails_its_test_in_bounded_time_and_the_session_goes_on(
     assert outcomes == {
         "test_all_reduce_busbw[in_place]": "failure",
         "test_all_gather_busbw[in_place]": "failure",
-        "test_reduce_scatter_busbw[out_of_place]": "passed",  # after a crash and a hang, a fresh gang works
-        "test_alltoall_busbw[out_of_place]": "passed",
+        "test_alltoall_busbw[out_of_place]": "passed",  # after a crash and a hang, a fresh gang works
         "test_broadcast_busbw[in_place]": "failure",
     }
     crash = cases["test_all_reduce_busbw[in_place]"]["message"] or ""
@@ -143,7 +142,6 @@ def test_each_fault_fails_its_test_in_bounded_time_and_the_session_goes_on(
     assert ranks == [
         ["test_all_reduce_busbw[in_place]", 0],
         ["test_all_gather_busbw[in_place]", 0],
-        ["test_reduce_scatter_busbw[out_of_place]", 2],
         ["test_alltoall_busbw[out_of_place]", 2],
         ["test_broadcast_busbw[in_place]", 2],
     ]

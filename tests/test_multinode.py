@@ -1,6 +1,7 @@
 """Two nodes on one machine: two torchrun agents (`--nnodes=2 --nproc-per-node=1`, c10d rendezvous on a free
-loopback port) each run `pytest --gb-sku=cpu suites/test_collectives.py`. Both must pass, every collective runs
-across the two, and only the node that got global rank 0 writes the JSON report and the JUnit XML."""
+loopback port) each run `pytest --gb-sku=cpu` on the collectives and bandwidth suites. Both must pass, every
+collective runs across the two, each node measures its own host, and only the node that got global rank 0 writes
+the JSON report and the JUnit XML."""
 
 from __future__ import annotations
 
@@ -40,6 +41,9 @@ def test_two_nodes_over_loopback(tmp_path: Path) -> None:
             "pytest",
             "--gb-sku=cpu",
             str(SUITES / "test_collectives.py"),
+            str(SUITES / "test_bandwidth.py"),
+            "-k",
+            "not gemm",  # the collectives and the host copy; a CPU matmul adds time, not coverage
             f"--gb-report={tmp_path / f'node{node}.json'}",
             f"--junitxml={tmp_path / f'node{node}.xml'}",
             "-p",
@@ -67,11 +71,16 @@ def test_two_nodes_over_loopback(tmp_path: Path) -> None:
     assert report["world"] == {"world_size": 2}
     assert report["gang"] == {"kind": "world", "world_size": 2, "device_type": "cpu"}
     cases = junit_cases(tmp_path / f"node{node}.xml")
-    assert {name: case["outcome"] for name, case in cases.items()} == dict.fromkeys(COLLECTIVE_TESTS, "passed")
+    passed = {name for name, case in cases.items() if case["outcome"] == "passed"}
+    assert passed == {*COLLECTIVE_TESTS, "test_host_copy_bandwidth"}
     for name in COLLECTIVE_TESTS:
         records = [m for m in report["measurements"] if m["test_id"].endswith(name)]
         assert len(records) == 20 and all(m["details"]["wrong"] == 0 for m in records)
     root = ET.parse(tmp_path / f"node{node}.xml").getroot()
     assert root.find("testsuite/properties/property[@name='gb_sku']") is not None
+    # each node measured its own host, and the report from rank 0 has both
+    copies = [m for m in report["measurements"] if m["metric"] == "host_copy_bandwidth_gbps"]
+    assert sorted(m["scope"] for m in copies) == ["node0", "node1"]
+    assert sorted(m["details"]["rank"] for m in copies) == [0, 1]
     # the other node ran the same tests to the same verdicts, quietly
-    assert "7 passed" in logs[1 - node] and "7 passed" in logs[node]
+    assert "8 passed, 4 skipped, 3 deselected" in logs[1 - node] and "8 passed, 4 skipped, 3 deselected" in logs[node]
