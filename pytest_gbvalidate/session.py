@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_gbvalidate import report as rp
-from pytest_gbvalidate.dist.world import world_rank
+from pytest_gbvalidate.dist.world import world_from_environment, world_rank
 from pytest_gbvalidate.metrics import CATALOG, MetricSpec
 from pytest_gbvalidate.settings import AUTO, Setting, Settings
 
@@ -187,8 +187,9 @@ class GbSession:
             },
             nccl_env=self.nccl_env,
         )
-        if self.world_rank is not None:
-            self.report.data["world"] = {"world_size": int(os.environ.get("WORLD_SIZE", "0")) or None}
+        world = world_from_environment(os.environ)
+        if world is not None:
+            self.report.data["world"] = {"world_size": world[1]}
         self.report.write()
 
     # --- ranks: timeout, NCCL environment, the gang ---------------------------------------------------------
@@ -241,7 +242,6 @@ class GbSession:
         """The session's ranks: this process's torchrun / srun world when it is in one, else local ranks (one per
         GPU, or CPU_RANKS on the CPU) started on first use, with the SKU's NCCL environment and the timeout."""
         from pytest_gbvalidate.dist.gang import LocalGang, WorldGang
-        from pytest_gbvalidate.dist.world import world_from_environment
 
         t = self.target
         timeout_s = self.timeout.value
