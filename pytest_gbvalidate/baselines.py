@@ -436,6 +436,8 @@ class _Parser:
         params = m.get("params", base.params)
         if not isinstance(params, dict):
             raise self.error(m, "params", f"{fp}.params", "must be a mapping")
+        if "params" in m:
+            self.check_nccl_env(m, params, fp)
         ref = Reference(
             metric=base.metric,
             unit=base.unit,
@@ -451,6 +453,19 @@ class _Parser:
         if check:
             self.check(m, ref, fp)
         return ref
+
+    def check_nccl_env(self, m: _Mapping, params: dict[str, Any], fp: str) -> None:
+        """`params.nccl_env`: the NCCL environment the metric's figures were taken with (NCCL_* names)."""
+        env = params.get("nccl_env")
+        if env is None:
+            return
+        if not isinstance(env, dict) or not env:
+            raise self.error(m, "params", f"{fp}.params.nccl_env", "must be a mapping of NCCL_* variables to values")
+        for name, value in env.items():
+            if not name.startswith("NCCL_") or not isinstance(value, (str, int, float)) or isinstance(value, bool):
+                raise self.error(
+                    m, "params", f"{fp}.params.nccl_env.{name}", "must be an NCCL_* variable with a string or number"
+                )
 
     def limit(self, m: _Mapping, key: str, fp: str) -> Limit:
         raw = m[key]
@@ -660,6 +675,7 @@ def _names(items: Any) -> str:
 # --- comparing --------------------------------------------------------------------------------------------
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
+INFO = "info"  # measured and reported, compared with nothing (a size of a sweep that no baseline gates)
 
 
 @dataclass(frozen=True)
@@ -768,7 +784,7 @@ def recorded_baseline(
     section carry over from `previous` (the baseline the run was checked against) where it had them."""
     by_metric: dict[str, list[dict[str, Any]]] = {}
     for m in measurements:
-        if _is_number(m.get("value")):
+        if _is_number(m.get("value")) and m.get("verdict") != INFO:
             by_metric.setdefault(m["metric"], []).append(m)
     metrics: dict[str, Any] = {}
     for name, records in by_metric.items():
@@ -841,3 +857,25 @@ def dump_baseline(doc: dict[str, Any]) -> str:
 
     header = "# Recorded by pytest-gbvalidate --gb-record. Review the limits before committing.\n"
     return header + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=120)
+
+
+# --- NCCL environment ---------------------------------------------------------------------------------------
+
+
+def nccl_env(baseline: Baseline) -> dict[str, tuple[str, str]]:
+    """The NCCL environment a SKU's figures were taken with: every `params.nccl_env` of its metrics, as
+    {variable: (value, which metric asks for it)}. Two metrics asking for different values is an error: one
+    set of ranks runs every collective."""
+    found: dict[str, tuple[str, str]] = {}
+    for name, metric in baseline.metrics.items():
+        for label, ref in (("", metric.default), *metric.values.items()):
+            where = f"{name}.values.{label}" if label else name
+            for var, value in dict(ref.params.get("nccl_env") or {}).items():
+                text = str(value)
+                if var in found and found[var][0] != text:
+                    raise BaselineError(
+                        f"{baseline.path}: metrics.{where}.params.nccl_env.{var}: {text!r} conflicts with "
+                        f"{found[var][0]!r} asked for by metrics.{found[var][1]}"
+                    )
+                found.setdefault(var, (text, where))
+    return found

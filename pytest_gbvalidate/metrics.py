@@ -41,6 +41,14 @@ CATALOG: dict[str, MetricSpec] = {
         MetricSpec("gemm_bf16_tflops", "TFLOPS", "higher", "gpu", "dense bf16 matmul throughput, per GPU"),
         MetricSpec("gemm_fp8_tflops", "TFLOPS", "higher", "gpu", "dense fp8 matmul throughput, per GPU"),
         MetricSpec("all_reduce_busbw_gbps", "GB/s", "higher", "message_size", "all_reduce bus bandwidth (nccl-tests)"),
+        # Data movement and collectives (suites/test_bandwidth.py, suites/test_collectives.py).
+        MetricSpec("host_gemm_bf16_tflops", "TFLOPS", "higher", "node", "dense bf16 matmul throughput on the host CPU"),
+        MetricSpec("all_gather_busbw_gbps", "GB/s", "higher", "message_size", "all_gather bus bandwidth (nccl-tests)"),
+        MetricSpec(
+            "reduce_scatter_busbw_gbps", "GB/s", "higher", "message_size", "reduce_scatter bus bandwidth (nccl-tests)"
+        ),
+        MetricSpec("alltoall_busbw_gbps", "GB/s", "higher", "message_size", "alltoall bus bandwidth (nccl-tests)"),
+        MetricSpec("broadcast_busbw_gbps", "GB/s", "higher", "message_size", "broadcast bus bandwidth (nccl-tests)"),
     )
 }
 

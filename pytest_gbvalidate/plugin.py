@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_gbvalidate import settings as st
-from pytest_gbvalidate.session import GPU_MARKER, Expect, GbSession, Target
+from pytest_gbvalidate.session import GPU_MARKER, Expect, GbSession, ReferenceTools, Target
 
 if TYPE_CHECKING:
     from pytest_gbvalidate.baselines import Baseline
@@ -28,6 +28,10 @@ _HELP = {
     "baselines": "directory of <SKU>.yaml baselines. Default: the baselines shipped with pytest-gbvalidate.",
     "report": "write the JSON run report here (rewritten as results arrive).",
     "strict": "fail, rather than skip, a measurement the baseline has no reference for.",
+    "timeout": "seconds one call on the ranks may take before the gang is torn down and the test fails. "
+    "Default: 300 on GPU SKUs, 30 on cpu.",
+    "reference_tools": "also run nccl-tests (all_reduce_perf, ...) and nvbandwidth when they are on PATH, and "
+    "report their figures beside ours.",
 }
 
 
@@ -59,14 +63,33 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="write a baseline for this node from this run's measurements to PATH (the file name is the SKU).",
     )
     group.addoption("--gb-list-skus", dest="gb_list_skus", action="store_true", help="list known SKUs and exit.")
+    group.addoption(
+        "--gb-timeout",
+        dest="gb_timeout",
+        default=None,
+        metavar="SECONDS",
+        help=f"{_HELP['timeout']} Env GBVALIDATE_TIMEOUT, ini gb_timeout.",
+    )
+    parser.addini("gb_timeout", _HELP["timeout"], default="")
+    group.addoption(
+        "--gb-reference-tools",
+        dest="gb_reference_tools",
+        action="store_true",
+        default=None,
+        help=f"{_HELP['reference_tools']} Env GBVALIDATE_REFERENCE_TOOLS, ini gb_reference_tools.",
+    )
+    parser.addini("gb_reference_tools", _HELP["reference_tools"], default="")
+
+
+_INI_SETTINGS = ("sku", "baselines", "report", "strict", "timeout", "reference_tools")
 
 
 def _settings(config: pytest.Config) -> st.Settings:
-    names = ("sku", "baselines", "report", "strict", "record", "list_skus")
+    names = ("sku", "baselines", "report", "strict", "record", "list_skus", "timeout", "reference_tools")
     sources = st.Sources(
         cli={name: config.getoption(f"gb_{name}") for name in names},
         env=os.environ,
-        ini={name: str(config.getini(st.ini_name(name))) for name in ("sku", "baselines", "report", "strict")},
+        ini={name: str(config.getini(st.ini_name(name))) for name in _INI_SETTINGS},
         ini_file=config.inipath,
         cwd=Path(config.invocation_params.dir),
     )
@@ -126,19 +149,20 @@ def gb_expect(request: pytest.FixtureRequest) -> Expect:
 
 
 @pytest.fixture(scope="session")
-def gb_gang(gb_target: Target) -> Iterator[Gang]:
-    """Ranks that run a function SPMD (`gb_gang.run(fn, *args, timeout_s=...)`): one per GPU, started here and
-    reused across tests, or this process's torchrun / srun world when pytest runs inside one."""
-    from pytest_gbvalidate.dist.gang import LocalGang, WorldGang, world_from_environment
-
-    world = world_from_environment(os.environ)
-    gang: Gang
-    if world is not None:
-        gang = WorldGang(*world, device_type=gb_target.device_type, timeout_s=600.0)
-    else:
-        gang = LocalGang(gb_target.local_world_size, device_type=gb_target.device_type)
+def gb_gang(request: pytest.FixtureRequest, gb_target: Target) -> Iterator[Gang]:
+    """Ranks that run a function SPMD (`gb_gang.run(fn, *args)`): one per GPU, started here and reused across
+    tests, or this process's torchrun / srun world when pytest runs inside one. Each call is bounded by
+    --gb-timeout; the ranks get the NCCL environment of the SKU's baseline."""
+    gang = request.config.stash[SESSION].make_gang()
     yield gang
     gang.close()
+
+
+@pytest.fixture(scope="session")
+def gb_reference_tools(request: pytest.FixtureRequest, gb_target: Target) -> ReferenceTools:
+    """Whether to run nccl-tests / nvbandwidth beside our measurements (--gb-reference-tools), with the SKU's
+    NCCL environment and the run's timeout."""
+    return request.config.stash[SESSION].reference_tools()
 
 
 # --- node probes: GPUs, NUMA map, telemetry (probes.py) ----------------------------------------------------
@@ -146,10 +170,13 @@ def gb_gang(gb_target: Target) -> Iterator[Gang]:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "gpu" in metafunc.fixturenames and _is_ours(metafunc, "gpu"):
-        from pytest_gbvalidate.probes import parametrize_gpu
+    """One test case per GPU (`gpu`: `[gpu3]`) or ordered GPU pair (`gb_gpu_pair`: `[gpu0->gpu1]`), as many as
+    the SKU promises, so a GPU that vanished fails its own case rather than going missing."""
+    per_gpu = "gpu" in metafunc.fixturenames and _is_ours(metafunc, "gpu")
+    if per_gpu or "gb_gpu_pair" in metafunc.fixturenames:
+        from pytest_gbvalidate.probes import parametrize_gpus
 
-        parametrize_gpu(metafunc, metafunc.config.stash[SESSION].target)
+        parametrize_gpus(metafunc, metafunc.config.stash[SESSION].target, per_gpu=per_gpu)
 
 
 def _is_ours(metafunc: pytest.Metafunc, name: str) -> bool:

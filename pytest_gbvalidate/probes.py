@@ -36,7 +36,7 @@ class NodeGpus:
 
     @property
     def expected_count(self) -> int | None:
-        return None if self.target.baseline is None else self.target.baseline.detect.gpu_count
+        return self.target.gpu_count
 
     def require(self) -> nvml.Inventory:
         if self.inventory is None:
@@ -125,20 +125,34 @@ class Gpu:
         return props
 
 
-def parametrize_gpu(metafunc: pytest.Metafunc, target: Target) -> None:
+def parametrize_gpus(metafunc: pytest.Metafunc, target: Target, *, per_gpu: bool) -> None:
     """One test case per GPU the SKU's baseline promises (`detect.gpu_count`), whatever NVML sees: a GPU that
-    vanished shows up as its own failing case, never as a missing one. Where the baseline gives no count (a
-    SKU being recorded), NVML's count; one case when NVML cannot count, which then fails with its error."""
-    if not target.is_gpu:
-        reason = f"needs NVIDIA GPUs; this run checks the {target.sku} SKU, which has none"
-        metafunc.parametrize(
-            "gpu", [pytest.param(None, id="nogpu", marks=pytest.mark.skip(reason=reason))], indirect=True
-        )
-        return
-    count = None if target.baseline is None else target.baseline.detect.gpu_count
+    vanished shows up as its own failing case, never as a missing one; `gb_gpu_pair` likewise per ordered
+    pair. Where the baseline gives no count (a SKU being recorded), NVML's count; one case when NVML cannot
+    count, which then fails with its error. On a SKU without GPUs, one skipped case saying why."""
+    from pytest_gbvalidate.labels import gpu_label, gpu_pair_label
+
+    count = target.gpu_count
     if count is None:
         count = _nvml_gpu_count()
-    metafunc.parametrize("gpu", range(count), ids=[f"gpu{i}" for i in range(count)], indirect=True)
+    if per_gpu:
+        indices = range(count)
+        metafunc.parametrize(
+            "gpu",
+            list(indices) or [_none(target, "needs NVIDIA GPUs")],
+            ids=[gpu_label(i) for i in indices] or None,
+            indirect=True,
+        )
+    if "gb_gpu_pair" in metafunc.fixturenames:
+        pairs = [(i, j) for i in range(count) for j in range(count) if i != j]
+        ids = [gpu_pair_label(*p) for p in pairs] or None
+        metafunc.parametrize("gb_gpu_pair", pairs or [_none(target, "needs two NVIDIA GPUs")], ids=ids)
+
+
+def _none(target: Target, needs: str) -> Any:
+    """The one case of a per-GPU test where the SKU has no GPU (or one, for pairs): skipped, saying why."""
+    reason = f"{needs}; this run checks the {target.sku} SKU, which has {target.gpu_count or 'none'}"
+    return pytest.param(None, id="nogpu", marks=pytest.mark.skip(reason=reason))
 
 
 def _nvml_gpu_count() -> int:

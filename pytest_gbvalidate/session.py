@@ -7,8 +7,9 @@ fixtures. An unrelated test run in the same environment never detects anything n
 
 from __future__ import annotations
 
+import os
 import warnings
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,19 +17,24 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_gbvalidate import report as rp
+from pytest_gbvalidate.dist.world import world_from_environment, world_rank
 from pytest_gbvalidate.metrics import CATALOG, MetricSpec
-from pytest_gbvalidate.settings import AUTO, Settings
+from pytest_gbvalidate.settings import AUTO, Setting, Settings
 
 if TYPE_CHECKING:
     from pytest_gbvalidate import baselines as bl
+    from pytest_gbvalidate.dist.gang import Gang
     from pytest_gbvalidate.sku import Detection
 
 # Loaded in every pytest run of the environment: baselines (PyYAML), detection (urllib, NVML) and node facts
 # are imported where they are first used, once gbvalidate is engaged.
 
-ENGAGING_FIXTURES = frozenset({"gb_expect", "gb_target", "gb_gang"})
+ENGAGING_FIXTURES = frozenset({"gb_expect", "gb_target", "gb_gang", "gb_gpu_pair"})
 GPU_MARKER = "gb_gpu"
 CPU_RANKS = 2  # ranks of a gang on a CPU-only SKU: enough for every collective and PP=2, cheap on 2 cores
+# How long one call on the ranks may take (--gb-timeout overrides): a GPU sweep to 16 GiB, or NCCL setting up
+# its communicators on many nodes, takes minutes at worst; the CPU smoke run finishes in seconds.
+DEFAULT_TIMEOUT_S = {"gpu": 300.0, "cpu": 30.0}
 MEASUREMENTS = pytest.StashKey[list[dict[str, Any]]]()
 REPORT_RECORDS = pytest.StashKey[list[tuple[str, dict[str, Any]]]]()
 
@@ -74,17 +80,47 @@ class Target:
         ref = self.reference(metric, scope)
         return {} if ref is None else dict(ref.params)
 
+    @property
+    def gpu_count(self) -> int | None:
+        """GPUs per node the SKU promises (0 on a CPU-only SKU; None while recording a SKU with no baseline)."""
+        return None if self.baseline is None else self.baseline.detect.gpu_count
+
+    def metric_params(self, metric: str) -> dict[str, Any]:
+        """The parameters a metric gives for all its scope labels (a sweep's sizes, its NCCL environment)."""
+        metric_baseline = None if self.baseline is None else self.baseline.metrics.get(metric)
+        return {} if metric_baseline is None else dict(metric_baseline.default.params)
+
+    def gate_labels(self, metric: str) -> list[str]:
+        """The scope labels the baseline gives values for (the sizes a sweep is gated at)."""
+        metric_baseline = None if self.baseline is None else self.baseline.metrics.get(metric)
+        return [] if metric_baseline is None else list(metric_baseline.values)
+
+
+@dataclass(frozen=True)
+class ReferenceTools:
+    """Whether this run also runs NVIDIA's reference tools (--gb-reference-tools), and how."""
+
+    enabled: bool
+    reason: str  # why not, when not
+    env: dict[str, str]  # the NCCL environment the ranks get, for nccl-tests
+    timeout_s: float
+
 
 class GbSession:
     def __init__(self, config: pytest.Config, settings: Settings) -> None:
         self.config = config
         self.settings = settings
-        self.is_controller = not hasattr(config, "workerinput")  # the xdist controller, or the only process
+        # The xdist controller, or the only process; under torchrun / srun, global rank 0 (every rank runs the
+        # same tests and reaches the same verdicts; one writes the reports).
+        self.world_rank = world_rank(os.environ)
+        self.is_controller = not hasattr(config, "workerinput") and self.world_rank in (None, 0)
         self.report = rp.RunReport(settings.report.value if self.is_controller else None)
         self._target: Target | None = None
         self._header_shown = False
         self.node_facts: dict[str, str] = {}
         self._pending_sections: dict[str, Any] = {}
+        self.nccl_env: dict[str, dict[str, str]] = {}  # variable -> {value, source}, as the ranks get it
+        self.plot_note: str | None = None
 
     # --- resolving the SKU ---------------------------------------------------------------------------------
 
@@ -96,6 +132,7 @@ class GbSession:
     def target(self) -> Target:
         if self._target is None:
             self._target = self._resolve()
+            self.nccl_env = self._nccl_environment(self._target)
             if self.is_controller:
                 self._describe_run(self._target)
         return self._target
@@ -147,9 +184,89 @@ class GbSession:
                 "baselines": {"value": str(s.baselines.value), "source": s.baselines.source},
                 "strict": {"value": s.strict.value, "source": s.strict.source},
                 "record": None if s.record is None else str(s.record),
+                "timeout_s": {"value": self.timeout.value, "source": self.timeout.source},
+                "reference_tools": {"value": s.reference_tools.value, "source": s.reference_tools.source},
             },
+            nccl_env=self.nccl_env,
         )
+        world = world_from_environment(os.environ)
+        if world is not None:
+            self.report.data["world"] = {"world_size": world[1]}
         self.report.write()
+
+    # --- ranks: timeout, NCCL environment, the gang ---------------------------------------------------------
+
+    @property
+    def timeout(self) -> Setting[float]:
+        """Seconds one call on the ranks may take: --gb-timeout and friends, else the SKU's default."""
+        chosen = self.settings.timeout
+        if chosen.value is not None:
+            return Setting(chosen.value, chosen.source)
+        kind = "gpu" if self.target.is_gpu else "cpu"
+        return Setting(DEFAULT_TIMEOUT_S[kind], f"default for a {'GPU' if kind == 'gpu' else 'CPU-only'} SKU")
+
+    def _nccl_environment(self, target: Target) -> dict[str, dict[str, str]]:
+        """What the ranks' NCCL runs with: the baseline's `params.nccl_env` (what its figures were taken with),
+        except where this process's environment already sets a variable -- the operator's word wins, and the
+        report says so -- plus every other NCCL_* variable of the environment."""
+        from pytest_gbvalidate import baselines as bl
+
+        try:
+            asked = {} if target.baseline is None else bl.nccl_env(target.baseline)
+        except bl.BaselineError as exc:
+            raise pytest.UsageError(f"bad baseline: {exc}") from None
+        env: dict[str, dict[str, str]] = {}
+        for name, (value, where) in sorted(asked.items()):
+            source = f"baseline {target.sku} ({where} params)"
+            if name in os.environ and os.environ[name] != value:
+                env[name] = {"value": os.environ[name], "source": f"environment (the baseline asks for {value})"}
+            else:
+                env[name] = {"value": value, "source": source}
+        for name in sorted(os.environ):
+            if name.startswith("NCCL_") and name not in env:
+                env[name] = {"value": os.environ[name], "source": "environment"}
+        return env
+
+    def reference_tools(self) -> ReferenceTools:
+        s = self.settings.reference_tools
+        env = {name: v["value"] for name, v in self.nccl_env.items()}
+        if not s.value:
+            reason = (
+                "reference tools not asked for (--gb-reference-tools, GBVALIDATE_REFERENCE_TOOLS, gb_reference_tools)"
+            )
+            return ReferenceTools(False, reason, env, self.timeout.value)
+        if self.world_rank is not None:
+            reason = "reference tools run from a single-node pytest, not under torchrun / srun"
+            return ReferenceTools(False, reason, env, self.timeout.value)
+        return ReferenceTools(True, "", env, self.timeout.value)
+
+    def make_gang(self) -> Gang:
+        """The session's ranks: this process's torchrun / srun world when it is in one, else local ranks (one per
+        GPU, or CPU_RANKS on the CPU) started on first use, with the SKU's NCCL environment and the timeout."""
+        from pytest_gbvalidate.dist.gang import LocalGang, WorldGang
+
+        t = self.target
+        timeout_s = self.timeout.value
+        env = {name: v["value"] for name, v in self.nccl_env.items() if name not in os.environ}
+        world = world_from_environment(os.environ)
+        gang: Gang
+        if world is not None:
+            gang = WorldGang(*world, device_type=t.device_type, timeout_s=timeout_s, env=env)
+        else:
+            # The call timeout bounds every call; the ranks' own collective timeout is only a backstop, longer,
+            # so that the call timeout fires first and can say which rank is stuck where.
+            gang = LocalGang(
+                t.local_world_size,
+                device_type=t.device_type,
+                env=env,
+                collective_timeout_s=2 * timeout_s,
+                call_timeout_s=timeout_s,
+            )
+        if self.is_controller:
+            kind = "local" if world is None else "world"
+            self.report.data["gang"] = {"kind": kind, "world_size": gang.world_size, "device_type": t.device_type}
+            self.report.write()
+        return gang
 
     def header_lines(self) -> list[str]:
         if not self.engaged or self._header_shown:
@@ -159,12 +276,28 @@ class GbSession:
         baseline = str(t.baseline_file) if t.baseline else "none yet (recording)"
         facts = self.node_facts
         stack = ", ".join(f"{k} {facts[k]}" for k in ("driver", "cuda_driver", "nccl", "torch") if k in facts)
-        return [f"gbvalidate: SKU {t.sku} ({t.source}); baseline {baseline}; {stack}"]
+        line = f"gbvalidate: SKU {t.sku} ({t.source}); baseline {baseline}"
+        if self.world_rank not in (None, 0):  # the node facts and the reports are global rank 0's
+            return [f"{line}; rank {self.world_rank} of a torchrun / srun world (rank 0 writes the reports)"]
+        return [f"{line}; {stack}"]
 
     # --- pytest hooks ---------------------------------------------------------------------------------------
 
     def pytest_report_header(self) -> list[str]:
         return self.header_lines()
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """Under torchrun / srun only global rank 0 writes the JUnit XML, as it alone writes the JSON report:
+        every rank would otherwise write the same path. Only when gbvalidate was asked for explicitly, so an
+        unrelated test suite launched by torchrun keeps its own behaviour."""
+        if self.world_rank in (None, 0) or not self.settings.explicit:
+            return
+        from _pytest.junitxml import xml_key
+
+        xml = self.config.stash.get(xml_key, None)
+        if xml is not None:
+            del self.config.stash[xml_key]
+            self.config.pluginmanager.unregister(xml)
 
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         if not self.settings.explicit and not any(ENGAGING_FIXTURES & set(_fixturenames(i)) for i in items):
@@ -210,6 +343,8 @@ class GbSession:
             return
         t = self.target
         _add_junit_suite_properties(self.config, {"sku": t.sku, "sku_source": t.source, **self.node_facts})
+        self._attach_busbw_plot()
+        _add_junit_suite_properties(self.config, {name: v["value"] for name, v in self.nccl_env.items()})
         if self.settings.record is not None:
             self._write_record(self.settings.record)
         interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
@@ -222,15 +357,50 @@ class GbSession:
         t = self.target
         measurements = self.report.measurements
         terminalreporter.section(f"gbvalidate: {t.sku} measured vs baseline")
-        if measurements:
-            for line in rp.terminal_table(measurements):
+        from pytest_gbvalidate.baselines import INFO
+
+        gated = [m for m in measurements if m["verdict"] != INFO]
+        if gated:
+            for line in rp.terminal_table(gated):
                 terminalreporter.write_line(line)
         else:
             terminalreporter.write_line("no measurements")
+        if len(gated) < len(measurements):
+            terminalreporter.write_line(
+                f"(and {len(measurements) - len(gated)} measurements no baseline gates: in the tables below and "
+                "the JSON report)"
+            )
+        tables = rp.sweep_tables(measurements)
+        if tables:
+            terminalreporter.section("gbvalidate: collectives, per message size (nccl-tests columns)")
+            for line in tables:
+                terminalreporter.write_line(line)
+        for plot in self.report.data.get("plots", []):
+            terminalreporter.write_line(f"busbw plot: {plot['path']}")
+        if self.plot_note:
+            terminalreporter.write_line(self.plot_note)
         if self.settings.report.value is not None:
             terminalreporter.write_line(f"JSON report: {self.settings.report.value}")
         if self.settings.record is not None:
             terminalreporter.write_line(f"recorded baseline: {self.settings.record}")
+
+    def _attach_busbw_plot(self) -> None:
+        """A PNG of busbw against size next to the JSON report (else the JUnit XML), named in both."""
+        if not rp.sweep_records(self.report.measurements):
+            return
+        base = self.settings.report.value or _junit_path(self.config)
+        if base is None:
+            self.plot_note = "busbw plot: not drawn (it is written next to --gb-report or --junitxml)"
+            return
+        path = base.with_name(f"{base.stem}.busbw.png")
+        try:
+            rp.busbw_plot(self.report.measurements, path, f"{self.target.sku}: bus bandwidth per message size")
+        except ImportError:
+            self.plot_note = "busbw plot: skipped, matplotlib is not installed (pip install 'pytest-gbvalidate[plots]')"
+            self.report.data["plot_note"] = self.plot_note
+            return
+        self.report.data.setdefault("plots", []).append({"metric": "busbw_gbps", "path": str(path)})
+        _add_junit_suite_properties(self.config, {"busbw_plot": str(path)})
 
     def _write_record(self, path: Path) -> None:
         from pytest_gbvalidate import baselines as bl
@@ -331,6 +501,54 @@ class Expect:
             warnings.warn(GbValidateWarning(verdict.message), stacklevel=2)
         return verdict
 
+    def record(
+        self,
+        metric: str,
+        value: float,
+        scope: str = "node",
+        *,
+        spec: MetricSpec | None = None,
+        details: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Keep a measurement in the reports without comparing it with anything (verdict `info`): the sizes of
+        a sweep that the baseline does not gate, so every measured size is reported."""
+        from pytest_gbvalidate.baselines import INFO
+
+        spec = spec or CATALOG.get(metric) or _spec_from(self.gb.target.reference(metric, scope))
+        if spec is None:
+            raise TypeError(f"{metric!r} is not a built-in metric: pass spec=MetricSpec(...) to say its unit")
+        self._store(
+            {
+                "test_id": self.item.nodeid,
+                "metric": metric,
+                "scope": scope,
+                "scope_kind": spec.scope_kind,
+                "value": rp.json_safe(float(value)),
+                "unit": spec.unit,
+                "direction": spec.direction,
+                "details": dict(details or {}),
+                "verdict": INFO,
+                "message": "measured; not gated at this scope",
+            }
+        )
+
+    def each(self, measurements: Sequence[tuple[str, str, float, Mapping[str, Any]]]) -> None:
+        """`gb_expect(metric, value, scope=..., details=...)` for every (metric, scope, value, details), all
+        recorded before the test fails (every failing one in one message) or, when none failed, skips."""
+        failures: list[str] = []
+        skip: BaseException | None = None
+        for metric, scope, value, details in measurements:
+            try:
+                self(metric, value, scope, details=details)
+            except pytest.fail.Exception as exc:
+                failures.append(str(exc.msg))
+            except pytest.skip.Exception as exc:
+                skip = skip or exc
+        if failures:
+            pytest.fail("\n".join(failures), pytrace=False)
+        if skip is not None:
+            raise skip
+
     def _store(self, record: dict[str, Any]) -> None:
         self.item.stash.setdefault(MEASUREMENTS, []).append(record)
         self.item.user_properties.extend(rp.junit_properties(record))
@@ -367,6 +585,11 @@ def _short_message(report: pytest.TestReport) -> str:
     if report.skipped and isinstance(report.longrepr, tuple):
         return str(report.longrepr[2])
     return report.longreprtext.strip().splitlines()[-1] if report.longreprtext.strip() else report.outcome
+
+
+def _junit_path(config: pytest.Config) -> Path | None:
+    xmlpath = config.getoption("xmlpath", None)
+    return None if not xmlpath else Path(config.invocation_params.dir) / str(xmlpath)
 
 
 def _add_junit_suite_properties(config: pytest.Config, properties: Mapping[str, str]) -> None:

@@ -4,6 +4,7 @@ that say where a bad value came from. No pytest here: the plugin hands in what e
 from __future__ import annotations
 
 import importlib.resources
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,11 +49,14 @@ class Settings:
     strict: Setting[bool]
     record: Path | None  # command line only: a one-off action, not a standing configuration
     list_skus: bool
+    # Seconds one call on the ranks may take before the gang is torn down; None: the SKU's default.
+    timeout: Setting[float | None] = Setting(None, "default")
+    reference_tools: Setting[bool] = Setting(False, "default")  # also run nccl-tests / nvbandwidth when on PATH
 
     @property
     def explicit(self) -> bool:
         """True when the user asked for gbvalidate in any way, so a bad value must fail the run."""
-        chosen = (self.sku, self.baselines, self.report, self.strict)
+        chosen = (self.sku, self.baselines, self.report, self.strict, self.timeout, self.reference_tools)
         return any(not s.is_default for s in chosen) or self.record is not None or self.list_skus
 
 
@@ -65,7 +69,7 @@ def ini_name(name: str) -> str:
 
 
 def cli_flag(name: str) -> str:
-    return f"--gb-{name}"
+    return f"--gb-{name.replace('_', '-')}"
 
 
 def bundled_baselines() -> Path:
@@ -81,6 +85,8 @@ def resolve(sources: Sources) -> Settings:
         strict=_pick(sources, "strict", False, _parse_bool),
         record=(sources.cwd / str(record)) if record else None,
         list_skus=bool(sources.cli.get("list_skus")),
+        timeout=_pick(sources, "timeout", None, _parse_timeout),
+        reference_tools=_pick(sources, "reference_tools", False, _parse_bool),
     )
 
 
@@ -129,3 +135,13 @@ def _parse_bool(raw: str, _base: Path) -> bool:
     if word in _FALSE:
         return False
     raise SettingError("expected one of 1/0, true/false, yes/no, on/off")
+
+
+def _parse_timeout(raw: str, _base: Path) -> float:
+    try:
+        seconds = float(raw.strip())
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise SettingError("a timeout is a positive number of seconds")
+    return seconds

@@ -1,23 +1,166 @@
-"""Memory bandwidth checks. Each measurement is asserted against the SKU's baseline in the test that made it."""
+"""Data movement and compute, measured per GPU (`[gpu3]`), per ordered GPU pair (`[gpu0->gpu1]`) or per node,
+each asserted against the SKU's baseline in the test that made it.
+
+Every measurement runs on a rank of the session's gang (`gb_gang`), alone on its node: the rank of the measured
+GPU does the work while the others wait, so a hang or crash is bounded by --gb-timeout and fails only its test,
+and under torchrun / srun every node measures its own GPUs and every rank reaches the same verdict.
+
+Sizes follow nvbandwidth's defaults (512 MiB buffers) unless the baseline's `params` say otherwise; timing is
+device events on GPUs (the host clock on the CPU), warm-up excluded, the median of >= 10 iterations.
+"""
 
 from __future__ import annotations
 
-import torch
+from typing import Any
 
-from pytest_gbvalidate.bench.copy import copy_bandwidth
+import pytest
+
+from pytest_gbvalidate.bench.on_rank import copy_on_rank, gemm_on_rank, has_fp8_on_rank, host_gemm_on_rank, p2p_on_rank
+from pytest_gbvalidate.dist.gang import Gang, NodeResult, run_on_local_rank
+from pytest_gbvalidate.labels import gpu_label, gpu_pair_label
+from pytest_gbvalidate.probes import Gpu
 from pytest_gbvalidate.session import Expect, Target
 
 HOST_COPY_SIZE_BYTES = 256 * 2**20  # large against the last-level cache, so the copy streams from DRAM
+DEVICE_COPY_SIZE_BYTES = 512 * 2**20  # nvbandwidth's default --bufferSize
+GEMM_SIZE = 8192  # m = n = k of a GPU GEMM (the size the public fp8 figures use)
+HOST_GEMM_SIZE = 1024  # of the CPU matmul: long enough to time, short enough for a smoke run
+ITERATIONS, COPY_WARMUP, GEMM_WARMUP = 20, 3, 5
 
 
-def test_host_copy_bandwidth(gb_target: Target, gb_expect: Expect) -> None:
-    metric = "host_copy_bandwidth_gbps"
-    params = gb_target.params(metric)
-    size_bytes = int(params.get("size_bytes", HOST_COPY_SIZE_BYTES))
-    cpu = torch.device("cpu")
-    result = copy_bandwidth(cpu, cpu, size_bytes, iterations=int(params.get("iterations", 20)))
-    gb_expect(
-        metric,
-        result.bandwidth_gbps,
-        details={"size_bytes": size_bytes, "iterations": result.iterations, "samples_gbps": result.samples_gbps},
+def _copy_params(target: Target, metric: str, default_size: int) -> tuple[int, int, int]:
+    params = target.params(metric)
+    size = int(params.get("size_bytes", default_size))
+    return size, int(params.get("warmup", COPY_WARMUP)), int(params.get("iterations", ITERATIONS))
+
+
+def _gemm_params(target: Target, metric: str, default_size: int) -> tuple[int, int, int, int, int]:
+    params = target.params(metric)
+    m, n, k = (int(params.get(axis, default_size)) for axis in "mnk")
+    return m, n, k, int(params.get("warmup", GEMM_WARMUP)), int(params.get("iterations", ITERATIONS))
+
+
+def _scope(label: str, result: NodeResult, results: list[NodeResult]) -> str:
+    """The label as is on one node; naming the node where several nodes' results sit side by side."""
+    if len(results) == 1:
+        return label
+    node = f"node{result.node_rank}"
+    return node if label == "node" else f"{node}/{label}"
+
+
+def _details(result: NodeResult, **extra: Any) -> dict[str, Any]:
+    return {"host": result.host, "rank": result.rank, **extra}
+
+
+def _expect_copies(gb_expect: Expect, metric: str, label: str, results: list[NodeResult]) -> None:
+    gb_expect.each(
+        [
+            (
+                metric,
+                _scope(label, r, results),
+                r.value.bandwidth_gbps,
+                _details(
+                    r,
+                    size_bytes=r.value.size_bytes,
+                    iterations=r.value.iterations,
+                    samples_gbps=r.value.samples_gbps,
+                    src=r.value.src_device,
+                    dst=r.value.dst_device,
+                    host_binding=r.value.host_binding,
+                ),
+            )
+            for r in results
+        ],
     )
+
+
+def _expect_gemms(gb_expect: Expect, metric: str, label: str, results: list[NodeResult]) -> None:
+    gb_expect.each(
+        [
+            (
+                metric,
+                _scope(label, r, results),
+                r.value.tflops,
+                _details(
+                    r,
+                    shape=[r.value.m, r.value.n, r.value.k],
+                    iterations=r.value.iterations,
+                    samples_tflops=r.value.samples_tflops,
+                    relative_error=r.value.relative_error,
+                ),
+            )
+            for r in results
+        ],
+    )
+
+
+# --- per node: the host (every SKU; the cpu SKU's own checks) ---------------------------------------------
+
+
+def test_host_copy_bandwidth(gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
+    metric = "host_copy_bandwidth_gbps"
+    size, warmup, iterations = _copy_params(gb_target, metric, HOST_COPY_SIZE_BYTES)
+    results = run_on_local_rank(gb_gang, 0, copy_on_rank, "host", size, warmup, iterations)
+    _expect_copies(gb_expect, metric, "node", results)
+
+
+def test_host_gemm_bf16_tflops(gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
+    metric = "host_gemm_bf16_tflops"
+    m, n, k, warmup, iterations = _gemm_params(gb_target, metric, HOST_GEMM_SIZE)
+    results = run_on_local_rank(gb_gang, 0, host_gemm_on_rank, "bf16", m, n, k, warmup, iterations)
+    _expect_gemms(gb_expect, metric, "node", results)
+
+
+# --- per GPU ---------------------------------------------------------------------------------------------------
+
+
+def _device_copy(kind: str, metric: str, index: int, target: Target, gang: Gang, gb_expect: Expect) -> None:
+    size, warmup, iterations = _copy_params(target, metric, DEVICE_COPY_SIZE_BYTES)
+    results = run_on_local_rank(gang, index, copy_on_rank, kind, size, warmup, iterations)
+    _expect_copies(gb_expect, metric, gpu_label(index), results)
+
+
+def _gemm(dtype: str, metric: str, index: int, target: Target, gang: Gang, gb_expect: Expect) -> None:
+    m, n, k, warmup, iterations = _gemm_params(target, metric, GEMM_SIZE)
+    results = run_on_local_rank(gang, index, gemm_on_rank, dtype, m, n, k, warmup, iterations)
+    _expect_gemms(gb_expect, metric, gpu_label(index), results)
+
+
+@pytest.mark.gb_gpu  # skipped on the cpu SKU
+def test_h2d_bandwidth(gpu: Gpu, gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
+    """Pinned host memory on the GPU's NUMA node to the GPU."""
+    _device_copy("h2d", "h2d_bandwidth_gbps", gpu.index, gb_target, gb_gang, gb_expect)
+
+
+@pytest.mark.gb_gpu  # skipped on the cpu SKU
+def test_d2h_bandwidth(gpu: Gpu, gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
+    """The GPU to pinned host memory on its NUMA node."""
+    _device_copy("d2h", "d2h_bandwidth_gbps", gpu.index, gb_target, gb_gang, gb_expect)
+
+
+@pytest.mark.gb_gpu  # skipped on the cpu SKU
+def test_d2d_bandwidth(gpu: Gpu, gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
+    """Within the GPU's own memory."""
+    _device_copy("d2d", "d2d_bandwidth_gbps", gpu.index, gb_target, gb_gang, gb_expect)
+
+
+@pytest.mark.gb_gpu  # skipped on the cpu SKU
+def test_p2p_bandwidth(gb_gpu_pair: tuple[int, int], gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
+    """From one GPU to another of the same node, in the direction of the pair."""
+    metric = "p2p_bandwidth_gbps"
+    src, dst = gb_gpu_pair
+    size, warmup, iterations = _copy_params(gb_target, metric, DEVICE_COPY_SIZE_BYTES)
+    results = run_on_local_rank(gb_gang, src, p2p_on_rank, dst, size, warmup, iterations)
+    _expect_copies(gb_expect, metric, gpu_pair_label(src, dst), results)
+
+
+@pytest.mark.gb_gpu  # skipped on the cpu SKU
+def test_gemm_bf16_tflops(gpu: Gpu, gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
+    _gemm("bf16", "gemm_bf16_tflops", gpu.index, gb_target, gb_gang, gb_expect)
+
+
+@pytest.mark.gb_gpu  # skipped on the cpu SKU
+def test_gemm_fp8_tflops(gpu: Gpu, gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
+    if not all(r.value for r in run_on_local_rank(gb_gang, gpu.index, has_fp8_on_rank)):
+        pytest.skip(f"{gpu.label} has no fp8 tensor cores (compute capability below 8.9)")
+    _gemm("fp8", "gemm_fp8_tflops", gpu.index, gb_target, gb_gang, gb_expect)

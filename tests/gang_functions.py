@@ -37,3 +37,11 @@ def raise_on(ctx: RankContext, bad_rank: int) -> None:
     if ctx.rank == bad_rank:
         raise ValueError(f"wrong data on rank {ctx.rank}")
     dist.barrier()
+
+
+def rank_and_device(ctx: RankContext, tag: str) -> tuple[int, str, str]:
+    return ctx.rank, str(ctx.device), tag
+
+
+def nccl_environment(ctx: RankContext) -> dict[str, str]:
+    return {name: value for name, value in os.environ.items() if name.startswith("NCCL_")}

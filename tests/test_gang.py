@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gbvalidate.dist.gang import GangError, LocalGang, world_from_environment
+from pytest_gbvalidate.dist.gang import GangError, LocalGang, NodeResult, run_on_local_rank
+from pytest_gbvalidate.dist.world import node_rank_from_environment, rendezvous_problem, world_from_environment
 from tests import gang_functions as f
 
 REPO = Path(__file__).resolve().parents[1]
@@ -102,3 +103,54 @@ def test_ranks_do_not_outlive_a_killed_parent() -> None:
 )
 def test_world_from_environment(env: dict[str, str], world: tuple[int, int, int] | None) -> None:
     assert world_from_environment(env) == world
+
+
+# --- what multi-node and per-GPU measurements need ------------------------------------------------------------
+
+
+def test_run_on_local_rank_runs_on_that_rank_alone(gang: LocalGang) -> None:
+    (result,) = run_on_local_rank(gang, 1, f.rank_and_device, "x")
+    assert isinstance(result, NodeResult)
+    assert (result.node_rank, result.rank, result.value) == (0, 1, (1, "cpu", "x")) and result.host
+    with pytest.raises(GangError, match="has no such rank: no rank has local rank 5"):
+        run_on_local_rank(gang, 5, f.rank_and_device, "x")
+
+
+def test_the_default_call_timeout_bounds_a_call(gang: LocalGang, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gang, "call_timeout_s", 1.0)
+    start = time.monotonic()
+    with pytest.raises(GangError, match="rank 1 timed out: hang_on did not finish within 1 s"):
+        gang.run(f.hang_on, 1)
+    assert time.monotonic() - start < 10
+
+
+def test_a_gang_that_cannot_start_is_not_restarted_on_every_call() -> None:
+    g = LocalGang(2, start_timeout_s=0.01)
+    try:
+        with pytest.raises(GangError, match=r"start-up did not finish within 0\.01 s"):
+            g.run(f.pid)
+        start = time.monotonic()
+        with pytest.raises(GangError, match=r"\(the gang failed to start earlier; not retried\)"):
+            g.run(f.pid)
+        assert time.monotonic() - start < 0.5 and g.starts == 1
+    finally:
+        g.close()
+
+
+@pytest.mark.parametrize(
+    ("env", "rank", "node"),
+    [
+        ({"GROUP_RANK": "3"}, 13, 3),
+        ({"SLURM_NODEID": "2"}, 9, 2),
+        ({"LOCAL_WORLD_SIZE": "4"}, 9, 2),
+        ({}, 9, 0),
+    ],
+)
+def test_node_rank_from_environment(env: dict[str, str], rank: int, node: int) -> None:
+    assert node_rank_from_environment(env, rank) == node
+
+
+def test_rendezvous_problem_names_what_srun_does_not_set() -> None:
+    assert rendezvous_problem({"MASTER_ADDR": "n1", "MASTER_PORT": "29500"}) is None
+    problem = rendezvous_problem({"MASTER_ADDR": "n1"})
+    assert problem is not None and problem.startswith("MASTER_PORT not set: under srun export MASTER_ADDR")

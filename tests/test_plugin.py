@@ -182,24 +182,67 @@ def test_strict_fails_what_the_baseline_lacks(lab: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["*LAB baseline has no h2d_bandwidth_gbps (--gb-strict)*"])
 
 
+COLLECTIVE_TESTS = {
+    "test_all_reduce_busbw[in_place]": "all_reduce_busbw_gbps",
+    "test_all_gather_busbw[in_place]": "all_gather_busbw_gbps",
+    "test_all_gather_busbw[out_of_place]": "all_gather_busbw_gbps",
+    "test_reduce_scatter_busbw[in_place]": "reduce_scatter_busbw_gbps",
+    "test_reduce_scatter_busbw[out_of_place]": "reduce_scatter_busbw_gbps",
+    "test_alltoall_busbw[out_of_place]": "alltoall_busbw_gbps",
+    "test_broadcast_busbw[in_place]": "broadcast_busbw_gbps",
+}
+CPU_SWEEP = ["8B", "16B", "32B", "64B", "128B", "256B", "512B", "1KiB", "2KiB", "4KiB", "8KiB", "16KiB", "32KiB"]
+CPU_SWEEP += ["64KiB", "128KiB", "256KiB", "512KiB", "1MiB", "2MiB", "4MiB"]
+
+
 def test_suites_run_on_the_cpu_sku_end_to_end(pytester: pytest.Pytester) -> None:
-    bandwidth = str(SUITES / "test_bandwidth.py")  # the health and topology suites have their own tests
+    # The data-movement suites; health, topology and pretraining have end-to-end tests of their own.
+    suites = [str(SUITES / f"test_{name}.py") for name in ("bandwidth", "collectives", "reference_tools")]
     result = pytester.runpytest(
-        bandwidth, "--gb-sku=cpu", "--junitxml=r.xml", "--gb-report=r.json", "-p", "no:cacheprovider"
+        *suites, "--gb-sku=cpu", "--junitxml=r.xml", "--gb-report=r.json", "-p", "no:cacheprovider", "-rs"
     )
-    result.assert_outcomes(passed=1)
-    case = junit_cases(pytester.path / "r.xml")["test_host_copy_bandwidth"]
-    props = dict(case["props"])
-    assert props["gb_metric"] == "host_copy_bandwidth_gbps"
-    # The cpu baseline's warn band sits at half the measured rate: a machine busy with other work lands there.
-    assert props["gb_verdict"] in ("pass", "warn")
+    # host copy, host GEMM and 7 collective sweeps; per-GPU checks and reference tools do not apply to cpu
+    result.assert_outcomes(passed=9, skipped=15)
+    result.stdout.fnmatch_lines(
+        ["SKIPPED [[]1[]] *test_bandwidth.py:*: needs NVIDIA GPUs; this run checks the cpu SKU, which has none"]
+    )
+    cases = junit_cases(pytester.path / "r.xml")
+    props = dict(cases["test_host_copy_bandwidth"]["props"])
+    assert props["gb_metric"] == "host_copy_bandwidth_gbps" and props["gb_verdict"] in ("pass", "warn")
     assert float(props["gb_value"]) > 0
+    assert dict(cases["test_host_gemm_bf16_tflops"]["props"])["gb_metric"] == "host_gemm_bf16_tflops"
     root = ET.parse(pytester.path / "r.xml").getroot()
     suite_props = {p.get("name"): p.get("value") for p in root.iterfind("testsuite/properties/property")}
     assert suite_props["gb_sku"] == "cpu" and suite_props["gb_torch"]
-    (measurement,) = json.loads((pytester.path / "r.json").read_text())["measurements"]
-    assert measurement["value"] == pytest.approx(float(props["gb_value"]))
-    assert measurement["details"]["iterations"] >= 10 and len(measurement["details"]["samples_gbps"]) >= 10
+
+    report = json.loads((pytester.path / "r.json").read_text())
+    tests = by_test(report)
+    (copy,) = tests["test_host_copy_bandwidth"]
+    assert copy["value"] == pytest.approx(float(props["gb_value"]))
+    assert copy["details"]["iterations"] >= 10 and len(copy["details"]["samples_gbps"]) >= 10
+    for name, metric in COLLECTIVE_TESTS.items():
+        # every measured size is in the JSON report and in JUnit, gated at the baseline's sizes only
+        records = tests[name]
+        assert [r["scope"] for r in records if r["verdict"] == "info"] == [
+            s for s in CPU_SWEEP if "MiB" not in s or s == "2MiB"
+        ]
+        gated = {r["scope"]: r for r in records if r["verdict"] != "info"}
+        assert sorted(gated) == ["1MiB", "4MiB"] and all(r["verdict"] in ("pass", "warn") for r in gated.values())
+        assert all(r["metric"] == metric and r["value"] > 0 and r["details"]["wrong"] == 0 for r in records)
+        assert {r["details"]["size_bytes"] for r in records} == {8 * 2**i for i in range(20)}
+        junit_scopes = [v for k, v in cases[name]["props"] if k == "gb_scope"]
+        assert sorted(junit_scopes) == sorted(CPU_SWEEP)
+    (plot,) = report["plots"]
+    assert Path(plot["path"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and suite_props["gb_busbw_plot"] == plot["path"]
+    assert report["settings"]["timeout_s"] == {"value": 30.0, "source": "default for a CPU-only SKU"}
+    result.stdout.fnmatch_lines(
+        [
+            "*gbvalidate: collectives, per message size (nccl-tests columns)*",
+            "all_reduce_busbw_gbps (pytest-gbvalidate; GB/s with GB = 1e9 bytes)",
+            "*size*count*type*in_place:time_us*algbw*busbw*#wrong*gate",
+            "*4MiB*1048576*float*0*(expected 1.544)",  # PASS, or WARN on a busy machine
+        ]
+    )
 
 
 def test_auto_detects_cpu_here_and_records_where_it_came_from(
@@ -323,16 +366,20 @@ def test_list_skus(pytester: pytest.Pytester) -> None:
 
 def test_record_on_cpu_then_pass_against_the_recording(pytester: pytest.Pytester) -> None:
     shutil.copytree(REPO / "baselines", pytester.path / "b")
-    bandwidth = str(SUITES / "test_bandwidth.py")
-    first = pytester.runpytest(bandwidth, "--gb-sku=cpu", "--gb-baselines=b", "--gb-record=b/golden.yaml")
-    first.assert_outcomes(passed=1)
+    some = [str(SUITES / "test_bandwidth.py"), str(SUITES / "test_collectives.py"), "-k", "host_copy or all_reduce"]
+    first = pytester.runpytest(*some, "--gb-sku=cpu", "--gb-baselines=b", "--gb-record=b/golden.yaml")
+    first.assert_outcomes(passed=2, deselected=13)
     first.stdout.fnmatch_lines(["recorded baseline: *golden.yaml"])
     text = (pytester.path / "b" / "golden.yaml").read_text()
     assert "sku: golden" in text and "status: measured" in text and "measured on " in text
-    second = pytester.runpytest(bandwidth, "--gb-sku=golden", "--gb-baselines=b", "--gb-report=r.json")
-    second.assert_outcomes(passed=1)
-    (m,) = json.loads((pytester.path / "r.json").read_text())["measurements"]
-    assert m["verdict"] in ("pass", "warn") and m["status"] == "measured" and m["provenance"].startswith("measured on ")
+    assert "      1MiB:" in text and "      4MiB:" in text and "2MiB" not in text  # the gated sizes only
+    second = pytester.runpytest(*some, "--gb-sku=golden", "--gb-baselines=b", "--gb-report=r.json")
+    second.assert_outcomes(passed=2, deselected=13)
+    gated = [m for m in json.loads((pytester.path / "r.json").read_text())["measurements"] if m["verdict"] != "info"]
+    assert [m["scope"] for m in gated] == ["node", "1MiB", "4MiB"]
+    for m in gated:  # compared with the recording (a busy machine may land in the warn band; never below fail)
+        assert m["verdict"] in ("pass", "warn") and m["status"] == "measured"
+        assert m["provenance"].startswith("measured on ") and m["expected"] > 0
 
 
 def test_record_a_sku_that_has_no_baseline_yet(lab: pytest.Pytester) -> None:

@@ -68,3 +68,45 @@ def test_errors_name_where_the_value_came_from(tmp_path: Path, kwargs: dict[str,
 def test_booleans(tmp_path: Path, raw: str, value: bool) -> None:
     s = resolve(sources(tmp_path, env={"GBVALIDATE_STRICT": raw}))
     assert s.strict.value is value and s.explicit
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "value", "source"),
+    [
+        ({}, None, "default"),
+        ({"ini": {"timeout": "45"}}, 45.0, "gb_timeout in "),
+        (
+            {"env": {"GBVALIDATE_TIMEOUT": "2.5"}, "ini": {"timeout": "45"}},
+            2.5,
+            "GBVALIDATE_TIMEOUT in the environment",
+        ),
+        ({"cli": {"timeout": "600"}, "env": {"GBVALIDATE_TIMEOUT": "2.5"}}, 600.0, "--gb-timeout on the command line"),
+    ],
+)
+def test_timeout_precedence(
+    tmp_path: Path, kwargs: dict[str, dict[str, str]], value: float | None, source: str
+) -> None:
+    s = resolve(sources(tmp_path, **kwargs))  # type: ignore[arg-type]
+    assert s.timeout.value == value and s.timeout.source.startswith(source)
+    assert s.explicit is (value is not None)
+
+
+@pytest.mark.parametrize("raw", ["0", "-3", "soon", "nan", "inf", "1e999"])
+def test_bad_timeouts_name_their_source(tmp_path: Path, raw: str) -> None:
+    with pytest.raises(SettingError) as excinfo:
+        resolve(sources(tmp_path, env={"GBVALIDATE_TIMEOUT": raw}))
+    assert (
+        str(excinfo.value)
+        == f"GBVALIDATE_TIMEOUT in the environment: {raw!r}: a timeout is a positive number of seconds"
+    )
+
+
+def test_reference_tools_setting(tmp_path: Path) -> None:
+    assert resolve(sources(tmp_path)).reference_tools.value is False
+    s = resolve(sources(tmp_path, ini={"reference_tools": "yes"}))
+    assert s.reference_tools.value is True and s.explicit
+    assert resolve(sources(tmp_path, cli={"reference_tools": True})).reference_tools.source == (
+        "--gb-reference-tools on the command line"
+    )
+    with pytest.raises(SettingError, match=r"^gb_reference_tools in .*: 'perhaps': expected one of"):
+        resolve(sources(tmp_path, ini={"reference_tools": "perhaps"}))

@@ -3,7 +3,7 @@ GB = 1e9 bytes, one direction. The same function runs host->host on the CPU and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -22,6 +22,7 @@ class CopyResult:
     iterations: int
     bandwidth_gbps: float  # median over the timed iterations
     samples_gbps: list[float]
+    host_binding: dict[str, str] = field(default_factory=dict)  # CPUs / NUMA node the host side was bound to
 
 
 def copy_bandwidth(

@@ -8,6 +8,9 @@ Two kinds of gang, one interface (`Gang.run`):
   raises `GangError` naming the rank and the cause, and the next call starts a fresh gang.
 - `WorldGang`: pytest itself runs under torchrun or Slurm `srun`; this process is one rank of that world and
   `run` executes the function here and gathers every rank's result, so all ranks see the same results.
+
+`run_on_local_rank` runs a function on one local rank of every node (per-GPU and per-node measurements) while
+the other ranks wait, so a node-local check needs no code of its own to work across nodes.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import multiprocessing as mp
 import os
 import shutil
 import signal
+import socket
 import tempfile
 import time
 import traceback
@@ -30,6 +34,8 @@ from typing import Any, Protocol
 import torch
 import torch.distributed as dist
 
+from pytest_gbvalidate.dist.world import node_rank_from_environment, rendezvous_problem
+
 _POLL_S = 0.05
 _PARENT_CHECK_S = 1.0
 
@@ -41,6 +47,7 @@ class RankContext:
     local_rank: int
     device: torch.device
     backend: str
+    node_rank: int = 0  # which node of the world this rank is on (0 for a local gang)
 
 
 class GangError(RuntimeError):
@@ -57,20 +64,12 @@ class GangError(RuntimeError):
 class Gang(Protocol):
     world_size: int
 
-    def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float) -> list[Any]:
-        """`fn(ctx, *args)` on every rank; the results in rank order. `fn` must be a module-level function."""
+    def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None) -> list[Any]:
+        """`fn(ctx, *args)` on every rank; the results in rank order. `fn` must be a module-level function.
+        `timeout_s` bounds the call (None: the gang's default)."""
         ...
 
     def close(self) -> None: ...
-
-
-def world_from_environment(env: Mapping[str, str]) -> tuple[int, int, int] | None:
-    """(rank, world_size, local_rank) when this process is a rank of torchrun's or srun's world, else None."""
-    if "WORLD_SIZE" in env and "RANK" in env:
-        return int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", "0"))
-    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env and int(env["SLURM_NTASKS"]) > 1:
-        return int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), int(env.get("SLURM_LOCALID", "0"))
-    return None
 
 
 def device_for(device_type: str, local_rank: int) -> torch.device:
@@ -140,24 +139,33 @@ class LocalGang:
         env: Mapping[str, str] | None = None,
         start_timeout_s: float = 120.0,
         collective_timeout_s: float = 600.0,
+        call_timeout_s: float = 600.0,
     ) -> None:
         self.world_size = world_size
         self.device_type = device_type
         self.env = dict(env or {})
         self.start_timeout_s = start_timeout_s
         self.collective_timeout_s = collective_timeout_s
+        self.call_timeout_s = call_timeout_s
         self._procs: list[Any] = []
         self._conns: list[Connection] = []
         self._tmpdir: str | None = None
         self.starts = 0  # how many times ranks were started: a failed call costs a restart
+        # A gang that cannot start (a GPU gone, a broken driver) will not start on the next call either: later
+        # calls fail at once with the same cause instead of paying a start-up each.
+        self._start_error: GangError | None = None
 
-    def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float) -> list[Any]:
+    def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None) -> list[Any]:
+        if self._start_error is not None:
+            e = self._start_error
+            first, newline, rest = e.detail.partition("\n")
+            raise GangError(e.rank, e.cause, f"{first} (the gang failed to start earlier; not retried){newline}{rest}")
         if not self._procs:
             self._start()
         try:
             for conn in self._conns:
                 conn.send((fn, args))
-            return self._collect(timeout_s, getattr(fn, "__name__", str(fn)))
+            return self._collect(self.call_timeout_s if timeout_s is None else timeout_s, _name(fn, args))
         except BaseException:
             self.close(force=True)
             raise
@@ -194,6 +202,10 @@ class LocalGang:
         self.starts += 1
         try:
             self._collect(self.start_timeout_s, "start-up")
+        except GangError as exc:
+            self._start_error = exc
+            self.close(force=True)
+            raise
         except BaseException:
             self.close(force=True)
             raise
@@ -278,6 +290,13 @@ def _innermost_frame(dump: str) -> str:
     return frames[0].removeprefix("File ").replace('"', "") if frames else "unknown"
 
 
+def _name(fn: Callable[..., Any], args: tuple[Any, ...]) -> str:
+    """What a call is, for messages: the function, or for `run_on_local_rank` the function it runs."""
+    if fn is _on_local_rank and len(args) >= 2:
+        return getattr(args[1], "__name__", str(args[1]))
+    return getattr(fn, "__name__", str(fn))
+
+
 def _last_line(text: str) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return lines[-1] if lines else text
@@ -287,30 +306,82 @@ def _last_line(text: str) -> str:
 
 
 class WorldGang:
-    """This process is one rank of a torchrun / srun world (MASTER_ADDR and MASTER_PORT in the environment)."""
+    """This process is one rank of a torchrun / srun world (MASTER_ADDR and MASTER_PORT in the environment).
 
-    def __init__(self, rank: int, world_size: int, local_rank: int, *, device_type: str, timeout_s: float) -> None:
+    `timeout_s` is the process group's collective timeout: the only bound there is on a peer that hangs, since
+    the processes belong to the launcher, not to us (a call's own `timeout_s` cannot shorten it)."""
+
+    def __init__(
+        self,
+        rank: int,
+        world_size: int,
+        local_rank: int,
+        *,
+        device_type: str,
+        timeout_s: float,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.world_size = world_size
         self.device = device_for(device_type, local_rank)
         if not dist.is_initialized():
+            problem = rendezvous_problem(os.environ)
+            if problem is not None:
+                raise GangError(rank, "cannot join its world", problem)
+            for name, value in (env or {}).items():  # read by NCCL when the first communicator is made
+                os.environ.setdefault(name, value)
             os.environ.setdefault("RANK", str(rank))
             os.environ.setdefault("WORLD_SIZE", str(world_size))
             os.environ.setdefault("LOCAL_RANK", str(local_rank))
             _init_rank(self.device, rank, world_size, "env://", timeout_s)
-        self.ctx = RankContext(rank, world_size, local_rank, self.device, dist.get_backend())
+        node_rank = node_rank_from_environment(os.environ, rank)
+        self.ctx = RankContext(rank, world_size, local_rank, self.device, dist.get_backend(), node_rank)
 
-    def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float) -> list[Any]:
-        # timeout_s bounds nothing here: a peer that hangs is bounded by the process group's collective timeout.
+    def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None) -> list[Any]:
         try:
             mine: tuple[str, Any] = ("ok", fn(self.ctx, *args))
         except Exception:
             mine = ("raised", traceback.format_exc())
         gathered: list[Any] = [None] * self.world_size
-        dist.all_gather_object(gathered, mine)
+        try:
+            dist.all_gather_object(gathered, mine)
+        except Exception as exc:  # a peer died or timed out: every surviving rank gets here
+            raise GangError(None, "lost a peer", f"{_name(fn, args)}: {_last_line(str(exc))}") from exc
         for rank, (status, payload) in enumerate(gathered):
             if status == "raised":
-                raise GangError(rank, "raised", f"{getattr(fn, '__name__', fn)}: {_last_line(payload)}\n{payload}")
+                raise GangError(rank, "raised", f"{_name(fn, args)}: {_last_line(payload)}\n{payload}")
         return [payload for _, payload in gathered]
 
     def close(self) -> None:
         pass  # the world belongs to torchrun / srun; it is torn down when the processes exit
+
+
+# --- one local rank per node --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeResult:
+    """What one node's rank returned from `run_on_local_rank`."""
+
+    node_rank: int
+    host: str
+    rank: int
+    value: Any
+
+
+def run_on_local_rank(
+    gang: Gang, local_rank: int, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None
+) -> list[NodeResult]:
+    """`fn(ctx, *args)` on the rank with this local rank on every node, while the others wait, so a per-GPU or
+    per-node measurement runs alone on its node. One result per node, in node order; every rank of a world
+    gets the same list, so every rank reaches the same verdict."""
+    results = gang.run(_on_local_rank, local_rank, fn, *args, timeout_s=timeout_s)
+    found = [r for r in results if r is not None]
+    if not found:
+        raise GangError(None, "has no such rank", f"no rank has local rank {local_rank} (world of {len(results)})")
+    return sorted(found, key=lambda r: r.node_rank)
+
+
+def _on_local_rank(ctx: RankContext, local_rank: int, fn: Callable[..., Any], *args: Any) -> NodeResult | None:
+    if ctx.local_rank != local_rank:
+        return None
+    return NodeResult(ctx.node_rank, socket.gethostname(), ctx.rank, fn(ctx, *args))

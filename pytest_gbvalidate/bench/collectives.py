@@ -1,0 +1,255 @@
+"""Collective bandwidth over a sweep of message sizes, measured and reported as nccl-tests does:
+
+- S is the bytes of the full buffer (for all_gather, reduce_scatter and alltoall: the total array), float32
+  elements (nccl-tests' default type); algbw = S / t with GB = 1e9 bytes; busbw = algbw x factor, the factor
+  being 2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter and alltoall, 1 for broadcast.
+- t is per iteration: each rank times every iteration (device events on GPUs, the host clock on the CPU), the
+  ranks' times are averaged per iteration (nccl-tests' default `-a 1`), and the median over iterations is
+  reported (nccl-tests: the mean over a timed loop).
+- After timing, every size is run once more on known data and each rank counts the elements that are wrong
+  (nccl-tests' #wrong): a fast wrong answer is a failure.
+
+`sweep_on_rank` runs on every rank of a gang (SPMD); `summarize` turns the ranks' results into one row per size.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from pytest_gbvalidate.bench.timing import time_op_s
+from pytest_gbvalidate.dist.gang import RankContext
+from pytest_gbvalidate.labels import size_label
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast")
+IN_PLACE, OUT_OF_PLACE = "in_place", "out_of_place"
+# torch.distributed's all_reduce and broadcast only work in place, and all_to_all_single has no in-place form.
+PLACEMENTS = {
+    "all_reduce": (IN_PLACE,),
+    "all_gather": (IN_PLACE, OUT_OF_PLACE),
+    "reduce_scatter": (IN_PLACE, OUT_OF_PLACE),
+    "alltoall": (OUT_OF_PLACE,),
+    "broadcast": (IN_PLACE,),
+}
+DTYPE, DTYPE_NAME, ELEMENT_BYTES = torch.float32, "float", 4
+_SPLIT = frozenset({"all_gather", "reduce_scatter", "alltoall"})  # element count divisible by the ranks
+_PERIOD, _RANK_MOD, _SENTINEL = 251, 7, -1.0  # input element j of rank r holds (j % 251) + (r % 7), exact in fp32
+_CHUNK = 2**26  # elements checked at a time, so checking a 16 GiB buffer needs no second 16 GiB
+
+
+def busbw_factor(collective: str, world_size: int) -> float:
+    n = world_size
+    if collective == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if collective in _SPLIT:
+        return (n - 1) / n
+    if collective == "broadcast":
+        return 1.0
+    raise ValueError(f"unknown collective {collective!r} (known: {', '.join(COLLECTIVES)})")
+
+
+def algbw_gbps(size_bytes: int, seconds: float) -> float:
+    return size_bytes / seconds / 1e9
+
+
+def element_count(collective: str, size_bytes: int, world_size: int) -> int:
+    """Elements of the full buffer for a nominal size; split collectives round down to a multiple of the ranks,
+    as nccl-tests does. 0 means the size is too small to measure with this many ranks."""
+    count = size_bytes // ELEMENT_BYTES
+    return count - count % world_size if collective in _SPLIT else count
+
+
+@dataclass(frozen=True)
+class RankSizeResult:
+    """One rank's measurement of one size."""
+
+    size_bytes: int  # nominal (the label)
+    count: int  # elements of the full buffer
+    seconds: list[float]  # per timed iteration
+    wrong: int  # elements of this rank's output that differ from the expected result
+
+
+@dataclass(frozen=True)
+class SizeRow:
+    """One row of the results table: one size, all ranks combined."""
+
+    collective: str
+    placement: str
+    size_bytes: int
+    label: str
+    bytes: int  # S of the nccl-tests formulas: count x element size
+    count: int
+    dtype: str
+    iterations: int
+    time_s: float
+    algbw_gbps: float
+    busbw_gbps: float
+    wrong: int
+    wrong_by_rank: dict[int, int]
+
+    def details(self) -> dict[str, object]:
+        """What a report keeps of this row besides busbw itself."""
+        return {
+            "collective": self.collective,
+            "placement": self.placement,
+            "size_bytes": self.bytes,
+            "count": self.count,
+            "dtype": self.dtype,
+            "iterations": self.iterations,
+            "time_us": round(self.time_s * 1e6, 3),
+            "algbw_gbps": self.algbw_gbps,
+            "wrong": self.wrong,
+        }
+
+
+def sweep_on_rank(
+    ctx: RankContext, collective: str, placement: str, sizes: Sequence[int], warmup: int, iterations: int
+) -> list[RankSizeResult]:
+    """Time `collective` at each size on this rank, then check one run on known data. Runs on every rank."""
+    if placement not in PLACEMENTS[collective]:
+        raise ValueError(f"{collective} has no {placement} form here (has: {', '.join(PLACEMENTS[collective])})")
+    results = []
+    for size in sizes:
+        count = element_count(collective, size, ctx.world_size)
+        if count == 0:
+            continue
+        case = _Case(ctx, collective, placement, count)
+        case.fill()
+        seconds = time_op_s(ctx.device, case.op, warmup=warmup, iterations=iterations)
+        case.fill()
+        case.op()
+        results.append(RankSizeResult(size, count, seconds, case.count_wrong()))
+        del case
+        _release_cached_memory(ctx.device)
+    return results
+
+
+def summarize(collective: str, placement: str, per_rank: Sequence[Sequence[RankSizeResult]]) -> list[SizeRow]:
+    """One row per size from every rank's results (rank order)."""
+    n = len(per_rank)
+    factor = busbw_factor(collective, n)
+    rows = []
+    for by_rank in zip(*per_rank, strict=True):
+        first = by_rank[0]
+        per_iteration = [statistics.fmean(times) for times in zip(*(r.seconds for r in by_rank), strict=True)]
+        t = statistics.median(per_iteration)
+        size = first.count * ELEMENT_BYTES
+        algbw = algbw_gbps(size, t)
+        rows.append(
+            SizeRow(
+                collective=collective,
+                placement=placement,
+                size_bytes=first.size_bytes,
+                label=size_label(first.size_bytes),
+                bytes=size,
+                count=first.count,
+                dtype=DTYPE_NAME,
+                iterations=len(per_iteration),
+                time_s=t,
+                algbw_gbps=algbw,
+                busbw_gbps=algbw * factor,
+                wrong=sum(r.wrong for r in by_rank),
+                wrong_by_rank={rank: r.wrong for rank, r in enumerate(by_rank) if r.wrong},
+            )
+        )
+    return rows
+
+
+# --- one collective at one size on one rank -------------------------------------------------------------------
+
+
+class _Case:
+    """The buffers, the operation and the expected result of one collective at one size on one rank."""
+
+    def __init__(self, ctx: RankContext, collective: str, placement: str, count: int) -> None:
+        self.rank, self.n = ctx.rank, ctx.world_size
+        self.collective, self.in_place = collective, placement == IN_PLACE
+        self.chunk = count // self.n if collective in _SPLIT else count
+        device = ctx.device
+        if collective in ("all_reduce", "broadcast"):
+            self.input = self.output = torch.empty(count, dtype=DTYPE, device=device)
+        elif collective == "all_gather":
+            self.output = torch.empty(count, dtype=DTYPE, device=device)
+            own = self.output[self.rank * self.chunk : (self.rank + 1) * self.chunk]
+            self.input = own if self.in_place else torch.empty(self.chunk, dtype=DTYPE, device=device)
+        elif collective == "reduce_scatter":
+            self.input = torch.empty(count, dtype=DTYPE, device=device)
+            own = self.input[self.rank * self.chunk : (self.rank + 1) * self.chunk]
+            self.output = own if self.in_place else torch.empty(self.chunk, dtype=DTYPE, device=device)
+        else:  # alltoall
+            self.input = torch.empty(count, dtype=DTYPE, device=device)
+            self.output = torch.empty(count, dtype=DTYPE, device=device)
+        self.op = self._operation()
+
+    def _operation(self) -> Callable[[], object]:
+        c = self.collective
+        if c == "all_reduce":
+            return lambda: dist.all_reduce(self.input)
+        if c == "broadcast":
+            return lambda: dist.broadcast(self.input, src=0)
+        if c == "all_gather":
+            return lambda: _all_gather_single(self.output, self.input)
+        if c == "reduce_scatter":
+            return lambda: _reduce_scatter_single(self.output, self.input)
+        return lambda: dist.all_to_all_single(self.output, self.input)
+
+    def fill(self) -> None:
+        """Known inputs: element j of this rank's input is (j % 251) + (rank % 7); the rest of an in-place
+        all_gather buffer, and a broadcast's non-root buffers, hold a value no correct result has."""
+        if self.collective == "all_gather" and self.in_place:
+            self.output.fill_(_SENTINEL)
+        if self.collective == "broadcast" and self.rank != 0:
+            self.input.fill_(_SENTINEL)
+            return
+        _fill_chunked(self.input, lambda idx: (idx % _PERIOD + self.rank % _RANK_MOD).to(DTYPE))
+
+    def expected(self, idx: torch.Tensor) -> torch.Tensor:
+        """The correct value of output elements `idx` on this rank."""
+        n, r, c = self.n, self.rank, self.chunk
+        rank_sum = sum(q % _RANK_MOD for q in range(n))  # of the (rank % 7) terms over all ranks
+        if self.collective == "all_reduce":
+            value = n * (idx % _PERIOD) + rank_sum
+        elif self.collective == "broadcast":
+            value = idx % _PERIOD  # root 0's data
+        elif self.collective == "all_gather":
+            value = idx % c % _PERIOD + idx // c % _RANK_MOD  # chunk q is rank q's input
+        elif self.collective == "reduce_scatter":
+            value = n * ((r * c + idx) % _PERIOD) + rank_sum
+        else:  # alltoall: chunk q is rank q's chunk r
+            value = (r * c + idx % c) % _PERIOD + idx // c % _RANK_MOD
+        return value.to(DTYPE)
+
+    def count_wrong(self) -> int:
+        wrong = 0
+        for lo in range(0, self.output.numel(), _CHUNK):
+            hi = min(lo + _CHUNK, self.output.numel())
+            idx = torch.arange(lo, hi, device=self.output.device)
+            wrong += int((self.output[lo:hi] != self.expected(idx)).sum())
+        return wrong
+
+
+def _fill_chunked(t: torch.Tensor, value: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    for lo in range(0, t.numel(), _CHUNK):
+        hi = min(lo + _CHUNK, t.numel())
+        t[lo:hi] = value(torch.arange(lo, hi, device=t.device))
+
+
+def _all_gather_single(output: torch.Tensor, input: torch.Tensor) -> object:
+    # torch 2.13 renamed all_gather_into_tensor (now a deprecated alias); older releases have only the old name.
+    fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    return fn(output, input)
+
+
+def _reduce_scatter_single(output: torch.Tensor, input: torch.Tensor) -> object:
+    fn = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    return fn(output, input)
+
+
+def _release_cached_memory(device: torch.device) -> None:
+    """CUDA-only: hand the last size's buffers back, so the cache of a 16 GiB sweep does not hold twice that."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()

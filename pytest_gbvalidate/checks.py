@@ -1,0 +1,82 @@
+"""Check helpers the bundled suites share: how a message-size sweep is planned from a SKU's baseline, and how
+its results are reported and gated. Site suites can use them too."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from pytest_gbvalidate.labels import parse_size_label, size_label
+from pytest_gbvalidate.session import Expect, Target
+
+SWEEP_BYTES = {"gpu": (8, 8 * 2**30), "cpu": (8, 4 * 2**20)}
+# Sizes gated when the baseline names none (a SKU being recorded): the sizes public figures are quoted at.
+DEFAULT_GATES = {"gpu": ("128MiB", "1GiB", "8GiB", "16GiB"), "cpu": ("1MiB", "4MiB")}
+WARMUP, ITERATIONS = 5, 20
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    min_bytes: int
+    max_bytes: int
+    sizes: list[int]  # powers of two from min to max, and every gated size
+    gates: frozenset[str]  # size labels the baseline gives values for
+    warmup: int
+    iterations: int
+
+
+def sweep_plan(target: Target, metric: str) -> SweepPlan:
+    """8 B to 8 GiB on GPUs (to 4 MiB on the CPU), doubling, plus every size the baseline gates; the metric's
+    `params` (min_bytes, max_bytes, warmup, iterations) override the defaults."""
+    kind = "gpu" if target.is_gpu else "cpu"
+    params = target.metric_params(metric)
+    min_bytes = int(params.get("min_bytes", SWEEP_BYTES[kind][0]))
+    max_bytes = int(params.get("max_bytes", SWEEP_BYTES[kind][1]))
+    gates = target.gate_labels(metric) or [g for g in DEFAULT_GATES[kind] if parse_size_label(g) <= max_bytes]
+    gate_bytes = [parse_size_label(g) for g in gates]
+    sizes = sorted({*_doubling(min_bytes, max_bytes), *gate_bytes})
+    return SweepPlan(
+        min_bytes,
+        max(sizes),
+        sizes,
+        frozenset(size_label(b) for b in gate_bytes),
+        int(params.get("warmup", WARMUP)),
+        int(params.get("iterations", ITERATIONS)),
+    )
+
+
+def _doubling(min_bytes: int, max_bytes: int) -> list[int]:
+    if not 0 < min_bytes <= max_bytes:
+        raise ValueError(f"a sweep needs 0 < min_bytes <= max_bytes, got {min_bytes} and {max_bytes}")
+    sizes, size = [], min_bytes
+    while size <= max_bytes:
+        sizes.append(size)
+        size *= 2
+    return sizes
+
+
+def expect_sweep(
+    gb_expect: Expect,
+    metric: str,
+    plan: SweepPlan,
+    rows: Sequence[tuple[str, float, Mapping[str, Any]]],
+    problems: Sequence[str] = (),
+) -> None:
+    """Report every size of a sweep -- (label, value, details) -- gate the sizes the plan gates, one by one, and
+    fail with every problem (wrong data, a gate missed) in one message. Sizes not gated are recorded only."""
+    for label, value, details in rows:
+        if label not in plan.gates:
+            gb_expect.record(metric, value, label, details=details)
+    failures = list(problems)
+    try:
+        gb_expect.each([(metric, label, value, details) for label, value, details in rows if label in plan.gates])
+    except pytest.fail.Exception as exc:
+        failures.append(str(exc.msg))
+    except pytest.skip.Exception:
+        if not failures:
+            raise
+    if failures:
+        pytest.fail("\n".join(failures), pytrace=False)

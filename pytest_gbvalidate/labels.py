@@ -1,0 +1,38 @@
+"""Scope labels, written one way everywhere (test ids, baselines, reports): message sizes (`8B`, `1KiB`,
+`128MiB`, `8GiB`), GPUs (`gpu3`) and ordered GPU pairs (`gpu0->gpu1`). Pure Python."""
+
+from __future__ import annotations
+
+import re
+
+_UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
+_SIZE = re.compile(r"^\s*(\d+)\s*(B|KiB|MiB|GiB|TiB)\s*$")
+_FACTORS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+
+
+def size_label(size_bytes: int) -> str:
+    """The exact size in the largest binary unit that divides it: 8B, 1536B, 1KiB, 128MiB, 8GiB."""
+    if size_bytes < 0:
+        raise ValueError(f"a size is not negative: {size_bytes}")
+    for unit, factor in _UNITS:
+        if size_bytes >= factor and size_bytes % factor == 0:
+            return f"{size_bytes // factor}{unit}"
+    return f"{size_bytes}B"
+
+
+def parse_size_label(label: str) -> int:
+    """Bytes in a size label ('8GiB' -> 8589934592); ValueError for anything else."""
+    match = _SIZE.match(label)
+    if match is None:
+        raise ValueError(f"{label!r} is not a size like 8B, 1KiB, 128MiB or 8GiB")
+    return int(match.group(1)) * _FACTORS[match.group(2)]
+
+
+def gpu_label(index: int, node: str | None = None) -> str:
+    """`gpu3`, or `node1/gpu3` where results from several nodes sit side by side."""
+    return f"gpu{index}" if node is None else f"{node}/gpu{index}"
+
+
+def gpu_pair_label(src: int, dst: int, node: str | None = None) -> str:
+    """An ordered pair, in the direction the data goes: `gpu0->gpu1`."""
+    return f"{gpu_label(src, node)}->gpu{dst}"

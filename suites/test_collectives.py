@@ -1,0 +1,61 @@
+"""Collective bus bandwidth over a sweep of message sizes, measured and computed as nccl-tests does (see
+pytest_gbvalidate/bench/collectives.py): every size is reported, the sizes the SKU's baseline names are gated
+one by one (never an average over the sweep), and a wrong result at any size fails the test however fast it was.
+
+The sweep doubles from 8 B to 8 GiB on GPUs (further where the baseline gates a larger size) and to 4 MiB on
+the CPU; a baseline's `params` (min_bytes, max_bytes, warmup, iterations) override that per collective.
+Under torchrun / srun the gang is the whole world, so this measures the collectives across nodes.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_gbvalidate.bench.collectives import PLACEMENTS, SizeRow, summarize, sweep_on_rank
+from pytest_gbvalidate.checks import expect_sweep, sweep_plan
+from pytest_gbvalidate.dist.gang import Gang
+from pytest_gbvalidate.session import Expect, Target
+
+
+def check_collective(collective: str, placement: str, target: Target, gang: Gang, gb_expect: Expect) -> None:
+    metric = f"{collective}_busbw_gbps"
+    plan = sweep_plan(target, metric)
+    per_rank = gang.run(sweep_on_rank, collective, placement, plan.sizes, plan.warmup, plan.iterations)
+    rows = summarize(collective, placement, per_rank)
+    problems = [wrong_data_message(collective, placement, rows)] if any(row.wrong for row in rows) else []
+    expect_sweep(gb_expect, metric, plan, [(row.label, row.busbw_gbps, row.details()) for row in rows], problems)
+
+
+def wrong_data_message(collective: str, placement: str, rows: list[SizeRow]) -> str:
+    bad = [
+        f"{row.label}: {row.wrong} wrong of {row.count} elements "
+        f"({', '.join(f'rank {rank}: {n}' for rank, n in sorted(row.wrong_by_rank.items()))})"
+        for row in rows
+        if row.wrong
+    ]
+    return f"{collective} {placement} returned wrong data at {len(bad)} of {len(rows)} sizes: " + "; ".join(bad)
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS["all_reduce"])
+def test_all_reduce_busbw(placement: str, gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
+    check_collective("all_reduce", placement, gb_target, gb_gang, gb_expect)
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS["all_gather"])
+def test_all_gather_busbw(placement: str, gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
+    check_collective("all_gather", placement, gb_target, gb_gang, gb_expect)
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS["reduce_scatter"])
+def test_reduce_scatter_busbw(placement: str, gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
+    check_collective("reduce_scatter", placement, gb_target, gb_gang, gb_expect)
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS["alltoall"])
+def test_alltoall_busbw(placement: str, gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
+    check_collective("alltoall", placement, gb_target, gb_gang, gb_expect)
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS["broadcast"])
+def test_broadcast_busbw(placement: str, gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
+    check_collective("broadcast", placement, gb_target, gb_gang, gb_expect)

@@ -1,0 +1,80 @@
+"""NVIDIA's reference tools beside our own measurements (--gb-reference-tools): nccl-tests (`all_reduce_perf`
+and the other `<collective>_perf` binaries) and nvbandwidth, when they are on PATH. Their figures become the
+same measurements our suites make -- same metrics, same scope labels, `details.tool` naming the tool -- and are
+checked against the same baseline, so the reports show both side by side.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_gbvalidate import reference_tools as tools
+from pytest_gbvalidate.checks import expect_sweep, sweep_plan
+from pytest_gbvalidate.session import Expect, ReferenceTools, Target
+
+NVBANDWIDTH_METRICS = ("h2d_bandwidth_gbps", "d2h_bandwidth_gbps", "d2d_bandwidth_gbps", "p2p_bandwidth_gbps")
+NVBANDWIDTH_BUFFER_BYTES = 512 * 2**20  # its default
+
+
+def _binary(reference: ReferenceTools, name: str) -> str:
+    if not reference.enabled:
+        pytest.skip(reference.reason)
+    path = tools.find(name)
+    if path is None:
+        pytest.skip(f"{name} is not on PATH")
+    return path
+
+
+@pytest.mark.gb_gpu  # skipped on the cpu SKU
+@pytest.mark.parametrize("collective", sorted(tools.NCCL_TESTS_BINARIES))
+def test_nccl_tests_busbw(
+    collective: str, gb_reference_tools: ReferenceTools, gb_target: Target, gb_expect: Expect
+) -> None:
+    binary = _binary(gb_reference_tools, tools.NCCL_TESTS_BINARIES[collective])
+    metric = f"{collective}_busbw_gbps"
+    plan = sweep_plan(gb_target, metric)
+    command = tools.nccl_tests_command(
+        binary,
+        gpus=gb_target.local_world_size,
+        min_bytes=plan.min_bytes,
+        max_bytes=plan.max_bytes,
+        warmup=plan.warmup,
+        iterations=plan.iterations,
+    )
+    try:
+        output = tools.parse_nccl_tests(
+            tools.run(command, env=gb_reference_tools.env, timeout_s=gb_reference_tools.timeout_s)
+        )
+    except tools.ToolError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    measurements = tools.nccl_tests_measurements(collective, output)
+    wrong = [f"{m.scope} {m.details['placement']}: {m.details['wrong']}" for m in measurements if m.details["wrong"]]
+    problems = [f"{binary} reported wrong data (#wrong): {'; '.join(wrong)}"] if wrong else []
+    expect_sweep(gb_expect, metric, plan, [(m.scope, m.value, m.details) for m in measurements], problems)
+
+
+@pytest.fixture(scope="module")
+def nvbandwidth_measurements(gb_reference_tools: ReferenceTools, gb_target: Target) -> list[tools.Measurement] | str:
+    """One nvbandwidth run for all its tests: the measurements, or why there are none."""
+    binary = _binary(gb_reference_tools, "nvbandwidth")
+    size = int(gb_target.params("h2d_bandwidth_gbps").get("size_bytes", NVBANDWIDTH_BUFFER_BYTES))
+    try:
+        text = tools.run(
+            tools.nvbandwidth_command(binary, buffer_bytes=size),
+            env=gb_reference_tools.env,
+            timeout_s=gb_reference_tools.timeout_s,
+        )
+        return tools.nvbandwidth_measurements(tools.parse_nvbandwidth(text))
+    except tools.ToolError as exc:
+        return str(exc)
+
+
+@pytest.mark.gb_gpu  # skipped on the cpu SKU
+@pytest.mark.parametrize("metric", NVBANDWIDTH_METRICS)
+def test_nvbandwidth(metric: str, nvbandwidth_measurements: list[tools.Measurement] | str, gb_expect: Expect) -> None:
+    if isinstance(nvbandwidth_measurements, str):
+        pytest.fail(nvbandwidth_measurements, pytrace=False)
+    found = [m for m in nvbandwidth_measurements if m.metric == metric]
+    if not found:
+        pytest.fail(f"nvbandwidth reported nothing for {metric}", pytrace=False)
+    gb_expect.each([(m.metric, m.scope, m.value, m.details) for m in found])

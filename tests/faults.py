@@ -1,0 +1,89 @@
+"""Faults injected into gang ranks by the plugin's tests, never by a real run: a rank that crashes, hangs, or
+whose collectives return wrong data. Module level, so spawned ranks can import it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from pytest_gbvalidate.dist.gang import RankContext
+
+# The collectives the measurement code calls; a corrupted one returns its result with one element off by one.
+COLLECTIVES = ("all_reduce", "broadcast", "all_gather_single", "reduce_scatter_single", "all_to_all_single")
+
+
+def inject(ctx: RankContext, fault: str, bad_rank: int, fn: Callable[..., Any], *args: Any) -> Any:
+    """Run `fn(ctx, *args)`, with `fault` on `bad_rank`: `crash` (the process dies), `hang` (it never arrives
+    in the collective), `wrong` (its collectives return wrong data)."""
+    if ctx.rank == bad_rank:
+        if fault == "crash":
+            os._exit(7)  # as a segfault in a driver would end the process
+        if fault == "hang":
+            time.sleep(3600)
+        if fault == "wrong":
+            with corrupted_collectives():
+                return fn(ctx, *args)
+    return fn(ctx, *args)
+
+
+@contextlib.contextmanager
+def corrupted_collectives() -> Iterator[None]:
+    originals = {name: getattr(dist, name) for name in COLLECTIVES if hasattr(dist, name)}
+
+    def corrupt(real: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(output: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            result = real(output, *args, **kwargs)
+            if output.numel():
+                output.view(-1)[0] += 1
+            return result
+
+        return wrapper
+
+    for name, real in originals.items():
+        setattr(dist, name, corrupt(real))
+    try:
+        yield
+    finally:
+        for name, real in originals.items():
+            setattr(dist, name, real)
+
+
+def rank_processes(parent_pid: int) -> list[int]:
+    """Live gang ranks (spawned children) of `parent_pid`."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        state, ppid = fields[0], int(fields[1])
+        if ppid == parent_pid and state != "Z" and b"spawn_main" in cmdline:
+            pids.append(int(entry))
+    return pids
+
+
+def processes_with_marker(marker: str) -> list[int]:
+    """Processes whose environment carries `marker` (everything a test run started inherits it)."""
+    needle = marker.encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if needle in f.read():
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found

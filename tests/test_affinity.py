@@ -1,0 +1,89 @@
+"""NUMA binding: sysfs locality of a PCI device (a fake sysfs tree) and the real affinity / memory policy calls,
+which must be undone when the body ends."""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+
+import pytest
+
+from pytest_gbvalidate.node.affinity import (
+    MPOL_BIND,
+    Locality,
+    bound_to,
+    current_mempolicy,
+    parse_cpulist,
+    pci_locality,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "cpus"),
+    [("0", [0]), ("0-3", [0, 1, 2, 3]), ("0-1,8,10-11\n", [0, 1, 8, 10, 11]), ("", [])],
+)
+def test_parse_cpulist(text: str, cpus: list[int]) -> None:
+    assert parse_cpulist(text) == cpus
+
+
+def test_parse_cpulist_rejects_garbage() -> None:
+    with pytest.raises(ValueError, match="not a CPU list: 'a-b'"):
+        parse_cpulist("a-b")
+
+
+def fake_pci_device(sysfs: Path, bdf: str, numa_node: str, cpulist: str) -> None:
+    device = sysfs / "bus" / "pci" / "devices" / bdf
+    device.mkdir(parents=True)
+    (device / "numa_node").write_text(numa_node + "\n")
+    (device / "local_cpulist").write_text(cpulist + "\n")
+
+
+def test_pci_locality_from_sysfs(tmp_path: Path) -> None:
+    fake_pci_device(tmp_path, "0000:1b:00.0", "1", "36-71,108-143")
+    fake_pci_device(tmp_path, "0009:01:00.0", "-1", "0-3")  # a platform that does not say
+    assert pci_locality("0000:1B:00.0", tmp_path) == Locality(1, (*range(36, 72), *range(108, 144)))
+    assert pci_locality("0009:01:00.0", tmp_path) == Locality(None, (0, 1, 2, 3))
+    with pytest.raises(FileNotFoundError):
+        pci_locality("0000:99:00.0", tmp_path)
+
+
+needs_mempolicy = pytest.mark.skipif(
+    current_mempolicy() is None, reason=f"no memory policy system call known on {platform.machine()}"
+)
+
+
+@needs_mempolicy
+def test_bound_to_binds_cpus_and_memory_then_restores_both() -> None:
+    cpus_before, policy_before = os.sched_getaffinity(0), current_mempolicy()
+    cpu = min(cpus_before)
+    with bound_to([cpu], numa_node=0) as applied:
+        assert os.sched_getaffinity(0) == {cpu}
+        assert current_mempolicy() == (MPOL_BIND, [0])
+        assert applied == {"cpus": str(cpu), "memory": "bound to NUMA node 0"}
+    assert os.sched_getaffinity(0) == cpus_before
+    assert current_mempolicy() == policy_before
+
+
+def test_bound_to_restores_after_an_error_and_leaves_memory_alone_without_a_node() -> None:
+    cpus_before, policy_before = os.sched_getaffinity(0), current_mempolicy()
+    seen: dict[str, str] = {}
+
+    def body() -> None:
+        with bound_to(sorted(cpus_before)) as applied:
+            seen.update(applied, policy=str(current_mempolicy()))
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        body()
+    assert seen["cpus"] == (f"{min(cpus_before)}-{max(cpus_before)}" if len(cpus_before) > 1 else "0")
+    assert "memory" not in seen and seen["policy"] == str(policy_before)
+    assert os.sched_getaffinity(0) == cpus_before
+
+
+@needs_mempolicy
+def test_binding_to_a_node_that_does_not_exist_fails_and_restores() -> None:
+    cpus_before, policy_before = os.sched_getaffinity(0), current_mempolicy()
+    with pytest.raises(OSError, match=r"set_mempolicy\(2, nodes \[1000\]\)"), bound_to([0], numa_node=1000):
+        pass
+    assert os.sched_getaffinity(0) == cpus_before and current_mempolicy() == policy_before

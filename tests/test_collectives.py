@@ -1,0 +1,145 @@
+"""Collective measurements: the nccl-tests formulas, the sweep plan a baseline gives, and real sweeps on a gang of
+3 ranks (odd, so the split collectives round) whose data check catches a rank that returns wrong data."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_gbvalidate import baselines as bl
+from pytest_gbvalidate.bench.collectives import (
+    COLLECTIVES,
+    PLACEMENTS,
+    RankSizeResult,
+    algbw_gbps,
+    busbw_factor,
+    element_count,
+    summarize,
+    sweep_on_rank,
+)
+from pytest_gbvalidate.checks import sweep_plan
+from pytest_gbvalidate.dist.gang import LocalGang
+from pytest_gbvalidate.session import Target
+from tests import faults
+
+
+@pytest.mark.parametrize(
+    ("collective", "factors"),
+    [
+        ("all_reduce", {2: 1.0, 4: 1.5, 8: 1.75}),  # 2(n-1)/n
+        ("all_gather", {2: 0.5, 4: 0.75, 8: 0.875}),  # (n-1)/n
+        ("reduce_scatter", {2: 0.5, 4: 0.75, 8: 0.875}),
+        ("alltoall", {2: 0.5, 4: 0.75, 8: 0.875}),
+        ("broadcast", {2: 1.0, 4: 1.0, 8: 1.0}),
+    ],
+)
+def test_busbw_factors_are_nccl_tests(collective: str, factors: dict[int, float]) -> None:
+    assert {n: busbw_factor(collective, n) for n in factors} == factors
+
+
+def test_algbw_is_bytes_per_second_in_1e9() -> None:
+    assert algbw_gbps(8 * 2**30, 0.0125) == pytest.approx(687.19476736)
+
+
+def test_unknown_collective() -> None:
+    with pytest.raises(ValueError, match="unknown collective 'gather'"):
+        busbw_factor("gather", 4)
+
+
+@pytest.mark.parametrize(
+    ("collective", "size", "ranks", "count"),
+    [
+        ("all_reduce", 8, 3, 2),
+        ("all_gather", 8, 3, 0),  # 2 elements cannot be split 3 ways
+        ("all_gather", 64, 3, 15),  # 16 elements round down to 15
+        ("alltoall", 2**33, 8, 2**31),
+        ("broadcast", 12, 4, 3),
+    ],
+)
+def test_element_counts(collective: str, size: int, ranks: int, count: int) -> None:
+    assert element_count(collective, size, ranks) == count
+
+
+def test_summarize_averages_ranks_per_iteration_then_takes_the_median() -> None:
+    rank0 = [RankSizeResult(2**20, 2**18, [1e-3, 2e-3, 4e-3, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3], 0)]
+    rank1 = [RankSizeResult(2**20, 2**18, [3e-3, 2e-3, 4e-3, 3e-3, 3e-3, 3e-3, 3e-3, 3e-3, 3e-3, 3e-3], 5)]
+    (row,) = summarize("all_reduce", "in_place", [rank0, rank1])
+    assert row.time_s == pytest.approx(2e-3)  # per-iteration means are 2, 2, 4, 2, ... ms
+    assert row.algbw_gbps == pytest.approx(2**20 / 2e-3 / 1e9)
+    assert row.busbw_gbps == pytest.approx(row.algbw_gbps * 1.0)  # 2(n-1)/n with n = 2
+    assert (row.label, row.bytes, row.count, row.iterations) == ("1MiB", 2**20, 2**18, 10)
+    assert (row.wrong, row.wrong_by_rank) == (5, {1: 5})
+
+
+# --- the sweep a baseline asks for --------------------------------------------------------------------------
+
+
+def target(tmp_path: Path, gpu_count: int, metric_yaml: str) -> Target:
+    (tmp_path / "LAB.yaml").write_text(
+        f"schema_version: 1\nsku: LAB\ndetect: {{gpu_count: {gpu_count}}}\nmetrics:\n{metric_yaml}"
+    )
+    return Target("LAB", "test", tmp_path, bl.load_baseline(tmp_path / "LAB.yaml"))
+
+
+def test_a_gpu_sweep_reaches_every_gated_size(tmp_path: Path) -> None:
+    t = target(
+        tmp_path,
+        8,
+        "  all_reduce_busbw_gbps:\n    unit: GB/s\n    direction: higher\n    scope: message_size\n"
+        "    status: provisional\n    provenance: test\n"
+        "    values:\n      8GiB: {fail: 400}\n      16GiB: {fail: 460}\n",
+    )
+    plan = sweep_plan(t, "all_reduce_busbw_gbps")
+    assert plan.sizes[0] == 8 and plan.sizes[-1] == 16 * 2**30 and len(plan.sizes) == 32
+    assert plan.gates == {"8GiB", "16GiB"} and (plan.warmup, plan.iterations) == (5, 20)
+    default = sweep_plan(t, "all_gather_busbw_gbps")  # no baseline entry: gated where public figures are quoted
+    assert default.gates == {"128MiB", "1GiB", "8GiB"} and default.max_bytes == 8 * 2**30
+
+
+def test_baseline_params_override_the_sweep(tmp_path: Path) -> None:
+    t = target(
+        tmp_path,
+        0,
+        "  broadcast_busbw_gbps:\n    unit: GB/s\n    direction: higher\n    scope: message_size\n"
+        "    status: provisional\n    provenance: test\n"
+        "    params: {min_bytes: 1024, max_bytes: 4096, iterations: 10, warmup: 1}\n"
+        "    values:\n      64KiB: {fail: 0.001}\n",
+    )
+    plan = sweep_plan(t, "broadcast_busbw_gbps")
+    assert plan.sizes == [1024, 2048, 4096, 65536]
+    assert (plan.gates, plan.warmup, plan.iterations) == (frozenset({"64KiB"}), 1, 10)
+    cpu_default = sweep_plan(t, "all_reduce_busbw_gbps")
+    assert cpu_default.max_bytes == 4 * 2**20 and cpu_default.gates == {"1MiB", "4MiB"}
+
+
+# --- real sweeps on three ranks -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gang() -> Iterator[LocalGang]:
+    g = LocalGang(3, start_timeout_s=120, call_timeout_s=120)
+    yield g
+    g.close()
+
+
+CASES = [(c, p) for c in COLLECTIVES for p in PLACEMENTS[c]]
+
+
+def test_every_collective_returns_the_right_data(gang: LocalGang) -> None:
+    sizes = [8, 4096, 3 * 2**16]
+    for collective, placement in CASES:
+        per_rank = gang.run(sweep_on_rank, collective, placement, sizes, 1, 10)
+        rows = summarize(collective, placement, per_rank)
+        split = collective in ("all_gather", "reduce_scatter", "alltoall")
+        assert [r.label for r in rows] == (["4KiB", "192KiB"] if split else ["8B", "4KiB", "192KiB"])
+        assert [r.wrong for r in rows] == [0] * len(rows), (collective, placement)
+        assert all(r.busbw_gbps > 0 and r.iterations == 10 for r in rows)
+
+
+def test_a_rank_returning_wrong_data_is_caught_and_named(gang: LocalGang) -> None:
+    for collective, placement in CASES:
+        per_rank = gang.run(faults.inject, "wrong", 1, sweep_on_rank, collective, placement, [4096], 1, 10)
+        (row,) = summarize(collective, placement, per_rank)
+        assert row.wrong_by_rank == {1: 1}, (collective, placement)

@@ -1,0 +1,321 @@
+"""nccl-tests and nvbandwidth: parsers on output in their documented formats (written here, row by row, with the
+tools' printf formats), and an end-to-end run with stand-in binaries on PATH."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pytest
+import torch  # noqa: F401 -- in-process pytester runs drop modules they imported, and torch cannot load twice
+
+from pytest_gbvalidate import reference_tools as tools
+from tests.test_plugin import SUITES, junit_cases
+
+# --- nccl-tests ------------------------------------------------------------------------------------------------
+
+
+def nccl_row(size: int, count: int, redop: str, root: int, *halves: tuple[float, float, float, str]) -> str:
+    """A result row as nccl-tests prints it: '%12li  %12li  %8s  %6s  %6s' then '  %7s  %6s  %6s  %6s' per half."""
+    line = f"{size:12d}  {count:12d}  {'float':>8}  {redop:>6}  {root:6d}"
+    for time_us, algbw, busbw, wrong in halves:
+        line += f"  {time_us:7.2f}  {algbw:6.2f}  {busbw:6.2f}  {wrong:>6}"
+    return line
+
+
+NCCL_HEADER = """\
+# nccl-tests version 2.17.1 nccl-headers=22704 nccl-library=22704
+# Collective test starting: all_reduce_perf
+# nThread 1 nGpus 2 minBytes 8 maxBytes 1073741824 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 \
+validation: 1 graph: 0 unalign: 0
+#
+# Using devices
+#  Rank  0 Group  0 Pid   4242 on     node-a device  0 [0008:01:00] NVIDIA GB200
+#  Rank  1 Group  0 Pid   4242 on     node-a device  1 [0009:01:00] NVIDIA GB200
+#
+#                                                              out-of-place                       in-place
+#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)
+"""
+
+NCCL_OUTPUT = (
+    NCCL_HEADER
+    + "\n".join(
+        [
+            nccl_row(8, 2, "sum", -1, (20.5, 0.0, 0.0, "0"), (20.1, 0.0, 0.0, "0")),
+            "node-a:4242:4242 [0] NCCL INFO comm 0x5 rank 0 nranks 2 - Init COMPLETE",  # NCCL_DEBUG=INFO noise
+            nccl_row(134217728, 33554432, "sum", -1, (400.0, 335.54, 335.54, "0"), (398.0, 337.23, 337.23, "0")),
+            nccl_row(1073741824, 268435456, "sum", -1, (3000.0, 357.91, 357.91, "0"), (3100.0, 346.37, 346.37, "3")),
+        ]
+    )
+    + """
+# Out of bounds values : 3 FAILED
+# Avg bus bandwidth    : 229.4
+#
+# Collective test concluded: all_reduce_perf
+"""
+)
+
+
+def test_parse_nccl_tests() -> None:
+    out = tools.parse_nccl_tests(NCCL_OUTPUT)
+    assert out.ranks == 2 and out.avg_busbw_gbps == 229.4
+    assert [r.size_bytes for r in out.rows] == [8, 134217728, 1073741824]
+    big = out.rows[-1]
+    assert (big.count, big.dtype, big.redop, big.root) == (268435456, "float", "sum", -1)
+    assert big.out_of_place == tools.NcclTestsResult(3000.0, 357.91, 357.91, 0)
+    assert big.in_place == tools.NcclTestsResult(3100.0, 346.37, 346.37, 3)
+
+
+def test_nccl_tests_rows_without_a_check_or_an_out_of_place_half() -> None:
+    text = "\n".join(
+        [
+            nccl_row(1024, 256, "none", 0, (5.0, 0.2, 0.2, "N/A"), (5.0, 0.2, 0.2, "N/A")),
+            f"{1024:12d}  {256:12d}  {'float':>8}  {'none':>6}  {0:6d}"
+            + " " * 32
+            + "     5.00    0.20    0.20       0",
+        ]
+    )
+    first, second = tools.parse_nccl_tests(text).rows
+    assert first.in_place.wrong is None and first.out_of_place is not None
+    assert second.out_of_place is None and second.in_place.wrong == 0
+
+
+def test_nccl_tests_measurements_use_our_metric_and_size_labels() -> None:
+    ms = tools.nccl_tests_measurements("all_reduce", tools.parse_nccl_tests(NCCL_OUTPUT))
+    assert [(m.metric, m.scope, m.details["placement"]) for m in ms[-2:]] == [
+        ("all_reduce_busbw_gbps", "1GiB", "out_of_place"),
+        ("all_reduce_busbw_gbps", "1GiB", "in_place"),
+    ]
+    assert ms[-1].value == 346.37
+    assert ms[-1].details | {"tool": None} == {
+        "tool": None,
+        "placement": "in_place",
+        "size_bytes": 1073741824,
+        "count": 268435456,
+        "dtype": "float",
+        "time_us": 3100.0,
+        "algbw_gbps": 346.37,
+        "wrong": 3,
+    }
+    assert ms[-1].details["tool"] == "nccl-tests all_reduce_perf"
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("# nothing but comments\n", "nccl-tests printed no result rows"),
+        (
+            "        1024           256     float\n",
+            "nccl-tests output line 1: cannot read '1024           256     float'",
+        ),
+    ],
+)
+def test_nccl_tests_bad_output(text: str, error: str) -> None:
+    with pytest.raises(tools.ToolError, match=f"^{error}"):
+        tools.parse_nccl_tests(text)
+
+
+def test_nccl_tests_command() -> None:
+    assert tools.nccl_tests_command(
+        "/opt/all_reduce_perf", gpus=4, min_bytes=8, max_bytes=2**33, warmup=5, iterations=20
+    ) == ["/opt/all_reduce_perf", "-b", "8", "-e", "8589934592", "-f", "2", "-g", "4", "-w", "5", "-n", "20", "-c", "1"]
+
+
+# --- nvbandwidth -----------------------------------------------------------------------------------------------
+
+
+def nvb_matrix(testcase: str, description: str, rows: list[list[float | None]]) -> str:
+    """A test case as nvbandwidth prints it: column indices in %10d, rows of %10.2f (N/A where none), SUM."""
+    columns = len(rows[0])
+    lines = [f"Running {testcase}.", description, "  " + "".join(f"{c:10d}" for c in range(columns))]
+    for i, row in enumerate(rows):
+        lines.append(f"{i:2d}" + "".join(f"{'N/A':>10}" if v is None else f"{v:10.2f}" for v in row))
+    total = sum(v for row in rows for v in row if v is not None)
+    return "\n".join([*lines, "", f"SUM {testcase} {total:.2f}", ""])
+
+
+NVB_OUTPUT = "\n".join(
+    [
+        "nvbandwidth Version: v0.8",
+        "Built from Git version: v0.8",
+        "",
+        "NOTE: The reported results may not reflect the full capabilities of the platform.",
+        "",
+        "node-a",
+        "Device 0: NVIDIA GB200 (00000008:01:00)",
+        "Device 1: NVIDIA GB200 (00000009:01:00)",
+        "",
+        nvb_matrix("host_to_device_memcpy_ce", "memcpy CE CPU(row) -> GPU(column) bandwidth (GB/s)", [[201.5, 180.0]]),
+        nvb_matrix("device_to_host_memcpy_ce", "memcpy CE CPU(row) <- GPU(column) bandwidth (GB/s)", [[190.0, 191.0]]),
+        nvb_matrix("device_local_copy", "memcpy local GPU(column) bandwidth (GB/s)", [[1500.0, 1490.0]]),
+        nvb_matrix(
+            "device_to_device_memcpy_write_ce",
+            "memcpy CE GPU(row) <- GPU(column) bandwidth (GB/s)",
+            [[None, 700.0], [710.0, None]],
+        ),
+        nvb_matrix(
+            "device_to_device_memcpy_read_ce",
+            "memcpy CE GPU(row) -> GPU(column) bandwidth (GB/s)",
+            [[None, 650.0], [None, None]],
+        ),
+    ]
+)
+
+
+def test_parse_nvbandwidth() -> None:
+    matrices = tools.parse_nvbandwidth(NVB_OUTPUT)
+    assert [m.testcase for m in matrices] == list(tools.NVBANDWIDTH_TESTCASES)
+    write = matrices[3]
+    assert write.columns == [0, 1] and write.rows == {0: [None, 700.0], 1: [710.0, None]}
+
+
+def test_nvbandwidth_measurements_follow_the_data() -> None:
+    ms = {
+        (m.metric, m.scope, m.details["testcase"]): m.value
+        for m in tools.nvbandwidth_measurements(tools.parse_nvbandwidth(NVB_OUTPUT))
+    }
+    assert ms == {
+        ("h2d_bandwidth_gbps", "gpu0", "host_to_device_memcpy_ce"): 201.5,
+        ("h2d_bandwidth_gbps", "gpu1", "host_to_device_memcpy_ce"): 180.0,
+        ("d2h_bandwidth_gbps", "gpu0", "device_to_host_memcpy_ce"): 190.0,
+        ("d2h_bandwidth_gbps", "gpu1", "device_to_host_memcpy_ce"): 191.0,
+        ("d2d_bandwidth_gbps", "gpu0", "device_local_copy"): 1500.0,
+        ("d2d_bandwidth_gbps", "gpu1", "device_local_copy"): 1490.0,
+        ("p2p_bandwidth_gbps", "gpu0->gpu1", "device_to_device_memcpy_write_ce"): 700.0,
+        ("p2p_bandwidth_gbps", "gpu1->gpu0", "device_to_device_memcpy_write_ce"): 710.0,
+        # a read by GPU 0 of GPU 1's memory moves data from GPU 1 to GPU 0
+        ("p2p_bandwidth_gbps", "gpu1->gpu0", "device_to_device_memcpy_read_ce"): 650.0,
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("Waived: \n", "nvbandwidth printed no bandwidth matrix"),
+        (
+            "Running device_local_copy.\nmemcpy local GPU(column) bandwidth (GB/s)\n\n",
+            "nvbandwidth device_local_copy: no",
+        ),
+        (
+            "Running device_local_copy.\nmemcpy local GPU(column) bandwidth (GB/s)\n    0    1\n 0  5.0\n",
+            "nvbandwidth device_local_copy: row 0 has 1 values for 2",
+        ),
+    ],
+)
+def test_nvbandwidth_bad_output(text: str, error: str) -> None:
+    with pytest.raises(tools.ToolError, match=f"^{error}"):
+        tools.parse_nvbandwidth(text)
+
+
+def test_run_reports_a_failing_tool(tmp_path: Path) -> None:
+    with pytest.raises(tools.ToolError, match=r"exited with code 3: no GPU"):
+        tools.run(["sh", "-c", "echo no GPU >&2; exit 3"], env={}, timeout_s=10)
+    with pytest.raises(tools.ToolError, match=r"did not finish within 0.2 s"):
+        tools.run(["sleep", "5"], env={}, timeout_s=0.2)
+    with pytest.raises(tools.ToolError, match="No such file"):
+        tools.run([str(tmp_path / "missing")], env={}, timeout_s=10)
+
+
+# --- end to end: stand-ins on PATH ------------------------------------------------------------------------------
+
+LAB_GPU = """\
+schema_version: 1
+sku: LABGPU
+description: a two-GPU lab SKU for the reference tool tests
+detect: {gpu_count: 2}
+metrics:
+  h2d_bandwidth_gbps: {unit: GB/s, direction: higher, scope: gpu, status: provisional, expected: 200, fail: 10%,
+                       provenance: the plugin's tests}
+  p2p_bandwidth_gbps: {unit: GB/s, direction: higher, scope: gpu_pair, status: provisional, fail: 690,
+                       provenance: the plugin's tests}
+  all_reduce_busbw_gbps:
+    unit: GB/s
+    direction: higher
+    scope: message_size
+    status: provisional
+    fail: 10%
+    params: {nccl_env: {NCCL_ALGO: Ring}, max_bytes: 1073741824}
+    provenance: the plugin's tests
+    values:
+      1GiB: {expected: 350}
+"""
+
+
+def stand_in(bin_dir: Path, name: str, output: str) -> None:
+    """An executable that prints `output` and notes its arguments and NCCL environment."""
+    (bin_dir / f"{name}.out").write_text(output)
+    script = bin_dir / name
+    script.write_text(
+        f'#!/bin/sh\necho "$@" > {bin_dir}/{name}.args\nenv | grep ^NCCL_ > {bin_dir}/{name}.env\n'
+        f"cat {bin_dir}/{name}.out\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+
+
+def test_reference_tools_run_and_report_beside_ours(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    (pytester.path / "baselines").mkdir()
+    (pytester.path / "baselines" / "LABGPU.yaml").write_text(LAB_GPU)
+    bin_dir = pytester.path / "bin"
+    bin_dir.mkdir()
+    stand_in(bin_dir, "all_reduce_perf", NCCL_OUTPUT)
+    stand_in(bin_dir, "nvbandwidth", NVB_OUTPUT)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    args = ["--gb-sku=LABGPU", "--gb-baselines=baselines", "--junitxml=r.xml", "--gb-report=r.json", "-rs"]
+    result = pytester.runpytest(str(SUITES / "test_reference_tools.py"), *args, "--gb-reference-tools")
+
+    cases = junit_cases(pytester.path / "r.xml")
+    outcomes = {name: case["outcome"] for name, case in cases.items()}
+    assert outcomes == {
+        # the in-place 1GiB result is 1% below expected, but nccl-tests counted 3 wrong elements
+        "test_nccl_tests_busbw[all_reduce]": "failure",
+        "test_nccl_tests_busbw[all_gather]": "skipped",  # not on PATH
+        "test_nccl_tests_busbw[alltoall]": "skipped",
+        "test_nccl_tests_busbw[broadcast]": "skipped",
+        "test_nccl_tests_busbw[reduce_scatter]": "skipped",
+        "test_nvbandwidth[h2d_bandwidth_gbps]": "passed",  # gpu1 at 180: on the limit (10% below 200), not below
+        "test_nvbandwidth[d2h_bandwidth_gbps]": "skipped",  # LABGPU has no reference
+        "test_nvbandwidth[d2d_bandwidth_gbps]": "skipped",
+        "test_nvbandwidth[p2p_bandwidth_gbps]": "failure",  # the read of gpu1->gpu0: 650 < 690
+    }
+    result.stdout.fnmatch_lines(["*all_gather_perf is not on PATH*"])
+    message = cases["test_nccl_tests_busbw[all_reduce]"]["message"] or ""
+    assert "reported wrong data (#wrong): 1GiB in_place: 3" in message
+    assert "p2p_bandwidth_gbps [gpu1->gpu0]: measured 650 GB/s" in (
+        cases["test_nvbandwidth[p2p_bandwidth_gbps]"]["message"] or ""
+    )
+
+    args_seen = (bin_dir / "all_reduce_perf.args").read_text().split()
+    assert args_seen == ["-b", "8", "-e", "1073741824", "-f", "2", "-g", "2", "-w", "5", "-n", "20", "-c", "1"]
+    assert "NCCL_ALGO=Ring" in (bin_dir / "all_reduce_perf.env").read_text()
+    assert (bin_dir / "nvbandwidth.args").read_text().split()[:2] == ["-b", "512"]
+
+    report = json.loads((pytester.path / "r.json").read_text())
+    tool_records = [m for m in report["measurements"] if m["details"].get("tool", "").startswith("nccl-tests")]
+    assert {(m["scope"], m["details"]["placement"], m["verdict"]) for m in tool_records} == {
+        ("8B", "out_of_place", "info"),
+        ("8B", "in_place", "info"),
+        ("128MiB", "out_of_place", "info"),
+        ("128MiB", "in_place", "info"),
+        ("1GiB", "out_of_place", "pass"),
+        ("1GiB", "in_place", "pass"),
+    }
+    h2d = [m for m in report["measurements"] if m["metric"] == "h2d_bandwidth_gbps"]
+    assert [(m["scope"], m["value"], m["details"]["tool"]) for m in h2d] == [
+        ("gpu0", 201.5, "nvbandwidth"),
+        ("gpu1", 180.0, "nvbandwidth"),
+    ]
+    result.stdout.fnmatch_lines(
+        ["all_reduce_busbw_gbps (nccl-tests all_reduce_perf; GB/s*", "*1GiB*PASS (expected 350)"]
+    )
+
+
+def test_reference_tools_are_off_unless_asked(pytester: pytest.Pytester) -> None:
+    (pytester.path / "baselines").mkdir()
+    (pytester.path / "baselines" / "LABGPU.yaml").write_text(LAB_GPU)
+    result = pytester.runpytest(
+        str(SUITES / "test_reference_tools.py"), "--gb-sku=LABGPU", "--gb-baselines=baselines", "-rs"
+    )
+    result.assert_outcomes(skipped=9)
+    result.stdout.fnmatch_lines(["*reference tools not asked for (--gb-reference-tools, GBVALIDATE_REFERENCE_TOOLS*"])
