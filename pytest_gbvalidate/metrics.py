@@ -1,7 +1,7 @@
 """The metrics the bundled suites measure: one place that says each metric's unit, direction and scope.
 
 A baseline entry for one of these must agree with it; a site's own suites may use other metric names and
-then say unit and direction themselves (``gb_expect(..., unit=..., direction=...)``).
+then say unit, direction and scope themselves (``gb_expect(..., spec=MetricSpec(...))``).
 """
 
 from __future__ import annotations

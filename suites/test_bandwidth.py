@@ -126,25 +126,21 @@ def _gemm(dtype: str, metric: str, index: int, target: Target, gang: Gang, gb_ex
     _expect_gemms(gb_expect, metric, gpu_label(index), results)
 
 
-@pytest.mark.gb_gpu  # skipped on the cpu SKU
 def test_h2d_bandwidth(gpu: Gpu, gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
     """Pinned host memory on the GPU's NUMA node to the GPU."""
     _device_copy("h2d", "h2d_bandwidth_gbps", gpu.index, gb_target, gb_gang, gb_expect)
 
 
-@pytest.mark.gb_gpu  # skipped on the cpu SKU
 def test_d2h_bandwidth(gpu: Gpu, gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
     """The GPU to pinned host memory on its NUMA node."""
     _device_copy("d2h", "d2h_bandwidth_gbps", gpu.index, gb_target, gb_gang, gb_expect)
 
 
-@pytest.mark.gb_gpu  # skipped on the cpu SKU
 def test_d2d_bandwidth(gpu: Gpu, gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
     """Within the GPU's own memory."""
     _device_copy("d2d", "d2d_bandwidth_gbps", gpu.index, gb_target, gb_gang, gb_expect)
 
 
-@pytest.mark.gb_gpu  # skipped on the cpu SKU
 def test_p2p_bandwidth(gb_gpu_pair: tuple[int, int], gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
     """From one GPU to another of the same node, in the direction of the pair."""
     metric = "p2p_bandwidth_gbps"
@@ -154,12 +150,10 @@ def test_p2p_bandwidth(gb_gpu_pair: tuple[int, int], gb_target: Target, gb_gang:
     _expect_copies(gb_expect, metric, gpu_pair_label(src, dst), results)
 
 
-@pytest.mark.gb_gpu  # skipped on the cpu SKU
 def test_gemm_bf16_tflops(gpu: Gpu, gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
     _gemm("bf16", "gemm_bf16_tflops", gpu.index, gb_target, gb_gang, gb_expect)
 
 
-@pytest.mark.gb_gpu  # skipped on the cpu SKU
 def test_gemm_fp8_tflops(gpu: Gpu, gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
     if not all(r.value for r in run_on_local_rank(gb_gang, gpu.index, has_fp8_on_rank)):
         pytest.skip(f"{gpu.label} has no fp8 tensor cores (compute capability below 8.9)")

@@ -14,17 +14,9 @@ from pytest_gbvalidate.node.affinity import (
     Locality,
     bound_to,
     current_mempolicy,
-    parse_cpulist,
     pci_locality,
 )
-
-
-@pytest.mark.parametrize(
-    ("text", "cpus"),
-    [("0", [0]), ("0-3", [0, 1, 2, 3]), ("0-1,8,10-11\n", [0, 1, 8, 10, 11]), ("", [])],
-)
-def test_parse_cpulist(text: str, cpus: list[int]) -> None:
-    assert parse_cpulist(text) == cpus
+from pytest_gbvalidate.node.topology import parse_cpulist
 
 
 def test_parse_cpulist_rejects_garbage() -> None:

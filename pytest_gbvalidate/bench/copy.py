@@ -39,7 +39,8 @@ def copy_bandwidth(
     dst = torch.empty(size_bytes, dtype=torch.uint8, device=dst_device)
     if pin:
         src, dst = (t.pin_memory() if t.device.type == "cpu" else t for t in (src, dst))
-    timed_device = dst_device if dst_device.type != "cpu" else src_device
+    # The copy runs on the source GPU's stream (the destination's for H2D): its events must be on that device.
+    timed_device = src_device if src_device.type != "cpu" else dst_device
     seconds = time_op_s(timed_device, lambda: dst.copy_(src, non_blocking=True), warmup=warmup, iterations=iterations)
     if not torch.equal(dst.cpu(), src.cpu()):
         mismatched = int((dst.cpu() != src.cpu()).sum())

@@ -25,14 +25,15 @@ def time_op_s(device: torch.device, op: Callable[[], object], *, warmup: int, it
             op()
             samples.append(time.perf_counter() - start)
         return samples
-    torch.accelerator.synchronize()
+    torch.accelerator.synchronize(device)
+    stream = torch.accelerator.current_stream(device)  # where `op` is issued; events must be recorded there
     starts = [torch.Event(device=device, enable_timing=True) for _ in range(iterations)]
     ends = [torch.Event(device=device, enable_timing=True) for _ in range(iterations)]
     for start_event, end_event in zip(starts, ends, strict=True):
-        start_event.record()
+        start_event.record(stream)
         op()
-        end_event.record()
-    torch.accelerator.synchronize()
+        end_event.record(stream)
+    torch.accelerator.synchronize(device)
     return [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends, strict=True)]
 
 

@@ -72,6 +72,12 @@ class Gang(Protocol):
     def close(self) -> None: ...
 
 
+def number_gpus_by_pci_bus() -> None:
+    """CUDA numbers GPUs fastest first unless told otherwise; NVML, nvidia-smi and our `[gpu3]` test cases
+    number them by PCI bus id. Set before CUDA initialises, so cuda:3 is the GPU NVML calls 3."""
+    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+
+
 def device_for(device_type: str, local_rank: int) -> torch.device:
     return torch.device("cpu") if device_type == "cpu" else torch.device(device_type, local_rank)
 
@@ -101,6 +107,7 @@ def _rank_main(
     parent_pid: int,
 ) -> None:
     os.environ.update(env)
+    number_gpus_by_pci_bus()
     # On a hang the parent asks every rank where it is stuck; the answer names the culprit.
     faulthandler.register(signal.SIGUSR1, file=open(stack_file, "w"), all_threads=False)  # noqa: SIM115
     if device_type == "cpu":
@@ -323,6 +330,7 @@ class WorldGang:
     ) -> None:
         self.world_size = world_size
         self.device = device_for(device_type, local_rank)
+        number_gpus_by_pci_bus()
         if not dist.is_initialized():
             problem = rendezvous_problem(os.environ)
             if problem is not None:

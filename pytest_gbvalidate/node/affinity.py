@@ -15,6 +15,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_gbvalidate.node.topology import format_cpulist, parse_cpulist
+
 MPOL_DEFAULT, MPOL_BIND = 0, 2
 # set_mempolicy/get_mempolicy have no glibc wrapper (they live in libnuma, which a node may lack): call the
 # system calls by number. Numbers from the kernel's syscall tables for the architectures GPU nodes use.
@@ -31,21 +33,6 @@ class Locality:
     cpus: tuple[int, ...]
 
 
-def parse_cpulist(text: str) -> list[int]:
-    """'0-3,8,10-11' -> [0, 1, 2, 3, 8, 10, 11] (the kernel's cpulist format)."""
-    cpus: list[int] = []
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        first, _, last = part.partition("-")
-        try:
-            lo, hi = int(first), int(last or first)
-        except ValueError:
-            raise ValueError(f"not a CPU list: {text.strip()!r}") from None
-        cpus.extend(range(lo, hi + 1))
-    return cpus
-
-
 def pci_locality(bdf: str, sysfs: Path = Path("/sys")) -> Locality:
     """The NUMA node and local CPUs of the PCI device `bdf` (e.g. '0000:1b:00.0') from sysfs."""
     device = sysfs / "bus" / "pci" / "devices" / bdf.lower()
@@ -58,7 +45,7 @@ def pci_locality(bdf: str, sysfs: Path = Path("/sys")) -> Locality:
 def bound_to(cpus: Sequence[int], numa_node: int | None = None) -> Iterator[dict[str, str]]:
     """Run the body with the calling thread on `cpus` and, when `numa_node` is given, its new memory (pinned
     buffers included) bound to that node. Both are restored afterwards. Yields what was applied, for reports."""
-    applied = {"cpus": _cpulist_text(cpus)}
+    applied = {"cpus": format_cpulist(cpus)}
     old_cpus = os.sched_getaffinity(0)
     old_policy = None
     os.sched_setaffinity(0, cpus)
@@ -81,16 +68,6 @@ def bound_to(cpus: Sequence[int], numa_node: int | None = None) -> Iterator[dict
 def current_mempolicy() -> tuple[int, list[int]] | None:
     """(mode, nodes) of the calling thread's memory policy, or None where it cannot be read."""
     return _get_mempolicy()
-
-
-def _cpulist_text(cpus: Sequence[int]) -> str:
-    ranges: list[str] = []
-    for cpu in sorted(set(cpus)):
-        if ranges and cpu == int(ranges[-1].rsplit("-", 1)[-1]) + 1:
-            ranges[-1] = f"{ranges[-1].split('-')[0]}-{cpu}"
-        else:
-            ranges.append(str(cpu))
-    return ",".join(ranges)
 
 
 def _libc() -> ctypes.CDLL:

@@ -26,7 +26,10 @@ def parse_cpulist(text: str) -> tuple[int, ...]:
         if not part:
             continue
         first, _, last = part.partition("-")
-        cpus.extend(range(int(first), int(last or first) + 1))
+        try:
+            cpus.extend(range(int(first), int(last or first) + 1))
+        except ValueError:
+            raise ValueError(f"not a CPU list: {text.strip()!r}") from None
     return tuple(cpus)
 
 
