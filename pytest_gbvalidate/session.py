@@ -498,7 +498,9 @@ class Expect:
         if verdict.verdict == bl.FAIL:
             pytest.fail(verdict.message, pytrace=False)
         if verdict.verdict == bl.WARN:
-            warnings.warn(GbValidateWarning(verdict.message), stacklevel=2)
+            # Attributed to the test itself, however deep the helper that measured it sits.
+            path, line, _ = self.item.location
+            warnings.warn_explicit(GbValidateWarning(verdict.message), GbValidateWarning, path, (line or 0) + 1)
         return verdict
 
     def record(
