@@ -32,7 +32,7 @@ def sweep_plan(target: Target, metric: str) -> SweepPlan:
     """8 B to 8 GiB on GPUs (to 4 MiB on the CPU), doubling, plus every size the baseline gates; the metric's
     `params` (min_bytes, max_bytes, warmup, iterations) override the defaults."""
     kind = "gpu" if target.is_gpu else "cpu"
-    params = target.metric_params(metric)
+    params = target.params(metric)
     min_bytes = int(params.get("min_bytes", SWEEP_BYTES[kind][0]))
     max_bytes = int(params.get("max_bytes", SWEEP_BYTES[kind][1]))
     gates = target.gate_labels(metric) or [g for g in DEFAULT_GATES[kind] if parse_size_label(g) <= max_bytes]

@@ -68,27 +68,25 @@ class Target:
     @property
     def local_world_size(self) -> int:
         """Ranks a gang starts on this node: one per GPU the SKU promises, or CPU_RANKS on a CPU-only SKU."""
-        gpu_count = None if self.baseline is None else self.baseline.detect.gpu_count
-        return gpu_count or CPU_RANKS
+        return self.gpu_count or CPU_RANKS
 
     def reference(self, metric: str, scope: str) -> bl.Reference | None:
         metric_baseline = None if self.baseline is None else self.baseline.metrics.get(metric)
         return None if metric_baseline is None else metric_baseline.reference(scope)
 
-    def params(self, metric: str, scope: str = "node") -> dict[str, Any]:
-        """Measurement parameters the baseline gives for a metric (buffer sizes, ...); empty when none."""
-        ref = self.reference(metric, scope)
+    def params(self, metric: str, scope: str | None = None) -> dict[str, Any]:
+        """Measurement parameters the baseline gives for a metric (buffer sizes, a sweep's sizes, its NCCL
+        environment), or for one of its scope labels where that label has its own; empty when none."""
+        metric_baseline = None if self.baseline is None else self.baseline.metrics.get(metric)
+        if metric_baseline is None:
+            return {}
+        ref = metric_baseline.default if scope is None else metric_baseline.reference(scope)
         return {} if ref is None else dict(ref.params)
 
     @property
     def gpu_count(self) -> int | None:
         """GPUs per node the SKU promises (0 on a CPU-only SKU; None while recording a SKU with no baseline)."""
         return None if self.baseline is None else self.baseline.detect.gpu_count
-
-    def metric_params(self, metric: str) -> dict[str, Any]:
-        """The parameters a metric gives for all its scope labels (a sweep's sizes, its NCCL environment)."""
-        metric_baseline = None if self.baseline is None else self.baseline.metrics.get(metric)
-        return {} if metric_baseline is None else dict(metric_baseline.default.params)
 
     def gate_labels(self, metric: str) -> list[str]:
         """The scope labels the baseline gives values for (the sizes a sweep is gated at)."""
