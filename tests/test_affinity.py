@@ -8,6 +8,7 @@ import platform
 from pathlib import Path
 
 import pytest
+import torch
 
 from pytest_gbvalidate.node.affinity import (
     MPOL_BIND,
@@ -79,3 +80,15 @@ def test_binding_to_a_node_that_does_not_exist_fails_and_restores() -> None:
     with pytest.raises(OSError, match=r"set_mempolicy\(2, nodes \[1000\]\)"), bound_to([0], numa_node=1000):
         pass
     assert os.sched_getaffinity(0) == cpus_before and current_mempolicy() == policy_before
+
+
+def test_a_gpu_on_a_numa_node_without_cpus_is_copied_to_unbound(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Grace systems show GPU memory as CPU-less NUMA nodes: host buffers must not be bound there.
+    from pytest_gbvalidate.bench import on_rank
+
+    monkeypatch.setattr(on_rank, "_cuda_pci_address", lambda device: "0000:01:00.0")
+    monkeypatch.setattr(on_rank, "pci_locality", lambda bdf: Locality(2, ()))
+    before = os.sched_getaffinity(0)
+    with on_rank.near_device(torch.device("cuda", 0)) as applied:
+        assert applied == {"cpus": "not bound (sysfs gives the device no local CPUs)"}
+        assert os.sched_getaffinity(0) == before

@@ -79,6 +79,11 @@ def near_device(device: torch.device) -> Iterator[dict[str, str]]:
         yield {}
         return
     locality = pci_locality(_cuda_pci_address(device))
+    if not locality.cpus:
+        # A device whose NUMA node has no CPUs (GPU memory shows up as such nodes on Grace systems), or one
+        # sysfs places nowhere: binding host memory there would be wrong, so the copy runs unbound and says so.
+        yield {"cpus": "not bound (sysfs gives the device no local CPUs)"}
+        return
     with bound_to(locality.cpus, locality.numa_node) as applied:
         yield applied
 
