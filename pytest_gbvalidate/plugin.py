@@ -43,18 +43,21 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("gbvalidate", "GPU node validation (pytest-gbvalidate)")
-    for name in ("sku", "baselines", "report"):
+    # Settings with an environment and an ini form: values, then on-switches.
+    kinds: dict[str, dict[str, str]] = {
+        "sku": {"metavar": "NAME"},
+        "baselines": {"metavar": "DIR"},
+        "report": {"metavar": "PATH"},
+        "timeout": {"metavar": "SECONDS"},
+        "strict": {"action": "store_true"},
+        "reference_tools": {"action": "store_true"},
+    }
+    for name, kind in kinds.items():
         env, ini = st.env_name(name), st.ini_name(name)
-        group.addoption(st.cli_flag(name), dest=f"gb_{name}", default=None, help=f"{_HELP[name]} Env {env}, ini {ini}.")
+        group.addoption(
+            st.cli_flag(name), dest=f"gb_{name}", default=None, help=f"{_HELP[name]} Env {env}, ini {ini}.", **kind
+        )
         parser.addini(ini, _HELP[name], default="")
-    group.addoption(
-        "--gb-strict",
-        dest="gb_strict",
-        action="store_true",
-        default=None,
-        help=f"{_HELP['strict']} Env GBVALIDATE_STRICT, ini gb_strict.",
-    )
-    parser.addini("gb_strict", _HELP["strict"], default="")
     group.addoption(
         "--gb-record",
         dest="gb_record",
@@ -63,22 +66,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="write a baseline for this node from this run's measurements to PATH (the file name is the SKU).",
     )
     group.addoption("--gb-list-skus", dest="gb_list_skus", action="store_true", help="list known SKUs and exit.")
-    group.addoption(
-        "--gb-timeout",
-        dest="gb_timeout",
-        default=None,
-        metavar="SECONDS",
-        help=f"{_HELP['timeout']} Env GBVALIDATE_TIMEOUT, ini gb_timeout.",
-    )
-    parser.addini("gb_timeout", _HELP["timeout"], default="")
-    group.addoption(
-        "--gb-reference-tools",
-        dest="gb_reference_tools",
-        action="store_true",
-        default=None,
-        help=f"{_HELP['reference_tools']} Env GBVALIDATE_REFERENCE_TOOLS, ini gb_reference_tools.",
-    )
-    parser.addini("gb_reference_tools", _HELP["reference_tools"], default="")
 
 
 _INI_SETTINGS = ("sku", "baselines", "report", "strict", "timeout", "reference_tools")

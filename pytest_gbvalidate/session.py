@@ -461,20 +461,8 @@ class Expect:
 
         target = self.gb.target
         ref = target.reference(metric, scope)
-        spec = spec or CATALOG.get(metric) or _spec_from(ref)
-        if spec is None:
-            raise TypeError(f"{metric!r} is not a built-in metric: pass spec=MetricSpec(...) to say its unit")
         value = float(value)
-        record: dict[str, Any] = {
-            "test_id": self.item.nodeid,
-            "metric": metric,
-            "scope": scope,
-            "scope_kind": spec.scope_kind,
-            "value": rp.json_safe(value),
-            "unit": spec.unit,
-            "direction": spec.direction,
-            "details": dict(details or {}),
-        }
+        spec, record = self._record(metric, value, scope, spec, ref, details)
         if ref is not None and (ref.unit, ref.direction) != (spec.unit, spec.direction):
             reason = f"{metric}: measured in {spec.unit} ({spec.direction} is better) but the baseline says "
             reason += f"{ref.unit} ({ref.direction} is better) in {target.baseline_file}"
@@ -514,23 +502,33 @@ class Expect:
         a sweep that the baseline does not gate, so every measured size is reported."""
         from pytest_gbvalidate.baselines import INFO
 
-        spec = spec or CATALOG.get(metric) or _spec_from(self.gb.target.reference(metric, scope))
+        _, record = self._record(metric, float(value), scope, spec, self.gb.target.reference(metric, scope), details)
+        self._store(record | {"verdict": INFO, "message": "measured; not gated at this scope"})
+
+    def _record(
+        self,
+        metric: str,
+        value: float,
+        scope: str,
+        spec: MetricSpec | None,
+        ref: bl.Reference | None,
+        details: Mapping[str, Any] | None,
+    ) -> tuple[MetricSpec, dict[str, Any]]:
+        """The metric's spec (built-in, given, or the baseline's) and the measurement's report record."""
+        spec = spec or CATALOG.get(metric) or _spec_from(ref)
         if spec is None:
             raise TypeError(f"{metric!r} is not a built-in metric: pass spec=MetricSpec(...) to say its unit")
-        self._store(
-            {
-                "test_id": self.item.nodeid,
-                "metric": metric,
-                "scope": scope,
-                "scope_kind": spec.scope_kind,
-                "value": rp.json_safe(float(value)),
-                "unit": spec.unit,
-                "direction": spec.direction,
-                "details": dict(details or {}),
-                "verdict": INFO,
-                "message": "measured; not gated at this scope",
-            }
-        )
+        record = {
+            "test_id": self.item.nodeid,
+            "metric": metric,
+            "scope": scope,
+            "scope_kind": spec.scope_kind,
+            "value": rp.json_safe(value),
+            "unit": spec.unit,
+            "direction": spec.direction,
+            "details": dict(details or {}),
+        }
+        return spec, record
 
     def each(self, measurements: Sequence[tuple[str, str, float, Mapping[str, Any]]]) -> None:
         """`gb_expect(metric, value, scope=..., details=...)` for every (metric, scope, value, details), all
