@@ -28,6 +28,21 @@ class SweepPlan:
     iterations: int
 
 
+def require_ranks(target: Target, world_size: int, minimum: int, what: str) -> None:
+    """Skip a check that needs `minimum` ranks when the node has fewer GPUs (a 1-GPU SKU); fail it when the SKU
+    promises enough GPUs and the gang still has fewer ranks."""
+    if world_size >= minimum:
+        return
+    promised = target.gpu_count
+    if promised is not None and promised >= minimum:
+        pytest.fail(
+            f"{what} needs at least {minimum} ranks: {target.sku} promises {promised} GPUs per node, but the gang "
+            f"has {world_size} rank(s)",
+            pytrace=False,
+        )
+    pytest.skip(f"{what} needs at least {minimum} ranks; this run's gang has {world_size}")
+
+
 def sweep_plan(target: Target, metric: str) -> SweepPlan:
     """8 B to 8 GiB on GPUs (to 4 MiB on the CPU), doubling, plus every size the baseline gates; the metric's
     `params` (min_bytes, max_bytes, warmup, iterations) override the defaults."""
@@ -66,13 +81,22 @@ def expect_sweep(
     problems: Sequence[str] = (),
 ) -> None:
     """Report every size of a sweep -- (label, value, details) -- gate the sizes the plan gates, one by one, and
-    fail with every problem (wrong data, a gate missed) in one message. Sizes not gated are recorded only."""
-    for label, value, details in rows:
-        if label not in plan.gates:
-            gb_expect.record(metric, value, label, details=details)
+    fail with every problem (wrong data, a gate missed, a gated size not run) in one message. Sizes not gated
+    are recorded only. A size whose details carry `not_run` (the reason) was not measured."""
     failures = list(problems)
+    measured = []
+    for label, value, details in rows:
+        gated = label in plan.gates
+        if "not_run" in details:
+            gb_expect.not_measured(metric, label, str(details["not_run"]), gated=gated, details=details)
+            if gated:
+                failures.append(f"{metric} at {label}: not run ({details['not_run']})")
+        elif gated:
+            measured.append((metric, label, value, details))
+        else:
+            gb_expect.record(metric, value, label, details=details)
     try:
-        gb_expect.each([(metric, label, value, details) for label, value, details in rows if label in plan.gates])
+        gb_expect.each(measured)
     except pytest.fail.Exception as exc:
         failures.append(str(exc.msg))
     except pytest.skip.Exception:

@@ -20,6 +20,14 @@ def size_label(size_bytes: int) -> str:
     return f"{size_bytes}B"
 
 
+def bytes_label(size_bytes: int) -> str:
+    """An amount of memory, rounded for a message: 1.5 GiB, 320.0 MiB, 12 B."""
+    for unit, factor in _UNITS:
+        if size_bytes >= factor:
+            return f"{size_bytes / factor:.1f} {unit}"
+    return f"{size_bytes} B"
+
+
 def parse_size_label(label: str) -> int:
     """Bytes in a size label ('8GiB' -> 8589934592); ValueError for anything else."""
     match = _SIZE.match(label)

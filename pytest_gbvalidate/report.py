@@ -164,6 +164,9 @@ def sweep_tables(records: list[dict[str, Any]]) -> list[str]:
                     row += ["-"] * 4
                     continue
                 d = r["details"]
+                if d.get("not_run"):  # "memory: needs ..." -> "not run (memory)"
+                    row += [f"not run ({str(d['not_run']).split(':')[0]})", "-", "-", "-"]
+                    continue
                 row += [_num(d.get("time_us")), _num(d.get("algbw_gbps")), _num(r["value"])]
                 row += ["-" if d.get("wrong") is None else str(d["wrong"])]
             row += [_gate(by_place)]

@@ -505,10 +505,21 @@ class Expect:
         _, record = self._record(metric, float(value), scope, spec, self.gb.target.reference(metric, scope), details)
         self._store(record | {"verdict": INFO, "message": "measured; not gated at this scope"})
 
+    def not_measured(
+        self, metric: str, scope: str, reason: str, *, gated: bool, details: Mapping[str, Any] | None = None
+    ) -> None:
+        """Keep, in the reports, a measurement that was planned but not taken (a sweep size too large for the
+        free memory): verdict `fail` where the scope is gated (the caller fails the test), else `info`."""
+        from pytest_gbvalidate import baselines as bl
+
+        ref = self.gb.target.reference(metric, scope)
+        _, record = self._record(metric, None, scope, None, ref, details)
+        self._store(record | {"verdict": bl.FAIL if gated else bl.INFO, "message": f"not run: {reason}"})
+
     def _record(
         self,
         metric: str,
-        value: float,
+        value: float | None,
         scope: str,
         spec: MetricSpec | None,
         ref: bl.Reference | None,
@@ -523,7 +534,7 @@ class Expect:
             "metric": metric,
             "scope": scope,
             "scope_kind": spec.scope_kind,
-            "value": rp.json_safe(value),
+            "value": None if value is None else rp.json_safe(value),
             "unit": spec.unit,
             "direction": spec.direction,
             "details": dict(details or {}),

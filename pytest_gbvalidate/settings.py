@@ -3,7 +3,6 @@ that say where a bad value came from. No pytest here: the plugin hands in what e
 
 from __future__ import annotations
 
-import importlib.resources
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -72,8 +71,16 @@ def cli_flag(name: str) -> str:
     return f"--gb-{name.replace('_', '-')}"
 
 
-def bundled_baselines() -> Path:
-    return Path(str(importlib.resources.files("pytest_gbvalidate.bundled_baselines")))
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def bundled_baselines(package_dir: Path = _PACKAGE_DIR) -> Path:
+    """The baselines shipped with the plugin, next to the code that is running: inside the installed package
+    (`bundled_baselines/`), or, where the package is a source checkout's, the checkout's `baselines/`. A
+    `python -m pytest` started in a checkout imports the checkout's package even when the plugin is installed,
+    so the installed layout cannot be assumed."""
+    installed = package_dir / "bundled_baselines"
+    return installed if installed.is_dir() else package_dir.parent / "baselines"
 
 
 def resolve(sources: Sources) -> Settings:

@@ -2,7 +2,9 @@
 pytest_gbvalidate/bench/collectives.py): every size is reported, the sizes the SKU's baseline names are gated
 one by one (never an average over the sweep), and a wrong result at any size fails the test however fast it was.
 
-The sweep doubles from 8 B to 8 GiB on GPUs (further where the baseline gates a larger size) and to 4 MiB on
+A collective needs two ranks: on a 1-GPU node these checks skip, saying so. A size that cannot fit in the GPUs'
+free memory is not run: a gated one fails saying what it needed and what was free, any other is listed as not
+run. The sweep doubles from 8 B to 8 GiB on GPUs (further where the baseline gates a larger size) and to 4 MiB on
 the CPU; a baseline's `params` (min_bytes, max_bytes, warmup, iterations) override that per collective.
 Under torchrun / srun the gang is the whole world, so this measures the collectives across nodes.
 """
@@ -11,14 +13,15 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_gbvalidate.bench.collectives import PLACEMENTS, SizeRow, summarize, sweep_on_rank
-from pytest_gbvalidate.checks import expect_sweep, sweep_plan
+from pytest_gbvalidate.bench.collectives import MIN_RANKS, PLACEMENTS, SizeRow, summarize, sweep_on_rank
+from pytest_gbvalidate.checks import expect_sweep, require_ranks, sweep_plan
 from pytest_gbvalidate.dist.gang import Gang
 from pytest_gbvalidate.session import Expect, Target
 
 
 def check_collective(collective: str, placement: str, target: Target, gang: Gang, gb_expect: Expect) -> None:
     metric = f"{collective}_busbw_gbps"
+    require_ranks(target, gang.world_size, MIN_RANKS, f"{collective} {placement}")
     plan = sweep_plan(target, metric)
     per_rank = gang.run(sweep_on_rank, collective, placement, plan.sizes, plan.warmup, plan.iterations)
     rows = summarize(collective, placement, per_rank)

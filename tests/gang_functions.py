@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import time
+from collections.abc import Callable
+from typing import Any
 
+import psutil
 import torch
 import torch.distributed as dist
 
+from pytest_gbvalidate.bench import collectives
 from pytest_gbvalidate.dist.gang import RankContext
 
 
@@ -45,3 +50,28 @@ def rank_and_device(ctx: RankContext, tag: str) -> tuple[int, str, str]:
 
 def nccl_environment(ctx: RankContext) -> dict[str, str]:
     return {name: value for name, value in os.environ.items() if name.startswith("NCCL_")}
+
+
+def memory_growth_of_sweeps(ctx: RankContext, sweeps: int, size_bytes: int) -> int:
+    """Bytes this rank's resident memory grows over `sweeps` all_reduce sweeps of one size, with Python's cyclic
+    collector off (as it may stay off for a long time in a busy rank): what the sweeps leave behind."""
+    collectives.sweep_on_rank(ctx, "all_reduce", "in_place", [4096], 0, 10)  # the backend's own first allocations
+    gc.collect()
+    gc.disable()
+    try:
+        before = psutil.Process().memory_info().rss
+        for _ in range(sweeps):
+            collectives.sweep_on_rank(ctx, "all_reduce", "in_place", [size_bytes], 0, 10)
+        return int(psutil.Process().memory_info().rss - before)
+    finally:
+        gc.enable()
+
+
+def with_free_bytes(ctx: RankContext, free_by_rank: dict[int, int], fn: Callable[..., Any], *args: Any) -> Any:
+    """`fn(ctx, *args)` with the free memory the sweep sees on the ranks named in `free_by_rank` set to a value."""
+    real = collectives._free_bytes
+    collectives._free_bytes = lambda c: free_by_rank.get(c.rank, real(c))  # type: ignore[assignment]
+    try:
+        return fn(ctx, *args)
+    finally:
+        collectives._free_bytes = real

@@ -3,26 +3,35 @@
 
 from __future__ import annotations
 
+import gc
+import math
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 from pytest_gbvalidate import baselines as bl
 from pytest_gbvalidate.bench.collectives import (
     COLLECTIVES,
+    IN_PLACE,
+    OUT_OF_PLACE,
     PLACEMENTS,
     RankSizeResult,
+    _Case,
     algbw_gbps,
     busbw_factor,
+    bytes_needed,
     element_count,
     summarize,
     sweep_on_rank,
 )
-from pytest_gbvalidate.checks import sweep_plan
-from pytest_gbvalidate.dist.gang import LocalGang
+from pytest_gbvalidate.checks import require_ranks, sweep_plan
+from pytest_gbvalidate.dist.gang import LocalGang, RankContext
 from pytest_gbvalidate.session import Target
 from tests import faults
+from tests import gang_functions as f
 
 
 @pytest.mark.parametrize(
@@ -73,10 +82,79 @@ def test_summarize_averages_ranks_per_iteration_then_takes_the_median() -> None:
     assert (row.wrong, row.wrong_by_rank) == (5, {1: 5})
 
 
+def test_summarize_keeps_a_size_that_was_not_run_without_inventing_numbers() -> None:
+    not_run = [RankSizeResult(2**30, 2**28, [], 0, not_run="memory: needs 1.8 GiB per rank, 1.0 GiB free")]
+    (row,) = summarize("all_reduce", "in_place", [not_run, not_run])
+    assert row.not_run == "memory: needs 1.8 GiB per rank, 1.0 GiB free"
+    assert math.isnan(row.busbw_gbps) and math.isnan(row.time_s)
+    assert row.details() == {
+        "collective": "all_reduce",
+        "placement": "in_place",
+        "size_bytes": 2**30,
+        "count": 2**28,
+        "dtype": "float",
+        "not_run": "memory: needs 1.8 GiB per rank, 1.0 GiB free",
+    }
+
+
+@pytest.mark.parametrize(
+    ("collective", "placement", "buffers"),
+    [
+        ("all_reduce", IN_PLACE, 1.0),
+        ("broadcast", IN_PLACE, 1.0),
+        ("all_gather", IN_PLACE, 1.0),
+        ("all_gather", OUT_OF_PLACE, 1.25),  # the full output and one rank's quarter
+        ("reduce_scatter", OUT_OF_PLACE, 1.25),
+        ("alltoall", OUT_OF_PLACE, 2.0),
+    ],
+)
+def test_memory_a_size_needs_is_its_buffers_and_the_check_temporaries(
+    collective: str, placement: str, buffers: float
+) -> None:
+    count = 2**30  # 4 GiB of float32
+    needed = bytes_needed(collective, placement, count, 4)
+    check = needed - buffers * count * 4
+    assert 0 < check <= 2**30  # the data check works chunk by chunk: bounded, whatever the size
+    assert bytes_needed(collective, placement, 1024, 4) < 2**20
+
+
+def test_a_size_s_buffers_are_freed_without_the_cyclic_collector() -> None:
+    """A buffer referenced from a cycle lives until the cyclic collector runs, which a long-lived rank may not
+    do for many sizes: on a GPU that held tens of GiB and ran a 16 GiB sweep out of memory."""
+    ctx = RankContext(rank=0, world_size=2, local_rank=0, device=torch.device("cpu"), backend="gloo")
+    gc.disable()
+    try:
+        for collective, placement in [(c, p) for c in COLLECTIVES for p in PLACEMENTS[c]]:
+            case = _Case(ctx, collective, placement, 1024)
+            buffers = [weakref.ref(case.input), weakref.ref(case.output)]
+            del case
+            assert [ref() for ref in buffers] == [None, None], (collective, placement)
+    finally:
+        gc.enable()
+
+
+def test_one_rank_measures_no_collective() -> None:
+    ctx = RankContext(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"), backend="gloo")
+    with pytest.raises(ValueError, match="a collective needs at least 2 ranks, this gang has 1"):
+        sweep_on_rank(ctx, "broadcast", "in_place", [8], 1, 10)
+
+
+def test_a_one_gpu_sku_skips_collectives_and_a_node_short_of_its_gpus_fails(tmp_path: Path) -> None:
+    one_gpu = target(tmp_path / "one", 1, "  {}\n")
+    skip = "all_reduce in_place needs at least 2 ranks; this run's gang has 1"
+    with pytest.raises(pytest.skip.Exception, match=skip):
+        require_ranks(one_gpu, 1, 2, "all_reduce in_place")
+    eight_gpus = target(tmp_path / "eight", 8, "  {}\n")
+    with pytest.raises(pytest.fail.Exception, match="LAB promises 8 GPUs per node, but the gang has 1 rank"):
+        require_ranks(eight_gpus, 1, 2, "all_reduce in_place")
+    require_ranks(eight_gpus, 8, 2, "all_reduce in_place")  # enough: nothing raised
+
+
 # --- the sweep a baseline asks for --------------------------------------------------------------------------
 
 
 def target(tmp_path: Path, gpu_count: int, metric_yaml: str) -> Target:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "LAB.yaml").write_text(
         f"schema_version: 1\nsku: LAB\ndetect: {{gpu_count: {gpu_count}}}\nmetrics:\n{metric_yaml}"
     )
@@ -143,3 +221,18 @@ def test_a_rank_returning_wrong_data_is_caught_and_named(gang: LocalGang) -> Non
         per_rank = gang.run(faults.inject, "wrong", 1, sweep_on_rank, collective, placement, [4096], 1, 10)
         (row,) = summarize(collective, placement, per_rank)
         assert row.wrong_by_rank == {1: 1}, (collective, placement)
+
+
+def test_sweeps_leave_no_memory_behind_with_the_collector_off(gang: LocalGang) -> None:
+    size = 64 * 2**20
+    growth = gang.run(f.memory_growth_of_sweeps, 6, size)
+    assert all(g < 3 * size for g in growth), [f"{g / 2**20:.0f} MiB" for g in growth]
+
+
+def test_a_size_that_does_not_fit_on_one_rank_is_not_run_on_any(gang: LocalGang) -> None:
+    free = {1: 2 * 2**20}  # rank 1 has 2 MiB free: 4 KiB fits, 1 MiB (13 MiB with the check) does not
+    per_rank = gang.run(f.with_free_bytes, free, sweep_on_rank, "all_reduce", "in_place", [4096, 2**20], 1, 10)
+    small, large = summarize("all_reduce", "in_place", per_rank)
+    assert small.not_run is None and small.busbw_gbps > 0 and small.wrong == 0
+    assert large.not_run == "memory: needs 13.0 MiB per rank, 2.0 MiB free"
+    assert [r[1].seconds for r in per_rank] == [[], [], []]  # every rank left it out: none waits for the others

@@ -259,3 +259,44 @@ def test_a_gpu_sku_without_its_gpus_fails_every_case_and_names_the_rank(pytester
     assert first["outcome"] == second["outcome"] == "failure"
     assert re.search(r"rank [01] raised: start-up: RuntimeError: ", first["message"] or "")
     assert "(the gang failed to start earlier; not retried)" in (second["message"] or "")
+
+
+# --- sweep sizes that were not run ------------------------------------------------------------------------------
+
+NOT_RUN_CHECK = """
+from pytest_gbvalidate.checks import expect_sweep, sweep_plan
+
+def test_sweep(gb_target, gb_expect):
+    plan = sweep_plan(gb_target, "all_reduce_busbw_gbps")  # gates 1MiB and 4MiB
+    base = {"collective": "all_reduce", "placement": "in_place", "dtype": "float"}
+    rows = [
+        ("1MiB", 101.0, base | {"size_bytes": 2**20, "count": 2**18, "time_us": 10.4, "algbw_gbps": 101.0,
+                                "wrong": 0}),
+        ("2MiB", float("nan"), base | {"size_bytes": 2**21, "count": 2**19, "not_run": "memory: needs 14 MiB"}),
+        ("4MiB", float("nan"), base | {"size_bytes": 2**22, "count": 2**20, "not_run": "memory: needs 16 MiB"}),
+    ]
+    expect_sweep(gb_expect, "all_reduce_busbw_gbps", plan, rows)
+"""
+
+
+def test_a_gated_size_not_run_fails_and_an_ungated_one_is_listed(lab: pytest.Pytester) -> None:
+    lab.makepyfile(test_sweep=NOT_RUN_CHECK)
+    result = lab.runpytest(*ARGS)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*all_reduce_busbw_gbps at 4MiB: not run (memory: needs 16 MiB)",
+            "*1MiB*262144*float*10.4*101*0*PASS (expected 100)",
+            "*2MiB*524288*float*not run (memory)*-*-*-*",
+            "*4MiB*1048576*float*not run (memory)*-*-*-*FAIL",
+        ]
+    )
+    report = json.loads((lab.path / "r.json").read_text())
+    by_scope = {m["scope"]: m for m in report["measurements"]}
+    assert [(s, by_scope[s]["value"], by_scope[s]["verdict"]) for s in ("1MiB", "2MiB", "4MiB")] == [
+        ("1MiB", 101.0, "pass"),
+        ("2MiB", None, "info"),
+        ("4MiB", None, "fail"),
+    ]
+    assert by_scope["4MiB"]["message"] == "not run: memory: needs 16 MiB"
+    assert junit_cases(lab.path / "r.xml")["test_sweep"]["outcome"] == "failure"

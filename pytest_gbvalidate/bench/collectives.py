@@ -8,22 +8,30 @@
   reported (nccl-tests: the mean over a timed loop).
 - After timing, every size is run once more on known data and each rank counts the elements that are wrong
   (nccl-tests' #wrong): a fast wrong answer is a failure.
+- Before each size, what it needs (buffers and the data check's temporaries) is compared with the memory free
+  on the fullest rank; a size that cannot fit is not run, and says so, rather than dying of out-of-memory. Each
+  size's buffers are freed before the next is allocated: they live in plain locals, never in a reference cycle
+  that only Python's cyclic collector would break.
+- A collective needs at least two ranks: with one, all_reduce's busbw is 0 by definition and broadcast times
+  a no-op.
 
 `sweep_on_rank` runs on every rank of a gang (SPMD); `summarize` turns the ranks' results into one row per size.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import psutil
 import torch
 import torch.distributed as dist
 
 from pytest_gbvalidate.bench.timing import time_op_s
 from pytest_gbvalidate.dist.gang import RankContext
-from pytest_gbvalidate.labels import size_label
+from pytest_gbvalidate.labels import bytes_label, size_label
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast")
 IN_PLACE, OUT_OF_PLACE = "in_place", "out_of_place"
@@ -38,7 +46,11 @@ PLACEMENTS = {
 DTYPE, DTYPE_NAME, ELEMENT_BYTES = torch.float32, "float", 4
 _SPLIT = frozenset({"all_gather", "reduce_scatter", "alltoall"})  # element count divisible by the ranks
 _PERIOD, _RANK_MOD, _SENTINEL = 251, 7, -1.0  # input element j of rank r holds (j % 251) + (r % 7), exact in fp32
-_CHUNK = 2**26  # elements checked at a time, so checking a 16 GiB buffer needs no second 16 GiB
+MIN_RANKS = 2
+_CHUNK = 2**24  # elements filled and checked at a time, so checking a 16 GiB buffer needs no second 16 GiB
+# Temporaries per element of a chunk while filling or checking: the int64 index, up to four int64 intermediates
+# of the expected value, its fp32 result and the comparison's bools.
+_CHECK_BYTES_PER_ELEMENT = 48
 
 
 def busbw_factor(collective: str, world_size: int) -> float:
@@ -56,6 +68,18 @@ def algbw_gbps(size_bytes: int, seconds: float) -> float:
     return size_bytes / seconds / 1e9
 
 
+def bytes_needed(collective: str, placement: str, count: int, world_size: int) -> int:
+    """Memory one rank needs for a size: its buffers (`_Case`) and the data check's temporaries."""
+    chunk = count // world_size if collective in _SPLIT else count
+    if collective in ("all_reduce", "broadcast"):
+        elements = count
+    elif collective in ("all_gather", "reduce_scatter"):
+        elements = count if placement == IN_PLACE else count + chunk
+    else:  # alltoall
+        elements = 2 * count
+    return elements * ELEMENT_BYTES + min(count, _CHUNK) * _CHECK_BYTES_PER_ELEMENT
+
+
 def element_count(collective: str, size_bytes: int, world_size: int) -> int:
     """Elements of the full buffer for a nominal size; split collectives round down to a multiple of the ranks,
     as nccl-tests does. 0 means the size is too small to measure with this many ranks."""
@@ -69,8 +93,10 @@ class RankSizeResult:
 
     size_bytes: int  # nominal (the label)
     count: int  # elements of the full buffer
-    seconds: list[float]  # per timed iteration
+    seconds: list[float]  # per timed iteration (empty when not run)
     wrong: int  # elements of this rank's output that differ from the expected result
+    not_run: str | None = None  # why the size was not run (the same on every rank), e.g. too little memory
+    peak_memory_bytes: int | None = None  # device memory high-water mark while measuring it (accelerators only)
 
 
 @dataclass(frozen=True)
@@ -90,42 +116,67 @@ class SizeRow:
     busbw_gbps: float
     wrong: int
     wrong_by_rank: dict[int, int]
+    not_run: str | None = None  # why this size was not measured; its times and bandwidths are then NaN
+    peak_memory_bytes: int | None = None  # the largest of the ranks' device-memory high-water marks
 
     def details(self) -> dict[str, object]:
         """What a report keeps of this row besides busbw itself."""
-        return {
+        details: dict[str, object] = {
             "collective": self.collective,
             "placement": self.placement,
             "size_bytes": self.bytes,
             "count": self.count,
             "dtype": self.dtype,
+        }
+        if self.not_run is not None:
+            return details | {"not_run": self.not_run}
+        details |= {
             "iterations": self.iterations,
             "time_us": round(self.time_s * 1e6, 3),
             "algbw_gbps": self.algbw_gbps,
             "wrong": self.wrong,
         }
+        if self.peak_memory_bytes is not None:
+            details["peak_memory_bytes"] = self.peak_memory_bytes
+        return details
 
 
 def sweep_on_rank(
     ctx: RankContext, collective: str, placement: str, sizes: Sequence[int], warmup: int, iterations: int
 ) -> list[RankSizeResult]:
-    """Time `collective` at each size on this rank, then check one run on known data. Runs on every rank."""
+    """Time `collective` at each size on this rank, then check one run on known data. Runs on every rank. A size
+    that does not fit in the memory free on every rank is not run (`not_run` says why)."""
     if placement not in PLACEMENTS[collective]:
         raise ValueError(f"{collective} has no {placement} form here (has: {', '.join(PLACEMENTS[collective])})")
+    if ctx.world_size < MIN_RANKS:
+        raise ValueError(f"a collective needs at least {MIN_RANKS} ranks, this gang has {ctx.world_size}")
     results = []
     for size in sizes:
         count = element_count(collective, size, ctx.world_size)
         if count == 0:
             continue
-        case = _Case(ctx, collective, placement, count)
-        case.fill()
-        seconds = time_op_s(ctx.device, case.op, warmup=warmup, iterations=iterations)
-        case.fill()
-        case.op()
-        results.append(RankSizeResult(size, count, seconds, case.count_wrong()))
-        del case
+        needed = bytes_needed(collective, placement, count, ctx.world_size)
+        free = _free_bytes_on_every_rank(ctx)
+        if needed > free:
+            reason = f"memory: needs {bytes_label(needed)} per rank, {bytes_label(free)} free"
+            results.append(RankSizeResult(size, count, [], 0, not_run=reason))
+            continue
+        results.append(_measure(ctx, collective, placement, size, count, warmup, iterations))
         _release_cached_memory(ctx.device)
     return results
+
+
+def _measure(
+    ctx: RankContext, collective: str, placement: str, size: int, count: int, warmup: int, iterations: int
+) -> RankSizeResult:
+    """One size on this rank. Its buffers are this frame's: freed when it returns."""
+    _reset_peak_memory(ctx.device)
+    case = _Case(ctx, collective, placement, count)
+    case.fill()
+    seconds = time_op_s(ctx.device, case.run, warmup=warmup, iterations=iterations)
+    case.fill()
+    case.run()
+    return RankSizeResult(size, count, seconds, case.count_wrong(), peak_memory_bytes=_peak_memory(ctx.device))
 
 
 def summarize(collective: str, placement: str, per_rank: Sequence[Sequence[RankSizeResult]]) -> list[SizeRow]:
@@ -136,9 +187,10 @@ def summarize(collective: str, placement: str, per_rank: Sequence[Sequence[RankS
     for by_rank in zip(*per_rank, strict=True):
         first = by_rank[0]
         per_iteration = [statistics.fmean(times) for times in zip(*(r.seconds for r in by_rank), strict=True)]
-        t = statistics.median(per_iteration)
+        t = statistics.median(per_iteration) if per_iteration else math.nan
         size = first.count * ELEMENT_BYTES
         algbw = algbw_gbps(size, t)
+        peaks = [r.peak_memory_bytes for r in by_rank if r.peak_memory_bytes is not None]
         rows.append(
             SizeRow(
                 collective=collective,
@@ -154,6 +206,8 @@ def summarize(collective: str, placement: str, per_rank: Sequence[Sequence[RankS
                 busbw_gbps=algbw * factor,
                 wrong=sum(r.wrong for r in by_rank),
                 wrong_by_rank={rank: r.wrong for rank, r in enumerate(by_rank) if r.wrong},
+                not_run=first.not_run,
+                peak_memory_bytes=max(peaks) if peaks else None,
             )
         )
     return rows
@@ -183,19 +237,20 @@ class _Case:
         else:  # alltoall
             self.input = torch.empty(count, dtype=DTYPE, device=device)
             self.output = torch.empty(count, dtype=DTYPE, device=device)
-        self.op = self._operation()
 
-    def _operation(self) -> Callable[[], object]:
+    def run(self) -> object:
+        """The collective, once. A method, not a stored closure: a closure over `self` kept on `self` is a
+        reference cycle, and the buffers would outlive the size until the cyclic collector ran."""
         c = self.collective
         if c == "all_reduce":
-            return lambda: dist.all_reduce(self.input)
+            return dist.all_reduce(self.input)
         if c == "broadcast":
-            return lambda: dist.broadcast(self.input, src=0)
+            return dist.broadcast(self.input, src=0)
         if c == "all_gather":
-            return lambda: _all_gather_single(self.output, self.input)
+            return _all_gather_single(self.output, self.input)
         if c == "reduce_scatter":
-            return lambda: _reduce_scatter_single(self.output, self.input)
-        return lambda: dist.all_to_all_single(self.output, self.input)
+            return _reduce_scatter_single(self.output, self.input)
+        return dist.all_to_all_single(self.output, self.input)
 
     def fill(self) -> None:
         """Known inputs: element j of this rank's input is (j % 251) + (rank % 7); the rest of an in-place
@@ -249,7 +304,35 @@ def _reduce_scatter_single(output: torch.Tensor, input: torch.Tensor) -> object:
     return fn(output, input)
 
 
+# --- memory -------------------------------------------------------------------------------------------------
+
+
+def _free_bytes_on_every_rank(ctx: RankContext) -> int:
+    """The least memory free on any rank, so every rank makes the same run-or-not decision for a size (a rank
+    that stayed out of a collective would leave the others hanging in it)."""
+    free = torch.tensor([_free_bytes(ctx)], dtype=torch.int64, device=ctx.device)
+    dist.all_reduce(free, op=dist.ReduceOp.MIN)
+    return int(free.item())
+
+
+def _free_bytes(ctx: RankContext) -> int:
+    if ctx.device.type == "cpu":  # a CPU gang's ranks share the host's memory
+        return int(psutil.virtual_memory().available) // ctx.world_size
+    # CUDA-only: torch 2.9 has no torch.accelerator.get_memory_info.
+    free, _total = torch.cuda.mem_get_info(ctx.device)
+    return int(free)
+
+
+def _reset_peak_memory(device: torch.device) -> None:
+    if device.type != "cpu":
+        torch.accelerator.reset_peak_memory_stats(device)
+
+
+def _peak_memory(device: torch.device) -> int | None:
+    return None if device.type == "cpu" else int(torch.accelerator.max_memory_allocated(device))
+
+
 def _release_cached_memory(device: torch.device) -> None:
-    """CUDA-only: hand the last size's buffers back, so the cache of a 16 GiB sweep does not hold twice that."""
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
+    """Hand the last size's freed buffers back to the device, so the next size's free-memory check sees them."""
+    if device.type != "cpu":
+        torch.accelerator.empty_cache()

@@ -1,0 +1,182 @@
+"""GPU smoke run: whatever NVIDIA GPUs this machine has, run everything the plugin does on them, in one command.
+
+    python benchmarks/gpu_smoke.py [--out DIR] [--layers 4] [--mbs 1] [--gbs 4] [--peak-tflops X] [-k EXPR]
+
+1. Writes a seed baseline `SMOKE` for the GPUs torch sees (their count and model; no figures), then runs the
+   bundled suites against it with `--gb-record`: every measurement becomes the recorded baseline's expected
+   value, so the run exercises every check on this machine whatever its SKU.
+2. Runs the suites again, checked against that recording: what fails on the same machine minutes later is a
+   defect of ours, or a very noisy node.
+3. Prints each collective sweep's peak device memory (the largest size's, and what it was), from the report.
+4. Trains the built-in engine at Llama 3 8B's layer shape with fewer layers (one GPU, bf16, seq 8192) and prints
+   step time, tokens/s, peak memory and MFU against the GPU's public dense bf16 peak.
+
+Reports, JUnit files and both baselines land in --out (default: a new temporary directory). Exit status 0 when
+both suite runs and the engine run succeeded. `--device cpu` runs the same steps on the CPU with the tiny model
+(what the plugin's own tests check); the figures then say nothing about a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+SKU = "SMOKE"
+# Public dense bf16 peaks per GPU (TFLOPS), matched on the CUDA device name: NVIDIA's spec sheets as quoted by
+# dgxc-benchmarking's llama3.1 README (H100, GB200) and the Blackwell architecture whitepaper (B200).
+DENSE_BF16_PEAK_TFLOPS = {"GB200": 2450.0, "B200": 2250.0, "H200": 989.0, "H100": 989.0, "A100": 312.0}
+
+
+def seed_baseline(gpu_names: list[str]) -> str:
+    """A baseline with no figures that names this machine's GPUs: what --gb-record records over."""
+    if not gpu_names:
+        detect = "{gpu_count: 0}"
+        description = "this machine's CPU (smoke run)"
+    else:
+        detect = f"{{gpu_count: {len(gpu_names)}, gpu_name_contains: {json.dumps(gpu_names[0])}}}"
+        description = f"{len(gpu_names)}x {gpu_names[0]} (smoke run)"
+    return f"schema_version: 1\nsku: {SKU}\ndescription: {json.dumps(description)}\ndetect: {detect}\nmetrics: {{}}\n"
+
+
+def peak_tflops(gpu_name: str) -> float | None:
+    return next((tflops for key, tflops in DENSE_BF16_PEAK_TFLOPS.items() if key in gpu_name), None)
+
+
+def sweep_memory_lines(report: dict[str, Any]) -> list[str]:
+    """One line per collective sweep: its largest device-memory high-water mark, and sizes not run."""
+    sweeps: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for m in report.get("measurements", []):
+        details = m.get("details") or {}
+        if m.get("scope_kind") == "message_size" and "placement" in details and "tool" not in details:
+            sweeps.setdefault((m["metric"], details["placement"]), []).append(m)
+    lines = []
+    for (metric, placement), records in sorted(sweeps.items()):
+        peaks = [
+            (r["details"]["peak_memory_bytes"], r["scope"]) for r in records if "peak_memory_bytes" in r["details"]
+        ]
+        not_run = [r["scope"] for r in records if "not_run" in r["details"]]
+        line = f"{metric} {placement}: "
+        if peaks:
+            peak, scope = max(peaks)
+            line += f"peak device memory {peak / 2**30:.2f} GiB (at {scope})"
+        else:
+            line += "no device memory figures (CPU run)"
+        if not_run:
+            line += f"; not run (memory): {', '.join(not_run)}"
+        lines.append(line)
+    return lines or ["no collective sweeps in the report"]
+
+
+def run_suites(out: Path, name: str, extra: list[str], select: list[str]) -> tuple[int, dict[str, Any]]:
+    """The bundled suites against the SMOKE baseline in `out`; (pytest's exit status, the JSON report)."""
+    report = out / f"{name}.json"
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "--pyargs",
+        "pytest_gbvalidate.suites",
+        f"--gb-sku={SKU}",
+        f"--gb-baselines={out}",
+        f"--gb-report={report}",
+        f"--junitxml={out / f'{name}.xml'}",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "-rfE",
+        *select,
+        *extra,
+    ]
+    print(f"\n$ {' '.join(command)}", flush=True)
+    status = subprocess.run(command, cwd=out, check=False).returncode
+    return status, json.loads(report.read_text()) if report.is_file() else {}
+
+
+def outcome_counts(report: dict[str, Any]) -> str:
+    counts: dict[str, int] = {}
+    for t in report.get("tests", []):
+        if t["when"] == "call" or t["outcome"] != "passed":
+            counts[t["outcome"]] = counts.get(t["outcome"], 0) + 1
+    return ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items())) or "no tests"
+
+
+def train_engine(device_type: str, layers: int, mbs: int, gbs: int, peak: float | None) -> list[str]:
+    """The built-in engine on one device at Llama 3 8B's layer shape (tiny model on the CPU)."""
+    import dataclasses
+
+    import torch
+
+    from pytest_gbvalidate.workloads.llama.config import LLAMA3_8B, LLAMA3_TINY
+    from pytest_gbvalidate.workloads.llama.parallel import Layout
+    from pytest_gbvalidate.workloads.llama.train import TrainRequest, pretrain_result, train
+
+    base = LLAMA3_8B if device_type == "cuda" else LLAMA3_TINY
+    cfg = dataclasses.replace(base, name=f"{base.name}_{layers}layers", n_layers=layers)
+    request = TrainRequest(cfg, Layout(mbs=mbs, gbs=gbs, precision="bf16"), 2, 10, 3e-4)
+    device = torch.device(device_type, 0) if device_type == "cuda" else torch.device("cpu")
+    rank = train(request, device)
+    result = pretrain_result(request, rank.step_times_s, rank.losses or [], [rank.memory], peak)
+    mfu = "no public peak known for this GPU (pass --peak-tflops)" if result.mfu_pct is None else None
+    return [
+        f"engine: {cfg.name} (dim {cfg.dim}, seq {cfg.seq_len}, vocab {cfg.vocab_size}), {result.scope}",
+        f"step time {result.step_time_s:.4f} s (median of {len(rank.step_times_s)}), "
+        f"{result.tokens_per_s_per_gpu:,.0f} tokens/s, {result.model_tflops_per_gpu:.4g} model TFLOPS",
+        f"MFU: {mfu or f'{result.mfu_pct:.1f}% of {peak:g} TFLOPS dense bf16'}",
+        f"peak memory: {rank.memory.gib:.1f} GiB ({rank.memory.what})",
+        f"loss: {result.losses[0]:.4f} -> {result.losses[-1]:.4f}",
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, help="where reports and baselines go (default: a new temp dir)")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--layers", type=int, default=4, help="transformer layers of the engine run (default 4)")
+    parser.add_argument("--mbs", type=int, default=1)
+    parser.add_argument("--gbs", type=int, default=4)
+    parser.add_argument("--peak-tflops", type=float, help="dense bf16 peak per GPU for MFU (default: by name)")
+    parser.add_argument("-k", dest="keyword", help="pytest -k expression: run only these checks in both suite runs")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("no CUDA GPU visible to torch: nothing to smoke-test (--device cpu runs the CPU path)")
+        return 2
+    gpu_names = (
+        [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if args.device == "cuda" else []
+    )
+    out = args.out or Path(tempfile.mkdtemp(prefix="gbvalidate-smoke-"))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{SKU}.yaml").write_text(seed_baseline(gpu_names))
+    print(f"smoke run on {', '.join(gpu_names) or 'the CPU'}; torch {torch.__version__}; output in {out}")
+
+    select = ["-k", args.keyword] if args.keyword else []
+    record_status, _ = run_suites(out, "record", [f"--gb-record={out / f'{SKU}.yaml'}"], select)
+    check_status, report = run_suites(out, "check", [], select)
+    print("\n== suites ==")
+    print(f"record run: exit {record_status}; check run: exit {check_status} ({outcome_counts(report)})")
+    for t in report.get("tests", []):
+        if t["outcome"] == "failed":
+            print(f"FAILED {t['test_id']}: {t['message']}")
+    print("\n== collective sweeps: peak device memory ==")
+    print("\n".join(sweep_memory_lines(report)))
+
+    print("\n== built-in engine ==")
+    peak = args.peak_tflops or (peak_tflops(gpu_names[0]) if gpu_names else None)
+    try:
+        print("\n".join(train_engine(args.device, args.layers, args.mbs, args.gbs, peak)))
+        engine_ok = True
+    except Exception as exc:  # reported, and the run fails; the suites' results above still stand
+        print(f"engine run failed: {type(exc).__name__}: {exc}")
+        engine_ok = False
+    return 0 if record_status == check_status == 0 and engine_ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
