@@ -58,7 +58,10 @@ class RunReport:
     def measurements(self) -> list[dict[str, Any]]:
         return list(self.data["measurements"])
 
-    def add_test(self, nodeid: str, when: str, outcome: str, duration_s: float, message: str | None) -> None:
+    def add_test(
+        self, nodeid: str, when: str, outcome: str, duration_s: float, message: str | None, text: str | None
+    ) -> None:
+        """`message`: what went wrong in one line; `text`: all of it, as the terminal shows it (a traceback)."""
         self.data["tests"].append(
             {
                 "test_id": nodeid,
@@ -66,6 +69,7 @@ class RunReport:
                 "outcome": outcome,
                 "duration_s": round(duration_s, 6),
                 "message": message,
+                "text": text,
             }
         )
 

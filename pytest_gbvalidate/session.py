@@ -119,6 +119,9 @@ class GbSession:
         self._pending_sections: dict[str, Any] = {}
         self.nccl_env: dict[str, dict[str, str]] = {}  # variable -> {value, source}, as the ranks get it
         self.plot_note: str | None = None
+        self._gang: Gang | None = None
+        self._gang_reported = -1  # failed start-ups already in the report's gang section
+        self.record_note: str | None = None  # what became of --gb-record
 
     # --- resolving the SKU ---------------------------------------------------------------------------------
 
@@ -260,11 +263,23 @@ class GbSession:
                 collective_timeout_s=2 * timeout_s,
                 call_timeout_s=timeout_s,
             )
-        if self.is_controller:
-            kind = "local" if world is None else "world"
-            self.report.data["gang"] = {"kind": kind, "world_size": gang.world_size, "device_type": t.device_type}
-            self.report.write()
+        self._gang = gang
+        self._gang_section()
         return gang
+
+    def _gang_section(self) -> None:
+        """The JSON report's `gang` section, sent to the controller like any section (the gang lives in an xdist
+        worker under -n), and sent again whenever a start-up of the ranks failed and was retried."""
+        gang = self._gang
+        if gang is None:
+            return
+        failed_starts = list(getattr(gang, "failed_starts", []))  # a torchrun / srun world is never started by us
+        if self._gang_reported == len(failed_starts):
+            return
+        self._gang_reported = len(failed_starts)
+        kind = "world" if world_from_environment(os.environ) is not None else "local"
+        section = {"kind": kind, "world_size": gang.world_size, "device_type": self.target.device_type}
+        self.set_report_section("gang", section | {"failed_starts": failed_starts})
 
     def header_lines(self) -> list[str]:
         if not self.engaged or self._header_shown:
@@ -318,6 +333,7 @@ class GbSession:
             # A plain attribute survives xdist's report serialisation, so the controller receives it.
             report.gb_measurements = records  # type: ignore[attr-defined]
             item.stash[MEASUREMENTS] = []
+        self._gang_section()
         self._attach_report_sections(item, report)
         return report
 
@@ -330,13 +346,13 @@ class GbSession:
             self.report.add_measurements(records)
         self._merge_report_sections(report)
         if report.when == "call" or report.outcome != "passed":
-            message = None if report.passed else _short_message(report)
-            self.report.add_test(report.nodeid, report.when, report.outcome, report.duration, message)
+            message, text = (None, None) if report.passed else _failure_text(report)
+            self.report.add_test(report.nodeid, report.when, report.outcome, report.duration, message, text)
         if self.engaged and (records or report.when == "teardown"):
             self.report.write()
 
     @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file
-    def pytest_sessionfinish(self, exitstatus: int) -> None:
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if not self.is_controller or not self.engaged:
             return
         t = self.target
@@ -344,7 +360,7 @@ class GbSession:
         self._attach_busbw_plot()
         _add_junit_suite_properties(self.config, {name: v["value"] for name, v in self.nccl_env.items()})
         if self.settings.record is not None:
-            self._write_record(self.settings.record)
+            self._record(session, exitstatus, self.settings.record)
         interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
         self.report.finish(int(exitstatus), "interrupted" if interrupted else "finished")
         self.report.write()
@@ -379,8 +395,13 @@ class GbSession:
             terminalreporter.write_line(self.plot_note)
         if self.settings.report.value is not None:
             terminalreporter.write_line(f"JSON report: {self.settings.report.value}")
-        if self.settings.record is not None:
-            terminalreporter.write_line(f"recorded baseline: {self.settings.record}")
+        if self.record_note is not None:
+            terminalreporter.write_line(self.record_note)
+        failed_starts = self.report.data.get("gang", {}).get("failed_starts", [])
+        if failed_starts:
+            terminalreporter.write_line(f"the ranks' start-up failed {len(failed_starts)} time(s) and was tried again:")
+            for reason in failed_starts:
+                terminalreporter.write_line(f"  {reason}")
 
     def _attach_busbw_plot(self) -> None:
         """A PNG of busbw against size next to the JSON report (else the JUnit XML), named in both."""
@@ -399,6 +420,21 @@ class GbSession:
             return
         self.report.data.setdefault("plots", []).append({"metric": "busbw_gbps", "path": str(path)})
         _add_junit_suite_properties(self.config, {"busbw_plot": str(path)})
+
+    def _record(self, session: pytest.Session, exitstatus: int, path: Path) -> None:
+        """Write the recorded baseline, but only from a run that ran every test it collected: an interrupted or
+        stopped run (Ctrl-C, -x, --maxfail, an internal error) would replace a baseline with part of one."""
+        complete = exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED) and not (
+            session.shouldfail or session.shouldstop
+        )
+        if complete:
+            self._write_record(path)
+            self.record_note = f"recorded baseline: {path}"
+        else:
+            why = pytest.ExitCode(exitstatus).name.lower() if exitstatus != pytest.ExitCode.TESTS_FAILED else "stopped"
+            kept = "left as it was" if path.exists() else "not written"
+            self.record_note = f"nothing recorded: the run did not complete ({why}); {path} {kept}"
+        self.report.data["record"] = {"path": str(path), "written": complete, "note": self.record_note}
 
     def _write_record(self, path: Path) -> None:
         from pytest_gbvalidate import baselines as bl
@@ -590,10 +626,17 @@ def _fixturenames(item: pytest.Item) -> list[str]:
     return list(getattr(item, "fixturenames", ()))
 
 
-def _short_message(report: pytest.TestReport) -> str:
+def _failure_text(report: pytest.TestReport) -> tuple[str, str]:
+    """(the first line of what went wrong, as JUnit's message attribute starts; the whole text the terminal
+    shows). A failed test's exception is in its crash line, never in the traceback's last line, which names only
+    the file and line where it surfaced."""
     if report.skipped and isinstance(report.longrepr, tuple):
-        return str(report.longrepr[2])
-    return report.longreprtext.strip().splitlines()[-1] if report.longreprtext.strip() else report.outcome
+        reason = str(report.longrepr[2])
+        return reason, reason
+    text = report.longreprtext.strip()
+    crash = getattr(report.longrepr, "reprcrash", None)
+    first = str(crash.message) if crash is not None else text
+    return (first.strip().splitlines() or [report.outcome])[0], text
 
 
 def _junit_path(config: pytest.Config) -> Path | None:

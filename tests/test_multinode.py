@@ -69,7 +69,7 @@ def test_two_nodes_over_loopback(tmp_path: Path) -> None:
     report = json.loads((tmp_path / f"node{node}.json").read_text())
     assert report["status"] == "finished" and report["exit_status"] == 0
     assert report["world"] == {"world_size": 2}
-    assert report["gang"] == {"kind": "world", "world_size": 2, "device_type": "cpu"}
+    assert report["gang"] == {"kind": "world", "world_size": 2, "device_type": "cpu", "failed_starts": []}
     cases = junit_cases(tmp_path / f"node{node}.xml")
     passed = {name for name, case in cases.items() if case["outcome"] == "passed"}
     assert passed == {*COLLECTIVE_TESTS, "test_host_copy_bandwidth"}

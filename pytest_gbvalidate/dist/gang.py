@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from multiprocessing.connection import Connection, wait
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
@@ -38,6 +39,7 @@ from pytest_gbvalidate.dist.world import node_rank_from_environment, rendezvous_
 
 _POLL_S = 0.05
 _PARENT_CHECK_S = 1.0
+_TMPDIR_PREFIX = "gbvalidate-gang-"  # then the pid of the process that made it
 
 
 @dataclass(frozen=True)
@@ -122,10 +124,13 @@ def _rank_main(
     conn.send(("ok", None))
     while True:
         if not conn.poll(_PARENT_CHECK_S):
-            if os.getppid() != parent_pid:  # orphaned (pytest was killed): do not linger
-                return
+            if os.getppid() != parent_pid:
+                return _orphaned(stack_file)
             continue
-        task = conn.recv()
+        try:
+            task = conn.recv()
+        except (EOFError, OSError):  # the parent's end is gone without a goodbye: it died
+            return _orphaned(stack_file)
         if task is None:
             break
         fn, args = task
@@ -135,6 +140,11 @@ def _rank_main(
             conn.send(("raised", traceback.format_exc()))
     with contextlib.suppress(Exception):
         dist.destroy_process_group()
+
+
+def _orphaned(stack_file: str) -> None:
+    """pytest was killed: do not linger, nor leave the rendezvous directory behind."""
+    shutil.rmtree(os.path.dirname(stack_file), ignore_errors=True)
 
 
 class LocalGang:
@@ -158,17 +168,11 @@ class LocalGang:
         self._conns: list[Connection] = []
         self._tmpdir: str | None = None
         self.starts = 0  # how many times ranks were started: a failed call costs a restart
-        # A gang that cannot start (a GPU gone, a broken driver) will not start on the next call either: later
-        # calls fail at once with the same cause instead of paying a start-up each.
-        self._start_error: GangError | None = None
+        self.failed_starts: list[str] = []  # why each failed start-up failed, in order
 
     def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None) -> list[Any]:
-        if self._start_error is not None:
-            e = self._start_error
-            first, newline, rest = e.detail.partition("\n")
-            raise GangError(e.rank, e.cause, f"{first} (the gang failed to start earlier; not retried){newline}{rest}")
         if not self._procs:
-            self._start()
+            self._start_retrying_once()
         try:
             for conn in self._conns:
                 conn.send((fn, args))
@@ -177,9 +181,26 @@ class LocalGang:
             self.close(force=True)
             raise
 
+    def _start_retrying_once(self) -> None:
+        """One rank dying at start-up (a transient driver or rendezvous hiccup) must not fail the call: the
+        start is tried once more. A second failure fails the call; the next call tries afresh."""
+        try:
+            self._start()
+        except GangError as first:
+            first_line = str(first).partition("\n")[0]
+            self.failed_starts.append(first_line)
+            try:
+                self._start()
+            except GangError as second:
+                self.failed_starts.append(str(second).partition("\n")[0])
+                raise GangError(
+                    second.rank, second.cause, f"{second.detail} (start-up retried once; the first try: {first_line})"
+                ) from None
+
     def _start(self) -> None:
         ctx = mp.get_context("spawn")
-        self._tmpdir = tempfile.mkdtemp(prefix="gbvalidate-gang-")
+        remove_dead_gang_dirs(Path(tempfile.gettempdir()))
+        self._tmpdir = tempfile.mkdtemp(prefix=f"{_TMPDIR_PREFIX}{os.getpid()}-")
         init_method = f"file://{os.path.join(self._tmpdir, 'rendezvous')}"
         pipes = [ctx.Pipe() for _ in range(self.world_size)]
         self._conns = [parent_end for parent_end, _ in pipes]
@@ -209,10 +230,6 @@ class LocalGang:
         self.starts += 1
         try:
             self._collect(self.start_timeout_s, "start-up")
-        except GangError as exc:
-            self._start_error = exc
-            self.close(force=True)
-            raise
         except BaseException:
             self.close(force=True)
             raise
@@ -289,6 +306,25 @@ class LocalGang:
         if self._tmpdir is not None:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
             self._tmpdir = None
+
+
+def remove_dead_gang_dirs(tmp: Path) -> None:
+    """Remove the rendezvous directories of gangs whose process is gone: a pytest killed together with its ranks
+    (SIGKILL to the process group) had no one left to clean up."""
+    for path in tmp.glob(f"{_TMPDIR_PREFIX}*"):
+        pid = path.name.removeprefix(_TMPDIR_PREFIX).partition("-")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _innermost_frame(dump: str) -> str:
