@@ -778,10 +778,15 @@ DEFAULT_FAIL, DEFAULT_WARN = Limit(relative_pct=10.0), Limit(relative_pct=5.0)
 
 
 def recorded_baseline(
-    sku: str, previous: Baseline | None, measurements: list[dict[str, Any]], provenance: str
+    sku: str,
+    previous: Baseline | None,
+    measurements: list[dict[str, Any]],
+    provenance: str,
+    node_gpu_count: int | None = None,
 ) -> dict[str, Any]:
     """A baseline document whose expected values are this run's medians. Limits, params and the detect
-    section carry over from `previous` (the baseline the run was checked against) where it had them."""
+    section carry over from `previous` (the baseline the run was checked against) where it had them; a SKU
+    recorded for the first time gets the node's GPU count as its `detect.gpu_count`."""
     by_metric: dict[str, list[dict[str, Any]]] = {}
     for m in measurements:
         if _is_number(m.get("value")) and m.get("verdict") != INFO:
@@ -815,6 +820,8 @@ def recorded_baseline(
         metrics[name] = entry
     doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "sku": sku}
     doc["description"] = previous.description if previous else f"{sku}, recorded from a golden node"
+    if previous is None and node_gpu_count is not None:
+        doc["detect"] = {"gpu_count": node_gpu_count}
     if previous is not None and previous.detect != Detect():
         d = previous.detect
         doc["detect"] = {

@@ -51,6 +51,7 @@ class Target:
     source: str
     baselines_dir: Path
     baseline: bl.Baseline | None
+    node_gpu_count: int | None = None  # the GPUs NVML sees, asked only when there is no baseline to say
 
     @property
     def baseline_file(self) -> Path:
@@ -58,8 +59,9 @@ class Target:
 
     @property
     def is_gpu(self) -> bool:
-        """Every SKU is a GPU SKU unless its baseline says it has none (`detect: {gpu_count: 0}`, as `cpu` does)."""
-        return self.baseline is None or self.baseline.detect.gpu_count != 0
+        """Every SKU is a GPU SKU unless its baseline says it has none (`detect: {gpu_count: 0}`, as `cpu` does),
+        or, recording a SKU with no baseline yet, the node has none."""
+        return self.gpu_count != 0
 
     @property
     def device_type(self) -> str:
@@ -85,8 +87,9 @@ class Target:
 
     @property
     def gpu_count(self) -> int | None:
-        """GPUs per node the SKU promises (0 on a CPU-only SKU; None while recording a SKU with no baseline)."""
-        return None if self.baseline is None else self.baseline.detect.gpu_count
+        """GPUs per node the SKU promises (0 on a CPU-only SKU; None where its baseline does not say); while
+        recording a SKU with no baseline yet, the GPUs the node has."""
+        return self.node_gpu_count if self.baseline is None else self.baseline.detect.gpu_count
 
     def gate_labels(self, metric: str) -> list[str]:
         """The scope labels the baseline gives values for (the sizes a sweep is gated at)."""
@@ -159,7 +162,7 @@ class GbSession:
             elif path.is_file():
                 baseline = bl.load_baseline(path)
             elif s.record is not None:
-                baseline = None
+                return Target(detection.sku, detection.source, directory, None, _node_gpu_count())
             else:
                 raise pytest.UsageError(_unknown_sku_message(detection, directory))
         except bl.BaselineError as exc:
@@ -443,7 +446,7 @@ class GbSession:
         facts = self.node_facts
         stack = ", ".join(f"{k} {v}" for k, v in facts.items() if k != "hostname")
         provenance = f"measured on {facts.get('hostname', '?')} ({rp.utc_now()[:10]}; {stack}) by --gb-record"
-        doc = bl.recorded_baseline(path.stem, t.baseline, self.report.measurements, provenance)
+        doc = bl.recorded_baseline(path.stem, t.baseline, self.report.measurements, provenance, t.node_gpu_count)
         rp.atomic_write_text(path, bl.dump_baseline(doc))
 
     # --- report sections beyond measurements: GPU inventory, NUMA map, telemetry -----------------------------
@@ -609,6 +612,14 @@ def _no_reference_reason(target: Target, metric: str, scope: str, ref: bl.Refere
     if ref is None:
         return f"{target.sku} baseline has no {metric} value for {scope}"
     return f"{target.sku} baseline for {metric} is provisional with no reference value yet ({ref.provenance})"
+
+
+def _node_gpu_count() -> int:
+    """The GPUs NVML sees (0 without a driver): how many ranks a SKU being recorded for the first time gets."""
+    from pytest_gbvalidate.sku import nvml_gpu_names
+
+    names = nvml_gpu_names()
+    return 0 if names is None else len(names)
 
 
 def _unknown_sku_message(detection: Detection, directory: Path) -> str:

@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 import torch  # noqa: F401 -- in-process pytester runs drop modules they imported, and torch cannot load twice
 
+from tests.fakenvml import FakeGpu, FakeNvmlLib, install
+
 LAB = """\
 schema_version: 1
 sku: LAB
@@ -111,3 +113,25 @@ def test_a_start_of_the_ranks_that_fails_once_is_retried_and_reported(lab: pytes
         ]
     )
     assert report(lab)["gang"]["failed_starts"] == ["rank 1 crashed: during start-up: process exited with code 7"]
+
+
+@pytest.mark.parametrize("gpus", [0, 3])
+def test_a_sku_recorded_for_the_first_time_gets_the_node_s_gpus(
+    lab: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, gpus: int
+) -> None:
+    """Not a CPU-sized gang of 2 on an 8-GPU node: with no baseline to say, the node's GPUs (NVML) do."""
+    install(
+        monkeypatch, FakeNvmlLib([FakeGpu(pci_bus_id=f"00000000:0{i}:00.0") for i in range(gpus)]) if gpus else None
+    )
+    lab.makepyfile(
+        test_a=f"""
+        def test_a(gb_target, gb_gang, gb_expect):
+            assert (gb_target.gpu_count, gb_target.is_gpu, gb_gang.world_size) == ({gpus}, {gpus > 0}, {gpus or 2})
+            gb_expect("host_copy_bandwidth_gbps", 101.0)
+        """
+    )
+    lab.runpytest("--gb-sku=NEW", "--gb-baselines=baselines", "--gb-record=baselines/NEW.yaml").assert_outcomes(
+        passed=1
+    )
+    text = (lab.path / "baselines" / "NEW.yaml").read_text()
+    assert f"detect:\n  gpu_count: {gpus}\n" in text
