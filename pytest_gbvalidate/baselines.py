@@ -297,9 +297,16 @@ def known_skus(directory: Path) -> list[str]:
 def load_baseline(path: Path) -> Baseline:
     """Read and validate one baseline file. Raises BaselineError naming the file, line and field."""
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as exc:
         raise BaselineError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise BaselineError(
+            f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})"
+        ) from None
     import yaml
 
     try:
@@ -310,8 +317,13 @@ def load_baseline(path: Path) -> Baseline:
         mark = exc.problem_mark or exc.context_mark
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
         raise BaselineError(f"{where}: YAML syntax error: {exc.problem or exc.context}") from None
+    except yaml.reader.ReaderError as exc:  # a control character (NUL, ESC, ...) YAML does not allow in a file
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - text.rfind("\n", 0, exc.position)
+        char = f"U+{exc.character:04X}" if isinstance(exc.character, int) else repr(exc.character)
+        raise BaselineError(f"{path}:{line}:{column}: YAML does not allow the character {char}") from None
     except yaml.YAMLError as exc:
-        raise BaselineError(f"{path}: YAML error: {exc}") from None
+        raise BaselineError(f"{path}: YAML error: {' '.join(str(exc).split())}") from None
     return _Parser(path).baseline(doc)
 
 

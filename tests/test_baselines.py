@@ -190,6 +190,23 @@ def test_yaml_syntax_error_names_line_and_column(tmp_path: Path) -> None:
         bl.load_baseline(path)
 
 
+def test_a_baseline_that_is_not_utf8_is_a_one_line_error(tmp_path: Path) -> None:
+    path = tmp_path / "TEST.yaml"
+    latin1 = GOOD.replace("description: a test SKU", "description: caf\u00e9").encode("latin-1")
+    path.write_bytes(latin1)
+    offset = latin1.index(b"\xe9")
+    with pytest.raises(bl.BaselineError) as excinfo:
+        bl.load_baseline(path)
+    assert str(excinfo.value) == f"{path}:3: not UTF-8 text (byte 0xe9 at offset {offset})"
+
+
+def test_a_control_character_is_a_one_line_error(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD.replace("description: a test SKU", "description: a\x00test SKU"))
+    with pytest.raises(bl.BaselineError) as excinfo:
+        bl.load_baseline(path)
+    assert str(excinfo.value) == f"{path}:3:15: YAML does not allow the character U+0000"
+
+
 def test_yaml_is_never_executed(tmp_path: Path) -> None:
     path = write(tmp_path, "!!python/object/apply:os.system ['echo pwned']\n")
     with pytest.raises(bl.BaselineError, match="could not determine a constructor"):

@@ -340,6 +340,15 @@ def test_corrupted_baseline(lab: pytest.Pytester, corruption: tuple[str, str], e
     assert_usage_error(lab.runpytest("--gb-sku=LAB", "--gb-baselines=baselines"), error)
 
 
+def test_a_baseline_that_is_not_utf8_is_a_usage_error(lab: pytest.Pytester) -> None:
+    path = lab.path / "baselines" / "LAB.yaml"
+    path.write_bytes(path.read_bytes().replace(b"a lab SKU", b"a lab SKU \xff"))
+    assert_usage_error(
+        lab.runpytest("--gb-sku=LAB", "--gb-baselines=baselines"),
+        "ERROR: bad baseline: *LAB.yaml:3: not UTF-8 text (byte 0xff at offset 50)",
+    )
+
+
 def test_corrupted_baseline_stops_auto_detection_too(pytester: pytest.Pytester) -> None:
     shutil.copytree(REPO / "baselines", pytester.path / "b")
     (pytester.path / "b" / "ND_H100_v5.yaml").write_text("schema_version: 1\nsku: ND_H100_v5\nmetrics:\n  - oops\n")
