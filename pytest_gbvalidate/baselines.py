@@ -445,6 +445,7 @@ class _Parser:
             if not _is_number(expected):
                 raise self.error(m, "expected", f"{fp}.expected", f"must be a finite number, got {expected!r}")
             expected = float(expected)
+            self.check_figure(m, "expected", fp, expected, base)
         params = m.get("params", base.params)
         if not isinstance(params, dict):
             raise self.error(m, "params", f"{fp}.params", "must be a mapping")
@@ -457,8 +458,8 @@ class _Parser:
             scope_kind=base.scope_kind,
             status=status,
             expected=expected,
-            fail=self.limit(m, "fail", fp) if "fail" in m else base.fail,
-            warn=self.limit(m, "warn", fp) if "warn" in m else base.warn,
+            fail=self.limit(m, "fail", fp, base) if "fail" in m else base.fail,
+            warn=self.limit(m, "warn", fp, base) if "warn" in m else base.warn,
             provenance=provenance,
             params=dict(params),
         )
@@ -479,7 +480,7 @@ class _Parser:
                     m, "params", f"{fp}.params.nccl_env.{name}", "must be an NCCL_* variable with a string or number"
                 )
 
-    def limit(self, m: _Mapping, key: str, fp: str) -> Limit:
+    def limit(self, m: _Mapping, key: str, fp: str, base: Reference) -> Limit:
         raw = m[key]
         if isinstance(raw, str) and raw.strip().endswith("%"):
             try:
@@ -491,7 +492,22 @@ class _Parser:
             return Limit(relative_pct=pct)
         if not _is_number(raw):
             raise self.error(m, key, f"{fp}.{key}", f"{raw!r}: give a number in the metric's unit or a percentage")
+        self.check_figure(m, key, fp, float(raw), base)
         return Limit(absolute=float(raw))
+
+    def check_figure(self, m: _Mapping, key: str, fp: str, value: float, base: Reference) -> None:
+        """An expected value or an absolute limit is a figure in the metric's unit: above 0, or 0 or more in a
+        unit that counts what a healthy node may have none of (_ZERO_UNITS). A higher-is-better limit of 0
+        would fail nothing."""
+        if base.unit in _ZERO_UNITS:
+            if value < 0:
+                raise self.error(
+                    m, key, f"{fp}.{key}", f"{value:g}: must be 0 or more (a {base.unit} is never negative)"
+                )
+            if value == 0 and key != "expected" and base.direction == "higher":
+                raise self.error(m, key, f"{fp}.{key}", "0: a limit of 0 fails nothing when higher is better")
+        elif value <= 0:
+            raise self.error(m, key, f"{fp}.{key}", f"{value:g}: must be above 0 (a figure in {base.unit})")
 
     def check(self, m: _Mapping, ref: Reference, fp: str) -> None:
         """Cross-field rules, on the effective reference of one scope label."""
@@ -507,6 +523,8 @@ class _Parser:
             if lim.relative_pct is not None:
                 if ref.expected is None:
                     raise self.error(m, key, f"{fp}.{key}", "a relative limit needs an expected value")
+                if ref.expected == 0:
+                    raise self.error(m, key, f"{fp}.{key}", f"{lim}: a percentage of expected 0 is 0; give a number")
                 if ref.direction == "higher" and lim.relative_pct >= 100:
                     raise self.error(m, key, f"{fp}.{key}", "must be below 100% for a higher-is-better metric")
         better = _better(ref.direction)
@@ -516,6 +534,11 @@ class _Parser:
             if better(v1, v2):
                 word = "above" if ref.direction == "higher" else "below"
                 raise self.error(m, k1, f"{fp}.{k1}", f"{v1:g} is {word} {k2} {v2:g} ({ref.direction} is better)")
+            if v1 == v2 and ref.unit not in _WHOLE_UNITS:
+                word = "below" if ref.direction == "higher" else "above"
+                raise self.error(
+                    m, k1, f"{fp}.{k1}", f"{v1:g} equals {k2}: it must lie {word} it ({ref.direction} is better)"
+                )
 
     def pretrain(self, doc: _Mapping) -> PretrainSpec | None:
         if "pretrain" not in doc:
@@ -668,6 +691,16 @@ _ECC_LIMIT_KEYS = {
 }
 
 
+# Every unit in metrics.UNITS is a bandwidth, throughput, time, power, clock, size or GPU temperature, above 0 on
+# a working node, except these two: a count (of errors, retries) or a share (of time throttled) that a healthy
+# node may keep at 0, lower being better. No unit is signed (a delta would be): no figure is ever negative.
+_ZERO_UNITS = frozenset({"count", "%"})
+# A count is a whole number: a limit may equal the expected value ("expected: 0, fail: 0": any error fails).
+# In every other unit fail < warn < expected strictly (higher is better; the mirror for lower), so a measurement
+# at the expected value never fails and the warn band is never empty.
+_WHOLE_UNITS = frozenset({"count"})
+
+
 def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
@@ -816,12 +849,12 @@ def recorded_baseline(
                 labels.setdefault(r["scope"], []).append(r["value"])
             worst = min if direction == "higher" else max
             anchor = worst(statistics.median(v) for v in labels.values())  # limits must fit every label's value
-            entry.update(_limits(old.default if old else None, anchor, direction))
+            entry.update(_limits(old.default if old else None, anchor, direction, unit))
             entry["values"] = {label: {"expected": statistics.median(v)} for label, v in labels.items()}
         else:
             expected = statistics.median(r["value"] for r in records)
             entry["expected"] = expected
-            entry.update(_limits(old.default if old else None, expected, direction))
+            entry.update(_limits(old.default if old else None, expected, direction, unit))
         if old is not None and old.default.params:
             entry["params"] = dict(old.default.params)
         metrics[name] = entry
@@ -849,13 +882,15 @@ def recorded_baseline(
     return doc
 
 
-def _limits(old: Reference | None, expected: float, direction: str) -> dict[str, Any]:
-    """The old limits where they still order fail <= warn <= expected around the new value, else the defaults."""
+def _limits(old: Reference | None, expected: float, direction: str, unit: str) -> dict[str, Any]:
+    """The old limits where they still order fail < warn < expected around the new value (as loading checks
+    it: <= in a whole-number unit), else the defaults."""
     fail = old.fail if old is not None and old.fail is not None else DEFAULT_FAIL
     warn = old.warn if old is not None and old.warn is not None else DEFAULT_WARN
     better = _better(direction)
     fail_at, warn_at = fail.threshold(expected, direction), warn.threshold(expected, direction)
-    if better(fail_at, warn_at) or better(warn_at, expected):
+    misordered = better(fail_at, warn_at) or better(warn_at, expected)
+    if misordered or (unit not in _WHOLE_UNITS and (fail_at == warn_at or warn_at == expected)):
         fail, warn = DEFAULT_FAIL, DEFAULT_WARN
     return {"fail": _limit_value(fail), "warn": _limit_value(warn)}
 

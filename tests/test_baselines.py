@@ -152,6 +152,32 @@ def test_verdict_message_triages_itself(tmp_path: Path) -> None:
         (("fail: 10%", "fail: 150%"), ":12: metrics.h2d_bandwidth_gbps.fail: must be below 100%"),
         (("fail: 10%", "fail: 49"), ":12: metrics.h2d_bandwidth_gbps.fail: 49 is above warn 48"),
         (("    warn: 48\n", "    warn: 51\n"), ":13: metrics.h2d_bandwidth_gbps.warn: 51 is above expected 50"),
+        # References are positive: a negative one would pass every measurement (+151% against -10.9).
+        (
+            ("    expected: 50\n    fail: 10%\n    warn: 48\n", "    expected: -10.9\n    fail: -20\n    warn: -15\n"),
+            ":11: metrics.h2d_bandwidth_gbps.expected: -10.9: must be above 0 (a figure in GB/s)",
+        ),
+        (("    expected: 2.0\n", "    expected: -2.0\n"), ":20: metrics.step_time_s.expected: -2: must be above 0"),
+        (("    expected: 50\n", "    expected: 0\n"), ":11: metrics.h2d_bandwidth_gbps.expected: 0: must be above 0"),
+        (("    warn: 48\n", "    warn: -48\n"), ":13: metrics.h2d_bandwidth_gbps.warn: -48: must be above 0"),
+        (
+            ("      1GiB: {expected: 400}\n", "      1GiB: {expected: -400}\n"),
+            ":31: metrics.all_reduce_busbw_gbps.values.1GiB.expected: -400: must be above 0",
+        ),
+        # ... and strictly ordered: fail < warn < expected (higher is better), expected < fail (lower).
+        (
+            ("    warn: 48\n", "    warn: 50\n"),
+            ":13: metrics.h2d_bandwidth_gbps.warn: 50 equals expected: it must lie below",
+        ),
+        (("    fail: 25%\n", "    fail: 2.0\n"), ":21: metrics.step_time_s.fail: 2 equals expected: it must lie above"),
+        (
+            ("      16GiB: {fail: 430,", "      16GiB: {expected: 430, fail: 430,"),
+            ":32: metrics.all_reduce_busbw_gbps.values.16GiB.fail: 430 equals expected: it must lie below it",
+        ),
+        (
+            ("      1GiB: {expected: 400}\n", "      1GiB: {expected: 400, warn: 360}\n"),
+            ":31: metrics.all_reduce_busbw_gbps.values.1GiB.fail: 360 equals warn: it must lie below it",
+        ),
         (("    provenance: golden node\n", ""), "metrics.h2d_bandwidth_gbps.provenance: must be a non-empty string"),
         (("    fail: 25%\n", ""), "metrics.step_time_s.fail: missing (a metric with an expected value needs a fail"),
         (("    expected: 50\n", ""), "metrics.h2d_bandwidth_gbps.expected: missing (a measured baseline"),
@@ -182,6 +208,46 @@ def test_schema_errors_name_file_line_and_field(tmp_path: Path, change: tuple[st
     assert message.startswith(str(path)), message
     assert expected_error in message, message
     assert "\n" not in message
+
+
+COUNT = """\
+schema_version: 1
+sku: TEST
+metrics:
+  xid_errors:
+    unit: count
+    direction: lower
+    scope: gpu
+    status: measured
+    expected: 0
+    fail: 0
+    provenance: none is healthy
+"""
+
+
+def test_a_count_may_be_zero_and_gated_at_its_expected_value(tmp_path: Path) -> None:
+    ref = bl.load_baseline(write(tmp_path, COUNT)).metrics["xid_errors"].reference("gpu0")
+    assert ref is not None and (ref.expected, ref.fail_limit) == (0.0, 0.0)
+    assert [bl.compare(ref, v, "gpu0").verdict for v in (0.0, 1.0)] == ["pass", "fail"]
+
+
+@pytest.mark.parametrize(
+    ("change", "expected_error"),
+    [
+        (("fail: 0", "fail: -1"), ":10: metrics.xid_errors.fail: -1: must be 0 or more (a count is never negative)"),
+        (("expected: 0", "expected: -1"), ":9: metrics.xid_errors.expected: -1: must be 0 or more"),
+        (("fail: 0", "fail: 10%"), ":10: metrics.xid_errors.fail: 10%: a percentage of expected 0 is 0; give a number"),
+        (
+            ("direction: lower", "direction: higher"),
+            ":10: metrics.xid_errors.fail: 0: a limit of 0 fails nothing when higher is better",
+        ),
+    ],
+)
+def test_count_errors(tmp_path: Path, change: tuple[str, str], expected_error: str) -> None:
+    path = write(tmp_path, COUNT.replace(*change))
+    with pytest.raises(bl.BaselineError) as excinfo:
+        bl.load_baseline(path)
+    assert str(excinfo.value).startswith(f"{path}{expected_error}"), excinfo.value
 
 
 def test_yaml_syntax_error_names_line_and_column(tmp_path: Path) -> None:
@@ -272,7 +338,8 @@ def test_recorded_baseline_round_trips_and_keeps_old_limits(tmp_path: Path) -> N
     assert new.detect == old.detect
 
 
-def test_recording_replaces_limits_that_no_longer_fit(tmp_path: Path) -> None:
+@pytest.mark.parametrize("value", [30.0, 48.0])  # below the old warn limit, or on it (the order is strict)
+def test_recording_replaces_limits_that_no_longer_fit(tmp_path: Path, value: float) -> None:
     old = bl.load_baseline(write(tmp_path, GOOD))  # h2d warns below 48 GB/s
     m = {
         "metric": "h2d_bandwidth_gbps",
@@ -280,7 +347,7 @@ def test_recording_replaces_limits_that_no_longer_fit(tmp_path: Path) -> None:
         "scope_kind": "gpu",
         "unit": "GB/s",
         "direction": "higher",
-        "value": 30.0,
+        "value": value,
     }
     doc = bl.recorded_baseline("SLOW", old, [m], "measured")
     (tmp_path / "SLOW.yaml").write_text(bl.dump_baseline(doc))

@@ -332,6 +332,10 @@ def test_missing_baselines_directory(pytester: pytest.Pytester) -> None:
             ("    unit: s\n", "    unit: fortnights\n"),
             "ERROR: bad baseline: *LAB.yaml:24: metrics.step_time_s.unit: unknown unit 'fortnights' (known: *)",
         ),
+        (
+            ("    expected: 100\n", "    expected: -10.9\n"),
+            "ERROR: bad baseline: *LAB.yaml:10: metrics.host_copy_bandwidth_gbps.expected: -10.9: must be above 0 *",
+        ),
     ],
 )
 def test_corrupted_baseline(lab: pytest.Pytester, corruption: tuple[str, str], error: str) -> None:
