@@ -279,6 +279,122 @@ def test_yaml_is_never_executed(tmp_path: Path) -> None:
         bl.load_baseline(path)
 
 
+def alias_bomb(levels: int) -> str:
+    """A "billion laughs" list: each level repeats the one before nine times (9**levels strings in all)."""
+    rows = ["&a0 [" + ", ".join(["lol"] * 9) + "]"]
+    rows += [f"&a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, levels + 1)]
+    return "[" + ", ".join(rows) + "]"
+
+
+@pytest.mark.parametrize(
+    ("old", "field"),
+    [
+        ("description: a test SKU", "description"),  # str() of it took 54 s and 5.9 GB at 9 levels
+        ("unit: s", "unit"),  # echoed in "unknown unit ..."
+        ("status: provisional", "status"),  # echoed in "... is not one of ..."
+        ("expected: 2.0", "expected"),  # echoed in "must be a finite number, got ..."
+    ],
+)
+def test_an_alias_bomb_is_refused_early(tmp_path: Path, old: str, field: str) -> None:
+    # Six levels, so that a loader without the bound still finishes (half a million strings); nine would not.
+    key = old.split(":")[0]
+    path = write(tmp_path, GOOD.replace(old, f"{key}: {alias_bomb(6)}", 1))
+    line = 1 + GOOD[: GOOD.index(old)].count("\n")
+    with pytest.raises(bl.BaselineError) as excinfo:
+        bl.load_baseline(path)
+    assert str(excinfo.value) == (
+        f"{path}:{line}: alias 'a2': aliases stand for more than {bl.MAX_ALIAS_NODES} nodes "
+        "(a baseline needs a few aliases or none)"
+    )
+
+
+def test_a_recursive_alias_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD.replace("description: a test SKU", "description: &loop [1, *loop]"))
+    with pytest.raises(bl.BaselineError) as excinfo:
+        bl.load_baseline(path)
+    assert str(excinfo.value) == f"{path}:3: alias 'loop' is inside its own anchor"
+
+
+def test_a_few_aliases_are_fine(tmp_path: Path) -> None:
+    text = GOOD.replace("provenance: golden node", "provenance: &src golden node").replace(
+        "provenance: nccl-tests", "provenance: *src"
+    )
+    assert bl.load_baseline(write(tmp_path, text)).metrics["all_reduce_busbw_gbps"].default.provenance == "golden node"
+
+
+@pytest.mark.parametrize(
+    ("change", "expected_error"),
+    [
+        (("description: a test SKU", "description: [a, test]"), ":3: description: must be a string, got list"),
+        (("description: a test SKU", "description: 2024-01-01"), ":3: description: must be a string, got date"),
+        (("schema_version: 1", "schema_version: true"), ":1: schema_version: must be 1"),
+        (("    unit: s\n", "    unit: [s]\n"), ":16: metrics.step_time_s.unit: unknown unit ['s'] (known: "),
+        (
+            (
+                "    values:\n      1GiB: {expected: 400}\n      16GiB: {fail: 430, provenance: a public gate}\n",
+                "    values: [[1]]\n",
+            ),
+            ":30: metrics.all_reduce_busbw_gbps.values: must be a mapping, got list",
+        ),
+        ((GOOD[GOOD.index("metrics:") :], "metrics: [[1]]\n"), ":5: metrics: must be a mapping, got list"),
+    ],
+)
+def test_every_field_is_type_checked(tmp_path: Path, change: tuple[str, str], expected_error: str) -> None:
+    assert change[0] in GOOD
+    path = write(tmp_path, GOOD.replace(*change, 1))
+    with pytest.raises(bl.BaselineError) as excinfo:
+        bl.load_baseline(path)
+    assert str(excinfo.value).startswith(f"{path}{expected_error}"), excinfo.value
+
+
+@pytest.mark.parametrize(
+    ("change", "expected_error"),
+    [
+        (("model: llama3_tiny", "model: [llama3_tiny]"), "pretrain.model: unknown model ['llama3_tiny'] (known: "),
+        (("precision: bf16", "precision: [bf16]"), "pretrain.precision: ['bf16'] is not one of fp32, bf16, fp8"),
+        (("engine: native", "engine: {native: 1}"), "pretrain.engine: {'native': 1} is not one of native, nemo"),
+    ],
+)
+def test_every_pretrain_field_is_type_checked(tmp_path: Path, change: tuple[str, str], expected_error: str) -> None:
+    text = (bundled_baselines() / "cpu.yaml").read_text()
+    assert change[0] in text
+    path = tmp_path / "cpu.yaml"
+    path.write_text(text.replace(*change, 1))
+    with pytest.raises(bl.BaselineError) as excinfo:
+        bl.load_baseline(path)
+    assert expected_error in str(excinfo.value), excinfo.value
+
+
+def test_a_peak_source_is_a_string_even_without_a_peak(tmp_path: Path) -> None:
+    text = (bundled_baselines() / "cpu.yaml").read_text()
+    start, end = text.index("  peak_tflops_per_gpu:"), text.index("  provenance: a layout small")
+    path = tmp_path / "cpu.yaml"
+    path.write_text(text[:start] + "  peak_tflops_source: [1]\n" + text[end:])
+    with pytest.raises(bl.BaselineError, match=r"cpu\.yaml:\d+: pretrain\.peak_tflops_source: must name where"):
+        bl.load_baseline(path)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field"),
+    [
+        ("    unit: s\n", "    unit: {}\n", "metrics.step_time_s.unit: unknown unit "),
+        ("status: guessed", "status: {}", "metrics.h2d_bandwidth_gbps.status: "),
+        ("sku: TEST", "sku: {}", "sku: "),
+        ("    expected: 2.0\n", "    expected: {}\n", "metrics.step_time_s.expected: must be a finite number, got "),
+    ],
+)
+def test_a_value_echoed_in_an_error_is_cut_to_80_characters(tmp_path: Path, old: str, new: str, field: str) -> None:
+    long = "[" + ", ".join(f"'{'x' * 40}'" for _ in range(1000)) + "]"
+    text = GOOD.replace("status: measured", "status: guessed") if "guessed" in old else GOOD
+    path = write(tmp_path, text.replace(old, new.format(long) if "{}" in new else new, 1).replace("{}", long))
+    with pytest.raises(bl.BaselineError) as excinfo:
+        bl.load_baseline(path)
+    message = str(excinfo.value)
+    shown = message.split(field, 1)[1]
+    assert shown.startswith("['xxxx") and "..." in shown, message
+    assert len(message) < len(str(path)) + len(field) + 200, message
+
+
 def test_recorded_baseline_round_trips_and_keeps_old_limits(tmp_path: Path) -> None:
     old = bl.load_baseline(write(tmp_path, GOOD))
     measurements = (
