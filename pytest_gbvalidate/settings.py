@@ -13,7 +13,7 @@ from typing import Generic, TypeVar
 T = TypeVar("T")
 
 AUTO = "auto"
-_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
 
 class SettingError(Exception):
@@ -78,6 +78,8 @@ def bundled_baselines() -> Path:
 
 def resolve(sources: Sources) -> Settings:
     record = sources.cli.get("record")
+    if isinstance(record, str) and not record.strip():
+        raise SettingError(f"{cli_flag('record')} on the command line: {record!r}: {_EMPTY}")
     return Settings(
         sku=_pick(sources, "sku", AUTO, _parse_sku),
         baselines=_pick(sources, "baselines", bundled_baselines(), _parse_dir),
@@ -90,6 +92,9 @@ def resolve(sources: Sources) -> Settings:
     )
 
 
+_EMPTY = "set but empty: give a value, or leave it unset for the default"
+
+
 def _pick(sources: Sources, name: str, default: T, parse: Callable[[str, Path], T]) -> Setting[T]:
     candidates: list[tuple[str | bool | None, str, Path]] = [
         (sources.cli.get(name), f"{cli_flag(name)} on the command line", sources.cwd),
@@ -97,12 +102,19 @@ def _pick(sources: Sources, name: str, default: T, parse: Callable[[str, Path], 
     ]
     if sources.ini_file is not None:
         ini_dir = sources.ini_file.parent
-        candidates.append((sources.ini.get(name), f"{ini_name(name)} in {sources.ini_file}", ini_dir))
+        # An ini key that is present but empty reads as "", exactly as an absent one does (pytest hands addini's
+        # default, "", for both), so in the ini file empty means unset and falls through to the default.
+        ini = sources.ini.get(name) or None
+        candidates.append((ini, f"{ini_name(name)} in {sources.ini_file}", ini_dir))
     for raw, source, base in candidates:
-        if raw is None or raw == "":
+        if raw is None:
             continue
         if isinstance(raw, bool):
             return Setting(raw, source)  # type: ignore[arg-type]  # store_true flags are already parsed
+        if not raw.strip():
+            # `GBVALIDATE_SKU=` or `--gb-sku=$SKU` from a CI template whose variable was unset: falling through
+            # to the default would turn an explicit SKU into `auto` (on a node whose GPUs vanished, `cpu`).
+            raise SettingError(f"{source}: {raw!r}: {_EMPTY}")
         try:
             return Setting(parse(raw, base), source)
         except SettingError as exc:

@@ -308,6 +308,28 @@ def test_unknown_sku_from_the_environment_says_so(pytester: pytest.Pytester, mon
     assert_usage_error(pytester.runpytest(), "ERROR: unknown SKU 'NOPE' (GBVALIDATE_SKU in the environment)*")
 
 
+@pytest.mark.parametrize("name", ["SKU", "STRICT"])
+def test_an_empty_environment_variable_is_a_usage_error(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    monkeypatch.setenv(f"GBVALIDATE_{name}", "")
+    pytester.makepyfile("def test_x(gb_target):\n    pass\n")
+    assert_usage_error(
+        pytester.runpytest(),
+        f"ERROR: GBVALIDATE_{name} in the environment: '': set but empty: give a value, or leave it unset for the "
+        "default",
+    )
+
+
+def test_an_empty_ini_value_means_unset(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    install(monkeypatch, None)
+    pytester.makeini("[pytest]\ngb_sku =\ngb_strict =\n")  # pytest reads these as it reads absent keys
+    pytester.makepyfile("def test_x(gb_target):\n    assert gb_target.sku == 'cpu'\n")
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["gbvalidate: SKU cpu (no NVIDIA GPU or driver on this node); *"])
+
+
 def test_bad_ini_value_names_the_ini_file(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\ngb_baselines = missing_dir\n")
     assert_usage_error(pytester.runpytest(), "ERROR: gb_baselines in *tox.ini: 'missing_dir': no such directory: *")

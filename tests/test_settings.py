@@ -36,9 +36,35 @@ def test_command_line_beats_environment_beats_ini(tmp_path: Path) -> None:
     assert s.explicit
 
 
-def test_empty_values_fall_through(tmp_path: Path) -> None:
-    s = resolve(sources(tmp_path, cli={"sku": None}, env={"GBVALIDATE_SKU": ""}, ini={"sku": "X"}))
+def test_unset_values_fall_through(tmp_path: Path) -> None:
+    s = resolve(sources(tmp_path, cli={"sku": None}, env={"OTHER": "1"}, ini={"sku": "X"}))
     assert s.sku.value == "X"
+
+
+def test_an_empty_ini_value_means_unset(tmp_path: Path) -> None:
+    # pytest reads a key that is present but empty as "", the same as an absent key: both mean unset.
+    s = resolve(sources(tmp_path, ini={"sku": "", "strict": "", "report": ""}))
+    assert (s.sku.value, s.sku.source, s.strict.value, s.report.value) == ("auto", "default", False, None)
+    assert not s.explicit
+
+
+@pytest.mark.parametrize("name", ["sku", "baselines", "report", "strict", "timeout", "reference_tools"])
+@pytest.mark.parametrize("raw", ["", "  "])
+def test_an_empty_environment_value_is_an_error(tmp_path: Path, name: str, raw: str) -> None:
+    # GBVALIDATE_SKU= from a CI template whose variable was unset must not quietly mean `auto` (or false).
+    variable = f"GBVALIDATE_{name.upper()}"
+    with pytest.raises(SettingError) as excinfo:
+        resolve(sources(tmp_path, env={variable: raw}, ini={"sku": "X"}))
+    assert str(excinfo.value) == (
+        f"{variable} in the environment: {raw!r}: set but empty: give a value, or leave it unset for the default"
+    )
+
+
+@pytest.mark.parametrize("name", ["sku", "baselines", "report", "timeout", "record"])
+def test_an_empty_command_line_value_is_an_error(tmp_path: Path, name: str) -> None:
+    flag = "--gb-" + name.replace("_", "-")
+    with pytest.raises(SettingError, match=f"^{flag} on the command line: '': set but empty"):
+        resolve(sources(tmp_path, cli={name: ""}, env={f"GBVALIDATE_{name.upper()}": "X"}))
 
 
 def test_paths_are_relative_to_their_source(tmp_path: Path) -> None:
