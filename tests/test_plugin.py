@@ -308,6 +308,41 @@ def test_unknown_sku_from_the_environment_says_so(pytester: pytest.Pytester, mon
     assert_usage_error(pytester.runpytest(), "ERROR: unknown SKU 'NOPE' (GBVALIDATE_SKU in the environment)*")
 
 
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--gb-report=out"], "ERROR: --gb-report on the command line: 'out': is a directory: *out"),
+        (
+            ["--gb-report=notes.txt/r.json"],
+            "ERROR: --gb-report on the command line: 'notes.txt/r.json': is under a file, not a directory: *notes.txt",
+        ),
+        (["--gb-record=out"], "ERROR: --gb-record on the command line: 'out': is a directory: *out"),
+    ],
+)
+def test_a_report_path_that_cannot_be_written_stops_the_run_at_once(
+    lab: pytest.Pytester, args: list[str], error: str
+) -> None:
+    (lab.path / "out").mkdir()
+    (lab.path / "notes.txt").write_text("a regular file\n")
+    result = lab.runpytest("--gb-sku=LAB", "--gb-baselines=baselines", *args)
+    assert_usage_error(result, error)
+    result.stdout.no_fnmatch_line("*test_checks.py*")  # before any test ran
+
+
+def test_a_missing_report_directory_is_created_and_said_so(lab: pytest.Pytester) -> None:
+    result = lab.runpytest("--gb-sku=LAB", "--gb-baselines=baselines", "--gb-report=runs/nightly/r.json", "-k", "pass")
+    result.assert_outcomes(passed=1, deselected=5)
+    result.stdout.fnmatch_lines(["gbvalidate: --gb-report on the command line: creating missing directory *runs"])
+    report = json.loads((lab.path / "runs" / "nightly" / "r.json").read_text())
+    assert report["settings"]["created_directories"] == [
+        {"path": str(lab.path / "runs"), "for": "--gb-report on the command line"}
+    ]
+    assert report["settings"]["report"] == {
+        "value": str(lab.path / "runs" / "nightly" / "r.json"),
+        "source": "--gb-report on the command line",
+    }
+
+
 @pytest.mark.parametrize("name", ["SKU", "STRICT"])
 def test_an_empty_environment_variable_is_a_usage_error(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, name: str
