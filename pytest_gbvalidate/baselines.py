@@ -73,10 +73,18 @@ class _Mapping(dict[str, Any]):
     key_lines: dict[str, int]
 
 
+# The most nodes the aliases (*name) of one baseline may stand for, counted as expanded: a value an alias
+# repeats counts every time, with everything inside it. A baseline uses a few aliases or none (cpu.yaml: 3
+# scalars); a "billion laughs" document of nested aliases (a few hundred bytes standing for billions of
+# nodes) is refused as soon as it passes the bound, before anything walks it.
+MAX_ALIAS_NODES = 1000
+
+
 @functools.cache
 def _loader() -> type[yaml.SafeLoader]:
-    """A SafeLoader that builds _Mappings and rejects duplicate keys. Built on first use: the plugin module
-    loads in every pytest run, and PyYAML is needed only by one that reads baselines."""
+    """A SafeLoader that builds _Mappings, rejects duplicate keys and bounds what aliases expand to (and
+    refuses a recursive one). Built on first use: the plugin module loads in every pytest run, and PyYAML is
+    needed only by one that reads baselines."""
     import yaml
 
     def construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> _Mapping:
@@ -87,15 +95,42 @@ def _loader() -> type[yaml.SafeLoader]:
         for key_node, value_node in node.value:
             key = loader.construct_object(key_node, deep=True)
             if not isinstance(key, str):
-                raise BaselineError(f"{key_node.start_mark.line + 1}: keys must be strings, got {key!r}")
+                raise BaselineError(f"{key_node.start_mark.line + 1}: keys must be strings, got {_shown(key)}")
             if key in mapping:
-                raise BaselineError(f"{key_node.start_mark.line + 1}: duplicate key {key!r}")
+                raise BaselineError(f"{key_node.start_mark.line + 1}: duplicate key {_shown(key)}")
             mapping[key] = loader.construct_object(value_node, deep=True)
             mapping.key_lines[key] = key_node.start_mark.line + 1
         return mapping
 
     class Loader(yaml.SafeLoader):
-        pass
+        def __init__(self, stream: str) -> None:
+            super().__init__(stream)
+            self.expanded: dict[yaml.Node, int] = {}  # each node composed so far -> its size, aliases expanded
+            self.alias_nodes = 0
+
+        def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+            event = self.peek_event()  # type: ignore[no-untyped-call]  # the stubs leave it untyped
+            node = super().compose_node(parent, index)
+            if node is None:
+                return None
+            if isinstance(event, yaml.AliasEvent):
+                line = event.start_mark.line + 1 if event.start_mark is not None else 0
+                size = self.expanded.get(node)
+                if size is None:  # its anchor's node is still being composed: the alias is inside it
+                    raise BaselineError(f"{line}: alias {_shown(event.anchor)} is inside its own anchor")
+                self.alias_nodes += size
+                if self.alias_nodes > MAX_ALIAS_NODES:
+                    raise BaselineError(
+                        f"{line}: alias {_shown(event.anchor)}: aliases stand for more than {MAX_ALIAS_NODES} "
+                        "nodes (a baseline needs a few aliases or none)"
+                    )
+            elif isinstance(node, yaml.SequenceNode):
+                self.expanded[node] = 1 + sum(self.expanded[child] for child in node.value)
+            elif isinstance(node, yaml.MappingNode):
+                self.expanded[node] = 1 + sum(self.expanded[k] + self.expanded[v] for k, v in node.value)
+            else:
+                self.expanded[node] = 1
+            return node
 
     Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
     return Loader
@@ -297,9 +332,16 @@ def known_skus(directory: Path) -> list[str]:
 def load_baseline(path: Path) -> Baseline:
     """Read and validate one baseline file. Raises BaselineError naming the file, line and field."""
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as exc:
         raise BaselineError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise BaselineError(
+            f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})"
+        ) from None
     import yaml
 
     try:
@@ -310,8 +352,13 @@ def load_baseline(path: Path) -> Baseline:
         mark = exc.problem_mark or exc.context_mark
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
         raise BaselineError(f"{where}: YAML syntax error: {exc.problem or exc.context}") from None
+    except yaml.reader.ReaderError as exc:  # a control character (NUL, ESC, ...) YAML does not allow in a file
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - text.rfind("\n", 0, exc.position)
+        char = f"U+{exc.character:04X}" if isinstance(exc.character, int) else repr(exc.character)
+        raise BaselineError(f"{path}:{line}:{column}: YAML does not allow the character {char}") from None
     except yaml.YAMLError as exc:
-        raise BaselineError(f"{path}: YAML error: {exc}") from None
+        raise BaselineError(f"{path}: YAML error: {' '.join(str(exc).split())}") from None
     return _Parser(path).baseline(doc)
 
 
@@ -327,10 +374,13 @@ class _Parser:
         line = where.key_lines.get(key, where.line) if key is not None else where.line
         return BaselineError(f"{self.path}:{line}: {field_path}: {message}")
 
-    def mapping(self, value: Any, parent: _Mapping, key: str | None, field_path: str, allowed: set[str]) -> _Mapping:
+    def mapping(
+        self, value: Any, parent: _Mapping, key: str | None, field_path: str, allowed: set[str] | None
+    ) -> _Mapping:
+        """`value` as a mapping whose keys are `allowed` (None: any key)."""
         if not isinstance(value, _Mapping):
             raise self.error(parent, key, field_path, f"must be a mapping, got {type(value).__name__}")
-        unknown = sorted(set(value) - allowed)
+        unknown = sorted(set(value) - allowed) if allowed is not None else []
         if unknown:
             raise self.error(
                 value, unknown[0], f"{field_path}.{unknown[0]}", f"unknown field (allowed: {_names(allowed)})"
@@ -344,16 +394,21 @@ class _Parser:
         for required in ("schema_version", "sku", "metrics"):
             if required not in doc:
                 raise self.error(doc, None, required, "missing")
-        if doc["schema_version"] != SCHEMA_VERSION:
+        if not _is_count(doc["schema_version"]) or doc["schema_version"] != SCHEMA_VERSION:
             raise self.error(doc, "schema_version", "schema_version", f"must be {SCHEMA_VERSION}")
         if doc["sku"] != self.path.stem:
-            raise self.error(doc, "sku", "sku", f"{doc['sku']!r} does not match the file name {self.path.name!r}")
-        metrics_doc = self.mapping(doc["metrics"], doc, "metrics", "metrics", set(doc["metrics"] or ()))
+            raise self.error(
+                doc, "sku", "sku", f"{_shown(doc['sku'])} does not match the file name {_shown(self.path.name)}"
+            )
+        description = doc.get("description", "")
+        if not isinstance(description, str):
+            raise self.error(doc, "description", "description", f"must be a string, got {type(description).__name__}")
+        metrics_doc = self.mapping(doc["metrics"], doc, "metrics", "metrics", None)
         detect = self.detect(doc)
         return Baseline(
             sku=doc["sku"],
             path=self.path,
-            description=str(doc.get("description", "")),
+            description=description,
             detect=detect,
             metrics={name: self.metric(metrics_doc, name) for name in metrics_doc},
             pretrain=self.pretrain(doc),
@@ -383,12 +438,14 @@ class _Parser:
             if required not in m:
                 raise self.error(m, None, f"{fp}.{required}", "missing")
         unit, direction, scope_kind = m["unit"], m["direction"], m["scope"]
-        if unit not in UNITS:
-            raise self.error(m, "unit", f"{fp}.unit", f"unknown unit {unit!r} (known: {_names(UNITS)})")
+        if not (isinstance(unit, str) and unit in UNITS):
+            raise self.error(m, "unit", f"{fp}.unit", f"unknown unit {_shown(unit)} (known: {_names(UNITS)})")
         if direction not in DIRECTIONS:
-            raise self.error(m, "direction", f"{fp}.direction", f"{direction!r} is not one of {_names(DIRECTIONS)}")
+            raise self.error(
+                m, "direction", f"{fp}.direction", f"{_shown(direction)} is not one of {_names(DIRECTIONS)}"
+            )
         if scope_kind not in SCOPE_KINDS:
-            raise self.error(m, "scope", f"{fp}.scope", f"{scope_kind!r} is not one of {_names(SCOPE_KINDS)}")
+            raise self.error(m, "scope", f"{fp}.scope", f"{_shown(scope_kind)} is not one of {_names(SCOPE_KINDS)}")
         spec = CATALOG.get(name)
         if spec is not None:
             for key, ours in (("unit", spec.unit), ("direction", spec.direction), ("scope", spec.scope_kind)):
@@ -407,7 +464,7 @@ class _Parser:
         )
         values: dict[str, Reference] = {}
         if "values" in m:
-            values_doc = self.mapping(m["values"], m, "values", f"{fp}.values", set(m["values"] or ()))
+            values_doc = self.mapping(m["values"], m, "values", f"{fp}.values", None)
             if not values_doc:
                 raise self.error(m, "values", f"{fp}.values", "must name at least one scope label")
             default = self.overrides(m, base, fp, check=False)
@@ -423,7 +480,7 @@ class _Parser:
         """Apply the fields one mapping sets on top of `base`; `check` the result once it is complete."""
         status = m.get("status", base.status)
         if status not in STATUSES:
-            raise self.error(m, "status", f"{fp}.status", f"{status!r} is not one of {_names(STATUSES)}")
+            raise self.error(m, "status", f"{fp}.status", f"{_shown(status)} is not one of {_names(STATUSES)}")
         provenance = m.get("provenance", base.provenance)
         if not isinstance(provenance, str) or (check and not provenance.strip()):
             raise self.error(m, "provenance", f"{fp}.provenance", "must be a non-empty string naming the source")
@@ -431,8 +488,9 @@ class _Parser:
         if "expected" in m:
             expected = m["expected"]
             if not _is_number(expected):
-                raise self.error(m, "expected", f"{fp}.expected", f"must be a finite number, got {expected!r}")
+                raise self.error(m, "expected", f"{fp}.expected", f"must be a finite number, got {_shown(expected)}")
             expected = float(expected)
+            self.check_figure(m, "expected", fp, expected, base)
         params = m.get("params", base.params)
         if not isinstance(params, dict):
             raise self.error(m, "params", f"{fp}.params", "must be a mapping")
@@ -445,8 +503,8 @@ class _Parser:
             scope_kind=base.scope_kind,
             status=status,
             expected=expected,
-            fail=self.limit(m, "fail", fp) if "fail" in m else base.fail,
-            warn=self.limit(m, "warn", fp) if "warn" in m else base.warn,
+            fail=self.limit(m, "fail", fp, base) if "fail" in m else base.fail,
+            warn=self.limit(m, "warn", fp, base) if "warn" in m else base.warn,
             provenance=provenance,
             params=dict(params),
         )
@@ -467,7 +525,7 @@ class _Parser:
                     m, "params", f"{fp}.params.nccl_env.{name}", "must be an NCCL_* variable with a string or number"
                 )
 
-    def limit(self, m: _Mapping, key: str, fp: str) -> Limit:
+    def limit(self, m: _Mapping, key: str, fp: str, base: Reference) -> Limit:
         raw = m[key]
         if isinstance(raw, str) and raw.strip().endswith("%"):
             try:
@@ -475,11 +533,28 @@ class _Parser:
             except ValueError:
                 pct = math.nan
             if not math.isfinite(pct) or pct <= 0:
-                raise self.error(m, key, f"{fp}.{key}", f"{raw!r}: a relative limit is a positive percentage")
+                raise self.error(m, key, f"{fp}.{key}", f"{_shown(raw)}: a relative limit is a positive percentage")
             return Limit(relative_pct=pct)
         if not _is_number(raw):
-            raise self.error(m, key, f"{fp}.{key}", f"{raw!r}: give a number in the metric's unit or a percentage")
+            raise self.error(
+                m, key, f"{fp}.{key}", f"{_shown(raw)}: give a number in the metric's unit or a percentage"
+            )
+        self.check_figure(m, key, fp, float(raw), base)
         return Limit(absolute=float(raw))
+
+    def check_figure(self, m: _Mapping, key: str, fp: str, value: float, base: Reference) -> None:
+        """An expected value or an absolute limit is a figure in the metric's unit: above 0, or 0 or more in a
+        unit that counts what a healthy node may have none of (_ZERO_UNITS). A higher-is-better limit of 0
+        would fail nothing."""
+        if base.unit in _ZERO_UNITS:
+            if value < 0:
+                raise self.error(
+                    m, key, f"{fp}.{key}", f"{value:g}: must be 0 or more (a {base.unit} is never negative)"
+                )
+            if value == 0 and key != "expected" and base.direction == "higher":
+                raise self.error(m, key, f"{fp}.{key}", "0: a limit of 0 fails nothing when higher is better")
+        elif value <= 0:
+            raise self.error(m, key, f"{fp}.{key}", f"{value:g}: must be above 0 (a figure in {base.unit})")
 
     def check(self, m: _Mapping, ref: Reference, fp: str) -> None:
         """Cross-field rules, on the effective reference of one scope label."""
@@ -495,6 +570,8 @@ class _Parser:
             if lim.relative_pct is not None:
                 if ref.expected is None:
                     raise self.error(m, key, f"{fp}.{key}", "a relative limit needs an expected value")
+                if ref.expected == 0:
+                    raise self.error(m, key, f"{fp}.{key}", f"{lim}: a percentage of expected 0 is 0; give a number")
                 if ref.direction == "higher" and lim.relative_pct >= 100:
                     raise self.error(m, key, f"{fp}.{key}", "must be below 100% for a higher-is-better metric")
         better = _better(ref.direction)
@@ -504,6 +581,11 @@ class _Parser:
             if better(v1, v2):
                 word = "above" if ref.direction == "higher" else "below"
                 raise self.error(m, k1, f"{fp}.{k1}", f"{v1:g} is {word} {k2} {v2:g} ({ref.direction} is better)")
+            if v1 == v2 and ref.unit not in _WHOLE_UNITS:
+                word = "below" if ref.direction == "higher" else "above"
+                raise self.error(
+                    m, k1, f"{fp}.{k1}", f"{v1:g} equals {k2}: it must lie {word} it ({ref.direction} is better)"
+                )
 
     def pretrain(self, doc: _Mapping) -> PretrainSpec | None:
         if "pretrain" not in doc:
@@ -513,24 +595,29 @@ class _Parser:
         if missing:
             raise self.error(p, None, f"pretrain.{missing[0]}", "missing")
         model = p["model"]
-        if model not in LLAMA_CONFIGS:
-            raise self.error(p, "model", "pretrain.model", f"unknown model {model!r} (known: {_names(LLAMA_CONFIGS)})")
+        if not (isinstance(model, str) and model in LLAMA_CONFIGS):
+            raise self.error(
+                p, "model", "pretrain.model", f"unknown model {_shown(model)} (known: {_names(LLAMA_CONFIGS)})"
+            )
         counts = {}
         for key in (*llama_parallel.SIZES, "seq_len", "warmup_steps", "timed_steps"):
             value = p.get(key, LLAMA_CONFIGS[model].seq_len if key == "seq_len" else None)
             least = 0 if key == "warmup_steps" else 1
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
-                raise self.error(p, key, f"pretrain.{key}", f"must be an integer >= {least}, got {value!r}")
+                raise self.error(p, key, f"pretrain.{key}", f"must be an integer >= {least}, got {_shown(value)}")
             counts[key] = value
         checkpointing = p.get("activation_checkpointing", False)
         if not isinstance(checkpointing, bool):
             raise self.error(
                 p, "activation_checkpointing", "pretrain.activation_checkpointing", "must be true or false"
             )
+        for key, known in (("engine", llama_parallel.ENGINES), ("precision", llama_parallel.PRECISIONS)):
+            if p[key] not in known:
+                raise self.error(p, key, f"pretrain.{key}", f"{_shown(p[key])} is not one of {', '.join(known)}")
         layout = llama_parallel.Layout(
             **{k: counts[k] for k in llama_parallel.SIZES},
-            precision=str(p["precision"]),
-            engine=str(p["engine"]),
+            precision=p["precision"],
+            engine=p["engine"],
             activation_checkpointing=checkpointing,
         )
         cfg = dataclasses.replace(LLAMA_CONFIGS[model], seq_len=counts["seq_len"])
@@ -545,7 +632,7 @@ class _Parser:
         source = p.get("peak_tflops_source", "")
         if peak is not None and (not _is_number(peak) or peak <= 0):
             raise self.error(p, "peak_tflops_per_gpu", "pretrain.peak_tflops_per_gpu", "must be a positive number")
-        if peak is not None and not (isinstance(source, str) and source.strip()):
+        if not isinstance(source, str) or (peak is not None and not source.strip()):
             raise self.error(
                 p, "peak_tflops_source", "pretrain.peak_tflops_source", "must name where the peak comes from"
             )
@@ -560,7 +647,7 @@ class _Parser:
             timed_steps=counts["timed_steps"],
             learning_rate=float(learning_rate),
             peak_tflops_per_gpu=None if peak is None else float(peak),
-            peak_tflops_source=str(source),
+            peak_tflops_source=source,
             provenance=provenance,
         )
 
@@ -573,7 +660,7 @@ class _Parser:
         version = h.get("min_driver_version")
         if version is not None and not (isinstance(version, str) and re.fullmatch(r"\d+(\.\d+)*", version)):
             raise self.error(
-                h, "min_driver_version", "health.min_driver_version", f"{version!r}: quote it, e.g. '570.133.20'"
+                h, "min_driver_version", "health.min_driver_version", f"{_shown(version)}: quote it, e.g. '570.133.20'"
             )
         xids = h.get("critical_xids")
         if xids is not None:
@@ -586,7 +673,9 @@ class _Parser:
             e = self.mapping(h["ecc_limits"], h, "ecc_limits", "health.ecc_limits", _ECC_LIMIT_KEYS)
             for key, value in e.items():
                 if not _is_count(value):
-                    raise self.error(e, key, f"health.ecc_limits.{key}", f"{value!r}: must be a count (0 or more)")
+                    raise self.error(
+                        e, key, f"health.ecc_limits.{key}", f"{_shown(value)}: must be a count (0 or more)"
+                    )
                 limits[key] = int(value)
         return HealthBaseline(
             provenance=self.provenance(h, "health"),
@@ -618,7 +707,7 @@ class _Parser:
             raise self.error(t, "nic_on_gpu_numa_node", "topology.nic_on_gpu_numa_node", "must be true or false")
         rate = t.get("ib_rate_gbps")
         if rate is not None and not (_is_number(rate) and rate > 0):
-            raise self.error(t, "ib_rate_gbps", "topology.ib_rate_gbps", f"{rate!r}: must be a rate in Gb/s")
+            raise self.error(t, "ib_rate_gbps", "topology.ib_rate_gbps", f"{_shown(rate)}: must be a rate in Gb/s")
         return TopologyBaseline(
             provenance=self.provenance(t, "topology"),
             gpu_numa_nodes=None if nodes is None else tuple(nodes),
@@ -636,7 +725,7 @@ class _Parser:
     def positive_int(self, m: _Mapping, key: str, section: str) -> int | None:
         value = m.get(key)
         if value is not None and not (_is_count(value) and value > 0):
-            raise self.error(m, key, f"{section}.{key}", f"{value!r}: must be a whole number above 0")
+            raise self.error(m, key, f"{section}.{key}", f"{_shown(value)}: must be a whole number above 0")
         return value
 
 
@@ -656,6 +745,16 @@ _ECC_LIMIT_KEYS = {
 }
 
 
+# Every unit in metrics.UNITS is a bandwidth, throughput, time, power, clock, size or GPU temperature, above 0 on
+# a working node, except these two: a count (of errors, retries) or a share (of time throttled) that a healthy
+# node may keep at 0, lower being better. No unit is signed (a delta would be): no figure is ever negative.
+_ZERO_UNITS = frozenset({"count", "%"})
+# A count is a whole number: a limit may equal the expected value ("expected: 0, fail: 0": any error fails).
+# In every other unit fail < warn < expected strictly (higher is better; the mirror for lower), so a measurement
+# at the expected value never fails and the warn band is never empty.
+_WHOLE_UNITS = frozenset({"count"})
+
+
 def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
@@ -670,6 +769,47 @@ def _is_number(value: Any) -> bool:
 
 def _names(items: Any) -> str:
     return ", ".join(sorted(items))
+
+
+SHOWN_WIDTH = 80  # the most characters of a value an error message echoes
+
+
+class _Shown(Exception):
+    pass
+
+
+def _shown(value: Any) -> str:
+    """`value` as an error message echoes it: its repr, cut to SHOWN_WIDTH characters with an ellipsis. Built
+    piece by piece and stopped there, so a value that aliases nest a billion times over costs no more."""
+    out: list[str] = []
+    room = SHOWN_WIDTH + 1
+
+    def put(text: str) -> None:
+        nonlocal room
+        out.append(text[:room])
+        room -= len(text)
+        if room <= 0:
+            raise _Shown
+
+    def walk(v: Any) -> None:
+        if isinstance(v, (dict, list)):
+            put("{" if isinstance(v, dict) else "[")
+            for i, item in enumerate(v.items() if isinstance(v, dict) else v):
+                put(", " if i else "")
+                if isinstance(v, dict):
+                    walk(item[0])
+                    put(": ")
+                    item = item[1]
+                walk(item)
+            put("}" if isinstance(v, dict) else "]")
+        else:
+            put(repr(v[: SHOWN_WIDTH + 1] if isinstance(v, str) else v))
+
+    try:
+        walk(value)
+    except _Shown:
+        return "".join(out)[: SHOWN_WIDTH - 3] + "..."
+    return "".join(out)
 
 
 # --- comparing --------------------------------------------------------------------------------------------
@@ -809,12 +949,12 @@ def recorded_baseline(
                 labels.setdefault(r["scope"], []).append(r["value"])
             worst = min if direction == "higher" else max
             anchor = worst(statistics.median(v) for v in labels.values())  # limits must fit every label's value
-            entry.update(_limits(old.default if old else None, anchor, direction))
+            entry.update(_limits(old.default if old else None, anchor, direction, unit))
             entry["values"] = {label: {"expected": statistics.median(v)} for label, v in labels.items()}
         else:
             expected = statistics.median(r["value"] for r in records)
             entry["expected"] = expected
-            entry.update(_limits(old.default if old else None, expected, direction))
+            entry.update(_limits(old.default if old else None, expected, direction, unit))
         if old is not None and old.default.params:
             entry["params"] = dict(old.default.params)
         metrics[name] = entry
@@ -844,13 +984,15 @@ def recorded_baseline(
     return doc
 
 
-def _limits(old: Reference | None, expected: float, direction: str) -> dict[str, Any]:
-    """The old limits where they still order fail <= warn <= expected around the new value, else the defaults."""
+def _limits(old: Reference | None, expected: float, direction: str, unit: str) -> dict[str, Any]:
+    """The old limits where they still order fail < warn < expected around the new value (as loading checks
+    it: <= in a whole-number unit), else the defaults."""
     fail = old.fail if old is not None and old.fail is not None else DEFAULT_FAIL
     warn = old.warn if old is not None and old.warn is not None else DEFAULT_WARN
     better = _better(direction)
     fail_at, warn_at = fail.threshold(expected, direction), warn.threshold(expected, direction)
-    if better(fail_at, warn_at) or better(warn_at, expected):
+    misordered = better(fail_at, warn_at) or better(warn_at, expected)
+    if misordered or (unit not in _WHOLE_UNITS and (fail_at == warn_at or warn_at == expected)):
         fail, warn = DEFAULT_FAIL, DEFAULT_WARN
     return {"fail": _limit_value(fail), "warn": _limit_value(warn)}
 
@@ -881,8 +1023,8 @@ def nccl_env(baseline: Baseline) -> dict[str, tuple[str, str]]:
                 text = str(value)
                 if var in found and found[var][0] != text:
                     raise BaselineError(
-                        f"{baseline.path}: metrics.{where}.params.nccl_env.{var}: {text!r} conflicts with "
-                        f"{found[var][0]!r} asked for by metrics.{found[var][1]}"
+                        f"{baseline.path}: metrics.{where}.params.nccl_env.{var}: {_shown(text)} conflicts with "
+                        f"{_shown(found[var][0])} asked for by metrics.{found[var][1]}"
                     )
                 found.setdefault(var, (text, where))
     return found

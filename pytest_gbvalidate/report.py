@@ -7,7 +7,8 @@ import datetime as dt
 import json
 import math
 import os
-import tempfile
+import secrets
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +22,20 @@ def utc_now() -> str:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write `text` to `path` so a reader sees the old file or the new one, never half of one."""
+    """Write `text` to `path` so a reader sees the old file or the new one, never half of one. The file keeps
+    the mode of the one it replaces; a new file gets the usual 0666 less the umask, as open() would give it
+    (not mkstemp's 0600, which would hide a committed baseline or a report from a collector running as
+    another user)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        mode: int | None = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        mode = None
+    fd, tmp = _new_temp_file(path)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
+            if mode is not None:
+                os.fchmod(f.fileno(), mode)
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
@@ -33,6 +43,17 @@ def atomic_write_text(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _new_temp_file(path: Path) -> tuple[int, str]:
+    """A new, empty file next to `path`, opened for writing with mode 0666: the kernel applies the umask, as it
+    does to any file a program creates (reading the umask would mean changing it, for every thread)."""
+    while True:
+        tmp = str(path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666), tmp
+        except FileExistsError:
+            continue
 
 
 class RunReport:

@@ -186,8 +186,11 @@ class GbSession:
             settings={
                 "sku": {"value": s.sku.value, "source": s.sku.source},
                 "baselines": {"value": str(s.baselines.value), "source": s.baselines.source},
+                "report": {"value": None if s.report.value is None else str(s.report.value), "source": s.report.source},
                 "strict": {"value": s.strict.value, "source": s.strict.source},
                 "record": None if s.record is None else str(s.record),
+                # Directories the report or the recorded baseline is written into that did not exist: created.
+                "created_directories": [{"path": str(path), "for": source} for source, path in s.created_dirs],
                 "timeout_s": {"value": self.timeout.value, "source": self.timeout.source},
                 "reference_tools": {"value": s.reference_tools.value, "source": s.reference_tools.source},
             },
@@ -295,7 +298,10 @@ class GbSession:
         line = f"gbvalidate: SKU {t.sku} ({t.source}); baseline {baseline}"
         if self.world_rank not in (None, 0):  # the node facts and the reports are global rank 0's
             return [f"{line}; rank {self.world_rank} of a torchrun / srun world (rank 0 writes the reports)"]
-        return [f"{line}; {stack}"]
+        created = [
+            f"gbvalidate: {source}: creating missing directory {path}" for source, path in self.settings.created_dirs
+        ]
+        return [f"{line}; {stack}", *created]
 
     # --- pytest hooks ---------------------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ that say where a bad value came from. No pytest here: the plugin hands in what e
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Generic, TypeVar
 T = TypeVar("T")
 
 AUTO = "auto"
-_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
 
 class SettingError(Exception):
@@ -51,6 +52,9 @@ class Settings:
     # Seconds one call on the ranks may take before the gang is torn down; None: the SKU's default.
     timeout: Setting[float | None] = Setting(None, "default")
     reference_tools: Setting[bool] = Setting(False, "default")  # also run nccl-tests / nvbandwidth when on PATH
+    # Missing directories that writing the report or the recorded baseline will create, as pytest's --junitxml
+    # creates its own: (where the path came from, the outermost missing directory).
+    created_dirs: tuple[tuple[str, Path], ...] = ()
 
     @property
     def explicit(self) -> bool:
@@ -84,32 +88,54 @@ def bundled_baselines(package_dir: Path = _PACKAGE_DIR) -> Path:
 
 
 def resolve(sources: Sources) -> Settings:
-    record = sources.cli.get("record")
+    sku = _pick(sources, "sku", AUTO, _parse_sku)
+    baselines = _pick(sources, "baselines", bundled_baselines(), _parse_dir)
+    report = _pick(sources, "report", None, _parse_output_path)
+    record = _pick(sources, "record", None, _parse_output_path, cli_only=True)
+    created = tuple(
+        (s.source, missing)
+        for s in (report, record)
+        if s.value is not None and (missing := _ancestors(s.value)[1]) is not None
+    )
     return Settings(
-        sku=_pick(sources, "sku", AUTO, _parse_sku),
-        baselines=_pick(sources, "baselines", bundled_baselines(), _parse_dir),
-        report=_pick(sources, "report", None, _parse_optional_path),
+        sku=sku,
+        baselines=baselines,
+        report=report,
         strict=_pick(sources, "strict", False, _parse_bool),
-        record=(sources.cwd / str(record)) if record else None,
+        record=record.value,
         list_skus=bool(sources.cli.get("list_skus")),
         timeout=_pick(sources, "timeout", None, _parse_timeout),
         reference_tools=_pick(sources, "reference_tools", False, _parse_bool),
+        created_dirs=created,
     )
 
 
-def _pick(sources: Sources, name: str, default: T, parse: Callable[[str, Path], T]) -> Setting[T]:
+_EMPTY = "set but empty: give a value, or leave it unset for the default"
+
+
+def _pick(
+    sources: Sources, name: str, default: T, parse: Callable[[str, Path], T], *, cli_only: bool = False
+) -> Setting[T]:
     candidates: list[tuple[str | bool | None, str, Path]] = [
-        (sources.cli.get(name), f"{cli_flag(name)} on the command line", sources.cwd),
-        (sources.env.get(env_name(name)), f"{env_name(name)} in the environment", sources.cwd),
+        (sources.cli.get(name), f"{cli_flag(name)} on the command line", sources.cwd)
     ]
-    if sources.ini_file is not None:
+    if not cli_only:
+        candidates.append((sources.env.get(env_name(name)), f"{env_name(name)} in the environment", sources.cwd))
+    if sources.ini_file is not None and not cli_only:
         ini_dir = sources.ini_file.parent
-        candidates.append((sources.ini.get(name), f"{ini_name(name)} in {sources.ini_file}", ini_dir))
+        # An ini key that is present but empty reads as "", exactly as an absent one does (pytest hands addini's
+        # default, "", for both), so in the ini file empty means unset and falls through to the default.
+        ini = sources.ini.get(name) or None
+        candidates.append((ini, f"{ini_name(name)} in {sources.ini_file}", ini_dir))
     for raw, source, base in candidates:
-        if raw is None or raw == "":
+        if raw is None:
             continue
         if isinstance(raw, bool):
             return Setting(raw, source)  # type: ignore[arg-type]  # store_true flags are already parsed
+        if not raw.strip():
+            # `GBVALIDATE_SKU=` or `--gb-sku=$SKU` from a CI template whose variable was unset: falling through
+            # to the default would turn an explicit SKU into `auto` (on a node whose GPUs vanished, `cpu`).
+            raise SettingError(f"{source}: {raw!r}: {_EMPTY}")
         try:
             return Setting(parse(raw, base), source)
         except SettingError as exc:
@@ -124,8 +150,27 @@ def _parse_sku(raw: str, _base: Path) -> str:
     return name
 
 
-def _parse_optional_path(raw: str, base: Path) -> Path | None:
-    return base / raw
+def _parse_output_path(raw: str, base: Path) -> Path | None:
+    """A file the run writes (the report, a recorded baseline): checked before any test runs, so a bad path
+    fails the run at once rather than after the measurements. A missing directory is fine: it is created."""
+    path = base / raw
+    if os.path.isdir(path):
+        raise SettingError(f"is a directory: {path}")
+    parent, _ = _ancestors(path)
+    if not os.path.isdir(parent):
+        raise SettingError(f"is under a file, not a directory: {parent}")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise SettingError(f"cannot create files in {parent} (no write permission)")
+    return path
+
+
+def _ancestors(path: Path) -> tuple[Path, Path | None]:
+    """The nearest ancestor of `path` that exists, and the outermost one that does not (None: the parent
+    exists). One that cannot be looked at (under a directory we may not read) counts as missing."""
+    existing, missing = path.parent, None
+    while not os.path.lexists(existing) and existing != existing.parent:
+        existing, missing = existing.parent, existing
+    return existing, missing
 
 
 def _parse_dir(raw: str, base: Path) -> Path:

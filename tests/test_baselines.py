@@ -152,6 +152,32 @@ def test_verdict_message_triages_itself(tmp_path: Path) -> None:
         (("fail: 10%", "fail: 150%"), ":12: metrics.h2d_bandwidth_gbps.fail: must be below 100%"),
         (("fail: 10%", "fail: 49"), ":12: metrics.h2d_bandwidth_gbps.fail: 49 is above warn 48"),
         (("    warn: 48\n", "    warn: 51\n"), ":13: metrics.h2d_bandwidth_gbps.warn: 51 is above expected 50"),
+        # References are positive: a negative one would pass every measurement (+151% against -10.9).
+        (
+            ("    expected: 50\n    fail: 10%\n    warn: 48\n", "    expected: -10.9\n    fail: -20\n    warn: -15\n"),
+            ":11: metrics.h2d_bandwidth_gbps.expected: -10.9: must be above 0 (a figure in GB/s)",
+        ),
+        (("    expected: 2.0\n", "    expected: -2.0\n"), ":20: metrics.step_time_s.expected: -2: must be above 0"),
+        (("    expected: 50\n", "    expected: 0\n"), ":11: metrics.h2d_bandwidth_gbps.expected: 0: must be above 0"),
+        (("    warn: 48\n", "    warn: -48\n"), ":13: metrics.h2d_bandwidth_gbps.warn: -48: must be above 0"),
+        (
+            ("      1GiB: {expected: 400}\n", "      1GiB: {expected: -400}\n"),
+            ":31: metrics.all_reduce_busbw_gbps.values.1GiB.expected: -400: must be above 0",
+        ),
+        # ... and strictly ordered: fail < warn < expected (higher is better), expected < fail (lower).
+        (
+            ("    warn: 48\n", "    warn: 50\n"),
+            ":13: metrics.h2d_bandwidth_gbps.warn: 50 equals expected: it must lie below",
+        ),
+        (("    fail: 25%\n", "    fail: 2.0\n"), ":21: metrics.step_time_s.fail: 2 equals expected: it must lie above"),
+        (
+            ("      16GiB: {fail: 430,", "      16GiB: {expected: 430, fail: 430,"),
+            ":32: metrics.all_reduce_busbw_gbps.values.16GiB.fail: 430 equals expected: it must lie below it",
+        ),
+        (
+            ("      1GiB: {expected: 400}\n", "      1GiB: {expected: 400, warn: 360}\n"),
+            ":31: metrics.all_reduce_busbw_gbps.values.1GiB.fail: 360 equals warn: it must lie below it",
+        ),
         (("    provenance: golden node\n", ""), "metrics.h2d_bandwidth_gbps.provenance: must be a non-empty string"),
         (("    fail: 25%\n", ""), "metrics.step_time_s.fail: missing (a metric with an expected value needs a fail"),
         (("    expected: 50\n", ""), "metrics.h2d_bandwidth_gbps.expected: missing (a measured baseline"),
@@ -184,16 +210,189 @@ def test_schema_errors_name_file_line_and_field(tmp_path: Path, change: tuple[st
     assert "\n" not in message
 
 
+COUNT = """\
+schema_version: 1
+sku: TEST
+metrics:
+  xid_errors:
+    unit: count
+    direction: lower
+    scope: gpu
+    status: measured
+    expected: 0
+    fail: 0
+    provenance: none is healthy
+"""
+
+
+def test_a_count_may_be_zero_and_gated_at_its_expected_value(tmp_path: Path) -> None:
+    ref = bl.load_baseline(write(tmp_path, COUNT)).metrics["xid_errors"].reference("gpu0")
+    assert ref is not None and (ref.expected, ref.fail_limit) == (0.0, 0.0)
+    assert [bl.compare(ref, v, "gpu0").verdict for v in (0.0, 1.0)] == ["pass", "fail"]
+
+
+@pytest.mark.parametrize(
+    ("change", "expected_error"),
+    [
+        (("fail: 0", "fail: -1"), ":10: metrics.xid_errors.fail: -1: must be 0 or more (a count is never negative)"),
+        (("expected: 0", "expected: -1"), ":9: metrics.xid_errors.expected: -1: must be 0 or more"),
+        (("fail: 0", "fail: 10%"), ":10: metrics.xid_errors.fail: 10%: a percentage of expected 0 is 0; give a number"),
+        (
+            ("direction: lower", "direction: higher"),
+            ":10: metrics.xid_errors.fail: 0: a limit of 0 fails nothing when higher is better",
+        ),
+    ],
+)
+def test_count_errors(tmp_path: Path, change: tuple[str, str], expected_error: str) -> None:
+    path = write(tmp_path, COUNT.replace(*change))
+    with pytest.raises(bl.BaselineError) as excinfo:
+        bl.load_baseline(path)
+    assert str(excinfo.value).startswith(f"{path}{expected_error}"), excinfo.value
+
+
 def test_yaml_syntax_error_names_line_and_column(tmp_path: Path) -> None:
     path = write(tmp_path, GOOD.replace("    unit: s\n", "    unit: [s\n"))
     with pytest.raises(bl.BaselineError, match=r"TEST\.yaml:\d+:\d+: YAML syntax error"):
         bl.load_baseline(path)
 
 
+def test_a_baseline_that_is_not_utf8_is_a_one_line_error(tmp_path: Path) -> None:
+    path = tmp_path / "TEST.yaml"
+    latin1 = GOOD.replace("description: a test SKU", "description: caf\u00e9").encode("latin-1")
+    path.write_bytes(latin1)
+    offset = latin1.index(b"\xe9")
+    with pytest.raises(bl.BaselineError) as excinfo:
+        bl.load_baseline(path)
+    assert str(excinfo.value) == f"{path}:3: not UTF-8 text (byte 0xe9 at offset {offset})"
+
+
+def test_a_control_character_is_a_one_line_error(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD.replace("description: a test SKU", "description: a\x00test SKU"))
+    with pytest.raises(bl.BaselineError) as excinfo:
+        bl.load_baseline(path)
+    assert str(excinfo.value) == f"{path}:3:15: YAML does not allow the character U+0000"
+
+
 def test_yaml_is_never_executed(tmp_path: Path) -> None:
     path = write(tmp_path, "!!python/object/apply:os.system ['echo pwned']\n")
     with pytest.raises(bl.BaselineError, match="could not determine a constructor"):
         bl.load_baseline(path)
+
+
+def alias_bomb(levels: int) -> str:
+    """A "billion laughs" list: each level repeats the one before nine times (9**levels strings in all)."""
+    rows = ["&a0 [" + ", ".join(["lol"] * 9) + "]"]
+    rows += [f"&a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, levels + 1)]
+    return "[" + ", ".join(rows) + "]"
+
+
+@pytest.mark.parametrize(
+    ("old", "field"),
+    [
+        ("description: a test SKU", "description"),  # str() of it took 54 s and 5.9 GB at 9 levels
+        ("unit: s", "unit"),  # echoed in "unknown unit ..."
+        ("status: provisional", "status"),  # echoed in "... is not one of ..."
+        ("expected: 2.0", "expected"),  # echoed in "must be a finite number, got ..."
+    ],
+)
+def test_an_alias_bomb_is_refused_early(tmp_path: Path, old: str, field: str) -> None:
+    # Six levels, so that a loader without the bound still finishes (half a million strings); nine would not.
+    key = old.split(":")[0]
+    path = write(tmp_path, GOOD.replace(old, f"{key}: {alias_bomb(6)}", 1))
+    line = 1 + GOOD[: GOOD.index(old)].count("\n")
+    with pytest.raises(bl.BaselineError) as excinfo:
+        bl.load_baseline(path)
+    assert str(excinfo.value) == (
+        f"{path}:{line}: alias 'a2': aliases stand for more than {bl.MAX_ALIAS_NODES} nodes "
+        "(a baseline needs a few aliases or none)"
+    )
+
+
+def test_a_recursive_alias_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD.replace("description: a test SKU", "description: &loop [1, *loop]"))
+    with pytest.raises(bl.BaselineError) as excinfo:
+        bl.load_baseline(path)
+    assert str(excinfo.value) == f"{path}:3: alias 'loop' is inside its own anchor"
+
+
+def test_a_few_aliases_are_fine(tmp_path: Path) -> None:
+    text = GOOD.replace("provenance: golden node", "provenance: &src golden node").replace(
+        "provenance: nccl-tests", "provenance: *src"
+    )
+    assert bl.load_baseline(write(tmp_path, text)).metrics["all_reduce_busbw_gbps"].default.provenance == "golden node"
+
+
+@pytest.mark.parametrize(
+    ("change", "expected_error"),
+    [
+        (("description: a test SKU", "description: [a, test]"), ":3: description: must be a string, got list"),
+        (("description: a test SKU", "description: 2024-01-01"), ":3: description: must be a string, got date"),
+        (("schema_version: 1", "schema_version: true"), ":1: schema_version: must be 1"),
+        (("    unit: s\n", "    unit: [s]\n"), ":16: metrics.step_time_s.unit: unknown unit ['s'] (known: "),
+        (
+            (
+                "    values:\n      1GiB: {expected: 400}\n      16GiB: {fail: 430, provenance: a public gate}\n",
+                "    values: [[1]]\n",
+            ),
+            ":30: metrics.all_reduce_busbw_gbps.values: must be a mapping, got list",
+        ),
+        ((GOOD[GOOD.index("metrics:") :], "metrics: [[1]]\n"), ":5: metrics: must be a mapping, got list"),
+    ],
+)
+def test_every_field_is_type_checked(tmp_path: Path, change: tuple[str, str], expected_error: str) -> None:
+    assert change[0] in GOOD
+    path = write(tmp_path, GOOD.replace(*change, 1))
+    with pytest.raises(bl.BaselineError) as excinfo:
+        bl.load_baseline(path)
+    assert str(excinfo.value).startswith(f"{path}{expected_error}"), excinfo.value
+
+
+@pytest.mark.parametrize(
+    ("change", "expected_error"),
+    [
+        (("model: llama3_tiny", "model: [llama3_tiny]"), "pretrain.model: unknown model ['llama3_tiny'] (known: "),
+        (("precision: bf16", "precision: [bf16]"), "pretrain.precision: ['bf16'] is not one of fp32, bf16, fp8"),
+        (("engine: native", "engine: {native: 1}"), "pretrain.engine: {'native': 1} is not one of native, nemo"),
+    ],
+)
+def test_every_pretrain_field_is_type_checked(tmp_path: Path, change: tuple[str, str], expected_error: str) -> None:
+    text = (bundled_baselines() / "cpu.yaml").read_text()
+    assert change[0] in text
+    path = tmp_path / "cpu.yaml"
+    path.write_text(text.replace(*change, 1))
+    with pytest.raises(bl.BaselineError) as excinfo:
+        bl.load_baseline(path)
+    assert expected_error in str(excinfo.value), excinfo.value
+
+
+def test_a_peak_source_is_a_string_even_without_a_peak(tmp_path: Path) -> None:
+    text = (bundled_baselines() / "cpu.yaml").read_text()
+    start, end = text.index("  peak_tflops_per_gpu:"), text.index("  provenance: a layout small")
+    path = tmp_path / "cpu.yaml"
+    path.write_text(text[:start] + "  peak_tflops_source: [1]\n" + text[end:])
+    with pytest.raises(bl.BaselineError, match=r"cpu\.yaml:\d+: pretrain\.peak_tflops_source: must name where"):
+        bl.load_baseline(path)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field"),
+    [
+        ("    unit: s\n", "    unit: {}\n", "metrics.step_time_s.unit: unknown unit "),
+        ("status: guessed", "status: {}", "metrics.h2d_bandwidth_gbps.status: "),
+        ("sku: TEST", "sku: {}", "sku: "),
+        ("    expected: 2.0\n", "    expected: {}\n", "metrics.step_time_s.expected: must be a finite number, got "),
+    ],
+)
+def test_a_value_echoed_in_an_error_is_cut_to_80_characters(tmp_path: Path, old: str, new: str, field: str) -> None:
+    long = "[" + ", ".join(f"'{'x' * 40}'" for _ in range(1000)) + "]"
+    text = GOOD.replace("status: measured", "status: guessed") if "guessed" in old else GOOD
+    path = write(tmp_path, text.replace(old, new.format(long) if "{}" in new else new, 1).replace("{}", long))
+    with pytest.raises(bl.BaselineError) as excinfo:
+        bl.load_baseline(path)
+    message = str(excinfo.value)
+    shown = message.split(field, 1)[1]
+    assert shown.startswith("['xxxx") and "..." in shown, message
+    assert len(message) < len(str(path)) + len(field) + 200, message
 
 
 def test_recorded_baseline_round_trips_and_keeps_old_limits(tmp_path: Path) -> None:
@@ -255,7 +454,8 @@ def test_recorded_baseline_round_trips_and_keeps_old_limits(tmp_path: Path) -> N
     assert new.detect == old.detect
 
 
-def test_recording_replaces_limits_that_no_longer_fit(tmp_path: Path) -> None:
+@pytest.mark.parametrize("value", [30.0, 48.0])  # below the old warn limit, or on it (the order is strict)
+def test_recording_replaces_limits_that_no_longer_fit(tmp_path: Path, value: float) -> None:
     old = bl.load_baseline(write(tmp_path, GOOD))  # h2d warns below 48 GB/s
     m = {
         "metric": "h2d_bandwidth_gbps",
@@ -263,7 +463,7 @@ def test_recording_replaces_limits_that_no_longer_fit(tmp_path: Path) -> None:
         "scope_kind": "gpu",
         "unit": "GB/s",
         "direction": "higher",
-        "value": 30.0,
+        "value": value,
     }
     doc = bl.recorded_baseline("SLOW", old, [m], "measured")
     (tmp_path / "SLOW.yaml").write_text(bl.dump_baseline(doc))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -36,9 +37,35 @@ def test_command_line_beats_environment_beats_ini(tmp_path: Path) -> None:
     assert s.explicit
 
 
-def test_empty_values_fall_through(tmp_path: Path) -> None:
-    s = resolve(sources(tmp_path, cli={"sku": None}, env={"GBVALIDATE_SKU": ""}, ini={"sku": "X"}))
+def test_unset_values_fall_through(tmp_path: Path) -> None:
+    s = resolve(sources(tmp_path, cli={"sku": None}, env={"OTHER": "1"}, ini={"sku": "X"}))
     assert s.sku.value == "X"
+
+
+def test_an_empty_ini_value_means_unset(tmp_path: Path) -> None:
+    # pytest reads a key that is present but empty as "", the same as an absent key: both mean unset.
+    s = resolve(sources(tmp_path, ini={"sku": "", "strict": "", "report": ""}))
+    assert (s.sku.value, s.sku.source, s.strict.value, s.report.value) == ("auto", "default", False, None)
+    assert not s.explicit
+
+
+@pytest.mark.parametrize("name", ["sku", "baselines", "report", "strict", "timeout", "reference_tools"])
+@pytest.mark.parametrize("raw", ["", "  "])
+def test_an_empty_environment_value_is_an_error(tmp_path: Path, name: str, raw: str) -> None:
+    # GBVALIDATE_SKU= from a CI template whose variable was unset must not quietly mean `auto` (or false).
+    variable = f"GBVALIDATE_{name.upper()}"
+    with pytest.raises(SettingError) as excinfo:
+        resolve(sources(tmp_path, env={variable: raw}, ini={"sku": "X"}))
+    assert str(excinfo.value) == (
+        f"{variable} in the environment: {raw!r}: set but empty: give a value, or leave it unset for the default"
+    )
+
+
+@pytest.mark.parametrize("name", ["sku", "baselines", "report", "timeout", "record"])
+def test_an_empty_command_line_value_is_an_error(tmp_path: Path, name: str) -> None:
+    flag = "--gb-" + name.replace("_", "-")
+    with pytest.raises(SettingError, match=f"^{flag} on the command line: '': set but empty"):
+        resolve(sources(tmp_path, cli={name: ""}, env={f"GBVALIDATE_{name.upper()}": "X"}))
 
 
 def test_paths_are_relative_to_their_source(tmp_path: Path) -> None:
@@ -110,3 +137,76 @@ def test_reference_tools_setting(tmp_path: Path) -> None:
     )
     with pytest.raises(SettingError, match=r"^gb_reference_tools in .*: 'perhaps': expected one of"):
         resolve(sources(tmp_path, ini={"reference_tools": "perhaps"}))
+
+
+# --- files the run writes: the JSON report and a recorded baseline ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"cli": {"report": "out"}}, "--gb-report on the command line: 'out': is a directory: {tmp}/out"),
+        (
+            {"env": {"GBVALIDATE_REPORT": "out"}},
+            "GBVALIDATE_REPORT in the environment: 'out': is a directory: {tmp}/out",
+        ),
+        ({"ini": {"report": "out"}}, "gb_report in {tmp}/pytest.ini: 'out': is a directory: {tmp}/out"),
+        (
+            {"cli": {"report": "notes.txt/r.json"}},
+            "--gb-report on the command line: 'notes.txt/r.json': is under a file, not a directory: {tmp}/notes.txt",
+        ),
+        (
+            {"env": {"GBVALIDATE_REPORT": "notes.txt/deeper/r.json"}},
+            "GBVALIDATE_REPORT in the environment: 'notes.txt/deeper/r.json': is under a file, not a directory: "
+            "{tmp}/notes.txt",
+        ),
+        ({"cli": {"record": "out"}}, "--gb-record on the command line: 'out': is a directory: {tmp}/out"),
+        (
+            {"cli": {"record": "notes.txt/X.yaml"}},
+            "--gb-record on the command line: 'notes.txt/X.yaml': is under a file, not a directory: {tmp}/notes.txt",
+        ),
+    ],
+)
+def test_output_paths_are_checked_before_the_run(
+    tmp_path: Path, kwargs: dict[str, dict[str, str]], message: str
+) -> None:
+    (tmp_path / "out").mkdir()
+    (tmp_path / "notes.txt").write_text("a regular file\n")
+    with pytest.raises(SettingError) as excinfo:
+        resolve(sources(tmp_path, **kwargs))  # type: ignore[arg-type]
+    assert str(excinfo.value) == message.format(tmp=tmp_path)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write in a read-only directory: nothing to refuse")
+def test_an_unwritable_directory_is_refused(tmp_path: Path) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    try:
+        with pytest.raises(SettingError) as excinfo:
+            resolve(sources(tmp_path, cli={"report": "locked/sub/r.json"}))
+    finally:
+        locked.chmod(0o755)
+    assert str(excinfo.value) == (
+        f"--gb-report on the command line: 'locked/sub/r.json': cannot create files in {locked} (no write permission)"
+    )
+
+
+def test_an_unwritable_directory_is_refused_by_its_permission_bits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The same check where it can run as root too: the answer os.access gives a user without write permission.
+    monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != tmp_path)
+    with pytest.raises(SettingError, match=r"^--gb-record on the command line: 'X.yaml': cannot create files in "):
+        resolve(sources(tmp_path, cli={"record": "X.yaml"}))
+
+
+def test_missing_directories_are_to_be_created_and_said_so(tmp_path: Path) -> None:
+    s = resolve(sources(tmp_path, cli={"report": "runs/nightly/r.json", "record": "golden/X.yaml"}))
+    assert s.report.value == tmp_path / "runs" / "nightly" / "r.json"
+    assert s.created_dirs == (
+        ("--gb-report on the command line", tmp_path / "runs"),
+        ("--gb-record on the command line", tmp_path / "golden"),
+    )
+    assert not (tmp_path / "runs").exists()  # resolving writes nothing: the report creates it when written
+    assert resolve(sources(tmp_path, cli={"report": "r.json"})).created_dirs == ()
