@@ -19,6 +19,10 @@ CPU_SKU = "cpu"
 AZURE_ASSET_TAG = "7783-7084-3265-9085-8269-3286-77"
 IMDS_VM_SIZE_URL = "http://169.254.169.254/metadata/instance/compute/vmSize?api-version=2021-02-01&format=text"
 NVIDIA_PCI_VENDOR = "0x10de"
+# Where `detect_sku` looks when not told: module-level, read at each call, so a test can point detection at a
+# fake node (as topology.SYSFS_ROOT lets it do for the NUMA map).
+DMI_DIR = Path("/sys/class/dmi/id")
+PCI_DEVICES_DIR = Path("/sys/bus/pci/devices")
 _PCI_DISPLAY_CLASS = "0x03"  # 0x0300 VGA, 0x0302 3D controller (data-centre GPUs)
 
 
@@ -35,18 +39,19 @@ class Detection:
 def detect_sku(
     baselines: list[Baseline],
     *,
-    dmi_dir: Path = Path("/sys/class/dmi/id"),
+    dmi_dir: Path | None = None,
     imds_url: str = IMDS_VM_SIZE_URL,
-    pci_dir: Path = Path("/sys/bus/pci/devices"),
+    pci_dir: Path | None = None,
 ) -> Detection:
-    vm_size = azure_vm_size(dmi_dir, imds_url)
+    """The node's SKU; `dmi_dir` and `pci_dir` default to DMI_DIR and PCI_DEVICES_DIR."""
+    vm_size = azure_vm_size(DMI_DIR if dmi_dir is None else dmi_dir, imds_url)
     if vm_size is not None:
         for b in baselines:
             if vm_size in b.detect.azure_vm_sizes:
                 return Detection(b.sku, f"Azure metadata vmSize={vm_size}")
     gpu_names = nvml_gpu_names()
     if gpu_names is None:
-        gpus_on_bus = nvidia_pci_devices(pci_dir)
+        gpus_on_bus = nvidia_pci_devices(PCI_DEVICES_DIR if pci_dir is None else pci_dir)
         if gpus_on_bus:
             raise DetectionError(
                 f"{len(gpus_on_bus)} NVIDIA GPU(s) on the PCI bus ({', '.join(gpus_on_bus[:4])}) but no NVIDIA "

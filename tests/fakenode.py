@@ -1,6 +1,6 @@
 """Fake nodes for the probe and suite tests: GPUs behind the fake NVML (fakenvml.py), a sysfs tree with the
 NUMA nodes, PCI devices and HCAs, and a kernel log, all consistent with each other. `install` puts one under
-tmp_path and points NVML, the topology reader and the Xid reader at it. Test-only.
+tmp_path and points NVML, the topology reader, the Xid reader and SKU detection at it. Test-only.
 
 The two descriptions follow the layouts the SKUs publish (ND96asr_v4: GPUs 0,1 on NUMA 1; 2,3 on 0; 4,5 on 3;
 6,7 on 2. ND GB200 v6: GPUs 0,1 on Grace 0, GPUs 2,3 on Grace 1, each GPU's memory a CPU-less NUMA node); the
@@ -15,9 +15,12 @@ from pathlib import Path
 import pynvml
 import pytest
 
+from pytest_gbvalidate import sku
 from pytest_gbvalidate.node import topology, xid
 from pytest_gbvalidate.node.topology import format_cpulist, parse_cpulist, sysfs_pci_address
 from tests.fakenvml import FakeGpu, FakeNvmlLib, clocks_mhz, install
+
+NVIDIA_3D_CONTROLLER = "0x030200"  # the PCI class sysfs shows for a data-centre GPU
 
 
 @dataclass
@@ -46,6 +49,7 @@ class FakeNode:
             _write(nodes / f"node{node}/cpulist", cpus)
         every_cpu = [c for cpus in self.numa_cpus.values() for c in parse_cpulist(cpus)]
         _write(root / "devices/system/cpu/online", format_cpulist(every_cpu))
+        write_detection_sysfs(root, [sysfs_pci_address(gpu.pci_bus_id) for gpu in self.gpus])
         for gpu in self.gpus:
             device = root / "bus/pci/devices" / sysfs_pci_address(gpu.pci_bus_id)
             _write(device / "numa_node", str(gpu.numa_nodes[0]))
@@ -62,16 +66,36 @@ class FakeNode:
         lo.mkdir(parents=True)
 
     def install(self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeNvmlLib:
-        """Point NVML, the topology reader and the Xid reader at this node; returns the fake NVML library."""
+        """Point NVML, the topology reader, the Xid reader and SKU detection at this node; returns the fake NVML
+        library."""
         sysfs = tmp_path / "sys"
         self.write_sysfs(sysfs)
         log = tmp_path / "kmsg"
         log.write_text("".join(f"6,{i},{i * 1000},-;{line}\n" for i, line in enumerate(self.kernel_log)))
         monkeypatch.setattr(topology, "SYSFS_ROOT", sysfs)
+        point_detection_at(monkeypatch, sysfs)
         monkeypatch.setattr(xid, "KERNEL_LOG", log)
         lib = self.nvml()
         install(monkeypatch, lib)
         return lib
+
+
+def write_detection_sysfs(root: Path, nvidia_gpus: list[str]) -> None:
+    """What SKU detection reads from a sysfs tree at `root`: a PCI bus with an NVIDIA GPU at each of the sysfs
+    addresses `nvidia_gpus` (none: no NVIDIA device at all), and a DMI table that is not an Azure VM's, so
+    detection never asks the instance metadata service."""
+    (root / "bus/pci/devices").mkdir(parents=True, exist_ok=True)
+    for address in nvidia_gpus:
+        device = root / "bus/pci/devices" / address
+        _write(device / "vendor", sku.NVIDIA_PCI_VENDOR)
+        _write(device / "class", NVIDIA_3D_CONTROLLER)
+    _write(root / "class/dmi/id/chassis_asset_tag", "Default string")
+
+
+def point_detection_at(monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
+    """Make `detect_sku` read the PCI bus and DMI table of the sysfs tree at `root`, not the host's."""
+    monkeypatch.setattr(sku, "PCI_DEVICES_DIR", root / "bus/pci/devices")
+    monkeypatch.setattr(sku, "DMI_DIR", root / "class/dmi/id")
 
 
 def _write(path: Path, text: str) -> None:

@@ -46,14 +46,23 @@ needs_mempolicy = pytest.mark.skipif(
 )
 
 
+def allowed_memory_node() -> int:
+    """A NUMA node this process may allocate on: not always node 0 (a Slurm job's cgroup, or a container's,
+    can be confined to the NUMA nodes of its CPUs)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("Mems_allowed_list:"):
+            return min(parse_cpulist(line.split(":", 1)[1]))  # the same list format as CPUs
+    return 0
+
+
 @needs_mempolicy
 def test_bound_to_binds_cpus_and_memory_then_restores_both() -> None:
     cpus_before, policy_before = os.sched_getaffinity(0), current_mempolicy()
-    cpu = min(cpus_before)
-    with bound_to([cpu], numa_node=0) as applied:
+    cpu, node = min(cpus_before), allowed_memory_node()
+    with bound_to([cpu], numa_node=node) as applied:
         assert os.sched_getaffinity(0) == {cpu}
-        assert current_mempolicy() == (MPOL_BIND, [0])
-        assert applied == {"cpus": str(cpu), "memory": "bound to NUMA node 0"}
+        assert current_mempolicy() == (MPOL_BIND, [node])
+        assert applied == {"cpus": str(cpu), "memory": f"bound to NUMA node {node}"}
     assert os.sched_getaffinity(0) == cpus_before
     assert current_mempolicy() == policy_before
 
@@ -77,7 +86,8 @@ def test_bound_to_restores_after_an_error_and_leaves_memory_alone_without_a_node
 @needs_mempolicy
 def test_binding_to_a_node_that_does_not_exist_fails_and_restores() -> None:
     cpus_before, policy_before = os.sched_getaffinity(0), current_mempolicy()
-    with pytest.raises(OSError, match=r"set_mempolicy\(2, nodes \[1000\]\)"), bound_to([0], numa_node=1000):
+    cpu = min(cpus_before)  # CPU 0 may not be this process's to run on (a Slurm job's or a container's cpuset)
+    with pytest.raises(OSError, match=r"set_mempolicy\(2, nodes \[1000\]\)"), bound_to([cpu], numa_node=1000):
         pass
     assert os.sched_getaffinity(0) == cpus_before and current_mempolicy() == policy_before
 

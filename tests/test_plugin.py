@@ -15,8 +15,6 @@ from typing import Any
 import pytest
 import torch  # noqa: F401 -- in-process pytester runs drop modules they imported, and torch cannot load twice
 
-from tests.fakenvml import install
-
 REPO = Path(__file__).resolve().parents[1]
 SUITES = REPO / "suites"
 
@@ -245,16 +243,15 @@ def test_suites_run_on_the_cpu_sku_end_to_end(pytester: pytest.Pytester) -> None
     )
 
 
-def test_auto_detects_cpu_here_and_records_where_it_came_from(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    install(monkeypatch, None)
+@pytest.mark.usefixtures("cpu_only_node")
+def test_auto_detects_cpu_without_gpus_and_records_where_it_came_from(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_x(gb_target):\n    assert gb_target.sku == 'cpu'\n")
     result = pytester.runpytest()
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["gbvalidate: SKU cpu (no NVIDIA GPU or driver on this node); baseline *cpu.yaml*"])
 
 
+@pytest.mark.usefixtures("cpu_only_node")  # where the built-in detector would say cpu
 def test_a_site_hook_answers_before_the_built_in_detector(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(
         """
@@ -422,6 +419,7 @@ def test_a_baseline_that_is_not_utf8_is_a_usage_error(lab: pytest.Pytester) -> N
     )
 
 
+@pytest.mark.usefixtures("cpu_only_node")
 def test_corrupted_baseline_stops_auto_detection_too(pytester: pytest.Pytester) -> None:
     shutil.copytree(REPO / "baselines", pytester.path / "b")
     (pytester.path / "b" / "ND_H100_v5.yaml").write_text("schema_version: 1\nsku: ND_H100_v5\nmetrics:\n  - oops\n")
@@ -546,19 +544,22 @@ def test_importing_the_plugin_imports_nothing_heavy() -> None:
     assert out.strip() == "[]"
 
 
-def test_an_unrelated_test_run_does_nothing(pytester: pytest.Pytester) -> None:
+def test_an_unrelated_test_run_does_nothing(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Our plugin alone: other plugins installed where the tests run (an NGC container has several) may import
+    # numpy or torch themselves, which says nothing about ours.
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     pytester.makeconftest(
         """
         import sys
         def pytest_unconfigure(config):
             heavy = sorted(m for m in ("torch", "pynvml", "numpy", "psutil") if m in sys.modules)
-            print("HEAVY:", heavy)
+            print("OURS:", config.pluginmanager.has_plugin("pytest_gbvalidate.plugin"), "HEAVY:", heavy)
         """
     )
     pytester.makepyfile("def test_x():\n    pass\n")
-    result = pytester.runpytest_subprocess("-s", "--junitxml=r.xml")
+    result = pytester.runpytest_subprocess("-p", "pytest_gbvalidate.plugin", "-s", "--junitxml=r.xml")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["HEAVY: []"])
+    result.stdout.fnmatch_lines(["OURS: True HEAVY: []"])
     result.stdout.no_fnmatch_line("gbvalidate*")
     assert "gb_sku" not in (pytester.path / "r.xml").read_text()
 

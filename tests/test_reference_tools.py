@@ -4,6 +4,7 @@ tools' printf formats), and an end-to-end run with stand-in binaries on PATH."""
 from __future__ import annotations
 
 import json
+import shutil
 import stat
 from pathlib import Path
 
@@ -244,12 +245,14 @@ metrics:
 
 
 def stand_in(bin_dir: Path, name: str, output: str) -> None:
-    """An executable that prints `output` and notes its arguments and NCCL environment."""
+    """An executable that prints `output` and notes its arguments and NCCL environment. It names the tools it
+    uses by their full paths, so that PATH can be `bin_dir` alone."""
+    env, grep, cat = (shutil.which(tool) for tool in ("env", "grep", "cat"))
     (bin_dir / f"{name}.out").write_text(output)
     script = bin_dir / name
     script.write_text(
-        f'#!/bin/sh\necho "$@" > {bin_dir}/{name}.args\nenv | grep ^NCCL_ > {bin_dir}/{name}.env\n'
-        f"cat {bin_dir}/{name}.out\n"
+        f'#!/bin/sh\necho "$@" > {bin_dir}/{name}.args\n{env} | {grep} ^NCCL_ > {bin_dir}/{name}.env\n'
+        f"{cat} {bin_dir}/{name}.out\n"
     )
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
 
@@ -261,7 +264,7 @@ def test_reference_tools_run_and_report_beside_ours(pytester: pytest.Pytester, m
     bin_dir.mkdir()
     stand_in(bin_dir, "all_reduce_perf", NCCL_OUTPUT)
     stand_in(bin_dir, "nvbandwidth", NVB_OUTPUT)
-    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    monkeypatch.setenv("PATH", str(bin_dir))  # only the stand-ins: a GPU host may have the real tools installed
     args = ["--gb-sku=LABGPU", "--gb-baselines=baselines", "--junitxml=r.xml", "--gb-report=r.json", "-rs"]
     result = pytester.runpytest(str(SUITES / "test_reference_tools.py"), *args, "--gb-reference-tools")
 

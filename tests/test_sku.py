@@ -1,4 +1,5 @@
-"""SKU auto-detection providers: Azure metadata (against a loopback server), NVML (fake library), PCI sysfs."""
+"""SKU auto-detection providers: Azure metadata (against a loopback server), NVML (fake library), PCI sysfs
+(fake trees)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from pytest_gbvalidate import baselines as bl
 from pytest_gbvalidate import sku
 from pytest_gbvalidate.settings import bundled_baselines
+from tests.fakenode import nd_gb200_v6, point_detection_at, write_detection_sysfs
 from tests.fakenvml import FakeGpu, FakeNvmlLib, install
 
 BASELINES = bl.load_all(bundled_baselines())
@@ -148,3 +150,25 @@ def test_a_gpu_node_that_matches_nothing_is_an_error(
     install(monkeypatch, lib)
     with pytest.raises(sku.DetectionError, match=message):
         sku.detect_sku(BASELINES, dmi_dir=tmp_path)
+
+
+def test_without_arguments_detection_reads_the_pci_bus_and_dmi_at_the_module_level_locations(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    # As on a GPU host: an NVIDIA GPU on the PCI bus, whose driver does not answer.
+    write_detection_sysfs(tmp_path, ["0000:01:00.0"])
+    point_detection_at(monkeypatch, tmp_path)
+    install(monkeypatch, None)
+    with pytest.raises(sku.DetectionError, match=r"1 NVIDIA GPU\(s\) on the PCI bus \(0000:01:00.0\)"):
+        sku.detect_sku(BASELINES)
+    # A test that states a CPU-only node gets cpu there, whatever the host shows.
+    request.getfixturevalue("cpu_only_node")
+    assert sku.detect_sku(BASELINES) == sku.Detection("cpu", "no NVIDIA GPU or driver on this node")
+
+
+def test_a_fake_node_is_detected_as_its_sku(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    nd_gb200_v6().install(monkeypatch, tmp_path)
+    assert sku.detect_sku(BASELINES) == sku.Detection("ND_GB200_v6", "NVML: 4x NVIDIA GB200")
+    install(monkeypatch, None)  # the same node with its driver gone: the GPUs are still on the bus
+    with pytest.raises(sku.DetectionError, match=r"4 NVIDIA GPU\(s\) on the PCI bus \(0008:01:00.0, "):
+        sku.detect_sku(BASELINES)

@@ -241,9 +241,13 @@ def test_per_gpu_cases_come_from_the_sku_not_the_node(pytester: pytest.Pytester)
     assert sum("test_p2p_bandwidth[" in line for line in result.stdout.lines) == 6
 
 
-def test_a_gpu_sku_without_its_gpus_fails_every_case_and_names_the_rank(pytester: pytest.Pytester) -> None:
-    """This machine has no GPU: a SKU promising two fails [gpu0] and [gpu1] (does not skip them); each test tries
+@pytest.mark.usefixtures("cpu_only_node")
+def test_a_gpu_sku_without_its_gpus_fails_every_case_and_names_the_rank(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a node without GPUs, a SKU promising two fails [gpu0] and [gpu1] (does not skip them); each test tries
     the start of the ranks again, once retried, and says so."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # nor does CUDA see one, on a GPU host too (the ranks inherit it)
     lab_gpu(pytester, 2)
     result = pytester.runpytest(
         str(SUITES / "test_bandwidth.py"),
@@ -257,8 +261,9 @@ def test_a_gpu_sku_without_its_gpus_fails_every_case_and_names_the_rank(pytester
     cases = junit_cases(pytester.path / "r.xml")
     first, second = cases["test_h2d_bandwidth[gpu0]"], cases["test_h2d_bandwidth[gpu1]"]
     assert first["outcome"] == second["outcome"] == "failure"
+    # torch's CPU build raises a RuntimeError; a CUDA build that sees no GPU, its subclass AcceleratorError
     for case in (first, second):
-        assert re.search(r"rank [01] raised: start-up: RuntimeError: ", case["message"] or "")
+        assert re.search(r"rank [01] raised: start-up: (RuntimeError|torch\.AcceleratorError): ", case["message"] or "")
         assert re.search(r"\(start-up retried once; the first try: rank [01] raised: ", case["message"] or "")
 
 
