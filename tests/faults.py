@@ -14,8 +14,13 @@ import torch.distributed as dist
 
 from pytest_gbvalidate.dist.gang import RankContext
 
-# The collectives the measurement code calls; a corrupted one returns its result with one element off by one.
-COLLECTIVES = ("all_reduce", "broadcast", "all_gather_single", "reduce_scatter_single", "all_to_all_single")
+# The collectives the measurement code calls, under both names torch has had for all_gather and reduce_scatter
+# (all_gather_single and reduce_scatter_single from 2.13 on); a corrupted one returns its result with one element
+# off by one.
+COLLECTIVES = (
+    *("all_reduce", "broadcast", "all_to_all_single"),
+    *("all_gather_single", "reduce_scatter_single", "all_gather_into_tensor", "reduce_scatter_tensor"),
+)
 
 
 def inject(ctx: RankContext, fault: str, bad_rank: int, fn: Callable[..., Any], *args: Any) -> Any:

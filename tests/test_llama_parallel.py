@@ -61,6 +61,13 @@ def test_a_parallel_layout_gives_the_single_rank_loss(
     assert single_rank_losses[-1] < single_rank_losses[0]  # the steps did train
 
 
+def test_the_batches_fed_to_a_step_are_contiguous() -> None:
+    # torch.distributed.pipelining up to 2.11 checks each first-stage input's strides against a contiguous copy
+    # it recorded: a slice of the token batch failed PP=2 there with a PipeliningShapeError.
+    trainer = Trainer(request(), torch.device("cpu"), None)
+    assert all(t.is_contiguous() for batch in trainer.batches for t in batch)
+
+
 def test_activation_checkpointing_recomputes_the_same_loss(single_rank_losses: list[float]) -> None:
     trainer = Trainer(request(activation_checkpointing=True), torch.device("cpu"), None)
     assert trainer.model.activation_checkpointing

@@ -119,7 +119,9 @@ class Trainer:
             inputs, labels = mine[:, :-1], mine[:, 1:]  # (gbs / dp, seq) each
             if positions is not None:
                 inputs, labels = inputs[:, positions], labels[:, positions]  # (gbs / dp, seq / cp)
-            out.append((inputs.to(self.device), labels.to(self.device)))
+            # Contiguous: pipelining up to torch 2.11 records a stage's input strides from a contiguous copy and
+            # rejects a strided slice of the batch on every later step.
+            out.append((inputs.contiguous().to(self.device), labels.contiguous().to(self.device)))
         return out
 
     def autocast(self) -> AbstractContextManager[Any]:
