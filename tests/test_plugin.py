@@ -81,8 +81,13 @@ def lab(pytester: pytest.Pytester) -> pytest.Pytester:
     return pytester
 
 
+# A JUnit file with each measurement as properties of its testcase: only the xunit1 family has them (xunit2,
+# pytest's default, is checked against its schema in test_junit_schema.py).
+XUNIT1 = ("--junitxml=r.xml", "-o", "junit_family=xunit1")
+
+
 def lab_args(*extra: str) -> list[str]:
-    return ["--gb-sku=LAB", "--gb-baselines=baselines", "--junitxml=r.xml", "--gb-report=r.json", *extra]
+    return ["--gb-sku=LAB", "--gb-baselines=baselines", *XUNIT1, "--gb-report=r.json", *extra]
 
 
 def junit_cases(path: Path) -> dict[str, dict[str, Any]]:
@@ -196,9 +201,7 @@ CPU_SWEEP += ["64KiB", "128KiB", "256KiB", "512KiB", "1MiB", "2MiB", "4MiB"]
 def test_suites_run_on_the_cpu_sku_end_to_end(pytester: pytest.Pytester) -> None:
     # The data-movement suites; health, topology and pretraining have end-to-end tests of their own.
     suites = [str(SUITES / f"test_{name}.py") for name in ("bandwidth", "collectives", "reference_tools")]
-    result = pytester.runpytest(
-        *suites, "--gb-sku=cpu", "--junitxml=r.xml", "--gb-report=r.json", "-p", "no:cacheprovider", "-rs"
-    )
+    result = pytester.runpytest(*suites, "--gb-sku=cpu", *XUNIT1, "--gb-report=r.json", "-p", "no:cacheprovider", "-rs")
     # host copy, host GEMM and 7 collective sweeps; per-GPU checks and reference tools do not apply to cpu
     result.assert_outcomes(passed=9, skipped=15)
     result.stdout.fnmatch_lines(
@@ -353,8 +356,8 @@ def test_an_empty_environment_variable_is_a_usage_error(
     )
 
 
-def test_an_empty_ini_value_means_unset(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    install(monkeypatch, None)
+@pytest.mark.usefixtures("cpu_only_node")
+def test_an_empty_ini_value_means_unset(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\ngb_sku =\ngb_strict =\n")  # pytest reads these as it reads absent keys
     pytester.makepyfile("def test_x(gb_target):\n    assert gb_target.sku == 'cpu'\n")
     result = pytester.runpytest()

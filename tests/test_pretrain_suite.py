@@ -15,7 +15,7 @@ import torch  # noqa: F401 -- in-process pytester runs drop modules they importe
 
 # Nor can torch.distributed.tensor (its operators register once per process), which the suite imports.
 import pytest_gbvalidate.workloads.llama.train  # noqa: F401
-from tests.test_plugin import REPO, SUITES, junit_cases
+from tests.test_plugin import REPO, SUITES, XUNIT1, junit_cases
 
 PRETRAIN = str(SUITES / "test_pretrain.py")
 METRICS = [
@@ -28,7 +28,7 @@ SCOPE = "native-bf16-mbs2-gbs16-tp1-pp2-cp1-dp1-seq64"
 
 
 def test_the_cpu_pretrain_check_reports_step_time_throughput_mfu_and_loss(pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest(PRETRAIN, "--gb-sku=cpu", "--junitxml=r.xml", "--gb-report=r.json")
+    result = pytester.runpytest(PRETRAIN, "--gb-sku=cpu", *XUNIT1, "--gb-report=r.json")
     result.assert_outcomes(passed=1)
     props = junit_cases(pytester.path / "r.xml")["test_pretrain"]["props"]
     assert [v for k, v in props if k == "gb_metric"] == METRICS

@@ -193,9 +193,11 @@ class LocalGang:
                 self._start()
             except GangError as second:
                 self.failed_starts.append(str(second).partition("\n")[0])
-                raise GangError(
-                    second.rank, second.cause, f"{second.detail} (start-up retried once; the first try: {first_line})"
-                ) from None
+                # On the first line, which is what JUnit's message attribute and the JSON's `message` keep: the
+                # rank's traceback follows it.
+                head, newline, traceback = second.detail.partition("\n")
+                note = f"(start-up retried once; the first try: {first_line})"
+                raise GangError(second.rank, second.cause, f"{head} {note}{newline}{traceback}") from None
 
     def _start(self) -> None:
         ctx = mp.get_context("spawn")
