@@ -5,9 +5,10 @@
 Each run is `pytest.main` on the bundled suites (a fresh gang of ranks each time, JUnit and JSON reports written
 to a temporary directory), in this one process, as a CI agent or an operator's loop would repeat the gate. After
 each run it prints the exit status, this process's open file descriptors, its live child processes (gang ranks
-not reaped), and the gang directories left in the temporary directory. It exits non-zero when a run failed,
-when a child process or a gang directory is left after any run, or when the descriptors grew from the first
-run to the last (the first run opens what stays open for good: torch's, pytest's).
+not reaped; multiprocessing's one resource tracker aside), and the gang directories left in the temporary
+directory. It exits non-zero when a run failed, when a child process or a gang directory is left after any run,
+or when the descriptors grew from the first run to the last (the first run opens what stays open for good:
+torch's, pytest's).
 """
 
 from __future__ import annotations
@@ -32,6 +33,15 @@ def gang_dirs() -> list[str]:
     return sorted(p.name for p in Path(tempfile.gettempdir()).glob("gbvalidate-gang-*"))
 
 
+def _resource_tracker(process: psutil.Process) -> bool:
+    """multiprocessing's resource tracker: started with the first spawned rank, it lives as long as this process
+    by design (one, however many runs)."""
+    try:
+        return "resource_tracker" in " ".join(process.cmdline())
+    except psutil.Error:
+        return False
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=20)
@@ -45,9 +55,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as out:
         for i in range(args.runs):
             junit, report = Path(out) / f"run{i}.xml", Path(out) / f"run{i}.json"
-            argv = [str(SUITES), f"--gb-sku={args.sku}", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"]
+            # --assert=plain: a second pytest.main in one process cannot rewrite the modules it imported.
+            argv = [str(SUITES), f"--gb-sku={args.sku}", "-q", "-p", "no:cacheprovider", "--assert=plain"]
+            argv.append(f"--junitxml={junit}")
             exit_code = pytest.main([*argv, f"--gb-report={report}", *args.extra])
-            children = psutil.Process().children(recursive=True)
+            children = [c for c in psutil.Process().children(recursive=True) if not _resource_tracker(c)]
             row = (i + 1, int(exit_code), open_fds(), len(children), [d for d in gang_dirs() if d not in leftover])
             rows.append(row)
             print(f"soak: run {row[0]}: exit {row[1]}, open fds {row[2]}, child processes {row[3]}, gang dirs {row[4]}")
