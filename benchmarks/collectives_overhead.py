@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from pytest_gbvalidate.bench.collectives import busbw_factor, summarize, sweep_on_rank
-from pytest_gbvalidate.dist.gang import LocalGang, RankContext
+from pytest_gbvalidate.ranks.gang import LocalGang, RankContext
 
 RANKS = 2
 SIZE_BYTES = 64 * 2**20

@@ -19,7 +19,7 @@ import time
 import torch
 
 from pytest_gbvalidate.bench.timing import time_op_s
-from pytest_gbvalidate.dist.gang import LocalGang
+from pytest_gbvalidate.ranks.gang import LocalGang
 from pytest_gbvalidate.workloads.llama.config import LlamaConfig
 from pytest_gbvalidate.workloads.llama.data import SyntheticTokens
 from pytest_gbvalidate.workloads.llama.model import build, loss_fn

@@ -17,9 +17,9 @@ from pytest_gbvalidate.session import GPU_MARKER, Expect, GbSession, ReferenceTo
 
 if TYPE_CHECKING:
     from pytest_gbvalidate.baselines import Baseline
-    from pytest_gbvalidate.dist.gang import Gang
     from pytest_gbvalidate.node.topology import NumaMap
     from pytest_gbvalidate.probes import Expected, Gpu, NodeGpus, Telemetry
+    from pytest_gbvalidate.ranks.gang import Gang
     from pytest_gbvalidate.sku import Detection
 
 SESSION = pytest.StashKey[GbSession]()

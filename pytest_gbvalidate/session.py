@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_gbvalidate import report as rp
-from pytest_gbvalidate.dist.world import world_from_environment, world_rank
 from pytest_gbvalidate.metrics import CATALOG, MetricSpec
+from pytest_gbvalidate.ranks.world import world_from_environment, world_rank
 from pytest_gbvalidate.settings import AUTO, Setting, Settings
 
 if TYPE_CHECKING:
     from pytest_gbvalidate import baselines as bl
-    from pytest_gbvalidate.dist.gang import Gang
+    from pytest_gbvalidate.ranks.gang import Gang
     from pytest_gbvalidate.sku import Detection
 
 # Loaded in every pytest run of the environment: baselines (PyYAML), detection (urllib, NVML) and node facts
@@ -250,7 +250,7 @@ class GbSession:
     def make_gang(self) -> Gang:
         """The session's ranks: this process's torchrun / srun world when it is in one, else local ranks (one per
         GPU, or CPU_RANKS on the CPU) started on first use, with the SKU's NCCL environment and the timeout."""
-        from pytest_gbvalidate.dist.gang import LocalGang, WorldGang
+        from pytest_gbvalidate.ranks.gang import LocalGang, WorldGang
 
         t = self.target
         timeout_s = self.timeout.value

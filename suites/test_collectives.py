@@ -15,7 +15,7 @@ import pytest
 
 from pytest_gbvalidate.bench.collectives import MIN_RANKS, PLACEMENTS, SizeRow, summarize, sweep_on_rank
 from pytest_gbvalidate.checks import expect_sweep, require_ranks, sweep_plan
-from pytest_gbvalidate.dist.gang import Gang
+from pytest_gbvalidate.ranks.gang import Gang
 from pytest_gbvalidate.session import Expect, Target
 
 

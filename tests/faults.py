@@ -12,7 +12,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from pytest_gbvalidate.dist.gang import RankContext
+from pytest_gbvalidate.ranks.gang import RankContext
 
 # The collectives the measurement code calls, under both names torch has had for all_gather and reduce_scatter
 # (all_gather_single and reduce_scatter_single from 2.13 on); a corrupted one returns its result with one element

@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from pytest_gbvalidate.bench import collectives
-from pytest_gbvalidate.dist.gang import RankContext
+from pytest_gbvalidate.ranks.gang import RankContext
 
 
 def all_reduce_rank(ctx: RankContext, scale: int) -> tuple[int, int, float]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pytest_gbvalidate.dist.gang import RankContext
+from pytest_gbvalidate.ranks.gang import RankContext
 from pytest_gbvalidate.workloads.llama.parallelize import build_groups
 from pytest_gbvalidate.workloads.llama.train import Trainer, TrainRequest
 

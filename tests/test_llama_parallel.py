@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pytest_gbvalidate.dist.gang import LocalGang
+from pytest_gbvalidate.ranks.gang import LocalGang
 from pytest_gbvalidate.workloads.llama import sweep
 from pytest_gbvalidate.workloads.llama.config import LLAMA3_TINY
 from pytest_gbvalidate.workloads.llama.model import Transformer, build

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gbvalidate.dist.gang import GangError
+from pytest_gbvalidate.ranks.gang import GangError
 from pytest_gbvalidate.workloads.llama import sweep
 from pytest_gbvalidate.workloads.llama.config import LLAMA3_TINY
 from pytest_gbvalidate.workloads.llama.parallel import Layout

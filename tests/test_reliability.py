@@ -80,7 +80,7 @@ def test_under_xdist_the_report_has_the_gang_section(lab: pytest.Pytester) -> No
 def test_a_start_of_the_ranks_that_fails_once_is_retried_and_reported(lab: pytest.Pytester) -> None:
     lab.makeconftest(
         """
-        from pytest_gbvalidate.dist import gang
+        from pytest_gbvalidate.ranks import gang
 
         real_start, tries = gang.LocalGang._start, []
 

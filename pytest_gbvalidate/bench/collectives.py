@@ -30,8 +30,8 @@ import torch
 import torch.distributed as dist
 
 from pytest_gbvalidate.bench.timing import time_op_s
-from pytest_gbvalidate.dist.gang import RankContext
 from pytest_gbvalidate.labels import bytes_label, size_label
+from pytest_gbvalidate.ranks.gang import RankContext
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast")
 IN_PLACE, OUT_OF_PLACE = "in_place", "out_of_place"

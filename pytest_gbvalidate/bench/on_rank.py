@@ -17,8 +17,8 @@ import torch
 
 from pytest_gbvalidate.bench.copy import CopyResult, copy_bandwidth
 from pytest_gbvalidate.bench.gemm import GemmResult, fp8_supported, gemm_tflops
-from pytest_gbvalidate.dist.gang import RankContext
 from pytest_gbvalidate.node.affinity import bound_to, pci_locality
+from pytest_gbvalidate.ranks.gang import RankContext
 
 COPY_KINDS = ("host", "h2d", "d2h", "d2d")
 HOST = torch.device("cpu")

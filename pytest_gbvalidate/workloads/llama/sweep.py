@@ -30,7 +30,7 @@ from pytest_gbvalidate.workloads.llama.parallel import Layout, LayoutError, for_
 from pytest_gbvalidate.workloads.llama.train import PretrainResult
 
 if TYPE_CHECKING:
-    from pytest_gbvalidate.dist.gang import Gang
+    from pytest_gbvalidate.ranks.gang import Gang
 
 OK, OOM, INVALID, FAILED = "ok", "oom", "invalid", "failed"
 PARAMETERS = ("mbs", "tp", "pp", "cp")
@@ -291,7 +291,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from pytest_gbvalidate import baselines as bl
-    from pytest_gbvalidate.dist.gang import LocalGang
+    from pytest_gbvalidate.ranks.gang import LocalGang
     from pytest_gbvalidate.session import CPU_RANKS
     from pytest_gbvalidate.settings import bundled_baselines
 

@@ -21,7 +21,7 @@ from torch import Tensor
 from torch.distributed.tensor import DTensor
 
 from pytest_gbvalidate.bench.timing import time_op_s
-from pytest_gbvalidate.dist.gang import RankContext
+from pytest_gbvalidate.ranks.gang import RankContext
 from pytest_gbvalidate.workloads.llama import flops
 from pytest_gbvalidate.workloads.llama.config import LlamaConfig
 from pytest_gbvalidate.workloads.llama.data import SyntheticTokens

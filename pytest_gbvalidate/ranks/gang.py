@@ -35,7 +35,7 @@ from typing import Any, Protocol
 import torch
 import torch.distributed as dist
 
-from pytest_gbvalidate.dist.world import node_rank_from_environment, rendezvous_problem
+from pytest_gbvalidate.ranks.world import node_rank_from_environment, rendezvous_problem
 
 _POLL_S = 0.05
 _PARENT_CHECK_S = 1.0
