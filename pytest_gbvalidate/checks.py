@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from pytest_gbvalidate.expect import Expect
 from pytest_gbvalidate.labels import parse_size_label, size_label
-from pytest_gbvalidate.session import Expect, Target
+from pytest_gbvalidate.target import Target
 
 SWEEP_BYTES = {"gpu": (8, 8 * 2**30), "cpu": (8, 4 * 2**20)}
 # Sizes gated when the baseline names none (a SKU being recorded): the sizes public figures are quoted at.

@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_gbvalidate import settings as st
-from pytest_gbvalidate.session import GPU_MARKER, Expect, GbSession, ReferenceTools, Target
+from pytest_gbvalidate.expect import Expect
+from pytest_gbvalidate.session import GPU_MARKER, GbSession
+from pytest_gbvalidate.target import ReferenceTools, Target
 
 if TYPE_CHECKING:
     from pytest_gbvalidate.baselines import Baseline

@@ -144,6 +144,31 @@ def terminal_table(records: list[dict[str, Any]]) -> list[str]:
     return ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
 
 
+def terminal_summary(sku: str, report: RunReport, notes: list[str]) -> list[tuple[str, list[str]]]:
+    """The end-of-run summary as (section title, lines): measured vs baseline, the sweeps' tables, then the
+    plots, `notes` (where the reports and the recorded baseline went) and failed start-ups of the ranks."""
+    from pytest_gbvalidate.baselines.verdicts import INFO
+
+    measurements = report.measurements
+    gated = [m for m in measurements if m["verdict"] != INFO]
+    lines = terminal_table(gated) if gated else ["no measurements"]
+    if len(gated) < len(measurements):
+        ungated = len(measurements) - len(gated)
+        lines.append(f"(and {ungated} measurements no baseline gates: in the tables below and the JSON report)")
+    sections = [(f"gbvalidate: {sku} measured vs baseline", lines)]
+    tables = sweep_tables(measurements)
+    if tables:
+        sections.append(("gbvalidate: collectives, per message size (nccl-tests columns)", tables))
+    last = sections[-1][1]
+    last += [f"busbw plot: {plot['path']}" for plot in report.data.get("plots", [])]
+    last += notes
+    failed_starts = report.data.get("gang", {}).get("failed_starts", [])
+    if failed_starts:
+        last.append(f"the ranks' start-up failed {len(failed_starts)} time(s) and was tried again:")
+        last += [f"  {reason}" for reason in failed_starts]
+    return sections
+
+
 def _num(value: Any) -> str:
     if value is None:
         return "-"

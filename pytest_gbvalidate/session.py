@@ -8,23 +8,19 @@ fixtures. An unrelated test run in the same environment never detects anything n
 from __future__ import annotations
 
 import os
-import warnings
-from collections.abc import Generator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Generator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_gbvalidate import report as rp
-from pytest_gbvalidate.metrics import CATALOG, MetricSpec
 from pytest_gbvalidate.ranks.world import world_from_environment, world_rank
-from pytest_gbvalidate.settings import AUTO, Setting, Settings
+from pytest_gbvalidate.settings import Setting, Settings
+from pytest_gbvalidate.target import ReferenceTools, Target, resolve_target
 
 if TYPE_CHECKING:
-    from pytest_gbvalidate import baselines as bl
     from pytest_gbvalidate.ranks.gang import Gang
-    from pytest_gbvalidate.sku import Detection
 
 # Loaded in every pytest run of the environment: baselines (PyYAML), detection (urllib, NVML) and node facts
 # are imported where they are first used, once gbvalidate is engaged.
@@ -35,76 +31,14 @@ CPU_RANKS = 2  # ranks of a gang on a CPU-only SKU: enough for every collective 
 # How long one call on the ranks may take (--gb-timeout overrides): a GPU sweep to 16 GiB, or NCCL setting up
 # its communicators on many nodes, takes minutes at worst; the CPU smoke run finishes in seconds.
 DEFAULT_TIMEOUT_S = {"gpu": 300.0, "cpu": 30.0}
-MEASUREMENTS = pytest.StashKey[list[dict[str, Any]]]()
-REPORT_RECORDS = pytest.StashKey[list[tuple[str, dict[str, Any]]]]()
+# What one test hands the JSON report: its measurements and its records of list sections (`telemetry`), plus the
+# node sections (`gpus`, `numa_map`, `gang`) set since the last test. Made wherever the test runs and carried to
+# the controller as one plain attribute of the test's report, which survives xdist's report serialisation.
+PAYLOAD = pytest.StashKey[dict[str, Any]]()
 
 
-class GbValidateWarning(UserWarning):
-    """A measurement in its SKU's warn band: the test passes, the reports mark it."""
-
-
-@dataclass(frozen=True)
-class Target:
-    """The SKU this run checks and its baseline (None while recording a SKU that has no baseline yet)."""
-
-    sku: str
-    source: str
-    baselines_dir: Path
-    baseline: bl.Baseline | None
-    node_gpu_count: int | None = None  # the GPUs NVML sees, asked only when there is no baseline to say
-
-    @property
-    def baseline_file(self) -> Path:
-        return self.baselines_dir / f"{self.sku}.yaml"
-
-    @property
-    def is_gpu(self) -> bool:
-        """Every SKU is a GPU SKU unless its baseline says it has none (`detect: {gpu_count: 0}`, as `cpu` does),
-        or, recording a SKU with no baseline yet, the node has none."""
-        return self.gpu_count != 0
-
-    @property
-    def device_type(self) -> str:
-        return "cuda" if self.is_gpu else "cpu"
-
-    @property
-    def local_world_size(self) -> int:
-        """Ranks a gang starts on this node: one per GPU the SKU promises, or CPU_RANKS on a CPU-only SKU."""
-        return self.gpu_count or CPU_RANKS
-
-    def reference(self, metric: str, scope: str) -> bl.Reference | None:
-        metric_baseline = None if self.baseline is None else self.baseline.metrics.get(metric)
-        return None if metric_baseline is None else metric_baseline.reference(scope)
-
-    def params(self, metric: str, scope: str | None = None) -> dict[str, Any]:
-        """Measurement parameters the baseline gives for a metric (buffer sizes, a sweep's sizes, its NCCL
-        environment), or for one of its scope labels where that label has its own; empty when none."""
-        metric_baseline = None if self.baseline is None else self.baseline.metrics.get(metric)
-        if metric_baseline is None:
-            return {}
-        ref = metric_baseline.default if scope is None else metric_baseline.reference(scope)
-        return {} if ref is None else dict(ref.params)
-
-    @property
-    def gpu_count(self) -> int | None:
-        """GPUs per node the SKU promises (0 on a CPU-only SKU; None where its baseline does not say); while
-        recording a SKU with no baseline yet, the GPUs the node has."""
-        return self.node_gpu_count if self.baseline is None else self.baseline.detect.gpu_count
-
-    def gate_labels(self, metric: str) -> list[str]:
-        """The scope labels the baseline gives values for (the sizes a sweep is gated at)."""
-        metric_baseline = None if self.baseline is None else self.baseline.metrics.get(metric)
-        return [] if metric_baseline is None else list(metric_baseline.values)
-
-
-@dataclass(frozen=True)
-class ReferenceTools:
-    """Whether this run also runs NVIDIA's reference tools (--gb-reference-tools), and how."""
-
-    enabled: bool
-    reason: str  # why not, when not
-    env: dict[str, str]  # the NCCL environment the ranks get, for nccl-tests
-    timeout_s: float
+def payload(item: pytest.Item) -> dict[str, Any]:
+    return item.stash.setdefault(PAYLOAD, {"measurements": [], "records": [], "sections": {}})
 
 
 class GbSession:
@@ -135,41 +69,11 @@ class GbSession:
     @property
     def target(self) -> Target:
         if self._target is None:
-            self._target = self._resolve()
+            self._target = resolve_target(self.config, self.settings)
             self.nccl_env = self._nccl_environment(self._target)
             if self.is_controller:
                 self._describe_run(self._target)
         return self._target
-
-    def _resolve(self) -> Target:
-        from pytest_gbvalidate import baselines as bl
-        from pytest_gbvalidate.sku import Detection, DetectionError
-
-        s = self.settings
-        directory = s.baselines.value
-        if not directory.is_dir():
-            raise pytest.UsageError(f"baselines directory {directory} ({s.baselines.source}) does not exist")
-        try:
-            if s.sku.value == AUTO:
-                every = bl.load_all(directory)
-                detection = self.config.hook.pytest_gbvalidate_detect_sku(config=self.config, baselines=every)
-                loaded = {b.sku: b for b in every}
-            else:
-                detection, loaded = Detection(s.sku.value, s.sku.source), {}
-            path = bl.baseline_path(directory, detection.sku)
-            if detection.sku in loaded:
-                baseline: bl.Baseline | None = loaded[detection.sku]
-            elif path.is_file():
-                baseline = bl.load_baseline(path)
-            elif s.record is not None:
-                return Target(detection.sku, detection.source, directory, None, _node_gpu_count())
-            else:
-                raise pytest.UsageError(_unknown_sku_message(detection, directory))
-        except bl.BaselineError as exc:
-            raise pytest.UsageError(f"bad baseline: {exc}") from None
-        except DetectionError as exc:
-            raise pytest.UsageError(f"SKU auto-detection ({s.sku.source}): {exc}") from None
-        return Target(detection.sku, detection.source, directory, baseline)
 
     def _describe_run(self, target: Target) -> None:
         from pytest_gbvalidate.node.facts import software_facts
@@ -337,13 +241,13 @@ class GbSession:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
-        records = item.stash.get(MEASUREMENTS, [])
-        if records:
-            # A plain attribute survives xdist's report serialisation, so the controller receives it.
-            report.gb_measurements = records  # type: ignore[attr-defined]
-            item.stash[MEASUREMENTS] = []
         self._gang_section()
-        self._attach_report_sections(item, report)
+        data = payload(item)
+        del item.stash[PAYLOAD]  # the next phase's report carries what comes after this one
+        data["sections"].update(self._pending_sections)
+        self._pending_sections = {}
+        if any(data.values()):
+            report.gb_payload = data  # type: ignore[attr-defined]
         return report
 
     @pytest.hookimpl(tryfirst=True)  # before junitxml writes the testcase's properties
@@ -352,11 +256,15 @@ class GbSession:
             return
         if report.when == "teardown" and not _junit_has_testcase_properties(self.config):
             report.user_properties = [(k, v) for k, v in report.user_properties if not k.startswith("gb_")]
-        records: list[dict[str, Any]] = getattr(report, "gb_measurements", [])
+        data = getattr(report, "gb_payload", {})
+        records: list[dict[str, Any]] = data.get("measurements", [])
         if records:
             _ = self.target  # a worker measured: resolve here too, for the report's header
             self.report.add_measurements(records)
-        self._merge_report_sections(report)
+        for name, value in data.get("sections", {}).items():
+            self.report.set_section(name, value)
+        for section, record in data.get("records", []):
+            self.report.add_record(section, record)
         if report.when == "call" or report.outcome != "passed":
             message, text = (None, None) if report.passed else _failure_text(report)
             self.report.add_test(report.nodeid, report.when, report.outcome, report.duration, message, text)
@@ -380,40 +288,13 @@ class GbSession:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.is_controller or not self.engaged:
             return
-        t = self.target
-        measurements = self.report.measurements
-        terminalreporter.section(f"gbvalidate: {t.sku} measured vs baseline")
-        from pytest_gbvalidate.baselines import INFO
-
-        gated = [m for m in measurements if m["verdict"] != INFO]
-        if gated:
-            for line in rp.terminal_table(gated):
-                terminalreporter.write_line(line)
-        else:
-            terminalreporter.write_line("no measurements")
-        if len(gated) < len(measurements):
-            terminalreporter.write_line(
-                f"(and {len(measurements) - len(gated)} measurements no baseline gates: in the tables below and "
-                "the JSON report)"
-            )
-        tables = rp.sweep_tables(measurements)
-        if tables:
-            terminalreporter.section("gbvalidate: collectives, per message size (nccl-tests columns)")
-            for line in tables:
-                terminalreporter.write_line(line)
-        for plot in self.report.data.get("plots", []):
-            terminalreporter.write_line(f"busbw plot: {plot['path']}")
-        if self.plot_note:
-            terminalreporter.write_line(self.plot_note)
+        notes = [self.plot_note, self.record_note]
         if self.settings.report.value is not None:
-            terminalreporter.write_line(f"JSON report: {self.settings.report.value}")
-        if self.record_note is not None:
-            terminalreporter.write_line(self.record_note)
-        failed_starts = self.report.data.get("gang", {}).get("failed_starts", [])
-        if failed_starts:
-            terminalreporter.write_line(f"the ranks' start-up failed {len(failed_starts)} time(s) and was tried again:")
-            for reason in failed_starts:
-                terminalreporter.write_line(f"  {reason}")
+            notes.insert(1, f"JSON report: {self.settings.report.value}")
+        for title, lines in rp.terminal_summary(self.target.sku, self.report, [n for n in notes if n]):
+            terminalreporter.section(title)
+            for line in lines:
+                terminalreporter.write_line(line)
 
     def _attach_busbw_plot(self) -> None:
         """A PNG of busbw against size next to the JSON report (else the JUnit XML), named in both."""
@@ -440,7 +321,10 @@ class GbSession:
             session.shouldfail or session.shouldstop
         )
         if complete:
-            self._write_record(path)
+            from pytest_gbvalidate.baselines.recording import write_recorded_baseline
+
+            t = self.target
+            write_recorded_baseline(path, t.baseline, self.report.measurements, self.node_facts, t.node_gpu_count)
             self.record_note = f"recorded baseline: {path}"
         else:
             why = pytest.ExitCode(exitstatus).name.lower() if exitstatus != pytest.ExitCode.TESTS_FAILED else "stopped"
@@ -448,19 +332,9 @@ class GbSession:
             self.record_note = f"nothing recorded: the run did not complete ({why}); {path} {kept}"
         self.report.data["record"] = {"path": str(path), "written": complete, "note": self.record_note}
 
-    def _write_record(self, path: Path) -> None:
-        from pytest_gbvalidate import baselines as bl
-
-        t = self.target
-        facts = self.node_facts
-        stack = ", ".join(f"{k} {v}" for k, v in facts.items() if k != "hostname")
-        provenance = f"measured on {facts.get('hostname', '?')} ({rp.utc_now()[:10]}; {stack}) by --gb-record"
-        doc = bl.recorded_baseline(path.stem, t.baseline, self.report.measurements, provenance, t.node_gpu_count)
-        rp.atomic_write_text(path, bl.dump_baseline(doc))
-
     # --- report sections beyond measurements: GPU inventory, NUMA map, telemetry -----------------------------
-    # Probed wherever the test runs (an xdist worker, or this process) and carried to the controller on test
-    # reports as plain attributes, like the measurements.
+    # Probed wherever the test runs (an xdist worker, or this process) and carried to the controller in the
+    # test's payload, with its measurements.
 
     def set_report_section(self, name: str, value: Any) -> None:
         """A section of the JSON report about the whole node (`gpus`, `numa_map`), sent with the next report."""
@@ -468,178 +342,7 @@ class GbSession:
 
     def add_report_record(self, item: pytest.Item, section: str, record: dict[str, Any]) -> None:
         """A record of one test for a list section of the JSON report (`telemetry`)."""
-        item.stash.setdefault(REPORT_RECORDS, []).append((section, record))
-
-    def _attach_report_sections(self, item: pytest.Item, report: pytest.TestReport) -> None:
-        if self._pending_sections:
-            report.gb_sections = self._pending_sections  # type: ignore[attr-defined]
-            self._pending_sections = {}
-        records = item.stash.get(REPORT_RECORDS, [])
-        if records:
-            report.gb_records = records  # type: ignore[attr-defined]
-            item.stash[REPORT_RECORDS] = []
-
-    def _merge_report_sections(self, report: pytest.TestReport) -> None:
-        for name, value in getattr(report, "gb_sections", {}).items():
-            self.report.set_section(name, value)
-        for section, record in getattr(report, "gb_records", []):
-            self.report.add_record(section, record)
-
-
-class Expect:
-    """`gb_expect(metric, value, scope=...)`: compare a measurement with the SKU baseline inside the test that
-    measured it. Fails the test below the fail limit, warns in the warn band, skips (or, with --gb-strict,
-    fails) when the baseline has no reference for it. Every call is recorded in the reports, whatever the
-    verdict."""
-
-    def __init__(self, gb: GbSession, item: pytest.Item) -> None:
-        self.gb = gb
-        self.item = item
-
-    def __call__(
-        self,
-        metric: str,
-        value: float,
-        scope: str = "node",
-        *,
-        spec: MetricSpec | None = None,
-        details: Mapping[str, Any] | None = None,
-    ) -> bl.Verdict | None:
-        from pytest_gbvalidate import baselines as bl
-
-        target = self.gb.target
-        ref = target.reference(metric, scope)
-        value = float(value)
-        spec, record = self._record(metric, value, scope, spec, ref, details)
-        if ref is not None and (ref.unit, ref.direction) != (spec.unit, spec.direction):
-            reason = f"{metric}: measured in {spec.unit} ({spec.direction} is better) but the baseline says "
-            reason += f"{ref.unit} ({ref.direction} is better) in {target.baseline_file}"
-            self._store(record | {"verdict": bl.FAIL, "message": reason})
-            pytest.fail(reason, pytrace=False)
-        if ref is None or not ref.has_reference:
-            if self.gb.settings.record is not None:
-                self._store(record | {"verdict": "recorded", "message": "recorded, no baseline to compare with"})
-                return None
-            reason = _no_reference_reason(target, metric, scope, ref)
-            strict = self.gb.settings.strict.value
-            self._store(record | {"verdict": bl.FAIL if strict else "skip", "message": reason})
-            if strict:
-                pytest.fail(f"{reason} (--gb-strict)", pytrace=False)
-            # Reported at the test's own location, as a skip marker would be, not at this line.
-            raise pytest.skip.Exception(reason, _use_item_location=True)
-        verdict = bl.compare(ref, value, scope)
-        self._store(record | verdict.as_dict() | {"value": rp.json_safe(value)})
-        if verdict.verdict == bl.FAIL:
-            pytest.fail(verdict.message, pytrace=False)
-        if verdict.verdict == bl.WARN:
-            # Attributed to the test itself, however deep the helper that measured it sits.
-            path, line, _ = self.item.location
-            warnings.warn_explicit(GbValidateWarning(verdict.message), GbValidateWarning, path, (line or 0) + 1)
-        return verdict
-
-    def record(
-        self,
-        metric: str,
-        value: float,
-        scope: str = "node",
-        *,
-        spec: MetricSpec | None = None,
-        details: Mapping[str, Any] | None = None,
-    ) -> None:
-        """Keep a measurement in the reports without comparing it with anything (verdict `info`): the sizes of
-        a sweep that the baseline does not gate, so every measured size is reported."""
-        from pytest_gbvalidate.baselines import INFO
-
-        _, record = self._record(metric, float(value), scope, spec, self.gb.target.reference(metric, scope), details)
-        self._store(record | {"verdict": INFO, "message": "measured; not gated at this scope"})
-
-    def not_measured(
-        self, metric: str, scope: str, reason: str, *, gated: bool, details: Mapping[str, Any] | None = None
-    ) -> None:
-        """Keep, in the reports, a measurement that was planned but not taken (a sweep size too large for the
-        free memory): verdict `fail` where the scope is gated (the caller fails the test), else `info`."""
-        from pytest_gbvalidate import baselines as bl
-
-        ref = self.gb.target.reference(metric, scope)
-        _, record = self._record(metric, None, scope, None, ref, details)
-        self._store(record | {"verdict": bl.FAIL if gated else bl.INFO, "message": f"not run: {reason}"})
-
-    def _record(
-        self,
-        metric: str,
-        value: float | None,
-        scope: str,
-        spec: MetricSpec | None,
-        ref: bl.Reference | None,
-        details: Mapping[str, Any] | None,
-    ) -> tuple[MetricSpec, dict[str, Any]]:
-        """The metric's spec (built-in, given, or the baseline's) and the measurement's report record."""
-        spec = spec or CATALOG.get(metric) or _spec_from(ref)
-        if spec is None:
-            raise TypeError(f"{metric!r} is not a built-in metric: pass spec=MetricSpec(...) to say its unit")
-        record = {
-            "test_id": self.item.nodeid,
-            "metric": metric,
-            "scope": scope,
-            "scope_kind": spec.scope_kind,
-            "value": None if value is None else rp.json_safe(value),
-            "unit": spec.unit,
-            "direction": spec.direction,
-            "details": dict(details or {}),
-        }
-        return spec, record
-
-    def each(self, measurements: Sequence[tuple[str, str, float, Mapping[str, Any]]]) -> None:
-        """`gb_expect(metric, value, scope=..., details=...)` for every (metric, scope, value, details), all
-        recorded before the test fails (every failing one in one message) or, when none failed, skips."""
-        failures: list[str] = []
-        skip: BaseException | None = None
-        for metric, scope, value, details in measurements:
-            try:
-                self(metric, value, scope, details=details)
-            except pytest.fail.Exception as exc:
-                failures.append(str(exc.msg))
-            except pytest.skip.Exception as exc:
-                skip = skip or exc
-        if failures:
-            pytest.fail("\n".join(failures), pytrace=False)
-        if skip is not None:
-            raise skip
-
-    def _store(self, record: dict[str, Any]) -> None:
-        self.item.stash.setdefault(MEASUREMENTS, []).append(record)
-        self.item.user_properties.extend(rp.junit_properties(record))
-
-
-def _spec_from(ref: bl.Reference | None) -> MetricSpec | None:
-    return None if ref is None else MetricSpec(ref.metric, ref.unit, ref.direction, ref.scope_kind, "")
-
-
-def _no_reference_reason(target: Target, metric: str, scope: str, ref: bl.Reference | None) -> str:
-    if target.baseline is None or metric not in target.baseline.metrics:
-        return f"{target.sku} baseline has no {metric}"
-    if ref is None:
-        return f"{target.sku} baseline has no {metric} value for {scope}"
-    return f"{target.sku} baseline for {metric} is provisional with no reference value yet ({ref.provenance})"
-
-
-def _node_gpu_count() -> int:
-    """The GPUs NVML sees (0 without a driver): how many ranks a SKU being recorded for the first time gets."""
-    from pytest_gbvalidate.sku import nvml_gpu_names
-
-    names = nvml_gpu_names()
-    return 0 if names is None else len(names)
-
-
-def _unknown_sku_message(detection: Detection, directory: Path) -> str:
-    from pytest_gbvalidate import baselines as bl
-
-    known = ", ".join(bl.known_skus(directory)) or "none"
-    return (
-        f"unknown SKU {detection.sku!r} ({detection.source}); known SKUs in {directory}: {known}. "
-        f"To bring up a new SKU, record a baseline on a golden node: "
-        f"pytest --gb-sku={detection.sku} --gb-record={bl.baseline_path(directory, detection.sku)} suites/"
-    )
+        payload(item)["records"].append((section, record))
 
 
 def _fixturenames(item: pytest.Item) -> list[str]:

@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 
 from pytest_gbvalidate.bench.on_rank import copy_on_rank, gemm_on_rank, has_fp8_on_rank, host_gemm_on_rank, p2p_on_rank
+from pytest_gbvalidate.expect import Expect
 from pytest_gbvalidate.labels import gpu_label, gpu_pair_label
 from pytest_gbvalidate.probes import Gpu
 from pytest_gbvalidate.ranks.gang import Gang, NodeResult, run_on_local_rank
-from pytest_gbvalidate.session import Expect, Target
+from pytest_gbvalidate.target import Target
 
 HOST_COPY_SIZE_BYTES = 256 * 2**20  # large against the last-level cache, so the copy streams from DRAM
 DEVICE_COPY_SIZE_BYTES = 512 * 2**20  # nvbandwidth's default --bufferSize

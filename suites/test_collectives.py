@@ -15,8 +15,9 @@ import pytest
 
 from pytest_gbvalidate.bench.collectives import MIN_RANKS, PLACEMENTS, SizeRow, summarize, sweep_on_rank
 from pytest_gbvalidate.checks import expect_sweep, require_ranks, sweep_plan
+from pytest_gbvalidate.expect import Expect
 from pytest_gbvalidate.ranks.gang import Gang
-from pytest_gbvalidate.session import Expect, Target
+from pytest_gbvalidate.target import Target
 
 
 def check_collective(collective: str, placement: str, target: Target, gang: Gang, gb_expect: Expect) -> None:

@@ -13,9 +13,10 @@ import pytest
 
 from pytest_gbvalidate.baselines import PretrainSpec
 from pytest_gbvalidate.bench.timing import MIN_TIMED_ITERATIONS
+from pytest_gbvalidate.expect import Expect
 from pytest_gbvalidate.probes import Telemetry
 from pytest_gbvalidate.ranks.gang import Gang
-from pytest_gbvalidate.session import Expect, Target
+from pytest_gbvalidate.target import Target
 from pytest_gbvalidate.workloads.llama.parallel import LayoutError, check_world, engine_mismatch
 from pytest_gbvalidate.workloads.llama.train import PretrainResult, TrainRequest, summarize, train_worker
 

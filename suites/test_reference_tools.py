@@ -10,7 +10,8 @@ import pytest
 
 from pytest_gbvalidate import reference_tools as tools
 from pytest_gbvalidate.checks import expect_sweep, sweep_plan
-from pytest_gbvalidate.session import Expect, ReferenceTools, Target
+from pytest_gbvalidate.expect import Expect
+from pytest_gbvalidate.target import ReferenceTools, Target
 
 NVBANDWIDTH_METRICS = ("h2d_bandwidth_gbps", "d2h_bandwidth_gbps", "d2d_bandwidth_gbps", "p2p_bandwidth_gbps")
 NVBANDWIDTH_BUFFER_BYTES = 512 * 2**20  # its default

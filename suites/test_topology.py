@@ -10,7 +10,7 @@ import pytest
 
 from pytest_gbvalidate.node.topology import NumaMap, format_cpulist
 from pytest_gbvalidate.probes import Expected, Gpu, NodeGpus
-from pytest_gbvalidate.session import Target
+from pytest_gbvalidate.target import Target
 
 
 def test_numa_nodes_hold_every_cpu(numa_map: NumaMap) -> None:

@@ -29,7 +29,7 @@ from pytest_gbvalidate.bench.collectives import (
 )
 from pytest_gbvalidate.checks import require_ranks, sweep_plan
 from pytest_gbvalidate.ranks.gang import LocalGang, RankContext
-from pytest_gbvalidate.session import Target
+from pytest_gbvalidate.target import Target
 from tests import faults
 from tests import gang_functions as f
 

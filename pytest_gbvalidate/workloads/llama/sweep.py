@@ -292,8 +292,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from pytest_gbvalidate import baselines as bl
     from pytest_gbvalidate.ranks.gang import LocalGang
-    from pytest_gbvalidate.session import CPU_RANKS
     from pytest_gbvalidate.settings import bundled_baselines
+    from pytest_gbvalidate.target import CPU_RANKS
 
     baseline = bl.load_baseline(bl.baseline_path(args.baselines or bundled_baselines(), args.sku))
     spec = baseline.pretrain

@@ -1,0 +1,113 @@
+"""Reading a baseline file: YAML whose mappings remember their lines, aliases bounded, every error one line
+naming the file, the line and the field."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import yaml
+
+from pytest_gbvalidate.baselines.model import Baseline, BaselineError, _shown, baseline_path, known_skus
+from pytest_gbvalidate.baselines.schema import _Mapping, _Parser
+
+# The most nodes the aliases (*name) of one baseline may stand for, counted as expanded: a value an alias
+# repeats counts every time, with everything inside it. A baseline uses a few aliases or none (cpu.yaml: 3
+# scalars); a "billion laughs" document of nested aliases (a few hundred bytes standing for billions of
+# nodes) is refused as soon as it passes the bound, before anything walks it.
+MAX_ALIAS_NODES = 1000
+
+
+@functools.cache
+def _loader() -> type[yaml.SafeLoader]:
+    """A SafeLoader that builds _Mappings, rejects duplicate keys and bounds what aliases expand to (and
+    refuses a recursive one). Built on first use: the plugin module loads in every pytest run, and PyYAML is
+    needed only by one that reads baselines."""
+    import yaml
+
+    def construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> _Mapping:
+        loader.flatten_mapping(node)
+        mapping = _Mapping()
+        mapping.line = node.start_mark.line + 1
+        mapping.key_lines = {}
+        for key_node, value_node in node.value:
+            key = loader.construct_object(key_node, deep=True)
+            if not isinstance(key, str):
+                raise BaselineError(f"{key_node.start_mark.line + 1}: keys must be strings, got {_shown(key)}")
+            if key in mapping:
+                raise BaselineError(f"{key_node.start_mark.line + 1}: duplicate key {_shown(key)}")
+            mapping[key] = loader.construct_object(value_node, deep=True)
+            mapping.key_lines[key] = key_node.start_mark.line + 1
+        return mapping
+
+    class Loader(yaml.SafeLoader):
+        def __init__(self, stream: str) -> None:
+            super().__init__(stream)
+            self.expanded: dict[yaml.Node, int] = {}  # each node composed so far -> its size, aliases expanded
+            self.alias_nodes = 0
+
+        def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+            event = self.peek_event()  # type: ignore[no-untyped-call]  # the stubs leave it untyped
+            node = super().compose_node(parent, index)
+            if node is None:
+                return None
+            if isinstance(event, yaml.AliasEvent):
+                line = event.start_mark.line + 1 if event.start_mark is not None else 0
+                size = self.expanded.get(node)
+                if size is None:  # its anchor's node is still being composed: the alias is inside it
+                    raise BaselineError(f"{line}: alias {_shown(event.anchor)} is inside its own anchor")
+                self.alias_nodes += size
+                if self.alias_nodes > MAX_ALIAS_NODES:
+                    raise BaselineError(
+                        f"{line}: alias {_shown(event.anchor)}: aliases stand for more than {MAX_ALIAS_NODES} "
+                        "nodes (a baseline needs a few aliases or none)"
+                    )
+            elif isinstance(node, yaml.SequenceNode):
+                self.expanded[node] = 1 + sum(self.expanded[child] for child in node.value)
+            elif isinstance(node, yaml.MappingNode):
+                self.expanded[node] = 1 + sum(self.expanded[k] + self.expanded[v] for k, v in node.value)
+            else:
+                self.expanded[node] = 1
+            return node
+
+    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
+    return Loader
+
+
+def load_baseline(path: Path) -> Baseline:
+    """Read and validate one baseline file. Raises BaselineError naming the file, line and field."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise BaselineError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise BaselineError(
+            f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})"
+        ) from None
+    import yaml
+
+    try:
+        doc = yaml.load(text, Loader=_loader())  # noqa: S506 -- a SafeLoader subclass
+    except BaselineError as exc:
+        raise BaselineError(f"{path}:{exc}") from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        raise BaselineError(f"{where}: YAML syntax error: {exc.problem or exc.context}") from None
+    except yaml.reader.ReaderError as exc:  # a control character (NUL, ESC, ...) YAML does not allow in a file
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - text.rfind("\n", 0, exc.position)
+        char = f"U+{exc.character:04X}" if isinstance(exc.character, int) else repr(exc.character)
+        raise BaselineError(f"{path}:{line}:{column}: YAML does not allow the character {char}") from None
+    except yaml.YAMLError as exc:
+        raise BaselineError(f"{path}: YAML error: {' '.join(str(exc).split())}") from None
+    return _Parser(path).baseline(doc)
+
+
+def load_all(directory: Path) -> list[Baseline]:
+    return [load_baseline(baseline_path(directory, sku)) for sku in known_skus(directory)]

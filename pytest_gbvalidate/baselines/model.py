@@ -1,0 +1,285 @@
+"""The baseline model: what one SKU's file says, as frozen dataclasses, and the helpers its validation,
+recording and messages share. No YAML, no pytest."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    pass
+
+from pytest_gbvalidate.workloads.llama import parallel as llama_parallel
+from pytest_gbvalidate.workloads.llama.config import CONFIGS as LLAMA_CONFIGS
+from pytest_gbvalidate.workloads.llama.config import LlamaConfig
+
+SCHEMA_VERSION = 1
+STATUSES = ("measured", "provisional")
+
+
+class BaselineError(Exception):
+    """A baseline is missing, malformed or breaks the schema. The message is one line an operator can act on."""
+
+
+# --- the model -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A fail or warn limit: an absolute threshold in the metric's unit, or a percentage of the expected value."""
+
+    absolute: float | None = None
+    relative_pct: float | None = None
+
+    def threshold(self, expected: float | None, direction: str) -> float:
+        if self.absolute is not None:
+            return self.absolute
+        # Both are present: a relative limit without an expected value is rejected when the file is loaded.
+        assert self.relative_pct is not None
+        assert expected is not None
+        sign = -1.0 if direction == "higher" else 1.0
+        return expected * (1.0 + sign * self.relative_pct / 100.0)
+
+    def __str__(self) -> str:
+        return f"{self.relative_pct:g}%" if self.relative_pct is not None else f"{self.absolute:g}"
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What one measurement is compared with: a metric's baseline at one scope label."""
+
+    metric: str
+    unit: str
+    direction: str
+    scope_kind: str
+    status: str
+    expected: float | None
+    fail: Limit | None
+    warn: Limit | None
+    provenance: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def fail_limit(self) -> float | None:
+        return None if self.fail is None else self.fail.threshold(self.expected, self.direction)
+
+    @property
+    def warn_limit(self) -> float | None:
+        return None if self.warn is None else self.warn.threshold(self.expected, self.direction)
+
+    @property
+    def has_reference(self) -> bool:
+        return self.expected is not None or self.fail is not None
+
+
+@dataclass(frozen=True)
+class MetricBaseline:
+    default: Reference
+    values: dict[str, Reference]
+
+    def reference(self, scope: str) -> Reference | None:
+        """The reference for a scope label: its own entry where `values` has one, else the metric's."""
+        if self.values:
+            return self.values.get(scope)
+        return self.default
+
+
+@dataclass(frozen=True)
+class Detect:
+    """How `--gb-sku=auto` recognises this SKU."""
+
+    azure_vm_sizes: tuple[str, ...] = ()
+    gpu_name_contains: str | None = None
+    gpu_count: int | None = None
+
+
+@dataclass(frozen=True)
+class HealthBaseline:
+    """What the health suite holds the SKU's GPUs to. A field left out is a check the SKU has no expectation
+    for: that check skips and says so."""
+
+    provenance: str
+    min_driver_version: str | None = None
+    nvlinks_per_gpu: int | None = None
+    critical_xids: tuple[int, ...] | None = None
+    ecc_limits: dict[str, int] = field(default_factory=dict)  # counter -> the most a healthy GPU may have
+
+    def as_doc(self) -> dict[str, Any]:
+        return _section_doc(self)
+
+
+@dataclass(frozen=True)
+class TopologyBaseline:
+    """The layout the topology suite expects. A field left out is a check the SKU has no expectation for."""
+
+    provenance: str
+    gpu_numa_nodes: tuple[int, ...] | None = None  # the CPU NUMA node of each GPU, by GPU index
+    gpus_per_numa_node: int | None = None  # GPUs on each NUMA node that has any
+    nic_on_gpu_numa_node: bool | None = None  # every GPU has a NIC on its NUMA node
+    ib_rate_gbps: float | None = None  # every InfiniBand port is Active at this rate
+
+    def as_doc(self) -> dict[str, Any]:
+        return _section_doc(self)
+
+
+def _section_doc(section: HealthBaseline | TopologyBaseline) -> dict[str, Any]:
+    doc: dict[str, Any] = {}
+    for f in dataclasses.fields(section):
+        value = getattr(section, f.name)
+        if value is not None and value != {}:
+            doc[f.name] = list(value) if isinstance(value, tuple) else value
+    return doc
+
+
+@dataclass(frozen=True)
+class Baseline:
+    sku: str
+    path: Path
+    description: str
+    detect: Detect
+    metrics: dict[str, MetricBaseline]
+    pretrain: PretrainSpec | None = None
+    health: HealthBaseline | None = None
+    topology: TopologyBaseline | None = None
+
+
+DEFAULT_LEARNING_RATE = 3e-4  # Llama 3 8B's peak learning rate (Meta), also NeMo's llama3_8b recipe default
+
+
+@dataclass(frozen=True)
+class PretrainSpec:
+    """What the pretraining check runs on this SKU: model, sequence length, parallel layout, step counts, and
+    the dense bf16 peak per GPU its MFU is measured against (None: MFU is not reported)."""
+
+    model: str
+    seq_len: int
+    layout: llama_parallel.Layout
+    warmup_steps: int
+    timed_steps: int
+    learning_rate: float
+    peak_tflops_per_gpu: float | None
+    peak_tflops_source: str
+    provenance: str
+
+    @property
+    def config(self) -> LlamaConfig:
+        return dataclasses.replace(LLAMA_CONFIGS[self.model], seq_len=self.seq_len)
+
+    def as_doc(self) -> dict[str, Any]:
+        """The section as it is written in a baseline file."""
+        layout = self.layout
+        doc: dict[str, Any] = {"model": self.model, "seq_len": self.seq_len}
+        doc.update({k: getattr(layout, k) for k in llama_parallel.SIZES})
+        doc.update(precision=layout.precision, engine=layout.engine)
+        doc.update(activation_checkpointing=layout.activation_checkpointing)
+        doc.update(warmup_steps=self.warmup_steps, timed_steps=self.timed_steps, learning_rate=self.learning_rate)
+        if self.peak_tflops_per_gpu is not None:
+            doc.update(peak_tflops_per_gpu=self.peak_tflops_per_gpu, peak_tflops_source=self.peak_tflops_source)
+        doc["provenance"] = self.provenance
+        return doc
+
+
+# --- files ----------------------------------------------------------------------------------------------
+
+
+def baseline_path(directory: Path, sku: str) -> Path:
+    return directory / f"{sku}.yaml"
+
+
+def known_skus(directory: Path) -> list[str]:
+    return sorted(p.stem for p in directory.glob("*.yaml"))
+
+
+# --- helpers shared by loading, recording and messages ----------------------------------------------------
+
+
+# Every unit in metrics.UNITS is a bandwidth, throughput, time, power, clock, size or GPU temperature, above 0 on
+# a working node, except these two: a count (of errors, retries) or a share (of time throttled) that a healthy
+# node may keep at 0, lower being better. No unit is signed (a delta would be): no figure is ever negative.
+_ZERO_UNITS = frozenset({"count", "%"})
+# A count is a whole number: a limit may equal the expected value ("expected: 0, fail: 0": any error fails).
+# In every other unit fail < warn < expected strictly (higher is better; the mirror for lower), so a measurement
+# at the expected value never fails and the warn band is never empty.
+_WHOLE_UNITS = frozenset({"count"})
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _better(direction: str) -> Any:
+    return (lambda a, b: a > b) if direction == "higher" else (lambda a, b: a < b)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _names(items: Any) -> str:
+    return ", ".join(sorted(items))
+
+
+SHOWN_WIDTH = 80  # the most characters of a value an error message echoes
+
+
+class _Shown(Exception):
+    pass
+
+
+def _shown(value: Any) -> str:
+    """`value` as an error message echoes it: its repr, cut to SHOWN_WIDTH characters with an ellipsis. Built
+    piece by piece and stopped there, so a value that aliases nest a billion times over costs no more."""
+    out: list[str] = []
+    room = SHOWN_WIDTH + 1
+
+    def put(text: str) -> None:
+        nonlocal room
+        out.append(text[:room])
+        room -= len(text)
+        if room <= 0:
+            raise _Shown
+
+    def walk(v: Any) -> None:
+        if isinstance(v, (dict, list)):
+            put("{" if isinstance(v, dict) else "[")
+            for i, item in enumerate(v.items() if isinstance(v, dict) else v):
+                put(", " if i else "")
+                if isinstance(v, dict):
+                    walk(item[0])
+                    put(": ")
+                    item = item[1]
+                walk(item)
+            put("}" if isinstance(v, dict) else "]")
+        else:
+            put(repr(v[: SHOWN_WIDTH + 1] if isinstance(v, str) else v))
+
+    try:
+        walk(value)
+    except _Shown:
+        return "".join(out)[: SHOWN_WIDTH - 3] + "..."
+    return "".join(out)
+
+
+# --- NCCL environment ---------------------------------------------------------------------------------------
+
+
+def nccl_env(baseline: Baseline) -> dict[str, tuple[str, str]]:
+    """The NCCL environment a SKU's figures were taken with: every `params.nccl_env` of its metrics, as
+    {variable: (value, which metric asks for it)}. Two metrics asking for different values is an error: one
+    set of ranks runs every collective."""
+    found: dict[str, tuple[str, str]] = {}
+    for name, metric in baseline.metrics.items():
+        for label, ref in (("", metric.default), *metric.values.items()):
+            where = f"{name}.values.{label}" if label else name
+            for var, value in dict(ref.params.get("nccl_env") or {}).items():
+                text = str(value)
+                if var in found and found[var][0] != text:
+                    raise BaselineError(
+                        f"{baseline.path}: metrics.{where}.params.nccl_env.{var}: {_shown(text)} conflicts with "
+                        f"{_shown(found[var][0])} asked for by metrics.{found[var][1]}"
+                    )
+                found.setdefault(var, (text, where))
+    return found

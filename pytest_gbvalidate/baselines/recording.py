@@ -1,0 +1,138 @@
+"""Recording: a baseline written from a run's measurements, each expected value the median measured, the
+limits kept from the previous baseline where there was one."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    pass
+
+from pytest_gbvalidate.baselines.model import (
+    _WHOLE_UNITS,
+    SCHEMA_VERSION,
+    Baseline,
+    Detect,
+    Limit,
+    Reference,
+    _better,
+    _is_number,
+)
+from pytest_gbvalidate.baselines.verdicts import INFO
+from pytest_gbvalidate.metrics import PER_LABEL_SCOPE_KINDS
+
+# --- recording --------------------------------------------------------------------------------------------
+
+# Limits a recorded metric gets when no earlier baseline gave one: SuperBench's rule for its published
+# baselines fails 10% below the reference; warn halfway there.
+DEFAULT_FAIL, DEFAULT_WARN = Limit(relative_pct=10.0), Limit(relative_pct=5.0)
+
+
+def recorded_baseline(
+    sku: str,
+    previous: Baseline | None,
+    measurements: list[dict[str, Any]],
+    provenance: str,
+    node_gpu_count: int | None = None,
+) -> dict[str, Any]:
+    """A baseline document whose expected values are this run's medians. Limits, params and the detect
+    section carry over from `previous` (the baseline the run was checked against) where it had them; a SKU
+    recorded for the first time gets the node's GPU count as its `detect.gpu_count`."""
+    by_metric: dict[str, list[dict[str, Any]]] = {}
+    for m in measurements:
+        if _is_number(m.get("value")) and m.get("verdict") != INFO:
+            by_metric.setdefault(m["metric"], []).append(m)
+    metrics: dict[str, Any] = {}
+    for name, records in by_metric.items():
+        first = records[0]
+        unit, direction, kind = first["unit"], first["direction"], first["scope_kind"]
+        old = previous.metrics.get(name) if previous else None
+        entry: dict[str, Any] = {
+            "unit": unit,
+            "direction": direction,
+            "scope": kind,
+            "status": "measured",
+            "provenance": provenance,
+        }
+        if kind in PER_LABEL_SCOPE_KINDS:
+            labels: dict[str, list[float]] = {}
+            for r in records:
+                labels.setdefault(r["scope"], []).append(r["value"])
+            worst = min if direction == "higher" else max
+            anchor = worst(statistics.median(v) for v in labels.values())  # limits must fit every label's value
+            entry.update(_limits(old.default if old else None, anchor, direction, unit))
+            entry["values"] = {label: {"expected": statistics.median(v)} for label, v in labels.items()}
+        else:
+            expected = statistics.median(r["value"] for r in records)
+            entry["expected"] = expected
+            entry.update(_limits(old.default if old else None, expected, direction, unit))
+        if old is not None and old.default.params:
+            entry["params"] = dict(old.default.params)
+        metrics[name] = entry
+    doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "sku": sku}
+    doc["description"] = previous.description if previous else f"{sku}, recorded from a golden node"
+    if previous is None and node_gpu_count is not None:
+        doc["detect"] = {"gpu_count": node_gpu_count}
+    if previous is not None and previous.detect != Detect():
+        d = previous.detect
+        doc["detect"] = {
+            k: v
+            for k, v in (
+                ("azure_vm_sizes", list(d.azure_vm_sizes)),
+                ("gpu_name_contains", d.gpu_name_contains),
+                ("gpu_count", d.gpu_count),
+            )
+            if v not in (None, [])
+        }
+    # The health gates and the expected layout are not measured: they carry over as they were.
+    if previous is not None and previous.health is not None:
+        doc["health"] = previous.health.as_doc()
+    if previous is not None and previous.topology is not None:
+        doc["topology"] = previous.topology.as_doc()
+    doc["metrics"] = metrics
+    if previous is not None and previous.pretrain is not None:
+        doc["pretrain"] = previous.pretrain.as_doc()
+    return doc
+
+
+def _limits(old: Reference | None, expected: float, direction: str, unit: str) -> dict[str, Any]:
+    """The old limits where they still order fail < warn < expected around the new value (as loading checks
+    it: <= in a whole-number unit), else the defaults."""
+    fail = old.fail if old is not None and old.fail is not None else DEFAULT_FAIL
+    warn = old.warn if old is not None and old.warn is not None else DEFAULT_WARN
+    better = _better(direction)
+    fail_at, warn_at = fail.threshold(expected, direction), warn.threshold(expected, direction)
+    misordered = better(fail_at, warn_at) or better(warn_at, expected)
+    if misordered or (unit not in _WHOLE_UNITS and (fail_at == warn_at or warn_at == expected)):
+        fail, warn = DEFAULT_FAIL, DEFAULT_WARN
+    return {"fail": _limit_value(fail), "warn": _limit_value(warn)}
+
+
+def _limit_value(limit: Limit) -> str | float:
+    return str(limit) if limit.absolute is None else limit.absolute
+
+
+def write_recorded_baseline(
+    path: Path,
+    previous: Baseline | None,
+    measurements: list[dict[str, Any]],
+    node_facts: dict[str, str],
+    node_gpu_count: int | None,
+) -> None:
+    """Write the baseline recorded from `measurements` to `path` (its file name is the SKU), atomically, with a
+    provenance naming the node and its software stack."""
+    from pytest_gbvalidate.report import atomic_write_text, utc_now
+
+    stack = ", ".join(f"{k} {v}" for k, v in node_facts.items() if k != "hostname")
+    provenance = f"measured on {node_facts.get('hostname', '?')} ({utc_now()[:10]}; {stack}) by --gb-record"
+    doc = recorded_baseline(path.stem, previous, measurements, provenance, node_gpu_count)
+    atomic_write_text(path, dump_baseline(doc))
+
+
+def dump_baseline(doc: dict[str, Any]) -> str:
+    import yaml
+
+    header = "# Recorded by pytest-gbvalidate --gb-record. Review the limits before committing.\n"
+    return header + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=120)

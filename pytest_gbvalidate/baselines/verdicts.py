@@ -1,0 +1,110 @@
+"""A measurement against its reference: the verdict (pass, warn, fail, or info when nothing gates it) and the
+message that triages itself in a CI log."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    pass
+
+from pytest_gbvalidate.baselines.model import Reference, _better
+
+# --- comparing --------------------------------------------------------------------------------------------
+
+PASS, WARN, FAIL = "pass", "warn", "fail"
+INFO = "info"  # measured and reported, compared with nothing (a size of a sweep that no baseline gates)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One measurement against its reference. `message` is written to triage itself in a CI log."""
+
+    metric: str
+    scope: str
+    value: float
+    unit: str
+    direction: str
+    expected: float | None
+    fail_limit: float | None
+    warn_limit: float | None
+    verdict: str
+    status: str
+    provenance: str
+
+    @property
+    def delta_pct(self) -> float | None:
+        if self.expected in (None, 0) or not math.isfinite(self.value):
+            return None
+        assert self.expected is not None
+        return (self.value - self.expected) / abs(self.expected) * 100.0
+
+    @property
+    def message(self) -> str:
+        parts = [f"{self.metric} [{self.scope}]: measured {_fmt(self.value)} {self.unit}"]
+        if self.expected is not None:
+            parts.append(f"expected {_fmt(self.expected)} {self.unit}")
+        if self.fail_limit is not None:
+            parts.append(f"fail limit {_fmt(self.fail_limit)} {self.unit}")
+        if self.warn_limit is not None:
+            parts.append(f"warn limit {_fmt(self.warn_limit)} {self.unit}")
+        if self.delta_pct is not None:
+            parts.append(f"delta {self.delta_pct:+.1f}%")
+        parts.append(f"{self.direction} is better")
+        text = ", ".join(parts) + f" -> {self.verdict.upper()}"
+        if self.verdict != PASS:
+            text += f" ({self.status} baseline: {self.provenance})"
+        return text
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric,
+            "scope": self.scope,
+            "value": self.value,
+            "unit": self.unit,
+            "direction": self.direction,
+            "expected": self.expected,
+            "limit": _round(self.fail_limit),
+            "warn_limit": _round(self.warn_limit),
+            "delta_pct": None if self.delta_pct is None else round(self.delta_pct, 3),
+            "verdict": self.verdict,
+            "status": self.status,
+            "provenance": self.provenance,
+            "message": self.message,
+        }
+
+
+def compare(ref: Reference, value: float, scope: str) -> Verdict:
+    """The verdict for `value` measured at `scope`. A value that is not a finite number always fails."""
+    fail_limit, warn_limit = ref.fail_limit, ref.warn_limit
+    worse = _better("lower" if ref.direction == "higher" else "higher")
+    if not math.isfinite(value) or (fail_limit is not None and worse(value, fail_limit)):
+        verdict = FAIL
+    elif warn_limit is not None and worse(value, warn_limit):
+        verdict = WARN
+    else:
+        verdict = PASS
+    return Verdict(
+        metric=ref.metric,
+        scope=scope,
+        value=value,
+        unit=ref.unit,
+        direction=ref.direction,
+        expected=ref.expected,
+        fail_limit=fail_limit,
+        warn_limit=warn_limit,
+        verdict=verdict,
+        status=ref.status,
+        provenance=ref.provenance,
+    )
+
+
+def _round(x: float | None) -> float | None:
+    """Limits derived from percentages print as 1.0899999999999999; six significant digits are plenty."""
+    return None if x is None else float(f"{x:.6g}")
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4g}" if math.isfinite(x) else str(x)

@@ -1,0 +1,160 @@
+"""`gb_expect`: a measurement checked against the SKU's baseline inside the test that made it, and recorded in
+the reports whatever the verdict."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_gbvalidate import report as rp
+from pytest_gbvalidate.metrics import CATALOG, MetricSpec
+from pytest_gbvalidate.session import payload
+
+if TYPE_CHECKING:
+    from pytest_gbvalidate import baselines as bl
+    from pytest_gbvalidate.session import GbSession
+    from pytest_gbvalidate.target import Target
+
+
+class GbValidateWarning(UserWarning):
+    """A measurement in its SKU's warn band: the test passes, the reports mark it."""
+
+
+class Expect:
+    """`gb_expect(metric, value, scope=...)`: compare a measurement with the SKU baseline inside the test that
+    measured it. Fails the test below the fail limit, warns in the warn band, skips (or, with --gb-strict,
+    fails) when the baseline has no reference for it. Every call is recorded in the reports, whatever the
+    verdict."""
+
+    def __init__(self, gb: GbSession, item: pytest.Item) -> None:
+        self.gb = gb
+        self.item = item
+
+    def __call__(
+        self,
+        metric: str,
+        value: float,
+        scope: str = "node",
+        *,
+        spec: MetricSpec | None = None,
+        details: Mapping[str, Any] | None = None,
+    ) -> bl.Verdict | None:
+        from pytest_gbvalidate import baselines as bl
+
+        target = self.gb.target
+        ref = target.reference(metric, scope)
+        value = float(value)
+        spec, record = self._record(metric, value, scope, spec, ref, details)
+        if ref is not None and (ref.unit, ref.direction) != (spec.unit, spec.direction):
+            reason = f"{metric}: measured in {spec.unit} ({spec.direction} is better) but the baseline says "
+            reason += f"{ref.unit} ({ref.direction} is better) in {target.baseline_file}"
+            self._store(record | {"verdict": bl.FAIL, "message": reason})
+            pytest.fail(reason, pytrace=False)
+        if ref is None or not ref.has_reference:
+            if self.gb.settings.record is not None:
+                self._store(record | {"verdict": "recorded", "message": "recorded, no baseline to compare with"})
+                return None
+            reason = _no_reference_reason(target, metric, scope, ref)
+            strict = self.gb.settings.strict.value
+            self._store(record | {"verdict": bl.FAIL if strict else "skip", "message": reason})
+            if strict:
+                pytest.fail(f"{reason} (--gb-strict)", pytrace=False)
+            # Reported at the test's own location, as a skip marker would be, not at this line.
+            raise pytest.skip.Exception(reason, _use_item_location=True)
+        verdict = bl.compare(ref, value, scope)
+        self._store(record | verdict.as_dict() | {"value": rp.json_safe(value)})
+        if verdict.verdict == bl.FAIL:
+            pytest.fail(verdict.message, pytrace=False)
+        if verdict.verdict == bl.WARN:
+            # Attributed to the test itself, however deep the helper that measured it sits.
+            path, line, _ = self.item.location
+            warnings.warn_explicit(GbValidateWarning(verdict.message), GbValidateWarning, path, (line or 0) + 1)
+        return verdict
+
+    def record(
+        self,
+        metric: str,
+        value: float,
+        scope: str = "node",
+        *,
+        spec: MetricSpec | None = None,
+        details: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Keep a measurement in the reports without comparing it with anything (verdict `info`): the sizes of
+        a sweep that the baseline does not gate, so every measured size is reported."""
+        from pytest_gbvalidate.baselines import INFO
+
+        _, record = self._record(metric, float(value), scope, spec, self.gb.target.reference(metric, scope), details)
+        self._store(record | {"verdict": INFO, "message": "measured; not gated at this scope"})
+
+    def not_measured(
+        self, metric: str, scope: str, reason: str, *, gated: bool, details: Mapping[str, Any] | None = None
+    ) -> None:
+        """Keep, in the reports, a measurement that was planned but not taken (a sweep size too large for the
+        free memory): verdict `fail` where the scope is gated (the caller fails the test), else `info`."""
+        from pytest_gbvalidate import baselines as bl
+
+        ref = self.gb.target.reference(metric, scope)
+        _, record = self._record(metric, None, scope, None, ref, details)
+        self._store(record | {"verdict": bl.FAIL if gated else bl.INFO, "message": f"not run: {reason}"})
+
+    def _record(
+        self,
+        metric: str,
+        value: float | None,
+        scope: str,
+        spec: MetricSpec | None,
+        ref: bl.Reference | None,
+        details: Mapping[str, Any] | None,
+    ) -> tuple[MetricSpec, dict[str, Any]]:
+        """The metric's spec (built-in, given, or the baseline's) and the measurement's report record."""
+        spec = spec or CATALOG.get(metric) or _spec_from(ref)
+        if spec is None:
+            raise TypeError(f"{metric!r} is not a built-in metric: pass spec=MetricSpec(...) to say its unit")
+        record = {
+            "test_id": self.item.nodeid,
+            "metric": metric,
+            "scope": scope,
+            "scope_kind": spec.scope_kind,
+            "value": None if value is None else rp.json_safe(value),
+            "unit": spec.unit,
+            "direction": spec.direction,
+            "details": dict(details or {}),
+        }
+        return spec, record
+
+    def each(self, measurements: Sequence[tuple[str, str, float, Mapping[str, Any]]]) -> None:
+        """`gb_expect(metric, value, scope=..., details=...)` for every (metric, scope, value, details), all
+        recorded before the test fails (every failing one in one message) or, when none failed, skips."""
+        failures: list[str] = []
+        skip: BaseException | None = None
+        for metric, scope, value, details in measurements:
+            try:
+                self(metric, value, scope, details=details)
+            except pytest.fail.Exception as exc:
+                failures.append(str(exc.msg))
+            except pytest.skip.Exception as exc:
+                skip = skip or exc
+        if failures:
+            pytest.fail("\n".join(failures), pytrace=False)
+        if skip is not None:
+            raise skip
+
+    def _store(self, record: dict[str, Any]) -> None:
+        payload(self.item)["measurements"].append(record)
+        self.item.user_properties.extend(rp.junit_properties(record))
+
+
+def _spec_from(ref: bl.Reference | None) -> MetricSpec | None:
+    return None if ref is None else MetricSpec(ref.metric, ref.unit, ref.direction, ref.scope_kind, "")
+
+
+def _no_reference_reason(target: Target, metric: str, scope: str, ref: bl.Reference | None) -> str:
+    if target.baseline is None or metric not in target.baseline.metrics:
+        return f"{target.sku} baseline has no {metric}"
+    if ref is None:
+        return f"{target.sku} baseline has no {metric} value for {scope}"
+    return f"{target.sku} baseline for {metric} is provisional with no reference value yet ({ref.provenance})"
