@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 
 ENGAGING_FIXTURES = frozenset({"gb_expect", "gb_target", "gb_gang", "gb_gpu_pair"})
 GPU_MARKER = "gb_gpu"
-CPU_RANKS = 2  # ranks of a gang on a CPU-only SKU: enough for every collective and PP=2, cheap on 2 cores
 # How long one call on the ranks may take (--gb-timeout overrides): a GPU sweep to 16 GiB, or NCCL setting up
 # its communicators on many nodes, takes minutes at worst; the CPU smoke run finishes in seconds.
 DEFAULT_TIMEOUT_S = {"gpu": 300.0, "cpu": 30.0}
@@ -60,7 +59,7 @@ class GbSession:
         self._gang_reported = -1  # failed start-ups already in the report's gang section
         self.record_note: str | None = None  # what became of --gb-record
 
-    # --- resolving the SKU ---------------------------------------------------------------------------------
+    # --- the target ---------------------------------------------------------------------------------------
 
     @property
     def engaged(self) -> bool:

@@ -7,10 +7,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    pass
+from typing import Any
 
 from pytest_gbvalidate.workloads.llama import parallel as llama_parallel
 from pytest_gbvalidate.workloads.llama.config import CONFIGS as LLAMA_CONFIGS

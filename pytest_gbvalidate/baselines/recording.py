@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    pass
+from typing import Any
 
 from pytest_gbvalidate.baselines.model import (
     _WHOLE_UNITS,
@@ -22,8 +19,6 @@ from pytest_gbvalidate.baselines.model import (
 )
 from pytest_gbvalidate.baselines.verdicts import INFO
 from pytest_gbvalidate.metrics import PER_LABEL_SCOPE_KINDS
-
-# --- recording --------------------------------------------------------------------------------------------
 
 # Limits a recorded metric gets when no earlier baseline gave one: SuperBench's rule for its published
 # baselines fails 10% below the reference; warn halfway there.

@@ -8,10 +8,7 @@ import itertools
 import math
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    pass
+from typing import Any
 
 from pytest_gbvalidate.baselines.model import (
     _WHOLE_UNITS,
@@ -38,11 +35,10 @@ from pytest_gbvalidate.metrics import CATALOG, DIRECTIONS, SCOPE_KINDS, UNITS
 from pytest_gbvalidate.workloads.llama import parallel as llama_parallel
 from pytest_gbvalidate.workloads.llama.config import CONFIGS as LLAMA_CONFIGS
 
-_TOP_KEYS = {"schema_version", "sku", "description", "detect", "metrics", "health", "topology"}
+_TOP_KEYS = {"schema_version", "sku", "description", "detect", "metrics", "health", "topology", "pretrain"}
 _DETECT_KEYS = {"azure_vm_sizes", "gpu_name_contains", "gpu_count"}
 _OVERRIDE_KEYS = {"status", "expected", "fail", "warn", "provenance", "params"}
 _METRIC_KEYS = _OVERRIDE_KEYS | {"unit", "direction", "scope", "values"}
-_TOP_KEYS |= {"pretrain"}
 _PRETRAIN_REQUIRED = {
     "model",
     "mbs",

@@ -5,14 +5,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    pass
+from typing import Any
 
 from pytest_gbvalidate.baselines.model import Reference, _better
-
-# --- comparing --------------------------------------------------------------------------------------------
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
 INFO = "info"  # measured and reported, compared with nothing (a size of a sweep that no baseline gates)
