@@ -13,18 +13,18 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_gbvalidate import settings as st
-from pytest_gbvalidate.expect import Expect
-from pytest_gbvalidate.session import GPU_MARKER, GbSession
-from pytest_gbvalidate.target import ReferenceTools, Target
 
 if TYPE_CHECKING:
     from pytest_gbvalidate.baselines import Baseline
+    from pytest_gbvalidate.expect import Expect
     from pytest_gbvalidate.node.topology import NumaMap
     from pytest_gbvalidate.probes import Expected, Gpu, NodeGpus, Telemetry
     from pytest_gbvalidate.ranks.gang import Gang
+    from pytest_gbvalidate.session import GbSession
     from pytest_gbvalidate.sku import Detection
+    from pytest_gbvalidate.target import ReferenceTools, Target
 
-SESSION = pytest.StashKey[GbSession]()
+SESSION: pytest.StashKey[GbSession] = pytest.StashKey()
 _HELP = {
     "sku": "SKU to check against, or 'auto' to detect it (Azure metadata, NVML, else 'cpu'). Default: auto.",
     "baselines": "directory of <SKU>.yaml baselines. Default: the baselines shipped with pytest-gbvalidate.",
@@ -106,6 +106,8 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    from pytest_gbvalidate.session import GPU_MARKER, GbSession
+
     config.addinivalue_line(
         "markers",
         f"{GPU_MARKER}: needs NVIDIA GPUs; skipped when the run checks the cpu SKU, run (and failed "
@@ -134,6 +136,8 @@ def gb_target(request: pytest.FixtureRequest) -> Target:
 @pytest.fixture
 def gb_expect(request: pytest.FixtureRequest) -> Expect:
     """Compare a measurement with the SKU's baseline: ``gb_expect("h2d_bandwidth_gbps", 49.2, scope="gpu3")``."""
+    from pytest_gbvalidate.expect import Expect
+
     return Expect(request.config.stash[SESSION], request.node)
 
 

@@ -14,16 +14,16 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_gbvalidate import report as rp
 from pytest_gbvalidate.ranks.world import world_from_environment, world_rank
 from pytest_gbvalidate.settings import Setting, Settings
-from pytest_gbvalidate.target import ReferenceTools, Target, resolve_target
 
 if TYPE_CHECKING:
+    from pytest_gbvalidate import report as rp
     from pytest_gbvalidate.ranks.gang import Gang
+    from pytest_gbvalidate.target import ReferenceTools, Target
 
-# Loaded in every pytest run of the environment: baselines (PyYAML), detection (urllib, NVML) and node facts
-# are imported where they are first used, once gbvalidate is engaged.
+# Loaded in every pytest run of the environment: the target and its baselines (PyYAML), detection (urllib,
+# NVML), node facts and the report code are imported where they are first used, once gbvalidate is engaged.
 
 ENGAGING_FIXTURES = frozenset({"gb_expect", "gb_target", "gb_gang", "gb_gpu_pair"})
 GPU_MARKER = "gb_gpu"
@@ -48,7 +48,8 @@ class GbSession:
         # same tests and reaches the same verdicts; one writes the reports).
         self.world_rank = world_rank(os.environ)
         self.is_controller = not hasattr(config, "workerinput") and self.world_rank in (None, 0)
-        self.report = rp.RunReport(settings.report.value if self.is_controller else None)
+        self._report: rp.RunReport | None = None
+        self._unreported_tests: list[tuple[str, str, str, float, str | None, str | None]] = []
         self._target: Target | None = None
         self._header_shown = False
         self.node_facts: dict[str, str] = {}
@@ -62,12 +63,22 @@ class GbSession:
     # --- the target ---------------------------------------------------------------------------------------
 
     @property
+    def report(self) -> rp.RunReport:
+        if self._report is None:
+            from pytest_gbvalidate.report import RunReport
+
+            self._report = RunReport(self.settings.report.value if self.is_controller else None)
+        return self._report
+
+    @property
     def engaged(self) -> bool:
         return self._target is not None
 
     @property
     def target(self) -> Target:
         if self._target is None:
+            from pytest_gbvalidate.target import resolve_target
+
             self._target = resolve_target(self.config, self.settings)
             self.nccl_env = self._nccl_environment(self._target)
             if self.is_controller:
@@ -138,6 +149,8 @@ class GbSession:
         return env
 
     def reference_tools(self) -> ReferenceTools:
+        from pytest_gbvalidate.target import ReferenceTools
+
         s = self.settings.reference_tools
         env = {name: v["value"] for name, v in self.nccl_env.items()}
         if not s.value:
@@ -256,18 +269,23 @@ class GbSession:
         if report.when == "teardown" and not _junit_has_testcase_properties(self.config):
             report.user_properties = [(k, v) for k, v in report.user_properties if not k.startswith("gb_")]
         data = getattr(report, "gb_payload", {})
-        records: list[dict[str, Any]] = data.get("measurements", [])
-        if records:
+        if data:
             _ = self.target  # a worker measured: resolve here too, for the report's header
-            self.report.add_measurements(records)
+        if report.when == "call" or report.outcome != "passed":
+            message, text = (None, None) if report.passed else _failure_text(report)
+            self._unreported_tests.append((report.nodeid, report.when, report.outcome, report.duration, message, text))
+        if not self.engaged:  # kept, for a run that engages later (under xdist, when a worker first measures)
+            return
+        for test in self._unreported_tests:
+            self.report.add_test(*test)
+        self._unreported_tests.clear()
+        records: list[dict[str, Any]] = data.get("measurements", [])
+        self.report.add_measurements(records)
         for name, value in data.get("sections", {}).items():
             self.report.set_section(name, value)
         for section, record in data.get("records", []):
             self.report.add_record(section, record)
-        if report.when == "call" or report.outcome != "passed":
-            message, text = (None, None) if report.passed else _failure_text(report)
-            self.report.add_test(report.nodeid, report.when, report.outcome, report.duration, message, text)
-        if self.engaged and (records or report.when == "teardown"):
+        if records or report.when == "teardown":
             self.report.write()
 
     @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file
@@ -285,6 +303,8 @@ class GbSession:
         self.report.write()
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        from pytest_gbvalidate import report as rp
+
         if not self.is_controller or not self.engaged:
             return
         notes = [self.plot_note, self.record_note]
@@ -297,6 +317,8 @@ class GbSession:
 
     def _attach_busbw_plot(self) -> None:
         """A PNG of busbw against size next to the JSON report (else the JUnit XML), named in both."""
+        from pytest_gbvalidate import report as rp
+
         if not rp.sweep_records(self.report.measurements):
             return
         base = self.settings.report.value or _junit_path(self.config)

@@ -555,14 +555,19 @@ def test_an_unrelated_test_run_does_nothing(pytester: pytest.Pytester, monkeypat
         """
         import sys
         def pytest_unconfigure(config):
-            heavy = sorted(m for m in ("torch", "pynvml", "numpy", "psutil") if m in sys.modules)
+            heavy = sorted(m for m in ("torch", "pynvml", "numpy", "psutil", "yaml") if m in sys.modules)
             print("OURS:", config.pluginmanager.has_plugin("pytest_gbvalidate.plugin"), "HEAVY:", heavy)
+            print("MODULES:", sorted(m for m in sys.modules if m.startswith("pytest_gbvalidate.")))
         """
     )
-    pytester.makepyfile("def test_x():\n    pass\n")
+    pytester.makepyfile("def test_x():\n    pass\n", "def test_y():\n    assert False\n")
     result = pytester.runpytest_subprocess("-p", "pytest_gbvalidate.plugin", "-s", "--junitxml=r.xml")
-    result.assert_outcomes(passed=1)
+    result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["OURS: True HEAVY: []"])
+    # Only what deciding to do nothing takes: no target, baselines, report, metrics or Llama configs.
+    loaded = "'pytest_gbvalidate.hooks', 'pytest_gbvalidate.plugin', 'pytest_gbvalidate.ranks', "
+    loaded += "'pytest_gbvalidate.ranks.world', 'pytest_gbvalidate.session', 'pytest_gbvalidate.settings'"
+    result.stdout.fnmatch_lines([f"MODULES: [[]{loaded}[]]"])
     result.stdout.no_fnmatch_line("gbvalidate*")
     assert "gb_sku" not in (pytester.path / "r.xml").read_text()
 
