@@ -303,10 +303,10 @@ class GbSession:
         self.report.write()
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        from pytest_gbvalidate import report as rp
-
         if not self.is_controller or not self.engaged:
             return
+        from pytest_gbvalidate import report as rp
+
         notes = [self.plot_note, self.record_note]
         if self.settings.report.value is not None:
             notes.insert(1, f"JSON report: {self.settings.report.value}")

@@ -8,6 +8,11 @@ from pathlib import Path
 
 import pytest
 
+# PyYAML and the baseline code, loaded once before any test: in-process pytester runs drop the modules they
+# import, and a baseline loader built on one copy of PyYAML must not meet the exceptions of another.
+import yaml  # noqa: F401
+
+import pytest_gbvalidate.baselines  # noqa: F401
 from tests.fakenode import point_detection_at, write_detection_sysfs
 from tests.fakenvml import install
 
