@@ -60,15 +60,16 @@ class GbSession:
         self._gang_reported = -1  # failed start-ups already in the report's gang section
         self.record_note: str | None = None  # what became of --gb-record
 
-    # --- the target ---------------------------------------------------------------------------------------
-
     @property
     def report(self) -> rp.RunReport:
+        """The JSON report, made when first needed (an unrelated run never needs it)."""
         if self._report is None:
             from pytest_gbvalidate.report import RunReport
 
             self._report = RunReport(self.settings.report.value if self.is_controller else None)
         return self._report
+
+    # --- the target ---------------------------------------------------------------------------------------
 
     @property
     def engaged(self) -> bool:
