@@ -48,6 +48,7 @@ class Expect:
         ref = target.reference(metric, scope)
         value = float(value)
         spec, record = self._record(metric, value, scope, spec, ref, details)
+        regressed = self._compare(record, ref)
         if ref is not None and (ref.unit, ref.direction) != (spec.unit, spec.direction):
             reason = f"{metric}: measured in {spec.unit} ({spec.direction} is better) but the baseline says "
             reason += f"{ref.unit} ({ref.direction} is better) in {target.baseline_file}"
@@ -56,18 +57,23 @@ class Expect:
         if ref is None or not ref.has_reference:
             if self.gb.settings.record is not None:
                 self._store(record | {"verdict": "recorded", "message": "recorded, no baseline to compare with"})
+                if regressed:
+                    pytest.fail(regressed, pytrace=False)
                 return None
             reason = _no_reference_reason(target, metric, scope, ref)
             strict = self.gb.settings.strict.value
             self._store(record | {"verdict": bl.FAIL if strict else "skip", "message": reason})
-            if strict:
-                pytest.fail(f"{reason} (--gb-strict)", pytrace=False)
+            if regressed or strict:
+                pytest.fail(
+                    "\n".join(filter(None, [f"{reason} (--gb-strict)" if strict else "", regressed])), pytrace=False
+                )
             # Reported at the test's own location, as a skip marker would be, not at this line.
             raise pytest.skip.Exception(reason, _use_item_location=True)
         verdict = bl.compare(ref, value, scope)
         self._store(record | verdict.as_dict() | {"value": rp.json_safe(value)})
-        if verdict.verdict == bl.FAIL:
-            pytest.fail(verdict.message, pytrace=False)
+        if verdict.verdict == bl.FAIL or regressed:
+            failed = verdict.message if verdict.verdict == bl.FAIL else ""
+            pytest.fail("\n".join(filter(None, [failed, regressed])), pytrace=False)
         if verdict.verdict == bl.WARN:
             # Attributed to the test itself, however deep the helper that measured it sits.
             path, line, _ = self.item.location
@@ -87,7 +93,9 @@ class Expect:
         a sweep that the baseline does not gate, so every measured size is reported."""
         from pytest_gbvalidate.baselines import INFO
 
-        _, record = self._record(metric, float(value), scope, spec, self.gb.target.reference(metric, scope), details)
+        ref = self.gb.target.reference(metric, scope)
+        _, record = self._record(metric, float(value), scope, spec, ref, details)
+        self._compare(record, ref)  # reported, never failing: the baseline does not gate this scope
         self._store(record | {"verdict": INFO, "message": "measured; not gated at this scope"})
 
     def not_measured(
@@ -125,6 +133,23 @@ class Expect:
             "details": dict(details or {}),
         }
         return spec, record
+
+    def _compare(self, record: dict[str, Any], ref: bl.Reference | None) -> str | None:
+        """With --gb-compare: the measurement against the same one in the node's earlier report, kept in the
+        record's `compare` section. The message when it regressed beyond what is allowed, else None."""
+        comparison = self.gb.comparison
+        if comparison is None:
+            return None
+        from pytest_gbvalidate import compare as cmp
+
+        earlier, same_node = comparison
+        band = None if ref is None else cmp.warn_band_pct(ref.expected, ref.warn_limit)
+        allowed = self.gb.settings.compare_fail.value or cmp.AllowedRegression()
+        section = cmp.compare_one(earlier, record, allowed, band, same_node, rp.utc_now())
+        if section is None:
+            return None
+        record["compare"] = section
+        return str(section["message"]) if section["verdict"] == cmp.REGRESSED else None
 
     def each(self, measurements: Sequence[tuple[str, str, float, Mapping[str, Any]]]) -> None:
         """`gb_expect(metric, value, scope=..., details=...)` for every (metric, scope, value, details), all

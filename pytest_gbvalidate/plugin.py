@@ -32,6 +32,10 @@ _HELP = {
     "strict": "fail, rather than skip, a measurement the baseline has no reference for.",
     "timeout": "seconds one call on the ranks may take before the gang is torn down and the test fails. "
     "Default: 300 on GPU SKUs, 30 on cpu.",
+    "compare": "also compare every measurement with the same one in this earlier JSON report of the same node; "
+    "a regression beyond the allowed percentage fails the test (as pytest-benchmark's --benchmark-compare).",
+    "compare_fail": "the regression --gb-compare allows, [METRIC:]PCT%, comma-separated (e.g. 5% or "
+    "'3%,all_reduce_busbw_gbps:2%'). Default: each metric's warn band in the baseline, else 5%.",
     "reference_tools": "also run nccl-tests (all_reduce_perf, ...) and nvbandwidth when they are on PATH, and "
     "report their figures beside ours.",
 }
@@ -51,13 +55,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "baselines": {"metavar": "DIR"},
         "report": {"metavar": "PATH"},
         "timeout": {"metavar": "SECONDS"},
+        "compare": {"metavar": "PATH"},
+        "compare_fail": {"metavar": "[METRIC:]PCT%"},
         "strict": {"action": "store_true"},
         "reference_tools": {"action": "store_true"},
     }
     for name, kind in kinds.items():
         env, ini = st.env_name(name), st.ini_name(name)
         group.addoption(
-            st.cli_flag(name), dest=f"gb_{name}", default=None, help=f"{_HELP[name]} Env {env}, ini {ini}.", **kind
+            st.cli_flag(name),
+            dest=f"gb_{name}",
+            default=None,
+            help=f"{_HELP[name]} Env {env}, ini {ini}.".replace("%", "%%"),
+            **kind,
         )
         parser.addini(ini, _HELP[name], default="")
     group.addoption(
@@ -70,11 +80,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gb-list-skus", dest="gb_list_skus", action="store_true", help="list known SKUs and exit.")
 
 
-_INI_SETTINGS = ("sku", "baselines", "report", "strict", "timeout", "reference_tools")
+_INI_SETTINGS = ("sku", "baselines", "report", "strict", "timeout", "reference_tools", "compare", "compare_fail")
 
 
 def _settings(config: pytest.Config) -> st.Settings:
-    names = ("sku", "baselines", "report", "strict", "record", "list_skus", "timeout", "reference_tools")
+    names = ("record", "list_skus", *_INI_SETTINGS)
     sources = st.Sources(
         cli={name: config.getoption(f"gb_{name}") for name in names},
         env=os.environ,

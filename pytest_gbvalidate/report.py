@@ -15,6 +15,8 @@ from typing import Any
 REPORT_SCHEMA = "pytest-gbvalidate/report/1"
 # Per measurement, in this order, as JUnit testcase properties (repeated when a test checks several metrics).
 JUNIT_FIELDS = ("metric", "scope", "value", "unit", "expected", "limit", "warn_limit", "delta_pct", "verdict")
+# With --gb-compare, after those: the same measurement in the node's earlier report and the verdict against it.
+JUNIT_COMPARE_FIELDS = ("earlier_value", "earlier_date", "delta_pct", "allowed_pct", "verdict")
 
 
 def utc_now() -> str:
@@ -80,19 +82,26 @@ class RunReport:
         return list(self.data["measurements"])
 
     def add_test(
-        self, nodeid: str, when: str, outcome: str, duration_s: float, message: str | None, text: str | None
+        self,
+        nodeid: str,
+        when: str,
+        outcome: str,
+        duration_s: float,
+        message: str | None,
+        text: str | None,
+        fault: dict[str, Any] | None,
     ) -> None:
-        """`message`: what went wrong in one line; `text`: all of it, as the terminal shows it (a traceback)."""
-        self.data["tests"].append(
-            {
-                "test_id": nodeid,
-                "when": when,
-                "outcome": outcome,
-                "duration_s": round(duration_s, 6),
-                "message": message,
-                "text": text,
-            }
-        )
+        """`message`: what went wrong in one line; `text`: all of it, as the terminal shows it (a traceback);
+        `fault`: a failure's category and the operator's action (faults.py)."""
+        test = {
+            "test_id": nodeid,
+            "when": when,
+            "outcome": outcome,
+            "duration_s": round(duration_s, 6),
+            "message": message,
+            "text": text,
+        }
+        self.data["tests"].append(test if fault is None else test | {"fault": fault})
 
     def add_measurements(self, records: list[dict[str, Any]]) -> None:
         self.data["measurements"].extend(records)
@@ -119,27 +128,37 @@ def json_safe(value: float) -> float | str:
 
 
 def junit_properties(record: dict[str, Any]) -> list[tuple[str, object]]:
-    return [(f"gb_{name}", "" if record.get(name) is None else record[name]) for name in JUNIT_FIELDS]
+    properties = [(f"gb_{name}", _blank(record.get(name))) for name in JUNIT_FIELDS]
+    compared = record.get("compare")
+    if compared is not None:
+        properties += [(f"gb_compare_{name}", _blank(compared.get(name))) for name in JUNIT_COMPARE_FIELDS]
+    return properties
+
+
+def _blank(value: Any) -> object:
+    return "" if value is None else value
 
 
 def terminal_table(records: list[dict[str, Any]]) -> list[str]:
     """Measured vs baseline, one row per measurement, columns sized to their content."""
-    header = ("test", "metric", "scope", "measured", "expected", "limit", "unit", "delta", "verdict")
+    header: tuple[str, ...] = ("test", "metric", "scope", "measured", "expected", "limit", "unit", "delta", "verdict")
+    compared = any("compare" in r for r in records)
+    if compared:
+        header += ("vs earlier",)
     rows = [header]
     for r in records:
-        rows.append(
-            (
-                r["test_id"].rsplit("::", 1)[-1],
-                r["metric"],
-                r["scope"],
-                _num(r["value"]),
-                _num(r.get("expected")),
-                _num(r.get("limit")),
-                r["unit"],
-                "" if r.get("delta_pct") is None else f"{r['delta_pct']:+.1f}%",
-                r["verdict"].upper(),
-            )
+        row = (
+            r["test_id"].rsplit("::", 1)[-1],
+            r["metric"],
+            r["scope"],
+            _num(r["value"]),
+            _num(r.get("expected")),
+            _num(r.get("limit")),
+            r["unit"],
+            "" if r.get("delta_pct") is None else f"{r['delta_pct']:+.1f}%",
+            r["verdict"].upper(),
         )
+        rows.append(row + ((_versus_earlier(r.get("compare")),) if compared else ()))
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
     return ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
 
@@ -166,7 +185,32 @@ def terminal_summary(sku: str, report: RunReport, notes: list[str]) -> list[tupl
     if failed_starts:
         last.append(f"the ranks' start-up failed {len(failed_starts)} time(s) and was tried again:")
         last += [f"  {reason}" for reason in failed_starts]
+    faults = fault_lines(report.data["tests"])
+    if faults:
+        sections.append(("gbvalidate: failures by fault category, with the operator's action", faults))
     return sections
+
+
+def fault_lines(tests: list[dict[str, Any]]) -> list[str]:
+    """The failed tests grouped by fault category: the category's disposition and action, then its tests."""
+    by_category: dict[str, list[dict[str, Any]]] = {}
+    for test in tests:
+        if test.get("fault"):
+            by_category.setdefault(test["fault"]["category"], []).append(test)
+    lines = []
+    for category, failed in by_category.items():
+        fault = failed[0]["fault"]
+        lines.append(f"{category} ({fault['disposition']}): {fault['action']}")
+        lines += [f"  {t['test_id']}: {t['message']}" for t in failed]
+    return lines
+
+
+def _versus_earlier(section: dict[str, Any] | None) -> str:
+    if section is None:
+        return "-"
+    if not isinstance(section.get("delta_pct"), (int, float)):
+        return str(section["verdict"]).upper()
+    return f"{section['delta_pct']:+.1f}% {str(section['verdict']).upper()}"
 
 
 def _num(value: Any) -> str:

@@ -8,6 +8,7 @@ fixtures. An unrelated test run in the same environment never detects anything n
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Generator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,6 +20,7 @@ from pytest_gbvalidate.settings import Setting, Settings
 
 if TYPE_CHECKING:
     from pytest_gbvalidate import report as rp
+    from pytest_gbvalidate.compare import EarlierReport, GpuIdentity, SameNode
     from pytest_gbvalidate.ranks.gang import Gang
     from pytest_gbvalidate.target import ReferenceTools, Target
 
@@ -49,7 +51,7 @@ class GbSession:
         self.world_rank = world_rank(os.environ)
         self.is_controller = not hasattr(config, "workerinput") and self.world_rank in (None, 0)
         self._report: rp.RunReport | None = None
-        self._unreported_tests: list[tuple[str, str, str, float, str | None, str | None]] = []
+        self._unreported_tests: list[tuple[str, str, str, float, str | None, str | None, dict[str, Any] | None]] = []
         self._target: Target | None = None
         self._header_shown = False
         self.node_facts: dict[str, str] = {}
@@ -59,6 +61,7 @@ class GbSession:
         self._gang: Gang | None = None
         self._gang_reported = -1  # failed start-ups already in the report's gang section
         self.record_note: str | None = None  # what became of --gb-record
+        self._comparison: tuple[EarlierReport, SameNode] | None = None  # --gb-compare, checked with the target
 
     @property
     def report(self) -> rp.RunReport:
@@ -80,11 +83,37 @@ class GbSession:
         if self._target is None:
             from pytest_gbvalidate.target import resolve_target
 
-            self._target = resolve_target(self.config, self.settings)
+            target = resolve_target(self.config, self.settings)
+            self._comparison = self._earlier_report(target)
+            self._target = target
             self.nccl_env = self._nccl_environment(self._target)
             if self.is_controller:
                 self._describe_run(self._target)
         return self._target
+
+    @property
+    def comparison(self) -> tuple[EarlierReport, SameNode] | None:
+        """--gb-compare: the node's earlier report, checked to be this node's, and what changed since."""
+        _ = self.target
+        return self._comparison
+
+    def _earlier_report(self, target: Target) -> tuple[EarlierReport, SameNode] | None:
+        setting = self.settings.compare
+        if setting.value is None:
+            return None
+        from pytest_gbvalidate import compare as cmp
+
+        if world_from_environment(os.environ) is not None:
+            raise pytest.UsageError(
+                f"{setting.source}: compares a node with its own earlier single-node run; under torchrun / srun "
+                "each node is compared in its own run, or the fleet summary compares the nodes"
+            )
+        try:
+            earlier = cmp.load_earlier(setting.value)
+            same = cmp.check_same_node(earlier, target.sku, socket.gethostname(), _gpu_identities(target))
+        except cmp.CompareError as exc:
+            raise pytest.UsageError(f"{setting.source}: {exc}") from None
+        return earlier, same
 
     def _describe_run(self, target: Target) -> None:
         from pytest_gbvalidate.node.facts import software_facts
@@ -111,6 +140,18 @@ class GbSession:
             },
             nccl_env=self.nccl_env,
         )
+        if self._comparison is not None:
+            earlier, same = self._comparison
+            allowed = s.compare_fail.value
+            self.report.data["compare"] = {
+                "path": str(earlier.path),
+                "source": s.compare.source,
+                "earlier_date": earlier.date,
+                "earlier_status": earlier.status,
+                "allowed": None if allowed is None else {"default_pct": allowed.default_pct, **allowed.by_metric},
+                "allowed_source": s.compare_fail.source,
+                **same.as_dict(),
+            }
         world = world_from_environment(os.environ)
         if world is not None:
             self.report.data["world"] = {"world_size": world[1]}
@@ -218,7 +259,12 @@ class GbSession:
         created = [
             f"gbvalidate: {source}: creating missing directory {path}" for source, path in self.settings.created_dirs
         ]
-        return [f"{line}; {stack}", *created]
+        lines = [f"{line}; {stack}", *created]
+        if self._comparison is not None:
+            earlier, same = self._comparison
+            lines.append(f"gbvalidate: comparing with {earlier.path} ({self.settings.compare.source}): ")
+            lines[-1] += "; ".join(same.notes)
+        return lines
 
     # --- pytest hooks ---------------------------------------------------------------------------------------
 
@@ -257,6 +303,8 @@ class GbSession:
         self._gang_section()
         data = payload(item)
         del item.stash[PAYLOAD]  # the next phase's report carries what comes after this one
+        if report.failed and self.engaged:
+            data["fault"] = self._fault(item, report, data["measurements"])
         data["sections"].update(self._pending_sections)
         self._pending_sections = {}
         if any(data.values()):
@@ -274,7 +322,13 @@ class GbSession:
             _ = self.target  # a worker measured: resolve here too, for the report's header
         if report.when == "call" or report.outcome != "passed":
             message, text = (None, None) if report.passed else _failure_text(report)
-            self._unreported_tests.append((report.nodeid, report.when, report.outcome, report.duration, message, text))
+            fault = data.get("fault")
+            if fault is not None:
+                summary = f"{fault['category']} ({fault['disposition']}): {fault['action']}"
+                _add_junit_suite_properties(self.config, {f"fault[{report.nodeid}]": summary})
+            self._unreported_tests.append(
+                (report.nodeid, report.when, report.outcome, report.duration, message, text, fault)
+            )
         if not self.engaged:  # kept, for a run that engages later (under xdist, when a worker first measures)
             return
         for test in self._unreported_tests:
@@ -288,6 +342,17 @@ class GbSession:
             self.report.add_record(section, record)
         if records or report.when == "teardown":
             self.report.write()
+
+    def _fault(self, item: pytest.Item, report: pytest.TestReport, records: list[dict[str, Any]]) -> dict[str, Any]:
+        """The failed test's fault category and the operator's action, from the fault table: for the JSON report
+        and the testcase's JUnit properties (xunit1; the controller adds them to the suite's for xunit2)."""
+        from pytest_gbvalidate import faults
+
+        message, _ = _failure_text(report)
+        verdicts = {r.get("verdict") for r in records} | {(r.get("compare") or {}).get("verdict") for r in records}
+        fault = faults.load().classify(report.nodeid, message, {v for v in verdicts if v}).as_dict()
+        item.user_properties += [("gb_fault_category", fault["category"]), ("gb_fault_action", fault["action"])]
+        return fault
 
     @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -365,6 +430,24 @@ class GbSession:
     def add_report_record(self, item: pytest.Item, section: str, record: dict[str, Any]) -> None:
         """A record of one test for a list section of the JSON report (`telemetry`)."""
         payload(item)["records"].append((section, record))
+
+
+def _gpu_identities(target: Target) -> tuple[GpuIdentity, ...] | str | None:
+    """This node's GPUs by PCI bus id (None on a SKU without GPUs; NVML's error when it cannot say)."""
+    if not target.is_gpu:
+        return None
+    from pytest_gbvalidate.compare import GpuIdentity
+    from pytest_gbvalidate.node import nvml
+
+    try:
+        nvml.init()
+        try:
+            inventory = nvml.read_inventory()
+        finally:
+            nvml.shutdown()
+    except nvml.NvmlError as exc:
+        return f"NVML: {exc}"
+    return tuple(GpuIdentity(g.index, g.pci_bus_id, g.uuid, g.serial) for g in inventory.gpus.values())
 
 
 def _fixturenames(item: pytest.Item) -> list[str]:

@@ -8,7 +8,10 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from pytest_gbvalidate.compare import AllowedRegression
 
 T = TypeVar("T")
 
@@ -55,11 +58,13 @@ class Settings:
     # Missing directories that writing the report or the recorded baseline will create, as pytest's --junitxml
     # creates its own: (where the path came from, the outermost missing directory).
     created_dirs: tuple[tuple[str, Path], ...] = ()
+    compare: Setting[Path | None] = Setting(None, "default")  # an earlier JSON report of this node
+    compare_fail: Setting[AllowedRegression | None] = Setting(None, "default")  # None: each metric's warn band
 
     @property
     def explicit(self) -> bool:
         """True when the user asked for gbvalidate in any way, so a bad value must fail the run."""
-        chosen = (self.sku, self.baselines, self.report, self.strict, self.timeout, self.reference_tools)
+        chosen = (self.sku, self.baselines, self.report, self.strict, self.timeout, self.reference_tools, self.compare)
         return any(not s.is_default for s in chosen) or self.record is not None or self.list_skus
 
 
@@ -107,6 +112,8 @@ def resolve(sources: Sources) -> Settings:
         timeout=_pick(sources, "timeout", None, _parse_timeout),
         reference_tools=_pick(sources, "reference_tools", False, _parse_bool),
         created_dirs=created,
+        compare=_pick(sources, "compare", None, _parse_input_file),
+        compare_fail=_pick(sources, "compare_fail", None, _parse_allowed_regression),
     )
 
 
@@ -171,6 +178,22 @@ def _ancestors(path: Path) -> tuple[Path, Path | None]:
     while not os.path.lexists(existing) and existing != existing.parent:
         existing, missing = existing.parent, existing
     return existing, missing
+
+
+def _parse_input_file(raw: str, base: Path) -> Path | None:
+    path = base / raw
+    if not path.is_file():
+        raise SettingError(f"no such file: {path}")
+    return path
+
+
+def _parse_allowed_regression(raw: str, _base: Path) -> AllowedRegression | None:
+    from pytest_gbvalidate.compare import parse_allowed
+
+    try:
+        return parse_allowed(raw)
+    except ValueError as exc:
+        raise SettingError(str(exc)) from None
 
 
 def _parse_dir(raw: str, base: Path) -> Path:

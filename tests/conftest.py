@@ -18,10 +18,12 @@ from tests.fakenvml import install
 
 # Variables of the host's environment that change what the plugin does: NCCL_* are reported and passed to the
 # ranks; CUDA_* pick and number the GPUs; torchrun's and Slurm's make the plugin join their world instead of
-# starting its own ranks; GBVALIDATE_* are our own settings.
+# starting its own ranks; GBVALIDATE_* are our own settings. PYTEST_XDIST_* when these tests run under -n: the
+# pytester runs they start are no xdist workers (pytest-benchmark, if installed, would think they were and warn,
+# which the warnings-as-errors setting turns into an internal error of the inner run).
 _HOST_VARIABLES = {"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"}
 _HOST_VARIABLES |= {"LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK"}
-_HOST_PREFIXES = ("NCCL_", "SLURM_", "GBVALIDATE_")
+_HOST_PREFIXES = ("NCCL_", "SLURM_", "GBVALIDATE_", "PYTEST_XDIST_")
 
 
 @pytest.fixture(scope="session", autouse=True)

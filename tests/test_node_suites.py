@@ -125,7 +125,7 @@ def test_each_injected_fault_fails_the_right_check_on_the_right_gpu(
     gpu3.clocks_mhz["graphics_app"] = 1500
     node.install(monkeypatch, tmp_path)
 
-    result, cases, _ = run_suites(pytester, "ND_GB200_v6", *NO_TELEMETRY, suites=(HEALTH,))
+    result, cases, report = run_suites(pytester, "ND_GB200_v6", *NO_TELEMETRY, suites=(HEALTH,))
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     expected = {
         "test_ecc_errors[gpu0]": "gpu0 (00000008:01:00.0): ECC errors: sram_uncorrectable 2 aggregate, limit 0",
@@ -143,6 +143,30 @@ def test_each_injected_fault_fails_the_right_check_on_the_right_gpu(
         assert text in failed[name], (name, failed[name])
     assert not with_outcome(cases, "error")
     assert cases["test_no_critical_xid[gpu0]"]["outcome"] == "passed"  # Xid 13 is an application fault
+
+    # Each failure carries its fault category and the operator's action: JSON, JUnit and the terminal.
+    categories = {
+        "test_ecc_errors[gpu0]": ("gpu_hardware", "ISOLATE"),  # uncorrectable SRAM
+        "test_row_remapping[gpu0]": ("gpu_reset", "RESET"),  # pending, not failed
+        "test_no_slowdown[gpu1]": ("thermal_power", "MONITOR"),
+        "test_no_critical_xid[gpu1]": ("gpu_hardware", "ISOLATE"),  # Xid 79
+        "test_nvlinks[gpu2]": ("link", "ISOLATE"),
+        "test_persistence_mode[gpu2]": ("configuration", "MONITOR"),
+        "test_pcie_link[gpu3]": ("link", "ISOLATE"),
+        "test_application_clocks[gpu3]": ("configuration", "MONITOR"),
+    }
+    faults = {t["test_id"].rsplit("::")[-1]: t["fault"] for t in report["tests"] if t["outcome"] == "failed"}
+    assert {name: (f["category"], f["disposition"]) for name, f in faults.items()} == categories
+    assert faults["test_pcie_link[gpu3]"]["action"].startswith("check the cable or port")
+    assert "fault" not in next(t for t in report["tests"] if t["outcome"] == "passed")
+    assert dict(cases["test_row_remapping[gpu0]"]["props"])["gb_fault_category"] == "gpu_reset"
+    result.stdout.fnmatch_lines(
+        [
+            "*gbvalidate: failures by fault category*",
+            "gpu_hardware (ISOLATE): replace the GPU*",
+            "  *test_ecc_errors[[]gpu0[]]: *sram_uncorrectable*",
+        ]
+    )
 
 
 class LoseGpuAfter:

@@ -1,0 +1,233 @@
+"""The node against its own earlier report (`--gb-compare PATH`): before and after maintenance.
+
+The earlier run's JSON report is read once; the run first checks it is the same node (hostname, and each GPU's
+serial and UUID by PCI bus id), then every measurement is also compared with the one of the same metric and scope
+in that report. A regression beyond the allowed percentage fails the test that made the measurement.
+
+pytest-benchmark's convention, mirrored rather than reused: `--benchmark-compare` / `--benchmark-compare-fail=
+mean:5%` compare pytest-benchmark's own saved timing statistics of functions it timed itself; our measurements are
+bandwidths, TFLOPS and step times that the checks take with CUDA events, kept in our JSON report. So the names
+follow it (`--gb-compare`, `--gb-compare-fail=[METRIC:]PCT%`), the storage is the report the run already writes.
+
+No pytest here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_gbvalidate.report import REPORT_SCHEMA
+
+# The regression allowed when neither --gb-compare-fail nor the baseline's warn band says: pytest-benchmark's
+# documented example threshold (`--benchmark-compare-fail=mean:5%`), and about twice the run-to-run spread of the
+# GPU measurements we have seen (bf16 GEMM 784.6 vs 786.6 TFLOPS, d2d 1488 vs 1488 GB/s on one H100).
+DEFAULT_ALLOWED_PCT = 5.0
+
+REGRESSED, OK, GPU_REPLACED = "regressed", "ok", "gpu_replaced"
+
+
+class CompareError(Exception):
+    """The earlier report cannot be used: unreadable, not ours, or from another node. A usage error."""
+
+
+@dataclass(frozen=True)
+class AllowedRegression:
+    """`--gb-compare-fail`: percentages by metric name, and one for every other metric (None: the baseline's
+    warn band, else DEFAULT_ALLOWED_PCT)."""
+
+    default_pct: float | None = None
+    by_metric: Mapping[str, float] = field(default_factory=dict)
+
+    def for_metric(self, metric: str, warn_band_pct: float | None) -> tuple[float, str]:
+        """(the percentage, where it comes from)."""
+        if metric in self.by_metric:
+            return self.by_metric[metric], f"--gb-compare-fail {metric}"
+        if self.default_pct is not None:
+            return self.default_pct, "--gb-compare-fail"
+        if warn_band_pct is not None:
+            return warn_band_pct, "the baseline's warn band"
+        return DEFAULT_ALLOWED_PCT, "default"
+
+
+def parse_allowed(text: str) -> AllowedRegression:
+    """`5%`, `all_reduce_busbw_gbps:3%`, or several, separated by commas or spaces: `3%,gemm_bf16_tflops:2%`."""
+    default: float | None = None
+    by_metric: dict[str, float] = {}
+    for part in text.replace(",", " ").split():
+        metric, _, pct_text = part.rpartition(":")
+        if not pct_text.endswith("%"):
+            raise ValueError(f"{part!r}: expected [METRIC:]PCT%, e.g. 5% or all_reduce_busbw_gbps:3%")
+        try:
+            pct = float(pct_text[:-1])
+        except ValueError:
+            pct = math.nan
+        if not math.isfinite(pct) or pct < 0:
+            raise ValueError(f"{part!r}: the percentage must be a number >= 0")
+        if metric:
+            by_metric[metric] = pct
+        else:
+            default = pct
+    if default is None and not by_metric:
+        raise ValueError("expected [METRIC:]PCT%, e.g. 5% or all_reduce_busbw_gbps:3%")
+    return AllowedRegression(default, by_metric)
+
+
+def measurement_key(record: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    """What makes two measurements the same one: metric and scope, and for a collective sweep the placement
+    (in place or out of place) and the tool (ours or nccl-tests), which share a metric and a size label."""
+    details = record.get("details") or {}
+    return record["metric"], record["scope"], str(details.get("placement", "")), str(details.get("tool", ""))
+
+
+@dataclass(frozen=True)
+class GpuIdentity:
+    index: int
+    pci_bus_id: str
+    uuid: str
+    serial: str | None
+
+
+@dataclass(frozen=True)
+class EarlierReport:
+    path: Path
+    date: str  # the earlier run's start time
+    status: str
+    sku: str | None
+    hostname: str | None
+    gpus: tuple[GpuIdentity, ...] | None  # None: the earlier run did not read the inventory
+    measurements: Mapping[tuple[str, str, str, str], Mapping[str, Any]]
+
+
+def load_earlier(path: Path) -> EarlierReport:
+    """Read an earlier JSON report. A partial one (status `running`: the run was killed) is used for what it
+    measured; the caller says so."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CompareError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CompareError(f"{path} is not a JSON report: {exc}") from None
+    if not isinstance(data, dict) or data.get("schema") != REPORT_SCHEMA:
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise CompareError(f"{path} is not a pytest-gbvalidate report (schema {found!r}, expected {REPORT_SCHEMA!r})")
+    measurements: dict[tuple[str, str, str, str], Mapping[str, Any]] = {}
+    for record in data.get("measurements") or []:
+        if isinstance(record, dict) and isinstance(record.get("value"), (int, float)):
+            measurements[measurement_key(record)] = record
+    devices = (data.get("gpus") or {}).get("devices")
+    gpus = None
+    if isinstance(devices, list):
+        gpus = tuple(
+            GpuIdentity(int(d["index"]), str(d["pci_bus_id"]), str(d["uuid"]), d.get("serial")) for d in devices
+        )
+    return EarlierReport(
+        path=path,
+        date=str(data.get("start_time")),
+        status=str(data.get("status")),
+        sku=(data.get("sku") or {}).get("name"),
+        hostname=(data.get("node") or {}).get("hostname"),
+        gpus=gpus,
+        measurements=measurements,
+    )
+
+
+@dataclass(frozen=True)
+class SameNode:
+    """The outcome of the same-node check: GPUs replaced since the earlier run (scope label -> what changed),
+    and notes for the header and the JSON report."""
+
+    replaced: Mapping[str, str]
+    notes: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"replaced_gpus": dict(self.replaced), "notes": list(self.notes)}
+
+
+def check_same_node(
+    earlier: EarlierReport, sku: str, hostname: str, gpus_now: tuple[GpuIdentity, ...] | str | None
+) -> SameNode:
+    """Raise CompareError when the earlier report is another node's (or another SKU's). `gpus_now`: this node's
+    GPUs, the reason they could not be read, or None on a SKU without GPUs."""
+    where = f"--gb-compare {earlier.path}"
+    if earlier.hostname != hostname:
+        raise CompareError(f"{where} is node {earlier.hostname!r}'s report; this is {hostname!r}")
+    if earlier.sku != sku:
+        raise CompareError(f"{where} checked the {earlier.sku} SKU; this run checks {sku}")
+    notes = [f"same node {hostname}, earlier run of {earlier.date}"]
+    if earlier.status != "finished":
+        notes.append(f"the earlier run did not finish (status {earlier.status}): compared where it measured")
+    replaced: dict[str, str] = {}
+    if isinstance(gpus_now, str):
+        notes.append(f"GPUs not compared by serial: {gpus_now}")
+    elif gpus_now is not None and earlier.gpus is None:
+        notes.append("GPUs not compared by serial: the earlier report has no GPU inventory (health checks not run)")
+    elif gpus_now is not None and earlier.gpus is not None:
+        before = {g.pci_bus_id.lower(): g for g in earlier.gpus}
+        for now in gpus_now:
+            old = before.get(now.pci_bus_id.lower())
+            if old is None:
+                notes.append(f"gpu{now.index} at {now.pci_bus_id}: no GPU there in the earlier report")
+                replaced[f"gpu{now.index}"] = "no GPU at its PCI bus id in the earlier report"
+            elif (old.serial, old.uuid) != (now.serial, now.uuid):
+                what = f"replaced since the earlier run (serial {old.serial} -> {now.serial}, {old.uuid} -> {now.uuid})"
+                replaced[f"gpu{now.index}"] = what
+                notes.append(f"gpu{now.index} at {now.pci_bus_id}: {what}")
+        missing = sorted(set(before) - {g.pci_bus_id.lower() for g in gpus_now})
+        notes += [f"no GPU answers at {pci} now (gpu{before[pci].index} in the earlier report)" for pci in missing]
+        if not replaced and not missing:
+            notes.append(f"all {len(gpus_now)} GPUs have the serials of the earlier run")
+    return SameNode(replaced, tuple(notes))
+
+
+def compare_one(
+    earlier: EarlierReport,
+    record: Mapping[str, Any],
+    allowed: AllowedRegression,
+    warn_band_pct: float | None,
+    same_node: SameNode,
+    now: str,
+) -> dict[str, Any] | None:
+    """The `compare` section of a measurement `record` (metric, scope, value, unit, direction, details), or None
+    when the earlier report has no such measurement."""
+    old = earlier.measurements.get(measurement_key(record))
+    value = record.get("value")
+    if old is None or not isinstance(value, (int, float)):
+        return None
+    metric, scope, unit = record["metric"], record["scope"], record["unit"]
+    old_value = float(old["value"])
+    section: dict[str, Any] = {"earlier_value": old_value, "earlier_date": earlier.date, "date": now}
+    replaced = same_node.replaced.get(scope)
+    if replaced is not None:
+        message = f"{metric} [{scope}]: not compared with the earlier report: this GPU was {replaced}"
+        return section | {"delta_pct": None, "allowed_pct": None, "verdict": GPU_REPLACED, "message": message}
+    delta_pct = (value - old_value) / abs(old_value) * 100.0 if old_value else math.inf
+    pct, source = allowed.for_metric(metric, warn_band_pct)
+    worse_pct = -delta_pct if record["direction"] == "higher" else delta_pct
+    verdict = REGRESSED if not math.isfinite(value) or worse_pct > pct else OK
+    message = (
+        f"{metric} [{scope}]: {_fmt(value)} {unit} now ({now}) against {_fmt(old_value)} {unit} in the earlier "
+        f"report ({earlier.date}), delta {delta_pct:+.1f}%, {record['direction']} is better, allowed {pct:g}% "
+        f"({source}) -> {verdict.upper()}"
+    )
+    return section | {
+        "delta_pct": round(delta_pct, 3) if math.isfinite(delta_pct) else str(delta_pct),
+        "allowed_pct": pct,
+        "verdict": verdict,
+        "message": message,
+    }
+
+
+def warn_band_pct(expected: float | None, warn_limit: float | None) -> float | None:
+    """The baseline's warn band as a percentage of its expected value."""
+    if expected is None or warn_limit is None or expected == 0:
+        return None
+    return abs(expected - warn_limit) / abs(expected) * 100.0
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4g}"

@@ -1,0 +1,218 @@
+"""--gb-compare: the node against its own earlier report, before and after maintenance. End to end on reports
+that real runs of the cpu suites wrote (an earlier value made better stands for a node that has since regressed),
+a fake GPU node for a replaced GPU, and the pure parts."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch  # noqa: F401 -- in-process pytester runs drop modules they imported, and torch cannot load twice
+
+from pytest_gbvalidate import compare as cmp
+from tests.fakenode import nd96asr_v4
+from tests.test_plugin import SUITES, XUNIT1, assert_usage_error, junit_cases
+
+HOST_COPY = (str(SUITES / "test_bandwidth.py"), "-k", "host_copy", "-p", "no:cacheprovider")
+METRIC = "host_copy_bandwidth_gbps"
+
+
+def run_cpu(pytester: pytest.Pytester, report: str, *extra: str) -> tuple[pytest.RunResult, dict[str, Any]]:
+    result = pytester.runpytest(*HOST_COPY, "--gb-sku=cpu", f"--gb-report={report}", *XUNIT1, *extra)
+    return result, json.loads((pytester.path / report).read_text())
+
+
+@pytest.fixture
+def earlier(pytester: pytest.Pytester) -> dict[str, Any]:
+    """The report of a real run of the cpu host copy check on this machine: the node before maintenance."""
+    result, report = run_cpu(pytester, "before.json")
+    assert result.ret == pytest.ExitCode.OK
+    return report
+
+
+def rewrite(pytester: pytest.Pytester, report: dict[str, Any], name: str) -> str:
+    (pytester.path / name).write_text(json.dumps(report))
+    return name
+
+
+def test_the_same_node_compares_every_measurement_with_its_earlier_one(
+    pytester: pytest.Pytester, earlier: dict[str, Any]
+) -> None:
+    result, report = run_cpu(pytester, "after.json", "--gb-compare=before.json")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    (before,) = [m for m in earlier["measurements"] if m["metric"] == METRIC]
+    (after,) = [m for m in report["measurements"] if m["metric"] == METRIC]
+    compared = after["compare"]
+    assert compared["earlier_value"] == before["value"] and compared["earlier_date"] == earlier["start_time"]
+    assert compared["delta_pct"] == pytest.approx((after["value"] - before["value"]) / before["value"] * 100, abs=1e-3)
+    # The cpu baseline's warn band for the host copy is 50% of its expected value: that is what is allowed.
+    assert (compared["allowed_pct"], compared["verdict"]) == (pytest.approx(50.0), "ok")
+    section = report["compare"]
+    assert section["path"].endswith("before.json") and section["source"] == "--gb-compare on the command line"
+    assert section["notes"] == [f"same node {socket.gethostname()}, earlier run of {earlier['start_time']}"]
+    result.stdout.fnmatch_lines(["gbvalidate: comparing with *before.json (--gb-compare on the command line): same*"])
+    result.stdout.fnmatch_lines(["test *vs earlier", f"test_host_copy_bandwidth *{METRIC}*% OK"])
+
+
+def test_a_regression_beyond_the_allowed_band_fails_with_both_values_and_dates(
+    pytester: pytest.Pytester, earlier: dict[str, Any]
+) -> None:
+    (before,) = [m for m in earlier["measurements"] if m["metric"] == METRIC]
+    before["value"] *= 10  # the node copied ten times faster before maintenance
+    rewrite(pytester, earlier, "before.json")
+    result, report = run_cpu(pytester, "after.json", "--gb-compare=before.json")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    (after,) = [m for m in report["measurements"] if m["metric"] == METRIC]
+    assert after["verdict"] == "pass"  # against the baseline; against itself:
+    delta_pct = (after["value"] - before["value"]) / before["value"] * 100
+    assert after["compare"]["verdict"] == "regressed" and after["compare"]["delta_pct"] == pytest.approx(
+        delta_pct, abs=1e-3
+    )
+    message = junit_cases(pytester.path / "r.xml")["test_host_copy_bandwidth"]["message"] or ""
+    for part in (
+        f"{after['value']:.4g} GB/s now ({after['compare']['date']})",
+        f"against {before['value']:.4g} GB/s in the earlier report ({earlier['start_time']})",
+        f"delta {delta_pct:+.1f}%",
+        "allowed 50% (the baseline's warn band) -> REGRESSED",
+    ):
+        assert part in message, (part, message)
+    props = dict(junit_cases(pytester.path / "r.xml")["test_host_copy_bandwidth"]["props"])
+    assert props["gb_compare_verdict"] == "regressed" and float(props["gb_compare_earlier_value"]) == before["value"]
+    (test,) = [t for t in report["tests"] if t["outcome"] == "failed"]
+    assert test["fault"]["category"] == "performance" and "regressed against the node's earlier" in test["fault"]["why"]
+
+    # What is allowed can be widened per metric, as --benchmark-compare-fail does per statistic.
+    result, report = run_cpu(pytester, "again.json", "--gb-compare=before.json", f"--gb-compare-fail=1%,{METRIC}:95%")
+    assert result.ret == pytest.ExitCode.OK
+    (after,) = [m for m in report["measurements"] if m["metric"] == METRIC]
+    assert after["compare"]["allowed_pct"] == 95 and after["compare"]["verdict"] == "ok"
+    assert report["compare"]["allowed"] == {"default_pct": 1.0, METRIC: 95.0}
+
+
+def test_another_node_s_report_is_a_usage_error(pytester: pytest.Pytester, earlier: dict[str, Any]) -> None:
+    earlier["node"]["hostname"] = "node-b17"
+    rewrite(pytester, earlier, "other.json")
+    result = pytester.runpytest(*HOST_COPY, "--gb-sku=cpu", "--gb-compare=other.json")
+    assert_usage_error(
+        result, "*--gb-compare on the command line: --gb-compare *other.json is node 'node-b17'*this is '*'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("content", "error"),
+    [
+        ("{not json", "*other.json is not a JSON report*"),
+        ('{"schema": "something-else/1"}', "*is not a pytest-gbvalidate report (schema 'something-else/1'*"),
+        ("[1, 2]", "*is not a pytest-gbvalidate report (schema 'list'*"),
+    ],
+)
+def test_a_file_that_is_not_a_report_is_a_usage_error(pytester: pytest.Pytester, content: str, error: str) -> None:
+    (pytester.path / "other.json").write_text(content)
+    assert_usage_error(pytester.runpytest(*HOST_COPY, "--gb-sku=cpu", "--gb-compare=other.json"), error)
+
+
+def test_a_missing_report_or_a_bad_allowance_names_its_source(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert_usage_error(
+        pytester.runpytest(*HOST_COPY, "--gb-sku=cpu", "--gb-compare=gone.json"),
+        "*--gb-compare on the command line: 'gone.json': no such file: *gone.json",
+    )
+    monkeypatch.setenv("GBVALIDATE_COMPARE_FAIL", "five percent")
+    assert_usage_error(
+        pytester.runpytest(*HOST_COPY, "--gb-sku=cpu"),
+        "*GBVALIDATE_COMPARE_FAIL in the environment: 'five percent': 'five': expected [[]METRIC:[]]PCT%*",
+    )
+
+
+GPU_CHECKS = """\
+import os
+import pytest
+from pytest_gbvalidate.metrics import MetricSpec
+
+SPEC = MetricSpec("lab_h2d_gbps", "GB/s", "higher", "gpu", "a check of this test")
+
+def test_inventory(gpus):
+    gpus.require()
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_h2d(gb_expect, index):
+    gb_expect("lab_h2d_gbps", float(os.environ["LAB_H2D_GBPS"]), scope=f"gpu{index}", spec=SPEC)
+"""
+
+
+def test_a_replaced_gpu_is_reported_and_not_compared_with_its_predecessor(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    lib = nd96asr_v4().install(monkeypatch, tmp_path)
+    pytester.makepyfile(test_gpu_checks=GPU_CHECKS)
+    args = ["--gb-sku=ND96asr_v4", "-p", "no:cacheprovider", *XUNIT1]
+    monkeypatch.setenv("LAB_H2D_GBPS", "24")
+    assert pytester.runpytest(*args, "--gb-report=before.json").ret == pytest.ExitCode.OK  # skips: no baseline
+
+    old_serial = lib.gpus[1].serial
+    lib.gpus[1].serial, lib.gpus[1].uuid = "1650000009999", "GPU-99999999-0000-0000-0000-000000000002"
+    monkeypatch.setenv("LAB_H2D_GBPS", "12")  # half of what it was, on both GPUs
+    result = pytester.runpytest(*args, "--gb-report=after.json", "--gb-compare=before.json")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    cases = junit_cases(pytester.path / "r.xml")
+    assert cases["test_h2d[0]"]["outcome"] == "failure" and "delta -50.0%" in (cases["test_h2d[0]"]["message"] or "")
+    assert cases["test_h2d[1]"]["outcome"] == "skipped"  # no baseline value, and nothing to compare it with
+    report = json.loads((pytester.path / "after.json").read_text())
+    replaced = report["compare"]["replaced_gpus"]
+    assert list(replaced) == ["gpu1"] and f"serial {old_serial} -> 1650000009999" in replaced["gpu1"]
+    gpu1 = next(m for m in report["measurements"] if m["scope"] == "gpu1")
+    assert gpu1["compare"]["verdict"] == "gpu_replaced" and "this GPU was replaced" in gpu1["compare"]["message"]
+    result.stdout.fnmatch_lines(["gbvalidate: comparing with *gpu1 at *: replaced since the earlier run (serial*"])
+
+
+def test_allowed_regressions_parse_and_pick_the_most_specific() -> None:
+    allowed = cmp.parse_allowed("3%, all_reduce_busbw_gbps:1.5%")
+    assert allowed.for_metric("all_reduce_busbw_gbps", 10.0) == (1.5, "--gb-compare-fail all_reduce_busbw_gbps")
+    assert allowed.for_metric("gemm_bf16_tflops", 10.0) == (3.0, "--gb-compare-fail")
+    assert cmp.AllowedRegression().for_metric("m", 10.0) == (10.0, "the baseline's warn band")
+    assert cmp.AllowedRegression().for_metric("m", None) == (cmp.DEFAULT_ALLOWED_PCT, "default")
+    for bad in ("5", "x:%", "-1%", "", "nan%"):
+        with pytest.raises(ValueError, match=r"PCT%|>= 0"):
+            cmp.parse_allowed(bad)
+
+
+def test_lower_is_better_regresses_upwards_and_sweeps_are_matched_by_placement() -> None:
+    def record(metric: str, value: float, direction: str, placement: str = "") -> dict[str, Any]:
+        details = {"placement": placement} if placement else {}
+        return {
+            "metric": metric,
+            "scope": "1MiB",
+            "value": value,
+            "unit": "x",
+            "direction": direction,
+            "details": details,
+        }
+
+    earlier = cmp.EarlierReport(
+        Path("e.json"),
+        "2026-01-01T00:00:00+00:00",
+        "finished",
+        "cpu",
+        "n1",
+        None,
+        {
+            cmp.measurement_key(record("step_time_s", 1.0, "lower")): record("step_time_s", 1.0, "lower"),
+            cmp.measurement_key(record("busbw", 10.0, "higher", "in_place")): record("busbw", 10.0, "higher"),
+        },
+    )
+    same = cmp.SameNode({}, ())
+    allowed = cmp.AllowedRegression(5.0)
+
+    def verdict(r: dict[str, Any]) -> str | None:
+        section = cmp.compare_one(earlier, r, allowed, None, same, "now")
+        return None if section is None else str(section["verdict"])
+
+    assert verdict(record("step_time_s", 1.06, "lower")) == "regressed"
+    assert verdict(record("step_time_s", 0.5, "lower")) == "ok"
+    assert verdict(record("busbw", 9.6, "higher", "in_place")) == "ok"
+    assert verdict(record("busbw", 9.4, "higher", "in_place")) == "regressed"
+    assert verdict(record("busbw", 1.0, "higher", "out_of_place")) is None  # not in the earlier report
