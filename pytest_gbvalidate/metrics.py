@@ -15,7 +15,7 @@ DIRECTIONS = ("higher", "lower")
 # What one measurement is about. Values for `message_size` differ per size (and for `layout` per training
 # layout), so a baseline keeps one value per label; for the other kinds one value applies to every GPU / pair /
 # link of the node.
-SCOPE_KINDS = ("node", "gpu", "gpu_pair", "link", "message_size", "layout")
+SCOPE_KINDS = ("node", "gpu", "gpu_pair", "node_pair", "link", "message_size", "layout")
 PER_LABEL_SCOPE_KINDS = frozenset({"message_size", "layout"})
 
 
@@ -49,6 +49,9 @@ CATALOG: dict[str, MetricSpec] = {
         ),
         MetricSpec("alltoall_busbw_gbps", "GB/s", "higher", "message_size", "alltoall bus bandwidth (nccl-tests)"),
         MetricSpec("broadcast_busbw_gbps", "GB/s", "higher", "message_size", "broadcast bus bandwidth (nccl-tests)"),
+        MetricSpec(
+            "pairwise_all_reduce_busbw_gbps", "GB/s", "higher", "node_pair", "all_reduce busbw between two nodes"
+        ),
     )
 }
 

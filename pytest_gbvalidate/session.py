@@ -243,6 +243,7 @@ class GbSession:
         self._gang_reported = len(failed_starts)
         kind = "world" if world_from_environment(os.environ) is not None else "local"
         section = {"kind": kind, "world_size": gang.world_size, "device_type": self.target.device_type}
+        section |= {"nodes": len(gang.hosts), "hosts": [f"node{n} ({host})" for n, host in gang.hosts.items()]}
         self.set_report_section("gang", section | {"failed_starts": failed_starts})
 
     def header_lines(self) -> list[str]:

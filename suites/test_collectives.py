@@ -13,11 +13,18 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_gbvalidate.bench import pairwise
 from pytest_gbvalidate.bench.collectives import MIN_RANKS, PLACEMENTS, SizeRow, summarize, sweep_on_rank
-from pytest_gbvalidate.checks import expect_sweep, require_ranks, sweep_plan
+from pytest_gbvalidate.checks import WARMUP, expect_sweep, require_ranks, sweep_plan
 from pytest_gbvalidate.expect import Expect
-from pytest_gbvalidate.ranks.gang import Gang
+from pytest_gbvalidate.labels import size_label
+from pytest_gbvalidate.ranks.gang import Gang, WorldGang
 from pytest_gbvalidate.target import Target
+
+# The message size of the pairwise check when the baseline's params give none: the size GPU collectives are
+# quoted at (checks.DEFAULT_GATES), and the CPU sweep's largest gated size.
+PAIRWISE_BYTES = {"gpu": 2**30, "cpu": 2**20}
+PAIRWISE_ITERATIONS = 10
 
 
 def check_collective(collective: str, placement: str, target: Target, gang: Gang, gb_expect: Expect) -> None:
@@ -63,3 +70,42 @@ def test_alltoall_busbw(placement: str, gb_target: Target, gb_gang: Gang, gb_exp
 @pytest.mark.parametrize("placement", PLACEMENTS["broadcast"])
 def test_broadcast_busbw(placement: str, gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
     check_collective("broadcast", placement, gb_target, gb_gang, gb_expect)
+
+
+def test_pairwise_all_reduce_busbw(gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
+    """Under torchrun / srun across nodes: all_reduce between pairs of nodes, even/odd then shifted
+    (bench/pairwise.py). Fails naming the node that is slow, or returns wrong data, in every pair it joins; each
+    pair's busbw is reported, and gated where the baseline has a value for it."""
+    metric = "pairwise_all_reduce_busbw_gbps"
+    if not isinstance(gb_gang, WorldGang):
+        pytest.skip("pairs of nodes need a torchrun / srun world across nodes; this run is one node")
+    params = gb_target.params(metric)
+    size_bytes = int(params.get("size_bytes", PAIRWISE_BYTES["gpu" if gb_target.is_gpu else "cpu"]))
+    warmup, iterations = int(params.get("warmup", WARMUP)), int(params.get("iterations", PAIRWISE_ITERATIONS))
+    run = pairwise.summarize(gb_gang.run(pairwise.pairwise_on_rank, size_bytes, warmup, iterations))
+    if not run.rows:
+        pytest.skip(f"pairs of nodes need two nodes; this world of {gb_gang.world_size} rank(s) is on one")
+    slow_pct = float(params.get("slow_pct", pairwise.SLOW_PCT))
+    bad = pairwise.bad_nodes(run.rows, run.node_of_rank, slow_pct)
+    problems = [f"node{node} ({run.hosts[node]}): {why}" for node, why in bad.items()]
+    measured = []
+    for row in run.rows:
+        a, b = row.nodes
+        scope = f"node{a}+node{b}"
+        details = {
+            "hosts": [run.hosts[a], run.hosts[b]],
+            "size": size_label(size_bytes),
+            "size_bytes": size_bytes,
+            "wrong_by_rank": {str(rank): n for rank, n in row.wrong_by_rank.items()},
+        }
+        ref = gb_target.reference(metric, scope)
+        if ref is not None and ref.has_reference:
+            measured.append((metric, scope, row.busbw_gbps, details))
+        else:
+            gb_expect.record(metric, row.busbw_gbps, scope, details=details)
+    try:
+        gb_expect.each(measured)
+    except pytest.fail.Exception as exc:
+        problems.append(str(exc.msg))
+    if problems:
+        pytest.fail("pairwise all_reduce: " + "\n".join(problems), pytrace=False)

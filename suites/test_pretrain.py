@@ -17,7 +17,7 @@ from pytest_gbvalidate.expect import Expect
 from pytest_gbvalidate.probes import Telemetry
 from pytest_gbvalidate.ranks.gang import Gang
 from pytest_gbvalidate.target import Target
-from pytest_gbvalidate.workloads.llama.parallel import LayoutError, check_world, engine_mismatch
+from pytest_gbvalidate.workloads.llama.parallel import LayoutError, check_world, engine_mismatch, weak_scaled
 from pytest_gbvalidate.workloads.llama.train import PretrainResult, TrainRequest, summarize, train_worker
 
 # A hang guard, not the measurement's bound (the step counts are): generous for an 8B step of about a minute.
@@ -72,15 +72,16 @@ def pretrain_spec(target: Target) -> PretrainSpec:
 def train_native(spec: PretrainSpec, gang: Gang) -> PretrainResult:
     """The built-in engine on the gang's ranks. The layout must fill the gang exactly: checked here, before
     any rank does work."""
+    layout = weak_scaled(spec.layout, gang.world_size)  # across N nodes: N times the replicas and the batch
     try:
-        check_world(spec.layout, gang.world_size)
+        check_world(layout, gang.world_size)
     except LayoutError as exc:
         pytest.fail(f"pretrain layout from the baseline: {exc}", pytrace=False)
     if spec.timed_steps < MIN_TIMED_ITERATIONS:
         pytest.fail(
             f"pretrain.timed_steps: {spec.timed_steps}; a median needs >= {MIN_TIMED_ITERATIONS}", pytrace=False
         )
-    request = TrainRequest(spec.config, spec.layout, spec.warmup_steps, spec.timed_steps, spec.learning_rate)
+    request = TrainRequest(spec.config, layout, spec.warmup_steps, spec.timed_steps, spec.learning_rate)
     results = gang.run(train_worker, request, timeout_s=timeout_s(spec))
     return summarize(request, results, spec.peak_tflops_per_gpu)
 

@@ -13,7 +13,7 @@ A baseline file looks like::
       h2d_bandwidth_gbps:
         unit: GB/s
         direction: higher          # higher or lower is better
-        scope: gpu                 # node | gpu | gpu_pair | link | message_size | layout
+        scope: gpu                 # node | gpu | gpu_pair | node_pair | link | message_size | layout
         status: provisional        # measured (on a golden node) | provisional
         expected: 51
         fail: 48                   # absolute limit in the metric's unit, or "10%" of expected

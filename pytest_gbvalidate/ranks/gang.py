@@ -65,6 +65,7 @@ class GangError(RuntimeError):
 
 class Gang(Protocol):
     world_size: int
+    hosts: dict[int, str]  # node rank -> hostname: one node for a local gang, each node of a torchrun / srun world
 
     def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None) -> list[Any]:
         """`fn(ctx, *args)` on every rank; the results in rank order. `fn` must be a module-level function.
@@ -159,6 +160,7 @@ class LocalGang:
         call_timeout_s: float = 600.0,
     ) -> None:
         self.world_size = world_size
+        self.hosts = {0: socket.gethostname()}
         self.device_type = device_type
         self.env = dict(env or {})
         self.start_timeout_s = start_timeout_s
@@ -381,6 +383,9 @@ class WorldGang:
             _init_rank(self.device, rank, world_size, "env://", timeout_s)
         node_rank = node_rank_from_environment(os.environ, rank)
         self.ctx = RankContext(rank, world_size, local_rank, self.device, dist.get_backend(), node_rank)
+        placed: list[Any] = [None] * world_size
+        dist.all_gather_object(placed, (node_rank, socket.gethostname()))
+        self.hosts = dict(sorted(placed))
 
     def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None) -> list[Any]:
         try:

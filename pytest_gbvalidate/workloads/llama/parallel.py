@@ -8,7 +8,7 @@ feeds them through its pipeline in microbatches of MBS sequences; under CP each 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pytest_gbvalidate.workloads.llama.config import LlamaConfig
 
@@ -142,6 +142,17 @@ def validate(cfg: LlamaConfig, layout: Layout) -> Layout:
         reasons = "; ".join(message for _, message in found)
         raise LayoutError(f"invalid layout {layout.label} for {cfg.name} at seq {cfg.seq_len}: {reasons}")
     return layout
+
+
+def weak_scaled(layout: Layout, world_size: int) -> Layout:
+    """The layout for a world that is a whole multiple of the layout's ranks (a torchrun / srun world of several
+    nodes, each with the layout's ranks): more data-parallel replicas with the same batch per replica, so each
+    node trains what it would alone and the step time across N nodes compares with one node's (weak scaling).
+    Any other world keeps the layout, which check_world then judges."""
+    if world_size <= layout.world_size or world_size % layout.world_size:
+        return layout
+    replicas = world_size // layout.world_size
+    return replace(layout, dp=layout.dp * replicas, gbs=layout.gbs * replicas)
 
 
 def check_world(layout: Layout, world_size: int) -> None:

@@ -7,8 +7,10 @@ device)` runs the same steps without any process group (the reference the parall
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import resource
+import socket
 import statistics
 import sys
 from contextlib import AbstractContextManager, nullcontext
@@ -77,6 +79,7 @@ class RankResult:
     step_times_s: list[float]  # the timed steps
     losses: list[float] | None  # every step's global-batch loss; on ranks of the last pipeline stage only
     memory: MemoryPeak
+    node: str = ""  # "node<rank of the node> (<hostname>)": which node of a torchrun / srun world
 
 
 class Trainer:
@@ -196,7 +199,8 @@ def train(request: TrainRequest, device: torch.device, groups: RankGroups | None
 def train_worker(ctx: RankContext, request: TrainRequest) -> RankResult:
     """The SPMD entry point: every rank of a gang (whose default process group is up) calls this."""
     groups = build_groups(request.layout, ctx.device) if request.layout.world_size > 1 else None
-    return train(request, ctx.device, groups)
+    result = train(request, ctx.device, groups)
+    return dataclasses.replace(result, node=f"node{ctx.node_rank} ({socket.gethostname()})")
 
 
 def memory_peak(device: torch.device) -> MemoryPeak:
@@ -228,6 +232,16 @@ class PretrainResult:
     losses: list[float]
     vocab_size: int
     memory: list[MemoryPeak] = field(default_factory=list)  # per rank; empty where the engine reports none
+    # Per node, its slowest rank's median step time (the built-in engine; a node's own figure across nodes).
+    per_node_step_time_s: dict[str, float] = field(default_factory=dict)
+    # Per rank, its median step time; their spread shows a straggler that the others wait for.
+    per_rank_step_time_s: list[float] = field(default_factory=list)
+
+    @property
+    def rank_spread_pct(self) -> float | None:
+        """(slowest - fastest) / fastest of the ranks' median step times."""
+        times = self.per_rank_step_time_s
+        return None if len(times) < 2 else round((max(times) - min(times)) / min(times) * 100, 3)
 
     @property
     def scope(self) -> str:
@@ -283,6 +297,9 @@ class PretrainResult:
             "loss_curve": self.losses,
             "loss_drop_pct": self.loss_drop_pct,
             "peak_memory": [{"rank": i, "what": m.what, "gib": m.gib} for i, m in enumerate(self.memory)],
+            "per_node_step_time_s": self.per_node_step_time_s,
+            "per_rank_step_time_s": self.per_rank_step_time_s,
+            "rank_spread_pct": self.rank_spread_pct,
         }
 
 
@@ -290,7 +307,12 @@ def summarize(request: TrainRequest, results: list[RankResult], peak_tflops_per_
     """The run's figures from every rank's results (in rank order): a step takes as long as its slowest rank."""
     per_step = [max(steps) for steps in zip(*(r.step_times_s for r in results), strict=True)]
     losses = next(r.losses for r in results if r.losses is not None)
-    return pretrain_result(request, per_step, losses, [r.memory for r in results], peak_tflops_per_gpu)
+    result = pretrain_result(request, per_step, losses, [r.memory for r in results], peak_tflops_per_gpu)
+    per_rank = [statistics.median(r.step_times_s) for r in results]
+    per_node: dict[str, float] = {}
+    for r, median_s in zip(results, per_rank, strict=True):
+        per_node[r.node] = max(per_node.get(r.node, 0.0), median_s)
+    return dataclasses.replace(result, per_node_step_time_s=per_node, per_rank_step_time_s=per_rank)
 
 
 def pretrain_result(

@@ -1,0 +1,139 @@
+"""Pairwise all_reduce between the nodes of a torchrun / srun world: which node is slow (or wrong) in every pair it
+joins. The nodes are paired even/odd (0-1, 2-3, ...), then shifted by one (1-2, 3-4, ..., last-0), as Meta's gcm and
+Google's cluster-health-scanner pair them; the pairs of a round run at the same time, rounds one after the other.
+A node slow in one pair only may have a slow partner; slow in every pair, it is the node.
+
+Bus bandwidth as nccl-tests computes it for all_reduce over the pair's ranks (bench/collectives.py)."""
+
+from __future__ import annotations
+
+import socket
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from pytest_gbvalidate.bench.collectives import algbw_gbps, busbw_factor
+from pytest_gbvalidate.bench.timing import median, time_op_s
+from pytest_gbvalidate.ranks.gang import RankContext
+
+# A node is slow when each of its pairs is this much below the median pair (overridable: the metric's params).
+SLOW_PCT = 10.0
+
+
+def node_pairs(nodes: int) -> list[list[tuple[int, int]]]:
+    """Rounds of disjoint node pairs: even/odd, then shifted by one; with an odd count a third round pairs the last
+    node with the first, so that every node joins two pairs."""
+    rounds = [[(a, a + 1) for a in range(0, nodes - 1, 2)], [(a, (a + 1) % nodes) for a in range(1, nodes, 2)]]
+    if nodes % 2:
+        rounds.append([(nodes - 1, 0)])
+    seen: set[frozenset[int]] = set()
+    unique = []
+    for pairs in rounds:
+        kept = [p for p in pairs if p[0] != p[1] and frozenset(p) not in seen]
+        seen |= {frozenset(p) for p in kept}
+        if kept:
+            unique.append(kept)
+    return unique
+
+
+@dataclass(frozen=True)
+class PairResult:
+    nodes: tuple[int, int]
+    rank: int
+    busbw_gbps: float
+    time_s: float
+    wrong: int  # elements of this rank's result that differ from the expected sum
+
+
+def pairwise_on_rank(ctx: RankContext, size_bytes: int, warmup: int, iterations: int) -> dict[str, Any]:
+    """Every rank joins every round's group creation (torch requires it), measures its own node's pair, and waits
+    for the round to end before the next one starts."""
+    node_of_rank: list[Any] = [None] * ctx.world_size
+    dist.all_gather_object(node_of_rank, (ctx.node_rank, socket.gethostname()))
+    hosts = {node: host for node, host in node_of_rank}
+    ranks_of: dict[int, list[int]] = {}
+    for rank, (node, _) in enumerate(node_of_rank):
+        ranks_of.setdefault(node, []).append(rank)
+    nodes = sorted(ranks_of)
+    results = []
+    for pairs in node_pairs(len(nodes)):
+        for a, b in pairs:
+            members = sorted(ranks_of[nodes[a]] + ranks_of[nodes[b]])
+            group = dist.new_group(members)
+            if ctx.rank in members:
+                results.append(_measure(ctx, group, (nodes[a], nodes[b]), members, size_bytes, warmup, iterations))
+        dist.barrier()
+    return {"node_of_rank": [node for node, _ in node_of_rank], "hosts": hosts, "results": results}
+
+
+def _measure(
+    ctx: RankContext,
+    group: Any,
+    nodes: tuple[int, int],
+    members: list[int],
+    size_bytes: int,
+    warmup: int,
+    iterations: int,
+) -> PairResult:
+    count = size_bytes // 4
+    data = torch.empty(count, dtype=torch.float32, device=ctx.device)
+    # Correctness first, once: each rank contributes rank + 1, so every element must sum to the same number.
+    data.fill_(ctx.rank + 1)
+    dist.all_reduce(data, group=group)
+    wrong = int((data != float(sum(r + 1 for r in members))).sum().item())
+    samples = time_op_s(ctx.device, lambda: dist.all_reduce(data, group=group), warmup=warmup, iterations=iterations)
+    time_s = median(samples)
+    busbw = algbw_gbps(count * 4, time_s) * busbw_factor("all_reduce", len(members))
+    return PairResult(nodes, ctx.rank, busbw, time_s, wrong)
+
+
+@dataclass(frozen=True)
+class PairRow:
+    nodes: tuple[int, int]
+    busbw_gbps: float  # the pair's slowest rank
+    wrong_by_rank: dict[int, int]
+
+
+@dataclass(frozen=True)
+class PairwiseRun:
+    hosts: dict[int, str]  # node -> hostname
+    node_of_rank: list[int]
+    rows: list[PairRow]
+
+
+def summarize(per_rank: list[dict[str, Any]]) -> PairwiseRun:
+    """One row per pair, from every rank's results."""
+    by_pair: dict[tuple[int, int], list[PairResult]] = {}
+    for answer in per_rank:
+        for r in answer["results"]:
+            by_pair.setdefault(r.nodes, []).append(r)
+    rows = [
+        PairRow(pair, min(r.busbw_gbps for r in rs), {r.rank: r.wrong for r in rs if r.wrong})
+        for pair, rs in sorted(by_pair.items())
+    ]
+    return PairwiseRun(per_rank[0]["hosts"], per_rank[0]["node_of_rank"], rows)
+
+
+def bad_nodes(rows: list[PairRow], node_of_rank: list[int], slow_pct: float) -> dict[int, str]:
+    """Node -> why: wrong data from one of its ranks in every pair it joined, or every pair it joined more than
+    `slow_pct` below the median pair."""
+    median_gbps = statistics.median(r.busbw_gbps for r in rows)
+    floor_gbps = median_gbps * (1 - slow_pct / 100)
+    joined: dict[int, list[PairRow]] = {}
+    for row in rows:
+        for node in row.nodes:
+            joined.setdefault(node, []).append(row)
+    bad = {}
+    for node, pairs in sorted(joined.items()):
+        if all(any(node_of_rank[rank] == node for rank in p.wrong_by_rank) for p in pairs):
+            bad[node] = f"its ranks returned wrong data in all {len(pairs)} of its pairs"
+        elif len(rows) > 1 and all(p.busbw_gbps < floor_gbps for p in pairs):
+            shown = ", ".join(f"{p.busbw_gbps:.4g}" for p in pairs)
+            bad[node] = (
+                f"slow in all {len(pairs)} of its pairs ({shown} GB/s; the median pair {median_gbps:.4g} GB/s, "
+                f"slow below {floor_gbps:.4g})"
+            )
+    return bad

@@ -1,0 +1,42 @@
+"""A pytest plugin the multi-node tests load (`-p tests.node_fault`) into one node's pytest under torchrun, never
+a real run: that node's all_reduce is slow (NODE_FAULT=slow: 20 ms more per call, as a node with a bad NIC or
+cable) or wrong (NODE_FAULT=wrong: its result is off by one, as tests/faults.py corrupts a gang rank's). It writes
+the node rank torchrun gave it to NODE_FAULT_FILE, since the rendezvous, not the start order, numbers the nodes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch.distributed as dist
+
+from tests.faults import corrupted_collectives
+
+SLOW_S = 0.02
+_active = contextlib.ExitStack()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    fault = os.environ["NODE_FAULT"]
+    Path(os.environ["NODE_FAULT_FILE"]).write_text(os.environ["GROUP_RANK"])
+    if fault == "wrong":
+        _active.enter_context(corrupted_collectives())
+    elif fault == "slow":
+        real = dist.all_reduce
+
+        def slow_all_reduce(*args: Any, **kwargs: Any) -> Any:
+            time.sleep(SLOW_S)
+            return real(*args, **kwargs)
+
+        _active.callback(setattr, dist, "all_reduce", real)
+        dist.all_reduce = slow_all_reduce
+    else:
+        raise ValueError(f"NODE_FAULT={fault!r}: slow or wrong")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    _active.close()
