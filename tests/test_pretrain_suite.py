@@ -28,13 +28,17 @@ SCOPE = "native-bf16-mbs2-gbs16-tp1-pp2-cp1-dp1-seq64"
 
 
 def test_the_cpu_pretrain_check_reports_step_time_throughput_mfu_and_loss(pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest(PRETRAIN, "--gb-sku=cpu", *XUNIT1, "--gb-report=r.json")
-    result.assert_outcomes(passed=1)
+    pytester.runpytest(PRETRAIN, "--gb-sku=cpu", *XUNIT1, "--gb-report=r.json")
+    report = json.loads((pytester.path / "r.json").read_text())
+    (call,) = [t for t in report["tests"] if t["when"] == "call"]
+    # This machine's speed is not under test: one slower than the baseline's (a busy GPU workstation running the
+    # tests under -n) misses the gates, and nothing else may fail.
+    assert call["outcome"] == "passed" or call["fault"]["category"] == "performance", call["text"]
     props = junit_cases(pytester.path / "r.xml")["test_pretrain"]["props"]
     assert [v for k, v in props if k == "gb_metric"] == METRICS
     verdicts = [v for k, v in props if k == "gb_verdict"]
     assert len(verdicts) == 4
-    assert set(verdicts) <= {"pass", "warn"}  # a busy machine may land in the warn band
+    assert set(verdicts) <= {"pass", "warn", "fail"}
     assert {v for k, v in props if k == "gb_scope"} == {SCOPE}
     junit = dict(props)
     curve = json.loads(junit["gb_loss_curve"])
@@ -42,7 +46,6 @@ def test_the_cpu_pretrain_check_reports_step_time_throughput_mfu_and_loss(pytest
     assert curve[-1] < 0.9 * curve[0]
     assert float(junit["gb_mfu_pct"]) > 0
 
-    report = json.loads((pytester.path / "r.json").read_text())
     measured = {m["metric"]: m for m in report["measurements"]}
     assert list(measured) == METRICS
     details = measured["llama3_tiny_step_time_s"]["details"]

@@ -4,6 +4,7 @@ under xdist, a start-up of the ranks that fails once. End-to-end through pyteste
 from __future__ import annotations
 
 import json
+import socket
 import textwrap
 from typing import Any
 
@@ -74,7 +75,10 @@ def test_the_json_report_carries_the_failure_as_the_terminal_shows_it(lab: pytes
 def test_under_xdist_the_report_has_the_gang_section(lab: pytest.Pytester) -> None:
     lab.makepyfile(test_a="def test_a(gb_gang):\n    assert gb_gang.world_size == 2\n")
     lab.runpytest_subprocess(*ARGS, "-n", "1").assert_outcomes(passed=1)
-    assert report(lab)["gang"] == {"kind": "local", "world_size": 2, "device_type": "cpu", "failed_starts": []}
+    assert report(lab)["gang"] == {
+        **{"kind": "local", "world_size": 2, "device_type": "cpu", "failed_starts": []},
+        **{"nodes": 1, "hosts": [f"node0 ({socket.gethostname()})"]},
+    }
 
 
 def test_a_start_of_the_ranks_that_fails_once_is_retried_and_reported(lab: pytest.Pytester) -> None:

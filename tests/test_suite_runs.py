@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -119,7 +120,10 @@ def test_the_nccl_environment_is_applied_to_the_ranks_and_reported(
         "NCCL_IB_HCA": {"value": "mlx5_1", "source": "environment (the baseline asks for mlx5)"},
         "NCCL_DEBUG": {"value": "WARN", "source": "environment"},
     }
-    assert report["gang"] == {"kind": "local", "world_size": 2, "device_type": "cpu", "failed_starts": []}
+    assert report["gang"] == {
+        **{"kind": "local", "world_size": 2, "device_type": "cpu", "failed_starts": []},
+        **{"nodes": 1, "hosts": [f"node0 ({socket.gethostname()})"]},
+    }
     props = suite_properties(lab.path / "r.xml")
     assert (props["gb_NCCL_ALGO"], props["gb_NCCL_IB_HCA"], props["gb_NCCL_DEBUG"]) == ("Ring", "mlx5_1", "WARN")
 

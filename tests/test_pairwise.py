@@ -1,0 +1,61 @@
+"""The pairwise check's pure parts: how nodes are paired, and which node is to blame. (End to end: four torchrun
+nodes on loopback in tests/test_multinode.py.)"""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_gbvalidate.bench.pairwise import PairRow, bad_nodes, node_pairs
+from pytest_gbvalidate.workloads.llama.parallel import Layout, weak_scaled
+
+
+@pytest.mark.parametrize(
+    ("nodes", "rounds"),
+    [
+        (1, []),
+        (2, [[(0, 1)]]),  # the shifted round would pair them again
+        (3, [[(0, 1)], [(1, 2)], [(2, 0)]]),  # odd: a third round gives every node two partners
+        (4, [[(0, 1), (2, 3)], [(1, 2), (3, 0)]]),
+        (6, [[(0, 1), (2, 3), (4, 5)], [(1, 2), (3, 4), (5, 0)]]),
+    ],
+)
+def test_nodes_pair_even_odd_then_shifted(nodes: int, rounds: list[list[tuple[int, int]]]) -> None:
+    assert node_pairs(nodes) == rounds
+    for pairs in rounds:  # within a round no node is in two pairs: they run at the same time
+        members = [n for pair in pairs for n in pair]
+        assert len(members) == len(set(members))
+
+
+def rows(
+    busbw: dict[tuple[int, int], float], wrong: dict[tuple[int, int], dict[int, int]] | None = None
+) -> list[PairRow]:
+    return [PairRow(pair, gbps, (wrong or {}).get(pair, {})) for pair, gbps in busbw.items()]
+
+
+ONE_RANK_PER_NODE = [0, 1, 2, 3]
+
+
+def test_the_node_slow_in_every_pair_is_named_not_its_partners() -> None:
+    measured = rows({(0, 1): 40.0, (2, 3): 20.0, (1, 2): 21.0, (3, 0): 41.0})
+    bad = bad_nodes(measured, ONE_RANK_PER_NODE, slow_pct=10)
+    assert list(bad) == [2] and bad[2].startswith("slow in all 2 of its pairs (20, 21 GB/s; the median pair 30.5")
+
+
+def test_a_uniformly_slow_fleet_names_nobody_and_one_pair_cannot_tell() -> None:
+    assert bad_nodes(rows({(0, 1): 20.0, (2, 3): 20.5, (1, 2): 19.8, (3, 0): 20.1}), ONE_RANK_PER_NODE, 10) == {}
+    assert bad_nodes(rows({(0, 1): 1.0}), ONE_RANK_PER_NODE, 10) == {}
+
+
+def test_wrong_data_is_blamed_on_the_node_of_the_rank_that_saw_it() -> None:
+    node_of_rank = [0, 0, 1, 1, 2, 2, 3, 3]  # two ranks per node
+    wrong = {(2, 3): {7: 1}, (3, 0): {6: 4}, (0, 1): {}}
+    measured = rows({(0, 1): 40.0, (2, 3): 40.0, (1, 2): 40.0, (3, 0): 40.0}, wrong)
+    assert bad_nodes(measured, node_of_rank, 10) == {3: "its ranks returned wrong data in all 2 of its pairs"}
+
+
+def test_a_layout_weak_scales_to_a_world_of_whole_nodes() -> None:
+    per_node = Layout(mbs=2, gbs=16, pp=2)
+    assert weak_scaled(per_node, 2) == per_node
+    assert weak_scaled(per_node, 8) == Layout(mbs=2, gbs=64, pp=2, dp=4)
+    assert weak_scaled(per_node, 8).microbatches == per_node.microbatches  # the same work per replica
+    assert weak_scaled(per_node, 3) == per_node  # not a multiple: check_world says what is wrong
