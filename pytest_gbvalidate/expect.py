@@ -57,23 +57,17 @@ class Expect:
         if ref is None or not ref.has_reference:
             if self.gb.settings.record is not None:
                 self._store(record | {"verdict": "recorded", "message": "recorded, no baseline to compare with"})
-                if regressed:
-                    pytest.fail(regressed, pytrace=False)
+                _fail_with(regressed)
                 return None
             reason = _no_reference_reason(target, metric, scope, ref)
             strict = self.gb.settings.strict.value
             self._store(record | {"verdict": bl.FAIL if strict else "skip", "message": reason})
-            if regressed or strict:
-                pytest.fail(
-                    "\n".join(filter(None, [f"{reason} (--gb-strict)" if strict else "", regressed])), pytrace=False
-                )
+            _fail_with(f"{reason} (--gb-strict)" if strict else None, regressed)
             # Reported at the test's own location, as a skip marker would be, not at this line.
             raise pytest.skip.Exception(reason, _use_item_location=True)
         verdict = bl.compare(ref, value, scope)
         self._store(record | verdict.as_dict() | {"value": rp.json_safe(value)})
-        if verdict.verdict == bl.FAIL or regressed:
-            failed = verdict.message if verdict.verdict == bl.FAIL else ""
-            pytest.fail("\n".join(filter(None, [failed, regressed])), pytrace=False)
+        _fail_with(verdict.message if verdict.verdict == bl.FAIL else None, regressed)
         if verdict.verdict == bl.WARN:
             # Attributed to the test itself, however deep the helper that measured it sits.
             path, line, _ = self.item.location
@@ -171,6 +165,13 @@ class Expect:
     def _store(self, record: dict[str, Any]) -> None:
         payload(self.item)["measurements"].append(record)
         self.item.user_properties.extend(rp.junit_properties(record))
+
+
+def _fail_with(*messages: str | None) -> None:
+    """Fail the test with every message given, one per line (a missed gate and a regression); pass on without."""
+    text = "\n".join(m for m in messages if m)
+    if text:
+        pytest.fail(text, pytrace=False)
 
 
 def _spec_from(ref: bl.Reference | None) -> MetricSpec | None:
