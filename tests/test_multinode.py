@@ -152,3 +152,24 @@ def test_pretraining_across_nodes_reports_each_node_s_step_time(tmp_path: Path) 
     assert max(per_node.values()) == max(details["per_rank_step_time_s"])
     # no baseline figure exists for the weak-scaled layout: recorded, not gated
     assert step["verdict"] == "skip" and codes == [0, 0], logs
+
+    # Weak scaling: the same per-node batch on one node (its two ranks, GBS 16), then the fleet summary of both.
+    report_arg = f"--gb-report={tmp_path / 'one.json'}"
+    one_node = subprocess.run(
+        [sys.executable, "-m", "pytest", "--gb-sku=cpu", str(SUITES / "test_pretrain.py"), report_arg, "-q"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    single = json.loads((tmp_path / "one.json").read_text())["measurements"][0]
+    assert single["metric"] == "llama3_tiny_step_time_s" and single["details"]["gbs"] == 16, one_node.stdout
+    reports = [str(tmp_path / "one.json"), *map(str, tmp_path.glob("node*.json"))]
+    summary = subprocess.run(
+        [sys.executable, "-m", "pytest_gbvalidate.fleet", "summary", "--out", str(tmp_path / "fleet"), *reports],
+        capture_output=True,
+        text=True,
+    )
+    efficiency = single["value"] / step["value"]
+    assert f"weak scaling llama3_tiny on 2 nodes: step {step['value']:.4g} s" in summary.stdout, summary.stdout
+    assert f"efficiency {efficiency:.3f}" in summary.stdout, summary.stdout
+    assert f"{efficiency:.3f}" in (tmp_path / "fleet" / "summary.md").read_text()

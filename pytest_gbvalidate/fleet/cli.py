@@ -1,0 +1,137 @@
+"""The command line: `python -m pytest_gbvalidate.fleet summary REPORT.json... --out DIR`."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+from pytest_gbvalidate.fleet import junit, render, stats
+from pytest_gbvalidate.fleet.summary import Summary, summarize
+
+PROG = "python -m pytest_gbvalidate.fleet"
+
+SUMMARY_HELP = f"""\
+One verdict per node and the fleet view, from the JSON reports of `pytest --gb-report` run on each node.
+
+Writes to DIR: summary.md (Markdown), nodes.csv (one row per node, then one per report not merged),
+metrics.csv (per metric across the nodes), fleet.xml (JUnit: one testsuite per node, named by hostname) and
+plots/fleet.png (needs matplotlib; skipped with a note without it). Prints a compact summary and, for the nodes to
+take out of service, `scontrol update nodename=HOST state=drain reason=...` lines (printed, never run).
+
+Outliers: per metric (metric, scope, and placement and reference tool where given; gated measurements only),
+a node is flagged when it is worse than the fleet median (by the metric's direction) by more than K scaled MADs
+-- the modified z-score of Iglewicz & Hoaglin, 0.6745*(x-median)/MAD -- or by more than PCT% of the median, even
+when it passed its baseline. Where MAD is 0 (more than half of the nodes report the same value) the z-score is
+undefined and only the PCT rule flags. With few nodes a small MAD makes small dips many MADs:
+--noise-floor-pct makes the MAD rule also require a deviation above that percent. Needs at least
+{stats.MIN_NODES} nodes with a finished report. Pass inf to switch the K or the PCT rule off.
+
+Reports: one per hostname counts, the latest by start_time (earlier ones are listed as superseded). Reports of
+another SKU than the fleet's (--sku, else the most common) are listed and left out. A corrupt report (not JSON,
+not an object, another schema) or a partial one (status running or interrupted) is listed with the reason.
+Multi-node runs (gang.nodes > 1) are summarised apart, with their weak scaling against single-node runs.
+
+Exit status: 0 when every node passes and none is an outlier; 1 when a node fails, is an outlier or has a
+partial report, a report is corrupt, a multi-node run fails or is partial, or no report of the fleet's SKU is
+given (another SKU's and superseded reports do not count); 2 on a usage error.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description="Fleet views of pytest-gbvalidate run reports.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    summary = commands.add_parser(
+        "summary",
+        help="one verdict per node, fleet statistics and outliers, the nodes to drain",
+        description=SUMMARY_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    summary.add_argument("reports", nargs="+", type=Path, metavar="REPORT.json", help="the nodes' JSON reports")
+    summary.add_argument("--out", required=True, type=Path, metavar="DIR", help="where the files go (created)")
+    summary.add_argument("--sku", help="the fleet's SKU (default: the most common among the reports)")
+    summary.add_argument(
+        "--mad-k",
+        type=_positive,
+        default=stats.DEFAULT_MAD_K,
+        metavar="K",
+        help=f"outlier when worse than the median by more than K scaled MADs (default {stats.DEFAULT_MAD_K:g}, "
+        "Iglewicz & Hoaglin's recommendation)",
+    )
+    summary.add_argument(
+        "--below-median-pct",
+        type=_positive,
+        default=stats.DEFAULT_PCT,
+        metavar="PCT",
+        help=f"outlier when worse than the median by more than PCT%% of it (default {stats.DEFAULT_PCT:g})",
+    )
+    summary.add_argument(
+        "--noise-floor-pct",
+        type=_not_negative,
+        default=0.0,
+        metavar="PCT",
+        help="the K rule flags only deviations above PCT%% of the median too (default 0: off); set it to the "
+        "metric's run-to-run noise on one node",
+    )
+    summary.add_argument("--no-plots", action="store_true", help="do not draw the PNG plots")
+    return parser
+
+
+def _positive(text: str) -> float:
+    value = _number(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be above 0 (inf switches the rule off)")
+    return value
+
+
+def _not_negative(text: str) -> float:
+    value = _number(text)
+    if value < 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"{text!r}: must be 0 or a positive number")
+    return value
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if math.isnan(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number")
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    out: Path = args.out
+    if out.exists() and not out.is_dir():
+        parser.error(f"--out {out}: not a directory")
+    summary = summarize(args.reports, args.sku, args.mad_k, args.below_median_pct, args.noise_floor_pct)
+    try:
+        lines = write(summary, out, plots=not args.no_plots)
+    except OSError as exc:
+        parser.error(f"--out {out}: {exc}")
+    print("\n".join(lines))
+    return summary.exit_code
+
+
+def write(summary: Summary, out: Path, plots: bool = True) -> list[str]:
+    """Write the files to `out`; the terminal summary's lines."""
+    out.mkdir(parents=True, exist_ok=True)
+    plot_paths: list[Path] = []
+    plot_note: str | None = "plots not drawn (--no-plots)"
+    if plots:
+        from pytest_gbvalidate.fleet.plots import plot_fleet  # imports matplotlib only when it draws
+
+        plot_paths, plot_note = plot_fleet(summary, out / "plots")
+    files = {
+        out / "summary.md": render.markdown(summary, plot_paths, plot_note, out),
+        out / "nodes.csv": render.nodes_csv(summary),
+        out / "metrics.csv": render.metrics_csv(summary),
+        out / "fleet.xml": junit.fleet_junit(summary),
+    }
+    for path, text in files.items():
+        path.write_text(text, encoding="utf-8")  # no fsync: outputs made again in a second, not a run's results
+    return render.terminal(summary, [*files, *plot_paths], plot_note)

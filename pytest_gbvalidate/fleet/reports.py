@@ -1,0 +1,211 @@
+"""Reading the nodes' JSON run reports and sorting them: the fleet's nodes (one report per hostname, the latest),
+multi-node runs, and the reports that are not merged (corrupt, another SKU's, superseded by a later one).
+
+Which report counts as what, in this order:
+
+1. corrupt: unreadable, not JSON, not an object, a `schema` other than REPORT_SCHEMA, an unknown `status`, or
+   without `node.hostname`, a `tests` list or a `measurements` list. Such a node has not shown it is healthy:
+   the summary fails (exit 1).
+2. another SKU: its `sku.name` is not the fleet's (`--sku`, else the most common among the finished reports).
+   It is simply not part of this fleet: listed, no effect on the exit code. (A report without a SKU, from a run
+   stopped before it resolved one, is taken as the fleet's.)
+3. multi-node run: `gang.nodes` > 1 (a torchrun / srun run over several nodes; absent means 1). A fleet-wide
+   run, summarised apart from the per-node rows.
+4. superseded: an earlier report (by `start_time`; on a tie, the earlier on the command line) of a hostname
+   that has a later one. Listed, no effect on the exit code: the later report speaks for the node.
+5. the rest are the fleet's nodes. A node whose latest report is partial (`status` running or interrupted) is
+   listed as partial: it has not shown it is healthy (exit 1), and its measurements stay out of the statistics.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_gbvalidate.report import REPORT_SCHEMA
+
+FINISHED = "finished"
+PARTIAL_STATUSES = ("running", "interrupted")
+CORRUPT, OTHER_SKU, SUPERSEDED = "corrupt", "other SKU", "superseded"
+
+
+@dataclass(frozen=True)
+class Report:
+    """A report that reads as one: `data` is the whole JSON object."""
+
+    path: Path
+    data: dict[str, Any]
+    order: int  # position on the command line: breaks ties of start_time
+
+    @property
+    def hostname(self) -> str:
+        return str(self.data["node"]["hostname"])
+
+    @property
+    def sku(self) -> str | None:
+        sku = self.data.get("sku")
+        return str(sku["name"]) if isinstance(sku, dict) and sku.get("name") is not None else None
+
+    @property
+    def status(self) -> str:
+        return str(self.data["status"])
+
+    @property
+    def finished(self) -> bool:
+        return self.status == FINISHED
+
+    @property
+    def nodes(self) -> int:
+        """How many nodes the run spanned: `gang.nodes`, 1 where absent."""
+        gang = self.data.get("gang")
+        nodes = gang.get("nodes", 1) if isinstance(gang, dict) else 1
+        return nodes if isinstance(nodes, int) and not isinstance(nodes, bool) else 1
+
+    @property
+    def hosts(self) -> list[str]:
+        """The nodes of a multi-node run, where the report says them (`gang.hosts`)."""
+        gang = self.data.get("gang")
+        hosts = gang.get("hosts") if isinstance(gang, dict) else None
+        return [str(h) for h in hosts] if isinstance(hosts, list) else []
+
+    @property
+    def start_time(self) -> dt.datetime | None:
+        try:
+            start = dt.datetime.fromisoformat(str(self.data.get("start_time")))
+        except ValueError:
+            return None
+        return start if start.tzinfo is not None else start.replace(tzinfo=dt.timezone.utc)
+
+    @property
+    def tests(self) -> list[dict[str, Any]]:
+        return list(self.data["tests"])
+
+    @property
+    def measurements(self) -> list[dict[str, Any]]:
+        return list(self.data["measurements"])
+
+    @property
+    def verdict(self) -> str:
+        """pass, fail (pytest's exit status not 0, or a failed test), or partial (the run did not finish)."""
+        if not self.finished:
+            return "partial"
+        failed = any(t.get("outcome") == "failed" for t in self.tests)
+        return "fail" if failed or self.data.get("exit_status") != 0 else "pass"
+
+
+@dataclass(frozen=True)
+class NotMerged:
+    """A report left out of the fleet's statistics, with why. `hostname` where the file says one."""
+
+    path: Path
+    kind: str  # CORRUPT, OTHER_SKU or SUPERSEDED
+    reason: str
+    hostname: str | None
+    sku: str | None = None
+
+    @property
+    def fails_fleet(self) -> bool:
+        """A corrupt report fails the summary; another SKU's or a superseded one does not."""
+        return self.kind == CORRUPT
+
+
+@dataclass(frozen=True)
+class Sorted:
+    sku: str | None  # the fleet's SKU; None where no report says one
+    sku_note: str  # where the fleet's SKU came from
+    nodes: list[Report]  # one per hostname, the latest; finished or partial; by hostname
+    multi_node: list[Report]
+    not_merged: list[NotMerged]
+
+
+def read(path: Path, order: int) -> Report | NotMerged:
+    """The report at `path`, or why it is corrupt."""
+    try:
+        data = json.loads(path.read_bytes())
+    except OSError as exc:
+        return NotMerged(path, CORRUPT, f"cannot read: {exc.strerror or exc}", None)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return NotMerged(path, CORRUPT, f"not JSON: {exc}", None)
+    if not isinstance(data, dict):
+        return NotMerged(path, CORRUPT, f"not a JSON object but a {type(data).__name__}", None)
+    node = data.get("node")
+    hostname = node.get("hostname") if isinstance(node, dict) else None
+    hostname = hostname if isinstance(hostname, str) and hostname else None
+    problem = _problem(data, hostname)
+    if problem is not None:
+        return NotMerged(path, CORRUPT, problem, hostname)
+    return Report(path, data, order)
+
+
+def _problem(data: dict[str, Any], hostname: str | None) -> str | None:
+    if data.get("schema") != REPORT_SCHEMA:
+        return f"schema {data.get('schema')!r}, not {REPORT_SCHEMA!r}"
+    if data.get("status") not in (FINISHED, *PARTIAL_STATUSES):
+        return f"status {data.get('status')!r}, not one of {FINISHED}, {', '.join(PARTIAL_STATUSES)}"
+    if hostname is None:
+        return "no node.hostname"
+    for section in ("tests", "measurements"):
+        records = data.get(section)
+        if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+            return f"`{section}` is not a list of objects"
+    return None
+
+
+def sort_reports(paths: Sequence[Path], sku: str | None = None) -> Sorted:
+    """Read `paths` and sort them into the fleet's nodes, its multi-node runs and the reports not merged."""
+    unique = dict.fromkeys(paths)  # a file named twice is one report
+    readings = [read(path, order) for order, path in enumerate(unique)]
+    reports = [r for r in readings if isinstance(r, Report)]
+    not_merged = [r for r in readings if isinstance(r, NotMerged)]
+    fleet_sku, sku_note = _fleet_sku(reports, sku)
+
+    ours = []
+    for report in reports:
+        if report.sku is not None and report.sku != fleet_sku:
+            reason = f"SKU {report.sku}, the fleet's is {fleet_sku}"
+            not_merged.append(NotMerged(report.path, OTHER_SKU, reason, report.hostname, report.sku))
+        else:
+            ours.append(report)
+    multi_node = [r for r in ours if r.nodes > 1]
+    latest: dict[str, Report] = {}
+    for report in sorted((r for r in ours if r.nodes == 1), key=_age):
+        earlier = latest.get(report.hostname)
+        if earlier is not None:
+            reason = f"{report.hostname} has a later report: {report.path} ({report.data.get('start_time')})"
+            not_merged.append(NotMerged(earlier.path, SUPERSEDED, reason, earlier.hostname, earlier.sku))
+        latest[report.hostname] = report
+    nodes = sorted(latest.values(), key=lambda r: natural_key(r.hostname))
+    return Sorted(fleet_sku, sku_note, nodes, multi_node, not_merged)
+
+
+def _age(report: Report) -> tuple[dt.datetime, int]:
+    """Oldest first; a report without a readable start time counts as the oldest."""
+    earliest = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
+    return report.start_time or earliest, report.order
+
+
+def _fleet_sku(reports: Sequence[Report], sku: str | None) -> tuple[str | None, str]:
+    if sku is not None:
+        return sku, "--sku"
+    counts = Counter(r.sku for r in reports if r.finished and r.sku is not None)
+    if not counts:
+        counts = Counter(r.sku for r in reports if r.sku is not None)
+    if not counts:
+        return None, "no report names a SKU"
+    ranked = counts.most_common()  # ties keep the order of first appearance, i.e. the command line's
+    name, count = ranked[0]
+    tied = [n for n, c in ranked if c == count]
+    if len(tied) > 1:
+        return name, f"tie between {', '.join(tied)} ({count} reports each): the first given; name one with --sku"
+    return name, f"the most common among the reports: {count} of {sum(counts.values())}"
+
+
+def natural_key(text: str) -> tuple[tuple[int, int | str], ...]:
+    """Sort key that puts node9 before node10."""
+    return tuple((0, int(part)) if part.isdecimal() else (1, part) for part in re.split(r"(\d+)", text) if part)

@@ -1,0 +1,118 @@
+"""Robust statistics of one metric across the nodes of a fleet: median, spread, and the nodes that are worse than
+the fleet median by too much. Pure functions on numbers, no I/O.
+
+A node is an outlier of a metric when it is worse than the fleet median (direction-aware) by
+
+- more than `mad_k` scaled MADs: the modified z-score of Iglewicz & Hoaglin, 0.6745 * (x - median) / MAD, where
+  MAD is the median absolute deviation from the median ("How to Detect and Handle Outliers", ASQC Basic
+  References in Quality Control vol. 16, 1993, which recommends flagging |z| > 3.5), or
+- more than `pct` percent of the median.
+
+MAD == 0 (more than half of the nodes report the very same value, as quantised readings do): the modified
+z-score is undefined there (any deviation at all would be infinitely many MADs), so only the percent rule flags.
+A MAD close to 0 has the same problem in a milder form (a few nodes that happen to agree closely make a 2%
+dip many MADs): `noise_floor_pct` (default 0, off) makes the MAD rule also require the deviation to exceed that
+percent of the median; set it to the metric's run-to-run noise on one node.
+Only deviations to the worse side count: a node faster than the rest is no reason to drain it.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeGuard
+
+# 0.6745 is the 0.75 quantile of the standard normal: MAD / 0.6745 estimates the standard deviation of normal data.
+MAD_TO_Z = 0.6745
+DEFAULT_MAD_K = 3.5  # Iglewicz & Hoaglin's recommended cut-off for the modified z-score
+DEFAULT_PCT = 10.0
+# Fewer nodes than this: the median of two is their mean, and "worse than the rest" means nothing.
+MIN_NODES = 3
+
+HIGHER, LOWER = "higher", "lower"
+
+
+@dataclass(frozen=True)
+class Spread:
+    """How one metric's values spread across the nodes. `spread_pct` is (max - min) / |median| in percent (None
+    where the median is 0)."""
+
+    nodes: int
+    median: float
+    minimum: float
+    maximum: float
+    mad: float
+    spread_pct: float | None
+
+
+@dataclass(frozen=True)
+class Outlier:
+    """A node worse than the fleet median. `worse_pct`: how much worse, in percent of |median| (None where the
+    median is 0); `z`: the signed modified z-score (None where MAD is 0); `rules`: which rules flagged it."""
+
+    host: str
+    value: float
+    worse_pct: float | None
+    z: float | None
+    rules: tuple[str, ...]
+
+
+def spread(values: Sequence[float]) -> Spread:
+    center = statistics.median(values)
+    low, high = min(values), max(values)
+    spread_pct = None if center == 0 else (high - low) / abs(center) * 100.0
+    return Spread(len(values), center, low, high, mad(values, center), spread_pct)
+
+
+def mad(values: Sequence[float], center: float) -> float:
+    """The median absolute deviation from `center` (unscaled)."""
+    return statistics.median(abs(v - center) for v in values)
+
+
+def worse_by(value: float, center: float, direction: str) -> float:
+    """How much worse than `center` `value` is, in the metric's unit: positive when worse, negative when better."""
+    return center - value if direction == HIGHER else value - center
+
+
+def modified_z(value: float, center: float, mad_value: float) -> float | None:
+    """Iglewicz & Hoaglin's modified z-score; None where MAD is 0 and the score is undefined."""
+    return None if mad_value == 0 else MAD_TO_Z * (value - center) / mad_value
+
+
+def outliers(
+    values: Mapping[str, float],
+    direction: str,
+    mad_k: float = DEFAULT_MAD_K,
+    pct: float = DEFAULT_PCT,
+    noise_floor_pct: float = 0.0,
+) -> list[Outlier]:
+    """The hosts of `values` (host -> value) worse than their median by more than `mad_k` scaled MADs (and more
+    than `noise_floor_pct` percent of the median) or by more than `pct` percent of the median, in the order of
+    `values`. No outliers among fewer than MIN_NODES values or for a direction other than higher/lower (nothing
+    says which side is worse)."""
+    if len(values) < MIN_NODES or direction not in (HIGHER, LOWER):
+        return []
+    s = spread(list(values.values()))
+    found = []
+    for host, value in values.items():
+        worse = worse_by(value, s.median, direction)
+        if worse <= 0:
+            continue
+        z = modified_z(value, s.median, s.mad)
+        worse_pct = None if s.median == 0 else worse / abs(s.median) * 100.0
+        rules = []
+        above_noise = worse_pct is None or worse_pct > noise_floor_pct
+        if z is not None and abs(z) > mad_k and above_noise:
+            rules.append(f"{abs(z):.1f} scaled MADs > {mad_k:g}")
+        if worse_pct is not None and worse_pct > pct:
+            rules.append(f"{worse_pct:.1f}% of the median > {pct:g}%")
+        if rules:
+            found.append(Outlier(host, value, worse_pct, z, tuple(rules)))
+    return found
+
+
+def is_number(value: object) -> TypeGuard[float]:
+    """A finite int or float (a report keeps a broken measurement's value as text, e.g. "nan")."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -1,0 +1,409 @@
+"""The fleet summary (`python -m pytest_gbvalidate.fleet summary`): one real node report from the cpu suites,
+copied for the other nodes (hostname changed, one node slower, one with a failed test and its fault, one partial,
+a corrupt file, another SKU's, an earlier one of the same host), and the statistics on their own."""
+
+from __future__ import annotations
+
+import copy
+import csv
+import importlib.util
+import json
+import os
+import shlex
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_gbvalidate.fleet import render, stats
+from pytest_gbvalidate.fleet.cli import main
+from pytest_gbvalidate.fleet.reports import CORRUPT, OTHER_SKU, SUPERSEDED, NotMerged, read
+from pytest_gbvalidate.fleet.summary import Summary, summarize
+from tests.test_plugin import SUITES
+
+HOST_COPY = "host_copy_bandwidth_gbps"
+# Each node's values scaled alike: spread a little, none far from the others (the worst is 1 scaled MAD out).
+HEALTHY = {"node-01": 1.0, "node-02": 0.995, "node-03": 1.005, "node-04": 1.01}
+FAULT = {"category": "performance", "action": "investigate performance", "disposition": "MONITOR"}
+
+
+@pytest.fixture(scope="module")
+def real_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A report of a real run of the cpu suites: the host copy and the all-reduce, about 12 s."""
+    directory = tmp_path_factory.mktemp("real")
+    path = directory / "node.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GBVALIDATE_", "PYTEST_"))}
+    command = [sys.executable, "-m", "pytest", "--gb-sku=cpu", str(SUITES), "-k", "host_copy or all_reduce"]
+    command += ["-p", "no:cacheprovider", "-q", f"--gb-report={path}"]
+    done = subprocess.run(command, cwd=directory, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report: dict[str, Any] = json.loads(path.read_text())
+    assert report["status"] == "finished" and any(m["metric"] == HOST_COPY for m in report["measurements"])
+    return report
+
+
+def node(real: dict[str, Any], host: str, factor: float = 1.0, **changes: Any) -> dict[str, Any]:
+    """A copy of `real` as `host`'s report, every numeric value scaled by `factor`."""
+    report = copy.deepcopy(real)
+    report["node"]["hostname"] = host
+    for m in report["measurements"]:
+        if isinstance(m["value"], float):
+            m["value"] *= factor
+    report.update(changes)
+    return report
+
+
+def write(directory: Path, name: str, report: dict[str, Any] | str) -> Path:
+    path = directory / name
+    path.write_text(report if isinstance(report, str) else json.dumps(report))
+    return path
+
+
+def healthy_fleet(real: dict[str, Any], directory: Path) -> list[Path]:
+    return [write(directory, f"{host}.json", node(real, host, factor)) for host, factor in HEALTHY.items()]
+
+
+def troubled_fleet(real: dict[str, Any], directory: Path) -> list[Path]:
+    """The healthy nodes, and: node-05 whose host copy is half the others' (an outlier that still passes its
+    baseline), node-06 with a failed test and its fault, node-07 partial, a corrupt file, another SKU's report,
+    and an earlier report of node-01."""
+    paths = healthy_fleet(real, directory)
+    slow = node(real, "node-05")
+    for m in slow["measurements"]:
+        if m["metric"] == HOST_COPY:
+            m["value"] *= 0.5
+    failed = node(real, "node-06", exit_status=1)
+    test = next(t for t in failed["tests"] if t["outcome"] == "passed")
+    test |= {
+        "outcome": "failed",
+        "message": "host copy: measured 0.1 GB/s -> FAIL",
+        "text": "trace\x1b[31m",
+        "fault": FAULT,
+    }
+    other_sku = node(real, "node-08", sku=real["sku"] | {"name": "ND_H100_v5"})
+    earlier = node(real, "node-01", start_time="2020-01-01T00:00:00+00:00", exit_status=1)
+    paths += [write(directory, "node-05.json", slow), write(directory, "node-06.json", failed)]
+    paths += [write(directory, "node-07.json", node(real, "node-07", status="running", exit_status=None))]
+    paths += [write(directory, "broken.json", '{"schema": "pytest-gbvalidate/report/1", "stat')]
+    paths += [write(directory, "node-08.json", other_sku), write(directory, "node-01-old.json", earlier)]
+    return paths
+
+
+def run_cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "pytest_gbvalidate.fleet", "summary", *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+def suites(path: Path) -> dict[str, ET.Element]:
+    root = ET.parse(path).getroot()
+    assert root.tag == "testsuites"
+    return {suite.get("name", ""): suite for suite in root.iter("testsuite")}
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    return list(csv.DictReader(path.read_text().splitlines()))
+
+
+def outcome(case: ET.Element) -> str:
+    return next((tag for tag in ("failure", "error", "skipped") if case.find(tag) is not None), "passed")
+
+
+# --- end to end: the command line ---------------------------------------------------------------------------------
+
+
+def test_a_healthy_fleet_passes_with_every_output_written(real_report: dict[str, Any], tmp_path: Path) -> None:
+    paths = healthy_fleet(real_report, tmp_path)
+    out = tmp_path / "out"
+    done = run_cli(*paths, "--out", out)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "4 nodes (4 pass), 0 outlier node(s): PASS (exit 0)" in done.stdout
+    assert "scontrol" not in done.stdout
+    for name in ("summary.md", "nodes.csv", "metrics.csv", "fleet.xml"):
+        assert (out / name).stat().st_size > 0
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (out / "plots" / "fleet.png").read_bytes().startswith(b"\x89PNG")
+
+    by_suite = suites(out / "fleet.xml")
+    assert sorted(by_suite) == list(HEALTHY)
+    test_ids = {t["test_id"] for t in real_report["tests"]}
+    for suite in by_suite.values():
+        assert len(suite.findall("testcase")) == len(test_ids) == int(suite.get("tests", ""))
+        assert suite.get("failures") == "0" and suite.get("errors") == "0"
+    rows = read_csv(out / "nodes.csv")
+    assert [(r["hostname"], r["verdict"], r["drain"]) for r in rows] == [(h, "pass", "no") for h in HEALTHY]
+    assert all(r["torch"] == real_report["node"]["torch"] for r in rows)
+    metrics = read_csv(out / "metrics.csv")
+    gated = {(m["metric"], m["scope"]) for m in real_report["measurements"] if m["verdict"] != "info"}
+    assert {(m["metric"], m["scope"]) for m in metrics} == gated
+    assert all(m["nodes"] == "4" and m["outliers"] == "" for m in metrics)
+
+
+def test_failed_outlier_partial_and_unusable_reports_are_listed_and_fail_the_fleet(
+    real_report: dict[str, Any], tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    done = run_cli(*troubled_fleet(real_report, tmp_path), "--out", out, "--no-plots")
+    assert done.returncode == 1, done.stdout + done.stderr
+
+    rows = {(r["hostname"], r["verdict"]): r for r in read_csv(out / "nodes.csv")}
+    assert sorted(rows) == sorted(
+        [(h, "pass") for h in HEALTHY]
+        + [("node-05", "pass"), ("node-06", "fail"), ("node-07", "partial")]
+        + [("", CORRUPT), ("node-08", OTHER_SKU), ("node-01", SUPERSEDED)]
+    )
+    assert rows[("node-05", "pass")]["outlier_metrics"] == f"{HOST_COPY} [node] -50%"
+    assert rows[("node-06", "fail")]["fault_actions"] == "performance: investigate performance"
+    assert "not JSON" in rows[("", CORRUPT)]["reason"]
+    assert rows[("node-08", OTHER_SKU)]["reason"] == "SKU ND_H100_v5, the fleet's is cpu"
+    assert [h for (h, _), r in rows.items() if r["drain"] == "yes"] == ["node-05", "node-06", "node-07"]
+
+    # the drain commands: printed, one per node out of service, each parses back to its host and reason
+    commands = [shlex.split(line) for line in done.stdout.splitlines() if line.strip().startswith("scontrol")]
+    assert [c[:4] for c in commands] == [
+        ["scontrol", "update", f"nodename={host}", "state=drain"] for host in ("node-05", "node-06", "node-07")
+    ]
+    reasons = [c[4] for c in commands]
+    assert reasons[0] == f"reason=gbvalidate: outlier {HOST_COPY}[node] -50%"
+    assert reasons[1].startswith("reason=gbvalidate: performance: test_")
+    assert reasons[2] == "reason=gbvalidate: report running"
+
+    by_suite = suites(out / "fleet.xml")
+    assert sorted(by_suite) == [*HEALTHY, "node-05", "node-06", "node-07", "reports not merged"]
+    slow = {case.get("name"): case for case in by_suite["node-05"].iter("testcase")}
+    assert outcome(slow[f"{HOST_COPY} [node]"]) == "failure"
+    failed = [case for case in by_suite["node-06"].iter("testcase") if outcome(case) == "failure"]
+    assert len(failed) == 1
+    properties = {p.get("name"): p.get("value") for p in failed[0].iter("property")}
+    assert properties == {"fault_category": "performance", "fault_disposition": "MONITOR"} | {
+        "fault_action": "investigate performance"
+    }
+    assert failed[0].find("failure") is not None and "\x1b" not in (failed[0].findtext("failure") or "")
+    partial = {case.get("name"): outcome(case) for case in by_suite["node-07"].iter("testcase")}
+    assert partial["report finished"] == "failure"
+    unusable = [outcome(case) for case in by_suite["reports not merged"].iter("testcase")]
+    assert sorted(unusable) == ["error", "skipped", "skipped"]
+
+    markdown = (out / "summary.md").read_text()
+    for heading in ("## Nodes", "## Take out of service", "## Outliers", "## Metrics across nodes"):
+        assert heading in markdown
+    assert f"| {tmp_path / 'broken.json'} | corrupt |" in markdown
+    assert "plots not drawn (--no-plots)" in markdown
+
+
+# --- the summary in-process ---------------------------------------------------------------------------------------
+
+
+def test_another_sku_is_left_out_without_failing_and_sku_picks_the_fleet(
+    real_report: dict[str, Any], tmp_path: Path
+) -> None:
+    paths = healthy_fleet(real_report, tmp_path)
+    other = node(real_report, "h100-01", sku=real_report["sku"] | {"name": "ND_H100_v5"})
+    paths.append(write(tmp_path, "h100-01.json", other))
+    summary = summarize(paths)
+    assert summary.sku == "cpu" and summary.exit_code == 0
+    assert [(r.kind, r.hostname) for r in summary.not_merged] == [(OTHER_SKU, "h100-01")]
+
+    only = summarize(paths, sku="ND_H100_v5")
+    assert [n.hostname for n in only.nodes] == ["h100-01"] and only.exit_code == 0
+    assert only.statistics_note is not None and "at least 3 nodes" in only.statistics_note
+    assert only.metrics and not only.outliers  # medians and spreads, no outliers
+
+
+def test_the_latest_report_of_a_host_speaks_for_it_even_when_partial(
+    real_report: dict[str, Any], tmp_path: Path
+) -> None:
+    old = write(tmp_path, "old.json", node(real_report, "node-01", start_time="2020-01-01T00:00:00+00:00"))
+    new = write(tmp_path, "new.json", node(real_report, "node-01", status="interrupted", exit_status=2))
+    summary = summarize([new, old])
+    assert [(n.hostname, n.verdict) for n in summary.nodes] == [("node-01", "partial")]
+    assert [(r.path, r.kind) for r in summary.not_merged] == [(old, SUPERSEDED)]
+    assert summary.exit_code == 1 and summary.nodes[0].drain_reason() == "gbvalidate: report interrupted"
+    assert summary.metrics == []  # a partial report's measurements stay out of the statistics
+
+
+def test_a_non_zero_exit_status_without_a_failed_test_fails_the_node(
+    real_report: dict[str, Any], tmp_path: Path
+) -> None:
+    paths = healthy_fleet(real_report, tmp_path)
+    paths.append(write(tmp_path, "usage.json", node(real_report, "node-09", exit_status=4)))
+    summary = summarize(paths)
+    (bad,) = [n for n in summary.nodes if n.verdict == "fail"]
+    assert bad.hostname == "node-09" and [c.message for c in bad.failed] == [
+        "pytest exited with status 4 and no failed test"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        ("{not json", "not JSON: "),
+        ("[1, 2]", "not a JSON object but a list"),
+        ('{"schema": "other/1"}', "schema 'other/1', not 'pytest-gbvalidate/report/1'"),
+        ('{"schema": "pytest-gbvalidate/report/1", "status": "odd"}', "status 'odd', not one of finished, "),
+        ('{"schema": "pytest-gbvalidate/report/1", "status": "finished", "node": {}}', "no node.hostname"),
+    ],
+)
+def test_a_corrupt_report_says_why(tmp_path: Path, content: str, reason: str) -> None:
+    result = read(write(tmp_path, "r.json", content), 0)
+    assert isinstance(result, NotMerged) and result.kind == CORRUPT and result.reason.startswith(reason)
+
+
+def test_a_missing_report_is_corrupt_and_fails_the_fleet(real_report: dict[str, Any], tmp_path: Path) -> None:
+    summary = summarize([*healthy_fleet(real_report, tmp_path), tmp_path / "absent.json"])
+    assert [(r.kind, r.reason) for r in summary.not_merged] == [(CORRUPT, "cannot read: No such file or directory")]
+    assert summary.failures() == ["1 report(s) are corrupt"]
+
+
+def step_time(value_s: float, gbs: int, **details: Any) -> dict[str, Any]:
+    """A pretraining step time measurement as test_pretrain.py records it."""
+    layout = f"native-bf16-mbs2-gbs{gbs}-tp1-pp2-cp1-dp1-seq64"
+    return {
+        "test_id": "suites/test_pretrain.py::test_pretrain",
+        "metric": "llama3_tiny_step_time_s",
+        "scope": layout,
+        "scope_kind": "layout",
+        "value": value_s,
+        "unit": "s",
+        "direction": "lower",
+        "details": {"model": "llama3_tiny", "layout": layout, "engine": "native", "precision": "bf16", "mbs": 2}
+        | {"gbs": gbs, "dp": 1, "seq_len": 64}
+        | details,
+        "verdict": "info",
+    }
+
+
+def test_weak_scaling_pairs_a_multi_node_run_with_the_single_node_runs_of_its_per_node_batch(
+    real_report: dict[str, Any], tmp_path: Path
+) -> None:
+    paths = []
+    for host, seconds in (("node-01", 0.40), ("node-02", 0.42), ("node-03", 0.44)):
+        report = node(real_report, host)
+        report["measurements"].append(step_time(seconds, gbs=16))
+        paths.append(write(tmp_path, f"{host}.json", report))
+    gang = real_report["gang"] | {"nodes": 2, "hosts": ["node-01", "node-02"]}
+    run = node(real_report, "node-01", gang=gang)
+    per_node = {"node-01": 0.48, "node-02": 0.5}
+    weak_scaled = step_time(0.5, gbs=32, per_node_step_time_s=per_node, rank_spread_pct=4.2)
+    run["measurements"] += [weak_scaled, step_time(0.6, gbs=48)]
+    paths.append(write(tmp_path, "two-nodes.json", run))
+
+    summary = summarize(paths)
+    assert [n.hostname for n in summary.nodes] == ["node-01", "node-02", "node-03"]  # the run is no node row
+    assert [r.path.name for r in summary.multi_node] == ["two-nodes.json"] and summary.exit_code == 0
+    paired, unpaired = summary.scaling
+    assert paired.reference_s == pytest.approx(0.42) and paired.efficiency == pytest.approx(0.42 / 0.5)
+    straggler = paired.straggler
+    assert straggler is not None and straggler.host == "node-02"
+    assert straggler.spread_pct == pytest.approx((0.5 - 0.48) / 0.49 * 100)
+    assert unpaired.efficiency is None and "gbs 24 (the per-node batch)" in unpaired.note
+
+    markdown = render.markdown(summary, [], None, tmp_path)
+    assert "### Weak scaling" in markdown and "| 0.840 |" in markdown
+    assert "Straggler: node-02, slowest 0.5 s, fastest 0.48 s" in markdown and "ranks' spread 4.2%" in markdown
+
+
+def test_drain_reasons_are_short_and_survive_the_shell(real_report: dict[str, Any], tmp_path: Path) -> None:
+    paths = healthy_fleet(real_report, tmp_path)
+    bad = node(real_report, "node-09", exit_status=1)
+    for i, test in enumerate(bad["tests"]):
+        test |= {"outcome": "failed", "test_id": f"suites/x.py::test_it's_{i}", "fault": FAULT}
+    paths.append(write(tmp_path, "node-09.json", bad))
+    summary = summarize(paths)
+    (line,) = render.drain_commands(summary)
+    *_, reason = shlex.split(line)
+    assert reason.startswith("reason=gbvalidate: performance: test_it's_0,test_it's_1,")
+    assert len(reason) - len("reason=") <= 120 and "\n" not in reason
+
+
+def test_without_matplotlib_the_plots_are_skipped_with_a_note(
+    real_report: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    out = tmp_path / "out"
+    assert main(["summary", *map(str, healthy_fleet(real_report, tmp_path)), "--out", str(out)]) == 0
+    note = "plots skipped: matplotlib is not installed"
+    assert note in capsys.readouterr().out and note in (out / "summary.md").read_text()
+    assert not (out / "plots").exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["summary", "r.json"],  # no --out
+        ["summary", "r.json", "--out", "o", "--mad-k", "0"],
+        ["summary", "r.json", "--out", "o", "--below-median-pct", "nan"],
+        ["summary", "r.json", "--out", "o", "--noise-floor-pct", "-1"],
+        ["summary", "--out", "o"],  # no report
+        ["summarise", "r.json", "--out", "o"],
+    ],
+)
+def test_usage_errors_exit_2(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    assert exited.value.code == 2 and "usage:" in capsys.readouterr().err
+
+
+def test_out_must_be_a_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(SystemExit) as exited:
+        main(["summary", str(tmp_path / "r.json"), "--out", str(tmp_path / "file")])
+    assert exited.value.code == 2 and "not a directory" in capsys.readouterr().err
+
+
+# --- the statistics -----------------------------------------------------------------------------------------------
+
+
+def test_spread_has_the_median_mad_and_range_in_percent_of_the_median() -> None:
+    s = stats.spread([1.0, 2.0, 3.0, 4.0, 100.0])
+    assert (s.nodes, s.median, s.minimum, s.maximum, s.mad) == (5, 3.0, 1.0, 100.0, 1.0)
+    assert s.spread_pct == pytest.approx(99 / 3 * 100)
+    assert stats.spread([0.0, 0.0, 1.0]).spread_pct is None
+
+
+def test_the_modified_z_score_flags_the_worse_side_only() -> None:
+    values = {"a": 1.0, "b": 2.0, "c": 3.0, "d": 4.0, "e": 100.0}  # median 3, MAD 1
+    (slow,) = stats.outliers(values, "lower", mad_k=3.5, pct=float("inf"))
+    assert slow.host == "e" and slow.z == pytest.approx(0.6745 * 97) and slow.worse_pct == pytest.approx(97 / 3 * 100)
+    assert slow.rules == ("65.4 scaled MADs > 3.5",)
+    # higher is better: 100 is the best node; a is 2 below the median, 1.35 scaled MADs: not an outlier by MADs
+    assert stats.outliers(values, "higher", mad_k=3.5, pct=float("inf")) == []
+    (low,) = stats.outliers(values, "higher", mad_k=3.5, pct=50)
+    assert low.host == "a" and low.rules == ("66.7% of the median > 50%",)
+
+
+def test_with_mad_zero_only_the_percent_rule_flags() -> None:
+    values = {"a": 10.0, "b": 10.0, "c": 10.0, "d": 9.5}  # MAD 0: most nodes read the same
+    assert stats.outliers(values, "higher", pct=10) == []
+    (flagged,) = stats.outliers(values, "higher", pct=4)
+    assert flagged.host == "d" and flagged.z is None and flagged.worse_pct == pytest.approx(5.0)
+
+
+def test_the_noise_floor_keeps_the_mad_rule_from_flagging_small_dips() -> None:
+    values = {"a": 100.0, "b": 100.1, "c": 99.9, "d": 100.05, "e": 98.0}  # MAD 0.1: e is 13 scaled MADs low
+    (dip,) = stats.outliers(values, "higher")
+    assert dip.host == "e" and dip.z == pytest.approx(-13.49)
+    assert stats.outliers(values, "higher", noise_floor_pct=3) == []
+
+
+def test_fewer_than_three_nodes_or_no_direction_give_no_outliers() -> None:
+    assert stats.outliers({"a": 1.0, "b": 100.0}, "higher") == []
+    assert stats.outliers({"a": 1.0, "b": 100.0, "c": 100.0}, "sideways") == []
+
+
+def test_the_summary_flags_an_outlier_that_passed_its_baseline(real_report: dict[str, Any], tmp_path: Path) -> None:
+    paths = healthy_fleet(real_report, tmp_path)
+    slow = node(real_report, "node-05")
+    for m in slow["measurements"]:
+        if m["metric"] == HOST_COPY:
+            m["value"] *= 0.85  # 15% below the rest: within the baseline's limits, outside the fleet's
+    paths.append(write(tmp_path, "node-05.json", slow))
+    summary: Summary = summarize(paths)
+    ((flagged, outlier),) = summary.outliers
+    assert flagged.hostname == "node-05" and flagged.verdict == "pass" and flagged.drain
+    assert outlier.metric.key.metric == HOST_COPY and outlier.outlier.worse_pct == pytest.approx(15, abs=1)
+    assert summary.failures() == ["1 node(s) are outliers"]
+    relaxed = summarize(paths, mad_k=float("inf"), pct=20)
+    assert relaxed.outliers == [] and relaxed.exit_code == 0
