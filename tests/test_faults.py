@@ -132,8 +132,10 @@ def test_each_fault_fails_its_test_in_bounded_time_and_the_session_goes_on(
 
     report = json.loads((pytester.path / "r.json").read_text())
     durations = {t["test_id"].rsplit("::", 1)[-1]: t["duration_s"] for t in report["tests"] if t["when"] == "call"}
-    assert durations["test_all_reduce_busbw[in_place]"] < 10
-    assert TIMEOUT_S <= durations["test_all_gather_busbw[in_place]"] < TIMEOUT_S + 10
+    # Bounded: a crash is seen when it happens and a hang after the timeout, never after the default 300 s. The
+    # margins cover starting the ranks on a busy machine (10.9 s for the crash beside 14 other test workers).
+    assert durations["test_all_reduce_busbw[in_place]"] < 60
+    assert TIMEOUT_S <= durations["test_all_gather_busbw[in_place]"] < TIMEOUT_S + 60
     broadcast = [m for m in report["measurements"] if m["metric"] == "broadcast_busbw_gbps"]
     assert len(broadcast) == 14 and all(m["details"]["wrong"] == 1 for m in broadcast)  # reported all the same
 
