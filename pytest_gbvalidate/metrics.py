@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from pytest_gbvalidate.workloads.llama.config import CONFIGS as LLAMA_CONFIGS
 
-UNITS = frozenset({"GB/s", "TB/s", "TFLOPS", "s", "ms", "us", "tokens/s", "%", "count", "W", "C", "MHz", "GiB"})
+UNITS = frozenset({"GB/s", "TB/s", "TFLOPS", "s", "ms", "us", "tokens/s", "%", "count", "W", "C", "MHz", "GiB", "x"})
 DIRECTIONS = ("higher", "lower")
 # What one measurement is about. Values for `message_size` differ per size (and for `layout` per training
 # layout), so a baseline keeps one value per label; for the other kinds one value applies to every GPU / pair /
@@ -40,6 +40,7 @@ CATALOG: dict[str, MetricSpec] = {
         MetricSpec("p2p_bandwidth_gbps", "GB/s", "higher", "gpu_pair", "GPU to GPU copy, per ordered pair"),
         MetricSpec("gemm_bf16_tflops", "TFLOPS", "higher", "gpu", "dense bf16 matmul throughput, per GPU"),
         MetricSpec("gemm_fp8_tflops", "TFLOPS", "higher", "gpu", "dense fp8 matmul throughput, per GPU"),
+        MetricSpec("gemm_fp8_speedup_x", "x", "higher", "gpu", "fp8 over bf16 matmul TFLOPS, same GPU and shape"),
         MetricSpec("all_reduce_busbw_gbps", "GB/s", "higher", "message_size", "all_reduce bus bandwidth (nccl-tests)"),
         # Data movement and collectives (suites/test_bandwidth.py, suites/test_collectives.py).
         MetricSpec("host_gemm_bf16_tflops", "TFLOPS", "higher", "node", "dense bf16 matmul throughput on the host CPU"),

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from pytest_gbvalidate.bench.gemm import GemmResult
 from pytest_gbvalidate.bench.on_rank import copy_on_rank, gemm_on_rank, has_fp8_on_rank, host_gemm_on_rank, p2p_on_rank
 from pytest_gbvalidate.expect import Expect
 from pytest_gbvalidate.labels import gpu_label, gpu_pair_label
@@ -75,24 +76,22 @@ def _expect_copies(gb_expect: Expect, metric: str, label: str, results: list[Nod
     )
 
 
-def _expect_gemms(gb_expect: Expect, metric: str, label: str, results: list[NodeResult]) -> None:
-    gb_expect.each(
-        [
-            (
-                metric,
-                _scope(label, r, results),
-                r.value.tflops,
-                _details(
-                    r,
-                    shape=[r.value.m, r.value.n, r.value.k],
-                    iterations=r.value.iterations,
-                    samples_tflops=r.value.samples_tflops,
-                    relative_error=r.value.relative_error,
-                ),
-            )
-            for r in results
-        ],
-    )
+def _gemm_measurements(metric: str, label: str, results: list[NodeResult]) -> list[tuple[str, str, float, Any]]:
+    return [
+        (
+            metric,
+            _scope(label, r, results),
+            r.value.tflops,
+            _details(
+                r,
+                shape=[r.value.m, r.value.n, r.value.k],
+                iterations=r.value.iterations,
+                samples_tflops=r.value.samples_tflops,
+                relative_error=r.value.relative_error,
+            ),
+        )
+        for r in results
+    ]
 
 
 # --- per node: the host (every SKU; the cpu SKU's own checks) ---------------------------------------------
@@ -109,7 +108,7 @@ def test_host_gemm_bf16_tflops(gb_target: Target, gb_gang: Gang, gb_expect: Expe
     metric = "host_gemm_bf16_tflops"
     m, n, k, warmup, iterations = _gemm_params(gb_target, metric, HOST_GEMM_SIZE)
     results = run_on_local_rank(gb_gang, 0, host_gemm_on_rank, "bf16", m, n, k, warmup, iterations)
-    _expect_gemms(gb_expect, metric, "node", results)
+    gb_expect.each(_gemm_measurements(metric, "node", results))
 
 
 # --- per GPU ---------------------------------------------------------------------------------------------------
@@ -121,10 +120,15 @@ def _device_copy(kind: str, metric: str, index: int, target: Target, gang: Gang,
     _expect_copies(gb_expect, metric, gpu_label(index), results)
 
 
-def _gemm(dtype: str, metric: str, index: int, target: Target, gang: Gang, gb_expect: Expect) -> None:
+def _gemm(dtype: str, metric: str, index: int, target: Target, gang: Gang) -> list[NodeResult]:
     m, n, k, warmup, iterations = _gemm_params(target, metric, GEMM_SIZE)
-    results = run_on_local_rank(gang, index, gemm_on_rank, dtype, m, n, k, warmup, iterations)
-    _expect_gemms(gb_expect, metric, gpu_label(index), results)
+    return run_on_local_rank(gang, index, gemm_on_rank, dtype, m, n, k, warmup, iterations)
+
+
+@pytest.fixture(scope="module")
+def bf16_gemms() -> dict[str, GemmResult]:
+    """This run's bf16 GEMMs by scope (`gpu3`, `node1/gpu3`): the fp8 GEMM's speedup is taken against them."""
+    return {}
 
 
 def test_h2d_bandwidth(gpu: Gpu, gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
@@ -151,11 +155,28 @@ def test_p2p_bandwidth(gb_gpu_pair: tuple[int, int], gb_target: Target, gb_gang:
     _expect_copies(gb_expect, metric, gpu_pair_label(src, dst), results)
 
 
-def test_gemm_bf16_tflops(gpu: Gpu, gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
-    _gemm("bf16", "gemm_bf16_tflops", gpu.index, gb_target, gb_gang, gb_expect)
+def test_gemm_bf16_tflops(
+    gpu: Gpu, gb_target: Target, gb_gang: Gang, gb_expect: Expect, bf16_gemms: dict[str, GemmResult]
+) -> None:
+    results = _gemm("bf16", "gemm_bf16_tflops", gpu.index, gb_target, gb_gang)
+    bf16_gemms.update({_scope(gpu.label, r, results): r.value for r in results})
+    gb_expect.each(_gemm_measurements("gemm_bf16_tflops", gpu.label, results))
 
 
-def test_gemm_fp8_tflops(gpu: Gpu, gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
+def test_gemm_fp8_tflops(
+    gpu: Gpu, gb_target: Target, gb_gang: Gang, gb_expect: Expect, bf16_gemms: dict[str, GemmResult]
+) -> None:
+    """fp8 GEMM TFLOPS, and fp8 paying off: its speedup over this run's bf16 GEMM of the same GPU at the same shape
+    (`gemm_fp8_speedup_x`), from the two measurements; not taken where the bf16 GEMM did not run (deselected) or
+    ran at another shape."""
     if not all(r.value for r in run_on_local_rank(gb_gang, gpu.index, has_fp8_on_rank)):
         pytest.skip(f"{gpu.label} has no fp8 tensor cores (compute capability below 8.9)")
-    _gemm("fp8", "gemm_fp8_tflops", gpu.index, gb_target, gb_gang, gb_expect)
+    results = _gemm("fp8", "gemm_fp8_tflops", gpu.index, gb_target, gb_gang)
+    measurements = _gemm_measurements("gemm_fp8_tflops", gpu.label, results)
+    for r in results:
+        scope = _scope(gpu.label, r, results)
+        bf16, fp8 = bf16_gemms.get(scope), r.value
+        if bf16 is not None and (bf16.m, bf16.n, bf16.k) == (fp8.m, fp8.n, fp8.k):
+            details = _details(r, shape=[fp8.m, fp8.n, fp8.k], fp8_tflops=fp8.tflops, bf16_tflops=bf16.tflops)
+            measurements.append(("gemm_fp8_speedup_x", scope, fp8.tflops / bf16.tflops, details))
+    gb_expect.each(measurements)

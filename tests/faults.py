@@ -25,7 +25,8 @@ COLLECTIVES = (
 
 def inject(ctx: RankContext, fault: str, bad_rank: int, fn: Callable[..., Any], *args: Any) -> Any:
     """Run `fn(ctx, *args)`, with `fault` on `bad_rank`: `crash` (the process dies), `hang` (it never arrives
-    in the collective), `wrong` (its collectives return wrong data)."""
+    in the collective), `wrong` (its collectives return wrong data), `flip_high` / `flip_low` (its matmuls return
+    the first element with its top exponent bit / its lowest bit flipped: silent data corruption)."""
     if ctx.rank == bad_rank:
         if fault == "crash":
             os._exit(7)  # as a segfault in a driver would end the process
@@ -34,7 +35,33 @@ def inject(ctx: RankContext, fault: str, bad_rank: int, fn: Callable[..., Any], 
         if fault == "wrong":
             with corrupted_collectives():
                 return fn(ctx, *args)
+        if fault in FLIPPED_BIT:
+            with flipped_matmul(fault):
+                return fn(ctx, *args)
     return fn(ctx, *args)
+
+
+FLIPPED_BIT = ("flip_high", "flip_low")
+_AS_INT = {torch.bfloat16: torch.int16, torch.float32: torch.int32}
+
+
+@contextlib.contextmanager
+def flipped_matmul(fault: str) -> Iterator[None]:
+    """torch.matmul with the first element's top exponent bit (bit width-2: a value 2**64 or 2**128 times off)
+    or its lowest mantissa bit (one unit in the last place) flipped."""
+    real = torch.matmul
+
+    def flipped(*args: Any, **kwargs: Any) -> torch.Tensor:
+        out = real(*args, **kwargs)
+        bits = out.view(-1)[:1].view(_AS_INT[out.dtype])
+        bits ^= 1 << (8 * out.element_size() - 2 if fault == "flip_high" else 0)
+        return out
+
+    torch.matmul = flipped
+    try:
+        yield
+    finally:
+        torch.matmul = real
 
 
 @contextlib.contextmanager

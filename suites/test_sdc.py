@@ -1,0 +1,30 @@
+"""Silent data corruption: the same seeded computation on every GPU of the node (on `cpu`, on the gang's ranks),
+bit-identical across them and between two passes, and within tolerance of a CPU reference
+(pytest_gbvalidate/bench/sdc.py). Fails naming the GPU that is off."""
+
+from __future__ import annotations
+
+from pytest_gbvalidate.bench import sdc
+from pytest_gbvalidate.ranks.gang import Gang
+from pytest_gbvalidate.target import Target
+
+# GEMM shape (m, n, k): on a GPU, enough output tiles to occupy every SM of the largest GPUs; on the CPU, small.
+SHAPE = {"gpu": (4096, 4096, 1024), "cpu": (256, 256, 256)}
+
+
+def test_silent_data_corruption(gb_target: Target, gb_gang: Gang) -> None:
+    m, n, k = SHAPE["gpu" if gb_target.is_gpu else "cpu"]
+    per_rank = gb_gang.run(sdc.sdc_on_rank, m, n, k)
+    labels = rank_labels(gb_target, gb_gang)
+    found = sdc.problems(labels, per_rank, sdc.cpu_reference(m, n, k))
+    assert not found, f"silent data corruption check ({m}x{n}x{k} GEMMs, {sdc.MODEL.name} pass): " + "; ".join(found)
+
+
+def rank_labels(target: Target, gang: Gang) -> list[str]:
+    """`gpu3` (`node1/gpu3` across nodes) for each rank on a GPU SKU, `rank1` on the CPU."""
+    if not target.is_gpu:
+        return [f"rank{r}" for r in range(gang.world_size)]
+    per_node = gang.world_size // len(gang.hosts)
+    if len(gang.hosts) == 1:
+        return [f"gpu{r}" for r in range(gang.world_size)]
+    return [f"node{r // per_node}/gpu{r % per_node}" for r in range(gang.world_size)]
