@@ -168,6 +168,13 @@ def gb_reference_tools(request: pytest.FixtureRequest, gb_target: Target) -> Ref
     return request.config.stash[SESSION].reference_tools()
 
 
+@pytest.fixture(scope="session")
+def gb_nccl_env(request: pytest.FixtureRequest, gb_target: Target) -> dict[str, str]:
+    """The NCCL environment the ranks run with: the baseline's `params.nccl_env` and this process's NCCL_*
+    variables (those win), variable -> value."""
+    return {name: v["value"] for name, v in request.config.stash[SESSION].nccl_env.items()}
+
+
 # --- node probes: GPUs, NUMA map, telemetry (probes.py) ----------------------------------------------------
 # Each depends on gb_target, so a test that uses one engages gbvalidate like gb_expect does.
 

@@ -5,11 +5,13 @@ checks from then on. On a SKU without GPUs (`cpu`) only the telemetry check runs
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 import pytest
 
-from pytest_gbvalidate.node import nvml, xid
+from pytest_gbvalidate.node import nccl_stack, nvml, xid
 from pytest_gbvalidate.probes import Expected, Gpu, NodeGpus, Telemetry
 
 TELEMETRY_WINDOW_S = 0.5
@@ -47,6 +49,35 @@ def test_driver_version(gpus: NodeGpus, gb_expected: Expected) -> None:
 
 def _version(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(".") if part.isdigit())
+
+
+@pytest.mark.gb_gpu
+def test_nccl_version(gb_expected: Expected) -> None:
+    minimum = gb_expected.require("health.min_nccl_version")
+    version, where = nccl_stack.loaded_version()
+    assert _version(version) >= _version(minimum), f"NCCL {version} ({where}) is older than {minimum}, the minimum"
+
+
+@pytest.mark.gb_gpu
+def test_nccl_topo_file(gb_nccl_env: dict[str, str], request: pytest.FixtureRequest) -> None:
+    """The topology file NCCL is told to read (the ranks' environment, else NCCL's configuration files) exists,
+    can be read and is an NCCL topology: with a bad one NCCL falls back to detecting the topology itself, or
+    fails to start, and says so only in its debug log."""
+    env = {**os.environ, **gb_nccl_env}
+    files = nccl_stack.conf_files(env)
+    named = nccl_stack.setting("NCCL_TOPO_FILE", env, files)
+    if named is None:
+        pytest.skip(f"no NCCL_TOPO_FILE in the ranks' environment or in {', '.join(map(str, files))}")
+    path, problem = nccl_stack.topo_file_problem(*named, Path(request.config.invocation_params.dir))
+    assert problem is None, problem
+    request.node.user_properties.append(("gb_nccl_topo_file", str(path)))
+
+
+@pytest.mark.gb_gpu
+def test_nccl_net_plugin(gb_expected: Expected) -> None:
+    library = gb_expected.require("health.nccl_net_plugin")
+    problem = nccl_stack.load_problem(library)
+    assert problem is None, f"NCCL's net plugin: {problem}"
 
 
 def test_telemetry_reads_every_sensor(gb_telemetry: Telemetry, gb_expected: Expected) -> None:

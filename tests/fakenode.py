@@ -16,7 +16,7 @@ import pynvml
 import pytest
 
 from pytest_gbvalidate import sku
-from pytest_gbvalidate.node import topology, xid
+from pytest_gbvalidate.node import nccl_stack, topology, xid
 from pytest_gbvalidate.node.topology import format_cpulist, parse_cpulist, sysfs_pci_address
 from tests.fakenvml import FakeGpu, FakeNvmlLib, clocks_mhz, install
 
@@ -39,6 +39,11 @@ class FakeNode:
     gpus: list[FakeGpu]
     hcas: list[FakeHca] = field(default_factory=list)
     kernel_log: list[str] = field(default_factory=list)
+    # The NCCL stack: the version torch loads, /etc/nccl.conf's text (None: no such file), whether NCCL's net
+    # plugin loads (where the baseline names one; the host running the tests has none).
+    nccl_version: str = "2.21.5"
+    nccl_conf: str | None = None
+    net_plugin_loads: bool = True
 
     def nvml(self) -> FakeNvmlLib:
         return FakeNvmlLib(self.gpus)
@@ -75,6 +80,14 @@ class FakeNode:
         monkeypatch.setattr(topology, "SYSFS_ROOT", sysfs)
         point_detection_at(monkeypatch, sysfs)
         monkeypatch.setattr(xid, "KERNEL_LOG", log)
+        conf = tmp_path / "etc-nccl.conf"
+        if self.nccl_conf is not None:
+            conf.write_text(self.nccl_conf)
+        monkeypatch.setattr(nccl_stack, "SYSTEM_CONF", conf)
+        monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.nccl.conf
+        monkeypatch.setattr(nccl_stack, "loaded_version", lambda: (self.nccl_version, "the fake node's torch"))
+        loads = self.net_plugin_loads
+        monkeypatch.setattr(nccl_stack, "load_problem", lambda lib: None if loads else f"cannot load {lib}: fake")
         lib = self.nvml()
         install(monkeypatch, lib)
         return lib

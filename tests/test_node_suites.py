@@ -14,6 +14,7 @@ import pynvml
 import pytest
 import torch  # noqa: F401 -- in-process pytester runs drop modules they imported, and torch cannot load twice
 
+from pytest_gbvalidate.node import nccl_stack
 from pytest_gbvalidate.node.topology import parse_cpulist
 from tests.fakenode import nd96asr_v4, nd_gb200_v6, xid_line
 from tests.fakenvml import HW_SLOWDOWN, HW_THERMAL_SLOWDOWN, FakeNvmlLib, install
@@ -63,7 +64,7 @@ def test_a_healthy_gb200_node_passes_and_reports_its_gpus_numa_map_and_telemetry
     assert result.ret == pytest.ExitCode.OK
     assert not with_outcome(cases, "failure") and not with_outcome(cases, "error")
     for name, message in with_outcome(cases, "skipped").items():  # only what the baseline has no gate for
-        assert message.startswith("ND_GB200_v6 baseline has no "), (name, message)
+        assert message.startswith(("ND_GB200_v6 baseline has no ", "no NCCL_TOPO_FILE in ")), (name, message)
     for test in PER_GPU_HEALTH:
         assert {f"{test}[gpu{i}]" for i in range(4)} <= set(cases)
     assert dict(cases["test_nvlinks[gpu2]"]["props"]) == {
@@ -222,7 +223,8 @@ def test_without_a_driver_every_gpu_check_fails_with_the_nvml_error(
     for name, message in failed.items():
         assert f"NVML cannot list this node's GPUs: nvmlInit: {nvml_error}" in message, name
     passed = {n for n, c in cases.items() if c["outcome"] == "passed"}
-    assert passed == {"test_numa_nodes_hold_every_cpu", "test_infiniband_ports_active"}  # sysfs only
+    # sysfs only, and NCCL's net plugin, a library of its own
+    assert passed == {"test_numa_nodes_hold_every_cpu", "test_infiniband_ports_active", "test_nccl_net_plugin"}
     assert report["gpus"]["nvml_error"] == f"nvmlInit: {nvml_error}"
 
 
@@ -392,3 +394,63 @@ def test_under_xdist_the_numa_map_and_telemetry_reach_the_report(pytester: pytes
     assert report["numa_map"]["nodes"] and report["telemetry"][0]["sample_count"] >= 2
     props = dict(junit_cases(pytester.path / "r.xml")["test_sampled"]["props"])
     assert "gb_telemetry.cpu.utilization_pct.p95" in props
+
+
+# --- the NCCL stack ---------------------------------------------------------------------------------------
+
+
+NCCL = ("-k", "nccl")
+
+
+def test_the_nccl_stack_checks_say_what_they_found_and_where(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    node = nd96asr_v4()
+    node.nccl_version, node.nccl_conf, node.net_plugin_loads = "2.8.4", "NCCL_TOPO_FILE=topo.xml\n", False
+    node.install(monkeypatch, tmp_path)
+    result, cases, report = run_suites(pytester, "ND96asr_v4", *NCCL, suites=(HEALTH,))
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    failed = with_outcome(cases, "failure")
+    assert "NCCL 2.8.4 (the fake node's torch) is older than 2.9.9, the minimum" in failed["test_nccl_version"]
+    topo = failed["test_nccl_topo_file"]
+    assert f"NCCL_TOPO_FILE=topo.xml (from {tmp_path / 'etc-nccl.conf'}) resolves to " in topo
+    assert f"{pytester.path / 'topo.xml'}: no such file" in topo  # relative: to the run's working directory
+    assert "NCCL's net plugin: cannot load libnccl-net.so" in failed["test_nccl_net_plugin"]
+    faults = {t["test_id"].rsplit("::")[-1]: t["fault"]["category"] for t in report["tests"] if "fault" in t}
+    expected = {"test_nccl_version": "software", "test_nccl_topo_file": "configuration"}
+    assert faults == expected | {"test_nccl_net_plugin": "software"}
+
+
+@pytest.mark.parametrize(
+    ("content", "outcome", "message"),
+    [
+        ('<system version="1"><cpu numaid="0"/></system>', "passed", None),
+        ("<system version='1'>", "failure", "not valid XML: no element found"),
+        ("<topology/>", "failure", "its root element is <topology>, an NCCL topology has <system>"),
+    ],
+)
+def test_the_topology_file_the_environment_names_must_be_an_nccl_topology(
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    content: str,
+    outcome: str,
+    message: str | None,
+) -> None:
+    nd96asr_v4().install(monkeypatch, tmp_path)
+    topo = tmp_path / "ndv4-topo.xml"
+    topo.write_text(content)
+    monkeypatch.setenv("NCCL_TOPO_FILE", str(topo))  # the environment wins over NCCL's configuration files
+    _, cases, _ = run_suites(pytester, "ND96asr_v4", "-k", "topo_file", suites=(HEALTH,))
+    case = cases["test_nccl_topo_file"]
+    assert case["outcome"] == outcome, case
+    if message is not None:
+        assert f"NCCL_TOPO_FILE={topo} (from the environment): {message}" in (case["message"] or "")
+    else:
+        assert dict(case["props"])["gb_nccl_topo_file"] == str(topo)
+
+
+def test_the_net_plugin_is_loaded_as_nccl_loads_it() -> None:
+    assert nccl_stack.load_problem("libc.so.6") is None
+    problem = nccl_stack.load_problem("libnccl-net-of-no-node.so") or ""
+    assert problem.startswith("cannot load libnccl-net-of-no-node.so: ") and "LD_LIBRARY_PATH=" in problem

@@ -100,6 +100,8 @@ class HealthBaseline:
 
     provenance: str
     min_driver_version: str | None = None
+    min_nccl_version: str | None = None  # of the NCCL torch loads
+    nccl_net_plugin: str | None = None  # the NCCL net plugin library (SHARP on InfiniBand), loaded as NCCL loads it
     nvlinks_per_gpu: int | None = None
     critical_xids: tuple[int, ...] | None = None
     ecc_limits: dict[str, int] = field(default_factory=dict)  # counter -> the most a healthy GPU may have

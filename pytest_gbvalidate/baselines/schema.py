@@ -360,11 +360,14 @@ class _Parser:
         if "health" not in doc:
             return None
         h = self.mapping(doc["health"], doc, "health", "health", _HEALTH_KEYS)
-        version = h.get("min_driver_version")
-        if version is not None and not (isinstance(version, str) and re.fullmatch(r"\d+(\.\d+)*", version)):
-            raise self.error(
-                h, "min_driver_version", "health.min_driver_version", f"{_shown(version)}: quote it, e.g. '570.133.20'"
-            )
+        versions = {}
+        for key, example in (("min_driver_version", "570.133.20"), ("min_nccl_version", "2.9.9")):
+            version = versions[key] = h.get(key)
+            if version is not None and not (isinstance(version, str) and re.fullmatch(r"\d+(\.\d+)*", version)):
+                raise self.error(h, key, f"health.{key}", f"{_shown(version)}: quote it, e.g. '{example}'")
+        plugin = h.get("nccl_net_plugin")
+        if plugin is not None and not (isinstance(plugin, str) and plugin.strip()):
+            raise self.error(h, "nccl_net_plugin", "health.nccl_net_plugin", f"{_shown(plugin)}: a library file name")
         xids = h.get("critical_xids")
         if xids is not None:
             if not (isinstance(xids, list) and xids and all(_is_count(x) and x > 0 for x in xids)):
@@ -382,7 +385,9 @@ class _Parser:
                 limits[key] = int(value)
         return HealthBaseline(
             provenance=self.provenance(h, "health"),
-            min_driver_version=version,
+            min_driver_version=versions["min_driver_version"],
+            min_nccl_version=versions["min_nccl_version"],
+            nccl_net_plugin=plugin,
             nvlinks_per_gpu=self.positive_int(h, "nvlinks_per_gpu", "health"),
             critical_xids=None if xids is None else tuple(xids),
             ecc_limits=limits,
@@ -432,7 +437,10 @@ class _Parser:
         return value
 
 
-_HEALTH_KEYS = {"provenance", "min_driver_version", "nvlinks_per_gpu", "critical_xids", "ecc_limits"}
+_HEALTH_KEYS = {
+    *("provenance", "min_driver_version", "min_nccl_version", "nccl_net_plugin"),
+    *("nvlinks_per_gpu", "critical_xids", "ecc_limits"),
+}
 _TOPOLOGY_KEYS = {"provenance", "gpu_numa_nodes", "gpus_per_numa_node", "nic_on_gpu_numa_node", "ib_rate_gbps"}
 # Per-GPU ceilings on memory error counters (nvml.ecc_counts; volatile and aggregate counts are both held to
 # them) and on row remapping / page retirement states (pending and failed count as 1).
