@@ -43,6 +43,10 @@ CATALOG: dict[str, MetricSpec] = {
         MetricSpec("gemm_fp8_speedup_x", "x", "higher", "gpu", "fp8 over bf16 matmul TFLOPS, same GPU and shape"),
         MetricSpec("all_reduce_busbw_gbps", "GB/s", "higher", "message_size", "all_reduce bus bandwidth (nccl-tests)"),
         # Data movement and collectives (suites/test_bandwidth.py, suites/test_collectives.py).
+        MetricSpec("scratch_write_gbps", "GB/s", "higher", "node", "sequential write to the scratch volume, fsync'd"),
+        MetricSpec("scratch_read_gbps", "GB/s", "higher", "node", "sequential read from the scratch volume"),
+        MetricSpec("checkpoint_write_s", "s", "lower", "node", "torch.save of a checkpoint-sized file, fsync'd"),
+        MetricSpec("checkpoint_read_s", "s", "lower", "node", "torch.load of that checkpoint"),
         MetricSpec("host_gemm_bf16_tflops", "TFLOPS", "higher", "node", "dense bf16 matmul throughput on the host CPU"),
         MetricSpec("all_gather_busbw_gbps", "GB/s", "higher", "message_size", "all_gather bus bandwidth (nccl-tests)"),
         MetricSpec(

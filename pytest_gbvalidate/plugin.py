@@ -6,6 +6,7 @@ This module loads in every pytest run of the environment, so it imports nothing 
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,8 @@ _HELP = {
     "a regression beyond the allowed percentage fails the test (as pytest-benchmark's --benchmark-compare).",
     "compare_fail": "the regression --gb-compare allows, [METRIC:]PCT%, comma-separated (e.g. 5% or "
     "'3%,all_reduce_busbw_gbps:2%'). Default: each metric's warn band in the baseline, else 5%.",
+    "scratch": "the local scratch directory the storage checks write to (the node's NVMe volume). Default: a "
+    "temporary directory on cpu; on GPU SKUs the storage checks skip without one.",
     "reference_tools": "also run nccl-tests (all_reduce_perf, ...) and nvbandwidth when they are on PATH, and "
     "report their figures beside ours.",
 }
@@ -57,6 +60,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "timeout": {"metavar": "SECONDS"},
         "compare": {"metavar": "PATH"},
         "compare_fail": {"metavar": "[METRIC:]PCT%"},
+        "scratch": {"metavar": "DIR"},
         "strict": {"action": "store_true"},
         "reference_tools": {"action": "store_true"},
     }
@@ -80,7 +84,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gb-list-skus", dest="gb_list_skus", action="store_true", help="list known SKUs and exit.")
 
 
-_INI_SETTINGS = ("sku", "baselines", "report", "strict", "timeout", "reference_tools", "compare", "compare_fail")
+_INI_SETTINGS = (
+    *("sku", "baselines", "report", "strict", "timeout", "reference_tools"),
+    *("compare", "compare_fail", "scratch"),
+)
 
 
 def _settings(config: pytest.Config) -> st.Settings:
@@ -166,6 +173,18 @@ def gb_reference_tools(request: pytest.FixtureRequest, gb_target: Target) -> Ref
     """Whether to run nccl-tests / nvbandwidth beside our measurements (--gb-reference-tools), with the SKU's
     NCCL environment and the run's timeout."""
     return request.config.stash[SESSION].reference_tools()
+
+
+@pytest.fixture(scope="session")
+def gb_scratch(request: pytest.FixtureRequest, gb_target: Target) -> Path:
+    """The scratch directory the storage checks write to: --gb-scratch and friends; on a SKU without GPUs a
+    temporary directory; on a GPU SKU without one, the test skips saying how to name it."""
+    setting = request.config.stash[SESSION].settings.scratch
+    if setting.value is not None:
+        return setting.value
+    if not gb_target.is_gpu:
+        return Path(tempfile.gettempdir())
+    pytest.skip("no scratch directory named: --gb-scratch DIR, GBVALIDATE_SCRATCH or gb_scratch (the node's NVMe)")
 
 
 @pytest.fixture(scope="session")

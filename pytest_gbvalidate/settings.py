@@ -8,7 +8,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
     from pytest_gbvalidate.compare import AllowedRegression
@@ -60,11 +60,13 @@ class Settings:
     created_dirs: tuple[tuple[str, Path], ...] = ()
     compare: Setting[Path | None] = Setting(None, "default")  # an earlier JSON report of this node
     compare_fail: Setting[AllowedRegression | None] = Setting(None, "default")  # None: each metric's warn band
+    scratch: Setting[Path | None] = Setting(None, "default")  # the local scratch volume the storage checks write to
 
     @property
     def explicit(self) -> bool:
         """True when the user asked for gbvalidate in any way, so a bad value must fail the run."""
-        chosen = (self.sku, self.baselines, self.report, self.strict, self.timeout, self.reference_tools, self.compare)
+        chosen: list[Setting[Any]] = [self.sku, self.baselines, self.report, self.strict, self.timeout]
+        chosen += [self.reference_tools, self.compare, self.scratch]
         return any(not s.is_default for s in chosen) or self.record is not None or self.list_skus
 
 
@@ -114,6 +116,7 @@ def resolve(sources: Sources) -> Settings:
         created_dirs=created,
         compare=_pick(sources, "compare", None, _parse_input_file),
         compare_fail=_pick(sources, "compare_fail", None, _parse_allowed_regression),
+        scratch=_pick(sources, "scratch", None, _parse_dir),
     )
 
 

@@ -1,0 +1,146 @@
+"""Local scratch storage: sequential write and read throughput of a directory (the ND SKUs' RAID 0 of local NVMe),
+with direct I/O where the file system allows it, and the time to write a checkpoint-sized tensor file with
+torch.save and read it back. Every file lives in a directory of its own under the scratch directory, removed
+afterwards whatever happened (a failure, Ctrl-C). No pytest here."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import mmap
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+BLOCK_BYTES = 16 * 2**20  # per write and read call: large and sequential, as a checkpoint writer issues them
+_DIRECT = getattr(os, "O_DIRECT", 0)
+
+
+class StorageError(Exception):
+    """The scratch directory cannot be used: the message says what failed, where, and after how much."""
+
+
+@contextlib.contextmanager
+def work_dir(scratch: Path) -> Iterator[Path]:
+    """A new directory under `scratch`, removed with everything in it on the way out."""
+    path = scratch / f"gbvalidate-scratch-{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        path.mkdir()
+    except OSError as exc:
+        raise StorageError(f"cannot create a directory in {scratch}: {exc.strerror or exc}") from None
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class Throughput:
+    write_gbps: float
+    read_gbps: float
+    size_bytes: int
+    direct_io: bool  # False where the file system refuses O_DIRECT (tmpfs): page cache dropped before the read
+
+
+def sequential(directory: Path, size_bytes: int) -> Throughput:
+    """Write `size_bytes` to a new file in BLOCK_BYTES blocks and fsync, then read it back, GB = 1e9 bytes."""
+    path = directory / "sequential.bin"
+    block = mmap.mmap(-1, BLOCK_BYTES)  # page-aligned, as O_DIRECT needs
+    block.write(os.urandom(BLOCK_BYTES))
+    blocks = max(1, size_bytes // BLOCK_BYTES)
+    fd, direct = _open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    try:
+        start = time.perf_counter()
+        for done in range(blocks):
+            _write_all(fd, block, path, done, blocks)
+        os.fsync(fd)
+        write_s = time.perf_counter() - start
+    finally:
+        os.close(fd)
+    fd, direct_read = _open(path, os.O_RDONLY)
+    try:
+        if not direct_read:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # read from the device, not the page cache
+        start = time.perf_counter()
+        while os.readv(fd, [block]) > 0:
+            pass
+        read_s = time.perf_counter() - start
+    finally:
+        os.close(fd)
+        block.close()
+    total = blocks * BLOCK_BYTES
+    return Throughput(total / write_s / 1e9, total / read_s / 1e9, total, direct and direct_read)
+
+
+def _open(path: Path, flags: int) -> tuple[int, bool]:
+    try:
+        return os.open(path, flags | _DIRECT), bool(_DIRECT)
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:
+            raise StorageError(f"cannot open {path}: {exc.strerror or exc}") from None
+    try:
+        return os.open(path, flags), False
+    except OSError as exc:
+        raise StorageError(f"cannot open {path}: {exc.strerror or exc}") from None
+
+
+def _write_all(fd: int, block: mmap.mmap, path: Path, done: int, blocks: int) -> None:
+    try:
+        written = os.write(fd, block)
+    except OSError as exc:
+        raise StorageError(
+            f"writing {path} failed after {done * BLOCK_BYTES / 2**20:.0f} of {blocks * BLOCK_BYTES / 2**20:.0f} MiB: "
+            f"{exc.strerror or exc}"
+        ) from None
+    if written != BLOCK_BYTES:
+        raise StorageError(f"writing {path}: a short write of {written} of {BLOCK_BYTES} bytes (the device is full?)")
+
+
+@dataclass(frozen=True)
+class CheckpointTimes:
+    write_s: float
+    read_s: float
+    size_bytes: int
+
+
+def checkpoint(directory: Path, size_bytes: int) -> CheckpointTimes:
+    """torch.save of a state dict of bf16 tensors of `size_bytes` in all, fsync'd, then torch.load of it, checked
+    equal to what was saved."""
+    path = directory / "checkpoint.pt"
+    per_tensor = 64 * 2**20
+    generator = torch.Generator().manual_seed(0)
+    state = {
+        f"layer{i}.weight": torch.randn(
+            min(per_tensor, size_bytes - i * per_tensor) // 2, generator=generator
+        ).bfloat16()
+        for i in range(max(1, -(-size_bytes // per_tensor)))
+    }
+    total = sum(t.numel() * t.element_size() for t in state.values())
+    start = time.perf_counter()
+    try:
+        with path.open("wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+    except (OSError, RuntimeError) as exc:  # torch's zip writer reports a refused write as a RuntimeError
+        written = path.stat().st_size if path.exists() else 0
+        raise StorageError(
+            f"writing the checkpoint {path} failed after {written / 2**20:.0f} of {total / 2**20:.0f} MiB "
+            f"({shutil.disk_usage(directory).free / 2**20:.0f} MiB free on its device): {exc}"
+        ) from None
+    write_s = time.perf_counter() - start
+    with path.open("rb") as f:
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    start = time.perf_counter()
+    loaded = torch.load(path, weights_only=True)
+    read_s = time.perf_counter() - start
+    wrong = [name for name, t in state.items() if name not in loaded or not torch.equal(loaded[name], t)]
+    if wrong:
+        raise StorageError(f"the checkpoint {path} read back differs from what was written: {', '.join(wrong[:3])}")
+    return CheckpointTimes(write_s, read_s, total)

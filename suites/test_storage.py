@@ -1,0 +1,54 @@
+"""Local scratch storage (pytest_gbvalidate/bench/storage.py): sequential write and read throughput of the scratch
+directory (--gb-scratch: the node's NVMe volume; a temporary directory on `cpu`), with direct I/O where the file
+system allows it, and the time to write a checkpoint-sized tensor file and read it back. Sizes: the metric's
+`params.size_bytes`, else the defaults below. The files are removed afterwards, whatever happened."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_gbvalidate.bench import storage
+from pytest_gbvalidate.expect import Expect
+from pytest_gbvalidate.target import Target
+
+# Larger than a GPU node's page cache is not asked of a default: direct I/O keeps the cache out of the figure.
+SEQUENTIAL_BYTES = {"gpu": 8 * 2**30, "cpu": 64 * 2**20}
+CHECKPOINT_BYTES = {"gpu": 4 * 2**30, "cpu": 32 * 2**20}
+
+
+def _size(target: Target, metric: str, default: dict[str, int]) -> int:
+    return int(target.params(metric).get("size_bytes", default["gpu" if target.is_gpu else "cpu"]))
+
+
+def test_scratch_throughput(gb_target: Target, gb_expect: Expect, gb_scratch: Path) -> None:
+    size = _size(gb_target, "scratch_write_gbps", SEQUENTIAL_BYTES)
+    try:
+        with storage.work_dir(gb_scratch) as directory:
+            result = storage.sequential(directory, size)
+    except storage.StorageError as exc:
+        pytest.fail(f"scratch {gb_scratch}: {exc}", pytrace=False)
+    details = {"directory": str(gb_scratch), "size_bytes": result.size_bytes, "direct_io": result.direct_io}
+    gb_expect.each(
+        [
+            ("scratch_write_gbps", "node", result.write_gbps, details),
+            ("scratch_read_gbps", "node", result.read_gbps, details),
+        ]
+    )
+
+
+def test_checkpoint_write_and_read(gb_target: Target, gb_expect: Expect, gb_scratch: Path) -> None:
+    size = _size(gb_target, "checkpoint_write_s", CHECKPOINT_BYTES)
+    try:
+        with storage.work_dir(gb_scratch) as directory:
+            times = storage.checkpoint(directory, size)
+    except storage.StorageError as exc:
+        pytest.fail(f"scratch {gb_scratch}: {exc}", pytrace=False)
+    details = {"directory": str(gb_scratch), "size_bytes": times.size_bytes}
+    gb_expect.each(
+        [
+            ("checkpoint_write_s", "node", times.write_s, details),
+            ("checkpoint_read_s", "node", times.read_s, details),
+        ]
+    )

@@ -1,0 +1,94 @@
+"""The storage checks on the cpu SKU: real writes to a temporary scratch directory pass the cpu floors; a device
+that fills up mid-write and a directory that refuses new files are clear failures; nothing is left behind, not
+even after Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_gbvalidate.bench import storage
+from tests.test_plugin import SUITES, XUNIT1, junit_cases
+
+STORAGE = str(SUITES / "test_storage.py")
+METRICS = ["scratch_write_gbps", "scratch_read_gbps", "checkpoint_write_s", "checkpoint_read_s"]
+
+
+def leftovers(directory: Path) -> list[Path]:
+    return list(directory.glob("gbvalidate-scratch-*"))
+
+
+def test_the_scratch_directory_is_measured_and_left_clean(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    scratch = tmp_path / "nvme"
+    scratch.mkdir()
+    result = pytester.runpytest(STORAGE, "--gb-sku=cpu", f"--gb-scratch={scratch}", "--gb-report=r.json", *XUNIT1)
+    result.assert_outcomes(passed=2)
+    report = json.loads((pytester.path / "r.json").read_text())
+    measured = {m["metric"]: m for m in report["measurements"]}
+    assert list(measured) == METRICS
+    assert all(m["value"] > 0 and m["verdict"] == "pass" for m in measured.values())
+    assert measured["scratch_write_gbps"]["details"]["size_bytes"] == 64 * 2**20  # the cpu baseline's params
+    assert measured["checkpoint_read_s"]["details"]["directory"] == str(scratch)
+    assert report["settings"]["sku"]["value"] == "cpu" and leftovers(scratch) == []
+
+
+# A plugin for a pytest subprocess: files may grow to 8 MiB at most, as on a device with that much room left
+# (the kernel then refuses the write; SIGXFSZ, which would kill the process first, is ignored).
+FULL_DEVICE = """\
+import resource, signal
+
+def pytest_configure(config):
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (8 * 2**20, resource.RLIM_INFINITY))
+"""
+
+
+def test_a_device_that_fills_up_is_a_clear_failure_with_nothing_left(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    pytester.makepyfile(full_device=FULL_DEVICE)
+    scratch = tmp_path / "nvme"
+    scratch.mkdir()
+    result = pytester.runpytest_subprocess(
+        STORAGE, "--gb-sku=cpu", f"--gb-scratch={scratch}", "-p", "full_device", "--junitxml=r.xml"
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    cases = junit_cases(pytester.path / "r.xml")
+    sequential = cases["test_scratch_throughput"]["message"] or ""
+    assert sequential.startswith(f"Failed: scratch {scratch}: writing {scratch}/gbvalidate-scratch-"), sequential
+    assert "sequential.bin" in sequential and ("File too large" in sequential or "short write" in sequential)
+    checkpoint = cases["test_checkpoint_write_and_read"]["message"] or ""
+    assert checkpoint.startswith(f"Failed: scratch {scratch}: writing the checkpoint {scratch}/"), checkpoint
+    assert "failed after 8 of 32 MiB (" in checkpoint, checkpoint
+    assert leftovers(scratch) == []
+
+
+def test_a_directory_that_refuses_new_files_is_a_clear_failure(pytester: pytest.Pytester) -> None:
+    # /sys: no one, root included, may create a directory there (as on a volume mounted read-only)
+    result = pytester.runpytest(STORAGE, "--gb-sku=cpu", "--gb-scratch=/sys", *XUNIT1)
+    result.assert_outcomes(failed=2)
+    message = junit_cases(pytester.path / "r.xml")["test_scratch_throughput"]["message"] or ""
+    assert message.startswith("Failed: scratch /sys: cannot create a directory in /sys: "), message
+
+
+def test_a_gpu_sku_without_a_scratch_directory_skips_saying_how_to_name_one(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from tests.fakenode import nd96asr_v4
+
+    nd96asr_v4().install(monkeypatch, tmp_path)
+    result = pytester.runpytest(STORAGE, "--gb-sku=ND96asr_v4", "-rs")
+    result.assert_outcomes(skipped=2)
+    result.stdout.fnmatch_lines(["*no scratch directory named: --gb-scratch DIR, GBVALIDATE_SCRATCH or gb_scratch*"])
+
+
+def interrupted_while_writing(scratch: Path) -> None:
+    with storage.work_dir(scratch) as directory:
+        (directory / "sequential.bin").write_bytes(b"x" * 4096)
+        raise KeyboardInterrupt
+
+
+def test_ctrl_c_mid_write_still_removes_the_files(tmp_path: Path) -> None:
+    with pytest.raises(KeyboardInterrupt):
+        interrupted_while_writing(tmp_path)
+    assert leftovers(tmp_path) == []
