@@ -5,13 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_gbvalidate.expect import Expect
 from pytest_gbvalidate.labels import parse_size_label, size_label
 from pytest_gbvalidate.target import Target
+
+if TYPE_CHECKING:
+    from pytest_gbvalidate.ranks.gang import Gang
 
 SWEEP_BYTES = {"gpu": (8, 8 * 2**30), "cpu": (8, 4 * 2**20)}
 # Sizes gated when the baseline names none (a SKU being recorded): the sizes public figures are quoted at.
@@ -42,6 +45,17 @@ def require_ranks(target: Target, world_size: int, minimum: int, what: str) -> N
             pytrace=False,
         )
     pytest.skip(f"{what} needs at least {minimum} ranks; this run's gang has {world_size}")
+
+
+def rank_labels(target: Target, gang: Gang) -> list[str]:
+    """What each rank of the gang is, for a check that runs on all of them at once: `gpu3` (`node1/gpu3` across
+    nodes) on a GPU SKU, `rank1` on the CPU."""
+    if not target.is_gpu:
+        return [f"rank{r}" for r in range(gang.world_size)]
+    if len(gang.hosts) == 1:
+        return [f"gpu{r}" for r in range(gang.world_size)]
+    per_node = gang.world_size // len(gang.hosts)
+    return [f"node{r // per_node}/gpu{r % per_node}" for r in range(gang.world_size)]
 
 
 def sweep_plan(target: Target, metric: str) -> SweepPlan:

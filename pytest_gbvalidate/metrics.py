@@ -47,6 +47,9 @@ CATALOG: dict[str, MetricSpec] = {
         MetricSpec("scratch_read_gbps", "GB/s", "higher", "node", "sequential read from the scratch volume"),
         MetricSpec("checkpoint_write_s", "s", "lower", "node", "torch.save of a checkpoint-sized file, fsync'd"),
         MetricSpec("checkpoint_read_s", "s", "lower", "node", "torch.load of that checkpoint"),
+        MetricSpec(
+            "inference_tokens_per_s", "tokens/s", "higher", "gpu", "offline generation, tokens per second per GPU"
+        ),
         MetricSpec("host_gemm_bf16_tflops", "TFLOPS", "higher", "node", "dense bf16 matmul throughput on the host CPU"),
         MetricSpec("all_gather_busbw_gbps", "GB/s", "higher", "message_size", "all_gather bus bandwidth (nccl-tests)"),
         MetricSpec(

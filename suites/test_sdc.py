@@ -5,6 +5,7 @@ bit-identical across them and between two passes, and within tolerance of a CPU 
 from __future__ import annotations
 
 from pytest_gbvalidate.bench import sdc
+from pytest_gbvalidate.checks import rank_labels
 from pytest_gbvalidate.ranks.gang import Gang
 from pytest_gbvalidate.target import Target
 
@@ -18,13 +19,3 @@ def test_silent_data_corruption(gb_target: Target, gb_gang: Gang) -> None:
     labels = rank_labels(gb_target, gb_gang)
     found = sdc.problems(labels, per_rank, sdc.cpu_reference(m, n, k))
     assert not found, f"silent data corruption check ({m}x{n}x{k} GEMMs, {sdc.MODEL.name} pass): " + "; ".join(found)
-
-
-def rank_labels(target: Target, gang: Gang) -> list[str]:
-    """`gpu3` (`node1/gpu3` across nodes) for each rank on a GPU SKU, `rank1` on the CPU."""
-    if not target.is_gpu:
-        return [f"rank{r}" for r in range(gang.world_size)]
-    per_node = gang.world_size // len(gang.hosts)
-    if len(gang.hosts) == 1:
-        return [f"gpu{r}" for r in range(gang.world_size)]
-    return [f"node{r // per_node}/gpu{r % per_node}" for r in range(gang.world_size)]
