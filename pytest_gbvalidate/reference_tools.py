@@ -3,12 +3,17 @@ nccl-tests (`all_reduce_perf`, `all_gather_perf`, ...) and nvbandwidth. Their te
 measurements our suites make -- same metric names, same scope labels, tagged with the tool. Pure Python.
 
 nccl-tests prints one row per size (`size count type redop root`, then `time algbw busbw #wrong` out of place,
-then the same in place; `#wrong` is `N/A` without `-c`); comment lines start with `#`. nvbandwidth prints
+then the same in place; `#wrong` is `N/A` without `-c`); comment lines start with `#`. Builds from late 2025 on
+also write JSON (`-J/--output_file PATH.json`: `results`, one object per size with `size`, `count`, `type`,
+`redop`, `root`, `out_of_place` and `in_place` of `time` (or `cpu_time`), `alg_bw`, `bus_bw`, `nwrong`;
+`devices`, one per rank; `average_bus_bandwidth.bandwidth`): read where the binary offers it (its usage names
+`--output_file`), the text table otherwise. nvbandwidth prints
 `Running <testcase>.`, a line naming the matrix, a header of column indices, then one row per source.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -72,8 +77,9 @@ class NcclTestsRow:
 @dataclass(frozen=True)
 class NcclTestsOutput:
     rows: list[NcclTestsRow]
-    ranks: int  # `#  Rank N ...` lines (0 when the tool did not print them)
+    ranks: int  # `#  Rank N ...` lines, or JSON `devices` (0 when the tool did not say)
     avg_busbw_gbps: float | None  # the footer's average over the sweep: reported, never gated
+    source: str = "text"  # what it was read from: "text" (the table) or "json" (-J)
 
 
 _NCCL_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)")
@@ -103,6 +109,47 @@ def parse_nccl_tests(text: str) -> NcclTestsOutput:
     if not rows:
         raise ToolError("nccl-tests printed no result rows")
     return NcclTestsOutput(rows, ranks, avg)
+
+
+def parse_nccl_tests_json(text: str) -> NcclTestsOutput:
+    try:
+        doc = json.loads(text)
+        rows = [_nccl_tests_json_row(r) for r in doc["results"]]
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise ToolError(f"nccl-tests JSON output: cannot read it: {type(exc).__name__}: {exc}") from None
+    if not rows:
+        raise ToolError("nccl-tests JSON output has no results")
+    average = (doc.get("average_bus_bandwidth") or {}).get("bandwidth")
+    return NcclTestsOutput(rows, len(doc.get("devices") or []), _float_or_none(average), source="json")
+
+
+def _nccl_tests_json_row(r: dict[str, Any]) -> NcclTestsRow:
+    in_place = _nccl_tests_json_result(r["in_place"])
+    out_of_place = None if r.get("out_of_place") is None else _nccl_tests_json_result(r["out_of_place"])
+    return NcclTestsRow(
+        int(r["size"]), int(r["count"]), str(r["type"]), str(r["redop"]), int(r["root"]), out_of_place, in_place
+    )
+
+
+def _nccl_tests_json_result(half: dict[str, Any]) -> NcclTestsResult:
+    time_us = half["time"] if "time" in half else half["cpu_time"]
+    wrong = None if half.get("nwrong") is None else int(half["nwrong"])
+    return NcclTestsResult(float(time_us), float(half["alg_bw"]), float(half["bus_bw"]), wrong)
+
+
+def _float_or_none(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def writes_json(binary: str, *, env: Mapping[str, str], timeout_s: float) -> bool:
+    """Whether this nccl-tests build can write JSON: its usage (`-h`) names `--output_file`."""
+    try:
+        done = subprocess.run(
+            [binary, "-h"], capture_output=True, text=True, timeout=timeout_s, env={**os.environ, **env}, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "--output_file" in done.stdout + done.stderr
 
 
 def _nccl_tests_row(fields: list[str]) -> NcclTestsRow:
@@ -138,6 +185,7 @@ def nccl_tests_measurements(collective: str, output: NcclTestsOutput) -> list[Me
                 "time_us": result.time_us,
                 "algbw_gbps": result.algbw_gbps,
                 "wrong": result.wrong,
+                "read_from": output.source,
             }
             out.append(Measurement(f"{collective}_busbw_gbps", size_label(row.size_bytes), result.busbw_gbps, details))
     return out

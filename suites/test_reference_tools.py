@@ -6,6 +6,8 @@ checked against the same baseline, so the reports show both side by side.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pytest_gbvalidate import reference_tools as tools
@@ -29,7 +31,7 @@ def _binary(reference: ReferenceTools, name: str) -> str:
 @pytest.mark.gb_gpu  # skipped on the cpu SKU
 @pytest.mark.parametrize("collective", sorted(tools.NCCL_TESTS_BINARIES))
 def test_nccl_tests_busbw(
-    collective: str, gb_reference_tools: ReferenceTools, gb_target: Target, gb_expect: Expect
+    collective: str, gb_reference_tools: ReferenceTools, gb_target: Target, gb_expect: Expect, tmp_path: Path
 ) -> None:
     binary = _binary(gb_reference_tools, tools.NCCL_TESTS_BINARIES[collective])
     metric = f"{collective}_busbw_gbps"
@@ -42,10 +44,14 @@ def test_nccl_tests_busbw(
         warmup=plan.warmup,
         iterations=plan.iterations,
     )
+    env, timeout_s = gb_reference_tools.env, gb_reference_tools.timeout_s
+    json_file = tmp_path / f"{collective}.json"
+    as_json = tools.writes_json(binary, env=env, timeout_s=timeout_s)
     try:
-        output = tools.parse_nccl_tests(
-            tools.run(command, env=gb_reference_tools.env, timeout_s=gb_reference_tools.timeout_s)
-        )
+        text = tools.run([*command, "-J", str(json_file)] if as_json else command, env=env, timeout_s=timeout_s)
+        if as_json and not json_file.exists():
+            raise tools.ToolError(f"{binary} offers -J but wrote no {json_file}")
+        output = tools.parse_nccl_tests_json(json_file.read_text()) if as_json else tools.parse_nccl_tests(text)
     except tools.ToolError as exc:
         pytest.fail(str(exc), pytrace=False)
     measurements = tools.nccl_tests_measurements(collective, output)

@@ -4,9 +4,11 @@ tools' printf formats), and an end-to-end run with stand-in binaries on PATH."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch  # noqa: F401 -- in-process pytester runs drop modules they imported, and torch cannot load twice
@@ -69,6 +71,57 @@ def test_parse_nccl_tests() -> None:
     assert big.in_place == tools.NcclTestsResult(3100.0, 346.37, 346.37, 3)
 
 
+def nccl_json_result(size: int, count: int, *halves: tuple[float, float, float, int | None]) -> dict[str, Any]:
+    """A result object as nccl-tests' JSON writer (src/util.cu) makes it: the row's head, then `out_of_place` and
+    `in_place` halves of time, alg_bw, bus_bw and nwrong (null without -c)."""
+    result: dict[str, Any] = {"size": size, "count": count, "type": "float", "redop": "sum", "root": "    -1"}
+    for name, (time_us, algbw, busbw, wrong) in zip(("out_of_place", "in_place"), halves, strict=True):
+        result[name] = {"time": time_us, "alg_bw": algbw, "bus_bw": busbw, "nwrong": wrong}
+    return result | {"actual_iterations": 20, "experiment_name": "all_reduce_perf"}
+
+
+# The same run as NCCL_OUTPUT, as `-J run.json` writes it, but for the in-place 1GiB figure (351.0 here, 346.37
+# in the table): a reader of the JSON file must not read the table.
+NCCL_JSON = json.dumps(
+    {
+        "version": 1,
+        "nccl_version": 22704,
+        "config": {"nthreads": 1, "ngpus": 2, "minimum_bytes": 8, "maximum_bytes": 1073741824, "iterations": 20},
+        "devices": [{"rank": 0, "hostname": "node-a", "device": 0}, {"rank": 1, "hostname": "node-a", "device": 1}],
+        "results": [
+            nccl_json_result(8, 2, (20.5, 0.0, 0.0, 0), (20.1, 0.0, 0.0, 0)),
+            nccl_json_result(134217728, 33554432, (400.0, 335.54, 335.54, 0), (398.0, 337.23, 337.23, 0)),
+            nccl_json_result(1073741824, 268435456, (3000.0, 357.91, 357.91, 0), (3100.0, 351.0, 351.0, 3)),
+        ],
+        "out_of_bounds": {"count": 3, "okay": False},
+        "average_bus_bandwidth": {"bandwidth": 229.4, "okay": "unchecked"},
+    }
+)
+
+
+def test_parse_nccl_tests_json_gives_what_the_table_gives() -> None:
+    from_json, from_text = tools.parse_nccl_tests_json(NCCL_JSON), tools.parse_nccl_tests(NCCL_OUTPUT)
+    assert (from_json.source, from_json.ranks, from_json.avg_busbw_gbps) == ("json", 2, 229.4)
+    assert from_json.rows[:2] == from_text.rows[:2]
+    last = from_json.rows[2]
+    assert (last.root, last.in_place.busbw_gbps, last.in_place.wrong) == (-1, 351.0, 3)
+    measured = tools.nccl_tests_measurements("all_reduce", from_json)
+    assert {m.details["read_from"] for m in measured} == {"json"}
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("{not json", "nccl-tests JSON output: cannot read it: JSONDecodeError"),
+        ('{"results": [{"size": 8}]}', "nccl-tests JSON output: cannot read it: KeyError: 'in_place'"),
+        ('{"results": []}', "nccl-tests JSON output has no results"),
+    ],
+)
+def test_nccl_tests_bad_json(text: str, error: str) -> None:
+    with pytest.raises(tools.ToolError, match=re.escape(error)):
+        tools.parse_nccl_tests_json(text)
+
+
 def test_nccl_tests_rows_without_a_check_or_an_out_of_place_half() -> None:
     text = "\n".join(
         [
@@ -99,6 +152,7 @@ def test_nccl_tests_measurements_use_our_metric_and_size_labels() -> None:
         "time_us": 3100.0,
         "algbw_gbps": 346.37,
         "wrong": 3,
+        "read_from": "text",
     }
     assert ms[-1].details["tool"] == "nccl-tests all_reduce_perf"
 
@@ -322,3 +376,37 @@ def test_reference_tools_are_off_unless_asked(pytester: pytest.Pytester) -> None
     )
     result.assert_outcomes(skipped=9)
     result.stdout.fnmatch_lines(["*reference tools not asked for (--gb-reference-tools, GBVALIDATE_REFERENCE_TOOLS*"])
+
+
+def stand_in_writing_json(bin_dir: Path, name: str, output: str, json_text: str) -> None:
+    """A newer nccl-tests: its usage names --output_file, and it writes `json_text` where -J says (printing the
+    table as well, as the real one does)."""
+    cat, cp = shutil.which("cat"), shutil.which("cp")
+    (bin_dir / f"{name}.out").write_text(output)
+    (bin_dir / f"{name}.json").write_text(json_text)
+    script = bin_dir / name
+    script.write_text(
+        '#!/bin/sh\nif [ "$1" = "-h" ]; then echo "[-J,--output_file <file> write output to filepath]"; exit 0; fi\n'
+        f'echo "$@" > {bin_dir}/{name}.args\n'
+        'while [ $# -gt 0 ]; do if [ "$1" = "-J" ]; then out="$2"; fi; shift; done\n'
+        f'{cp} {bin_dir}/{name}.json "$out"\n{cat} {bin_dir}/{name}.out\n'
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+
+
+def test_a_build_that_writes_json_is_read_from_its_json(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (pytester.path / "baselines").mkdir()
+    (pytester.path / "baselines" / "LABGPU.yaml").write_text(LAB_GPU)
+    bin_dir = pytester.path / "bin"
+    bin_dir.mkdir()
+    stand_in_writing_json(bin_dir, "all_reduce_perf", NCCL_OUTPUT, NCCL_JSON)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    args = ["--gb-sku=LABGPU", "--gb-baselines=baselines", "--gb-report=r.json", "--gb-reference-tools"]
+    pytester.runpytest(str(SUITES / "test_reference_tools.py"), *args, "-k", "nccl_tests_busbw and all_reduce")
+    args_seen = (bin_dir / "all_reduce_perf.args").read_text().split()
+    assert args_seen[-2] == "-J" and args_seen[-1].endswith("all_reduce.json")
+    report = json.loads((pytester.path / "r.json").read_text())
+    one_gib = [m for m in report["measurements"] if m["scope"] == "1GiB" and m["details"]["placement"] == "in_place"]
+    assert [(m["value"], m["details"]["read_from"]) for m in one_gib] == [(351.0, "json")]
