@@ -50,6 +50,7 @@ CATALOG: dict[str, MetricSpec] = {
         MetricSpec(
             "inference_tokens_per_s", "tokens/s", "higher", "gpu", "offline generation, tokens per second per GPU"
         ),
+        MetricSpec("ib_write_bandwidth_gbps", "GB/s", "higher", "link", "RDMA write, loopback, per InfiniBand port"),
         MetricSpec("host_gemm_bf16_tflops", "TFLOPS", "higher", "node", "dense bf16 matmul throughput on the host CPU"),
         MetricSpec("all_gather_busbw_gbps", "GB/s", "higher", "message_size", "all_gather bus bandwidth (nccl-tests)"),
         MetricSpec(

@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -288,6 +289,75 @@ def _nvb_scope(testcase: str, row: int, col: int) -> tuple[str, str] | None:
 
 def nvbandwidth_command(binary: str, *, buffer_bytes: int) -> list[str]:
     return [binary, "-b", str(max(1, buffer_bytes // 2**20)), "-t", *NVBANDWIDTH_TESTCASES]
+
+
+# --- perftest's ib_write_bw ------------------------------------------------------------------------------------
+
+IB_WRITE_BW = "ib_write_bw"
+_PERFTEST_HEADER = re.compile(r"#bytes\s+#iterations\s+BW peak\[(\S+)\]\s+BW average\[(\S+)\]")
+
+
+def ib_write_bw_command(
+    binary: str, device: str, port: int, *, size_bytes: int, iterations: int, cuda_device: int | None
+) -> list[str]:
+    """One side of a loopback run on an HCA port (the server; the client adds the host): RDMA writes of one size,
+    bandwidth in Gb/s, GPU memory through GPUDirect RDMA where `cuda_device` names a GPU."""
+    command = [binary, "-d", device, "-i", str(port), "-s", str(size_bytes), "-n", str(iterations)]
+    command += ["-F", "--report_gbits"]
+    return command + ([f"--use_cuda={cuda_device}"] if cuda_device is not None else [])
+
+
+def parse_ib_write_bw(text: str) -> float:
+    """The average bandwidth of the result row, in GB/s (perftest prints Gb/s with --report_gbits)."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        header = _PERFTEST_HEADER.search(line)
+        if header is None:
+            continue
+        if header.group(2) != "Gb/sec":
+            raise ToolError(f"ib_write_bw reports its average in {header.group(2)}, not Gb/sec (--report_gbits)")
+        for row in lines[i + 1 :]:
+            fields = row.split()
+            if len(fields) >= 4 and fields[0].isdigit():
+                try:
+                    return float(fields[3]) / 8
+                except ValueError:
+                    raise ToolError(f"ib_write_bw: cannot read the result row {row.strip()!r}") from None
+    raise ToolError("ib_write_bw printed no result row")
+
+
+def run_loopback(server: Sequence[str], client: Sequence[str], *, env: Mapping[str, str], timeout_s: float) -> str:
+    """Start the server side, then the client against it on this host (tried again while the server is not yet
+    listening); the client's output. Both sides are gone when this returns."""
+    with subprocess.Popen(
+        list(server), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, **env}
+    ) as process:
+        try:
+            return _client_against(process, client, env=env, timeout_s=timeout_s)
+        finally:
+            if process.poll() is None:
+                process.kill()
+
+
+def _client_against(
+    server: subprocess.Popen[str], client: Sequence[str], *, env: Mapping[str, str], timeout_s: float
+) -> str:
+    for attempt in range(1, LOOPBACK_TRIES + 1):
+        time.sleep(LOOPBACK_WAIT_S)
+        try:
+            return run(client, env=env, timeout_s=timeout_s)
+        except ToolError as exc:
+            if server.poll() is not None:
+                stderr = server.stderr.read() if server.stderr is not None else ""
+                tail = " | ".join(stderr.strip().splitlines()[-3:])
+                died = f"the server side exited with code {server.returncode}: {tail}"
+                raise ToolError(f"{exc}; {died}") from None
+            if attempt == LOOPBACK_TRIES:
+                raise
+    raise ToolError("no loopback attempt was made")  # LOOPBACK_TRIES >= 1
+
+
+LOOPBACK_TRIES, LOOPBACK_WAIT_S = 3, 0.5  # the server binds its port within a moment of starting
 
 
 # --- running ------------------------------------------------------------------------------------------------------

@@ -8,9 +8,14 @@ from collections import Counter
 
 import pytest
 
-from pytest_gbvalidate.node.topology import NumaMap, format_cpulist
+from pytest_gbvalidate import reference_tools as tools
+from pytest_gbvalidate.expect import Expect
+from pytest_gbvalidate.node.topology import Nic, NumaMap, format_cpulist
 from pytest_gbvalidate.probes import Expected, Gpu, NodeGpus
-from pytest_gbvalidate.target import Target
+from pytest_gbvalidate.target import ReferenceTools, Target
+
+IB_WRITE_METRIC = "ib_write_bandwidth_gbps"
+IB_WRITE_BYTES, IB_WRITE_ITERATIONS = 2**20, 5000  # large messages, a few seconds per port
 
 
 def test_numa_nodes_hold_every_cpu(numa_map: NumaMap) -> None:
@@ -76,3 +81,43 @@ def test_infiniband_ports_active(numa_map: NumaMap, gb_expected: Expected, gb_ta
     ]
     want = "ACTIVE" + (f" at {rate_gbps:g} Gb/s" if rate_gbps is not None else "")
     assert not bad, f"InfiniBand ports not {want}: {'; '.join(bad)}"
+
+
+def test_infiniband_write_bandwidth(
+    numa_map: NumaMap, gb_target: Target, gb_expect: Expect, gb_reference_tools: ReferenceTools
+) -> None:
+    """RDMA write bandwidth of every active InfiniBand port, measured by perftest's ib_write_bw in loopback (a
+    server and a client on this host) when it is on PATH, gated per port (`mlx5_0:1`). With the metric's
+    `params.use_cuda`, GPU memory through GPUDirect RDMA: the GPU on the HCA's NUMA node."""
+    binary = tools.find(tools.IB_WRITE_BW)
+    if binary is None:
+        pytest.skip(f"{tools.IB_WRITE_BW} (perftest) is not on PATH")
+    ports = [(n, p) for n in numa_map.nics for p in n.ports if p.link_layer == "InfiniBand" and p.state == "ACTIVE"]
+    if not ports:
+        pytest.skip("no active InfiniBand port on this node")
+    params = gb_target.params(IB_WRITE_METRIC)
+    size, iterations = int(params.get("size_bytes", IB_WRITE_BYTES)), int(params.get("iterations", IB_WRITE_ITERATIONS))
+    measured, problems = [], []
+    for nic, port in ports:
+        cuda = _gpu_near(numa_map, nic) if params.get("use_cuda") else None
+        server = tools.ib_write_bw_command(
+            binary, nic.name, port.port, size_bytes=size, iterations=iterations, cuda_device=cuda
+        )
+        try:
+            text = tools.run_loopback(server, [*server, "localhost"], env={}, timeout_s=gb_reference_tools.timeout_s)
+            value = tools.parse_ib_write_bw(text)
+        except tools.ToolError as exc:
+            problems.append(f"{nic.name} port {port.port}: {exc}")
+            continue
+        details = {"tool": "perftest ib_write_bw", "size_bytes": size, "cuda_device": cuda, "rate_gbps": port.rate_gbps}
+        measured.append((IB_WRITE_METRIC, f"{nic.name}:{port.port}", value, details))
+    try:
+        gb_expect.each(measured)
+    except pytest.fail.Exception as exc:
+        problems.append(str(exc.msg))
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)
+
+
+def _gpu_near(numa_map: NumaMap, nic: Nic) -> int | None:
+    return next((i for i in sorted(numa_map.gpus) if numa_map.cpu_node(i) == nic.numa_node), None)

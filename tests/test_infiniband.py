@@ -1,0 +1,105 @@
+"""InfiniBand write bandwidth per HCA port through perftest's ib_write_bw in loopback: its report parsed, and an
+end-to-end run on a fake GB200 node (four HCAs in sysfs) with a stand-in ib_write_bw on PATH."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+
+from pytest_gbvalidate import reference_tools as tools
+from tests.fakenode import nd_gb200_v6
+from tests.test_plugin import SUITES
+
+# ib_write_bw --report_gbits, as perftest prints it (server and client print the same table)
+REPORT = """\
+---------------------------------------------------------------------------------------
+                    RDMA_Write BW Test
+ Dual-port       : OFF          Device         : {device}
+ Number of qps   : 1            Transport type : IB
+ Connection type : RC           Using SRQ      : OFF
+---------------------------------------------------------------------------------------
+ #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]
+ {size}      5000             {peak}              {avg}            0.186728
+---------------------------------------------------------------------------------------
+"""
+
+
+def test_parse_ib_write_bw_reads_the_average_in_gigabytes() -> None:
+    text = REPORT.format(device="mlx5_0", size=1048576, peak="392.10", avg="390.40")
+    assert tools.parse_ib_write_bw(text) == pytest.approx(48.8)
+    with pytest.raises(tools.ToolError, match="not Gb/sec"):
+        tools.parse_ib_write_bw(text.replace("[Gb/sec]", "[MB/sec]"))
+    with pytest.raises(tools.ToolError, match="no result row"):
+        tools.parse_ib_write_bw(text.split(" 1048576")[0])
+
+
+def stand_in(bin_dir: Path) -> None:
+    """An ib_write_bw that notes its arguments and prints a report: 380 Gb/s on every HCA but mlx5_2 (180)."""
+    cat, echo = shutil.which("cat"), shutil.which("echo")
+    for device, avg in (("mlx5_0", 380.0), ("mlx5_1", 380.0), ("mlx5_2", 180.0), ("mlx5_3", 380.0)):
+        (bin_dir / f"{device}.out").write_text(REPORT.format(device=device, size=1048576, peak=avg + 1, avg=avg))
+    script = bin_dir / "ib_write_bw"
+    script.write_text(
+        f'#!/bin/sh\n{echo} "$@" >> {bin_dir}/args\n'
+        'for a in "$@"; do [ "$prev" = "-d" ] && dev="$a"; prev="$a"; done\n'
+        f"{cat} {bin_dir}/$dev.out\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+
+
+BASELINE_EDIT = (
+    "metrics:\n",
+    "metrics:\n  ib_write_bandwidth_gbps:\n    unit: GB/s\n    direction: higher\n    scope: link\n"
+    "    status: provisional\n    expected: 47.5\n    fail: 10%\n    params: {use_cuda: true}\n"
+    "    provenance: the plugin's tests\n",
+)
+
+
+def test_each_hca_port_is_measured_in_loopback_and_gated(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    nd_gb200_v6().install(monkeypatch, tmp_path)
+    baselines = pytester.path / "b"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "baselines", baselines)
+    text = (baselines / "ND_GB200_v6.yaml").read_text()
+    (baselines / "ND_GB200_v6.yaml").write_text(text.replace(*BASELINE_EDIT, 1))
+    bin_dir = pytester.path / "bin"
+    bin_dir.mkdir()
+    stand_in(bin_dir)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    result = pytester.runpytest(
+        str(SUITES / "test_topology.py"),
+        "--gb-sku=ND_GB200_v6",
+        "--gb-baselines=b",
+        "--gb-report=r.json",
+        "-k",
+        "infiniband_write",
+    )
+    result.assert_outcomes(failed=1)
+    report = json.loads((pytester.path / "r.json").read_text())
+    measured = {m["scope"]: m for m in report["measurements"]}
+    assert {scope: m["value"] for scope, m in measured.items()} == {
+        "mlx5_0:1": 47.5,
+        "mlx5_1:1": 47.5,
+        "mlx5_2:1": 22.5,
+        "mlx5_3:1": 47.5,
+    }
+    assert [m["verdict"] for m in measured.values()] == ["pass", "pass", "fail", "pass"]
+    result.stdout.fnmatch_lines(["*ib_write_bandwidth_gbps [[]mlx5_2:1[]]: measured 22.5 GB/s*"])
+    calls = (bin_dir / "args").read_text().splitlines()
+    assert len(calls) == 8  # a server and a client per port
+    # GPUDirect RDMA from the GPU on the HCA's NUMA node: mlx5_0, mlx5_1 on node 0 (gpu0), mlx5_2, mlx5_3 on 1
+    assert calls[1].split() == [
+        *("-d", "mlx5_0", "-i", "1", "-s", "1048576", "-n", "5000", "-F", "--report_gbits", "--use_cuda=0", "localhost")
+    ]
+    assert "--use_cuda=2" in calls[4]
+
+
+def test_a_server_side_that_dies_is_named_with_its_error() -> None:
+    server = ["sh", "-c", "echo 'Couldn''t listen to port 18515' >&2; exit 3"]
+    with pytest.raises(tools.ToolError, match="the server side exited with code 3: Couldnt listen to port 18515"):
+        tools.run_loopback(server, ["sh", "-c", "exit 1"], env={}, timeout_s=5)
