@@ -360,6 +360,31 @@ def _client_against(
 LOOPBACK_TRIES, LOOPBACK_WAIT_S = 3, 0.5  # the server binds its port within a moment of starting
 
 
+# --- fio -------------------------------------------------------------------------------------------------------------
+
+FIO = "fio"
+
+
+def fio_command(binary: str, file: str, *, size_bytes: int, rw: str) -> list[str]:
+    """One sequential job (`rw`: write or read) on `file`, 16 MiB blocks as our own check writes, direct I/O, the
+    write fsync'd at its end; JSON output."""
+    return [
+        *(binary, "--name=gbvalidate", f"--filename={file}", f"--size={size_bytes}", "--bs=16M", f"--rw={rw}"),
+        *("--direct=1", "--ioengine=psync", "--end_fsync=1", "--output-format=json"),
+    ]
+
+
+def parse_fio(text: str, rw: str) -> float:
+    """The job's `rw` bandwidth in GB/s (fio's `bw_bytes`, bytes per second)."""
+    try:
+        job = json.loads(text[text.index("{") :])["jobs"][0]
+        return float(job[rw]["bw_bytes"]) / 1e9
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise ToolError(
+            f"fio --output-format=json: cannot read the {rw} bandwidth: {type(exc).__name__}: {exc}"
+        ) from None
+
+
 # --- running ------------------------------------------------------------------------------------------------------
 
 

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from pytest_gbvalidate import reference_tools as tools
 from pytest_gbvalidate.bench import storage
 from pytest_gbvalidate.expect import Expect
-from pytest_gbvalidate.target import Target
+from pytest_gbvalidate.target import ReferenceTools, Target
 
 # Larger than a GPU node's page cache is not asked of a default: direct I/O keeps the cache out of the figure.
 SEQUENTIAL_BYTES = {"gpu": 8 * 2**30, "cpu": 64 * 2**20}
@@ -52,3 +53,27 @@ def test_checkpoint_write_and_read(gb_target: Target, gb_expect: Expect, gb_scra
             ("checkpoint_read_s", "node", times.read_s, details),
         ]
     )
+
+
+def test_fio_scratch_throughput(
+    gb_target: Target, gb_expect: Expect, gb_scratch: Path, gb_reference_tools: ReferenceTools
+) -> None:
+    """fio's sequential write and read of the same size, beside ours (--gb-reference-tools, fio on PATH): the same
+    metrics, `details.tool: fio`, against the same baseline."""
+    if not gb_reference_tools.enabled:
+        pytest.skip(gb_reference_tools.reason)
+    binary = tools.find(tools.FIO)
+    if binary is None:
+        pytest.skip("fio is not on PATH")
+    size = _size(gb_target, "scratch_write_gbps", SEQUENTIAL_BYTES)
+    measured = []
+    try:
+        with storage.work_dir(gb_scratch) as directory:
+            for metric, rw in (("scratch_write_gbps", "write"), ("scratch_read_gbps", "read")):
+                command = tools.fio_command(binary, str(directory / "fio.bin"), size_bytes=size, rw=rw)
+                text = tools.run(command, env={}, timeout_s=gb_reference_tools.timeout_s)
+                details = {"tool": tools.FIO, "directory": str(gb_scratch), "size_bytes": size, "direct_io": True}
+                measured.append((metric, "node", tools.parse_fio(text, rw), details))
+    except (storage.StorageError, tools.ToolError) as exc:
+        pytest.fail(f"scratch {gb_scratch}: {exc}", pytrace=False)
+    gb_expect.each(measured)

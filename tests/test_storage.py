@@ -5,6 +5,8 @@ even after Ctrl-C."""
 from __future__ import annotations
 
 import json
+import shutil
+import stat
 from pathlib import Path
 
 import pytest
@@ -24,7 +26,7 @@ def test_the_scratch_directory_is_measured_and_left_clean(pytester: pytest.Pytes
     scratch = tmp_path / "nvme"
     scratch.mkdir()
     result = pytester.runpytest(STORAGE, "--gb-sku=cpu", f"--gb-scratch={scratch}", "--gb-report=r.json", *XUNIT1)
-    result.assert_outcomes(passed=2)
+    result.assert_outcomes(passed=2, skipped=1)  # fio runs only with --gb-reference-tools
     report = json.loads((pytester.path / "r.json").read_text())
     measured = {m["metric"]: m for m in report["measurements"]}
     assert list(measured) == METRICS
@@ -66,7 +68,7 @@ def test_a_device_that_fills_up_is_a_clear_failure_with_nothing_left(pytester: p
 def test_a_directory_that_refuses_new_files_is_a_clear_failure(pytester: pytest.Pytester) -> None:
     # /sys: no one, root included, may create a directory there (as on a volume mounted read-only)
     result = pytester.runpytest(STORAGE, "--gb-sku=cpu", "--gb-scratch=/sys", *XUNIT1)
-    result.assert_outcomes(failed=2)
+    result.assert_outcomes(failed=2, skipped=1)
     message = junit_cases(pytester.path / "r.xml")["test_scratch_throughput"]["message"] or ""
     assert message.startswith("Failed: scratch /sys: cannot create a directory in /sys: "), message
 
@@ -78,7 +80,7 @@ def test_a_gpu_sku_without_a_scratch_directory_skips_saying_how_to_name_one(
 
     nd96asr_v4().install(monkeypatch, tmp_path)
     result = pytester.runpytest(STORAGE, "--gb-sku=ND96asr_v4", "-rs")
-    result.assert_outcomes(skipped=2)
+    result.assert_outcomes(skipped=3)
     result.stdout.fnmatch_lines(["*no scratch directory named: --gb-scratch DIR, GBVALIDATE_SCRATCH or gb_scratch*"])
 
 
@@ -92,3 +94,36 @@ def test_ctrl_c_mid_write_still_removes_the_files(tmp_path: Path) -> None:
     with pytest.raises(KeyboardInterrupt):
         interrupted_while_writing(tmp_path)
     assert leftovers(tmp_path) == []
+
+
+def stand_in_fio(bin_dir: Path) -> None:
+    """A fio that notes its arguments and reports 2.5 GB/s writing and 3.25 GB/s reading, as fio's JSON does."""
+    echo = shutil.which("echo")
+    script = bin_dir / "fio"
+    write = json.dumps({"fio version": "fio-3.36", "jobs": [{"jobname": "gbvalidate", "write": {"bw_bytes": 2.5e9}}]})
+    read = json.dumps({"fio version": "fio-3.36", "jobs": [{"jobname": "gbvalidate", "read": {"bw_bytes": 3.25e9}}]})
+    script.write_text(
+        f'#!/bin/sh\n{echo} "$@" >> {bin_dir}/args\n'
+        f"case \"$*\" in *--rw=write*) {echo} '{write}';; *) {echo} '{read}';; esac\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+
+
+def test_fio_runs_beside_ours_when_asked(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    bin_dir, scratch = tmp_path / "bin", tmp_path / "nvme"
+    bin_dir.mkdir()
+    scratch.mkdir()
+    stand_in_fio(bin_dir)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    args = [STORAGE, "--gb-sku=cpu", f"--gb-scratch={scratch}", "--gb-report=r.json", "--gb-reference-tools"]
+    pytester.runpytest(*args, "-k", "fio").assert_outcomes(passed=1)
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert [(m["metric"], m["value"], m["details"]["tool"]) for m in report["measurements"]] == [
+        ("scratch_write_gbps", 2.5, "fio"),
+        ("scratch_read_gbps", 3.25, "fio"),
+    ]
+    write, read = (bin_dir / "args").read_text().splitlines()
+    assert "--rw=write" in write and "--direct=1" in write and "--size=67108864" in write and "--rw=read" in read
+    assert f"--filename={scratch}/gbvalidate-scratch-" in write and leftovers(scratch) == []
