@@ -263,8 +263,8 @@ class GbSession:
         lines = [f"{line}; {stack}", *created]
         if self._comparison is not None:
             earlier, same = self._comparison
-            lines.append(f"gbvalidate: comparing with {earlier.path} ({self.settings.compare.source}): ")
-            lines[-1] += "; ".join(same.notes)
+            source = self.settings.compare.source
+            lines.append(f"gbvalidate: comparing with {earlier.path} ({source}): {'; '.join(same.notes)}")
         return lines
 
     # --- pytest hooks ---------------------------------------------------------------------------------------

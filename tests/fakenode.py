@@ -85,6 +85,9 @@ class FakeNode:
             conf.write_text(self.nccl_conf)
         monkeypatch.setattr(nccl_stack, "SYSTEM_CONF", conf)
         monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.nccl.conf
+        # The node's tools (perftest, fio, nccl-tests) are the ones a test puts here, not the host's.
+        (tmp_path / "node-bin").mkdir(exist_ok=True)
+        monkeypatch.setenv("PATH", str(tmp_path / "node-bin"))
         monkeypatch.setattr(nccl_stack, "loaded_version", lambda: (self.nccl_version, "the fake node's torch"))
         loads = self.net_plugin_loads
         monkeypatch.setattr(nccl_stack, "load_problem", lambda lib: None if loads else f"cannot load {lib}: fake")
