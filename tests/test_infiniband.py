@@ -4,6 +4,7 @@ end-to-end run on a fake GB200 node (four HCAs in sysfs) with a stand-in ib_writ
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import stat
 from pathlib import Path
@@ -39,7 +40,7 @@ def test_parse_ib_write_bw_reads_the_average_in_gigabytes() -> None:
 
 def stand_in(bin_dir: Path) -> None:
     """An ib_write_bw that notes its arguments and prints a report: 380 Gb/s on every HCA but mlx5_2 (180)."""
-    cat, echo = shutil.which("cat"), shutil.which("echo")
+    cat, echo = shutil.which("cat", path=os.defpath), shutil.which("echo", path=os.defpath)  # not the node's PATH
     for device, avg in (("mlx5_0", 380.0), ("mlx5_1", 380.0), ("mlx5_2", 180.0), ("mlx5_3", 380.0)):
         (bin_dir / f"{device}.out").write_text(REPORT.format(device=device, size=1048576, peak=avg + 1, avg=avg))
     script = bin_dir / "ib_write_bw"
