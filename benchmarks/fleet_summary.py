@@ -3,7 +3,7 @@
 Makes 20 reports from one real report (`--report PATH`, else a fresh `pytest --gb-sku=cpu suites/` run of about
 half a minute): hostnames node-01 to node-20, every numeric measurement scaled by a factor drawn uniformly within
 +-2% (seeded), and node-07's host copy bandwidth 30% lower so that the outputs have an outlier and a drain line.
-Then times `python -m pytest_gbvalidate.fleet summary` in fresh processes, with and without plots, interleaved,
+Then times `python -m pytest_gbvalidate.fleet summary` in fresh processes, without and with --plots, interleaved,
 and the same in-process through `main()`: the first call (which imports matplotlib) and the median of the rest.
 
     python benchmarks/fleet_summary.py [--report PATH] [--runs 7]
@@ -97,15 +97,15 @@ def main() -> None:
         paths = node_reports(source, directory / "reports")
         size_kib = sum(p.stat().st_size for p in paths) / 1024
         summary = ["summary", *map(str, paths), "--out", str(directory / "out")]
-        no_plots = [*summary, "--no-plots"]
-        fresh_process(summary)  # warm the file cache and the bytecode
+        plots = [*summary, "--plots"]
+        fresh_process(plots)  # warm the file cache and the bytecode
         with_plots, without_plots = [], []
         for _ in range(args.runs):
-            with_plots.append(fresh_process(summary))
-            without_plots.append(fresh_process(no_plots))
-        first_s = in_process(summary)
-        warm_s = [in_process(summary) for _ in range(args.runs)]
-        warm_no_plots_s = [in_process(no_plots) for _ in range(args.runs)]
+            with_plots.append(fresh_process(plots))
+            without_plots.append(fresh_process(summary))
+        first_s = in_process(plots)
+        warm_s = [in_process(plots) for _ in range(args.runs)]
+        warm_no_plots_s = [in_process(summary) for _ in range(args.runs)]
     gated = sum(1 for m in source["measurements"] if m.get("verdict") != "info")
     print(
         f"fleet summary of {NODES} reports ({len(source['measurements'])} measurements each, {gated} gated; "
@@ -113,14 +113,14 @@ def main() -> None:
     )
     print(f"python -m pytest_gbvalidate.fleet summary, median of {args.runs} fresh processes (os.getloadavg: ", end="")
     print(f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}):")
-    for name, runs in (("with plots", with_plots), ("--no-plots", without_plots)):
+    for name, runs in (("default", without_plots), ("--plots", with_plots)):
         walls, cpus = [w for w, _ in runs], [c for _, c in runs]
         wall, cpu = statistics.median(walls) * 1e3, statistics.median(cpus) * 1e3
         print(f"  {name + ':':13} wall {wall:7.1f} ms (max {max(walls) * 1e3:.1f}), cpu {cpu:7.1f} ms")
     print("in-process main():")
-    print(f"  first call, with plots (imports matplotlib): {first_s * 1e3:7.1f} ms")
-    print(f"  later calls, with plots, median of {args.runs}:       {statistics.median(warm_s) * 1e3:7.1f} ms")
-    print(f"  later calls, --no-plots, median of {args.runs}:       {statistics.median(warm_no_plots_s) * 1e3:7.1f} ms")
+    print(f"  first call, --plots (imports matplotlib):    {first_s * 1e3:7.1f} ms")
+    print(f"  later calls, --plots, median of {args.runs}:          {statistics.median(warm_s) * 1e3:7.1f} ms")
+    print(f"  later calls, default, median of {args.runs}:          {statistics.median(warm_no_plots_s) * 1e3:7.1f} ms")
 
 
 if __name__ == "__main__":

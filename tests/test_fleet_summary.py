@@ -117,7 +117,7 @@ def outcome(case: ET.Element) -> str:
 def test_a_healthy_fleet_passes_with_every_output_written(real_report: dict[str, Any], tmp_path: Path) -> None:
     paths = healthy_fleet(real_report, tmp_path)
     out = tmp_path / "out"
-    done = run_cli(*paths, "--out", out)
+    done = run_cli(*paths, "--out", out, "--plots")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "4 nodes (4 pass), 0 outlier node(s): PASS (exit 0)" in done.stdout
     assert "scontrol" not in done.stdout
@@ -145,7 +145,7 @@ def test_failed_outlier_partial_and_unusable_reports_are_listed_and_fail_the_fle
     real_report: dict[str, Any], tmp_path: Path
 ) -> None:
     out = tmp_path / "out"
-    done = run_cli(*troubled_fleet(real_report, tmp_path), "--out", out, "--no-plots")
+    done = run_cli(*troubled_fleet(real_report, tmp_path), "--out", out)
     assert done.returncode == 1, done.stdout + done.stderr
 
     rows = {(r["hostname"], r["verdict"]): r for r in read_csv(out / "nodes.csv")}
@@ -190,7 +190,7 @@ def test_failed_outlier_partial_and_unusable_reports_are_listed_and_fail_the_fle
     for heading in ("## Nodes", "## Take out of service", "## Outliers", "## Metrics across nodes"):
         assert heading in markdown
     assert f"| {tmp_path / 'broken.json'} | corrupt |" in markdown
-    assert "plots not drawn (--no-plots)" in markdown
+    assert "plots not drawn (--plots draws them)" in markdown
 
 
 # --- the summary in-process ---------------------------------------------------------------------------------------
@@ -323,7 +323,7 @@ def test_without_matplotlib_the_plots_are_skipped_with_a_note(
 ) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
     out = tmp_path / "out"
-    assert main(["summary", *map(str, healthy_fleet(real_report, tmp_path)), "--out", str(out)]) == 0
+    assert main(["summary", *map(str, healthy_fleet(real_report, tmp_path)), "--out", str(out), "--plots"]) == 0
     note = "plots skipped: matplotlib is not installed"
     assert note in capsys.readouterr().out and note in (out / "summary.md").read_text()
     assert not (out / "plots").exists()

@@ -16,9 +16,10 @@ SUMMARY_HELP = f"""\
 One verdict per node and the fleet view, from the JSON reports of `pytest --gb-report` run on each node.
 
 Writes to DIR: summary.md (Markdown), nodes.csv (one row per node, then one per report not merged),
-metrics.csv (per metric across the nodes), fleet.xml (JUnit: one testsuite per node, named by hostname) and
-plots/fleet.png (needs matplotlib; skipped with a note without it). Prints a compact summary and, for the nodes to
-take out of service, `scontrol update nodename=HOST state=drain reason=...` lines (printed, never run).
+metrics.csv (per metric across the nodes), fleet.xml (JUnit: one testsuite per node, named by hostname) and, with
+--plots, plots/fleet.png (needs matplotlib; skipped with a note without it). Prints a compact summary and, for
+the nodes to take out of service, `scontrol update nodename=HOST state=drain reason=...` lines (printed, never
+run).
 
 Outliers: per metric (metric, scope, and placement and reference tool where given; gated measurements only),
 a node is flagged when it is worse than the fleet median (by the metric's direction) by more than K scaled MADs
@@ -74,7 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="the K rule flags only deviations above PCT%% of the median too (default 0: off); set it to the "
         "metric's run-to-run noise on one node",
     )
-    summary.add_argument("--no-plots", action="store_true", help="do not draw the PNG plots")
+    summary.add_argument(
+        "--plots", action="store_true", help="also draw plots/fleet.png (about a second more: importing matplotlib)"
+    )
     return parser
 
 
@@ -110,18 +113,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--out {out}: not a directory")
     summary = summarize(args.reports, args.sku, args.mad_k, args.below_median_pct, args.noise_floor_pct)
     try:
-        lines = write(summary, out, plots=not args.no_plots)
+        lines = write(summary, out, plots=args.plots)
     except OSError as exc:
         parser.error(f"--out {out}: {exc}")
     print("\n".join(lines))
     return summary.exit_code
 
 
-def write(summary: Summary, out: Path, plots: bool = True) -> list[str]:
+def write(summary: Summary, out: Path, plots: bool = False) -> list[str]:
     """Write the files to `out`; the terminal summary's lines."""
     out.mkdir(parents=True, exist_ok=True)
     plot_paths: list[Path] = []
-    plot_note: str | None = "plots not drawn (--no-plots)"
+    plot_note: str | None = "plots not drawn (--plots draws them)"
     if plots:
         from pytest_gbvalidate.fleet.plots import plot_fleet  # imports matplotlib only when it draws
 
