@@ -26,7 +26,7 @@ START_LIMIT_S = 600.0
 
 
 def test_pretrain(
-    gb_target: Target, gb_expect: Expect, gb_telemetry: Telemetry, request: pytest.FixtureRequest, tmp_path: Path
+    gb_target: Target, gb_expect: Expect, gb_telemetry: Telemetry, request: pytest.FixtureRequest
 ) -> None:
     spec = pretrain_spec(gb_target)
     # The node's GPUs (utilization, memory, SM clock, power) and host, sampled through the whole run: their
@@ -35,7 +35,9 @@ def test_pretrain(
         if spec.layout.engine == "native":
             run = train_native(spec, request.getfixturevalue("gb_gang"))
         else:
-            run = train_with_nemo(spec, gb_target.local_world_size, tmp_path)
+            # A work directory for NeMo's files only: every rank of a torchrun world is a pytest session, and
+            # pytest's temporary directories are numbered and cleaned up in one place they would all share.
+            run = train_with_nemo(spec, gb_target.local_world_size, request.getfixturevalue("tmp_path"))
     details = run.details()
     details["telemetry"] = sampler.summary()
     junit = request.node.user_properties

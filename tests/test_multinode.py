@@ -152,10 +152,8 @@ def test_pretraining_across_nodes_reports_each_node_s_step_time(tmp_path: Path) 
     assert max(per_node.values()) == max(details["per_rank_step_time_s"])
     # no baseline figure exists for the weak-scaled layout: recorded, not gated
     assert step["verdict"] == "skip", logs
-    # Every rank's pytest reached that verdict, failing nothing. (The launcher's own exit code is the two-node
-    # test's business above; here one agent of a four-process world on two loaded cores has exited 1 once, after
-    # its ranks' runs.)
-    assert all(log.count("1 skipped in") == 2 and " failed" not in log for log in logs.values()), (codes, logs)
+    # every rank's pytest reached that verdict, and each agent saw its ranks exit 0
+    assert all(log.count("1 skipped in") == 2 for log in logs.values()) and codes == [0, 0], logs
 
     # Weak scaling: the same per-node batch on one node (its two ranks, GBS 16), then the fleet summary of both.
     report_arg = f"--gb-report={tmp_path / 'one.json'}"

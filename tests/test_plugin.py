@@ -590,3 +590,21 @@ def test_the_report_is_valid_json_while_the_run_is_going(lab: pytest.Pytester) -
     )
     lab.runpytest(*lab_args()).assert_outcomes(passed=2)
     assert not [p for p in os.listdir(lab.path) if p.endswith(".tmp")]
+
+
+def test_an_operator_s_run_from_the_checkout_reports_library_warnings_and_passes() -> None:
+    """The suites run with the checkout's pytest settings (its pyproject.toml is their rootdir's): a library's
+    warning or unclosed resource is reported, not made an error that fails a healthy node. (The plugin's own tests
+    treat warnings as errors, in tests/conftest.py.)"""
+    plugins = ["-p", "tests.stray_warnings", "-p", "no:cacheprovider"]
+    shown = ["-W", "default::ResourceWarning"]  # Python hides them by default
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "--gb-sku=cpu", "suites/test_topology.py", *plugins, *shown],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"rootdir: {REPO}" in run.stdout and "configfile: pyproject.toml" in run.stdout
+    assert "a library's deprecation notice" in run.stdout and "unclosed scandir iterator" in run.stdout
