@@ -111,13 +111,18 @@ def train_engine(device_type: str, layers: int, mbs: int, gbs: int, peak: float 
 
     import torch
 
+    from pytest_gbvalidate.workloads.llama import memory
     from pytest_gbvalidate.workloads.llama.config import LLAMA3_8B, LLAMA3_TINY
     from pytest_gbvalidate.workloads.llama.parallel import Layout
-    from pytest_gbvalidate.workloads.llama.train import TrainRequest, pretrain_result, train
+    from pytest_gbvalidate.workloads.llama.train import EngineOptions, TrainRequest, pretrain_result, train
 
     base = LLAMA3_8B if device_type == "cuda" else LLAMA3_TINY
     cfg = dataclasses.replace(base, name=f"{base.name}_{layers}layers", n_layers=layers)
-    request = TrainRequest(cfg, Layout(mbs=mbs, gbs=gbs, precision="bf16"), 2, 10, 3e-4)
+    # As a GPU SKU's check runs it: compiled blocks (the first warm-up step compiles), every other lever on.
+    options = EngineOptions(compile=device_type == "cuda")
+    layout = Layout(mbs=mbs, gbs=gbs, precision="bf16")
+    request = TrainRequest(cfg, layout, 3, 10, 3e-4, options=options)
+    estimate = memory.busiest(memory.estimate(cfg, layout, chunked_loss=options.chunked_loss))
     device = torch.device(device_type, 0) if device_type == "cuda" else torch.device("cpu")
     rank = train(request, device)
     result = pretrain_result(request, rank.step_times_s, rank.losses or [], [rank.memory], peak)
@@ -127,7 +132,7 @@ def train_engine(device_type: str, layers: int, mbs: int, gbs: int, peak: float 
         f"step time {result.step_time_s:.4f} s (median of {len(rank.step_times_s)}), "
         f"{result.tokens_per_s_per_gpu:,.0f} tokens/s, {result.model_tflops_per_gpu:.4g} model TFLOPS",
         f"MFU: {mfu or f'{result.mfu_pct:.1f}% of {peak:g} TFLOPS dense bf16'}",
-        f"peak memory: {rank.memory.gib:.1f} GiB ({rank.memory.what})",
+        f"peak memory: {rank.memory.gib:.1f} GiB ({rank.memory.what}); the engine's estimate: {estimate.line()}",
         f"loss: {result.losses[0]:.4f} -> {result.losses[-1]:.4f}",
     ]
 

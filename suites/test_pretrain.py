@@ -6,7 +6,9 @@ and layout (the measurement's scope is the layout's label). The node's telemetry
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -14,11 +16,18 @@ import pytest
 from pytest_gbvalidate.baselines import PretrainSpec
 from pytest_gbvalidate.bench.timing import MIN_TIMED_ITERATIONS
 from pytest_gbvalidate.expect import Expect
-from pytest_gbvalidate.probes import Telemetry
+from pytest_gbvalidate.probes import NodeGpus, Telemetry
 from pytest_gbvalidate.ranks.gang import Gang
 from pytest_gbvalidate.target import Target
-from pytest_gbvalidate.workloads.llama.parallel import LayoutError, check_world, engine_mismatch, weak_scaled
-from pytest_gbvalidate.workloads.llama.train import PretrainResult, TrainRequest, summarize, train_worker
+from pytest_gbvalidate.workloads.llama import memory
+from pytest_gbvalidate.workloads.llama.parallel import Layout, LayoutError, check_world, engine_mismatch, weak_scaled
+from pytest_gbvalidate.workloads.llama.train import (
+    EngineOptions,
+    PretrainResult,
+    TrainRequest,
+    summarize,
+    train_worker,
+)
 
 # A hang guard, not the measurement's bound (the step counts are): generous for an 8B step of about a minute.
 SECONDS_PER_STEP_LIMIT = 600.0
@@ -26,14 +35,17 @@ START_LIMIT_S = 600.0
 
 
 def test_pretrain(
-    gb_target: Target, gb_expect: Expect, gb_telemetry: Telemetry, request: pytest.FixtureRequest
+    gb_target: Target, gb_expect: Expect, gb_telemetry: Telemetry, gpus: NodeGpus, request: pytest.FixtureRequest
 ) -> None:
     spec = pretrain_spec(gb_target)
+    plan = None
     # The node's GPUs (utilization, memory, SM clock, power) and host, sampled through the whole run: their
     # summaries land in this test's JUnit properties and the JSON report, and in the step time's details.
     with gb_telemetry() as sampler:
         if spec.layout.engine == "native":
-            run = train_native(spec, request.getfixturevalue("gb_gang"))
+            gang: Gang = request.getfixturevalue("gb_gang")
+            plan = memory_plan(spec, weak_scaled(spec.layout, gang.world_size), gb_target, gpus, request)
+            run = train_native(spec, gang)
         else:
             # A work directory for NeMo's files only: every rank of a torchrun world is a pytest session, and
             # pytest's temporary directories are numbered and cleaned up in one place they would all share.
@@ -41,6 +53,9 @@ def test_pretrain(
     details = run.details()
     details["telemetry"] = sampler.summary()
     junit = request.node.user_properties
+    if plan is not None:
+        details["memory_estimate"] = [dataclasses.asdict(r) | {"total_gib": r.total_gib} for r in plan]
+        junit.append(("gb_memory_estimate_gib", round(memory.busiest(plan).total_gib, 2)))
     junit.append(("gb_loss_curve", json.dumps([round(x, 4) for x in run.losses])))
     junit.extend((f"gb_{k}", details[k]) for k in ("tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu_pct"))
     junit.append(("gb_peak_memory", json.dumps(details["peak_memory"])))
@@ -83,9 +98,51 @@ def train_native(spec: PretrainSpec, gang: Gang) -> PretrainResult:
         pytest.fail(
             f"pretrain.timed_steps: {spec.timed_steps}; a median needs >= {MIN_TIMED_ITERATIONS}", pytrace=False
         )
-    request = TrainRequest(spec.config, layout, spec.warmup_steps, spec.timed_steps, spec.learning_rate)
+    options = EngineOptions(compile=spec.compile)
+    request = TrainRequest(
+        spec.config, layout, spec.warmup_steps, spec.timed_steps, spec.learning_rate, options=options
+    )
     results = gang.run(train_worker, request, timeout_s=timeout_s(spec))
     return summarize(request, results, spec.peak_tflops_per_gpu)
+
+
+def memory_plan(
+    spec: PretrainSpec, layout: Layout, target: Target, gpus: NodeGpus, request: pytest.FixtureRequest
+) -> list[memory.RankMemory]:
+    """The memory each rank will need, printed before any rank starts; the test fails here, not by running out of
+    memory half-way, when the busiest rank's estimate exceeds what a rank has: its GPU's memory as NVML reports
+    it, or on the CPU an equal share of the host memory now available."""
+    plan = memory.estimate(spec.config, layout, chunked_loss=EngineOptions().chunked_loss)
+    busiest = memory.busiest(plan)
+    if target.is_gpu:
+        capacity_gib = min(gpu.memory_total_bytes for gpu in gpus.devices) / memory.GIB
+        capacity = f"the smallest GPU has {capacity_gib:.1f} GiB"
+    else:
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        capacity_gib = available / target.local_world_size / memory.GIB
+        capacity = f"each of {target.local_world_size} ranks has {capacity_gib:.1f} GiB of the host's available memory"
+    say(
+        request,
+        f"gbvalidate: pretrain {layout.label}, memory per rank (estimate, busiest): {busiest.line()}; {capacity}",
+    )
+    if busiest.total_gib > capacity_gib:
+        stages = "; ".join(r.line() for r in plan)
+        pytest.fail(
+            f"pretrain layout {layout.label} cannot fit: pipeline {stages} (estimates; {capacity}). Recompute more "
+            "(activation_checkpointing: full), or lower MBS, or raise PP or TP in the baseline's pretrain section",
+            pytrace=False,
+        )
+    return plan
+
+
+def say(request: pytest.FixtureRequest, line: str) -> None:
+    """A line on the terminal now, past pytest's output capture."""
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if reporter is None or capture is None:
+        return
+    with capture.global_and_fixture_disabled():
+        reporter.write_line(line)
 
 
 def train_with_nemo(spec: PretrainSpec, gpus: int, workdir: Path) -> PretrainResult:

@@ -12,4 +12,4 @@ def step_losses(ctx: RankContext, request: TrainRequest) -> list[float] | None:
     stage of a pipeline)."""
     trainer = Trainer(request, ctx.device, build_groups(request.layout, ctx.device))
     losses = [trainer.step(i) for i in range(request.steps)]
-    return None if None in losses else [x for x in losses if x is not None]
+    return None if None in losses else [float(x) for x in losses if x is not None]

@@ -64,11 +64,16 @@ def test_global_batch_must_split_into_microbatches_per_data_parallel_rank() -> N
     ]
 
 
-def test_engine_and_precision_must_be_known_and_fp8_needs_nemo() -> None:
-    assert problems(LLAMA3_8B, Layout(mbs=1, gbs=8, precision="fp8")) == [
-        ("precision", "the native engine trains in fp32 or bf16, not fp8")
+def test_engine_precision_and_checkpointing_must_be_known_and_native_fp8_has_no_tp() -> None:
+    assert problems(LLAMA3_8B, Layout(mbs=1, gbs=8, precision="fp8")) == []
+    assert problems(LLAMA3_8B, Layout(mbs=1, gbs=8, tp=2, precision="fp8")) == [
+        ("precision", "the native engine trains in fp8 without tensor parallelism, not TP=2")
     ]
-    assert problems(LLAMA3_8B, Layout(mbs=1, gbs=8, precision="fp8", engine="nemo")) == []
+    assert problems(LLAMA3_8B, Layout(mbs=1, gbs=8, tp=2, precision="fp8", engine="nemo")) == []
+    assert problems(LLAMA3_8B, Layout(mbs=1, gbs=8, activation_checkpointing="some")) == [
+        ("activation_checkpointing", "activation checkpointing 'some' is not one of none, full, selective")
+    ]
+    assert Layout(mbs=1, gbs=8, activation_checkpointing="selective").label.endswith("-dp1-sac")
     assert [field for field, _ in problems(LLAMA3_8B, Layout(mbs=1, gbs=8, precision="fp4", engine="x"))] == [
         "engine",
         "precision",
@@ -122,7 +127,7 @@ def write(tmp_path: Path, text: str) -> Path:
 def test_a_baseline_carries_its_pretrain_layout(tmp_path: Path) -> None:
     spec = bl.load_baseline(write(tmp_path, BASELINE)).pretrain
     assert spec is not None
-    assert spec.layout == Layout(mbs=4, gbs=512, tp=1, pp=2, cp=1, dp=2, activation_checkpointing=True)
+    assert spec.layout == Layout(mbs=4, gbs=512, tp=1, pp=2, cp=1, dp=2, activation_checkpointing="full")
     assert (spec.seq_len, spec.config, spec.learning_rate) == (8192, LLAMA3_8B, bl.DEFAULT_LEARNING_RATE)
     assert (spec.peak_tflops_per_gpu, spec.warmup_steps, spec.timed_steps) == (2450.0, 3, 10)
     again = bl.load_baseline(write(tmp_path, bl.dump_baseline({"schema_version": 1, "sku": "TEST", "metrics": {}})))
@@ -136,7 +141,7 @@ def test_a_baseline_carries_its_pretrain_layout(tmp_path: Path) -> None:
         (("tp: 1", "tp: 3"), ":9: pretrain.tp:", "32 attention heads are not divisible by TP=3"),
         (("cp: 1", "cp: 3"), ":11: pretrain.cp:", "sequence length 8192 is not divisible by 2*CP = 6"),
         (("gbs: 512", "gbs: 510"), ":8: pretrain.gbs:", "GBS 510 is not divisible by MBS*DP = 4*2"),
-        (("precision: bf16", "precision: fp8"), ":13: pretrain.precision:", "native engine trains in fp32 or bf16"),
+        (("precision: bf16", "precision: fp4"), ":13: pretrain.precision:", "'fp4' is not one of fp32, bf16, fp8"),
         (("model: llama3_8b", "model: llama2"), ":6: pretrain.model:", "unknown model 'llama2' (known: llama3_8b"),
         (("mbs: 4", "mbs: four"), ":7: pretrain.mbs:", "must be an integer >= 1, got 'four'"),
         (("  dp: 2\n", ""), ":6: pretrain.dp:", "missing"),
@@ -145,8 +150,9 @@ def test_a_baseline_carries_its_pretrain_layout(tmp_path: Path) -> None:
         (
             ("activation_checkpointing: true", "activation_checkpointing: 1"),
             ":15: pretrain.activation_checkpointing:",
-            "must be true or false",
+            "must be one of none, full, selective (or true for full, false for none), got 1",
         ),
+        (("activation_checkpointing: true", "compile: 'yes'"), ":15: pretrain.compile:", "must be true or false"),
     ],
 )
 def test_a_bad_pretrain_section_names_file_line_and_field(
@@ -165,10 +171,11 @@ def test_bundled_pretrain_sections_are_valid_and_gb200_uses_the_azure_layout() -
     assert gb200 is not None
     assert (gb200.model, gb200.seq_len, gb200.peak_tflops_per_gpu) == ("llama3_8b", 8192, 2450.0)
     layout = gb200.layout
-    assert (layout.mbs, layout.gbs, layout.tp, layout.pp, layout.cp, layout.dp) == (4, 512, 1, 2, 1, 2)
+    assert (layout.mbs, layout.gbs, layout.tp, layout.pp, layout.cp, layout.dp) == (4, 128, 1, 2, 1, 2)
+    assert (layout.activation_checkpointing, gb200.compile) == ("full", True)
     cpu = by_sku["cpu"].pretrain
     assert cpu is not None
-    assert (cpu.model, cpu.layout.pp, cpu.layout.world_size) == ("llama3_tiny", 2, 2)
+    assert (cpu.model, cpu.layout.pp, cpu.layout.world_size, cpu.compile) == ("llama3_tiny", 2, 2, False)
 
 
 def test_a_recorded_baseline_keeps_the_pretrain_section(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from pytest_gbvalidate.workloads.llama.model import Transformer, build
 from pytest_gbvalidate.workloads.llama.parallel import Layout
 from pytest_gbvalidate.workloads.llama.parallelize import context_parallel_positions, keep_stage
 from pytest_gbvalidate.workloads.llama.train import (
+    EngineOptions,
     MemoryPeak,
     PretrainResult,
     RankResult,
@@ -29,10 +30,16 @@ from tests import llama_functions as f
 STEPS = 3  # the third step's loss depends on two optimizer updates made from averaged gradients
 
 
-def request(**layout: int | bool) -> TrainRequest:
+def request(options: EngineOptions | None = None, **layout: int | str) -> TrainRequest:
     # fp32: the layouts must agree to rounding, which bf16 would blur.
-    shape = Layout(mbs=2, gbs=4, precision="fp32", **layout)  # type: ignore[arg-type]
-    return TrainRequest(LLAMA3_TINY, shape, warmup_steps=0, timed_steps=STEPS, learning_rate=3e-3)
+    shape = Layout(**{"mbs": 2, "gbs": 4, "precision": "fp32", **layout})  # type: ignore[arg-type]
+    return TrainRequest(
+        LLAMA3_TINY, shape, warmup_steps=0, timed_steps=STEPS, learning_rate=3e-3, options=options or EngineOptions()
+    )
+
+
+def losses_of(trainer: Trainer) -> list[float]:
+    return [float(loss) for loss in (trainer.step(i) for i in range(STEPS)) if loss is not None]
 
 
 @pytest.fixture(scope="module")
@@ -44,16 +51,14 @@ def gang() -> Iterator[LocalGang]:
 
 @pytest.fixture(scope="module")
 def single_rank_losses() -> list[float]:
-    trainer = Trainer(request(), torch.device("cpu"), None)
-    losses = [trainer.step(i) for i in range(STEPS)]
-    return [x for x in losses if x is not None]
+    return losses_of(Trainer(request(), torch.device("cpu"), None))
 
 
 @pytest.mark.parametrize("layout", [{"pp": 2}, {"tp": 2}, {"dp": 2}, {"cp": 2}], ids=lambda d: "-".join(d))
 def test_a_parallel_layout_gives_the_single_rank_loss(
     gang: LocalGang, single_rank_losses: list[float], layout: dict[str, int]
 ) -> None:
-    per_rank = gang.run(f.step_losses, request(**layout), timeout_s=120)
+    per_rank = gang.run(f.step_losses, request(None, **layout), timeout_s=120)
     losses = [r for r in per_rank if r is not None]
     assert losses, f"no rank computed the loss: {per_rank}"
     for rank_losses in losses:
@@ -68,10 +73,43 @@ def test_the_batches_fed_to_a_step_are_contiguous() -> None:
     assert all(t.is_contiguous() for batch in trainer.batches for t in batch)
 
 
-def test_activation_checkpointing_recomputes_the_same_loss(single_rank_losses: list[float]) -> None:
-    trainer = Trainer(request(activation_checkpointing=True), torch.device("cpu"), None)
-    assert trainer.model.activation_checkpointing
-    assert [trainer.step(i) for i in range(STEPS)] == pytest.approx(single_rank_losses, rel=1e-6)
+@pytest.mark.parametrize("mode", ["full", "selective"])
+def test_activation_checkpointing_recomputes_the_same_loss(single_rank_losses: list[float], mode: str) -> None:
+    trainer = Trainer(request(activation_checkpointing=mode), torch.device("cpu"), None)
+    assert {block.checkpointing for block in trainer.model.layers.values()} == {mode}
+    assert losses_of(trainer) == pytest.approx(single_rank_losses, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    "lever",
+    [{"chunked_loss": False}, {"fused_adamw": False}],
+    ids=["whole logits", "foreach AdamW"],
+)
+def test_each_speed_lever_off_trains_to_the_same_loss(single_rank_losses: list[float], lever: dict[str, bool]) -> None:
+    """The engine's defaults (head and loss chunk by chunk, fused AdamW) against each turned off."""
+    trainer = Trainer(request(EngineOptions(**lever)), torch.device("cpu"), None)
+    assert trainer.model.head_in_loss is lever.get("chunked_loss", True)
+    assert losses_of(trainer) == pytest.approx(single_rank_losses, rel=1e-5)
+
+
+# torch's own warnings while compiling: importing Inductor touches torch.jit.script_method, which torch has
+# deprecated, and Dynamo reads .grad of the non-leaf tensors it traces.
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf:UserWarning")
+def test_compiled_blocks_train_to_the_eager_loss(single_rank_losses: list[float]) -> None:
+    """torch.compile of each block (Inductor's C++ backend on the CPU) reorders floating-point reductions: the
+    same loss to 1e-4, step by step, with each block's recomputation compiled in too."""
+    compiled = request(EngineOptions(compile=True), activation_checkpointing="selective")
+    trainer = Trainer(compiled, torch.device("cpu"), None)
+    assert losses_of(trainer) == pytest.approx(single_rank_losses, rel=1e-4)
+
+
+def test_fp8_matmuls_train_close_to_bf16() -> None:
+    """fp8 (e4m3 forward, e5m2 gradients, a scale per tensor) rounds each matmul's operands to 3 or 2 mantissa
+    bits: the loss stays within 2% of bf16's, step by step, and falls as fast."""
+    bf16, fp8 = (losses_of(Trainer(request(precision=p), torch.device("cpu"), None)) for p in ("bf16", "fp8"))
+    assert fp8 == pytest.approx(bf16, rel=0.02)
+    assert fp8[-1] < fp8[0]
 
 
 def test_a_pipeline_stage_holds_the_whole_models_weights_for_its_layers() -> None:

@@ -95,6 +95,32 @@ def test_a_layout_that_does_not_fill_the_gang_fails_before_any_rank_starts(pytes
     assert call["duration_s"] < 5  # no gang was started
 
 
+def test_a_layout_that_cannot_fit_fails_before_any_rank_starts_with_the_estimate(pytester: pytest.Pytester) -> None:
+    # Llama 3 8B at seq 8192 in microbatches of 512 sequences: tens of TiB per rank, more than any host has.
+    baselines_with(
+        pytester,
+        (
+            "  model: llama3_tiny\n  seq_len: 64\n  mbs: 2\n  gbs: 16\n",
+            "  model: llama3_8b\n  seq_len: 8192\n  mbs: 512\n  gbs: 1024\n",
+        ),
+    )
+    result = pytester.runpytest(PRETRAIN, "--gb-sku=cpu", "--gb-baselines=b", "--gb-report=r.json")
+    result.assert_outcomes(failed=1)
+    layout = "native-bf16-mbs512-gbs1024-tp1-pp2-cp1-dp1"
+    result.stdout.fnmatch_lines(
+        [
+            f"gbvalidate: pretrain {layout}, memory per rank (estimate, busiest): stage 0: weights * GiB; "
+            "each of 2 ranks has * GiB of the host's available memory",
+            f"*pretrain layout {layout} cannot fit: pipeline stage 0: * GiB; stage 1: *logits * GiB (estimates; *). "
+            "Recompute more (activation_checkpointing: full), or lower MBS, or raise PP or TP*",
+        ]
+    )
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert report["measurements"] == []
+    (call,) = [t for t in report["tests"] if t["when"] == "call"]
+    assert call["duration_s"] < 5 and call["fault"]["category"] != "performance"  # no rank trained
+
+
 def test_a_layout_the_model_cannot_split_is_a_usage_error_at_start(pytester: pytest.Pytester) -> None:
     baselines_with(pytester, ("  pp: 2\n", "  pp: 3\n"))
     result = pytester.runpytest(PRETRAIN, "--gb-sku=cpu", "--gb-baselines=b")
@@ -123,6 +149,6 @@ def test_the_gpu_sku_runs_the_azure_layout_and_has_no_step_time_to_compare_yet()
 
     b = load_baseline(Path(REPO / "baselines" / "ND_GB200_v6.yaml"))
     assert b.pretrain is not None
-    ref = b.metrics["llama3_8b_step_time_s"].reference("native-bf16-mbs4-gbs512-tp1-pp2-cp1-dp2-ac-seq8192")
+    ref = b.metrics["llama3_8b_step_time_s"].reference("native-bf16-mbs4-gbs128-tp1-pp2-cp1-dp2-ac-seq8192")
     assert ref is not None
     assert (ref.status, ref.has_reference) == ("provisional", False)

@@ -162,6 +162,8 @@ class PretrainSpec:
     peak_tflops_per_gpu: float | None
     peak_tflops_source: str
     provenance: str
+    # The built-in engine compiles each transformer block (torch.compile); its first steps absorb the compilation.
+    compile: bool = True
 
     @property
     def config(self) -> LlamaConfig:
@@ -173,7 +175,7 @@ class PretrainSpec:
         doc: dict[str, Any] = {"model": self.model, "seq_len": self.seq_len}
         doc.update({k: getattr(layout, k) for k in llama_parallel.SIZES})
         doc.update(precision=layout.precision, engine=layout.engine)
-        doc.update(activation_checkpointing=layout.activation_checkpointing)
+        doc.update(activation_checkpointing=layout.activation_checkpointing, compile=self.compile)
         doc.update(warmup_steps=self.warmup_steps, timed_steps=self.timed_steps, learning_rate=self.learning_rate)
         if self.peak_tflops_per_gpu is not None:
             doc.update(peak_tflops_per_gpu=self.peak_tflops_per_gpu, peak_tflops_source=self.peak_tflops_source)

@@ -56,6 +56,7 @@ _PRETRAIN_REQUIRED = {
 _PRETRAIN_KEYS = _PRETRAIN_REQUIRED | {
     "seq_len",
     "activation_checkpointing",
+    "compile",
     "learning_rate",
     "peak_tflops_per_gpu",
     "peak_tflops_source",
@@ -309,10 +310,16 @@ class _Parser:
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise self.error(p, key, f"pretrain.{key}", f"must be an integer >= {least}, got {_shown(value)}")
             counts[key] = value
-        checkpointing = p.get("activation_checkpointing", False)
-        if not isinstance(checkpointing, bool):
+        checkpointing = p.get("activation_checkpointing", "none")
+        if isinstance(checkpointing, bool):  # true: every block recomputed, as files before the modes had it
+            checkpointing = "full" if checkpointing else "none"
+        if checkpointing not in llama_parallel.CHECKPOINTING:
             raise self.error(
-                p, "activation_checkpointing", "pretrain.activation_checkpointing", "must be true or false"
+                p,
+                "activation_checkpointing",
+                "pretrain.activation_checkpointing",
+                f"must be one of {', '.join(llama_parallel.CHECKPOINTING)} (or true for full, false for none), "
+                f"got {_shown(checkpointing)}",
             )
         for key, known in (("engine", llama_parallel.ENGINES), ("precision", llama_parallel.PRECISIONS)):
             if p[key] not in known:
@@ -339,6 +346,9 @@ class _Parser:
             raise self.error(
                 p, "peak_tflops_source", "pretrain.peak_tflops_source", "must name where the peak comes from"
             )
+        compile_blocks = p.get("compile", True)
+        if not isinstance(compile_blocks, bool):
+            raise self.error(p, "compile", "pretrain.compile", f"must be true or false, got {_shown(compile_blocks)}")
         provenance = p["provenance"]
         if not isinstance(provenance, str) or not provenance.strip():
             raise self.error(p, "provenance", "pretrain.provenance", "must be a non-empty string naming the source")
@@ -352,6 +362,7 @@ class _Parser:
             peak_tflops_per_gpu=None if peak is None else float(peak),
             peak_tflops_source=source,
             provenance=provenance,
+            compile=compile_blocks,
         )
 
     # --- the health and topology sections ---------------------------------------------------------------

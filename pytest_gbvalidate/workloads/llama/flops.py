@@ -23,12 +23,15 @@ from __future__ import annotations
 from pytest_gbvalidate.workloads.llama.config import LlamaConfig
 
 
+def block_matmul_params(cfg: LlamaConfig) -> int:
+    """The matmul weights of one transformer block: attention's wq, wo, wk, wv and SwiGLU's w1, w2, w3."""
+    kv_dim = cfg.n_kv_heads * cfg.head_dim
+    return 2 * cfg.dim * cfg.dim + 2 * cfg.dim * kv_dim + 3 * cfg.dim * cfg.ffn_dim
+
+
 def param_count(cfg: LlamaConfig) -> int:
     """All parameters: embedding, per layer (attention, SwiGLU, two RMSNorms), final norm, untied output."""
-    kv_dim = cfg.n_kv_heads * cfg.head_dim
-    attention = 2 * cfg.dim * cfg.dim + 2 * cfg.dim * kv_dim  # wq, wo; wk, wv
-    ffn = 3 * cfg.dim * cfg.ffn_dim  # w1, w2, w3
-    per_layer = attention + ffn + 2 * cfg.dim
+    per_layer = block_matmul_params(cfg) + 2 * cfg.dim
     return 2 * cfg.vocab_size * cfg.dim + cfg.n_layers * per_layer + cfg.dim
 
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
 from pytest_gbvalidate.workloads.llama.config import LlamaConfig
 
@@ -103,6 +104,30 @@ class FeedForward(nn.Module):
         return out
 
 
+# Selective activation checkpointing keeps what these produce (the costly matmuls and attention) and recomputes
+# the rest of a block (norms, rotary embedding, SwiGLU gating, casts), as torchtitan's op-level policy does.
+_KEPT_OPS = {
+    getattr(torch.ops.aten, name).default
+    for name in (
+        "mm",
+        "_scaled_mm",
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention",
+        "_scaled_dot_product_flash_attention_for_cpu",
+    )
+    if hasattr(torch.ops.aten, name)
+}
+
+
+def _keep_matmuls(ctx: object, op: object, *args: object, **kwargs: object) -> CheckpointPolicy:
+    return CheckpointPolicy.MUST_SAVE if op in _KEPT_OPS else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def _selective_contexts() -> tuple[AbstractContextManager[None], AbstractContextManager[None]]:
+    return create_selective_checkpoint_contexts(_keep_matmuls)  # type: ignore[no-untyped-call,no-any-return]
+
+
 class TransformerBlock(nn.Module):
     def __init__(self, cfg: LlamaConfig) -> None:
         super().__init__()
@@ -110,8 +135,21 @@ class TransformerBlock(nn.Module):
         self.attention = Attention(cfg)
         self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.feed_forward = FeedForward(cfg)
+        self.checkpointing = "none"  # parallel.CHECKPOINTING: what backward recomputes instead of keeping
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, attend: AttendFn) -> Tensor:
+        # Inside the block, so that a compiled block compiles its recomputation with it.
+        if self.checkpointing == "none":
+            return self._forward(x, cos, sin, attend)
+        if self.checkpointing == "selective":
+            out: Tensor = checkpoint(
+                self._forward, x, cos, sin, attend, use_reentrant=False, context_fn=_selective_contexts
+            )
+        else:
+            out = checkpoint(self._forward, x, cos, sin, attend, use_reentrant=False)
+        return out
+
+    def _forward(self, x: Tensor, cos: Tensor, sin: Tensor, attend: AttendFn) -> Tensor:
         h: Tensor = x + self.attention(self.attention_norm(x), cos, sin, attend)
         out: Tensor = h + self.feed_forward(self.ffn_norm(h))
         return out
@@ -137,7 +175,9 @@ class Transformer(nn.Module):
         self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
         self.attend: AttendFn = causal_attention
-        self.activation_checkpointing = False
+        # The last stage returns the final norm's output and its loss function applies the head
+        # (loss.linear_cross_entropy), so the logits are never held whole.
+        self.head_in_loss = False
         # The positions of the tokens this rank holds: 0..seq-1, or this rank's chunks under context parallelism.
         self.register_buffer("positions", torch.arange(cfg.seq_len), persistent=False)
         self.register_buffer("rope_cos", torch.empty(0), persistent=False)
@@ -152,13 +192,19 @@ class Transformer(nn.Module):
         # x: (bs, seq) token ids on the first stage, (bs, seq, dim) activations on the others
         h = self.tok_embeddings(x) if self.tok_embeddings is not None else x  # (bs, seq, dim)
         for layer in self.layers.values():
-            if self.activation_checkpointing:
-                h = checkpoint(layer, h, self.rope_cos, self.rope_sin, self.attend, use_reentrant=False)
-            else:
-                h = layer(h, self.rope_cos, self.rope_sin, self.attend)
+            h = layer(h, self.rope_cos, self.rope_sin, self.attend)
         if self.norm is not None:
             h = self.norm(h)
-        return self.output(h) if self.output is not None else h  # (bs, seq, vocab) logits on the last stage
+        if self.output is None or self.head_in_loss:
+            return h
+        logits: Tensor = self.output(h)  # (bs, seq, vocab) on the last stage
+        return logits
+
+    def set_checkpointing(self, mode: str) -> None:
+        """What each block's backward recomputes: one of parallel.CHECKPOINTING."""
+        for block in self.layers.values():
+            assert isinstance(block, TransformerBlock)
+            block.checkpointing = mode
 
     @torch.no_grad()
     def init_weights(self, seed: int) -> None:

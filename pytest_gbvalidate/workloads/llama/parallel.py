@@ -13,10 +13,15 @@ from dataclasses import dataclass, replace
 from pytest_gbvalidate.workloads.llama.config import LlamaConfig
 
 ENGINES = ("native", "nemo", "megatron_bridge")
-# fp32: no autocast (the cpu SKU's equality tests); bf16: bf16 autocast; fp8: bf16 with fp8 matmuls (NeMo).
+# fp32: no autocast (the cpu SKU's equality tests); bf16: bf16 autocast; fp8: bf16 autocast with the transformer
+# blocks' matmuls in fp8 (the head stays bf16, as NeMo and torchao keep it).
 PRECISIONS = ("fp32", "bf16", "fp8")
-NATIVE_PRECISIONS = ("fp32", "bf16")
 SIZES = ("mbs", "gbs", "tp", "pp", "cp", "dp")
+# What the backward pass recomputes instead of keeping: nothing; every transformer block from its input (about a
+# third more compute for the least memory); or a block's cheap elementwise work (norms, rotary embedding, SwiGLU
+# gating, casts) while its matmul and attention outputs are kept.
+CHECKPOINTING = ("none", "full", "selective")
+_CHECKPOINTING_LABELS = {"none": "", "full": "-ac", "selective": "-sac"}
 
 
 class LayoutError(ValueError):
@@ -33,9 +38,7 @@ class Layout:
     dp: int = 1  # data parallel: replicas, each on GBS / DP sequences
     precision: str = "bf16"
     engine: str = "native"
-    # Recompute each layer's activations in the backward pass instead of keeping them: trades about a third
-    # more compute for memory (what lets Llama 3 8B at MBS 4, seq 8192 fit a GPU in the native engine).
-    activation_checkpointing: bool = False
+    activation_checkpointing: str = "none"  # one of CHECKPOINTING
 
     @property
     def world_size(self) -> int:
@@ -48,10 +51,10 @@ class Layout:
 
     @property
     def label(self) -> str:
-        """e.g. native-bf16-mbs4-gbs512-tp1-pp2-cp1-dp2 (-ac with activation checkpointing): what a step time
-        measured with this layout is valid for. The engine comes first: `engine_of` reads it back."""
+        """e.g. native-bf16-mbs4-gbs128-tp1-pp2-cp1-dp2-ac (-ac full, -sac selective activation checkpointing):
+        what a step time measured with this layout is valid for. The engine comes first: `engine_of` reads it."""
         sizes = "-".join(f"{k}{getattr(self, k)}" for k in SIZES)
-        return f"{self.engine}-{self.precision}-{sizes}" + ("-ac" if self.activation_checkpointing else "")
+        return f"{self.engine}-{self.precision}-{sizes}{_CHECKPOINTING_LABELS.get(self.activation_checkpointing, '')}"
 
 
 def engine_of(label: str) -> str:
@@ -81,7 +84,7 @@ def for_world(
     cp: int = 1,
     precision: str = "bf16",
     engine: str = "native",
-    activation_checkpointing: bool = False,
+    activation_checkpointing: str = "none",
 ) -> Layout:
     """The layout filling `world_size` ranks: DP is what TP x PP x CP leaves."""
     model_parallel = tp * pp * cp
@@ -94,7 +97,15 @@ def for_world(
             f"TP*PP*CP = {tp}*{pp}*{cp} = {model_parallel} does not divide the world of {world_size} ranks"
         )
     return Layout(
-        mbs=mbs, gbs=gbs, tp=tp, pp=pp, cp=cp, dp=world_size // model_parallel, precision=precision, engine=engine
+        mbs=mbs,
+        gbs=gbs,
+        tp=tp,
+        pp=pp,
+        cp=cp,
+        dp=world_size // model_parallel,
+        precision=precision,
+        engine=engine,
+        activation_checkpointing=activation_checkpointing,
     )
 
 
@@ -128,9 +139,16 @@ def problems(cfg: LlamaConfig, layout: Layout) -> list[tuple[str, str]]:
         found.append(("engine", f"engine {layout.engine!r} is not one of {', '.join(ENGINES)}"))
     if layout.precision not in PRECISIONS:
         found.append(("precision", f"precision {layout.precision!r} is not one of {', '.join(PRECISIONS)}"))
-    elif layout.engine == "native" and layout.precision not in NATIVE_PRECISIONS:
+    elif layout.engine == "native" and layout.precision == "fp8" and layout.tp > 1:
+        # Its fp8 matmuls take plain tensors; tensor-parallel weights are DTensors.
+        found.append(("precision", f"the native engine trains in fp8 without tensor parallelism, not TP={layout.tp}"))
+    if layout.activation_checkpointing not in CHECKPOINTING:
         found.append(
-            ("precision", f"the native engine trains in {' or '.join(NATIVE_PRECISIONS)}, not {layout.precision}")
+            (
+                "activation_checkpointing",
+                f"activation checkpointing {layout.activation_checkpointing!r} is not one of "
+                f"{', '.join(CHECKPOINTING)}",
+            )
         )
     return found
 

@@ -19,6 +19,7 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 from pytest_gbvalidate.workloads.llama.config import LlamaConfig
+from pytest_gbvalidate.workloads.llama.fp8 import convert_blocks_to_fp8
 from pytest_gbvalidate.workloads.llama.model import Transformer, repeat_kv
 from pytest_gbvalidate.workloads.llama.parallel import Layout, check_world
 
@@ -186,7 +187,9 @@ def build_rank_model(
         keep_stage(model, layout.pp, at.pp)
     positions = context_parallel_positions(cfg.seq_len, layout.cp, at.cp) if layout.cp > 1 else None
     model.materialize(device, seed, positions)
-    model.activation_checkpointing = layout.activation_checkpointing
+    model.set_checkpointing(layout.activation_checkpointing)
+    if layout.precision == "fp8":
+        convert_blocks_to_fp8(model)
     if layout.tp > 1:
         assert groups is not None
         assert groups.tp_mesh is not None

@@ -13,6 +13,7 @@ import resource
 import socket
 import statistics
 import sys
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ from pytest_gbvalidate.ranks.gang import RankContext
 from pytest_gbvalidate.workloads.llama import flops
 from pytest_gbvalidate.workloads.llama.config import LlamaConfig
 from pytest_gbvalidate.workloads.llama.data import SyntheticTokens
+from pytest_gbvalidate.workloads.llama.loss import linear_cross_entropy
 from pytest_gbvalidate.workloads.llama.model import loss_fn
 from pytest_gbvalidate.workloads.llama.parallel import Layout, LayoutError, validate
 from pytest_gbvalidate.workloads.llama.parallelize import (
@@ -53,6 +55,17 @@ GIB = 2**30
 
 
 @dataclass(frozen=True)
+class EngineOptions:
+    """The engine's speed levers (benchmarks/pretrain_engine.py measures each against the others off)."""
+
+    # torch.compile each transformer block (its recomputation too); the warm-up steps absorb the compilation.
+    # Off unless asked for: the suite compiles where the SKU's baseline says so (`pretrain.compile`).
+    compile: bool = False
+    chunked_loss: bool = True  # the head and the cross entropy chunk by chunk (loss.py): no whole logits
+    fused_adamw: bool = True  # AdamW's single fused kernel rather than its multi-tensor (foreach) ones
+
+
+@dataclass(frozen=True)
 class TrainRequest:
     cfg: LlamaConfig
     layout: Layout
@@ -60,6 +73,7 @@ class TrainRequest:
     timed_steps: int
     learning_rate: float
     seed: int = 0
+    options: EngineOptions = EngineOptions()
 
     @property
     def steps(self) -> int:
@@ -94,8 +108,18 @@ class Trainer:
             raise LayoutError(f"layout {layout.label} needs {layout.world_size} ranks; train_worker builds them")
         self.request, self.device, self.groups = request, device, groups
         self.at = groups.at if groups is not None else None
+        options = request.options
         self.model = build_rank_model(cfg, layout, groups, device, request.seed)
-        self.optimizer = adamw(self.model, request.learning_rate)
+        # (the last stage's output, labels) -> the mean loss
+        self.loss_fn: Callable[[Tensor, Tensor], Tensor] = loss_fn
+        if options.chunked_loss and self.model.output is not None:
+            head = self.model.output
+            self.model.head_in_loss = True
+            self.loss_fn = lambda h, labels: linear_cross_entropy(h, head.weight, labels)
+        if options.compile:
+            for block in self.model.layers.values():
+                block.compile()
+        self.optimizer = adamw(self.model, request.learning_rate, fused=options.fused_adamw)
         self.is_last_stage = self.at is None or self.at.pp == layout.pp - 1
         self.schedule = self._pipeline() if layout.pp > 1 else None
         self.batches = self._batches()
@@ -107,7 +131,7 @@ class Trainer:
         layout = self.request.layout
         stage = PipelineStage(self.model, self.groups.at.pp, layout.pp, self.device, group=self.groups.pp_group)
         # The schedule averages gradients over microbatches (scale_grads), as the single-rank loop below does.
-        return Schedule1F1B(stage, layout.microbatches, loss_fn=loss_fn)
+        return Schedule1F1B(stage, layout.microbatches, loss_fn=self.loss_fn)
 
     def _batches(self) -> list[tuple[Tensor, Tensor]]:
         """This rank's share of every step's global batch, made before timing starts: (inputs, labels)."""
@@ -128,12 +152,13 @@ class Trainer:
         return out
 
     def autocast(self) -> AbstractContextManager[Any]:
-        if self.request.layout.precision == "bf16":
+        if self.request.layout.precision in ("bf16", "fp8"):
             return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return nullcontext()
 
-    def step(self, index: int) -> float | None:
-        """One optimizer step on global batch `index`; the global batch's loss on the last pipeline stage."""
+    def step(self, index: int) -> Tensor | None:
+        """One optimizer step on global batch `index`; the global batch's loss on the last pipeline stage, left
+        on the device (reading it would make the host wait for the step)."""
         inputs, labels = self.batches[index]
         layout = self.request.layout
         with self.autocast():
@@ -149,7 +174,7 @@ class Trainer:
             else:
                 loss = torch.zeros((), device=self.device)
                 for x, y in zip(inputs.chunk(layout.microbatches), labels.chunk(layout.microbatches), strict=True):
-                    microbatch_loss = loss_fn(self.model(x), y) / layout.microbatches
+                    microbatch_loss = self.loss_fn(self.model(x), y) / layout.microbatches
                     microbatch_loss.backward()  # type: ignore[no-untyped-call]
                     loss += microbatch_loss.detach()
         replicas = self.groups.replica_group if self.groups is not None else None
@@ -161,18 +186,19 @@ class Trainer:
         if replicas is not None and dist.get_world_size(replicas) > 1:
             dist.all_reduce(loss, group=replicas)
             loss /= dist.get_world_size(replicas)
-        return float(loss)
+        return loss
 
 
-def adamw(model: torch.nn.Module, learning_rate: float) -> torch.optim.AdamW:
-    """AdamW with its multi-tensor (foreach) kernels, the GPU default, on every device so the CPU runs the same
-    code. Those kernels cannot mix DTensors (tensor-parallel weights) and plain tensors in one call, hence one
+def adamw(model: torch.nn.Module, learning_rate: float, *, fused: bool) -> torch.optim.AdamW:
+    """AdamW with its fused kernel or its multi-tensor (foreach) ones, the same on every device so the CPU runs
+    the GPU's code. Neither can mix DTensors (tensor-parallel weights) and plain tensors in one call, hence one
     parameter group each."""
     params = list(model.parameters())
     sharded = [p for p in params if isinstance(p, DTensor)]
     plain = [p for p in params if not isinstance(p, DTensor)]
     groups = [{"params": group} for group in (sharded, plain) if group]
-    return torch.optim.AdamW(groups, lr=learning_rate, betas=ADAMW_BETAS, weight_decay=WEIGHT_DECAY, foreach=True)
+    kernel = {"fused": True} if fused else {"foreach": True}
+    return torch.optim.AdamW(groups, lr=learning_rate, betas=ADAMW_BETAS, weight_decay=WEIGHT_DECAY, **kernel)
 
 
 def train(request: TrainRequest, device: torch.device, groups: RankGroups | None = None) -> RankResult:
@@ -180,13 +206,13 @@ def train(request: TrainRequest, device: torch.device, groups: RankGroups | None
     if device.type != "cpu":
         torch.accelerator.reset_peak_memory_stats(device)
     trainer = Trainer(request, device, groups)
-    losses: list[float | None] = []
+    losses: list[Tensor | None] = []
 
     def one_step() -> None:
         losses.append(trainer.step(len(losses)))
 
     times_s = time_op_s(device, one_step, warmup=request.warmup_steps, iterations=request.timed_steps)
-    known = [x for x in losses if x is not None]
+    known = [float(x) for x in losses if x is not None]
     return RankResult(
         rank=dist.get_rank() if groups is not None else 0,
         stage=trainer.at.pp if trainer.at is not None else 0,

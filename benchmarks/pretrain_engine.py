@@ -1,0 +1,207 @@
+"""The built-in pretraining engine against a plain PyTorch training loop and with each of its speed levers, side by
+side in one run, on the device present (CUDA if there is one, else the CPU): step time, tokens/s, MFU, peak
+memory and the engine's own memory estimate for the case, and the loss after the last step.
+
+    python benchmarks/pretrain_engine.py [--shape h100|small|tiny] [--rounds 1] [--steps 3+10]
+                                         [--peak-tflops 989] [--cases plain,off,...] [--eager]
+
+Shapes: `h100` is Llama 3 8B's block shape with 4 layers at seq 8192, MBS 1, GBS 4, bf16 (the shape the engine's
+MFU targets were set at on one H100; the CUDA default); `small` 4 layers of dim 256 at seq 256, GBS 16, MBS 4 (the
+CPU default); `tiny` the cpu SKU's model, for the tests. Each round runs every case once with a fresh model, so
+all cases see the same machine load; the figures are medians over rounds of each case's median step. Cases:
+
+    plain            the textbook loop: the same model module, whole logits, fused AdamW, autocast
+    plain-compile    the same with torch.compile(model)
+    off              the engine with every lever off: whole logits, foreach AdamW, eager
+    fused-adamw      the engine with only AdamW's fused kernel
+    chunked-loss     the engine with only the chunked head + loss (loss.py)
+    compile          the engine with only compiled blocks
+    all              the engine with every lever on
+    all-full-ac      every lever, every block recomputed in the backward pass
+    all-selective-ac every lever, each block's elementwise work recomputed (matmuls and attention kept)
+    all-fp8          every lever, fp8 matmuls in the blocks (a GPU of compute capability 8.9 or later, or the CPU)
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from pytest_gbvalidate.bench.timing import time_op_s
+from pytest_gbvalidate.workloads.llama import flops, memory
+from pytest_gbvalidate.workloads.llama.config import LLAMA3_8B, LLAMA3_TINY, LlamaConfig
+from pytest_gbvalidate.workloads.llama.data import SyntheticTokens
+from pytest_gbvalidate.workloads.llama.model import build, loss_fn
+from pytest_gbvalidate.workloads.llama.parallel import Layout
+from pytest_gbvalidate.workloads.llama.train import (
+    ADAMW_BETAS,
+    WEIGHT_DECAY,
+    EngineOptions,
+    Trainer,
+    TrainRequest,
+    memory_peak,
+)
+
+LR = 3e-4
+
+
+@dataclass(frozen=True)
+class Shape:
+    cfg: LlamaConfig
+    mbs: int
+    gbs: int
+    precision: str
+
+
+SHAPES = {
+    "h100": Shape(dataclasses.replace(LLAMA3_8B, n_layers=4), mbs=1, gbs=4, precision="bf16"),
+    "small": Shape(
+        LlamaConfig(
+            "llama3_small", n_layers=4, dim=256, n_heads=8, n_kv_heads=4, ffn_dim=704, vocab_size=4096, seq_len=256
+        ),
+        mbs=4,
+        gbs=16,
+        precision="fp32",
+    ),
+    "tiny": Shape(LLAMA3_TINY, mbs=2, gbs=4, precision="fp32"),
+}
+OFF = EngineOptions(compile=False, chunked_loss=False, fused_adamw=False)
+ALL = EngineOptions(compile=True, chunked_loss=True, fused_adamw=True)
+# case -> (engine options, activation checkpointing, precision override); None for the plain loops
+ENGINE_CASES: dict[str, tuple[EngineOptions, str, str | None]] = {
+    "off": (OFF, "none", None),
+    "fused-adamw": (dataclasses.replace(OFF, fused_adamw=True), "none", None),
+    "chunked-loss": (dataclasses.replace(OFF, chunked_loss=True), "none", None),
+    "compile": (dataclasses.replace(OFF, compile=True), "none", None),
+    "all": (ALL, "none", None),
+    "all-full-ac": (ALL, "full", None),
+    "all-selective-ac": (ALL, "selective", None),
+    "all-fp8": (ALL, "none", "fp8"),
+}
+CASES = ("plain", "plain-compile", *ENGINE_CASES)
+
+
+@dataclass
+class Sample:
+    step_s: float
+    peak_gib: float | None
+    estimate_gib: float | None
+    loss: float
+
+
+def plain_loop(shape: Shape, device: torch.device, warmup: int, timed: int, compiled: bool) -> Sample:
+    """The model trained the textbook way: one process, gradient accumulation over microbatches, AdamW."""
+    model = build(shape.cfg, device, seed=0)
+    step_model: Callable[[torch.Tensor], torch.Tensor] = torch.compile(model) if compiled else model
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, betas=ADAMW_BETAS, weight_decay=WEIGHT_DECAY, fused=True)
+    data = SyntheticTokens(shape.cfg.vocab_size, shape.cfg.seq_len, seed=0)
+    batches = [data.batch(i, shape.gbs).to(device) for i in range(warmup + timed)]
+    n_micro = shape.gbs // shape.mbs
+    losses: list[torch.Tensor] = []
+
+    def one_step() -> None:
+        tokens = batches[len(losses)]
+        total = torch.zeros((), device=device)
+        for chunk in tokens.chunk(n_micro):
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=shape.precision != "fp32"):
+                loss = loss_fn(step_model(chunk[:, :-1]), chunk[:, 1:]) / n_micro
+            loss.backward()  # type: ignore[no-untyped-call]
+            total += loss.detach()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(total)
+
+    times = time_op_s(device, one_step, warmup=warmup, iterations=timed)
+    return Sample(statistics.median(times), _peak_gib(device), None, float(losses[-1]))
+
+
+def engine(shape: Shape, device: torch.device, warmup: int, timed: int, case: str, eager: bool) -> Sample:
+    options, checkpointing, precision = ENGINE_CASES[case]
+    options = dataclasses.replace(options, compile=options.compile and not eager)
+    layout = Layout(
+        mbs=shape.mbs, gbs=shape.gbs, precision=precision or shape.precision, activation_checkpointing=checkpointing
+    )
+    request = TrainRequest(shape.cfg, layout, warmup, timed, LR, options=options)
+    estimate = memory.busiest(memory.estimate(shape.cfg, layout, chunked_loss=options.chunked_loss)).total_gib
+    trainer = Trainer(request, device, None)
+    losses: list[torch.Tensor | None] = []
+    times = time_op_s(device, lambda: losses.append(trainer.step(len(losses))), warmup=warmup, iterations=timed)
+    return Sample(statistics.median(times), _peak_gib(device), estimate, float(losses[-1] or 0.0))
+
+
+def _peak_gib(device: torch.device) -> float | None:
+    return None if device.type == "cpu" else memory_peak(device).gib
+
+
+def has_fp8(device: torch.device) -> bool:
+    return device.type == "cpu" or (device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 9))
+
+
+def run_case(shape: Shape, device: torch.device, warmup: int, timed: int, case: str, eager: bool) -> Sample:
+    if device.type != "cpu":
+        torch.accelerator.empty_cache()
+        torch.accelerator.reset_peak_memory_stats(device)
+    if case.startswith("plain"):
+        return plain_loop(shape, device, warmup, timed, compiled=case == "plain-compile")
+    return engine(shape, device, warmup, timed, case, eager)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--shape", choices=sorted(SHAPES), default=None)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--steps", default="3+10", help="warm-up + timed steps per case")
+    parser.add_argument("--peak-tflops", type=float, default=None, help="the device's dense peak, for MFU")
+    parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--eager", action="store_true", help="compile nothing: leave out the compile cases")
+    args = parser.parse_args(argv)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    shape = SHAPES[args.shape or ("h100" if device.type == "cuda" else "small")]
+    warmup, timed = (int(x) for x in args.steps.split("+"))
+    cases = [c for c in args.cases.split(",") if c]
+    unknown = sorted(set(cases) - set(CASES))
+    if unknown:
+        parser.error(f"unknown cases {', '.join(unknown)}; known: {', '.join(CASES)}")
+    if args.eager:
+        cases = [c for c in cases if c not in ("plain-compile", "compile")]
+    if "all-fp8" in cases and not has_fp8(device):
+        print(f"all-fp8 left out: {torch.cuda.get_device_name(device)} has no fp8 matmuls")
+        cases.remove("all-fp8")
+    samples: dict[str, list[Sample]] = {case: [] for case in cases}
+    started = time.perf_counter()
+    for _ in range(args.rounds):
+        for case in cases:
+            samples[case].append(run_case(shape, device, warmup, timed, case, args.eager))
+    cfg = shape.cfg
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    print(
+        f"{cfg.name} ({cfg.n_layers} layers, dim {cfg.dim}, vocab {cfg.vocab_size}, seq {cfg.seq_len}), MBS "
+        f"{shape.mbs}, GBS {shape.gbs}, {shape.precision}, on {name}, torch {torch.__version__}; {warmup} warm-up + "
+        f"{timed} timed steps; median of {args.rounds} round(s) ({time.perf_counter() - started:.0f} s)"
+    )
+    columns = ("step", 10), ("tokens/s", 10), ("MFU", 7), ("peak GiB", 9), ("estimate", 9), ("loss", 8), ("vs plain", 9)
+    print(f"  {'case':<17} " + " ".join(f"{title:>{width}}" for title, width in columns))
+    tokens = shape.gbs * cfg.seq_len
+    reference = statistics.median(s.step_s for s in samples["plain"]) if "plain" in samples else None
+    for case, runs in samples.items():
+        step_s = statistics.median(s.step_s for s in runs)
+        mfu = "-"
+        if args.peak_tflops:
+            mfu = f"{flops.mfu_pct(flops.model_tflops_per_gpu(cfg, tokens / step_s), args.peak_tflops):.1f}%"
+        peak, estimate = runs[-1].peak_gib, runs[-1].estimate_gib
+        vs = f"{(step_s / reference - 1) * 100:+.1f}%" if reference else "-"
+        print(
+            f"  {case:<17} {step_s * 1e3:8.1f}ms {tokens / step_s:10.0f} {mfu:>7} "
+            f"{'-' if peak is None else f'{peak:.3g}':>9} {'-' if estimate is None else f'{estimate:.3g}':>9} "
+            f"{runs[-1].loss:8.4f} {vs:>9}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""fp8 training matmuls for the built-in engine: torch's scaled matmul (`torch._scaled_mm`, the kernel torchao's
+float8 training calls) with dynamic per-tensor scaling, the recipe torchao calls "tensorwise" and Transformer
+Engine "current scaling". Each forward and backward matmul casts its operands to fp8 with a scale computed from
+the tensor's absolute maximum: activations and weights in e4m3 (more precision), gradients in e5m2 (more range).
+The weights stay fp32 parameters: AdamW updates them, and each matmul casts the current values.
+
+torch runs `_scaled_mm` on GPUs with fp8 tensor cores (compute capability 8.9 and up) and, slowly, on the CPU,
+so the cpu SKU's tests run these lines. Shapes: tokens = bs * seq, in_dim and out_dim the layer's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+E4M3 = torch.float8_e4m3fn
+E5M2 = torch.float8_e5m2
+# Autocast's dtype on a GPU; the matmuls' output dtype wherever autocast is off (the CPU's fp32 tests included).
+OUTPUT_DTYPE = torch.bfloat16
+
+
+def to_fp8(x: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """(x scaled into fp8's range and cast, the inverse scale `_scaled_mm` multiplies back): the tensor's absolute
+    maximum lands on the format's largest value. Computed on the device: no host sync."""
+    amax = x.abs().amax().float().clamp(min=1e-12)
+    scale = torch.finfo(dtype).max / amax
+    return (x.float() * scale).clamp(-torch.finfo(dtype).max, torch.finfo(dtype).max).to(dtype), scale.reciprocal()
+
+
+def _column_major(x: Tensor) -> Tensor:
+    """The same matrix laid out column by column: `_scaled_mm` wants its second operand so."""
+    return x.t().contiguous().t()
+
+
+def _mm(a: Tensor, a_inv: Tensor, b: Tensor, b_inv: Tensor) -> Tensor:
+    """a @ b in fp8 with fp32 accumulation; a row-major, b column-major."""
+    return torch._scaled_mm(a, b, scale_a=a_inv, scale_b=b_inv, out_dtype=OUTPUT_DTYPE)
+
+
+class _Float8Matmul(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, weight: Tensor) -> Tensor:
+        x2 = x.reshape(-1, x.shape[-1])  # (tokens, in_dim)
+        x8, x_inv = to_fp8(x2, E4M3)
+        w8, w_inv = to_fp8(weight, E4M3)  # (out_dim, in_dim)
+        ctx.save_for_backward(x8, x_inv, w8, w_inv)
+        ctx.x_shape, ctx.x_dtype, ctx.w_dtype = x.shape, x.dtype, weight.dtype
+        out = _mm(x8, x_inv, w8.t(), w_inv)  # (tokens, out_dim)
+        return out.view(*x.shape[:-1], -1)
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor, Tensor]:
+        x8, x_inv, w8, w_inv = ctx.saved_tensors
+        g8, g_inv = to_fp8(grad_out.reshape(-1, grad_out.shape[-1]), E5M2)  # (tokens, out_dim)
+        grad_x = _mm(g8, g_inv, _column_major(w8), w_inv)  # (tokens, out_dim) @ (out_dim, in_dim)
+        grad_w = _mm(g8.t().contiguous(), g_inv, _column_major(x8), x_inv)  # (out_dim, tokens) @ (tokens, in_dim)
+        return grad_x.view(ctx.x_shape).to(ctx.x_dtype), grad_w.to(ctx.w_dtype)
+
+
+class Float8Linear(nn.Linear):
+    """nn.Linear without bias whose matmuls (forward, input gradient, weight gradient) run in fp8."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        out: Tensor = _Float8Matmul.apply(x, self.weight)  # type: ignore[no-untyped-call]
+        return out
+
+
+def convert_blocks_to_fp8(model: nn.Module) -> int:
+    """Swap every nn.Linear inside the model's transformer blocks (`model.layers`) for a Float8Linear holding the
+    same weight; the output head stays as it is. Returns how many were swapped."""
+    swapped = 0
+    for block in model.get_submodule("layers").children():
+        for module in block.modules():
+            if type(module) is nn.Linear and module.bias is None:
+                module.__class__ = Float8Linear  # same parameters, fp8 forward
+                swapped += 1
+    return swapped

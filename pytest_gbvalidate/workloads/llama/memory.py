@@ -1,0 +1,119 @@
+"""The built-in engine's memory per rank, estimated before any rank starts, so a layout that cannot fit the GPU
+fails at once instead of by running out of memory half-way. Pure Python.
+
+A rank of pipeline stage s holds, at the peak of a step:
+- its stage's parameters: fp32 weights (4 bytes each), fp32 gradients (4), AdamW's two fp32 moments (8). fp8
+  training keeps fp32 weights too. Under TP a block's matmul weights are split over the TP ranks.
+- the activations its blocks keep for the backward pass, for each microbatch in flight: 1F1B runs up to PP - s
+  microbatches' forward passes ahead of their backward ones; a single stage runs one at a time. Bytes per token
+  per block, with d the model width, kv the key-value width, f the SwiGLU width (`_kept_bytes_per_token`).
+- on the last stage, the logits and their loss: 14 bytes per logit at the peak of the loss's backward pass
+  (its fp32 log-softmax output, the fp32 gradient of it and of the logits, and their bf16 copy); with the
+  chunked loss only the gradients of the final hidden state and of the head, and one chunk's logits.
+- with recomputation, one block's whole activations while its backward pass runs (after the loss's).
+
+The bytes per token per block in bf16 autocast follow the tensors autograd saves in model.py: both RMSNorms keep
+their fp32 input and output (16d); the bf16 copies autocast makes of the norms' outputs for q, k, v, gate and up
+(10d); the fp32 rotary copies of q and k (4d + 4kv); attention's q, repeated k and v, and output (8d); wo's
+input (2d); SwiGLU's gate, up, gated and product (8f). Checked against peaks measured on an H100 and an H200
+(tests/test_llama_memory.py): within 4%. torch.compile fuses some of these away (5% less was measured), so the
+estimate errs high for a compiled engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pytest_gbvalidate.workloads.llama.config import LlamaConfig
+from pytest_gbvalidate.workloads.llama.flops import block_matmul_params
+from pytest_gbvalidate.workloads.llama.parallel import Layout
+
+GIB = 2**30
+# The chunked loss's chunk (loss.CHUNK_TOKENS; loss.py needs torch, this module does not).
+CHUNK_TOKENS = 4096
+WHOLE_LOGITS_BYTES = 14  # per logit, bf16 autocast; 12 in fp32, where the logits need no fp32 copy
+CHUNK_LOGIT_BYTES = 10  # per logit of one chunk: fp32 logits, their fp32 softmax gradient, its bf16 copy
+
+
+@dataclass(frozen=True)
+class RankMemory:
+    """One pipeline stage's rank (its TP, CP and DP peers hold the same), in GiB."""
+
+    stage: int
+    weights_gib: float
+    gradients_gib: float
+    optimizer_gib: float
+    activations_gib: float  # kept for the backward pass
+    logits_gib: float  # the head's and the loss's, on the last stage
+    recompute_gib: float  # one block's activations while its backward pass recomputes them
+
+    @property
+    def total_gib(self) -> float:
+        # The loss's backward pass ends before the first block's recomputation starts: one or the other.
+        states = self.weights_gib + self.gradients_gib + self.optimizer_gib
+        return states + self.activations_gib + max(self.logits_gib, self.recompute_gib)
+
+    def line(self) -> str:
+        recompute = f" (or {self.recompute_gib:.3g} recomputed)" if self.recompute_gib else ""
+        return (
+            f"stage {self.stage}: weights {self.weights_gib:.3g} + gradients {self.gradients_gib:.3g} + optimizer "
+            f"{self.optimizer_gib:.3g} + activations {self.activations_gib:.3g} + logits {self.logits_gib:.3g}"
+            f"{recompute} = {self.total_gib:.3g} GiB"
+        )
+
+
+def stage_params(cfg: LlamaConfig, layout: Layout, stage: int) -> int:
+    """Parameters a rank of pipeline stage `stage` holds (its TP share of each block's matmuls)."""
+    per_block = block_matmul_params(cfg) // layout.tp + 2 * cfg.dim  # the two RMSNorm weights are replicated
+    params = cfg.n_layers // layout.pp * per_block
+    if stage == 0:
+        params += cfg.vocab_size * cfg.dim  # embedding
+    if stage == layout.pp - 1:
+        params += cfg.dim + cfg.vocab_size * cfg.dim  # final norm, head
+    return params
+
+
+def _kept_bytes_per_token(cfg: LlamaConfig, layout: Layout, mode: str) -> int:
+    """What one block keeps for its backward pass, per token (see the module's docstring)."""
+    d, kv, f, tp = cfg.dim, cfg.n_kv_heads * cfg.head_dim, cfg.ffn_dim, layout.tp
+    if mode == "full":
+        return 4 * d  # its fp32 input
+    if mode == "selective":
+        # its input, and the outputs of its matmuls and attention: q, k, v, attention, wo, gate, up, down
+        return 4 * d + 4 * d + (4 * d + 4 * kv + 4 * f) // tp
+    if layout.precision == "fp32":
+        return 16 * d + (24 * d + 4 * kv + 16 * f) // tp
+    return 26 * d + (14 * d + 4 * kv + 8 * f) // tp
+
+
+def estimate(cfg: LlamaConfig, layout: Layout, *, chunked_loss: bool) -> list[RankMemory]:
+    """Each pipeline stage's rank at its peak (cfg.seq_len tokens per sequence)."""
+    tokens = layout.mbs * cfg.seq_len // layout.cp  # per microbatch, on this rank
+    blocks = cfg.n_layers // layout.pp
+    mode = layout.activation_checkpointing
+    out = []
+    for stage in range(layout.pp):
+        params = stage_params(cfg, layout, stage)
+        in_flight = min(layout.pp - stage, layout.microbatches) if layout.pp > 1 else 1
+        logits = 0
+        if stage == layout.pp - 1 and chunked_loss:
+            chunk = min(CHUNK_TOKENS, tokens)
+            logits = 4 * (tokens + cfg.vocab_size) * cfg.dim + CHUNK_LOGIT_BYTES * chunk * cfg.vocab_size
+        elif stage == layout.pp - 1:
+            logits = (12 if layout.precision == "fp32" else WHOLE_LOGITS_BYTES) * tokens * cfg.vocab_size
+        out.append(
+            RankMemory(
+                stage=stage,
+                weights_gib=4 * params / GIB,
+                gradients_gib=4 * params / GIB,
+                optimizer_gib=8 * params / GIB,
+                activations_gib=in_flight * blocks * tokens * _kept_bytes_per_token(cfg, layout, mode) / GIB,
+                logits_gib=logits / GIB,
+                recompute_gib=tokens * _kept_bytes_per_token(cfg, layout, "none") / GIB if mode != "none" else 0.0,
+            )
+        )
+    return out
+
+
+def busiest(ranks: list[RankMemory]) -> RankMemory:
+    return max(ranks, key=lambda r: r.total_gib)

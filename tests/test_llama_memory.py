@@ -1,0 +1,74 @@
+"""The engine's memory estimate (pure Python) against peaks measured on GPUs, and its shape: what each lever,
+stage and parallel split changes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from pytest_gbvalidate.workloads.llama.config import LLAMA3_8B
+from pytest_gbvalidate.workloads.llama.memory import busiest, estimate, stage_params
+from pytest_gbvalidate.workloads.llama.parallel import Layout
+
+FOUR_LAYERS = dataclasses.replace(LLAMA3_8B, n_layers=4)
+SIXTEEN_LAYERS = dataclasses.replace(LLAMA3_8B, n_layers=16)
+
+
+@pytest.mark.parametrize(
+    ("cfg", "layout", "measured_gib"),
+    [
+        # The engine before the chunked loss (whole logits, as these runs had), bf16 autocast, seq 8192, one GPU,
+        # torch 2.11, max allocated: an H100 80GB HBM3 at Llama 3 8B's block shape with 4 layers ...
+        (FOUR_LAYERS, Layout(mbs=1, gbs=4), 51.1),
+        (FOUR_LAYERS, Layout(mbs=2, gbs=4), 71.0),
+        (FOUR_LAYERS, Layout(mbs=2, gbs=4, activation_checkpointing="full"), 56.4),
+        # ... and an H200 with one pipeline stage of ND GB200 v6's check (16 layers, embedding and head, MBS 4).
+        (SIXTEEN_LAYERS, Layout(mbs=4, gbs=8, activation_checkpointing="full"), 131.4),
+    ],
+    ids=["h100-mbs1", "h100-mbs2", "h100-mbs2-ac", "h200-gb200-stage"],
+)
+def test_the_estimate_is_within_4_percent_of_measured_peaks(cfg: object, layout: Layout, measured_gib: float) -> None:
+    assert isinstance(cfg, type(LLAMA3_8B))
+    (rank,) = estimate(cfg, layout, chunked_loss=False)
+    assert rank.total_gib == pytest.approx(measured_gib, rel=0.04), rank.line()
+
+
+def test_the_chunked_loss_drops_the_whole_logits() -> None:
+    layout = Layout(mbs=4, gbs=8, activation_checkpointing="full")
+    (whole,) = estimate(SIXTEEN_LAYERS, layout, chunked_loss=False)
+    (chunked,) = estimate(SIXTEEN_LAYERS, layout, chunked_loss=True)
+    # 4 x 8192 tokens x 128,256 logits x 14 bytes, against the head's and hidden state's fp32 gradients and
+    # one chunk of 4096 tokens' logits
+    assert whole.logits_gib == pytest.approx(4 * 8192 * 128256 * 14 / 2**30)
+    assert chunked.logits_gib == pytest.approx((4 * (4 * 8192 + 128256) * 4096 + 10 * 4096 * 128256) / 2**30)
+    assert chunked.total_gib < whole.total_gib - 45
+
+
+def test_gb200_s_check_fits_with_recomputation_and_its_busiest_rank_is_the_first_stage() -> None:
+    layout = Layout(mbs=4, gbs=128, pp=2, dp=2, activation_checkpointing="full")
+    first, last = estimate(LLAMA3_8B, layout, chunked_loss=True)
+    # 1F1B: the first stage holds both microbatches' block inputs in flight, the last one microbatch's
+    assert first.activations_gib == pytest.approx(2 * last.activations_gib)
+    assert first.logits_gib == 0 and last.logits_gib > 0
+    assert busiest([first, last]) is first
+    assert first.total_gib == pytest.approx(84.5, abs=0.1)
+    modes = {
+        m: busiest(estimate(LLAMA3_8B, dataclasses.replace(layout, activation_checkpointing=m), chunked_loss=True))
+        for m in ("none", "selective", "full")
+    }
+    assert modes["none"].total_gib > modes["selective"].total_gib > modes["full"].total_gib
+
+
+def test_tensor_parallel_ranks_hold_a_share_of_each_block_s_matmuls() -> None:
+    one, two = (stage_params(LLAMA3_8B, Layout(mbs=1, gbs=8, tp=tp), 0) for tp in (1, 2))
+    embedding_head_norms = 2 * 128256 * 4096 + 4096 + 32 * 2 * 4096  # replicated
+    assert one - embedding_head_norms == 2 * (two - embedding_head_norms)
+    # the whole model on one rank: about 8.03 B parameters
+    assert one == pytest.approx(8.03e9, rel=0.001)
+
+
+def test_context_parallel_ranks_hold_a_share_of_each_sequence_s_activations() -> None:
+    (one,) = estimate(LLAMA3_8B, Layout(mbs=1, gbs=8), chunked_loss=True)
+    (half,) = estimate(LLAMA3_8B, Layout(mbs=1, gbs=8, cp=2), chunked_loss=True)
+    assert half.activations_gib == pytest.approx(one.activations_gib / 2)
