@@ -105,7 +105,7 @@ def test_the_nemo_driver_sets_the_recipe_to_the_baselines_layout(
     assert calls == {"name": "gbvalidate", "dir": str(tmp_path), "num_nodes": 1, "num_gpus_per_node": 4}
     s = recipe.trainer.strategy
     assert (s.tensor_model_parallel_size, s.pipeline_model_parallel_size, s.context_parallel_size) == (1, 2, 1)
-    assert (recipe.data.micro_batch_size, recipe.data.global_batch_size, recipe.data.seq_length) == (4, 512, 8192)
+    assert (recipe.data.micro_batch_size, recipe.data.global_batch_size, recipe.data.seq_length) == (4, 128, 8192)
     assert recipe.model.config.seq_length == 8192
     assert recipe.model.config.recompute_granularity == "full"  # the baseline asks for activation checkpointing
     assert recipe.trainer.plugins == "bf16 + fp8 plugin"
@@ -148,7 +148,7 @@ def test_the_megatron_bridge_driver_sets_what_its_release_has(
     m = cfg.model
     assert (m.tensor_model_parallel_size, m.pipeline_model_parallel_size, m.context_parallel_size) == (1, 2, 1)
     assert (cfg.dataset.sequence_length, cfg.model.seq_length) == (8192, 8192)
-    assert (cfg.train.micro_batch_size, cfg.train.global_batch_size, cfg.train.train_iters) == (4, 512, 13)
+    assert (cfg.train.micro_batch_size, cfg.train.global_batch_size, cfg.train.train_iters) == (4, 128, 13)
     assert (cfg.train.eval_iters, cfg.logger.log_interval, cfg.checkpoint.save) == (0, 1, None)
     assert (cfg.mixed_precision, cfg.optimizer.lr, cfg.scheduler.lr_warmup_iters) == ("bf16_mixed", 3e-4, 0)
     out = capsys.readouterr().out
@@ -158,17 +158,17 @@ def test_the_megatron_bridge_driver_sets_what_its_release_has(
 
 def nemo_line(step: int, loss: float, time_s: float, prefix: str = "") -> str:
     return (
-        f"{prefix}Training epoch 0, iteration {step}/12 | lr: 0.0003 | global_batch_size: 512 | global_step: {step} | "
+        f"{prefix}Training epoch 0, iteration {step}/12 | lr: 0.0003 | global_batch_size: 128 | global_step: {step} | "
         f"peak_memory_usage: {70e9 + step} | reduced_train_loss: {loss} | train_step_timing in s: {time_s} | "
-        f"consumed_samples: {512 * (step + 1)}"
+        f"consumed_samples: {128 * (step + 1)}"
     )
 
 
 def megatron_line(step: int, loss: float, time_ms: float) -> str:
     return (
-        f" [2026-11-21 10:00:{step:02d}] iteration {step:8d}/{13:8d} | consumed samples: {512 * step:12d} | "
+        f" [2026-11-21 10:00:{step:02d}] iteration {step:8d}/{13:8d} | consumed samples: {128 * step:12d} | "
         f"elapsed time per iteration (ms): {time_ms:.1f} | throughput per GPU (TFLOP/s/GPU): 600.0 | learning rate: "
-        f"3.000000E-04 | global batch size:   512 | lm loss: {loss:.6E} | loss scale: 1.0 | grad norm: 2.345 |"
+        f"3.000000E-04 | global batch size:   128 | lm loss: {loss:.6E} | loss scale: 1.0 | grad norm: 2.345 |"
     )
 
 
@@ -205,11 +205,11 @@ def test_a_nemo_log_becomes_the_runs_figures_without_its_warm_up_steps() -> None
     result = nemo.result_from_log(spec, text)
     assert result.step_times_s == times[3:]
     assert result.step_time_s == statistics.median(times[3:]) == 64.5
-    assert result.tokens_per_s_per_gpu == pytest.approx(512 * 8192 / 64.5 / 4)
+    assert result.tokens_per_s_per_gpu == pytest.approx(128 * 8192 / 64.5 / 4)
     assert result.mfu_pct == pytest.approx(100 * result.model_tflops_per_gpu / 2450)
     assert result.losses == pytest.approx(losses)
     assert (result.min_loss_drop_pct, result.loss_decreased) == (0.0, True)  # random mock tokens: any fall
-    assert result.scope == "nemo-bf16-mbs4-gbs512-tp1-pp2-cp1-dp2-ac-seq8192"
+    assert result.scope == "nemo-bf16-mbs4-gbs128-tp1-pp2-cp1-dp2-ac-seq8192"
     assert [m.what for m in result.memory] == ["device peak (engine log, rank 0)"]
     with pytest.raises(nemo.EngineFailed, match=r"expected a log line for each of steps 1..13, found steps 1, 2"):
         nemo.result_from_log(spec, "\n".join(nemo_line(i, 12.0, 60.0) for i in range(2)))

@@ -231,7 +231,9 @@ def build_recipe(s):
     recipe.data.seq_length = s["seq_len"]  # the recipe's data is its MockDataModule
     recipe.data.micro_batch_size = s["mbs"]
     recipe.data.global_batch_size = s["gbs"]
-    if s["activation_checkpointing"]:
+    if s["activation_checkpointing"] == "selective":  # Megatron's selective: core attention only
+        recipe.model.config.recompute_granularity = "selective"
+    elif s["activation_checkpointing"] == "full":
         recipe.model.config.recompute_granularity = "full"
         recipe.model.config.recompute_method = "uniform"
         recipe.model.config.recompute_num_layers = 1
@@ -281,7 +283,9 @@ def build_config(s):
     assign(cfg, "train.train_iters", s["steps"])
     assign(cfg, "train.eval_iters", 0)
     assign(cfg, "validation.eval_iters", 0)
-    if s["activation_checkpointing"]:
+    if s["activation_checkpointing"] == "selective":
+        assign(cfg, "model.recompute_granularity", "selective")
+    elif s["activation_checkpointing"] == "full":
         assign(cfg, "model.recompute_granularity", "full")
         assign(cfg, "model.recompute_method", "uniform")
         assign(cfg, "model.recompute_num_layers", 1)
