@@ -244,13 +244,21 @@ def plot(points: Sequence[SweepPoint], out: Path) -> list[Path]:
 
 
 def native_trainer(
-    gang: Gang, cfg: LlamaConfig, warmup_steps: int, timed_steps: int, learning_rate: float, peak: float | None
+    gang: Gang,
+    cfg: LlamaConfig,
+    warmup_steps: int,
+    timed_steps: int,
+    learning_rate: float,
+    peak: float | None,
+    compile_blocks: bool = False,
 ) -> Callable[[Layout], PretrainResult]:
-    """Trains one sweep point with the built-in engine on `gang`; `peak` (TFLOPS per GPU) for the MFU."""
-    from pytest_gbvalidate.workloads.llama.train import TrainRequest, summarize, train_worker
+    """Trains one sweep point with the built-in engine on `gang`; `peak` (TFLOPS per GPU) for the MFU;
+    `compile_blocks` as the baseline's `pretrain.compile` says."""
+    from pytest_gbvalidate.workloads.llama.train import EngineOptions, TrainRequest, summarize, train_worker
 
     def train(layout: Layout) -> PretrainResult:
-        request = TrainRequest(cfg, layout, warmup_steps, timed_steps, learning_rate)
+        options = EngineOptions(compile=compile_blocks)
+        request = TrainRequest(cfg, layout, warmup_steps, timed_steps, learning_rate, options=options)
         results = gang.run(train_worker, request, timeout_s=600 + 600 * request.steps)
         return summarize(request, results, peak)
 
@@ -304,7 +312,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     gang = LocalGang(world_size, device_type="cpu" if gpu_count == 0 else "cuda")
 
     peak = spec.peak_tflops_per_gpu
-    train = native_trainer(gang, spec.config, spec.warmup_steps, spec.timed_steps, spec.learning_rate, peak)
+    train = native_trainer(
+        gang, spec.config, spec.warmup_steps, spec.timed_steps, spec.learning_rate, peak, spec.compile
+    )
     grid = {name: getattr(args, name) for name in PARAMETERS}
     fixed = dataclasses.asdict(spec.layout)
     fixed = {k: fixed[k] for k in ("precision", "activation_checkpointing")}
