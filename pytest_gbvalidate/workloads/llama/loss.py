@@ -15,9 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-# 4096 tokens x 128,256 logits: 2.1 GB per fp32 copy, of which a chunk holds about two (logits and their softmax
-# gradient) and a bf16 copy; large enough that each chunk's two matmuls run at full speed.
-CHUNK_TOKENS = 4096
+from pytest_gbvalidate.workloads.llama.memory import CHUNK_TOKENS
 
 
 class _LinearCrossEntropy(torch.autograd.Function):

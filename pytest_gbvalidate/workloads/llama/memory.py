@@ -29,7 +29,8 @@ from pytest_gbvalidate.workloads.llama.flops import block_matmul_params
 from pytest_gbvalidate.workloads.llama.parallel import Layout
 
 GIB = 2**30
-# The chunked loss's chunk (loss.CHUNK_TOKENS; loss.py needs torch, this module does not).
+# The chunked loss's chunk (loss.py): 4096 tokens x 128,256 logits is 2.1 GB per fp32 copy, of which a chunk holds
+# about two (logits and their softmax gradient) and a bf16 copy; large enough that its matmuls run at full speed.
 CHUNK_TOKENS = 4096
 WHOLE_LOGITS_BYTES = 14  # per logit, bf16 autocast; 12 in fp32, where the logits need no fp32 copy
 CHUNK_LOGIT_BYTES = 10  # per logit of one chunk: fp32 logits, their fp32 softmax gradient, its bf16 copy
