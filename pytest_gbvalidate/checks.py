@@ -110,12 +110,4 @@ def expect_sweep(
             measured.append((metric, label, value, details))
         else:
             gb_expect.record(metric, value, label, details=details)
-    try:
-        gb_expect.each(measured)
-    except pytest.fail.Exception as exc:
-        failures.append(str(exc.msg))
-    except pytest.skip.Exception:
-        if not failures:
-            raise
-    if failures:
-        pytest.fail("\n".join(failures), pytrace=False)
+    gb_expect.each(measured, failures)

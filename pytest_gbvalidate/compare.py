@@ -122,9 +122,14 @@ def load_earlier(path: Path) -> EarlierReport:
     devices = (data.get("gpus") or {}).get("devices")
     gpus = None
     if isinstance(devices, list):
-        gpus = tuple(
-            GpuIdentity(int(d["index"]), str(d["pci_bus_id"]), str(d["uuid"]), d.get("serial")) for d in devices
-        )
+        try:
+            gpus = tuple(
+                GpuIdentity(int(d["index"]), str(d["pci_bus_id"]), str(d["uuid"]), d.get("serial")) for d in devices
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CompareError(
+                f"{path}: a GPU of its `gpus` section lacks index, pci_bus_id or uuid ({exc!r})"
+            ) from None
     return EarlierReport(
         path=path,
         date=str(data.get("start_time")),
@@ -205,7 +210,10 @@ def compare_one(
     if replaced is not None:
         message = f"{metric} [{scope}]: not compared with the earlier report: this GPU was {replaced}"
         return section | {"delta_pct": None, "allowed_pct": None, "verdict": GPU_REPLACED, "message": message}
-    delta_pct = (value - old_value) / abs(old_value) * 100.0 if old_value else math.inf
+    if old_value:
+        delta_pct = (value - old_value) / abs(old_value) * 100.0
+    else:  # from nothing (an error count of 0): any change is infinitely many percent, none is no change
+        delta_pct = math.copysign(math.inf, value) if value else 0.0
     pct, source = allowed.for_metric(metric, warn_band_pct)
     worse_pct = -delta_pct if record["direction"] == "higher" else delta_pct
     verdict = REGRESSED if not math.isfinite(value) or worse_pct > pct else OK

@@ -103,6 +103,16 @@ class Expect:
         _, record = self._record(metric, None, scope, None, ref, details)
         self._store(record | {"verdict": bl.FAIL if gated else bl.INFO, "message": f"not run: {reason}"})
 
+    def suspect(self, host: str, why: str) -> None:
+        """A node of a multi-node run that this check finds at fault, for the report's `suspects` section, with
+        its fault category: the fleet summary puts it on the drain list (its own report may show nothing)."""
+        from pytest_gbvalidate import faults
+
+        fault = faults.load().classify(self.item.nodeid, why).as_dict()
+        self.gb.add_report_record(
+            self.item, "suspects", {"test_id": self.item.nodeid, "host": host, "why": why, "fault": fault}
+        )
+
     def _record(
         self,
         metric: str,
@@ -145,21 +155,27 @@ class Expect:
         record["compare"] = section
         return str(section["message"]) if section["verdict"] == cmp.REGRESSED else None
 
-    def each(self, measurements: Sequence[tuple[str, str, float, Mapping[str, Any]]]) -> None:
+    def each(
+        self, measurements: Sequence[tuple[str, str, float, Mapping[str, Any]]], problems: Sequence[str] = ()
+    ) -> None:
         """`gb_expect(metric, value, scope=..., details=...)` for every (metric, scope, value, details), all
-        recorded before the test fails (every failing one in one message) or, when none failed, skips."""
-        failures: list[str] = []
+        recorded before the test fails with the `problems` the caller found (wrong data, a port that could not be
+        measured) and every missed gate in one message. Without a failure it skips only when no measurement had a
+        reference to be compared with: a provisional metric beside a gated one does not hide the gated one."""
+        failures = list(problems)
         skip: BaseException | None = None
+        compared = False
         for metric, scope, value, details in measurements:
             try:
                 self(metric, value, scope, details=details)
+                compared = True
             except pytest.fail.Exception as exc:
                 failures.append(str(exc.msg))
             except pytest.skip.Exception as exc:
                 skip = skip or exc
         if failures:
             pytest.fail("\n".join(failures), pytrace=False)
-        if skip is not None:
+        if skip is not None and not compared:
             raise skip
 
     def _store(self, record: dict[str, Any]) -> None:

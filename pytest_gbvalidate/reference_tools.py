@@ -365,12 +365,12 @@ LOOPBACK_TRIES, LOOPBACK_WAIT_S = 3, 0.5  # the server binds its port within a m
 FIO = "fio"
 
 
-def fio_command(binary: str, file: str, *, size_bytes: int, rw: str) -> list[str]:
-    """One sequential job (`rw`: write or read) on `file`, 16 MiB blocks as our own check writes, direct I/O, the
-    write fsync'd at its end; JSON output."""
+def fio_command(binary: str, file: str, *, size_bytes: int, rw: str, direct: bool = True) -> list[str]:
+    """One sequential job (`rw`: write or read) on `file`, 16 MiB blocks as our own check writes, direct I/O where
+    the file system has it (as ours), the write fsync'd at its end; JSON output."""
     return [
         *(binary, "--name=gbvalidate", f"--filename={file}", f"--size={size_bytes}", "--bs=16M", f"--rw={rw}"),
-        *("--direct=1", "--ioengine=psync", "--end_fsync=1", "--output-format=json"),
+        *(f"--direct={int(direct)}", "--ioengine=psync", "--end_fsync=1", "--output-format=json"),
     ]
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from pytest_gbvalidate.bench.gemm import GemmResult
+from pytest_gbvalidate.bench.gemm import GemmResult, fp8_speedup_x
 from pytest_gbvalidate.bench.on_rank import copy_on_rank, gemm_on_rank, has_fp8_on_rank, host_gemm_on_rank, p2p_on_rank
 from pytest_gbvalidate.expect import Expect
 from pytest_gbvalidate.labels import gpu_label, gpu_pair_label
@@ -176,7 +176,8 @@ def test_gemm_fp8_tflops(
     for r in results:
         scope = _scope(gpu.label, r, results)
         bf16, fp8 = bf16_gemms.get(scope), r.value
-        if bf16 is not None and (bf16.m, bf16.n, bf16.k) == (fp8.m, fp8.n, fp8.k):
+        speedup = fp8_speedup_x(bf16, fp8)
+        if bf16 is not None and speedup is not None:
             details = _details(r, shape=[fp8.m, fp8.n, fp8.k], fp8_tflops=fp8.tflops, bf16_tflops=bf16.tflops)
-            measurements.append(("gemm_fp8_speedup_x", scope, fp8.tflops / bf16.tflops, details))
+            measurements.append(("gemm_fp8_speedup_x", scope, speedup, details))
     gb_expect.each(measurements)

@@ -74,8 +74,9 @@ def test_broadcast_busbw(placement: str, gb_target: Target, gb_gang: Gang, gb_ex
 
 def test_pairwise_all_reduce_busbw(gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
     """Under torchrun / srun across nodes: all_reduce between pairs of nodes, even/odd then shifted
-    (bench/pairwise.py). Fails naming the node that is slow, or returns wrong data, in every pair it joins; each
-    pair's busbw is reported, and gated where the baseline has a value for it."""
+    (bench/pairwise.py). Fails naming the node that is slow, or returns wrong data, in every pair it joins, and
+    the pair that returns wrong data no node explains; those nodes go into the report's `suspects` for the fleet
+    summary's drain list. Each pair's busbw is reported, and gated where the baseline has a value for it."""
     metric = "pairwise_all_reduce_busbw_gbps"
     if not isinstance(gb_gang, WorldGang):
         pytest.skip("pairs of nodes need a torchrun / srun world across nodes; this run is one node")
@@ -86,8 +87,16 @@ def test_pairwise_all_reduce_busbw(gb_target: Target, gb_gang: Gang, gb_expect: 
     if not run.rows:
         pytest.skip(f"pairs of nodes need two nodes; this world of {gb_gang.world_size} rank(s) is on one")
     slow_pct = float(params.get("slow_pct", pairwise.SLOW_PCT))
-    bad = pairwise.bad_nodes(run.rows, run.node_of_rank, slow_pct)
-    problems = [f"node{node} ({run.hosts[node]}): {why}" for node, why in bad.items()]
+    blame = pairwise.blame(run.rows, run.node_of_rank, slow_pct)
+    problems = []
+    for node, why in blame.nodes.items():
+        problems.append(f"node{node} ({run.hosts[node]}): {why}")
+        gb_expect.suspect(run.hosts[node], why)
+    for (a, b), why in blame.pairs.items():
+        problems.append(f"node{a}+node{b} ({run.hosts[a]}, {run.hosts[b]}): {why}")
+        gb_expect.suspect(run.hosts[a], why)
+        gb_expect.suspect(run.hosts[b], why)
+    problems.sort(key=lambda p: "wrong data" not in p)  # the first line, which the fault table reads, is the worst
     measured = []
     for row in run.rows:
         a, b = row.nodes
@@ -103,9 +112,4 @@ def test_pairwise_all_reduce_busbw(gb_target: Target, gb_gang: Gang, gb_expect: 
             measured.append((metric, scope, row.busbw_gbps, details))
         else:
             gb_expect.record(metric, row.busbw_gbps, scope, details=details)
-    try:
-        gb_expect.each(measured)
-    except pytest.fail.Exception as exc:
-        problems.append(str(exc.msg))
-    if problems:
-        pytest.fail("pairwise all_reduce: " + "\n".join(problems), pytrace=False)
+    gb_expect.each(measured, [f"pairwise all_reduce: {p}" for p in problems])

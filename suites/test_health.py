@@ -74,10 +74,15 @@ def test_nccl_topo_file(gb_nccl_env: dict[str, str], request: pytest.FixtureRequ
 
 
 @pytest.mark.gb_gpu
-def test_nccl_net_plugin(gb_expected: Expected) -> None:
-    library = gb_expected.require("health.nccl_net_plugin")
+def test_nccl_net_plugin(gb_expected: Expected, gb_nccl_env: dict[str, str]) -> None:
+    """The net plugin NCCL will load (the baseline's, or the one NCCL_NET_PLUGIN names) loads as NCCL loads it."""
+    env = {**os.environ, **gb_nccl_env}
+    library, chosen = nccl_stack.net_plugin(
+        gb_expected.require("health.nccl_net_plugin"), env, nccl_stack.conf_files(env)
+    )
+    assert library is not None, f"NCCL's net plugin: {chosen} loads none; the SKU's baseline expects one"
     problem = nccl_stack.load_problem(library)
-    assert problem is None, f"NCCL's net plugin: {problem}"
+    assert problem is None, f"NCCL's net plugin ({chosen}): {problem}"
 
 
 def test_telemetry_reads_every_sensor(gb_telemetry: Telemetry, gb_expected: Expected) -> None:

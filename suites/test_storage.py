@@ -69,10 +69,11 @@ def test_fio_scratch_throughput(
     measured = []
     try:
         with storage.work_dir(gb_scratch) as directory:
+            direct = storage.direct_io_supported(directory)
             for metric, rw in (("scratch_write_gbps", "write"), ("scratch_read_gbps", "read")):
-                command = tools.fio_command(binary, str(directory / "fio.bin"), size_bytes=size, rw=rw)
+                command = tools.fio_command(binary, str(directory / "fio.bin"), size_bytes=size, rw=rw, direct=direct)
                 text = tools.run(command, env={}, timeout_s=gb_reference_tools.timeout_s)
-                details = {"tool": tools.FIO, "directory": str(gb_scratch), "size_bytes": size, "direct_io": True}
+                details = {"tool": tools.FIO, "directory": str(gb_scratch), "size_bytes": size, "direct_io": direct}
                 measured.append((metric, "node", tools.parse_fio(text, rw), details))
     except (storage.StorageError, tools.ToolError) as exc:
         pytest.fail(f"scratch {gb_scratch}: {exc}", pytrace=False)

@@ -13,6 +13,7 @@ import pytest
 import torch  # noqa: F401 -- in-process pytester runs drop modules they imported, and torch cannot load twice
 
 from pytest_gbvalidate import compare as cmp
+from pytest_gbvalidate.report import REPORT_SCHEMA
 from tests.fakenode import nd96asr_v4
 from tests.test_plugin import SUITES, XUNIT1, assert_usage_error, junit_cases
 
@@ -218,3 +219,35 @@ def test_lower_is_better_regresses_upwards_and_sweeps_are_matched_by_placement()
     assert verdict(record("busbw", 9.6, "higher", "in_place")) == "ok"
     assert verdict(record("busbw", 9.4, "higher", "in_place")) == "regressed"
     assert verdict(record("busbw", 1.0, "higher", "out_of_place")) is None  # not in the earlier report
+
+
+def test_from_zero_only_a_change_for_the_worse_regresses() -> None:
+    def record(value: float, direction: str) -> dict[str, Any]:
+        return {"metric": "errors", "scope": "node", "value": value, "unit": "count", "direction": direction}
+
+    def verdict(before: float, now: float, direction: str) -> str:
+        earlier = cmp.EarlierReport(
+            Path("e.json"),
+            "then",
+            "finished",
+            "cpu",
+            "n1",
+            None,
+            {cmp.measurement_key(record(before, direction)): record(before, direction)},
+        )
+        section = cmp.compare_one(
+            earlier, record(now, direction), cmp.AllowedRegression(5.0), None, cmp.SameNode({}, ()), "now"
+        )
+        assert section is not None
+        return str(section["verdict"])
+
+    assert verdict(0, 0, "lower") == "ok"
+    assert verdict(0, 3, "lower") == "regressed"
+    assert verdict(0, 3, "higher") == "ok"
+
+
+def test_an_earlier_report_with_a_malformed_gpu_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "e.json"
+    path.write_text(json.dumps({"schema": REPORT_SCHEMA, "gpus": {"devices": [{"index": 0}]}}))
+    with pytest.raises(cmp.CompareError, match=r"e.json: a GPU of its `gpus` section lacks index, pci_bus_id or uuid"):
+        cmp.load_earlier(path)

@@ -22,6 +22,7 @@ from pytest_gbvalidate.fleet import render, stats
 from pytest_gbvalidate.fleet.cli import main
 from pytest_gbvalidate.fleet.reports import CORRUPT, OTHER_SKU, SUPERSEDED, NotMerged, read
 from pytest_gbvalidate.fleet.summary import Summary, summarize
+from tests.test_junit_schema import schema_errors
 from tests.test_plugin import SUITES
 
 HOST_COPY = "host_copy_bandwidth_gbps"
@@ -176,10 +177,11 @@ def test_failed_outlier_partial_and_unusable_reports_are_listed_and_fail_the_fle
     assert outcome(slow[f"{HOST_COPY} [node]"]) == "failure"
     failed = [case for case in by_suite["node-06"].iter("testcase") if outcome(case) == "failure"]
     assert len(failed) == 1
-    properties = {p.get("name"): p.get("value") for p in failed[0].iter("property")}
-    assert properties == {"fault_category": "performance", "fault_disposition": "MONITOR"} | {
-        "fault_action": "investigate performance"
-    }
+    assert failed[0].find("failure").get("type") == "performance"  # type: ignore[union-attr]
+    properties = {p.get("name"): p.get("value") for p in by_suite["node-06"].iterfind("properties/property")}
+    faults = {name: value for name, value in properties.items() if str(name).startswith("fault[")}
+    assert list(faults.values()) == ["performance (MONITOR): investigate performance"]
+    assert schema_errors(out / "fleet.xml") == []
     assert failed[0].find("failure") is not None and "\x1b" not in (failed[0].findtext("failure") or "")
     partial = {case.get("name"): outcome(case) for case in by_suite["node-07"].iter("testcase")}
     assert partial["report finished"] == "failure"
@@ -269,7 +271,7 @@ def step_time(value_s: float, gbs: int, **details: Any) -> dict[str, Any]:
         "unit": "s",
         "direction": "lower",
         "details": {"model": "llama3_tiny", "layout": layout, "engine": "native", "precision": "bf16", "mbs": 2}
-        | {"gbs": gbs, "dp": 1, "seq_len": 64}
+        | {"gbs": gbs, "dp": 1, "seq_len": 64, "tp": 1, "pp": 2, "cp": 1}
         | details,
         "verdict": "info",
     }
@@ -289,9 +291,12 @@ def test_weak_scaling_pairs_a_multi_node_run_with_the_single_node_runs_of_its_pe
     weak_scaled = step_time(0.5, gbs=32, per_node_step_time_s=per_node, rank_spread_pct=4.2)
     run["measurements"] += [weak_scaled, step_time(0.6, gbs=48)]
     paths.append(write(tmp_path, "two-nodes.json", run))
+    other_layout = node(real_report, "node-04")
+    other_layout["measurements"].append(step_time(0.1, gbs=16, pp=1))  # not the same per-node work: left out
+    paths.append(write(tmp_path, "node-04.json", other_layout))
 
     summary = summarize(paths)
-    assert [n.hostname for n in summary.nodes] == ["node-01", "node-02", "node-03"]  # the run is no node row
+    assert [n.hostname for n in summary.nodes] == ["node-01", "node-02", "node-03", "node-04"]  # the run: no row
     assert [r.path.name for r in summary.multi_node] == ["two-nodes.json"] and summary.exit_code == 0
     paired, unpaired = summary.scaling
     assert paired.reference_s == pytest.approx(0.42) and paired.efficiency == pytest.approx(0.42 / 0.5)
@@ -303,6 +308,55 @@ def test_weak_scaling_pairs_a_multi_node_run_with_the_single_node_runs_of_its_pe
     markdown = render.markdown(summary, [], None, tmp_path)
     assert "### Weak scaling" in markdown and "| 0.840 |" in markdown
     assert "Straggler: node-02, slowest 0.5 s, fastest 0.48 s" in markdown and "ranks' spread 4.2%" in markdown
+
+
+def test_a_later_multi_node_run_over_the_same_nodes_supersedes_the_earlier(
+    real_report: dict[str, Any], tmp_path: Path
+) -> None:
+    gang = real_report["gang"] | {"nodes": 2, "hosts": ["node-02", "node-01"]}
+    failed = node(real_report, "node-01", gang=gang, exit_status=1, start_time="2020-01-01T00:00:00+00:00")
+    failed["tests"][0] |= {"outcome": "failed", "message": "x"}
+    passed = node(real_report, "node-01", gang=gang | {"hosts": ["node-01", "node-02"]})
+    paths = [
+        *healthy_fleet(real_report, tmp_path),
+        write(tmp_path, "old.json", failed),
+        write(tmp_path, "new.json", passed),
+    ]
+    summary = summarize(paths)
+    assert [r.path.name for r in summary.multi_node] == ["new.json"] and summary.exit_code == 0
+    (superseded,) = summary.not_merged
+    assert superseded.kind == SUPERSEDED and superseded.reason.startswith("a later run over the same 2 nodes: ")
+
+
+def test_drain_lines_name_nodes_as_slurm_does() -> None:
+    assert render.slurm_node_name("ndv6-0007.internal.cloudapp.net") == "ndv6-0007"
+    assert render.slurm_node_name("node-01") == "node-01"
+    assert render.slurm_node_name("10.1.0.7") == "10.1.0.7"
+
+
+def test_a_node_a_multi_node_run_found_at_fault_is_drained_with_or_without_its_own_report(
+    real_report: dict[str, Any], tmp_path: Path
+) -> None:
+    """The pairwise check of a multi-node run blames node-02 (which passed alone) and node-99 (no report here)."""
+    paths = healthy_fleet(real_report, tmp_path)
+    gang = real_report["gang"] | {"nodes": 4, "hosts": ["node-01", "node-02", "node-03", "node-99"]}
+    test_id = "suites/test_collectives.py::test_pairwise_all_reduce_busbw"
+    suspects = [
+        {"test_id": test_id, "host": "node-02", "why": "slow in all 2 of its pairs", "fault": {"category": "link"}},
+        {"test_id": test_id, "host": "node-99", "why": "its ranks returned wrong data", "fault": {"category": "x"}},
+        "not a record",
+    ]
+    paths.append(write(tmp_path, "four.json", node(real_report, "node-01", gang=gang, suspects=suspects)))
+    summary = summarize(paths)
+    assert [n.hostname for n in summary.drained] == ["node-02"]
+    assert summary.drain_list() == [
+        ("node-02", "gbvalidate: link: test_pairwise_all_reduce_busbw (multi-node)"),
+        ("node-99", "gbvalidate: x: test_pairwise_all_reduce_busbw (multi-node)"),
+    ]
+    assert [shlex.split(c)[2] for c in render.drain_commands(summary)] == ["nodename=node-02", "nodename=node-99"]
+    markdown = render.markdown(summary, [], None, tmp_path)
+    assert "- **node-99** (no report of its own here)" in markdown
+    assert f"link: test_pairwise_all_reduce_busbw (multi-node) in {tmp_path / 'four.json'}: slow in all 2" in markdown
 
 
 def test_drain_reasons_are_short_and_survive_the_shell(real_report: dict[str, Any], tmp_path: Path) -> None:

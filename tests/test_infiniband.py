@@ -101,6 +101,27 @@ def test_each_hca_port_is_measured_in_loopback_and_gated(
     assert "--use_cuda=2" in calls[4]
 
 
+def test_a_port_that_cannot_be_measured_fails_beside_ports_without_a_figure(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The bundled GB200 baseline has no figure yet (the working ports' measurements are recorded, not gated): a
+    dead port still fails the test, not a skip for the missing figure."""
+    nd_gb200_v6().install(monkeypatch, tmp_path)
+    bin_dir = pytester.path / "bin"
+    bin_dir.mkdir()
+    stand_in(bin_dir)
+    (bin_dir / "mlx5_2.out").write_text("Couldn't connect to localhost:18515\n")
+    monkeypatch.setenv("PATH", str(bin_dir))
+    args = ("--gb-sku=ND_GB200_v6", "--gb-report=r.json", "-k", "infiniband_write")
+    result = pytester.runpytest(str(SUITES / "test_topology.py"), *args)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*mlx5_2 port 1: *no result row*"])
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert {m["scope"]: m["verdict"] for m in report["measurements"]} == dict.fromkeys(
+        ("mlx5_0:1", "mlx5_1:1", "mlx5_3:1"), "skip"
+    )
+
+
 def test_a_server_side_that_dies_is_named_with_its_error() -> None:
     server = ["sh", "-c", "echo 'Couldn''t listen to port 18515' >&2; exit 3"]
     with pytest.raises(tools.ToolError, match="the server side exited with code 3: Couldnt listen to port 18515"):

@@ -30,6 +30,9 @@ def test_the_default_family_is_valid_xunit2_with_the_measurements_in_the_json_re
     assert not root.findall(".//testcase/properties")
     suite = {p.get("name"): p.get("value") for p in root.iterfind("testsuite/properties/property")}
     assert suite["gb_sku"] == "LAB"
+    # a failure's fault category and action: a suite property under xunit2 (no testcase properties there)
+    fault = suite["gb_fault[test_checks.py::test_fail]"] or ""
+    assert fault.startswith("performance (MONITOR): investigate performance")
     failure = root.find(".//testcase[@name='test_fail']/failure")
     assert failure is not None and "host_copy_bandwidth_gbps [node]: measured 40 GB/s" in failure.get("message", "")
     measured = json.loads((lab.path / "r.json").read_text())["measurements"]

@@ -131,6 +131,30 @@ def test_pairwise_all_reduce_names_the_slow_node_and_the_wrong_one(tmp_path: Pat
     pairs = {m["scope"]: m for m in report["measurements"] if m["metric"] == "pairwise_all_reduce_busbw_gbps"}
     assert len(pairs) == 4  # 0+1 and 2+3, then 1+2 and 3+0
     assert all(codes), logs
+    # Both go into the report's suspects with their fault, and so onto the fleet summary's drain list (every
+    # "node" here is this machine: one hostname).
+    host = socket.gethostname()
+    assert [(s["host"], s["fault"]["category"], s["why"][:22]) for s in report["suspects"]] == [
+        (host, "gpu_hardware", "its ranks returned wro"),
+        (host, "link", "slow in all 2 of its p"),
+    ]
+    summary = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest_gbvalidate.fleet",
+            "summary",
+            "--out",
+            str(tmp_path / "fleet"),
+            *map(str, tmp_path.glob("node*.json")),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert summary.returncode == 1
+    check = "test_pairwise_all_reduce_busbw (multi-node)"
+    reason = f"gbvalidate: gpu_hardware: {check}; link: {check}"
+    assert f"scontrol update nodename={host} state=drain reason='{reason}'" in summary.stdout, summary.stdout
 
 
 def test_pretraining_across_nodes_reports_each_node_s_step_time(tmp_path: Path) -> None:
@@ -148,6 +172,8 @@ def test_pretraining_across_nodes_reports_each_node_s_step_time(tmp_path: Path) 
     per_node = details["per_node_step_time_s"]
     assert sorted(per_node) == [f"node0 ({host})", f"node1 ({host})"] and all(t > 0 for t in per_node.values())
     assert len(details["per_rank_step_time_s"]) == 4 and details["rank_spread_pct"] >= 0
+    compute = details["per_node_compute_s"]
+    assert sorted(compute) == sorted(per_node) and all(0 < compute[n] <= per_node[n] for n in per_node)
     # a node is as slow as its slowest rank, and the step as slow as the slowest node
     assert max(per_node.values()) == max(details["per_rank_step_time_s"])
     # no baseline figure exists for the weak-scaled layout: recorded, not gated

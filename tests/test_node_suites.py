@@ -416,7 +416,8 @@ def test_the_nccl_stack_checks_say_what_they_found_and_where(
     topo = failed["test_nccl_topo_file"]
     assert f"NCCL_TOPO_FILE=topo.xml (from {tmp_path / 'etc-nccl.conf'}) resolves to " in topo
     assert f"{pytester.path / 'topo.xml'}: no such file" in topo  # relative: to the run's working directory
-    assert "NCCL's net plugin: cannot load libnccl-net.so" in failed["test_nccl_net_plugin"]
+    plugin = "NCCL's net plugin (the baseline's health.nccl_net_plugin): cannot load libnccl-net.so"
+    assert plugin in failed["test_nccl_net_plugin"]
     faults = {t["test_id"].rsplit("::")[-1]: t["fault"]["category"] for t in report["tests"] if "fault" in t}
     expected = {"test_nccl_version": "software", "test_nccl_topo_file": "configuration"}
     assert faults == expected | {"test_nccl_net_plugin": "software"}
@@ -453,5 +454,10 @@ def test_the_topology_file_the_environment_names_must_be_an_nccl_topology(
 
 def test_the_net_plugin_is_loaded_as_nccl_loads_it() -> None:
     assert nccl_stack.load_problem("libc.so.6") is None
+    default = "libnccl-net.so"
+    assert nccl_stack.net_plugin(default, {}, []) == (default, "the baseline's health.nccl_net_plugin")
+    for value, library in (("mlx5", "libnccl-net-mlx5.so"), ("/opt/p/libx.so", "/opt/p/libx.so"), ("NONE", None)):
+        chosen = f"NCCL_NET_PLUGIN={value} (from the environment)"
+        assert nccl_stack.net_plugin(default, {"NCCL_NET_PLUGIN": value}, []) == (library, chosen)
     problem = nccl_stack.load_problem("libnccl-net-of-no-node.so") or ""
     assert problem.startswith("cannot load libnccl-net-of-no-node.so: ") and "LD_LIBRARY_PATH=" in problem

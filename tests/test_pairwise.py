@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_gbvalidate.bench.pairwise import PairRow, bad_nodes, node_pairs
+from pytest_gbvalidate.bench.pairwise import Blame, PairRow, blame, node_pairs
 from pytest_gbvalidate.workloads.llama.parallel import Layout, weak_scaled
 
 
@@ -37,20 +37,40 @@ ONE_RANK_PER_NODE = [0, 1, 2, 3]
 
 def test_the_node_slow_in_every_pair_is_named_not_its_partners() -> None:
     measured = rows({(0, 1): 40.0, (2, 3): 20.0, (1, 2): 21.0, (3, 0): 41.0})
-    bad = bad_nodes(measured, ONE_RANK_PER_NODE, slow_pct=10)
-    assert list(bad) == [2] and bad[2].startswith("slow in all 2 of its pairs (20, 21 GB/s; the median pair 30.5")
+    found = blame(measured, ONE_RANK_PER_NODE, slow_pct=10)
+    assert list(found.nodes) == [2] and not found.pairs
+    assert found.nodes[2].startswith("slow in all 2 of its pairs (20, 21 GB/s; the pairs without it: median 40.5")
+
+
+def test_a_node_just_past_the_threshold_is_named_however_few_the_nodes() -> None:
+    # 12% slow: the median of all pairs would be one of its own (two of three pairs), hiding it
+    three = rows({(0, 1): 40.0, (1, 2): 35.2, (2, 0): 35.2})
+    assert list(blame(three, [0, 1, 2], slow_pct=10).nodes) == [2]
+    four = rows({(0, 1): 40.0, (2, 3): 35.2, (1, 2): 35.2, (3, 0): 40.0})
+    assert list(blame(four, ONE_RANK_PER_NODE, slow_pct=10).nodes) == [2]
+    assert blame(four, ONE_RANK_PER_NODE, slow_pct=15).nodes == {}
 
 
 def test_a_uniformly_slow_fleet_names_nobody_and_one_pair_cannot_tell() -> None:
-    assert bad_nodes(rows({(0, 1): 20.0, (2, 3): 20.5, (1, 2): 19.8, (3, 0): 20.1}), ONE_RANK_PER_NODE, 10) == {}
-    assert bad_nodes(rows({(0, 1): 1.0}), ONE_RANK_PER_NODE, 10) == {}
+    assert blame(rows({(0, 1): 20.0, (2, 3): 20.5, (1, 2): 19.8, (3, 0): 20.1}), ONE_RANK_PER_NODE, 10) == Blame({}, {})
+    assert blame(rows({(0, 1): 1.0}), ONE_RANK_PER_NODE, 10) == Blame({}, {})
 
 
 def test_wrong_data_is_blamed_on_the_node_of_the_rank_that_saw_it() -> None:
     node_of_rank = [0, 0, 1, 1, 2, 2, 3, 3]  # two ranks per node
     wrong = {(2, 3): {7: 1}, (3, 0): {6: 4}, (0, 1): {}}
     measured = rows({(0, 1): 40.0, (2, 3): 40.0, (1, 2): 40.0, (3, 0): 40.0}, wrong)
-    assert bad_nodes(measured, node_of_rank, 10) == {3: "its ranks returned wrong data in all 2 of its pairs"}
+    assert blame(measured, node_of_rank, 10) == Blame({3: "its ranks returned wrong data in all 2 of its pairs"}, {})
+
+
+def test_wrong_data_in_one_pair_only_names_the_pair() -> None:
+    measured = rows({(0, 1): 40.0, (2, 3): 40.0, (1, 2): 40.0, (3, 0): 40.0}, {(1, 2): {2: 8}})
+    found = blame(measured, ONE_RANK_PER_NODE, 10)
+    assert found.nodes == {}
+    assert found.pairs == {
+        (1, 2): "wrong data in this pair only (rank 2: 8 elements): the path between node1 and node2, or one of "
+        "them now and then"
+    }
 
 
 def test_a_layout_weak_scales_to_a_world_of_whole_nodes() -> None:

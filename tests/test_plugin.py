@@ -185,6 +185,27 @@ def test_strict_fails_what_the_baseline_lacks(lab: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["*LAB baseline has no h2d_bandwidth_gbps (--gb-strict)*"])
 
 
+EACH = """\
+def test_gated_and_provisional(gb_expect):
+    gb_expect.each([("host_copy_bandwidth_gbps", "node", 101.5, {}), ("step_time_s", "node", 1.5, {})])
+
+def test_provisional_only(gb_expect):
+    gb_expect.each([("step_time_s", "node", 1.5, {})])
+"""
+
+
+def test_a_provisional_measurement_beside_a_gated_one_does_not_hide_its_pass(lab: pytest.Pytester) -> None:
+    lab.makepyfile(test_each=EACH)
+    result = lab.runpytest(*lab_args(), "test_each.py")
+    result.assert_outcomes(passed=1, skipped=1)
+    report = json.loads((lab.path / "r.json").read_text())
+    assert {t: [m["verdict"] for m in ms] for t, ms in by_test(report).items()} == {
+        "test_gated_and_provisional": ["pass", "skip"],
+        "test_provisional_only": ["skip"],
+    }
+    lab.runpytest(*lab_args("--gb-strict"), "test_each.py").assert_outcomes(failed=2)
+
+
 COLLECTIVE_TESTS = {
     "test_all_reduce_busbw[in_place]": "all_reduce_busbw_gbps",
     "test_all_gather_busbw[in_place]": "all_gather_busbw_gbps",

@@ -9,7 +9,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
+from pytest_gbvalidate.bench import sdc
 from tests.test_faults import CONFTEST, REPO
 from tests.test_plugin import SUITES, junit_cases
 
@@ -49,3 +51,18 @@ def test_a_flipped_bit_on_one_rank_fails_the_check(
     report = json.loads((pytester.path / "r.json").read_text())
     (test,) = [t for t in report["tests"] if t["outcome"] == "failed"]
     assert (test["fault"]["category"], test["fault"]["disposition"]) == ("gpu_hardware", "ISOLATE")
+
+
+def test_on_a_node_of_many_gpus_the_one_that_differs_bit_for_bit_is_named() -> None:
+    """A one-bit difference that every tolerance accepts: the majority of the node's GPUs names the odd one."""
+    reference = {name: torch.ones(3) for name in sdc.COMPUTATIONS}
+
+    def answer(digest: str) -> list[dict[str, sdc.Outcome]]:
+        return [{name: sdc.Outcome(digest, torch.ones(3)) for name in sdc.COMPUTATIONS}] * 2  # both passes
+
+    per_rank = [answer("a1"), answer("a1"), answer("b2"), answer("a1")]
+    found = sdc.problems(["gpu0", "gpu1", "gpu2", "gpu3"], per_rank, reference)
+    assert found == [
+        f"gpu2: {name} differs bit for bit from the 3 other ranks, which agree (b2 vs a1)" for name in sdc.COMPUTATIONS
+    ]
+    assert sdc.problems(["gpu0", "gpu1", "gpu2", "gpu3"], [answer("a1")] * 4, reference) == []

@@ -4,12 +4,16 @@ even after Ctrl-C."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import shutil
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 
 from pytest_gbvalidate.bench import storage
 from tests.test_plugin import SUITES, XUNIT1, junit_cases
@@ -120,10 +124,36 @@ def test_fio_runs_beside_ours_when_asked(
     args = [STORAGE, "--gb-sku=cpu", f"--gb-scratch={scratch}", "--gb-report=r.json", "--gb-reference-tools"]
     pytester.runpytest(*args, "-k", "fio").assert_outcomes(passed=1)
     report = json.loads((pytester.path / "r.json").read_text())
-    assert [(m["metric"], m["value"], m["details"]["tool"]) for m in report["measurements"]] == [
-        ("scratch_write_gbps", 2.5, "fio"),
-        ("scratch_read_gbps", 3.25, "fio"),
+    direct = storage.direct_io_supported(scratch)  # not on tmpfs: fio is asked for what our own check could do
+    assert [
+        (m["metric"], m["value"], m["details"]["tool"], m["details"]["direct_io"]) for m in report["measurements"]
+    ] == [
+        ("scratch_write_gbps", 2.5, "fio", direct),
+        ("scratch_read_gbps", 3.25, "fio", direct),
     ]
     write, read = (bin_dir / "args").read_text().splitlines()
-    assert "--rw=write" in write and "--direct=1" in write and "--size=67108864" in write and "--rw=read" in read
+    assert "--rw=write" in write and f"--direct={int(direct)}" in write and "--size=67108864" in write
+    assert "--rw=read" in read
     assert f"--filename={scratch}/gbvalidate-scratch-" in write and leftovers(scratch) == []
+
+
+def test_a_device_error_on_flush_or_read_back_is_a_storage_error_with_nothing_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def eio(*args: object) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    def in_work_dir(measure: Callable[[Path], object]) -> None:
+        with storage.work_dir(tmp_path) as directory:
+            measure(directory)
+
+    monkeypatch.setattr(os, "fsync", eio)
+    with pytest.raises(storage.StorageError, match=r"flushing .*sequential.bin to its device: Input/output error"):
+        in_work_dir(lambda d: storage.sequential(d, storage.BLOCK_BYTES))
+    monkeypatch.undo()
+    monkeypatch.setattr(torch, "load", lambda *a, **k: eio())
+    with pytest.raises(
+        storage.StorageError, match=r"reading the checkpoint .*checkpoint.pt back failed: .*Input/output error"
+    ):
+        in_work_dir(lambda d: storage.checkpoint(d, 2**20))
+    assert leftovers(tmp_path) == []

@@ -117,23 +117,45 @@ def summarize(per_rank: list[dict[str, Any]]) -> PairwiseRun:
     return PairwiseRun(per_rank[0]["hosts"], per_rank[0]["node_of_rank"], rows)
 
 
-def bad_nodes(rows: list[PairRow], node_of_rank: list[int], slow_pct: float) -> dict[int, str]:
-    """Node -> why: wrong data from one of its ranks in every pair it joined, or every pair it joined more than
-    `slow_pct` below the median pair."""
-    median_gbps = statistics.median(r.busbw_gbps for r in rows)
-    floor_gbps = median_gbps * (1 - slow_pct / 100)
+@dataclass(frozen=True)
+class Blame:
+    nodes: dict[int, str]  # node -> why: wrong data, or slow, in every pair it joined
+    pairs: dict[tuple[int, int], str]  # a pair whose wrong data no node's blame explains -> why
+
+
+def blame(rows: list[PairRow], node_of_rank: list[int], slow_pct: float) -> Blame:
+    """Which node is at fault: one whose ranks returned wrong data in every pair it joined, or whose every pair
+    was more than `slow_pct` below the median of the pairs it was not in (a reference the slow node cannot pull
+    down; with two nodes there is none, and nobody is named). Wrong data never passes: where no node explains it,
+    the pair is named."""
     joined: dict[int, list[PairRow]] = {}
     for row in rows:
         for node in row.nodes:
             joined.setdefault(node, []).append(row)
-    bad = {}
+    wrong: dict[int, str] = {}
+    slow: dict[int, str] = {}
     for node, pairs in sorted(joined.items()):
         if all(any(node_of_rank[rank] == node for rank in p.wrong_by_rank) for p in pairs):
-            bad[node] = f"its ranks returned wrong data in all {len(pairs)} of its pairs"
-        elif len(rows) > 1 and all(p.busbw_gbps < floor_gbps for p in pairs):
+            wrong[node] = f"its ranks returned wrong data in all {len(pairs)} of its pairs"
+            continue
+        others = [r.busbw_gbps for r in rows if node not in r.nodes]
+        if not others:
+            continue
+        reference_gbps = statistics.median(others)
+        floor_gbps = reference_gbps * (1 - slow_pct / 100)
+        if all(p.busbw_gbps < floor_gbps for p in pairs):
             shown = ", ".join(f"{p.busbw_gbps:.4g}" for p in pairs)
-            bad[node] = (
-                f"slow in all {len(pairs)} of its pairs ({shown} GB/s; the median pair {median_gbps:.4g} GB/s, "
-                f"slow below {floor_gbps:.4g})"
+            slow[node] = (
+                f"slow in all {len(pairs)} of its pairs ({shown} GB/s; the pairs without it: median "
+                f"{reference_gbps:.4g} GB/s, slow below {floor_gbps:.4g})"
             )
-    return bad
+    pairs_wrong = {}
+    for row in rows:
+        seen_on = {node_of_rank[rank] for rank in row.wrong_by_rank}
+        if seen_on and not seen_on & set(wrong):
+            ranks = ", ".join(f"rank {rank}: {n}" for rank, n in sorted(row.wrong_by_rank.items()))
+            pairs_wrong[row.nodes] = (
+                f"wrong data in this pair only ({ranks} elements): the path between node{row.nodes[0]} and "
+                f"node{row.nodes[1]}, or one of them now and then"
+            )
+    return Blame(wrong | slow, pairs_wrong)

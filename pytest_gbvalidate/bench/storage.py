@@ -9,6 +9,7 @@ import contextlib
 import errno
 import mmap
 import os
+import pickle
 import secrets
 import shutil
 import time
@@ -59,7 +60,8 @@ def sequential(directory: Path, size_bytes: int) -> Throughput:
         start = time.perf_counter()
         for done in range(blocks):
             _write_all(fd, block, path, done, blocks)
-        os.fsync(fd)
+        with _failing_as(f"flushing {path} to its device"):
+            os.fsync(fd)
         write_s = time.perf_counter() - start
     finally:
         os.close(fd)
@@ -68,14 +70,35 @@ def sequential(directory: Path, size_bytes: int) -> Throughput:
         if not direct_read:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # read from the device, not the page cache
         start = time.perf_counter()
-        while os.readv(fd, [block]) > 0:
-            pass
+        with _failing_as(f"reading {path} back"):
+            while os.readv(fd, [block]) > 0:
+                pass
         read_s = time.perf_counter() - start
     finally:
         os.close(fd)
         block.close()
     total = blocks * BLOCK_BYTES
     return Throughput(total / write_s / 1e9, total / read_s / 1e9, total, direct and direct_read)
+
+
+@contextlib.contextmanager
+def _failing_as(doing: str) -> Iterator[None]:
+    """An OSError inside becomes a StorageError that says what was being done."""
+    try:
+        yield
+    except OSError as exc:
+        raise StorageError(f"{doing}: {exc.strerror or exc}") from None
+
+
+def direct_io_supported(directory: Path) -> bool:
+    """Whether the file system under `directory` accepts O_DIRECT (tmpfs does not)."""
+    probe = directory / "direct-io-probe"
+    try:
+        fd, direct = _open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        os.close(fd)
+        return direct
+    finally:
+        probe.unlink(missing_ok=True)
 
 
 def _open(path: Path, flags: int) -> tuple[int, bool]:
@@ -138,7 +161,10 @@ def checkpoint(directory: Path, size_bytes: int) -> CheckpointTimes:
     with path.open("rb") as f:
         os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
     start = time.perf_counter()
-    loaded = torch.load(path, weights_only=True)
+    try:
+        loaded = torch.load(path, weights_only=True)
+    except (OSError, RuntimeError, pickle.UnpicklingError) as exc:
+        raise StorageError(f"reading the checkpoint {path} back failed: {exc}") from None
     read_s = time.perf_counter() - start
     wrong = [name for name, t in state.items() if name not in loaded or not torch.equal(loaded[name], t)]
     if wrong:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -35,6 +36,36 @@ def time_op_s(device: torch.device, op: Callable[[], object], *, warmup: int, it
         end_event.record(stream)
     torch.accelerator.synchronize(device)
     return [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends, strict=True)]
+
+
+class Stopwatch:
+    """Intervals inside an op that time_op_s times (a step's work before its gradient sync): `start()` and
+    `stop()` around the part, once per call; events on an accelerator, the host clock on the CPU."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._marks: list[tuple[Any, Any]] = []
+        self._start: Any = None
+
+    def _now(self) -> Any:
+        if self.device.type == "cpu":
+            return time.perf_counter()
+        event = torch.Event(device=self.device, enable_timing=True)
+        event.record(torch.accelerator.current_stream(self.device))
+        return event
+
+    def start(self) -> None:
+        self._start = self._now()
+
+    def stop(self) -> None:
+        self._marks.append((self._start, self._now()))
+
+    def intervals_s(self) -> list[float]:
+        """Seconds of every start-stop interval so far, in order."""
+        if self.device.type == "cpu":
+            return [end - start for start, end in self._marks]
+        torch.accelerator.synchronize(self.device)
+        return [start.elapsed_time(end) / 1e3 for start, end in self._marks]
 
 
 def median(samples: list[float]) -> float:

@@ -1,8 +1,9 @@
 """The fleet summary as JUnit XML (fleet.xml), for a CI system's test view: one <testsuite> per node, named by its
-hostname, with one testcase per test of the node's report (a failure carries its message, and the fault's
-category, disposition and action as testcase properties), a failing testcase per outlier metric, and one for a
-partial report. Multi-node runs get a suite each; the reports not merged are testcases of a last suite (a
-corrupt report an error, another SKU's or a superseded one skipped)."""
+hostname, with one testcase per test of the node's report (a failure carries its message and, as its type, the
+fault's category; the suite's `fault[<test id>]` properties say the disposition and action), a failing testcase
+per outlier metric, and one for a partial report. Multi-node runs get a suite each; the reports not merged are
+testcases of a last suite (a corrupt report an error, another SKU's or a superseded one skipped). Valid xunit2,
+as the plugin's own file."""
 
 from __future__ import annotations
 
@@ -36,7 +37,6 @@ def fleet_junit(summary: Summary) -> str:
             ET.SubElement(case, "error" if r.kind == CORRUPT else "skipped", message=f"{r.kind}: {r.reason}")
     for suite in root.findall("testsuite"):
         _count(suite)
-    _count(root)
     for element in root.iter():
         element.text = None if element.text is None else _NOT_XML.sub("", element.text)
         for name, value in element.attrib.items():
@@ -82,11 +82,13 @@ def _test_case(suite: ET.Element, test_id: str, records: list[dict[str, Any]]) -
     message = one_line(str(worst.get("message") or ""))
     if worst.get("outcome") == "failed":
         fault = worst.get("fault") if isinstance(worst.get("fault"), dict) else None
-        if fault is not None:
-            properties = ET.SubElement(case, "properties")
-            for key in ("category", "disposition", "action"):
-                _property(properties, f"fault_{key}", fault.get(key))
         failure = ET.SubElement(case, "failure", message=message)
+        if fault is not None:
+            # xunit2 has no properties on a testcase: the category is the failure's type, and the suite's
+            # properties say the rest, as the plugin's own JUnit file does.
+            failure.set("type", str(fault.get("category")))
+            summary = f"{fault.get('category')} ({fault.get('disposition')}): {fault.get('action')}"
+            _property(suite.find("properties"), f"fault[{test_id}]", summary)
         failure.text = str(worst.get("text") or worst.get("message") or "")
     elif worst.get("outcome") == "skipped":
         ET.SubElement(case, "skipped", message=message)

@@ -13,7 +13,16 @@ from pathlib import Path
 from pytest_gbvalidate.fleet import stats
 from pytest_gbvalidate.fleet.reports import CORRUPT, NotMerged
 from pytest_gbvalidate.fleet.scaling import WeakScaling
-from pytest_gbvalidate.fleet.summary import SOFTWARE, MetricStats, Node, Summary, failed_checks, one_line, shorten
+from pytest_gbvalidate.fleet.summary import (
+    SOFTWARE,
+    MetricStats,
+    Node,
+    Summary,
+    Suspect,
+    failed_checks,
+    one_line,
+    shorten,
+)
 
 # Long failure messages are cut in tables: the whole message is in the node's own report.
 MESSAGE_MAX_CHARS = 160
@@ -22,9 +31,16 @@ MESSAGE_MAX_CHARS = 160
 def drain_commands(summary: Summary) -> list[str]:
     """One `scontrol update ... state=drain` per node to take out of service; host and reason shell-quoted."""
     return [
-        f"scontrol update nodename={shlex.quote(n.hostname)} state=drain reason={shlex.quote(n.drain_reason())}"
-        for n in summary.drained
+        f"scontrol update nodename={shlex.quote(slurm_node_name(host))} state=drain reason={shlex.quote(reason)}"
+        for host, reason in summary.drain_list()
     ]
+
+
+def slurm_node_name(hostname: str) -> str:
+    """Slurm names a node as `hostname -s` does (its NodeName convention): the hostname up to its first dot, an IP
+    address left whole."""
+    short = hostname.split(".", 1)[0]
+    return hostname if short.isdecimal() else short
 
 
 def rules_text(summary: Summary) -> str:
@@ -92,7 +108,7 @@ def markdown(summary: Summary, plots: Sequence[Path], plot_note: str | None, out
     lines += _md_table(["node", "verdict", "failed checks", "outlier metrics", "drain", *software], rows)
 
     lines += ["", "## Take out of service", ""]
-    if summary.drained:
+    if summary.drain_list():
         for n in summary.drained:
             lines.append(f"- **{_md(n.hostname)}** ({n.verdict}): {_md(n.drain_reason())}")
             lines += [
@@ -103,6 +119,10 @@ def markdown(summary: Summary, plots: Sequence[Path], plot_note: str | None, out
                 for c in n.failed
             ]
             lines += [f"  - outlier {_md(o.describe())}" for o in n.outliers]
+            lines += [_suspect_md(s) for s in n.suspected]
+        for host, found in summary.unreported_suspects.items():
+            lines.append(f"- **{_md(host)}** (no report of its own here)")
+            lines += [_suspect_md(s) for s in found]
         lines += ["", "Slurm (printed, not run):", "", "```sh", *drain_commands(summary), "```"]
     else:
         lines.append("None.")
@@ -390,13 +410,17 @@ def terminal(summary: Summary, written: Sequence[Path], plot_note: str | None) -
         if w.straggler is not None:
             line += f"; straggler {w.straggler.host} ({_straggler_text(w)})"
         lines.append(line)
-    if summary.drained:
+    if summary.drain_list():
         lines.append("take out of service (Slurm, printed, not run):")
         lines += [f"  {command}" for command in drain_commands(summary)]
     if plot_note:
         lines.append(plot_note)
     lines.append("written: " + ", ".join(str(p) for p in written))
     return lines
+
+
+def _suspect_md(suspect: Suspect) -> str:
+    return f"  - {_md(suspect.short)} in {_md(str(suspect.run))}: {_md(shorten(suspect.why, MESSAGE_MAX_CHARS))}"
 
 
 def _columns(rows: Sequence[Sequence[str]]) -> list[str]:

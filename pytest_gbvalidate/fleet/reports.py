@@ -172,7 +172,6 @@ def sort_reports(paths: Sequence[Path], sku: str | None = None) -> Sorted:
             not_merged.append(NotMerged(report.path, OTHER_SKU, reason, report.hostname, report.sku))
         else:
             ours.append(report)
-    multi_node = [r for r in ours if r.nodes > 1]
     latest: dict[str, Report] = {}
     for report in sorted((r for r in ours if r.nodes == 1), key=_age):
         earlier = latest.get(report.hostname)
@@ -181,6 +180,20 @@ def sort_reports(paths: Sequence[Path], sku: str | None = None) -> Sorted:
             not_merged.append(NotMerged(earlier.path, SUPERSEDED, reason, earlier.hostname, earlier.sku))
         latest[report.hostname] = report
     nodes = sorted(latest.values(), key=lambda r: natural_key(r.hostname))
+    # A multi-node run over the same hosts as a later one is superseded by it; runs that do not name their hosts
+    # all count.
+    latest_runs: dict[tuple[str, ...], Report] = {}
+    multi_node: list[Report] = []
+    for report in sorted((r for r in ours if r.nodes > 1), key=_age):
+        hosts = tuple(sorted(report.hosts))
+        earlier = latest_runs.get(hosts) if hosts else None
+        if earlier is not None:
+            multi_node.remove(earlier)
+            reason = f"a later run over the same {len(hosts)} nodes: {report.path} ({report.data.get('start_time')})"
+            not_merged.append(NotMerged(earlier.path, SUPERSEDED, reason, earlier.hostname, earlier.sku))
+        if hosts:
+            latest_runs[hosts] = report
+        multi_node.append(report)
     return Sorted(fleet_sku, sku_note, nodes, multi_node, not_merged)
 
 

@@ -2,14 +2,17 @@
 
 A multi-node report (`gang.nodes` N > 1) with a step time measurement (a metric ending `_step_time_s` whose
 details carry mbs, gbs, dp, seq_len, model and layout) is paired with the finished single-node reports whose step
-time is of the same model, sequence length, engine and precision (where both say them) and whose global batch is
-the multi-node run's per-node batch (gbs_1 * N == gbs_N): the work per node is the same, so ideal weak scaling
-keeps the step time. Efficiency = median single-node step time / N-node step time (1.0 is ideal). Informational:
-it does not change the exit code (the baselines gate the step times themselves).
+time is of the same model and sequence length, and the same engine, precision, micro-batch and model-parallel
+layout (tp, pp, cp; where both say them), and whose global batch is the multi-node run's per-node batch
+(gbs_1 * N == gbs_N): the work per node is the same, so ideal weak scaling keeps the step time. Efficiency =
+median single-node step time / N-node step time (1.0 is ideal). Informational: it does not change the exit code
+(the baselines gate the step times themselves).
 
-Where the multi-node run's step time details carry `per_node_step_time_s` (node -> seconds: each node's slowest
-rank's median step time), the per-node step times are shown with the straggler: the slowest node, and the spread
-(max - min) / median in percent; and the ranks' spread (`rank_spread_pct`) where the details have it.
+Where the multi-node run's step time details carry `per_node_compute_s` (node -> seconds: each node's slowest
+rank's median time of the work before the gradient sync) or, from older reports, `per_node_step_time_s`, the
+per-node times are shown with the straggler: the slowest node, and the spread (max - min) / median in percent;
+and the ranks' spread (`rank_spread_pct`) where the details have it. The step time itself cannot show a
+straggler: the gradient sync makes every node wait for the slowest.
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ from pytest_gbvalidate.fleet.stats import is_number
 
 STEP_TIME_SUFFIX = "_step_time_s"
 LAYOUT_FIELDS = ("mbs", "gbs", "dp", "seq_len", "model", "layout")
-# Compared where both runs' details have them: a bf16 run says nothing about an fp8 one's scaling.
-SAME_WHERE_GIVEN = ("engine", "precision")
+# Compared where both runs' details have them: a bf16 run says nothing about an fp8 one's scaling, nor a PP=1
+# node about a PP=2 one's; weak scaling grows the data-parallel replicas only.
+SAME_WHERE_GIVEN = ("engine", "precision", "mbs", "tp", "pp", "cp")
 
 
 @dataclass(frozen=True)
@@ -137,7 +141,9 @@ def weak_scaling(multi_node: Sequence[Report], single_node: Sequence[Report]) ->
 
 
 def _per_node(details: dict[str, Any]) -> dict[str, float]:
-    per_node = details.get("per_node_step_time_s")
+    """Each node's time: its work before the gradient sync where the run says it (the sync makes every node's
+    step as slow as the slowest one's), else its step time."""
+    per_node = details.get("per_node_compute_s") or details.get("per_node_step_time_s")
     if not isinstance(per_node, dict):
         return {}
     return {str(host): float(s) for host, s in per_node.items() if is_number(s)}

@@ -102,11 +102,29 @@ class NodeOutlier:
         return (key.compact if compact else key.label) + ("" if delta is None else f" {delta:+.0f}%")
 
 
+@dataclass(frozen=True)
+class Suspect:
+    """A node that a check of a multi-node run found at fault (the report's `suspects`: the node slow or wrong in
+    every pair of the pairwise all_reduce), though its own report may show nothing."""
+
+    host: str
+    test_id: str
+    why: str
+    category: str | None
+    run: Path  # the multi-node run's report
+
+    @property
+    def short(self) -> str:
+        """For a drain reason: the category and the check, marked as a multi-node finding."""
+        return f"{self.category or 'failed'}: {self.test_id.rsplit('::', 1)[-1]} (multi-node)"
+
+
 @dataclass
 class Node:
     report: Report
     failed: list[FailedCheck]
     outliers: list[NodeOutlier] = field(default_factory=list)
+    suspected: list[Suspect] = field(default_factory=list)
 
     @property
     def hostname(self) -> str:
@@ -123,11 +141,13 @@ class Node:
 
     @property
     def drain(self) -> bool:
-        """Out of service until fixed: failed, partial (not shown healthy), or an outlier."""
-        return self.verdict != "pass" or bool(self.outliers)
+        """Out of service until fixed: failed, partial (not shown healthy), an outlier, or found at fault by a
+        multi-node run."""
+        return self.verdict != "pass" or bool(self.outliers) or bool(self.suspected)
 
     def drain_reason(self) -> str:
-        """Short, one line: the partial report, the failed checks by fault category, the outlier metrics."""
+        """Short, one line: the partial report, the failed checks by fault category, the outlier metrics, what
+        multi-node runs found."""
         parts = []
         if self.verdict == "partial":
             parts.append(f"report {self.report.status}")
@@ -136,6 +156,7 @@ class Node:
             by_category.setdefault(check.category or "failed", []).append(check.name)
         parts += [f"{category}: {','.join(names)}" for category, names in by_category.items()]
         parts += [f"outlier {o.short(compact=True)}" for o in self.outliers]
+        parts += dict.fromkeys(s.short for s in self.suspected)
         return join_within("gbvalidate: ", parts, REASON_MAX_CHARS)
 
 
@@ -148,6 +169,7 @@ class Summary:
     mad_k: float
     pct: float
     noise_floor_pct: float
+    unreported_suspects: dict[str, list[Suspect]]  # host -> findings, for hosts without a node report here
 
     @property
     def sku(self) -> str | None:
@@ -164,6 +186,16 @@ class Summary:
     @property
     def drained(self) -> list[Node]:
         return [n for n in self.nodes if n.drain]
+
+    def drain_list(self) -> list[tuple[str, str]]:
+        """(host, reason) of every node to take out of service: the drained nodes, then the hosts a multi-node run
+        found at fault that have no report of their own here."""
+        found = [(n.hostname, n.drain_reason()) for n in self.drained]
+        for host, suspects in self.unreported_suspects.items():
+            found.append(
+                (host, join_within("gbvalidate: ", list(dict.fromkeys(s.short for s in suspects)), REASON_MAX_CHARS))
+            )
+        return found
 
     @property
     def outliers(self) -> list[tuple[Node, NodeOutlier]]:
@@ -220,8 +252,29 @@ def summarize(
     for m in metrics:
         for outlier in m.outliers:
             by_host[outlier.host].outliers.append(NodeOutlier(m, outlier))
+    unreported: dict[str, list[Suspect]] = {}
+    for suspect in suspects(sorted_reports.multi_node):
+        node = by_host.get(suspect.host)
+        (node.suspected if node is not None else unreported.setdefault(suspect.host, [])).append(suspect)
     scaling = weak_scaling(sorted_reports.multi_node, sorted_reports.nodes)
-    return Summary(sorted_reports, nodes, metrics, scaling, mad_k, pct, noise_floor_pct)
+    return Summary(sorted_reports, nodes, metrics, scaling, mad_k, pct, noise_floor_pct, unreported)
+
+
+def suspects(runs: Sequence[Report]) -> list[Suspect]:
+    """The nodes the multi-node runs found at fault, in the order of the runs (malformed records left out: the
+    run's own verdict still fails the fleet)."""
+    found = []
+    for run in runs:
+        records = run.data.get("suspects")
+        for record in records if isinstance(records, list) else []:
+            if not isinstance(record, dict) or not isinstance(record.get("host"), str):
+                continue
+            fault = record.get("fault")
+            category = fault.get("category") if isinstance(fault, dict) else None
+            found.append(
+                Suspect(record["host"], str(record.get("test_id")), str(record.get("why")), _text(category), run.path)
+            )
+    return found
 
 
 def failed_checks(report: Report) -> list[FailedCheck]:

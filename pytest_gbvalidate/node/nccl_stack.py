@@ -75,6 +75,19 @@ def topo_file_problem(value: str, source: str, cwd: Path) -> tuple[Path, str | N
     return path, None
 
 
+def net_plugin(default: str, env: Mapping[str, str], files: list[Path]) -> tuple[str | None, str]:
+    """(the net plugin library NCCL loads, what chose it): NCCL_NET_PLUGIN where set (a library name or path is
+    taken as is, `none` loads none, anything else is the suffix of libnccl-net-<suffix>.so), else `default`."""
+    named = setting("NCCL_NET_PLUGIN", env, files)
+    if named is None:
+        return default, "the baseline's health.nccl_net_plugin"
+    value, source = named
+    chosen = f"NCCL_NET_PLUGIN={value} (from {source})"
+    if value.lower() == "none":
+        return None, chosen
+    return (value if ".so" in value or "/" in value else f"libnccl-net-{value}.so"), chosen
+
+
 def load_problem(library: str) -> str | None:
     """Why `library` cannot be loaded the way NCCL loads its net plugin (dlopen by name: LD_LIBRARY_PATH, then
     the loader's cache), or None."""

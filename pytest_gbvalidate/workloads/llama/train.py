@@ -23,7 +23,7 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.distributed.tensor import DTensor
 
-from pytest_gbvalidate.bench.timing import time_op_s
+from pytest_gbvalidate.bench.timing import Stopwatch, time_op_s
 from pytest_gbvalidate.ranks.gang import RankContext
 from pytest_gbvalidate.workloads.llama import flops
 from pytest_gbvalidate.workloads.llama.config import LlamaConfig
@@ -94,6 +94,9 @@ class RankResult:
     losses: list[float] | None  # every step's global-batch loss; on ranks of the last pipeline stage only
     memory: MemoryPeak
     node: str = ""  # "node<rank of the node> (<hostname>)": which node of a torchrun / srun world
+    # The timed steps' work before the gradient sync (forward, backward and the pipeline's own sends): a rank
+    # the others wait for at the sync shows here, where every rank's step time is the slowest one's.
+    compute_times_s: list[float] = field(default_factory=list)
 
 
 class Trainer:
@@ -120,6 +123,7 @@ class Trainer:
             for block in self.model.layers.values():
                 block.compile()
         self.optimizer = adamw(self.model, request.learning_rate, fused=options.fused_adamw)
+        self.compute = Stopwatch(device)
         self.is_last_stage = self.at is None or self.at.pp == layout.pp - 1
         self.schedule = self._pipeline() if layout.pp > 1 else None
         self.batches = self._batches()
@@ -161,6 +165,7 @@ class Trainer:
         on the device (reading it would make the host wait for the step)."""
         inputs, labels = self.batches[index]
         layout = self.request.layout
+        self.compute.start()
         with self.autocast():
             if self.schedule is not None:
                 losses: list[Tensor] = []
@@ -177,6 +182,7 @@ class Trainer:
                     microbatch_loss = self.loss_fn(self.model(x), y) / layout.microbatches
                     microbatch_loss.backward()  # type: ignore[no-untyped-call]
                     loss += microbatch_loss.detach()
+        self.compute.stop()
         replicas = self.groups.replica_group if self.groups is not None else None
         average_gradients(self.model, replicas)
         self.optimizer.step()
@@ -219,6 +225,7 @@ def train(request: TrainRequest, device: torch.device, groups: RankGroups | None
         step_times_s=times_s,
         losses=known if len(known) == len(losses) else None,
         memory=memory_peak(device),
+        compute_times_s=trainer.compute.intervals_s()[request.warmup_steps :],
     )
 
 
@@ -260,13 +267,18 @@ class PretrainResult:
     memory: list[MemoryPeak] = field(default_factory=list)  # per rank; empty where the engine reports none
     # Per node, its slowest rank's median step time (the built-in engine; a node's own figure across nodes).
     per_node_step_time_s: dict[str, float] = field(default_factory=dict)
-    # Per rank, its median step time; their spread shows a straggler that the others wait for.
+    # Per rank, its median step time: about the same on every rank, as the gradient sync waits for the slowest.
     per_rank_step_time_s: list[float] = field(default_factory=list)
+    # Per rank and per node (its slowest rank), the median time of the work before the gradient sync: where a
+    # straggler shows.
+    per_rank_compute_s: list[float] = field(default_factory=list)
+    per_node_compute_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def rank_spread_pct(self) -> float | None:
-        """(slowest - fastest) / fastest of the ranks' median step times."""
-        times = self.per_rank_step_time_s
+        """(slowest - fastest) / fastest of the ranks' median work before the gradient sync (of their step
+        times where the engine does not say)."""
+        times = self.per_rank_compute_s or self.per_rank_step_time_s
         return None if len(times) < 2 else round((max(times) - min(times)) / min(times) * 100, 3)
 
     @property
@@ -325,6 +337,8 @@ class PretrainResult:
             "peak_memory": [{"rank": i, "what": m.what, "gib": m.gib} for i, m in enumerate(self.memory)],
             "per_node_step_time_s": self.per_node_step_time_s,
             "per_rank_step_time_s": self.per_rank_step_time_s,
+            "per_node_compute_s": self.per_node_compute_s,
+            "per_rank_compute_s": self.per_rank_compute_s,
             "rank_spread_pct": self.rank_spread_pct,
         }
 
@@ -335,10 +349,23 @@ def summarize(request: TrainRequest, results: list[RankResult], peak_tflops_per_
     losses = next(r.losses for r in results if r.losses is not None)
     result = pretrain_result(request, per_step, losses, [r.memory for r in results], peak_tflops_per_gpu)
     per_rank = [statistics.median(r.step_times_s) for r in results]
+    per_rank_compute = [statistics.median(r.compute_times_s) for r in results if r.compute_times_s]
+    if len(per_rank_compute) != len(results):
+        per_rank_compute = []
+    return dataclasses.replace(
+        result,
+        per_node_step_time_s=_slowest_per_node(results, per_rank),
+        per_rank_step_time_s=per_rank,
+        per_rank_compute_s=per_rank_compute,
+        per_node_compute_s=_slowest_per_node(results, per_rank_compute) if per_rank_compute else {},
+    )
+
+
+def _slowest_per_node(results: list[RankResult], per_rank_s: list[float]) -> dict[str, float]:
     per_node: dict[str, float] = {}
-    for r, median_s in zip(results, per_rank, strict=True):
-        per_node[r.node] = max(per_node.get(r.node, 0.0), median_s)
-    return dataclasses.replace(result, per_node_step_time_s=per_node, per_rank_step_time_s=per_rank)
+    for r, seconds in zip(results, per_rank_s, strict=True):
+        per_node[r.node] = max(per_node.get(r.node, 0.0), seconds)
+    return per_node
 
 
 def pretrain_result(
