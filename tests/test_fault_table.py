@@ -55,13 +55,13 @@ def test_every_health_and_topology_check_has_a_category(suite: str) -> None:
         ("test_pairwise_all_reduce_busbw", "pairwise all_reduce: node2 (b): slow in all 2 of its pairs", (), "link"),
         (
             "test_pairwise_all_reduce_busbw",
-            "pairwise all_reduce: node3 (c): its ranks returned wrong data in all 2 of its pairs",
+            "pairwise all_reduce: node3 (c): wrong data in all 2 of its pairs (on its own ranks: 3)",
             (),
             "gpu_hardware",
         ),
         (
             "test_pairwise_all_reduce_busbw",
-            "pairwise all_reduce: node1+node2 (a, b): wrong data in this pair only",
+            "pairwise all_reduce: node1+node2 (a, b): wrong data in this pair (rank 2: 8 elements)",
             (),
             "link",
         ),

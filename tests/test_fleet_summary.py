@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from pytest_gbvalidate.fleet import render, stats
+from pytest_gbvalidate.fleet import junit, render, stats
 from pytest_gbvalidate.fleet.cli import main
 from pytest_gbvalidate.fleet.reports import CORRUPT, OTHER_SKU, SUPERSEDED, NotMerged, read
 from pytest_gbvalidate.fleet.summary import Summary, summarize
@@ -105,7 +105,11 @@ def suites(path: Path) -> dict[str, ET.Element]:
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:
-    return list(csv.DictReader(path.read_text().splitlines()))
+    return read_csv_text(path.read_text())
+
+
+def read_csv_text(text: str) -> list[dict[str, str]]:
+    return list(csv.DictReader(text.splitlines()))
 
 
 def outcome(case: ET.Element) -> str:
@@ -285,10 +289,11 @@ def test_weak_scaling_pairs_a_multi_node_run_with_the_single_node_runs_of_its_pe
         report = node(real_report, host)
         report["measurements"].append(step_time(seconds, gbs=16))
         paths.append(write(tmp_path, f"{host}.json", report))
-    gang = real_report["gang"] | {"nodes": 2, "hosts": ["node-01", "node-02"]}
+    gang = real_report["gang"] | {"nodes": 2, "hosts": ["node0 (node-01)", "node1 (node-02)"]}
     run = node(real_report, "node-01", gang=gang)
     per_node = {"node-01": 0.48, "node-02": 0.5}
-    weak_scaled = step_time(0.5, gbs=32, per_node_step_time_s=per_node, rank_spread_pct=4.2)
+    compute = {"node-01": 0.3, "node-02": 0.45}  # before the gradient sync, where node-02 shows as the straggler
+    weak_scaled = step_time(0.5, gbs=32, per_node_step_time_s=per_node, per_node_compute_s=compute, rank_spread_pct=4.2)
     run["measurements"] += [weak_scaled, step_time(0.6, gbs=48)]
     paths.append(write(tmp_path, "two-nodes.json", run))
     other_layout = node(real_report, "node-04")
@@ -302,21 +307,23 @@ def test_weak_scaling_pairs_a_multi_node_run_with_the_single_node_runs_of_its_pe
     assert paired.reference_s == pytest.approx(0.42) and paired.efficiency == pytest.approx(0.42 / 0.5)
     straggler = paired.straggler
     assert straggler is not None and straggler.host == "node-02"
-    assert straggler.spread_pct == pytest.approx((0.5 - 0.48) / 0.49 * 100)
+    assert straggler.spread_pct == pytest.approx((0.45 - 0.3) / 0.375 * 100)
     assert unpaired.efficiency is None and "gbs 24 (the per-node batch)" in unpaired.note
 
     markdown = render.markdown(summary, [], None, tmp_path)
     assert "### Weak scaling" in markdown and "| 0.840 |" in markdown
-    assert "Straggler: node-02, slowest 0.5 s, fastest 0.48 s" in markdown and "ranks' spread 4.2%" in markdown
+    assert "Straggler: node-02, work before the gradient sync: slowest 0.45 s, fastest 0.3 s" in markdown
+    assert "ranks' spread 4.2%" in markdown and "| node | work before the gradient sync (s) |" in markdown
 
 
 def test_a_later_multi_node_run_over_the_same_nodes_supersedes_the_earlier(
     real_report: dict[str, Any], tmp_path: Path
 ) -> None:
-    gang = real_report["gang"] | {"nodes": 2, "hosts": ["node-02", "node-01"]}
+    # the rendezvous numbered the nodes the other way round the second time
+    gang = real_report["gang"] | {"nodes": 2, "hosts": ["node0 (node-02)", "node1 (node-01)"]}
     failed = node(real_report, "node-01", gang=gang, exit_status=1, start_time="2020-01-01T00:00:00+00:00")
     failed["tests"][0] |= {"outcome": "failed", "message": "x"}
-    passed = node(real_report, "node-01", gang=gang | {"hosts": ["node-01", "node-02"]})
+    passed = node(real_report, "node-01", gang=gang | {"hosts": ["node0 (node-01)", "node1 (node-02)"]})
     paths = [
         *healthy_fleet(real_report, tmp_path),
         write(tmp_path, "old.json", failed),
@@ -339,7 +346,10 @@ def test_a_node_a_multi_node_run_found_at_fault_is_drained_with_or_without_its_o
 ) -> None:
     """The pairwise check of a multi-node run blames node-02 (which passed alone) and node-99 (no report here)."""
     paths = healthy_fleet(real_report, tmp_path)
-    gang = real_report["gang"] | {"nodes": 4, "hosts": ["node-01", "node-02", "node-03", "node-99"]}
+    gang = real_report["gang"] | {
+        "nodes": 4,
+        "hosts": [f"node{i} ({h})" for i, h in enumerate(("node-01", "node-02", "node-03", "node-99"))],
+    }
     test_id = "suites/test_collectives.py::test_pairwise_all_reduce_busbw"
     suspects = [
         {"test_id": test_id, "host": "node-02", "why": "slow in all 2 of its pairs", "fault": {"category": "link"}},
@@ -354,6 +364,16 @@ def test_a_node_a_multi_node_run_found_at_fault_is_drained_with_or_without_its_o
         ("node-99", "gbvalidate: x: test_pairwise_all_reduce_busbw (multi-node)"),
     ]
     assert [shlex.split(c)[2] for c in render.drain_commands(summary)] == ["nodename=node-02", "nodename=node-99"]
+    rows = {r["hostname"]: r for r in read_csv_text(render.nodes_csv(summary))}
+    assert (rows["node-02"]["verdict"], rows["node-02"]["drain"]) == ("pass", "yes")
+    assert (rows["node-99"]["verdict"], rows["node-99"]["drain"]) == ("multi-node finding", "yes")
+    assert rows["node-99"]["failed_checks"] == f"{test_id} [x]"
+    (tmp_path / "fleet.xml").write_text(junit.fleet_junit(summary))
+    assert schema_errors(tmp_path / "fleet.xml") == []
+    by_suite = suites(tmp_path / "fleet.xml")
+    for host, category in (("node-02", "link"), ("node-99", "x")):
+        (case,) = [c for c in by_suite[host].iter("testcase") if c.get("classname") == "fleet.multi_node"]
+        assert case.find("failure").get("type") == category  # type: ignore[union-attr]
     markdown = render.markdown(summary, [], None, tmp_path)
     assert "- **node-99** (no report of its own here)" in markdown
     assert f"link: test_pairwise_all_reduce_busbw (multi-node) in {tmp_path / 'four.json'}: slow in all 2" in markdown

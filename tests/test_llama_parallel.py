@@ -134,16 +134,20 @@ def test_context_parallel_ranks_hold_an_early_and_a_late_chunk() -> None:
     assert context_parallel_positions(16, 2, 1).tolist() == [4, 5, 6, 7, 8, 9, 10, 11]
 
 
-def rank_result(rank: int, step_times_s: list[float], losses: list[float] | None, **more: Any) -> RankResult:
-    return RankResult(rank, rank, step_times_s, losses, MemoryPeak("host RSS peak", 0.5 + rank), **more)
+def rank_result(
+    rank: int, step_times_s: list[float], losses: list[float] | None, stage: int | None = None, **more: Any
+) -> RankResult:
+    """A rank's result; by default each rank its own pipeline stage."""
+    stage = rank if stage is None else stage
+    return RankResult(rank, stage, step_times_s, losses, MemoryPeak("host RSS peak", 0.5 + rank), **more)
 
 
 def test_the_straggler_shows_in_the_work_before_the_gradient_sync() -> None:
     """Two nodes of one rank: node1 computes slower, node0 waits for it at the sync; their step times agree."""
     req = TrainRequest(LLAMA3_TINY, Layout(mbs=2, gbs=16, dp=2), warmup_steps=1, timed_steps=3, learning_rate=1e-3)
     results = [
-        rank_result(0, [2.0, 2.1, 2.0], [5.0] * 4, node="node0 (a)", compute_times_s=[1.0, 1.1, 1.0]),
-        rank_result(1, [2.0, 2.1, 2.0], [5.0] * 4, node="node1 (b)", compute_times_s=[1.9, 2.0, 1.9]),
+        rank_result(0, [2.0, 2.1, 2.0], [5.0] * 4, 0, node="node0 (a)", compute_times_s=[1.0, 1.1, 1.0]),
+        rank_result(1, [2.0, 2.1, 2.0], [5.0] * 4, 0, node="node1 (b)", compute_times_s=[1.9, 2.0, 1.9]),
     ]
     summary = summarize(req, results, peak_tflops_per_gpu=None)
     assert summary.per_node_step_time_s == {"node0 (a)": 2.0, "node1 (b)": 2.0}

@@ -42,13 +42,13 @@ def test_the_node_slow_in_every_pair_is_named_not_its_partners() -> None:
     assert found.nodes[2].startswith("slow in all 2 of its pairs (20, 21 GB/s; the pairs without it: median 40.5")
 
 
-def test_a_node_just_past_the_threshold_is_named_however_few_the_nodes() -> None:
-    # 12% slow: the median of all pairs would be one of its own (two of three pairs), hiding it
-    three = rows({(0, 1): 40.0, (1, 2): 35.2, (2, 0): 35.2})
-    assert list(blame(three, [0, 1, 2], slow_pct=10).nodes) == [2]
+def test_a_node_just_past_the_threshold_is_named_against_the_pairs_without_it() -> None:
+    # 12% slow: the median of all four pairs would be one of its own, 37.6, hiding it at 10%
     four = rows({(0, 1): 40.0, (2, 3): 35.2, (1, 2): 35.2, (3, 0): 40.0})
     assert list(blame(four, ONE_RANK_PER_NODE, slow_pct=10).nodes) == [2]
     assert blame(four, ONE_RANK_PER_NODE, slow_pct=15).nodes == {}
+    # three nodes: one pair without the node is too little to call it slow (two nodes on one leaf switch)
+    assert blame(rows({(0, 1): 40.0, (1, 2): 20.0, (2, 0): 20.0}), [0, 1, 2], slow_pct=10) == Blame({}, {})
 
 
 def test_a_uniformly_slow_fleet_names_nobody_and_one_pair_cannot_tell() -> None:
@@ -56,21 +56,23 @@ def test_a_uniformly_slow_fleet_names_nobody_and_one_pair_cannot_tell() -> None:
     assert blame(rows({(0, 1): 1.0}), ONE_RANK_PER_NODE, 10) == Blame({}, {})
 
 
-def test_wrong_data_is_blamed_on_the_node_of_the_rank_that_saw_it() -> None:
+def test_wrong_data_is_blamed_on_the_node_in_every_wrong_pair() -> None:
     node_of_rank = [0, 0, 1, 1, 2, 2, 3, 3]  # two ranks per node
-    wrong = {(2, 3): {7: 1}, (3, 0): {6: 4}, (0, 1): {}}
+    # node 3 sees wrong sums itself in one pair; in the other its partner does (what node 3 sent was wrong)
+    wrong = {(2, 3): {7: 1}, (3, 0): {0: 4}, (0, 1): {}}
     measured = rows({(0, 1): 40.0, (2, 3): 40.0, (1, 2): 40.0, (3, 0): 40.0}, wrong)
-    assert blame(measured, node_of_rank, 10) == Blame({3: "its ranks returned wrong data in all 2 of its pairs"}, {})
+    why = "wrong data in all 2 of its pairs (on its and its partners' ranks: 0, 7)"
+    assert blame(measured, node_of_rank, 10) == Blame({3: why}, {})
 
 
-def test_wrong_data_in_one_pair_only_names_the_pair() -> None:
+def test_wrong_data_no_node_explains_names_the_pair_and_two_nodes_name_no_node() -> None:
     measured = rows({(0, 1): 40.0, (2, 3): 40.0, (1, 2): 40.0, (3, 0): 40.0}, {(1, 2): {2: 8}})
     found = blame(measured, ONE_RANK_PER_NODE, 10)
     assert found.nodes == {}
-    assert found.pairs == {
-        (1, 2): "wrong data in this pair only (rank 2: 8 elements): the path between node1 and node2, or one of "
-        "them now and then"
-    }
+    why = "wrong data in this pair (rank 2: 8 elements): the path between node1 and node2, or one of them"
+    assert found.pairs == {(1, 2): why}
+    two = blame(rows({(0, 1): 40.0}, {(0, 1): {0: 8, 1: 8}}), [0, 1], 10)
+    assert two.nodes == {} and list(two.pairs) == [(0, 1)]
 
 
 def test_a_layout_weak_scales_to_a_world_of_whole_nodes() -> None:

@@ -11,6 +11,7 @@ import shutil
 import stat
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -156,4 +157,24 @@ def test_a_device_error_on_flush_or_read_back_is_a_storage_error_with_nothing_le
         storage.StorageError, match=r"reading the checkpoint .*checkpoint.pt back failed: .*Input/output error"
     ):
         in_work_dir(lambda d: storage.checkpoint(d, 2**20))
+    assert leftovers(tmp_path) == []
+
+
+def test_a_file_system_without_direct_io_is_measured_through_the_page_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As tmpfs on kernels before 6.6: the file is created, then O_DIRECT refused with EINVAL."""
+    real_open = os.open
+
+    def no_direct(path: Any, flags: int, mode: int = 0o777, **kwargs: Any) -> int:
+        if flags & getattr(os, "O_DIRECT", 0):
+            os.close(real_open(path, flags & ~os.O_DIRECT, mode, **kwargs))
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        return real_open(path, flags, mode, **kwargs)
+
+    monkeypatch.setattr(os, "open", no_direct)
+    assert not storage.direct_io_supported(tmp_path)
+    with storage.work_dir(tmp_path) as directory:
+        result = storage.sequential(directory, storage.BLOCK_BYTES)
+    assert not result.direct_io and result.write_gbps > 0 and result.read_gbps > 0
     assert leftovers(tmp_path) == []

@@ -19,8 +19,12 @@ from pytest_gbvalidate.bench.collectives import algbw_gbps, busbw_factor
 from pytest_gbvalidate.bench.timing import median, time_op_s
 from pytest_gbvalidate.ranks.gang import RankContext
 
-# A node is slow when each of its pairs is this much below the median pair (overridable: the metric's params).
+# A node is slow when each of its pairs is this much below the median of the pairs it is not in (overridable: the
+# metric's params).
 SLOW_PCT = 10.0
+# Pairs a verdict on one node needs: its own (one pair cannot tell which side is at fault), and as the reference
+# for slowness the pairs without it (one such pair may just be two nodes on the same leaf switch).
+MIN_PAIRS = 2
 
 
 def node_pairs(nodes: int) -> list[list[tuple[int, int]]]:
@@ -124,10 +128,12 @@ class Blame:
 
 
 def blame(rows: list[PairRow], node_of_rank: list[int], slow_pct: float) -> Blame:
-    """Which node is at fault: one whose ranks returned wrong data in every pair it joined, or whose every pair
-    was more than `slow_pct` below the median of the pairs it was not in (a reference the slow node cannot pull
-    down; with two nodes there is none, and nobody is named). Wrong data never passes: where no node explains it,
-    the pair is named."""
+    """Which node is at fault: one every pair of which returned wrong data (on its own ranks or its partner's: a
+    node that corrupts what it sends shows on the other side), or every pair of which was more than `slow_pct`
+    below the median of the pairs it was not in (a reference the slow node cannot pull down). A node needs
+    MIN_PAIRS pairs of its own, and the slowness verdict MIN_PAIRS pairs without it: with two nodes nobody is
+    named, with three nobody is named slow. Wrong data never passes: where no node explains it, the pair is
+    named."""
     joined: dict[int, list[PairRow]] = {}
     for row in rows:
         for node in row.nodes:
@@ -135,11 +141,15 @@ def blame(rows: list[PairRow], node_of_rank: list[int], slow_pct: float) -> Blam
     wrong: dict[int, str] = {}
     slow: dict[int, str] = {}
     for node, pairs in sorted(joined.items()):
-        if all(any(node_of_rank[rank] == node for rank in p.wrong_by_rank) for p in pairs):
-            wrong[node] = f"its ranks returned wrong data in all {len(pairs)} of its pairs"
+        if len(pairs) < MIN_PAIRS:
+            continue
+        if all(p.wrong_by_rank for p in pairs):
+            seen = sorted({rank for p in pairs for rank in p.wrong_by_rank})
+            on = "its own" if all(node_of_rank[r] == node for r in seen) else "its and its partners'"
+            wrong[node] = f"wrong data in all {len(pairs)} of its pairs (on {on} ranks: {', '.join(map(str, seen))})"
             continue
         others = [r.busbw_gbps for r in rows if node not in r.nodes]
-        if not others:
+        if len(others) < MIN_PAIRS:
             continue
         reference_gbps = statistics.median(others)
         floor_gbps = reference_gbps * (1 - slow_pct / 100)
@@ -151,11 +161,10 @@ def blame(rows: list[PairRow], node_of_rank: list[int], slow_pct: float) -> Blam
             )
     pairs_wrong = {}
     for row in rows:
-        seen_on = {node_of_rank[rank] for rank in row.wrong_by_rank}
-        if seen_on and not seen_on & set(wrong):
+        if row.wrong_by_rank and not set(row.nodes) & set(wrong):
             ranks = ", ".join(f"rank {rank}: {n}" for rank, n in sorted(row.wrong_by_rank.items()))
             pairs_wrong[row.nodes] = (
-                f"wrong data in this pair only ({ranks} elements): the path between node{row.nodes[0]} and "
-                f"node{row.nodes[1]}, or one of them now and then"
+                f"wrong data in this pair ({ranks} elements): the path between node{row.nodes[0]} and "
+                f"node{row.nodes[1]}, or one of them"
             )
     return Blame(wrong | slow, pairs_wrong)

@@ -107,6 +107,8 @@ def _open(path: Path, flags: int) -> tuple[int, bool]:
     except OSError as exc:
         if exc.errno != errno.EINVAL:
             raise StorageError(f"cannot open {path}: {exc.strerror or exc}") from None
+    if flags & os.O_CREAT:
+        path.unlink(missing_ok=True)  # some kernels create the file before they refuse O_DIRECT on it
     try:
         return os.open(path, flags), False
     except OSError as exc:

@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from pytest_gbvalidate.fleet.reports import CORRUPT, Report
-from pytest_gbvalidate.fleet.summary import Summary, failed_checks, one_line
+from pytest_gbvalidate.fleet.summary import Summary, Suspect, failed_checks, one_line
 
 # Characters XML 1.0 does not allow (a traceback's terminal colour codes): a parser refuses the whole file.
 _NOT_XML = re.compile(r"[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -28,6 +28,11 @@ def fleet_junit(summary: Summary) -> str:
         for o in node.outliers:
             case = _case(suite, "fleet.outliers", o.metric.key.label)
             ET.SubElement(case, "failure", message=o.describe())
+        _suspect_cases(suite, node.suspected)
+    for host, found in summary.unreported_suspects.items():
+        suite = ET.SubElement(root, "testsuite", name=host, hostname=host)
+        _property(ET.SubElement(suite, "properties"), "drain", "yes")
+        _suspect_cases(suite, found)
     for run in summary.multi_node:
         _report_suite(f"multi-node {run.hostname} ({run.nodes} nodes)", run, root)
     if summary.not_merged:
@@ -86,12 +91,22 @@ def _test_case(suite: ET.Element, test_id: str, records: list[dict[str, Any]]) -
         if fault is not None:
             # xunit2 has no properties on a testcase: the category is the failure's type, and the suite's
             # properties say the rest, as the plugin's own JUnit file does.
-            failure.set("type", str(fault.get("category")))
+            if fault.get("category"):
+                failure.set("type", str(fault["category"]))
             summary = f"{fault.get('category')} ({fault.get('disposition')}): {fault.get('action')}"
             _property(suite.find("properties"), f"fault[{test_id}]", summary)
         failure.text = str(worst.get("text") or worst.get("message") or "")
     elif worst.get("outcome") == "skipped":
         ET.SubElement(case, "skipped", message=message)
+
+
+def _suspect_cases(suite: ET.Element, suspects: list[Suspect]) -> None:
+    """A failing testcase per finding of a multi-node run about this node."""
+    for s in suspects:
+        case = _case(suite, "fleet.multi_node", f"{s.test_id} ({s.run})")
+        failure = ET.SubElement(case, "failure", message=one_line(s.why))
+        if s.category:
+            failure.set("type", s.category)
 
 
 def _case(suite: ET.Element, classname: str, name: str) -> ET.Element:

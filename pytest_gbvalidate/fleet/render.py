@@ -204,8 +204,8 @@ def _multi_node_md(summary: Summary) -> list[str]:
     for w in summary.scaling:
         if w.per_node_s:
             straggler = w.straggler
-            lines += ["", f"Per-node step times of {_md(str(w.run.path))} ({w.step.metric}):", ""]
-            lines += _md_table(["node", "step time (s)"], [[h, f"{s:.4g}"] for h, s in w.per_node_s.items()])
+            lines += ["", f"Per-node {w.per_node_what} of {_md(str(w.run.path))} ({w.step.metric}):", ""]
+            lines += _md_table(["node", f"{w.per_node_what} (s)"], [[h, f"{s:.4g}"] for h, s in w.per_node_s.items()])
             if straggler is not None:
                 lines += ["", f"Straggler: {_md(straggler.host)}, {_straggler_text(w)}."]
     return lines
@@ -231,7 +231,7 @@ def _straggler_text(w: WeakScaling) -> str:
     if s is None:
         return ranks.removeprefix("; ")
     return (
-        f"slowest {s.slowest_s:.4g} s, fastest {s.fastest_s:.4g} s, median {s.median_s:.4g} s: "
+        f"{w.per_node_what}: slowest {s.slowest_s:.4g} s, fastest {s.fastest_s:.4g} s, median {s.median_s:.4g} s: "
         f"spread (max-min)/median {s.spread_pct:.1f}%{ranks}"
     )
 
@@ -302,7 +302,8 @@ NODE_COLUMNS = (
 
 
 def nodes_csv(summary: Summary) -> str:
-    """One row per node; then one per report not merged, its kind as the verdict and why as the reason."""
+    """One row per node; one per host that only a multi-node run speaks for (a finding of it); then one per report
+    not merged, its kind as the verdict and why as the reason."""
     rows: list[dict[str, object]] = []
     for n in summary.nodes:
         actions = dict.fromkeys(f"{c.category}: {c.action}" for c in n.failed if c.action)
@@ -320,6 +321,18 @@ def nodes_csv(summary: Summary) -> str:
                 "start_time": str(n.report.data.get("start_time") or ""),
                 **n.software,
                 "report": str(n.report.path),
+            }
+        )
+    reasons = dict(summary.drain_list())
+    for host, found in summary.unreported_suspects.items():
+        rows.append(
+            {
+                "hostname": host,
+                "verdict": "multi-node finding",
+                "drain": "yes",
+                "reason": reasons[host],
+                "failed_checks": "; ".join(dict.fromkeys(f"{s.test_id} [{s.category or '-'}]" for s in found)),
+                "report": "; ".join(dict.fromkeys(str(s.run) for s in found)),
             }
         )
     for r in _nm(summary):

@@ -12,7 +12,8 @@ Which report counts as what, in this order:
 3. multi-node run: `gang.nodes` > 1 (a torchrun / srun run over several nodes; absent means 1). A fleet-wide
    run, summarised apart from the per-node rows.
 4. superseded: an earlier report (by `start_time`; on a tie, the earlier on the command line) of a hostname
-   that has a later one. Listed, no effect on the exit code: the later report speaks for the node.
+   that has a later one, or an earlier multi-node run over the same hostnames as a later one. Listed, no effect
+   on the exit code: the later report speaks for the node (its findings, such as pairwise suspects, too).
 5. the rest are the fleet's nodes. A node whose latest report is partial (`status` running or interrupted) is
    listed as partial: it has not shown it is healthy (exit 1), and its measurements stay out of the statistics.
 """
@@ -30,6 +31,7 @@ from typing import Any
 
 from pytest_gbvalidate.report import REPORT_SCHEMA
 
+_NODE_HOST = re.compile(r"^node\d+ \((.*)\)$")  # a gang.hosts entry -> its hostname
 FINISHED = "finished"
 PARTIAL_STATUSES = ("running", "interrupted")
 CORRUPT, OTHER_SKU, SUPERSEDED = "corrupt", "other SKU", "superseded"
@@ -69,10 +71,15 @@ class Report:
 
     @property
     def hosts(self) -> list[str]:
-        """The nodes of a multi-node run, where the report says them (`gang.hosts`)."""
+        """The nodes of a multi-node run, where the report says them (`gang.hosts`: `node<rank> (<hostname>)`)."""
         gang = self.data.get("gang")
         hosts = gang.get("hosts") if isinstance(gang, dict) else None
         return [str(h) for h in hosts] if isinstance(hosts, list) else []
+
+    @property
+    def hostnames(self) -> tuple[str, ...]:
+        """The hostnames of a multi-node run's nodes, sorted: the rendezvous numbers the nodes anew each run."""
+        return tuple(sorted(_NODE_HOST.sub(r"\1", h) for h in self.hosts))
 
     @property
     def start_time(self) -> dt.datetime | None:
@@ -185,7 +192,7 @@ def sort_reports(paths: Sequence[Path], sku: str | None = None) -> Sorted:
     latest_runs: dict[tuple[str, ...], Report] = {}
     multi_node: list[Report] = []
     for report in sorted((r for r in ours if r.nodes > 1), key=_age):
-        hosts = tuple(sorted(report.hosts))
+        hosts = report.hostnames
         earlier = latest_runs.get(hosts) if hosts else None
         if earlier is not None:
             multi_node.remove(earlier)

@@ -84,6 +84,7 @@ class WeakScaling:
     references: list[StepTime]
     per_node_s: dict[str, float] = field(default_factory=dict)
     note: str = ""
+    per_node_what: str = ""  # what per_node_s times: the work before the gradient sync, or (older reports) the step
 
     @property
     def reference_s(self) -> float | None:
@@ -96,7 +97,8 @@ class WeakScaling:
 
     @property
     def rank_spread_pct(self) -> float | None:
-        """(slowest - fastest) / fastest of the ranks' median step times, as the run reported it."""
+        """(slowest - fastest) / fastest of the ranks' median times (of the work before the gradient sync, within
+        a pipeline stage), as the run reported it."""
         spread = self.step.details.get("rank_spread_pct")
         return float(spread) if is_number(spread) else None
 
@@ -134,19 +136,21 @@ def weak_scaling(multi_node: Sequence[Report], single_node: Sequence[Report]) ->
             matching = [s for s in singles if s.same_workload(step) and s.gbs * n == step.gbs]
             note = ""
             if not matching:
-                per_node = f"{step.gbs}/{n}" if step.gbs % n else str(step.gbs // n)
-                note = f"no finished single-node run of {step.model} with gbs {per_node} (the per-node batch)"
-            results.append(WeakScaling(run, n, step, matching, _per_node(step.details), note))
+                gbs = f"{step.gbs}/{n}" if step.gbs % n else str(step.gbs // n)
+                note = f"no finished single-node run of {step.model} with gbs {gbs} (the per-node batch)"
+            per_node_s, what = _per_node(step.details)
+            results.append(WeakScaling(run, n, step, matching, per_node_s, note, what))
     return results
 
 
-def _per_node(details: dict[str, Any]) -> dict[str, float]:
-    """Each node's time: its work before the gradient sync where the run says it (the sync makes every node's
-    step as slow as the slowest one's), else its step time."""
-    per_node = details.get("per_node_compute_s") or details.get("per_node_step_time_s")
-    if not isinstance(per_node, dict):
-        return {}
-    return {str(host): float(s) for host, s in per_node.items() if is_number(s)}
+def _per_node(details: dict[str, Any]) -> tuple[dict[str, float], str]:
+    """Each node's time and what it times: its work before the gradient sync where the run says it (the sync
+    makes every node's step as slow as the slowest one's), else its step time."""
+    for key, what in (("per_node_compute_s", "work before the gradient sync"), ("per_node_step_time_s", "step time")):
+        per_node = details.get(key)
+        if isinstance(per_node, dict) and per_node:
+            return {str(host): float(s) for host, s in per_node.items() if is_number(s)}, what
+    return {}, ""
 
 
 def _is_int(value: object) -> bool:

@@ -156,7 +156,7 @@ class Node:
             by_category.setdefault(check.category or "failed", []).append(check.name)
         parts += [f"{category}: {','.join(names)}" for category, names in by_category.items()]
         parts += [f"outlier {o.short(compact=True)}" for o in self.outliers]
-        parts += dict.fromkeys(s.short for s in self.suspected)
+        parts += suspect_parts(self.suspected)
         return join_within("gbvalidate: ", parts, REASON_MAX_CHARS)
 
 
@@ -191,10 +191,8 @@ class Summary:
         """(host, reason) of every node to take out of service: the drained nodes, then the hosts a multi-node run
         found at fault that have no report of their own here."""
         found = [(n.hostname, n.drain_reason()) for n in self.drained]
-        for host, suspects in self.unreported_suspects.items():
-            found.append(
-                (host, join_within("gbvalidate: ", list(dict.fromkeys(s.short for s in suspects)), REASON_MAX_CHARS))
-            )
+        for host, findings in self.unreported_suspects.items():
+            found.append((host, join_within("gbvalidate: ", suspect_parts(findings), REASON_MAX_CHARS)))
         return found
 
     @property
@@ -275,6 +273,11 @@ def suspects(runs: Sequence[Report]) -> list[Suspect]:
                 Suspect(record["host"], str(record.get("test_id")), str(record.get("why")), _text(category), run.path)
             )
     return found
+
+
+def suspect_parts(suspects: Sequence[Suspect]) -> list[str]:
+    """A drain reason's parts for what multi-node runs found, each once."""
+    return list(dict.fromkeys(s.short for s in suspects))
 
 
 def failed_checks(report: Report) -> list[FailedCheck]:

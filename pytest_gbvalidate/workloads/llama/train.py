@@ -273,13 +273,9 @@ class PretrainResult:
     # straggler shows.
     per_rank_compute_s: list[float] = field(default_factory=list)
     per_node_compute_s: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def rank_spread_pct(self) -> float | None:
-        """(slowest - fastest) / fastest of the ranks' median work before the gradient sync (of their step
-        times where the engine does not say)."""
-        times = self.per_rank_compute_s or self.per_rank_step_time_s
-        return None if len(times) < 2 else round((max(times) - min(times)) / min(times) * 100, 3)
+    # (slowest - fastest) / fastest of the ranks' medians of that work, within a pipeline stage (stages differ by
+    # design: the last one runs the head and the loss); the largest of the stages'.
+    rank_spread_pct: float | None = None
 
     @property
     def scope(self) -> str:
@@ -358,7 +354,16 @@ def summarize(request: TrainRequest, results: list[RankResult], peak_tflops_per_
         per_rank_step_time_s=per_rank,
         per_rank_compute_s=per_rank_compute,
         per_node_compute_s=_slowest_per_node(results, per_rank_compute) if per_rank_compute else {},
+        rank_spread_pct=_spread_within_stages(results, per_rank_compute or per_rank),
     )
+
+
+def _spread_within_stages(results: list[RankResult], per_rank_s: list[float]) -> float | None:
+    by_stage: dict[int, list[float]] = {}
+    for r, seconds in zip(results, per_rank_s, strict=True):
+        by_stage.setdefault(r.stage, []).append(seconds)
+    spreads = [(max(times) - min(times)) / min(times) * 100 for times in by_stage.values() if len(times) > 1]
+    return round(max(spreads), 3) if spreads else None
 
 
 def _slowest_per_node(results: list[RankResult], per_rank_s: list[float]) -> dict[str, float]:
