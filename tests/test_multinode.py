@@ -158,8 +158,12 @@ def test_pairwise_all_reduce_names_the_slow_node_and_the_wrong_one(tmp_path: Pat
 def test_pretraining_across_nodes_reports_each_node_s_step_time(tmp_path: Path) -> None:
     """Two nodes of two ranks each: the cpu SKU's layout (PP=2, one node's two ranks) is weak-scaled to DP=2 and
     twice the global batch, so each node trains what it trains alone; the report has every node's step time and
-    the spread between the ranks."""
-    codes, logs = run_nodes(tmp_path, 2, 2, [str(SUITES / "test_pretrain.py")], {})
+    the spread between the ranks. One node computes slower: its step time is no longer than the other's (the
+    gradient sync makes both wait for it), but its work before the sync shows it, and the fleet summary names it."""
+    slow_compute = {"PYTEST_PLUGINS": "tests.node_fault", "NODE_FAULT": "slow_compute"}
+    faults = {1: slow_compute | {"NODE_FAULT_FILE": str(tmp_path / "slow")}}
+    codes, logs = run_nodes(tmp_path, 2, 2, [str(SUITES / "test_pretrain.py")], faults)
+    slow = int((tmp_path / "slow").read_text())
     _, report = the_report(tmp_path, 2, logs)
     assert report["gang"]["nodes"] == 2 and report["gang"]["world_size"] == 4, logs
     (step,) = [m for m in report["measurements"] if m["metric"] == "llama3_tiny_step_time_s"]
@@ -172,6 +176,9 @@ def test_pretraining_across_nodes_reports_each_node_s_step_time(tmp_path: Path) 
     assert len(details["per_rank_step_time_s"]) == 4 and details["rank_spread_pct"] >= 0
     compute = details["per_node_compute_s"]
     assert sorted(compute) == sorted(per_node) and all(0 < compute[n] <= per_node[n] for n in per_node)
+    # 16 attention calls per step on each of the slow node's ranks, 20 ms each: about 0.3 s more work
+    slow_node, fast_node = f"node{slow} ({host})", f"node{1 - slow} ({host})"
+    assert compute[slow_node] - compute[fast_node] > 0.1, details
     # a node is as slow as its slowest rank, and the step as slow as the slowest node
     assert max(per_node.values()) == max(details["per_rank_step_time_s"])
     # no baseline figure exists for the weak-scaled layout: recorded, not gated
@@ -199,3 +206,4 @@ def test_pretraining_across_nodes_reports_each_node_s_step_time(tmp_path: Path) 
     assert f"weak scaling llama3_tiny on 2 nodes: step {step['value']:.4g} s" in summary.stdout, summary.stdout
     assert f"efficiency {efficiency:.3f}" in summary.stdout, summary.stdout
     assert f"{efficiency:.3f}" in (tmp_path / "fleet" / "summary.md").read_text()
+    assert f"straggler {slow_node} (work before the gradient sync: slowest" in summary.stdout, summary.stdout

@@ -23,7 +23,11 @@ from pytest_gbvalidate.workloads.llama.fp8 import convert_blocks_to_fp8
 from pytest_gbvalidate.workloads.llama.model import Transformer, repeat_kv
 from pytest_gbvalidate.workloads.llama.parallel import Layout, check_world
 
-MESH_DIMS = ("pp", "dp", "cp", "tp")
+# Ranks are laid out data-parallel outermost, TP innermost: consecutive ranks (one node's GPUs under torchrun or
+# srun) hold whole pipelines. A layout weak-scaled over N nodes then trains on each node exactly what the node
+# trains alone (its PP, CP and TP traffic stays inside it; only the gradient sync crosses nodes), and a slow node
+# shows in its own ranks' work rather than in every pipeline. (Megatron puts PP outermost, pipelines across nodes.)
+MESH_DIMS = ("dp", "pp", "cp", "tp")
 
 
 @dataclass(frozen=True)
@@ -39,7 +43,7 @@ class Coordinates:
 def coordinates(rank: int, layout: Layout) -> Coordinates:
     rest, tp = divmod(rank, layout.tp)
     rest, cp = divmod(rest, layout.cp)
-    pp, dp = divmod(rest, layout.dp)
+    dp, pp = divmod(rest, layout.pp)
     return Coordinates(pp=pp, dp=dp, cp=cp, tp=tp)
 
 
@@ -61,10 +65,10 @@ class RankGroups:
 def build_groups(layout: Layout, device: torch.device) -> RankGroups:
     """The process groups of `layout` over the initialised default group (every rank calls this)."""
     check_world(layout, dist.get_world_size())
-    mesh = init_device_mesh(device.type, (layout.pp, layout.dp, layout.cp, layout.tp), mesh_dim_names=MESH_DIMS)
+    mesh = init_device_mesh(device.type, (layout.dp, layout.pp, layout.cp, layout.tp), mesh_dim_names=MESH_DIMS)
     # DP and CP ranks hold the same weights: their gradients are averaged over both dimensions together.
-    grid = torch.arange(layout.world_size).reshape(layout.pp, layout.dp, layout.cp, layout.tp)
-    replicas = grid.permute(0, 3, 1, 2).reshape(layout.pp * layout.tp, layout.dp * layout.cp).tolist()
+    grid = torch.arange(layout.world_size).reshape(layout.dp, layout.pp, layout.cp, layout.tp)
+    replicas = grid.permute(1, 3, 0, 2).reshape(layout.pp * layout.tp, layout.dp * layout.cp).tolist()
     replica_group, _ = dist.new_subgroups_by_enumeration(replicas)  # type: ignore[no-untyped-call]
     return RankGroups(
         at=coordinates(dist.get_rank(), layout),
