@@ -63,7 +63,7 @@ class Float8Linear(nn.Linear):
     """nn.Linear without bias whose matmuls (forward, input gradient, weight gradient) run in fp8."""
 
     def forward(self, x: Tensor) -> Tensor:
-        out: Tensor = _Float8Matmul.apply(x, self.weight)  # type: ignore[no-untyped-call]
+        out: Tensor = _Float8Matmul.apply(x, self.weight)  # type: ignore[no-untyped-call, unused-ignore]
         return out
 
 

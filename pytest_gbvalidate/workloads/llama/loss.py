@@ -57,5 +57,6 @@ def linear_cross_entropy(h: Tensor, weight: Tensor, labels: Tensor, chunk_tokens
     """Mean next-token cross entropy of the logits h @ weight.T, in fp32, chunk by chunk; equal to
     `cross_entropy((h @ weight.T).float(), labels)` up to rounding. h (bs, seq, dim), weight (vocab, dim),
     labels (bs, seq)."""
-    loss: Tensor = _LinearCrossEntropy.apply(h, weight, labels, chunk_tokens)  # type: ignore[no-untyped-call]
+    # Function.apply is untyped up to torch 2.14, typed from 2.15.
+    loss: Tensor = _LinearCrossEntropy.apply(h, weight, labels, chunk_tokens)  # type: ignore[no-untyped-call, unused-ignore]
     return loss

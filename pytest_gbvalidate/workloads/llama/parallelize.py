@@ -69,7 +69,9 @@ def build_groups(layout: Layout, device: torch.device) -> RankGroups:
     # DP and CP ranks hold the same weights: their gradients are averaged over both dimensions together.
     grid = torch.arange(layout.world_size).reshape(layout.dp, layout.pp, layout.cp, layout.tp)
     replicas = grid.permute(1, 3, 0, 2).reshape(layout.pp * layout.tp, layout.dp * layout.cp).tolist()
-    replica_group, _ = dist.new_subgroups_by_enumeration(replicas)  # type: ignore[no-untyped-call]
+    replica_group, _ = dist.new_subgroups_by_enumeration(replicas)  # type: ignore[no-untyped-call, unused-ignore]
+    if not isinstance(replica_group, dist.ProcessGroup):  # every rank is in one of the groups enumerated
+        raise RuntimeError(f"rank {dist.get_rank()} is in no gradient replica group of {replicas}")
     return RankGroups(
         at=coordinates(dist.get_rank(), layout),
         pp_group=mesh["pp"].get_group(),
@@ -168,8 +170,8 @@ class ContextParallelAttention:
 
     def __call__(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         # q (bs, heads, seq / cp, hd); k, v (bs, kv_heads, seq / cp, hd) -> gathered (bs, kv_heads, seq, hd)
-        k = _GatherSequence.apply(k, self.group)  # type: ignore[no-untyped-call]
-        v = _GatherSequence.apply(v, self.group)  # type: ignore[no-untyped-call]
+        k = _GatherSequence.apply(k, self.group)  # type: ignore[no-untyped-call, unused-ignore]
+        v = _GatherSequence.apply(v, self.group)  # type: ignore[no-untyped-call, unused-ignore]
         n_rep = q.shape[1] // k.shape[1]
         return torch.nn.functional.scaled_dot_product_attention(
             q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), attn_mask=self.mask

@@ -121,7 +121,7 @@ class Trainer:
             self.loss_fn = lambda h, labels: linear_cross_entropy(h, head.weight, labels)
         if options.compile:
             for block in self.model.layers.values():
-                block.compile()
+                block.compile()  # type: ignore[no-untyped-call, unused-ignore]  # untyped in torch 2.9
         self.optimizer = adamw(self.model, request.learning_rate, fused=options.fused_adamw)
         self.compute = Stopwatch(device)
         self.is_last_stage = self.at is None or self.at.pp == layout.pp - 1
