@@ -1,32 +1,46 @@
 """NVIDIA's reference tools, run beside our own measurements so an operator can compare them side by side:
-nccl-tests (`all_reduce_perf`, `all_gather_perf`, ...) and nvbandwidth. Their text output is parsed into the
-measurements our suites make -- same metric names, same scope labels, tagged with the tool. Pure Python.
+nccl-tests (`all_reduce_perf`, `all_gather_perf`, ...), nvbandwidth and perftest's `ib_write_bw`; fio for storage.
+Their output is parsed into the measurements our suites make -- same metric names, same scope labels, tagged with
+the tool. Pure Python. Each tool's JSON is read where the binary offers it, its text otherwise; a JSON document of
+the wrong shape (a field missing or of the wrong type, NaN, a number out of range) is a ToolError naming the field.
 
 nccl-tests prints one row per size (`size count type redop root`, then `time algbw busbw #wrong` out of place,
 then the same in place; `#wrong` is `N/A` without `-c`); comment lines start with `#`. Builds from late 2025 on
 also write JSON (`-J/--output_file PATH.json`: `results`, one object per size with `size`, `count`, `type`,
-`redop`, `root`, `out_of_place` and `in_place` of `time` (or `cpu_time`), `alg_bw`, `bus_bw`, `nwrong`;
-`devices`, one per rank; `average_bus_bandwidth.bandwidth`): read where the binary offers it (its usage names
-`--output_file`), the text table otherwise. nvbandwidth prints
-`Running <testcase>.`, a line naming the matrix, a header of column indices, then one row per source.
+`redop`, `root` (a string, "%6i"), `out_of_place` and `in_place` of `time` (or `cpu_time`), `alg_bw`, `bus_bw`,
+`nwrong`; `devices`, one per rank; `average_bus_bandwidth.bandwidth`): read where the binary's usage names
+`--output_file`. nvbandwidth prints `Running <testcase>.`, a line naming the matrix, a header of column indices,
+then one row per source. From v0.5 on, `-j/--json` prints instead one document (json_output.cpp):
+`{"nvbandwidth": {"testcases": [{"name", "status", "bandwidth_description", "bandwidth_matrix", "sum"}]}}`, the
+matrix a list of rows of strings (a number as C++ streams it, or "N/A"), present where `status` is "Passed";
+read where its usage names `--json`. ib_write_bw prints a table whose average is in Gb/s with `--report_gbits`;
+`--out_json --out_json_file=PATH` writes `{"test_info": {...}, "results": {"MsgSize", "n_iterations", "BW_peak",
+"BW_average", "MsgRate"}}` in the same unit, unnamed. Its usage names `--out_json` from perftest 6.03 (4.5-0.11)
+on, but the file is JSON only from 6.19 (24.01.0-0.38; keys were unquoted before): read where `--version` says
+6.19 or later.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
+import reprlib
 import shutil
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pytest_gbvalidate.labels import gpu_label, gpu_pair_label, size_label
 
 NCCL_TESTS = "nccl-tests"
 NVBANDWIDTH = "nvbandwidth"
+# What each tool's usage (`-h`) names where it can write JSON.
+NCCL_TESTS_JSON_OPTION, NVBANDWIDTH_JSON_OPTION = "--output_file", "--json"
 # nccl-tests binaries per collective; each is `<collective>_perf`.
 NCCL_TESTS_BINARIES = {c: f"{c}_perf" for c in ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast")}
 # The nvbandwidth test cases that measure what our per-GPU suites measure (copy engine, one direction).
@@ -51,6 +65,110 @@ class Measurement:
     scope: str
     value: float
     details: dict[str, Any] = field(default_factory=dict)
+
+
+# --- JSON from the tools ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Json:
+    """A value in a tool's JSON document and the path to it: a field of the wrong shape is a ToolError that names
+    the tool and the field, never a KeyError or TypeError."""
+
+    tool: str
+    value: Any
+    path: str = ""
+
+    @classmethod
+    def load(cls, tool: str, text: str) -> _Json:
+        if not text.strip():
+            raise ToolError(f"{tool} JSON output is empty")
+        try:
+            return cls(tool, json.loads(text, parse_constant=_no_constant))
+        except (ValueError, RecursionError) as exc:  # not JSON, NaN/Infinity, digits past int's limit, too deep
+            raise ToolError(f"{tool} JSON output: not JSON: {exc}; it starts {text[:40]!r}") from None
+
+    def error(self, problem: str) -> ToolError:
+        return ToolError(f"{self.tool} JSON output: {self.path or 'the document'} {problem}")
+
+    def get(self, key: str) -> _Json | None:
+        """The field, or None where it is missing or null."""
+        if not isinstance(self.value, dict):
+            raise self.error(f"is {reprlib.repr(self.value)}, not an object")
+        value = self.value.get(key)
+        return None if value is None else _Json(self.tool, value, f"{self.path}.{key}".lstrip("."))
+
+    def __getitem__(self, key: str) -> _Json:
+        found = self.get(key)
+        if found is None:
+            raise _Json(self.tool, None, f"{self.path}.{key}".lstrip(".")).error("is missing or null")
+        return found
+
+    def items(self) -> list[_Json]:
+        if not isinstance(self.value, list):
+            raise self.error(f"is {reprlib.repr(self.value)}, not a list")
+        return [_Json(self.tool, v, f"{self.path}[{i}]") for i, v in enumerate(self.value)]
+
+    def number(self) -> float:
+        value = _float_or_none(self.value)
+        if value is None:
+            raise self.error(f"is {reprlib.repr(self.value)}, not a finite number")
+        return value
+
+    def integer(self) -> int:
+        """An integer, or a whole double or a string holding one (nccl-tests writes `nwrong` and `root` so)."""
+        value = self.value
+        whole = isinstance(value, float) and value.is_integer()
+        if whole or (isinstance(value, str) and re.fullmatch(r"\s*-?[0-9]{1,20}\s*", value)):
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or not -(2**63) <= value < 2**64:
+            raise self.error(f"is {reprlib.repr(self.value)}, not an integer")
+        return value
+
+    def string(self) -> str:
+        if not isinstance(self.value, str):
+            raise self.error(f"is {reprlib.repr(self.value)}, not a string")
+        return self.value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _float_or_none(value: Any) -> float | None:
+    """A JSON number as a float; None for anything else, a bool, or a number past a double's range."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def read_json_file(binary: str, path: str | Path) -> str:
+    """The JSON file a tool was asked to write; ToolError where it wrote none."""
+    try:
+        return Path(path).read_text(errors="replace")
+    except OSError as exc:
+        raise ToolError(f"{binary} was asked for JSON but wrote no {path}: {exc.strerror}") from None
+
+
+def writes_json(binary: str, option: str, *, env: Mapping[str, str], timeout_s: float) -> bool:
+    """Whether this build can write JSON: its usage (`-h`) names `option` (NCCL_TESTS_JSON_OPTION,
+    NVBANDWIDTH_JSON_OPTION)."""
+    return option in _printed([binary, "-h"], env=env, timeout_s=timeout_s)
+
+
+def _printed(command: list[str], *, env: Mapping[str, str], timeout_s: float) -> str:
+    """What the command prints, out and error; nothing where it cannot run."""
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout_s, env={**os.environ, **env}, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return done.stdout + done.stderr
 
 
 # --- nccl-tests -------------------------------------------------------------------------------------------------
@@ -113,44 +231,39 @@ def parse_nccl_tests(text: str) -> NcclTestsOutput:
 
 
 def parse_nccl_tests_json(text: str) -> NcclTestsOutput:
-    try:
-        doc = json.loads(text)
-        rows = [_nccl_tests_json_row(r) for r in doc["results"]]
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-        raise ToolError(f"nccl-tests JSON output: cannot read it: {type(exc).__name__}: {exc}") from None
+    doc = _Json.load(NCCL_TESTS, text)
+    rows = [_nccl_tests_json_row(r) for r in doc["results"].items()]
     if not rows:
         raise ToolError("nccl-tests JSON output has no results")
-    average = (doc.get("average_bus_bandwidth") or {}).get("bandwidth")
-    return NcclTestsOutput(rows, len(doc.get("devices") or []), _float_or_none(average), source="json")
-
-
-def _nccl_tests_json_row(r: dict[str, Any]) -> NcclTestsRow:
-    in_place = _nccl_tests_json_result(r["in_place"])
-    out_of_place = None if r.get("out_of_place") is None else _nccl_tests_json_result(r["out_of_place"])
-    return NcclTestsRow(
-        int(r["size"]), int(r["count"]), str(r["type"]), str(r["redop"]), int(r["root"]), out_of_place, in_place
+    average = doc.get("average_bus_bandwidth")  # reported, never gated: "nan" where nccl-tests had none
+    devices = doc.get("devices")
+    return NcclTestsOutput(
+        rows,
+        0 if devices is None else len(devices.items()),
+        None if average is None else _float_or_none(average["bandwidth"].value),
+        source="json",
     )
 
 
-def _nccl_tests_json_result(half: dict[str, Any]) -> NcclTestsResult:
-    time_us = half["time"] if "time" in half else half["cpu_time"]
-    wrong = None if half.get("nwrong") is None else int(half["nwrong"])
-    return NcclTestsResult(float(time_us), float(half["alg_bw"]), float(half["bus_bw"]), wrong)
+def _nccl_tests_json_row(r: _Json) -> NcclTestsRow:
+    out_of_place = r.get("out_of_place")
+    return NcclTestsRow(
+        r["size"].integer(),
+        r["count"].integer(),
+        r["type"].string(),
+        r["redop"].string(),
+        r["root"].integer(),
+        None if out_of_place is None else _nccl_tests_json_result(out_of_place),
+        _nccl_tests_json_result(r["in_place"]),
+    )
 
 
-def _float_or_none(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) else None
-
-
-def writes_json(binary: str, *, env: Mapping[str, str], timeout_s: float) -> bool:
-    """Whether this nccl-tests build can write JSON: its usage (`-h`) names `--output_file`."""
-    try:
-        done = subprocess.run(
-            [binary, "-h"], capture_output=True, text=True, timeout=timeout_s, env={**os.environ, **env}, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return "--output_file" in done.stdout + done.stderr
+def _nccl_tests_json_result(half: _Json) -> NcclTestsResult:
+    time_us = half.get("time") or half["cpu_time"]
+    wrong = half.get("nwrong")  # a double, null without -c
+    return NcclTestsResult(
+        time_us.number(), half["alg_bw"].number(), half["bus_bw"].number(), None if wrong is None else wrong.integer()
+    )
 
 
 def _nccl_tests_row(fields: list[str]) -> NcclTestsRow:
@@ -212,6 +325,7 @@ class NvbMatrix:
     description: str
     columns: list[int]
     rows: dict[int, list[float | None]]  # row index -> one value per column (None: N/A)
+    source: str = "text"  # what it was read from: "text" or "json" (--json)
 
 
 _NVB_RUNNING = re.compile(r"^Running (\S+)\.$")
@@ -244,7 +358,7 @@ def parse_nvbandwidth(text: str) -> list[NvbMatrix]:
             cells = lines[i].split()
             i += 1
             try:
-                values = [None if c == "N/A" else float(c) for c in cells[1:]]
+                values = [_nvb_cell(c) for c in cells[1:]]
                 rows[int(cells[0])] = values
             except ValueError:
                 raise ToolError(f"nvbandwidth {testcase}: cannot read row {lines[i - 1].strip()!r}") from None
@@ -254,6 +368,45 @@ def parse_nvbandwidth(text: str) -> list[NvbMatrix]:
     if not matrices:
         raise ToolError("nvbandwidth printed no bandwidth matrix")
     return matrices
+
+
+def parse_nvbandwidth_json(text: str) -> list[NvbMatrix]:
+    """nvbandwidth --json: the matrices of its test cases that passed (one that did not has none, as in the text);
+    columns and rows by position."""
+    top = _Json.load(NVBANDWIDTH, text)["nvbandwidth"]
+    testcases = top.get("testcases")
+    matrices = []
+    for case in [] if testcases is None else testcases.items():
+        if case["status"].string() != "Passed":  # Waived, Error, or still Running where it failed
+            continue
+        matrix = case["bandwidth_matrix"]
+        rows = [[_nvb_json_cell(c) for c in row.items()] for row in matrix.items()]
+        if not rows or any(len(row) != len(rows[0]) for row in rows):
+            raise matrix.error("has rows of different lengths" if rows else "is empty")
+        columns = list(range(len(rows[0])))
+        description = case["bandwidth_description"].string()
+        matrices.append(NvbMatrix(case["name"].string(), description, columns, dict(enumerate(rows)), "json"))
+    if not matrices:
+        error = top.get("error")
+        raise ToolError("nvbandwidth wrote no bandwidth matrix" + ("" if error is None else f": {error.value}"))
+    return matrices
+
+
+def _nvb_cell(cell: str) -> float | None:
+    """A matrix cell: None for N/A, else a finite number (ValueError for anything else)."""
+    if cell == "N/A":
+        return None
+    value = float(cell)
+    if not math.isfinite(value):
+        raise ValueError(f"{cell} is not a bandwidth")
+    return value
+
+
+def _nvb_json_cell(cell: _Json) -> float | None:
+    try:
+        return _nvb_cell(cell.string())
+    except ValueError:
+        raise cell.error(f"is {reprlib.repr(cell.value)}, not a bandwidth or N/A") from None
 
 
 def nvbandwidth_measurements(matrices: Sequence[NvbMatrix]) -> list[Measurement]:
@@ -268,7 +421,12 @@ def nvbandwidth_measurements(matrices: Sequence[NvbMatrix]) -> list[Measurement]
                 found = _nvb_scope(m.testcase, row, col)
                 if found is not None:
                     metric, scope = found
-                    details = {"tool": NVBANDWIDTH, "testcase": m.testcase, "matrix": m.description}
+                    details = {
+                        "tool": NVBANDWIDTH,
+                        "testcase": m.testcase,
+                        "matrix": m.description,
+                        "read_from": m.source,
+                    }
                     out.append(Measurement(metric, scope, value, details))
     return out
 
@@ -287,13 +445,15 @@ def _nvb_scope(testcase: str, row: int, col: int) -> tuple[str, str] | None:
     return None
 
 
-def nvbandwidth_command(binary: str, *, buffer_bytes: int) -> list[str]:
-    return [binary, "-b", str(max(1, buffer_bytes // 2**20)), "-t", *NVBANDWIDTH_TESTCASES]
+def nvbandwidth_command(binary: str, *, buffer_bytes: int, as_json: bool = False) -> list[str]:
+    json_option = [NVBANDWIDTH_JSON_OPTION] if as_json else []  # before -t, whose test cases run to the next option
+    return [binary, "-b", str(max(1, buffer_bytes // 2**20)), *json_option, "-t", *NVBANDWIDTH_TESTCASES]
 
 
 # --- perftest's ib_write_bw ------------------------------------------------------------------------------------
 
 IB_WRITE_BW = "ib_write_bw"
+PERFTEST_JSON_VERSION = (6, 19)  # "Make output JSON standard" (perftest f9e82f7, 2024-01), first in 24.01.0-0.38
 _PERFTEST_HEADER = re.compile(r"#bytes\s+#iterations\s+BW peak\[(\S+)\]\s+BW average\[(\S+)\]")
 
 
@@ -305,6 +465,24 @@ def ib_write_bw_command(
     command = [binary, "-d", device, "-i", str(port), "-s", str(size_bytes), "-n", str(iterations)]
     command += ["-F", "--report_gbits"]
     return command + ([f"--use_cuda={cuda_device}"] if cuda_device is not None else [])
+
+
+def ib_write_bw_json_options(path: str | Path) -> list[str]:
+    """For one side only (the client): both sides write their file, the server the client's figures."""
+    return ["--out_json", f"--out_json_file={path}"]
+
+
+def perftest_writes_json(binary: str, *, env: Mapping[str, str], timeout_s: float) -> bool:
+    """Whether this perftest build writes JSON with --out_json: `--version` says 6.19 or later."""
+    printed = _printed([binary, "--version"], env=env, timeout_s=timeout_s)
+    version = re.search(r"Version:\s*(\d+)\.(\d+)", printed)
+    return version is not None and (int(version[1]), int(version[2])) >= PERFTEST_JSON_VERSION
+
+
+def parse_ib_write_bw_json(text: str) -> float:
+    """`results.BW_average` of the --out_json file, in GB/s: the file gives the table's figure in the table's unit
+    without naming it, Gb/s with --report_gbits (which ib_write_bw_command passes)."""
+    return _Json.load(IB_WRITE_BW, text)["results"]["BW_average"].number() / 8
 
 
 def parse_ib_write_bw(text: str) -> float:

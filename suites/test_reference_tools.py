@@ -46,12 +46,13 @@ def test_nccl_tests_busbw(
     )
     env, timeout_s = gb_reference_tools.env, gb_reference_tools.timeout_s
     json_file = tmp_path / f"{collective}.json"
-    as_json = tools.writes_json(binary, env=env, timeout_s=timeout_s)
+    as_json = tools.writes_json(binary, tools.NCCL_TESTS_JSON_OPTION, env=env, timeout_s=timeout_s)
     try:
         text = tools.run([*command, "-J", str(json_file)] if as_json else command, env=env, timeout_s=timeout_s)
-        if as_json and not json_file.exists():
-            raise tools.ToolError(f"{binary} offers -J but wrote no {json_file}")
-        output = tools.parse_nccl_tests_json(json_file.read_text()) if as_json else tools.parse_nccl_tests(text)
+        if as_json:
+            output = tools.parse_nccl_tests_json(tools.read_json_file(binary, json_file))
+        else:
+            output = tools.parse_nccl_tests(text)
     except tools.ToolError as exc:
         pytest.fail(str(exc), pytrace=False)
     measurements = tools.nccl_tests_measurements(collective, output)
@@ -62,16 +63,17 @@ def test_nccl_tests_busbw(
 
 @pytest.fixture(scope="module")
 def nvbandwidth_measurements(gb_reference_tools: ReferenceTools, gb_target: Target) -> list[tools.Measurement] | str:
-    """One nvbandwidth run for all its tests: the measurements, or why there are none."""
+    """One nvbandwidth run for all its tests (JSON where it writes it): the measurements, or why there are none."""
     binary = _binary(gb_reference_tools, "nvbandwidth")
     size = int(gb_target.params("h2d_bandwidth_gbps").get("size_bytes", NVBANDWIDTH_BUFFER_BYTES))
+    env, timeout_s = gb_reference_tools.env, gb_reference_tools.timeout_s
+    as_json = tools.writes_json(binary, tools.NVBANDWIDTH_JSON_OPTION, env=env, timeout_s=timeout_s)
     try:
         text = tools.run(
-            tools.nvbandwidth_command(binary, buffer_bytes=size),
-            env=gb_reference_tools.env,
-            timeout_s=gb_reference_tools.timeout_s,
+            tools.nvbandwidth_command(binary, buffer_bytes=size, as_json=as_json), env=env, timeout_s=timeout_s
         )
-        return tools.nvbandwidth_measurements(tools.parse_nvbandwidth(text))
+        matrices = tools.parse_nvbandwidth_json(text) if as_json else tools.parse_nvbandwidth(text)
+        return tools.nvbandwidth_measurements(matrices)
     except tools.ToolError as exc:
         return str(exc)
 

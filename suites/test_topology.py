@@ -5,6 +5,7 @@ against the layout the `topology` section of the SKU's baseline expects. The map
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -84,11 +85,12 @@ def test_infiniband_ports_active(numa_map: NumaMap, gb_expected: Expected, gb_ta
 
 
 def test_infiniband_write_bandwidth(
-    numa_map: NumaMap, gb_target: Target, gb_expect: Expect, gb_reference_tools: ReferenceTools
+    numa_map: NumaMap, gb_target: Target, gb_expect: Expect, gb_reference_tools: ReferenceTools, tmp_path: Path
 ) -> None:
     """RDMA write bandwidth of every active InfiniBand port, measured by perftest's ib_write_bw in loopback (a
     server and a client on this host) when it is on PATH, gated per port (`mlx5_0:1`). With the metric's
-    `params.use_cuda`, GPU memory through GPUDirect RDMA: the GPU on the HCA's NUMA node."""
+    `params.use_cuda`, GPU memory through GPUDirect RDMA: the GPU on the HCA's NUMA node. The client's figure, from
+    its JSON file where this perftest writes one (6.19 on), its table otherwise."""
     binary = tools.find(tools.IB_WRITE_BW)
     if binary is None:
         pytest.skip(f"{tools.IB_WRITE_BW} (perftest) is not on PATH")
@@ -97,19 +99,27 @@ def test_infiniband_write_bandwidth(
         pytest.skip("no active InfiniBand port on this node")
     params = gb_target.params(IB_WRITE_METRIC)
     size, iterations = int(params.get("size_bytes", IB_WRITE_BYTES)), int(params.get("iterations", IB_WRITE_ITERATIONS))
+    timeout_s = gb_reference_tools.timeout_s
+    as_json = tools.perftest_writes_json(binary, env={}, timeout_s=timeout_s)
     measured, problems = [], []
     for nic, port in ports:
         cuda = _gpu_near(numa_map, nic) if params.get("use_cuda") else None
         server = tools.ib_write_bw_command(
             binary, nic.name, port.port, size_bytes=size, iterations=iterations, cuda_device=cuda
         )
+        json_file = tmp_path / f"{nic.name}-{port.port}.json"
+        client = [*server, *(tools.ib_write_bw_json_options(json_file) if as_json else []), "localhost"]
         try:
-            text = tools.run_loopback(server, [*server, "localhost"], env={}, timeout_s=gb_reference_tools.timeout_s)
-            value = tools.parse_ib_write_bw(text)
+            text = tools.run_loopback(server, client, env={}, timeout_s=timeout_s)
+            if as_json:
+                value = tools.parse_ib_write_bw_json(tools.read_json_file(binary, json_file))
+            else:
+                value = tools.parse_ib_write_bw(text)
         except tools.ToolError as exc:
             problems.append(f"{nic.name} port {port.port}: {exc}")
             continue
         details = {"tool": "perftest ib_write_bw", "size_bytes": size, "cuda_device": cuda, "rate_gbps": port.rate_gbps}
+        details["read_from"] = "json" if as_json else "text"
         measured.append((IB_WRITE_METRIC, f"{nic.name}:{port.port}", value, details))
     gb_expect.each(measured, problems)
 

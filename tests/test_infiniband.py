@@ -14,6 +14,7 @@ import pytest
 from pytest_gbvalidate import reference_tools as tools
 from tests.fakenode import nd_gb200_v6
 from tests.test_plugin import SUITES
+from tests.test_reference_tools import IB_WRITE_BW_JSON
 
 # ib_write_bw --report_gbits, as perftest prints it (server and client print the same table)
 REPORT = """\
@@ -38,15 +39,22 @@ def test_parse_ib_write_bw_reads_the_average_in_gigabytes() -> None:
         tools.parse_ib_write_bw(text.split(" 1048576")[0])
 
 
-def stand_in(bin_dir: Path) -> None:
-    """An ib_write_bw that notes its arguments and prints a report: 380 Gb/s on every HCA but mlx5_2 (180)."""
-    cat, echo = shutil.which("cat", path=os.defpath), shutil.which("echo", path=os.defpath)  # not the node's PATH
+def stand_in(bin_dir: Path, version: str = "6.17") -> None:
+    """An ib_write_bw of perftest `version` that notes its arguments and prints a report: 380 Gb/s on every HCA but
+    mlx5_2 (180). Where it is asked for JSON (--out_json_file=PATH) it writes 4 Gb/s more to PATH, as
+    tests/test_reference_tools.py's IB_WRITE_BW_JSON has it."""
+    cat, echo, cp = (shutil.which(tool, path=os.defpath) for tool in ("cat", "echo", "cp"))  # not the node's PATH
     for device, avg in (("mlx5_0", 380.0), ("mlx5_1", 380.0), ("mlx5_2", 180.0), ("mlx5_3", 380.0)):
         (bin_dir / f"{device}.out").write_text(REPORT.format(device=device, size=1048576, peak=avg + 1, avg=avg))
+        json_text = IB_WRITE_BW_JSON.replace("mlx5_0", device).replace("390.40", f"{avg + 4:.2f}")
+        (bin_dir / f"{device}.json").write_text(json_text)
     script = bin_dir / "ib_write_bw"
     script.write_text(
-        f'#!/bin/sh\n{echo} "$@" >> {bin_dir}/args\n'
-        'for a in "$@"; do [ "$prev" = "-d" ] && dev="$a"; prev="$a"; done\n'
+        f'#!/bin/sh\nif [ "$1" = "--version" ]; then {echo} "Version: {version}"; exit 10; fi\n'
+        f'{echo} "$@" >> {bin_dir}/args\n'
+        'for a in "$@"; do\n  [ "$prev" = "-d" ] && dev="$a"\n'
+        '  case "$a" in --out_json_file=*) json="${a#--out_json_file=}";; esac\n  prev="$a"\ndone\n'
+        f'if [ -n "$json" ]; then {cp} {bin_dir}/$dev.json "$json"; fi\n'
         f"{cat} {bin_dir}/$dev.out\n"
     )
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
@@ -91,6 +99,7 @@ def test_each_hca_port_is_measured_in_loopback_and_gated(
         "mlx5_3:1": 47.5,
     }
     assert [m["verdict"] for m in measured.values()] == ["pass", "pass", "fail", "pass"]
+    assert {m["details"]["read_from"] for m in measured.values()} == {"text"}  # perftest 6.17 writes no JSON
     result.stdout.fnmatch_lines(["*ib_write_bandwidth_gbps [[]mlx5_2:1[]]: measured 22.5 GB/s*"])
     calls = (bin_dir / "args").read_text().splitlines()
     assert len(calls) == 8  # a server and a client per port
@@ -99,6 +108,29 @@ def test_each_hca_port_is_measured_in_loopback_and_gated(
         *("-d", "mlx5_0", "-i", "1", "-s", "1048576", "-n", "5000", "-F", "--report_gbits", "--use_cuda=0", "localhost")
     ]
     assert "--use_cuda=2" in calls[4]
+
+
+def test_a_perftest_that_writes_json_is_read_from_the_clients_json(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    nd_gb200_v6().install(monkeypatch, tmp_path)
+    bin_dir = pytester.path / "bin"
+    bin_dir.mkdir()
+    stand_in(bin_dir, version="6.20")
+    monkeypatch.setenv("PATH", str(bin_dir))
+    args = ("--gb-sku=ND_GB200_v6", "--gb-report=r.json", "-k", "infiniband_write")
+    pytester.runpytest(str(SUITES / "test_topology.py"), *args)
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert {m["scope"]: (m["value"], m["details"]["read_from"]) for m in report["measurements"]} == {
+        "mlx5_0:1": (48.0, "json"),  # 384 Gb/s in the file, 380 in the table
+        "mlx5_1:1": (48.0, "json"),
+        "mlx5_2:1": (23.0, "json"),
+        "mlx5_3:1": (48.0, "json"),
+    }
+    server, client = (call.split() for call in (bin_dir / "args").read_text().splitlines()[:2])
+    assert not any(a.startswith("--out_json") for a in server)  # both sides would write their file
+    assert client[-4:-3] == ["--use_cuda=0"] and client[-3] == "--out_json" and client[-1] == "localhost"
+    assert client[-2].startswith("--out_json_file=") and client[-2].endswith("mlx5_0-1.json")
 
 
 def test_a_port_that_cannot_be_measured_fails_beside_ports_without_a_figure(

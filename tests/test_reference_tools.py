@@ -1,5 +1,6 @@
-"""nccl-tests and nvbandwidth: parsers on output in their documented formats (written here, row by row, with the
-tools' printf formats), and an end-to-end run with stand-in binaries on PATH."""
+"""nccl-tests, nvbandwidth and perftest's ib_write_bw: parsers on output in their documented formats (written here,
+row by row, with the tools' printf formats, and JSON in the shape their writers give it), JSON of the wrong shape,
+and an end-to-end run with stand-in binaries on PATH."""
 
 from __future__ import annotations
 
@@ -109,17 +110,68 @@ def test_parse_nccl_tests_json_gives_what_the_table_gives() -> None:
     assert {m.details["read_from"] for m in measured} == {"json"}
 
 
+def json_edit(text: str, path: str, value: str | None) -> str:
+    """The JSON `text` with the value at `path` (keys and list indices, dot-separated) replaced by the JSON text
+    `value` (any token, NaN and 1e999 included), or deleted where `value` is None."""
+    doc = json.loads(text)
+    *parents, last = [int(k) if k.isdigit() else k for k in path.split(".")]
+    node = doc
+    for key in parents:
+        node = node[key]
+    if value is None:
+        del node[last]
+        return json.dumps(doc)
+    node[last] = "@value@"
+    return json.dumps(doc).replace('"@value@"', value)
+
+
 @pytest.mark.parametrize(
     ("text", "error"),
     [
-        ("{not json", "nccl-tests JSON output: cannot read it: JSONDecodeError"),
-        ('{"results": [{"size": 8}]}', "nccl-tests JSON output: cannot read it: KeyError: 'in_place'"),
+        ("", "nccl-tests JSON output is empty"),
+        ("{not json", "nccl-tests JSON output: not JSON: Expecting property name"),
+        ("[]", "nccl-tests JSON output: the document is [], not an object"),
+        ('{"results": [{"size": 8}]}', "nccl-tests JSON output: results[0].count is missing or null"),
         ('{"results": []}', "nccl-tests JSON output has no results"),
+        ('{"results": {}}', "nccl-tests JSON output: results is {}, not a list"),
+        ('{"results": [NaN]}', "nccl-tests JSON output: not JSON: NaN is not a number JSON allows"),
+        ('{"results": [' + "1" * 5000 + "]}", "nccl-tests JSON output: not JSON: Exceeds the limit"),
+        ("[" * 100000, "nccl-tests JSON output: not JSON: maximum recursion depth exceeded"),
     ],
 )
 def test_nccl_tests_bad_json(text: str, error: str) -> None:
-    with pytest.raises(tools.ToolError, match=re.escape(error)):
+    with pytest.raises(tools.ToolError, match="^" + re.escape(error)):
         tools.parse_nccl_tests_json(text)
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "error"),
+    [
+        ("results.2.in_place", None, "results[2].in_place is missing or null"),
+        ("results.2.in_place.bus_bw", "null", "results[2].in_place.bus_bw is missing or null"),
+        ("results.2.in_place.bus_bw", '"nan"', "results[2].in_place.bus_bw is 'nan', not a finite number"),
+        ("results.2.in_place.bus_bw", "1e999", "results[2].in_place.bus_bw is inf, not a finite number"),
+        pytest.param("results.2.in_place.bus_bw", "9" * 400, "results[2].in_place.bus_bw is 999", id="huge-int"),
+        ("results.2.in_place.bus_bw", "NaN", "not JSON: NaN is not a number JSON allows"),
+        ("results.2.in_place.alg_bw", "true", "results[2].in_place.alg_bw is True, not a finite number"),
+        ("results.2.in_place.nwrong", "2.5", "results[2].in_place.nwrong is 2.5, not an integer"),
+        ("results.2.size", str(2**64), "results[2].size is 18446744073709551616, not an integer"),
+        ("results.2.root", '"none"', "results[2].root is 'none', not an integer"),
+        ("results.2.type", "4", "results[2].type is 4, not a string"),
+        ("results.2.out_of_place", "[]", "results[2].out_of_place is [], not an object"),
+        ("devices", '{"rank": 0}', "devices is {'rank': 0}, not a list"),
+        ("average_bus_bandwidth", "[229.4]", "average_bus_bandwidth is [229.4], not an object"),
+    ],
+)
+def test_nccl_tests_json_of_the_wrong_shape(path: str, value: str | None, error: str) -> None:
+    with pytest.raises(tools.ToolError, match="^" + re.escape(f"nccl-tests JSON output: {error}")):
+        tools.parse_nccl_tests_json(json_edit(NCCL_JSON, path, value))
+
+
+def test_nccl_tests_json_average_is_reported_only_where_it_is_a_number() -> None:
+    # nccl-tests writes a NaN double as the string "nan" (src/util.cu, jsonDouble)
+    text = json_edit(NCCL_JSON, "average_bus_bandwidth.bandwidth", '"nan"')
+    assert tools.parse_nccl_tests_json(text).avg_busbw_gbps is None
 
 
 def test_nccl_tests_rows_without_a_check_or_an_out_of_place_half() -> None:
@@ -257,11 +309,235 @@ def test_nvbandwidth_measurements_follow_the_data() -> None:
             "Running device_local_copy.\nmemcpy local GPU(column) bandwidth (GB/s)\n    0    1\n 0  5.0\n",
             "nvbandwidth device_local_copy: row 0 has 1 values for 2",
         ),
+        (
+            "Running device_local_copy.\nmemcpy local GPU(column) bandwidth (GB/s)\n    0    1\n 0  nan  5.0\n",
+            "nvbandwidth device_local_copy: cannot read row '0  nan  5.0'",
+        ),
     ],
 )
 def test_nvbandwidth_bad_output(text: str, error: str) -> None:
     with pytest.raises(tools.ToolError, match=f"^{error}"):
         tools.parse_nvbandwidth(text)
+
+
+def nvb_json_case(testcase: str, description: str, rows: list[list[float | None]]) -> dict[str, Any]:
+    """A test case as nvbandwidth --json writes it (json_output.cpp, addTestcase then addTestcaseResults): each
+    value a string as a C++ stream writes a double (%g), "N/A" where none, and the sum of them all."""
+    matrix = [["N/A" if v is None else f"{v:g}" for v in row] for row in rows]
+    total = sum(v for row in rows for v in row if v is not None)
+    return {
+        "name": testcase,
+        "status": "Passed",
+        "bandwidth_matrix": matrix,
+        "sum": total,
+        "bandwidth_description": description,
+    }
+
+
+# The same run as NVB_OUTPUT, the document `nvbandwidth --json` prints (json_output.cpp: JsonOutput's
+# addVersionInfo, addCudaAndDriverInfo, recordDevices, addTestcase, addTestcaseResults; jsoncpp sorts the keys), but
+# for gpu1's host-to-device figure (185.25 here, 180.00 in the text): a reader of the JSON must not read the text.
+NVB_JSON = json.dumps(
+    {
+        "nvbandwidth": {
+            "version": "v0.8",
+            "git_version": "v0.8",
+            "CUDA Runtime Version": 12080,
+            "Driver Version": "570.124.06",
+            "GPU Device list": [
+                "0: NVIDIA GB200 (00000008:01:00): (node-a)",
+                "1: NVIDIA GB200 (00000009:01:00): (node-a)",
+            ],
+            "testcases": [
+                nvb_json_case(
+                    "host_to_device_memcpy_ce", "memcpy CE CPU(row) -> GPU(column) bandwidth (GB/s)", [[201.5, 185.25]]
+                ),
+                nvb_json_case(
+                    "device_to_host_memcpy_ce", "memcpy CE CPU(row) <- GPU(column) bandwidth (GB/s)", [[190.0, 191.0]]
+                ),
+                nvb_json_case("device_local_copy", "memcpy local GPU(column) bandwidth (GB/s)", [[1500.0, 1490.0]]),
+                nvb_json_case(
+                    "device_to_device_memcpy_write_ce",
+                    "memcpy CE GPU(row) <- GPU(column) bandwidth (GB/s)",
+                    [[None, 700.0], [710.0, None]],
+                ),
+                nvb_json_case(
+                    "device_to_device_memcpy_read_ce",
+                    "memcpy CE GPU(row) -> GPU(column) bandwidth (GB/s)",
+                    [[None, 650.0], [None, None]],
+                ),
+            ],
+        }
+    },
+    indent=3,
+    sort_keys=True,
+)
+
+
+def test_parse_nvbandwidth_json_gives_what_the_text_gives() -> None:
+    from_json, from_text = tools.parse_nvbandwidth_json(NVB_JSON), tools.parse_nvbandwidth(NVB_OUTPUT)
+    assert [(m.source, m.testcase, m.description) for m in from_json] == [
+        ("json", m.testcase, m.description) for m in from_text
+    ]
+    assert [(m.columns, m.rows) for m in from_json[1:]] == [(m.columns, m.rows) for m in from_text[1:]]
+    assert from_json[0].rows == {0: [201.5, 185.25]}
+    measured = tools.nvbandwidth_measurements(from_json)
+    assert len(measured) == 9 and {m.details["read_from"] for m in measured} == {"json"}
+
+
+def test_nvbandwidth_json_reads_only_the_test_cases_that_passed() -> None:
+    """A waived test case, and one that failed (nvbandwidth.cpp: its entry stays "Running" and an "Error" entry
+    follows), have no matrix."""
+    doc = json.loads(NVB_JSON)
+    cases = doc["nvbandwidth"]["testcases"]
+    cases[3:] = [
+        {"name": "device_to_device_memcpy_write_ce", "status": "Waived"},
+        {"name": "device_to_device_memcpy_read_ce", "status": "Running"},
+        {"name": "device_to_device_memcpy_read_ce", "status": "Error"},
+    ]
+    assert [m.testcase for m in tools.parse_nvbandwidth_json(json.dumps(doc))] == list(tools.NVBANDWIDTH_TESTCASES[:3])
+    doc["nvbandwidth"]["testcases"] = cases[3:]
+    doc["nvbandwidth"]["error"] = "CUDA_ERROR_OUT_OF_MEMORY: out of memory"
+    with pytest.raises(tools.ToolError, match=r"^nvbandwidth wrote no bandwidth matrix: CUDA_ERROR_OUT_OF_MEMORY"):
+        tools.parse_nvbandwidth_json(json.dumps(doc))
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "error"),
+    [
+        ("nvbandwidth", None, "nvbandwidth is missing or null"),
+        ("nvbandwidth", "[]", "nvbandwidth is [], not an object"),
+        ("nvbandwidth.testcases", '{"name": "device_local_copy"}', "nvbandwidth.testcases is {'name': "),
+        ("nvbandwidth.testcases.0.status", None, "nvbandwidth.testcases[0].status is missing or null"),
+        ("nvbandwidth.testcases.0.status", "true", "nvbandwidth.testcases[0].status is True, not a string"),
+        ("nvbandwidth.testcases.0.name", "0", "nvbandwidth.testcases[0].name is 0, not a string"),
+        ("nvbandwidth.testcases.0.bandwidth_matrix", None, "nvbandwidth.testcases[0].bandwidth_matrix is missing"),
+        ("nvbandwidth.testcases.0.bandwidth_matrix", "[]", "nvbandwidth.testcases[0].bandwidth_matrix is empty"),
+        ("nvbandwidth.testcases.0.bandwidth_matrix", '"201.5"', "bandwidth_matrix is '201.5', not a list"),
+        ("nvbandwidth.testcases.0.bandwidth_matrix.0", '{"0": "201.5"}', "bandwidth_matrix[0] is {'0': '201.5'}"),
+        ("nvbandwidth.testcases.0.bandwidth_matrix.0.1", "185.25", "bandwidth_matrix[0][1] is 185.25, not a string"),
+        ("nvbandwidth.testcases.0.bandwidth_matrix.0.1", '"nan"', "bandwidth_matrix[0][1] is 'nan', not a bandwidth"),
+        ("nvbandwidth.testcases.0.bandwidth_matrix.0.1", '"1e999"', "bandwidth_matrix[0][1] is '1e999', not a band"),
+        ("nvbandwidth.testcases.0.bandwidth_matrix.0.1", '"fast"', "bandwidth_matrix[0][1] is 'fast', not a band"),
+        ("nvbandwidth.testcases.3.bandwidth_matrix.1", '["710"]', "testcases[3].bandwidth_matrix has rows of differ"),
+        ("nvbandwidth.testcases.0.bandwidth_description", None, "testcases[0].bandwidth_description is missing"),
+        ("nvbandwidth.testcases.0.sum", "Infinity", "not JSON: Infinity is not a number JSON allows"),
+    ],
+)
+def test_nvbandwidth_json_of_the_wrong_shape(path: str, value: str | None, error: str) -> None:
+    with pytest.raises(tools.ToolError, match=r"^nvbandwidth JSON output: (.*\.)?" + re.escape(error)):
+        tools.parse_nvbandwidth_json(json_edit(NVB_JSON, path, value))
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("", "nvbandwidth JSON output is empty"),
+        (NVB_OUTPUT, "nvbandwidth JSON output: not JSON: Expecting value: line 1 column 1 (char 0); it starts 'nvb"),
+        ('{"nvbandwidth": {"version": "v0.8"}}', "nvbandwidth wrote no bandwidth matrix"),
+    ],
+)
+def test_nvbandwidth_bad_json(text: str, error: str) -> None:
+    with pytest.raises(tools.ToolError, match="^" + re.escape(error)):
+        tools.parse_nvbandwidth_json(text)
+
+
+def test_nvbandwidth_command() -> None:
+    assert tools.nvbandwidth_command("nvbandwidth", buffer_bytes=2**29, as_json=True)[:6] == [
+        *("nvbandwidth", "-b", "512", "--json", "-t", "host_to_device_memcpy_ce")
+    ]
+
+
+# --- perftest's ib_write_bw ----------------------------------------------------------------------------------
+
+# `ib_write_bw ... --report_gbits --use_cuda=0 --out_json --out_json_file=PATH`'s file, byte for byte as perftest
+# writes it (src/perftest_parameters.c: print_full_bw_report, write_test_info_to_file, write_bw_report_to_file;
+# src/perftest_parameters.h: REPORT_FMT_JSON), the figures of the table in tests/test_infiniband.py.
+IB_WRITE_BW_JSON = """\
+{
+"test_info": {
+"test": "RDMA_Write_BW_Test",
+"Dual_port": "OFF",
+"Device": "mlx5_0",
+"Number_of_qps": 1,
+"Transport_type": "IB",
+"Connection_type": "RC",
+"Using_SRQ": "OFF",
+"PCIe_relax_order": "ON",
+"ibv_wr_API": "ON",
+"TX_depth": 128,
+"CQ_Moderation": 100,
+"Mtu": 4096,
+"Link_type": "IB",
+"Max_inline_data": 0,
+"rdma_cm_QPs": "OFF",
+"cuda_device": 0,
+"Use_ROCm_memory": "OFF",
+"Use_MUSA_memory": "OFF",
+"Data_ex_method": "Ethernet"
+},
+"results": {
+"MsgSize": 1048576,
+"n_iterations": 5000,
+"BW_peak": 392.10,
+"BW_average": 390.40,
+"MsgRate": 0.046542
+}
+}
+"""
+
+
+def test_parse_ib_write_bw_json_reads_the_average_in_gigabytes() -> None:
+    assert tools.parse_ib_write_bw_json(IB_WRITE_BW_JSON) == pytest.approx(48.8)  # 390.40 Gb/s, as from the table
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("", "ib_write_bw JSON output is empty"),
+        # before perftest 6.19 (src/perftest_parameters.h at v4.5-0.11: REPORT_FMT_JSON), keys were not quoted
+        ('{\n"test_info": {\n},\nresults: {\nMsgSize: 1048576,\n', "ib_write_bw JSON output: not JSON: Expecting"),
+        (IB_WRITE_BW_JSON.replace("390.40", "-nan"), "ib_write_bw JSON output: not JSON: Expecting value"),
+        (IB_WRITE_BW_JSON.replace("390.40", "Infinity"), "ib_write_bw JSON output: not JSON: Infinity is not a"),
+        (IB_WRITE_BW_JSON.replace("390.40", "1e999"), "ib_write_bw JSON output: results.BW_average is inf, not a"),
+        (IB_WRITE_BW_JSON.replace("390.40", '"390.40"'), "ib_write_bw JSON output: results.BW_average is '390.40'"),
+        (IB_WRITE_BW_JSON.replace('"BW_average"', '"bw_avg"'), "ib_write_bw JSON output: results.BW_average is miss"),
+        (IB_WRITE_BW_JSON.replace('"results"', '"Results"'), "ib_write_bw JSON output: results is missing or null"),
+        ("[390.40]", "ib_write_bw JSON output: the document is [390.4], not an object"),
+    ],
+)
+def test_ib_write_bw_bad_json(text: str, error: str) -> None:
+    with pytest.raises(tools.ToolError, match="^" + re.escape(error)):
+        tools.parse_ib_write_bw_json(text)
+
+
+def executable(path: Path, script: str) -> str:
+    path.write_text(script)
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("printed", "writes"),
+    [
+        ("Version: 6.20", True),
+        ("Version: 6.19", True),
+        ("Version: 7.0", True),
+        ("Version: 6.18", False),  # "Make output JSON standard" came during 6.18: the first 6.18 builds wrote no JSON
+        ("Version: 5.93", False),
+        ("ib_write_bw: unrecognized option '--version'", False),
+    ],
+)
+def test_perftest_writes_json_from_6_19(tmp_path: Path, printed: str, writes: bool) -> None:
+    binary = executable(tmp_path / "ib_write_bw", f'#!/bin/sh\n[ "$1" = --version ] && echo "{printed}"\nexit 10\n')
+    assert tools.perftest_writes_json(binary, env={}, timeout_s=10) is writes
+    assert not tools.perftest_writes_json(str(tmp_path / "missing"), env={}, timeout_s=10)
+
+
+def test_ib_write_bw_json_options_and_a_missing_file(tmp_path: Path) -> None:
+    assert tools.ib_write_bw_json_options(tmp_path / "c.json") == ["--out_json", f"--out_json_file={tmp_path}/c.json"]
+    with pytest.raises(tools.ToolError, match=r"^ib_write_bw was asked for JSON but wrote no .*c\.json: No such file"):
+        tools.read_json_file("ib_write_bw", tmp_path / "c.json")
 
 
 def test_run_reports_a_failing_tool(tmp_path: Path) -> None:
@@ -359,9 +635,9 @@ def test_reference_tools_run_and_report_beside_ours(pytester: pytest.Pytester, m
         ("1GiB", "in_place", "pass"),
     }
     h2d = [m for m in report["measurements"] if m["metric"] == "h2d_bandwidth_gbps"]
-    assert [(m["scope"], m["value"], m["details"]["tool"]) for m in h2d] == [
-        ("gpu0", 201.5, "nvbandwidth"),
-        ("gpu1", 180.0, "nvbandwidth"),
+    assert [(m["scope"], m["value"], m["details"]["tool"], m["details"]["read_from"]) for m in h2d] == [
+        ("gpu0", 201.5, "nvbandwidth", "text"),
+        ("gpu1", 180.0, "nvbandwidth", "text"),
     ]
     result.stdout.fnmatch_lines(
         ["all_reduce_busbw_gbps (nccl-tests all_reduce_perf; GB/s*", "*1GiB*PASS (expected 350)"]
@@ -410,3 +686,39 @@ def test_a_build_that_writes_json_is_read_from_its_json(
     report = json.loads((pytester.path / "r.json").read_text())
     one_gib = [m for m in report["measurements"] if m["scope"] == "1GiB" and m["details"]["placement"] == "in_place"]
     assert [(m["value"], m["details"]["read_from"]) for m in one_gib] == [(351.0, "json")]
+
+
+def stand_in_nvbandwidth_json(bin_dir: Path, output: str, json_text: str) -> None:
+    """An nvbandwidth from v0.5 on: its usage names --json (as boost prints it), and with --json it prints
+    `json_text` instead of `output`."""
+    cat = shutil.which("cat")
+    (bin_dir / "nvbandwidth.text").write_text(output)
+    (bin_dir / "nvbandwidth.json").write_text(json_text)
+    script = bin_dir / "nvbandwidth"
+    script.write_text(
+        '#!/bin/sh\nif [ "$1" = "-h" ]; then echo "  -j [ --json ]  Print output in json format"; exit 0; fi\n'
+        f'echo "$@" > {bin_dir}/nvbandwidth.args\nout=text\n'
+        'for a in "$@"; do if [ "$a" = "--json" ]; then out=json; fi; done\n'
+        f"{cat} {bin_dir}/nvbandwidth.$out\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+
+
+def test_an_nvbandwidth_that_writes_json_is_read_from_its_json(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (pytester.path / "baselines").mkdir()
+    (pytester.path / "baselines" / "LABGPU.yaml").write_text(LAB_GPU)
+    bin_dir = pytester.path / "bin"
+    bin_dir.mkdir()
+    stand_in_nvbandwidth_json(bin_dir, NVB_OUTPUT, NVB_JSON)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    args = ["--gb-sku=LABGPU", "--gb-baselines=baselines", "--gb-report=r.json", "--gb-reference-tools"]
+    pytester.runpytest(str(SUITES / "test_reference_tools.py"), *args, "-k", "nvbandwidth")
+    assert (bin_dir / "nvbandwidth.args").read_text().split()[:4] == ["-b", "512", "--json", "-t"]
+    report = json.loads((pytester.path / "r.json").read_text())
+    h2d = [m for m in report["measurements"] if m["metric"] == "h2d_bandwidth_gbps"]
+    assert [(m["scope"], m["value"], m["details"]["read_from"]) for m in h2d] == [
+        ("gpu0", 201.5, "json"),
+        ("gpu1", 185.25, "json"),
+    ]
