@@ -6,6 +6,7 @@ This module loads in every pytest run of the environment, so it imports nothing 
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,6 +42,9 @@ _HELP = {
     "temporary directory on cpu; on GPU SKUs the storage checks skip without one.",
     "reference_tools": "also run nccl-tests (all_reduce_perf, ...) and nvbandwidth when they are on PATH, and "
     "report their figures beside ours.",
+    "engine_python": "the Python the NeMo engines' driver runs under, with any launcher before it (e.g. "
+    "/opt/nemo/bin/python, or 'srun --container-image=nvcr.io/nvidia/nemo:25.04 python'). Default: the baseline's "
+    "pretrain.engine_python, else this interpreter.",
 }
 
 
@@ -61,6 +65,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "compare": {"metavar": "PATH"},
         "compare_fail": {"metavar": "[METRIC:]PCT%"},
         "scratch": {"metavar": "DIR"},
+        "engine_python": {"metavar": "COMMAND"},
         "strict": {"action": "store_true"},
         "reference_tools": {"action": "store_true"},
     }
@@ -86,7 +91,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 _INI_SETTINGS = (
     *("sku", "baselines", "report", "strict", "timeout", "reference_tools"),
-    *("compare", "compare_fail", "scratch"),
+    *("compare", "compare_fail", "scratch", "engine_python"),
 )
 
 
@@ -185,6 +190,23 @@ def gb_scratch(request: pytest.FixtureRequest, gb_target: Target) -> Path:
     if not gb_target.is_gpu:
         return Path(tempfile.gettempdir())
     pytest.skip("no scratch directory named: --gb-scratch DIR, GBVALIDATE_SCRATCH or gb_scratch (the node's NVMe)")
+
+
+@pytest.fixture(scope="session")
+def gb_engine_python(request: pytest.FixtureRequest, gb_target: Target) -> st.Setting[tuple[str, ...]]:
+    """The command the NeMo engines' driver runs under, and where it was named: --gb-engine-python and friends,
+    else the baseline's `pretrain.engine_python`, else this interpreter."""
+    setting = request.config.stash[SESSION].settings.engine_python
+    if setting.value is not None:
+        return st.Setting(setting.value, setting.source)
+    spec = gb_target.baseline.pretrain if gb_target.baseline is not None else None
+    if spec is None or spec.engine_python is None:
+        return st.Setting((sys.executable,), "this interpreter")
+    source = f"pretrain.engine_python in {gb_target.baseline_file}"
+    try:
+        return st.Setting(st.parse_command(spec.engine_python, Path.cwd()), source)
+    except st.SettingError as exc:
+        pytest.fail(f"{source}: {spec.engine_python!r}: {exc}", pytrace=False)
 
 
 @pytest.fixture(scope="session")

@@ -137,6 +137,10 @@ class GbSession:
                 "created_directories": [{"path": str(path), "for": source} for source, path in s.created_dirs],
                 "timeout_s": {"value": self.timeout.value, "source": self.timeout.source},
                 "reference_tools": {"value": s.reference_tools.value, "source": s.reference_tools.source},
+                "engine_python": {
+                    "value": None if s.engine_python.value is None else list(s.engine_python.value),
+                    "source": s.engine_python.source,
+                },
             },
             nccl_env=self.nccl_env,
         )

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
+import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,12 +63,15 @@ class Settings:
     compare: Setting[Path | None] = Setting(None, "default")  # an earlier JSON report of this node
     compare_fail: Setting[AllowedRegression | None] = Setting(None, "default")  # None: each metric's warn band
     scratch: Setting[Path | None] = Setting(None, "default")  # the local scratch volume the storage checks write to
+    # The command the NeMo engines' driver runs under, in place of this interpreter: the NeMo image's python, or a
+    # launcher ending in one (`srun --container-image=... python`). None: the baseline's, else this interpreter.
+    engine_python: Setting[tuple[str, ...] | None] = Setting(None, "default")
 
     @property
     def explicit(self) -> bool:
         """True when the user asked for gbvalidate in any way, so a bad value must fail the run."""
         chosen: list[Setting[Any]] = [self.sku, self.baselines, self.report, self.strict, self.timeout]
-        chosen += [self.reference_tools, self.compare, self.scratch]
+        chosen += [self.reference_tools, self.compare, self.scratch, self.engine_python]
         return any(not s.is_default for s in chosen) or self.record is not None or self.list_skus
 
 
@@ -117,6 +122,7 @@ def resolve(sources: Sources) -> Settings:
         compare=_pick(sources, "compare", None, _parse_input_file),
         compare_fail=_pick(sources, "compare_fail", None, _parse_allowed_regression),
         scratch=_pick(sources, "scratch", None, _parse_dir),
+        engine_python=_pick(sources, "engine_python", None, parse_command),
     )
 
 
@@ -223,3 +229,23 @@ def _parse_timeout(raw: str, _base: Path) -> float:
     if not math.isfinite(seconds) or seconds <= 0:
         raise SettingError("a timeout is a positive number of seconds")
     return seconds
+
+
+def parse_command(raw: str, base: Path) -> tuple[str, ...]:
+    """A command line split as a POSIX shell would (no expansion); its program must exist here: a path (relative
+    to `base`) to an executable file, or a name on PATH."""
+    try:
+        words = tuple(shlex.split(raw))
+    except ValueError as exc:
+        raise SettingError(f"cannot split into words: {exc}") from None
+    if not words or not words[0]:
+        raise SettingError("names no program")
+    program = words[0]
+    if os.sep in program:
+        path = base / program
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise SettingError(f"no executable file {path}")
+        return (str(path), *words[1:])
+    if shutil.which(program) is None:
+        raise SettingError(f"no program {program!r} on PATH")
+    return words

@@ -18,6 +18,7 @@ from pytest_gbvalidate.bench.timing import MIN_TIMED_ITERATIONS
 from pytest_gbvalidate.expect import Expect
 from pytest_gbvalidate.probes import NodeGpus, Telemetry
 from pytest_gbvalidate.ranks.gang import Gang
+from pytest_gbvalidate.settings import Setting
 from pytest_gbvalidate.target import Target
 from pytest_gbvalidate.workloads.llama import memory
 from pytest_gbvalidate.workloads.llama.parallel import Layout, LayoutError, check_world, engine_mismatch, weak_scaled
@@ -49,7 +50,8 @@ def test_pretrain(
         else:
             # A work directory for NeMo's files only: every rank of a torchrun world is a pytest session, and
             # pytest's temporary directories are numbered and cleaned up in one place they would all share.
-            run = train_with_nemo(spec, gb_target.local_world_size, request.getfixturevalue("tmp_path"))
+            python = request.getfixturevalue("gb_engine_python")
+            run = train_with_nemo(spec, gb_target.local_world_size, request.getfixturevalue("tmp_path"), python)
     details = run.details()
     details["telemetry"] = sampler.summary()
     junit = request.node.user_properties
@@ -145,11 +147,11 @@ def say(request: pytest.FixtureRequest, line: str) -> None:
         reporter.write_line(line)
 
 
-def train_with_nemo(spec: PretrainSpec, gpus: int, workdir: Path) -> PretrainResult:
+def train_with_nemo(spec: PretrainSpec, gpus: int, workdir: Path, python: Setting[tuple[str, ...]]) -> PretrainResult:
     from pytest_gbvalidate.workloads.llama import nemo
 
     try:
-        return nemo.run_pretrain(spec, gpus, workdir, timeout_s=timeout_s(spec))
+        return nemo.run_pretrain(spec, gpus, workdir, timeout_s=timeout_s(spec), python=python)
     except (nemo.EngineUnavailable, nemo.EngineFailed) as exc:
         pytest.fail(str(exc), pytrace=False)
 

@@ -153,6 +153,26 @@ def test_a_baseline_carries_its_pretrain_layout(tmp_path: Path) -> None:
             "must be one of none, full, selective (or true for full, false for none), got 1",
         ),
         (("activation_checkpointing: true", "compile: 'yes'"), ":15: pretrain.compile:", "must be true or false"),
+        (
+            ("precision: bf16", "precision: fp8\n  fp8_recipe: mxfp8"),
+            ":14: pretrain.fp8_recipe:",
+            "'mxfp8' is not one of current, delayed",
+        ),
+        (
+            ("precision: bf16", "precision: fp8\n  fp8_recipe: delayed"),  # the native engine scales as it casts
+            ":14: pretrain.fp8_recipe:",
+            "invalid layout for llama3_8b at seq 8192: the native engine scales fp8 tensors as they are cast",
+        ),
+        (
+            ("engine: native", "engine: native\n  engine_python: /opt/nemo/bin/python"),
+            ":15: pretrain.engine_python:",
+            "for engine nemo or megatron_bridge only; got '/opt/nemo/bin/python' with engine native",
+        ),
+        (
+            ("engine: native", "engine: nemo\n  engine_python: [python]"),
+            ":15: pretrain.engine_python:",
+            "got ['python'] with engine nemo",
+        ),
     ],
 )
 def test_a_bad_pretrain_section_names_file_line_and_field(
@@ -176,6 +196,25 @@ def test_bundled_pretrain_sections_are_valid_and_gb200_uses_the_azure_layout() -
     cpu = by_sku["cpu"].pretrain
     assert cpu is not None
     assert (cpu.model, cpu.layout.pp, cpu.layout.world_size, cpu.compile) == ("llama3_tiny", 2, 2, False)
+
+
+def test_an_fp8_layout_names_its_scaling_and_a_nemo_one_its_python(tmp_path: Path) -> None:
+    text = BASELINE.replace("precision: bf16", "precision: fp8\n  fp8_recipe: delayed").replace(
+        "engine: native", "engine: nemo\n  engine_python: srun --container-image=nemo.sqsh python"
+    )
+    spec = bl.load_baseline(write(tmp_path, text)).pretrain
+    assert spec is not None
+    assert spec.layout.label == "nemo-fp8ds-mbs4-gbs512-tp1-pp2-cp1-dp2-ac"
+    assert spec.engine_python == "srun --container-image=nemo.sqsh python"
+    assert dataclasses.replace(spec.layout, fp8_recipe="current").label == "nemo-fp8cs-mbs4-gbs512-tp1-pp2-cp1-dp2-ac"
+    assert dataclasses.replace(spec.layout, precision="bf16").label == "nemo-bf16-mbs4-gbs512-tp1-pp2-cp1-dp2-ac"
+    # Recorded and loaded again, the section keeps both.
+    again = bl.load_baseline(
+        write(
+            tmp_path, bl.dump_baseline(bl.recorded_baseline("TEST", bl.load_baseline(write(tmp_path, text)), [], "x"))
+        )
+    )
+    assert again.pretrain == spec
 
 
 def test_a_recorded_baseline_keeps_the_pretrain_section(tmp_path: Path) -> None:

@@ -85,16 +85,28 @@ def pip(args: list[str], torch_version: str, tmp_path: Path) -> subprocess.Compl
     return subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True, env=env, timeout=120)
 
 
-def dry_run_install(torch_version: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of what pip builds the project from: setuptools writes its build files into the source tree, which
+    tests running side by side (and the checkout) must not share."""
+    copy = tmp_path_factory.mktemp("project")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, copy / name)
+    for name in ("pytest_gbvalidate", "suites", "baselines"):
+        shutil.copytree(REPO / name, copy / name, ignore=_PYCACHE)
+    return copy
+
+
+def dry_run_install(project: Path, torch_version: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     # No index and no build isolation: whatever pip would want beyond what is installed, it cannot find, and says so.
     report = tmp_path / f"report-{torch_version}.json"
-    args = ["install", "--dry-run", "--no-index", "--no-build-isolation", "--report", str(report), str(REPO)]
+    args = ["install", "--dry-run", "--no-index", "--no-build-isolation", "--report", str(report), str(project)]
     return pip(args, torch_version, tmp_path)
 
 
 @pytest.mark.parametrize("torch_version", NGC_TORCH_VERSIONS)
-def test_installing_keeps_the_torch_the_image_has(torch_version: str, tmp_path: Path) -> None:
-    done = dry_run_install(torch_version, tmp_path)
+def test_installing_keeps_the_torch_the_image_has(project: Path, torch_version: str, tmp_path: Path) -> None:
+    done = dry_run_install(project, torch_version, tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Requirement already satisfied: torch" in done.stdout
     # The stand-in, not this environment's own torch (pip prints the version normalised: nv25.09 -> nv25.9).
@@ -103,16 +115,16 @@ def test_installing_keeps_the_torch_the_image_has(torch_version: str, tmp_path: 
     assert [item["metadata"]["name"] for item in proposed] == ["pytest-gbvalidate"]
 
 
-def test_a_torch_older_than_the_floor_is_one_pip_would_replace(tmp_path: Path) -> None:
+def test_a_torch_older_than_the_floor_is_one_pip_would_replace(project: Path, tmp_path: Path) -> None:
     """The control: the same dry run notices when the requirement refuses the installed torch."""
-    done = dry_run_install("2.8.0a0+5228986c39.nv25.06", tmp_path)
+    done = dry_run_install(project, "2.8.0a0+5228986c39.nv25.06", tmp_path)
     assert done.returncode != 0
     assert "No matching distribution found for torch" in done.stderr, done.stderr
 
 
-def test_pip_check_is_clean_beside_an_ngc_torch(tmp_path: Path) -> None:
+def test_pip_check_is_clean_beside_an_ngc_torch(project: Path, tmp_path: Path) -> None:
     target = tmp_path / "site"
-    install = ["install", "--no-deps", "--no-index", "--no-build-isolation", "--target", str(target), str(REPO)]
+    install = ["install", "--no-deps", "--no-index", "--no-build-isolation", "--target", str(target), str(project)]
     done = pip(install, "2.15.0a0+5d3a6b2e71.nv25.11", tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     stand_in = tmp_path / "torch-2.15.0a0+5d3a6b2e71.nv25.11"

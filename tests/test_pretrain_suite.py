@@ -141,7 +141,9 @@ def test_a_nemo_engine_that_is_not_installed_fails_saying_so(pytester: pytest.Py
     cpu.write_text(cpu.read_text().replace("  engine: native\n", "  engine: nemo\n"))
     result = pytester.runpytest(PRETRAIN, "--gb-sku=cpu", "--gb-baselines=b")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*engine nemo: nemo_toolkit is not installed (use an NGC NeMo container)*"])
+    result.stdout.fnmatch_lines(
+        ["*engine nemo under * (this interpreter): nemo_toolkit is not installed there (No module named 'nemo')*"]
+    )
 
 
 def test_the_gpu_sku_runs_the_azure_layout_and_has_no_step_time_to_compare_yet() -> None:

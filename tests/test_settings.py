@@ -210,3 +210,36 @@ def test_missing_directories_are_to_be_created_and_said_so(tmp_path: Path) -> No
     )
     assert not (tmp_path / "runs").exists()  # resolving writes nothing: the report creates it when written
     assert resolve(sources(tmp_path, cli={"report": "r.json"})).created_dirs == ()
+
+
+def test_the_engine_python_is_a_command_whose_program_exists(tmp_path: Path) -> None:
+    python = tmp_path / "nemo" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+    s = resolve(sources(tmp_path, env={"GBVALIDATE_ENGINE_PYTHON": "nemo/bin/python"}))
+    assert (s.engine_python.value, s.engine_python.source) == (
+        (str(python),),
+        "GBVALIDATE_ENGINE_PYTHON in the environment",
+    )
+    assert s.explicit
+    launcher = 'sh -c \'exec "$0" "$@"\' python3'  # a launcher before the interpreter, quoted words kept whole
+    cli = resolve(sources(tmp_path, cli={"engine_python": launcher})).engine_python.value
+    assert cli == ("sh", "-c", 'exec "$0" "$@"', "python3")
+    assert resolve(sources(tmp_path)).engine_python.value is None
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ("no-such-launcher --container-image=x python", "'no-such-launcher' on PATH"),
+        ("nemo/bin/python", "no executable file"),
+        ("python 'unbalanced", "cannot split into words: No closing quotation"),
+        ("''", "names no program"),
+    ],
+)
+def test_a_bad_engine_python_names_its_source(tmp_path: Path, raw: str, message: str) -> None:
+    with pytest.raises(SettingError) as info:
+        resolve(sources(tmp_path, cli={"engine_python": raw}))
+    assert str(info.value).startswith(f"--gb-engine-python on the command line: {raw!r}: ")
+    assert message in str(info.value)

@@ -164,6 +164,8 @@ class PretrainSpec:
     provenance: str
     # The built-in engine compiles each transformer block (torch.compile); its first steps absorb the compilation.
     compile: bool = True
+    # The NeMo engines' driver runs under this command (a shell-style command line) rather than this interpreter.
+    engine_python: str | None = None
 
     @property
     def config(self) -> LlamaConfig:
@@ -175,10 +177,14 @@ class PretrainSpec:
         doc: dict[str, Any] = {"model": self.model, "seq_len": self.seq_len}
         doc.update({k: getattr(layout, k) for k in llama_parallel.SIZES})
         doc.update(precision=layout.precision, engine=layout.engine)
+        if layout.precision == "fp8":
+            doc.update(fp8_recipe=layout.fp8_recipe)
         doc.update(activation_checkpointing=layout.activation_checkpointing, compile=self.compile)
         doc.update(warmup_steps=self.warmup_steps, timed_steps=self.timed_steps, learning_rate=self.learning_rate)
         if self.peak_tflops_per_gpu is not None:
             doc.update(peak_tflops_per_gpu=self.peak_tflops_per_gpu, peak_tflops_source=self.peak_tflops_source)
+        if self.engine_python is not None:
+            doc["engine_python"] = self.engine_python
         doc["provenance"] = self.provenance
         return doc
 

@@ -60,6 +60,8 @@ _PRETRAIN_KEYS = _PRETRAIN_REQUIRED | {
     "learning_rate",
     "peak_tflops_per_gpu",
     "peak_tflops_source",
+    "fp8_recipe",
+    "engine_python",
 }
 
 
@@ -321,14 +323,20 @@ class _Parser:
                 f"must be one of {', '.join(llama_parallel.CHECKPOINTING)} (or true for full, false for none), "
                 f"got {_shown(checkpointing)}",
             )
-        for key, known in (("engine", llama_parallel.ENGINES), ("precision", llama_parallel.PRECISIONS)):
-            if p[key] not in known:
+        named = (
+            ("engine", llama_parallel.ENGINES),
+            ("precision", llama_parallel.PRECISIONS),
+            ("fp8_recipe", llama_parallel.FP8_RECIPES),  # optional: the first is the default
+        )
+        for key, known in named:
+            if p.get(key, known[0]) not in known:
                 raise self.error(p, key, f"pretrain.{key}", f"{_shown(p[key])} is not one of {', '.join(known)}")
         layout = llama_parallel.Layout(
             **{k: counts[k] for k in llama_parallel.SIZES},
             precision=p["precision"],
             engine=p["engine"],
             activation_checkpointing=checkpointing,
+            fp8_recipe=p.get("fp8_recipe", llama_parallel.FP8_RECIPES[0]),
         )
         cfg = dataclasses.replace(LLAMA_CONFIGS[model], seq_len=counts["seq_len"])
         broken = llama_parallel.problems(cfg, layout)
@@ -352,6 +360,17 @@ class _Parser:
         provenance = p["provenance"]
         if not isinstance(provenance, str) or not provenance.strip():
             raise self.error(p, "provenance", "pretrain.provenance", "must be a non-empty string naming the source")
+        engine_python = p.get("engine_python")
+        if engine_python is not None and not (
+            isinstance(engine_python, str) and engine_python.strip() and p["engine"] != "native"
+        ):
+            raise self.error(
+                p,
+                "engine_python",
+                "pretrain.engine_python",
+                "the command a NeMo engine's driver runs under (e.g. /opt/nemo/bin/python), for engine nemo or "
+                f"megatron_bridge only; got {_shown(engine_python)} with engine {p['engine']}",
+            )
         return PretrainSpec(
             model=model,
             seq_len=counts["seq_len"],
@@ -363,6 +382,7 @@ class _Parser:
             peak_tflops_source=source,
             provenance=provenance,
             compile=compile_blocks,
+            engine_python=engine_python,
         )
 
     # --- the health and topology sections ---------------------------------------------------------------

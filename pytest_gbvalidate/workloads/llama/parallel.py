@@ -16,6 +16,11 @@ ENGINES = ("native", "nemo", "megatron_bridge")
 # fp32: no autocast (the cpu SKU's equality tests); bf16: bf16 autocast; fp8: bf16 autocast with the transformer
 # blocks' matmuls in fp8 (the head stays bf16, as NeMo and torchao keep it).
 PRECISIONS = ("fp32", "bf16", "fp8")
+# How fp8 scales are chosen: from each tensor as it is cast ("current", per-tensor: the native engine's, Megatron's
+# "tensorwise") or from the amax history of earlier steps ("delayed": NeMo 2's bf16_with_fp8_mixed). The same
+# layout label must not cover two different runs, so the label names it: fp8cs / fp8ds.
+FP8_RECIPES = ("current", "delayed")
+_FP8_LABELS = {"current": "fp8cs", "delayed": "fp8ds"}
 SIZES = ("mbs", "gbs", "tp", "pp", "cp", "dp")
 # What the backward pass recomputes instead of keeping: nothing; every transformer block from its input (about a
 # third more compute for the least memory); or a block's cheap elementwise work (norms, rotary embedding, SwiGLU
@@ -39,6 +44,7 @@ class Layout:
     precision: str = "bf16"
     engine: str = "native"
     activation_checkpointing: str = "none"  # one of CHECKPOINTING
+    fp8_recipe: str = "current"  # one of FP8_RECIPES; only fp8 layouts use it
 
     @property
     def world_size(self) -> int:
@@ -51,10 +57,12 @@ class Layout:
 
     @property
     def label(self) -> str:
-        """e.g. native-bf16-mbs4-gbs128-tp1-pp2-cp1-dp2-ac (-ac full, -sac selective activation checkpointing):
-        what a step time measured with this layout is valid for. The engine comes first: `engine_of` reads it."""
+        """e.g. native-bf16-mbs4-gbs128-tp1-pp2-cp1-dp2-ac (-ac full, -sac selective activation checkpointing;
+        fp8cs / fp8ds for fp8 with current / delayed scaling): what a step time measured with this layout is valid
+        for. The engine comes first: `engine_of` reads it."""
         sizes = "-".join(f"{k}{getattr(self, k)}" for k in SIZES)
-        return f"{self.engine}-{self.precision}-{sizes}{_CHECKPOINTING_LABELS.get(self.activation_checkpointing, '')}"
+        precision = _FP8_LABELS.get(self.fp8_recipe, "fp8") if self.precision == "fp8" else self.precision
+        return f"{self.engine}-{precision}-{sizes}{_CHECKPOINTING_LABELS.get(self.activation_checkpointing, '')}"
 
 
 def engine_of(label: str) -> str:
@@ -142,6 +150,10 @@ def problems(cfg: LlamaConfig, layout: Layout) -> list[tuple[str, str]]:
     elif layout.engine == "native" and layout.precision == "fp8" and layout.tp > 1:
         # Its fp8 matmuls take plain tensors; tensor-parallel weights are DTensors.
         found.append(("precision", f"the native engine trains in fp8 without tensor parallelism, not TP={layout.tp}"))
+    if layout.fp8_recipe not in FP8_RECIPES:
+        found.append(("fp8_recipe", f"fp8 recipe {layout.fp8_recipe!r} is not one of {', '.join(FP8_RECIPES)}"))
+    elif layout.engine == "native" and layout.fp8_recipe != "current":
+        found.append(("fp8_recipe", "the native engine scales fp8 tensors as they are cast: fp8_recipe current only"))
     if layout.activation_checkpointing not in CHECKPOINTING:
         found.append(
             (

@@ -133,6 +133,12 @@ class Trainer:
 
         assert self.groups is not None
         layout = self.request.layout
+        if dist.get_backend(self.groups.pp_group) == "gloo" and torch_release() < (2, 10):
+            raise LayoutError(
+                f"pipeline parallelism (PP={layout.pp}) over gloo needs torch >= 2.10; this is torch "
+                f"{torch.__version__}, whose pipeline schedule opens each stage's links by sending an int64 into a "
+                "float32 buffer, which gloo aborts on (NCCL, on GPUs, is not affected)"
+            )
         stage = PipelineStage(self.model, self.groups.at.pp, layout.pp, self.device, group=self.groups.pp_group)
         # The schedule averages gradients over microbatches (scale_grads), as the single-rank loop below does.
         return Schedule1F1B(stage, layout.microbatches, loss_fn=self.loss_fn)
@@ -193,6 +199,12 @@ class Trainer:
             dist.all_reduce(loss, group=replicas)
             loss /= dist.get_world_size(replicas)
         return loss
+
+
+def torch_release(version: str = torch.__version__) -> tuple[int, int]:
+    """(major, minor) of a torch version, pre-release and local parts aside: 2.10.0a0+b558c986e8.nv25.11 -> (2, 10)."""
+    major, minor = version.split(".")[:2]
+    return int(major), int(minor)
 
 
 def adamw(model: torch.nn.Module, learning_rate: float, *, fused: bool) -> torch.optim.AdamW:
