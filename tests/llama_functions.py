@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import pytest
+
 from pytest_gbvalidate.ranks.gang import RankContext
 from pytest_gbvalidate.workloads.llama.parallelize import build_groups
-from pytest_gbvalidate.workloads.llama.train import Trainer, TrainRequest
+from pytest_gbvalidate.workloads.llama.train import Trainer, TrainRequest, torch_release
+
+# torch 2.9's pipeline schedule cannot run over gloo: the trainer refuses it, saying why
+# (test_llama_parallel.py::test_pipelining_over_gloo_on_torch_2_9_fails_saying_why); tests that train a PP layout
+# on the CPU need torch >= 2.10.
+needs_pipelining_over_gloo = pytest.mark.skipif(
+    torch_release() < (2, 10), reason="pipeline parallelism over gloo needs torch >= 2.10"
+)
 
 
 def step_losses(ctx: RankContext, request: TrainRequest) -> list[float] | None:

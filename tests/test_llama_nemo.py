@@ -18,6 +18,7 @@ import pytest
 
 from pytest_gbvalidate.baselines import PretrainSpec, load_baseline
 from pytest_gbvalidate.workloads.llama import nemo
+from pytest_gbvalidate.workloads.llama.train import MemoryPeak
 from tests.test_plugin import REPO
 
 
@@ -318,11 +319,29 @@ def test_nemo_log_lines_give_each_steps_time_loss_and_memory() -> None:
     assert nemo.parse_log("nemo", plain) == [nemo.LoggedStep(1, 61.2, 12.61)]
 
 
-def test_megatron_log_lines_give_each_steps_time_and_loss() -> None:
-    text = "\n".join([megatron_line(1, 12.5, 4160.2), "  iteration 2 skipped", megatron_line(2, 11.0, 4100.0)])
-    assert nemo.parse_log("megatron_bridge", text) == [
-        nemo.LoggedStep(1, 4.1602, 12.5),
-        nemo.LoggedStep(2, 4.1, 11.0),
+def megatron_memory_line(rank: int, max_allocated_gb: float) -> str:
+    """Megatron-Bridge 0.3's memory report (training/utils/train_utils.py report_memory: decimal GB)."""
+    return (
+        f"[Rank {rank}] (after 1 iterations) memory (GB) | mem-allocated-gigabytes: 17.2 | mem-max-allocated-gigabytes:"
+        f" {max_allocated_gb} | mem-max-reserved-gigabytes: {max_allocated_gb + 8} | mem-alloc-retires: 0 |"
+    )
+
+
+def test_megatron_log_lines_give_each_steps_time_loss_and_memory() -> None:
+    text = "\n".join(
+        [
+            megatron_line(1, 12.5, 4160.2),
+            megatron_memory_line(0, 52.345),
+            megatron_memory_line(2, 61.5),  # the last pipeline stage holds more
+            "  iteration 2 skipped",
+            megatron_line(2, 11.0, 4100.0),
+        ]
+    )
+    logged = nemo.parse_log("megatron_bridge", text)
+    assert logged == [nemo.LoggedStep(1, 4.1602, 12.5), nemo.LoggedStep(2, 4.1, 11.0)]
+    assert nemo.logged_memory("megatron_bridge", text, logged) == [
+        MemoryPeak("device max allocated (engine log after the first iteration, busiest rank)", 61.5e9 / 2**30),
+        MemoryPeak("device max reserved (engine log after the first iteration, busiest rank)", 69.5e9 / 2**30),
     ]
 
 
@@ -340,8 +359,8 @@ def test_a_nemo_log_becomes_the_runs_figures_without_its_warm_up_steps() -> None
     assert (result.min_loss_drop_pct, result.loss_decreased) == (0.0, True)  # random mock tokens: any fall
     assert result.scope == "nemo-bf16-mbs4-gbs128-tp1-pp2-cp1-dp2-ac-seq8192"
     assert [(m.what, round(m.gib, 2)) for m in result.memory] == [
-        ("device max allocated (engine log, the logging rank)", round((6.84e10 + 12e8) / 2**30, 2)),
-        ("device max reserved (engine log, the logging rank)", round((7.5e10 + 12e8) / 2**30, 2)),
+        ("device max allocated (engine log, rank 0)", round((6.84e10 + 12e8) / 2**30, 2)),
+        ("device max reserved (engine log, rank 0)", round((7.5e10 + 12e8) / 2**30, 2)),
     ]
     with pytest.raises(nemo.EngineFailed, match=r"expected a log line for each of steps 1..13, found steps 1, 2"):
         nemo.result_from_log(spec, "\n".join(nemo_line(i, 12.0, 60.0) for i in range(2)))

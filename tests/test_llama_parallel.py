@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from pytest_gbvalidate.ranks.gang import LocalGang
+from pytest_gbvalidate.ranks.gang import GangError, LocalGang
 from pytest_gbvalidate.workloads.llama import sweep
 from pytest_gbvalidate.workloads.llama.config import LLAMA3_TINY
 from pytest_gbvalidate.workloads.llama.model import Transformer, build
@@ -25,6 +25,7 @@ from pytest_gbvalidate.workloads.llama.train import (
     Trainer,
     TrainRequest,
     summarize,
+    torch_release,
 )
 from tests import llama_functions as f
 
@@ -55,7 +56,11 @@ def single_rank_losses() -> list[float]:
     return losses_of(Trainer(request(), torch.device("cpu"), None))
 
 
-@pytest.mark.parametrize("layout", [{"pp": 2}, {"tp": 2}, {"dp": 2}, {"cp": 2}], ids=lambda d: "-".join(d))
+@pytest.mark.parametrize(
+    "layout",
+    [pytest.param({"pp": 2}, marks=f.needs_pipelining_over_gloo), {"tp": 2}, {"dp": 2}, {"cp": 2}],
+    ids=lambda d: "-".join(d),
+)
 def test_a_parallel_layout_gives_the_single_rank_loss(
     gang: LocalGang, single_rank_losses: list[float], layout: dict[str, int]
 ) -> None:
@@ -65,6 +70,20 @@ def test_a_parallel_layout_gives_the_single_rank_loss(
     for rank_losses in losses:
         assert rank_losses == pytest.approx(single_rank_losses, rel=1e-5, abs=0)
     assert single_rank_losses[-1] < single_rank_losses[0]  # the steps did train
+
+
+@pytest.mark.skipif(torch_release() >= (2, 10), reason="torch 2.9 only: later releases pipeline over gloo")
+def test_pipelining_over_gloo_on_torch_2_9_fails_saying_why(gang: LocalGang) -> None:
+    with pytest.raises(
+        GangError, match=r"pipeline parallelism \(PP=2\) over gloo needs torch >= 2\.10; this is torch 2\.9"
+    ):
+        gang.run(f.step_losses, request(None, pp=2), timeout_s=120)
+
+
+def test_torch_releases_are_read_from_ngc_and_local_versions() -> None:
+    assert torch_release("2.9.0a0+50eac811a6.nv25.09") == (2, 9)
+    assert torch_release("2.15.0a0+5d3a6b2e71.nv25.11") == (2, 15)
+    assert torch_release("2.10.0+cu128") == (2, 10)
 
 
 def test_the_batches_fed_to_a_step_are_contiguous() -> None:
@@ -200,6 +219,7 @@ def test_a_loss_that_does_not_go_down_fails_the_loss_check(losses: list[float]) 
     assert "(needs more than 10%)" in message
 
 
+@f.needs_pipelining_over_gloo
 def test_a_reduced_sweep_on_cpu_trains_each_layout_and_plots_it(gang: LocalGang, tmp_path: Path) -> None:
     train = sweep.native_trainer(gang, LLAMA3_TINY, warmup_steps=1, timed_steps=10, learning_rate=3e-3, peak=0.5)
     grid = {"mbs": [2], "tp": [1], "pp": [1, 2, 4], "cp": [1]}

@@ -15,6 +15,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+from tests.llama_functions import needs_pipelining_over_gloo
 from tests.test_plugin import COLLECTIVE_TESTS, REPO, SUITES, junit_cases
 
 
@@ -155,6 +156,7 @@ def test_pairwise_all_reduce_names_the_slow_node_and_the_wrong_one(tmp_path: Pat
     assert f"scontrol update nodename={host} state=drain reason='{reason}'" in summary.stdout, summary.stdout
 
 
+@needs_pipelining_over_gloo
 def test_pretraining_across_nodes_reports_each_node_s_step_time(tmp_path: Path) -> None:
     """Two nodes of two ranks each: the cpu SKU's layout (PP=2, one node's two ranks) is weak-scaled to DP=2 and
     twice the global batch, so each node trains what it trains alone; the report has every node's step time and

@@ -15,6 +15,7 @@ import torch  # noqa: F401 -- in-process pytester runs drop modules they importe
 
 # Nor can torch.distributed.tensor (its operators register once per process), which the suite imports.
 import pytest_gbvalidate.workloads.llama.train  # noqa: F401
+from tests.llama_functions import needs_pipelining_over_gloo
 from tests.test_plugin import REPO, SUITES, XUNIT1, junit_cases
 
 PRETRAIN = str(SUITES / "test_pretrain.py")
@@ -27,6 +28,7 @@ METRICS = [
 SCOPE = "native-bf16-mbs2-gbs16-tp1-pp2-cp1-dp1-seq64"
 
 
+@needs_pipelining_over_gloo
 def test_the_cpu_pretrain_check_reports_step_time_throughput_mfu_and_loss(pytester: pytest.Pytester) -> None:
     pytester.runpytest(PRETRAIN, "--gb-sku=cpu", *XUNIT1, "--gb-report=r.json")
     report = json.loads((pytester.path / "r.json").read_text())

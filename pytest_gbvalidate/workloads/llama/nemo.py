@@ -14,10 +14,11 @@ what it holds; a missing engine, an unreachable model hub or a field the release
 rank starts. Then torchrun runs it on every GPU and the step times are read back from the log: NeMo's
 TimingCallback value in its progress line (`... | global_step: 7 | max_memory_reserved: 7.517e+10 |
 max_memory_allocated: 6.84e+10 | reduced_train_loss: 11.2 | train_step_timing in s: 12.39 | ...`; the memory
-figures only with NEMO_LOG_MEMORY_USAGE=1, which the launch sets), Megatron's training log line (`iteration 7/
-13 | ... | elapsed time per iteration (ms): 4160.2 | ... | lm loss: 1.120000E+01 |`). Both engines train on
-uniformly random mock tokens, whose loss cannot fall below ln(vocab): the loss check is weaker with them than with
-the built-in engine's learnable data.
+figures, rank 0's, only with NEMO_LOG_MEMORY_USAGE=1, which the launch sets), Megatron's training log line
+(`iteration 7/ 13 | ... | elapsed time per iteration (ms): 4160.2 | ... | lm loss: 1.120000E+01 |`) and its one
+memory line per rank after the first iteration. NeMo's mock tokens are uniformly random, whose loss cannot fall
+below ln(vocab) (Megatron-Bridge's mock sequences are learnable): the loss check is weaker with them than with the
+built-in engine's learnable data.
 
 This module does not import NeMo: the driver does, in the processes it starts.
 """
@@ -220,6 +221,11 @@ _NEMO_LOSS = re.compile(r"reduced_train_loss: " + _NUMBER)
 # NEMO_LOG_MEMORY_USAGE=1 (printed `{value:.4}`, or as an integer when whole).
 _NEMO_ALLOCATED = re.compile(r"max_memory_allocated: " + _NUMBER)
 _NEMO_RESERVED = re.compile(r"max_memory_reserved: " + _NUMBER)
+# Megatron-Bridge's one memory line per rank of DP rank 0, after its first iteration (`[Rank 3] (after 1 iterations)
+# memory (GB) | ... | mem-max-allocated-gigabytes: 52.345 | ... | mem-max-reserved-gigabytes: 60.123 | ...`), in
+# decimal GB (torch.cuda.memory_stats() / 1e9).
+_BRIDGE_ALLOCATED = re.compile(r"mem-max-allocated-gigabytes: " + _NUMBER)
+_BRIDGE_RESERVED = re.compile(r"mem-max-reserved-gigabytes: " + _NUMBER)
 _MEGATRON_STEP = re.compile(r"iteration\s+(\d+)/\s*\d+ \|")
 _MEGATRON_TIME = re.compile(r"elapsed time per iteration \(ms\): " + _NUMBER)
 _MEGATRON_LOSS = re.compile(r"lm loss: " + _NUMBER)
@@ -273,22 +279,32 @@ def result_from_log(spec: PretrainSpec, text: str) -> PretrainResult:
     losses = [s.loss for s in logged]
     if None in losses:
         raise EngineFailed(f"{engine}: a step's log line has no loss")
-    memory = []
-    for what, figures in (
-        ("device max allocated (engine log, the logging rank)", [s.allocated_bytes for s in logged]),
-        ("device max reserved (engine log, the logging rank)", [s.reserved_bytes for s in logged]),
-    ):
-        known = [x for x in figures if x is not None]
-        if known:
-            memory.append(MemoryPeak(what, max(known) / GIB))
     request = TrainRequest(spec.config, spec.layout, spec.warmup_steps, spec.timed_steps, spec.learning_rate)
     return pretrain_result(
         request,
         [s.step_time_s for s in logged[spec.warmup_steps :]],
         [x for x in losses if x is not None],
-        memory,
+        logged_memory(engine, text, logged),
         spec.peak_tflops_per_gpu,
     )
+
+
+def logged_memory(engine: str, text: str, logged: list[LoggedStep]) -> list[MemoryPeak]:
+    """The device memory peaks the engine's log gives: NeMo's rank 0 on every step line (the peak so far);
+    Megatron-Bridge's after its first iteration, on each rank that prints one (the busiest taken)."""
+    if engine == "nemo":
+        where = "engine log, rank 0"
+        peaks = {
+            "allocated": [s.allocated_bytes for s in logged if s.allocated_bytes is not None],
+            "reserved": [s.reserved_bytes for s in logged if s.reserved_bytes is not None],
+        }
+    else:
+        where = "engine log after the first iteration, busiest rank"
+        peaks = {
+            "allocated": [float(m.group(1)) * 1e9 for m in _BRIDGE_ALLOCATED.finditer(text)],
+            "reserved": [float(m.group(1)) * 1e9 for m in _BRIDGE_RESERVED.finditer(text)],
+        }
+    return [MemoryPeak(f"device max {kind} ({where})", max(b) / GIB) for kind, b in peaks.items() if b]
 
 
 # --- the driver scripts (run under the engine's Python; they import the engine) --------------------------------
