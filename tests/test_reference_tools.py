@@ -587,14 +587,21 @@ def stand_in(bin_dir: Path, name: str, output: str) -> None:
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
 
 
-def test_reference_tools_run_and_report_beside_ours(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def lab_gpu_node(pytester: pytest.Pytester) -> Path:
+    """The LABGPU baseline under baselines/, and an empty bin/ for the stand-ins (made before PATH is set to bin/
+    alone: a GPU host may have the real tools installed)."""
     (pytester.path / "baselines").mkdir()
     (pytester.path / "baselines" / "LABGPU.yaml").write_text(LAB_GPU)
     bin_dir = pytester.path / "bin"
     bin_dir.mkdir()
+    return bin_dir
+
+
+def test_reference_tools_run_and_report_beside_ours(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = lab_gpu_node(pytester)
     stand_in(bin_dir, "all_reduce_perf", NCCL_OUTPUT)
     stand_in(bin_dir, "nvbandwidth", NVB_OUTPUT)
-    monkeypatch.setenv("PATH", str(bin_dir))  # only the stand-ins: a GPU host may have the real tools installed
+    monkeypatch.setenv("PATH", str(bin_dir))
     args = ["--gb-sku=LABGPU", "--gb-baselines=baselines", "--junitxml=r.xml", "--gb-report=r.json", "-rs"]
     result = pytester.runpytest(str(SUITES / "test_reference_tools.py"), *args, "--gb-reference-tools")
 
@@ -673,10 +680,7 @@ def stand_in_writing_json(bin_dir: Path, name: str, output: str, json_text: str)
 def test_a_build_that_writes_json_is_read_from_its_json(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (pytester.path / "baselines").mkdir()
-    (pytester.path / "baselines" / "LABGPU.yaml").write_text(LAB_GPU)
-    bin_dir = pytester.path / "bin"
-    bin_dir.mkdir()
+    bin_dir = lab_gpu_node(pytester)
     stand_in_writing_json(bin_dir, "all_reduce_perf", NCCL_OUTPUT, NCCL_JSON)
     monkeypatch.setenv("PATH", str(bin_dir))
     args = ["--gb-sku=LABGPU", "--gb-baselines=baselines", "--gb-report=r.json", "--gb-reference-tools"]
@@ -707,10 +711,7 @@ def stand_in_nvbandwidth_json(bin_dir: Path, output: str, json_text: str) -> Non
 def test_an_nvbandwidth_that_writes_json_is_read_from_its_json(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (pytester.path / "baselines").mkdir()
-    (pytester.path / "baselines" / "LABGPU.yaml").write_text(LAB_GPU)
-    bin_dir = pytester.path / "bin"
-    bin_dir.mkdir()
+    bin_dir = lab_gpu_node(pytester)
     stand_in_nvbandwidth_json(bin_dir, NVB_OUTPUT, NVB_JSON)
     monkeypatch.setenv("PATH", str(bin_dir))
     args = ["--gb-sku=LABGPU", "--gb-baselines=baselines", "--gb-report=r.json", "--gb-reference-tools"]
