@@ -136,6 +136,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "if the GPUs are missing) on every GPU SKU",
     )
     gb = GbSession(config, _settings(config))
+    gb.check_outputs()
     config.stash[SESSION] = gb
     config.pluginmanager.register(gb, "gbvalidate-session")
     if gb.settings.explicit:

@@ -4,13 +4,13 @@ measured), JUnit properties, and the terminal table. No pytest here."""
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
 import math
-import os
-import secrets
-import stat
 from pathlib import Path
 from typing import Any
+
+from pytest_gbvalidate.outputs import OutputError, atomic_write_bytes, atomic_write_text
 
 REPORT_SCHEMA = "pytest-gbvalidate/report/1"
 # Per measurement, in this order, as JUnit testcase properties (repeated when a test checks several metrics).
@@ -23,47 +23,13 @@ def utc_now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write `text` to `path` so a reader sees the old file or the new one, never half of one. The file keeps
-    the mode of the one it replaces; a new file gets the usual 0666 less the umask, as open() would give it
-    (not mkstemp's 0600, which would hide a committed baseline or a report from a collector running as
-    another user)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        mode: int | None = stat.S_IMODE(path.stat().st_mode)
-    except FileNotFoundError:
-        mode = None
-    fd, tmp = _new_temp_file(path)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            if mode is not None:
-                os.fchmod(f.fileno(), mode)
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _new_temp_file(path: Path) -> tuple[int, str]:
-    """A new, empty file next to `path`, opened for writing with mode 0666: the kernel applies the umask, as it
-    does to any file a program creates (reading the umask would mean changing it, for every thread)."""
-    while True:
-        tmp = str(path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp")
-        try:
-            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666), tmp
-        except FileExistsError:
-            continue
-
-
 class RunReport:
     """Everything the JSON report holds. `status` is `running` until the session ends, so a file left by a
     killed run says it is partial."""
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
+        self.write_error: str | None = None  # the first write that failed
         self.data: dict[str, Any] = {
             "schema": REPORT_SCHEMA,
             "status": "running",
@@ -118,8 +84,14 @@ class RunReport:
         self.data.update(status=status, exit_status=exit_status, end_time=utc_now())
 
     def write(self) -> None:
-        if self.path is not None:
+        """Rewrite the file. A write that fails (a full disk, say) leaves the last good file and is remembered in
+        `write_error`, not raised: the run goes on, and the session says so and fails at its end."""
+        if self.path is None:
+            return
+        try:
             atomic_write_text(self.path, json.dumps(self.data, indent=1, default=str, allow_nan=False) + "\n")
+        except OutputError as exc:
+            self.write_error = self.write_error or str(exc)
 
 
 def json_safe(value: float) -> float | str:
@@ -330,7 +302,8 @@ def busbw_plot(records: list[dict[str, Any]], path: Path, title: str) -> Path:
         ax.legend(fontsize="small")
     fig.suptitle(title)
     fig.tight_layout(rect=(0, 0, 1, 0.98))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=100)
     plt.close(fig)
+    atomic_write_bytes(path, png.getvalue())
     return path

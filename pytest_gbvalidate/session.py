@@ -8,7 +8,9 @@ fixtures. An unrelated test run in the same environment never detects anything n
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import threading
 from collections.abc import Generator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -61,7 +63,30 @@ class GbSession:
         self._gang: Gang | None = None
         self._gang_reported = -1  # failed start-ups already in the report's gang section
         self.record_note: str | None = None  # what became of --gb-record
+        self.record_error: str | None = None  # why it could not be written
+        self._signal_handlers: dict[int, Any] = {}  # replaced while the session runs (SIGTERM, SIGHUP)
         self._comparison: tuple[EarlierReport, SameNode] | None = None  # --gb-compare, checked with the target
+
+    def check_outputs(self) -> None:
+        """Before anything runs: no output of the run is one of its inputs or another of its outputs (see
+        outputs.py). --gb-record may replace the baseline the run reads (re-recording a SKU); nothing else may."""
+        s, config = self.settings, self.config
+        if not s.explicit:
+            return
+        from pytest_gbvalidate.outputs import clashes
+
+        junit = _junit_path(config)
+        written = {s.report.source: s.report.value, "--junitxml on the command line": junit}
+        outputs = {k: v for k, v in written.items() if v is not None}
+        recorded = {"--gb-record on the command line": s.record} if s.record is not None else {}
+        cwd = Path(config.invocation_params.dir)
+        read = {f"the test path {arg}": cwd / arg.split("::")[0] for arg in config.args}
+        read |= {f"the ini file {config.inipath}": config.inipath} if config.inipath is not None else {}
+        read |= {s.compare.source: s.compare.value} if s.compare.value is not None else {}
+        baselines = {f"the baseline {p}": p for p in sorted(s.baselines.value.glob("*.yaml"))}
+        found = clashes({**outputs, **recorded}, read) + clashes(outputs, baselines)
+        if found:
+            raise pytest.UsageError("\n".join(dict.fromkeys(found)))
 
     @property
     def report(self) -> rp.RunReport:
@@ -86,6 +111,7 @@ class GbSession:
             target = resolve_target(self.config, self.settings)
             self._comparison = self._earlier_report(target)
             self._target = target
+            self._signal_handlers = _stop_on_termination_signals()
             self.nccl_env = self._nccl_environment(self._target)
             if self.is_controller:
                 self._describe_run(self._target)
@@ -369,9 +395,22 @@ class GbSession:
         _add_junit_suite_properties(self.config, {name: v["value"] for name, v in self.nccl_env.items()})
         if self.settings.record is not None:
             self._record(session, exitstatus, self.settings.record)
+        exitstatus = self._fail_on_lost_outputs(session, exitstatus)
         interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
         self.report.finish(int(exitstatus), "interrupted" if interrupted else "finished")
         self.report.write()
+        self._fail_on_lost_outputs(session, exitstatus)
+
+    def _fail_on_lost_outputs(self, session: pytest.Session, exitstatus: int) -> int:
+        """A run whose report or recorded baseline could not be written does not pass: a gate's evidence is
+        missing. The exit status it ends with."""
+        if exitstatus == pytest.ExitCode.OK and (self.report.write_error or self.record_error):
+            session.exitstatus = exitstatus = pytest.ExitCode.TESTS_FAILED
+        return exitstatus
+
+    def pytest_unconfigure(self) -> None:
+        for number, handler in self._signal_handlers.items():
+            signal.signal(number, handler)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.is_controller or not self.engaged:
@@ -379,7 +418,9 @@ class GbSession:
         from pytest_gbvalidate import report as rp
 
         notes = [self.plot_note, self.record_note]
-        if self.settings.report.value is not None:
+        if self.report.write_error is not None:
+            notes.insert(1, f"JSON report NOT written: {self.report.write_error}; the run fails")
+        elif self.settings.report.value is not None:
             notes.insert(1, f"JSON report: {self.settings.report.value}")
         for title, lines in rp.terminal_summary(self.target.sku, self.report, [n for n in notes if n]):
             terminalreporter.section(title)
@@ -399,6 +440,10 @@ class GbSession:
         path = base.with_name(f"{base.stem}.busbw.png")
         try:
             rp.busbw_plot(self.report.measurements, path, f"{self.target.sku}: bus bandwidth per message size")
+        except OSError as exc:  # OutputError: the plot is a picture of the report, not evidence: noted
+            self.plot_note = f"busbw plot: not written: {exc}"
+            self.report.data["plot_note"] = self.plot_note
+            return
         except ImportError:
             self.plot_note = "busbw plot: skipped, matplotlib is not installed (pip install 'pytest-gbvalidate[plots]')"
             self.report.data["plot_note"] = self.plot_note
@@ -414,10 +459,16 @@ class GbSession:
         )
         if complete:
             from pytest_gbvalidate.baselines.recording import write_recorded_baseline
+            from pytest_gbvalidate.outputs import OutputError
 
             t = self.target
-            write_recorded_baseline(path, t.baseline, self.report.measurements, self.node_facts, t.node_gpu_count)
-            self.record_note = f"recorded baseline: {path}"
+            try:
+                write_recorded_baseline(path, t.baseline, self.report.measurements, self.node_facts, t.node_gpu_count)
+                self.record_note = f"recorded baseline: {path}"
+            except OutputError as exc:
+                complete = False
+                self.record_error = str(exc)
+                self.record_note = f"baseline NOT recorded: {exc}; the run fails"
         else:
             why = pytest.ExitCode(exitstatus).name.lower() if exitstatus != pytest.ExitCode.TESTS_FAILED else "stopped"
             kept = "left as it was" if path.exists() else "not written"
@@ -435,6 +486,25 @@ class GbSession:
     def add_report_record(self, item: pytest.Item, section: str, record: dict[str, Any]) -> None:
         """A record of one test for a list section of the JSON report (`telemetry`)."""
         payload(item)["records"].append((section, record))
+
+
+def _stop_on_termination_signals() -> dict[int, Any]:
+    """SIGTERM (Slurm's scancel and time limit, Kubernetes deleting a pod) and SIGHUP (a closed terminal) end the
+    run as Ctrl-C does: pytest's interrupted path tears the ranks down, writes the report `"interrupted"`, records
+    nothing and exits 2. Python's default for them ends the process at once, leaving the report "running". Only
+    once gbvalidate is engaged, and only where a handler can be set (the main thread). The handlers replaced,
+    to put back when the session ends."""
+    replaced: dict[int, Any] = {}
+    if threading.current_thread() is not threading.main_thread():
+        return replaced
+    for number in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(number) in (signal.SIG_DFL, None):  # leave a handler someone else set alone
+            replaced[number] = signal.signal(number, _interrupt)
+    return replaced
+
+
+def _interrupt(number: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"stopped by {signal.Signals(number).name}")
 
 
 def _gpu_identities(target: Target) -> tuple[GpuIdentity, ...] | str | None:

@@ -177,6 +177,11 @@ def _parse_output_path(raw: str, base: Path) -> Path | None:
         raise SettingError(f"is under a file, not a directory: {parent}")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise SettingError(f"cannot create files in {parent} (no write permission)")
+    from pytest_gbvalidate.outputs import unwritable  # only where an output is named: an unrelated run names none
+
+    refused = unwritable(path)
+    if refused is not None:
+        raise SettingError(f"{path} {refused}")
     return path
 
 

@@ -1,4 +1,4 @@
-"""Unit tests of the report module's file writing (pure module, no pytest run)."""
+"""Unit tests of how outputs are written (pure module, no pytest run)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gbvalidate.report import atomic_write_text
+from pytest_gbvalidate.outputs import atomic_write_text
 
 
 @pytest.fixture

@@ -118,7 +118,8 @@ def write_recorded_baseline(
 ) -> None:
     """Write the baseline recorded from `measurements` to `path` (its file name is the SKU), atomically, with a
     provenance naming the node and its software stack."""
-    from pytest_gbvalidate.report import atomic_write_text, utc_now
+    from pytest_gbvalidate.outputs import atomic_write_text
+    from pytest_gbvalidate.report import utc_now
 
     stack = ", ".join(f"{k} {v}" for k, v in node_facts.items() if k != "hostname")
     provenance = f"measured on {node_facts.get('hostname', '?')} ({utc_now()[:10]}; {stack}) by --gb-record"

@@ -9,8 +9,10 @@ from pathlib import Path
 
 from pytest_gbvalidate.fleet import junit, render, stats
 from pytest_gbvalidate.fleet.summary import Summary, summarize
+from pytest_gbvalidate.outputs import atomic_write_text, clashes, unwritable
 
 PROG = "python -m pytest_gbvalidate.fleet"
+OUT_FILES = ("summary.md", "nodes.csv", "metrics.csv", "fleet.xml")  # in --out; plots/ beside them
 
 SUMMARY_HELP = f"""\
 One verdict per node and the fleet view, from the JSON reports of `pytest --gb-report` run on each node.
@@ -111,11 +113,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     out: Path = args.out
     if out.exists() and not out.is_dir():
         parser.error(f"--out {out}: not a directory")
+    # Every file it will write is checked before anything is read: none replaces what is not a regular file, or
+    # one of the reports it reads.
+    outputs = {f"--out's {name}": out / name for name in OUT_FILES}
+    refused = [f"{path}: {why}" for path in outputs.values() if (why := unwritable(path)) is not None]
+    refused += clashes(outputs, {f"the report {path}": path for path in args.reports})
+    if refused:
+        parser.error("; ".join(refused))
     summary = summarize(args.reports, args.sku, args.mad_k, args.below_median_pct, args.noise_floor_pct)
     try:
         lines = write(summary, out, plots=args.plots)
-    except OSError as exc:
-        parser.error(f"--out {out}: {exc}")
+    except OSError as exc:  # OutputError names the file
+        parser.error(str(exc))
     print("\n".join(lines))
     return summary.exit_code
 
@@ -129,12 +138,13 @@ def write(summary: Summary, out: Path, plots: bool = False) -> list[str]:
         from pytest_gbvalidate.fleet.plots import plot_fleet  # imports matplotlib only when it draws
 
         plot_paths, plot_note = plot_fleet(summary, out / "plots")
-    files = {
-        out / "summary.md": render.markdown(summary, plot_paths, plot_note, out),
-        out / "nodes.csv": render.nodes_csv(summary),
-        out / "metrics.csv": render.metrics_csv(summary),
-        out / "fleet.xml": junit.fleet_junit(summary),
-    }
+    texts = (
+        render.markdown(summary, plot_paths, plot_note, out),
+        render.nodes_csv(summary),
+        render.metrics_csv(summary),
+        junit.fleet_junit(summary),
+    )
+    files = {out / name: text for name, text in zip(OUT_FILES, texts, strict=True)}
     for path, text in files.items():
-        path.write_text(text, encoding="utf-8")  # no fsync: outputs made again in a second, not a run's results
+        atomic_write_text(path, text)
     return render.terminal(summary, [*files, *plot_paths], plot_note)

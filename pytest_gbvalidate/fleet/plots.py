@@ -13,6 +13,7 @@ matplotlib is optional (`pip install 'pytest-gbvalidate[plots]'`): without it th
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from pytest_gbvalidate.fleet.stats import LOWER
 from pytest_gbvalidate.fleet.summary import MetricStats, Summary
+from pytest_gbvalidate.outputs import atomic_write_bytes
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -55,7 +57,9 @@ def plot_fleet(summary: Summary, directory: Path) -> tuple[list[Path], str | Non
         with matplotlib.rc_context({"font.family": ["DejaVu Sans"], "text.hinting": "none"}):
             figure = _page(summary, hosts, page)
             FigureCanvasAgg(figure)
-            figure.savefig(path, dpi=DPI)
+            png = io.BytesIO()
+            figure.savefig(png, format="png", dpi=DPI)
+        atomic_write_bytes(path, png.getvalue())
         paths.append(path)
     return paths, note
 

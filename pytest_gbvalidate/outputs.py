@@ -1,0 +1,135 @@
+"""The files a run writes (the JSON report, a recorded baseline, plots, the fleet summary's files) and the rules
+they keep. Pure Python: no pytest.
+
+- An output replaces only a regular file, or creates one. A device, FIFO, socket or directory at its path is
+  refused, and so is a symbolic link (named, with its target: name the file itself), consistently: writing
+  through a link would put the file somewhere the operator did not name, replacing it would lose the link.
+- An output is none of the run's inputs and none of its other outputs (`clashes`): the earlier report
+  `--gb-compare` reads, a baseline, the ini file, a test module, `--junitxml`.
+- It is written to a temporary file beside it, flushed, renamed over the old one, and the directory is synced,
+  so a reader (or a crash) sees the old file or the new one, never half of one. A write that fails is one
+  OutputError naming the path and the operating system's words; the old file is left as it was and no temporary
+  file stays behind.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import stat
+from collections.abc import Mapping
+from pathlib import Path
+
+# The kinds of file os.lstat can report, for messages.
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+class OutputError(OSError):
+    """An output that cannot be written: the message names the path and what went wrong."""
+
+
+def unwritable(path: Path) -> str | None:
+    """Why `path` cannot be an output, or None where it may be: absent, or a regular file that is no symlink."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot look at it: {exc.strerror}"
+    if stat.S_ISLNK(mode):
+        return f"is a symbolic link (to {os.readlink(path)}): name the file itself"
+    for is_kind, kind in _KINDS:
+        if is_kind(mode):
+            return f"is {kind}, not a regular file: it is not replaced"
+    if not stat.S_ISREG(mode):
+        return "is not a regular file: it is not replaced"
+    if path.suffix == ".py":
+        return "is a Python file (the suites' and tests' modules are inputs of a run)"
+    return None
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one file: the same inode where both exist, the same resolved path otherwise."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def clashes(outputs: Mapping[str, Path], inputs: Mapping[str, Path]) -> list[str]:
+    """One line for each output that is one of `inputs` or another output; each mapping is where the path came
+    from (`--gb-report on the command line`) -> the path."""
+    found = []
+    named = list(outputs.items())
+    for i, (source, path) in enumerate(named):
+        for other_source, other in [*named[i + 1 :], *inputs.items()]:
+            if same_file(path, other):
+                found.append(f"{source}: {path} is also {other_source}: an output must be a file of its own")
+    return found
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write `text` to `path` (see the module's rules). The file keeps the mode of the one it replaces; a new file
+    gets the usual 0666 less the umask, as open() would give it (not mkstemp's 0600, which would hide a committed
+    baseline or a report from a collector running as another user)."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    problem = unwritable(path)
+    if problem is not None:
+        raise OutputError(f"{path}: {problem}")
+    tmp: str | None = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            mode: int | None = stat.S_IMODE(path.stat().st_mode)
+        except FileNotFoundError:
+            mode = None
+        fd, tmp = _new_temp_file(path.parent)
+        with os.fdopen(fd, "wb") as f:
+            if mode is not None:
+                os.fchmod(f.fileno(), mode)
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        tmp = None
+        _sync_directory(path.parent)
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+
+
+def _new_temp_file(directory: Path) -> tuple[int, str]:
+    """A new, empty file in `directory`, opened for writing with mode 0666 (the kernel applies the umask). Its
+    name is short whatever the output's is, so a name at the file system's limit still gets its twin."""
+    while True:
+        tmp = str(directory / f".gbvalidate-{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666), tmp
+        except FileExistsError:
+            continue
+
+
+def _sync_directory(directory: Path) -> None:
+    """Make the rename durable: a crash after it must not bring the old file back. A file system that cannot sync
+    a directory (some network ones refuse) has made the rename all the same: that is no failed write."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
