@@ -83,11 +83,11 @@ def test_pairwise_all_reduce_busbw(gb_target: Target, gb_gang: Gang, gb_expect: 
     params = gb_target.params(metric)
     size_bytes = int(params.get("size_bytes", PAIRWISE_BYTES["gpu" if gb_target.is_gpu else "cpu"]))
     warmup, iterations = int(params.get("warmup", WARMUP)), int(params.get("iterations", PAIRWISE_ITERATIONS))
-    run = pairwise.summarize(gb_gang.run(pairwise.pairwise_on_rank, size_bytes, warmup, iterations))
+    slow_pct = float(params.get("slow_pct", pairwise.SLOW_PCT))
+    run = pairwise.summarize(gb_gang.run(pairwise.pairwise_on_rank, size_bytes, warmup, iterations, slow_pct))
     if not run.rows:
         pytest.skip(f"pairs of nodes need two nodes; this world of {gb_gang.world_size} rank(s) is on one")
-    slow_pct = float(params.get("slow_pct", pairwise.SLOW_PCT))
-    blame = pairwise.blame(run.rows, run.node_of_rank, slow_pct)
+    blame = pairwise.blame(run.rows, run.node_of_rank, slow_pct, run.rechecks)
     problems = []
     for node, why in blame.nodes.items():
         problems.append(f"node{node} ({run.hosts[node]}): {why}")

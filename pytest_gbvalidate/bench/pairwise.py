@@ -1,7 +1,10 @@
 """Pairwise all_reduce between the nodes of a torchrun / srun world: which node is slow (or wrong) in every pair it
 joins. The nodes are paired even/odd (0-1, 2-3, ...), then shifted by one (1-2, 3-4, ..., last-0), as Meta's gcm and
 Google's cluster-health-scanner pair them; the pairs of a round run at the same time, rounds one after the other.
-A node slow in one pair only may have a slow partner; slow in every pair, it is the node.
+A node slow in one pair only may have a slow partner; slow in every pair, it is a suspect -- but a healthy node
+paired once with the slow node and once in a noisy moment is slow in every pair too. So, as cluster-health-scanner's
+second pass does, each suspect is measured again, paired with a node that passed: it is named only if that pair is
+slow as well, evidence no slow partner can fake.
 
 Bus bandwidth as nccl-tests computes it for all_reduce over the pair's ranks (bench/collectives.py)."""
 
@@ -22,6 +25,9 @@ from pytest_gbvalidate.ranks.gang import RankContext
 # A node is slow when each of its pairs is this much below the median of the pairs it is not in (overridable: the
 # metric's params).
 SLOW_PCT = 10.0
+# How often the second pass measures each suspect beside a node that passed (a different one each time where there
+# are enough): a healthy node named needs that many noisy measurements in a row besides its first-pass evidence.
+RECHECKS = 2
 # Pairs a verdict on one node needs: its own (one pair cannot tell which side is at fault), and as the reference
 # for slowness the pairs without it (one such pair may just be two nodes on the same leaf switch).
 MIN_PAIRS = 2
@@ -46,15 +52,19 @@ def node_pairs(nodes: int) -> list[list[tuple[int, int]]]:
 @dataclass(frozen=True)
 class PairResult:
     nodes: tuple[int, int]
+    round: int  # of its pass: a pair measured twice in a pass is two rows
     rank: int
     busbw_gbps: float
     time_s: float
     wrong: int  # elements of this rank's result that differ from the expected sum
 
 
-def pairwise_on_rank(ctx: RankContext, size_bytes: int, warmup: int, iterations: int) -> dict[str, Any]:
+def pairwise_on_rank(
+    ctx: RankContext, size_bytes: int, warmup: int, iterations: int, slow_pct: float = SLOW_PCT
+) -> dict[str, Any]:
     """Every rank joins every round's group creation (torch requires it), measures its own node's pair, and waits
-    for the round to end before the next one starts."""
+    for the round to end before the next one starts. Then every rank learns every pair's figure, and the
+    suspects are measured again beside nodes that passed (`recheck_pairs`): the same decision on every rank."""
     node_of_rank: list[Any] = [None] * ctx.world_size
     dist.all_gather_object(node_of_rank, (ctx.node_rank, socket.gethostname()))
     hosts = {node: host for node, host in node_of_rank}
@@ -62,21 +72,33 @@ def pairwise_on_rank(ctx: RankContext, size_bytes: int, warmup: int, iterations:
     for rank, (node, _) in enumerate(node_of_rank):
         ranks_of.setdefault(node, []).append(rank)
     nodes = sorted(ranks_of)
-    results = []
-    for pairs in node_pairs(len(nodes)):
-        for a, b in pairs:
-            members = sorted(ranks_of[nodes[a]] + ranks_of[nodes[b]])
-            group = dist.new_group(members)
-            if ctx.rank in members:
-                results.append(_measure(ctx, group, (nodes[a], nodes[b]), members, size_bytes, warmup, iterations))
-        dist.barrier()
-    return {"node_of_rank": [node for node, _ in node_of_rank], "hosts": hosts, "results": results}
+    node_ranks = [node for node, _ in node_of_rank]
+
+    def measure_rounds(rounds: list[list[tuple[int, int]]]) -> list[PairResult]:
+        mine = []
+        for index, pairs in enumerate(rounds):
+            for a, b in pairs:
+                members = sorted(ranks_of[a] + ranks_of[b])
+                group = dist.new_group(members)
+                if ctx.rank in members:
+                    mine.append(_measure(ctx, group, (a, b), index, members, size_bytes, warmup, iterations))
+            dist.barrier()
+        return mine
+
+    first = [[(nodes[a], nodes[b]) for a, b in pairs] for pairs in node_pairs(len(nodes))]
+    results = measure_rounds(first)
+    everyone: list[Any] = [None] * ctx.world_size
+    dist.all_gather_object(everyone, results)
+    rows = pair_rows([r for answer in everyone for r in answer])
+    rechecks = measure_rounds(recheck_pairs(rows, node_ranks, slow_pct))
+    return {"node_of_rank": node_ranks, "hosts": hosts, "results": results, "rechecks": rechecks}
 
 
 def _measure(
     ctx: RankContext,
     group: Any,
     nodes: tuple[int, int],
+    round_: int,
     members: list[int],
     size_bytes: int,
     warmup: int,
@@ -91,7 +113,7 @@ def _measure(
     samples = time_op_s(ctx.device, lambda: dist.all_reduce(data, group=group), warmup=warmup, iterations=iterations)
     time_s = median(samples)
     busbw = algbw_gbps(count * 4, time_s) * busbw_factor("all_reduce", len(members))
-    return PairResult(nodes, ctx.rank, busbw, time_s, wrong)
+    return PairResult(nodes, round_, ctx.rank, busbw, time_s, wrong)
 
 
 @dataclass(frozen=True)
@@ -106,19 +128,25 @@ class PairwiseRun:
     hosts: dict[int, str]  # node -> hostname
     node_of_rank: list[int]
     rows: list[PairRow]
+    rechecks: list[PairRow]  # the second pass: each suspect beside a node that passed
+
+
+def pair_rows(results: list[PairResult]) -> list[PairRow]:
+    """One row per pair and round, from its ranks' results: the pair's slowest rank, every rank's wrong elements."""
+    by_pair: dict[tuple[int, tuple[int, int]], list[PairResult]] = {}
+    for r in results:
+        by_pair.setdefault((r.round, r.nodes), []).append(r)
+    return [
+        PairRow(pair, min(r.busbw_gbps for r in rs), {r.rank: r.wrong for r in rs if r.wrong})
+        for (_, pair), rs in sorted(by_pair.items())
+    ]
 
 
 def summarize(per_rank: list[dict[str, Any]]) -> PairwiseRun:
-    """One row per pair, from every rank's results."""
-    by_pair: dict[tuple[int, int], list[PairResult]] = {}
-    for answer in per_rank:
-        for r in answer["results"]:
-            by_pair.setdefault(r.nodes, []).append(r)
-    rows = [
-        PairRow(pair, min(r.busbw_gbps for r in rs), {r.rank: r.wrong for r in rs if r.wrong})
-        for pair, rs in sorted(by_pair.items())
-    ]
-    return PairwiseRun(per_rank[0]["hosts"], per_rank[0]["node_of_rank"], rows)
+    """The pairs' rows, first pass and second, from every rank's results."""
+    first = pair_rows([r for answer in per_rank for r in answer["results"]])
+    second = pair_rows([r for answer in per_rank for r in answer["rechecks"]])
+    return PairwiseRun(per_rank[0]["hosts"], per_rank[0]["node_of_rank"], first, second)
 
 
 @dataclass(frozen=True)
@@ -127,19 +155,27 @@ class Blame:
     pairs: dict[tuple[int, int], str]  # a pair whose wrong data no node's blame explains -> why
 
 
-def blame(rows: list[PairRow], node_of_rank: list[int], slow_pct: float) -> Blame:
-    """Which node is at fault: one every pair of which returned wrong data (on its own ranks or its partner's: a
-    node that corrupts what it sends shows on the other side), or every pair of which was more than `slow_pct`
-    below the median of the pairs it was not in (a reference the slow node cannot pull down). A node needs
-    MIN_PAIRS pairs of its own, and the slowness verdict MIN_PAIRS pairs without it: with two nodes nobody is
-    named, with three nobody is named slow. Wrong data never passes: where no node explains it, the pair is
-    named."""
+@dataclass(frozen=True)
+class Suspect:
+    pairs: list[PairRow]  # its pairs of the first pass, every one slow
+    reference_gbps: float  # the median of the pairs it was not in
+    floor_gbps: float  # below this a pair of it is slow
+
+
+def first_pass(
+    rows: list[PairRow], node_of_rank: list[int], slow_pct: float
+) -> tuple[dict[int, str], dict[int, Suspect]]:
+    """The nodes every pair of which returned wrong data (on its own ranks or its partner's: a node that corrupts
+    what it sends shows on the other side), node -> why; and the suspects of slowness: every pair of which was more
+    than `slow_pct` below the median of the pairs it was not in (a reference the slow node cannot pull down). A
+    node needs MIN_PAIRS pairs of its own, and the slowness verdict MIN_PAIRS pairs without it: with two nodes
+    nobody is named, with three nobody is named slow."""
     joined: dict[int, list[PairRow]] = {}
     for row in rows:
         for node in row.nodes:
             joined.setdefault(node, []).append(row)
     wrong: dict[int, str] = {}
-    slow: dict[int, str] = {}
+    suspects: dict[int, Suspect] = {}
     for node, pairs in sorted(joined.items()):
         if len(pairs) < MIN_PAIRS:
             continue
@@ -154,11 +190,53 @@ def blame(rows: list[PairRow], node_of_rank: list[int], slow_pct: float) -> Blam
         reference_gbps = statistics.median(others)
         floor_gbps = reference_gbps * (1 - slow_pct / 100)
         if all(p.busbw_gbps < floor_gbps for p in pairs):
-            shown = ", ".join(f"{p.busbw_gbps:.4g}" for p in pairs)
-            slow[node] = (
-                f"slow in all {len(pairs)} of its pairs ({shown} GB/s; the pairs without it: median "
-                f"{reference_gbps:.4g} GB/s, slow below {floor_gbps:.4g})"
-            )
+            suspects[node] = Suspect(pairs, reference_gbps, floor_gbps)
+    return wrong, suspects
+
+
+def recheck_pairs(rows: list[PairRow], node_of_rank: list[int], slow_pct: float) -> list[list[tuple[int, int]]]:
+    """The second pass: each suspect paired RECHECKS times with a node that passed (neither a suspect nor wrong),
+    the partners taken in turn, in rounds of disjoint pairs. None where nothing is suspect or nothing passed."""
+    wrong, suspects = first_pass(rows, node_of_rank, slow_pct)
+    nodes = sorted({node for row in rows for node in row.nodes})
+    passed = [n for n in nodes if n not in suspects and n not in wrong]
+    if not passed:
+        return []
+    rounds: list[list[tuple[int, int]]] = []
+    turn = 0
+    for _ in range(RECHECKS):
+        for suspect in sorted(suspects):
+            pair = (suspect, passed[turn % len(passed)])
+            turn += 1
+            free = [r for r in rounds if not {n for p in r for n in p} & set(pair)]  # no node twice in a round
+            if free:
+                free[0].append(pair)
+            else:
+                rounds.append([pair])
+    return rounds
+
+
+def blame(
+    rows: list[PairRow], node_of_rank: list[int], slow_pct: float, rechecks: list[PairRow] | None = None
+) -> Blame:
+    """Which node is at fault: one every pair of which returned wrong data (`first_pass`), or one every pair of
+    which was slow and that was slow again beside a node that passed (`rechecks`, the second pass; a suspect the
+    second pass could not pair, every other node being suspect too, is named on the first pass's evidence alone,
+    saying so). Wrong data never passes: where no node explains it, the pair is named."""
+    wrong, suspects = first_pass(rows, node_of_rank, slow_pct)
+    slow: dict[int, str] = {}
+    for node, suspect in suspects.items():
+        shown = ", ".join(f"{p.busbw_gbps:.4g}" for p in suspect.pairs)
+        why = (
+            f"slow in all {len(suspect.pairs)} of its pairs ({shown} GB/s; the pairs without it: median "
+            f"{suspect.reference_gbps:.4g} GB/s, slow below {suspect.floor_gbps:.4g})"
+        )
+        again = [r for r in rechecks or [] if node in r.nodes]
+        if not again:
+            slow[node] = f"{why}; not measured again: no node that passed to pair it with"
+        elif all(r.busbw_gbps < suspect.floor_gbps for r in again):
+            partners = ", ".join(f"node{r.nodes[1]}: {r.busbw_gbps:.4g} GB/s" for r in again)
+            slow[node] = f"{why}, and again beside a node that passed ({partners})"
     pairs_wrong = {}
     for row in rows:
         if row.wrong_by_rank and not set(row.nodes) & set(wrong):
