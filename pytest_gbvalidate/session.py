@@ -463,8 +463,12 @@ class GbSession:
 
             t = self.target
             try:
-                write_recorded_baseline(path, t.baseline, self.report.measurements, self.node_facts, t.node_gpu_count)
+                skipped = write_recorded_baseline(
+                    path, t.baseline, self.report.measurements, self.node_facts, t.node_gpu_count
+                )
                 self.record_note = f"recorded baseline: {path}"
+                if skipped:  # failed or broken measurements: no expected value of 0 or "nan"
+                    self.record_note += f"; left out, not measured validly: {'; '.join(skipped)}"
             except OutputError as exc:
                 complete = False
                 self.record_error = str(exc)

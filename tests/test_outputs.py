@@ -203,3 +203,38 @@ def test_the_fleet_summary_writes_only_its_own_files(tmp_path: Path, capsys: pyt
     assert f"{out / 'nodes.csv'}: is a FIFO, not a regular file: it is not replaced" in error
     assert f"--out's summary.md: {report} is also the report {report}: an output must be a file of its own" in error
     assert report.read_text() == "{}" and (out / "nodes.csv").is_fifo()
+
+
+# --- the recorder writes only what the loader accepts ------------------------------------------------------------
+
+
+def test_a_recording_leaves_out_what_was_not_measured_validly(lab: pytest.Pytester) -> None:
+    lab.makepyfile(
+        test_checks="""
+        def test_copy(gb_expect):
+            gb_expect("host_copy_bandwidth_gbps", 0.0)  # a broken measurement: never an expected value
+        def test_other(gb_expect):
+            gb_expect("host_copy_bandwidth_gbps", 101.0, scope="node")
+        """
+    )
+    result = lab.runpytest_inprocess(*ARGS, "--gb-record=baselines/NEW.yaml")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED  # 0 is below the limit: that test fails, the run completes
+    result.stdout.fnmatch_lines(
+        ["*recorded baseline: *NEW.yaml; left out, not measured validly: host_copy_bandwidth_gbps [[]node[]]: 0.0*"]
+    )
+    from pytest_gbvalidate.baselines import load_baseline
+
+    recorded = load_baseline(lab.path / "baselines" / "NEW.yaml")  # the loader accepts what was written
+    assert recorded.metrics["host_copy_bandwidth_gbps"].default.expected == 101.0
+
+
+def test_a_recording_the_loader_would_refuse_is_not_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_gbvalidate.baselines import recording
+
+    path = tmp_path / "LAB.yaml"
+    path.write_text(LAB)
+    monkeypatch.setattr(recording, "dump_baseline", lambda _doc: "schema_version: 1\nsku: LAB\nmetrics: 3\n")
+    with pytest.raises(outputs.OutputError, match=r"LAB.yaml: not written, the loader would refuse it: .*metrics"):
+        recording.write_recorded_baseline(path, None, [], {"hostname": "n1"}, None)
+    assert path.read_text() == LAB
+    assert [p.name for p in tmp_path.iterdir()] == ["LAB.yaml"]

@@ -82,6 +82,11 @@ def load_baseline(path: Path) -> Baseline:
         data = path.read_bytes()
     except OSError as exc:
         raise BaselineError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    return parse_baseline(path, data)
+
+
+def parse_baseline(path: Path, data: bytes) -> Baseline:
+    """Validate the bytes of a baseline file that is (or will be) at `path`, as load_baseline does."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -3,6 +3,7 @@ limits kept from the previous baseline where there was one."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ def recorded_baseline(
     recorded for the first time gets the node's GPU count as its `detect.gpu_count`."""
     by_metric: dict[str, list[dict[str, Any]]] = {}
     for m in measurements:
-        if _is_number(m.get("value")) and m.get("verdict") != INFO:
+        if m.get("verdict") != INFO and _recordable(m.get("value")):
             by_metric.setdefault(m["metric"], []).append(m)
     metrics: dict[str, Any] = {}
     for name, records in by_metric.items():
@@ -92,6 +93,21 @@ def recorded_baseline(
     return doc
 
 
+def _recordable(value: Any) -> bool:
+    """A measured value that can be an expected one: a finite, positive number (a failed measurement comes as
+    None or text, a broken one as 0; the loader refuses either as an expected value)."""
+    return _is_number(value) and math.isfinite(value) and value > 0
+
+
+def left_out(measurements: list[dict[str, Any]]) -> list[str]:
+    """The measurements a recording leaves out, each as `metric [scope]: value`."""
+    return [
+        f"{m.get('metric')} [{m.get('scope')}]: {m.get('value')!r}"
+        for m in measurements
+        if m.get("verdict") != INFO and not _recordable(m.get("value"))
+    ]
+
+
 def _limits(old: Reference | None, expected: float, direction: str, unit: str) -> dict[str, Any]:
     """The old limits where they still order fail < warn < expected around the new value (as loading checks
     it: <= in a whole-number unit), else the defaults."""
@@ -115,16 +131,24 @@ def write_recorded_baseline(
     measurements: list[dict[str, Any]],
     node_facts: dict[str, str],
     node_gpu_count: int | None,
-) -> None:
+) -> list[str]:
     """Write the baseline recorded from `measurements` to `path` (its file name is the SKU), atomically, with a
-    provenance naming the node and its software stack."""
-    from pytest_gbvalidate.outputs import atomic_write_text
+    provenance naming the node and its software stack. The file is checked by the loader first: one it would
+    refuse is not written (OutputError), and the old file stays. What was left out (left_out) is returned."""
+    from pytest_gbvalidate.baselines.loading import parse_baseline
+    from pytest_gbvalidate.baselines.model import BaselineError
+    from pytest_gbvalidate.outputs import OutputError, atomic_write_text
     from pytest_gbvalidate.report import utc_now
 
     stack = ", ".join(f"{k} {v}" for k, v in node_facts.items() if k != "hostname")
     provenance = f"measured on {node_facts.get('hostname', '?')} ({utc_now()[:10]}; {stack}) by --gb-record"
-    doc = recorded_baseline(path.stem, previous, measurements, provenance, node_gpu_count)
-    atomic_write_text(path, dump_baseline(doc))
+    text = dump_baseline(recorded_baseline(path.stem, previous, measurements, provenance, node_gpu_count))
+    try:
+        parse_baseline(path, text.encode("utf-8"))
+    except BaselineError as exc:
+        raise OutputError(f"{path}: not written, the loader would refuse it: {exc}") from None
+    atomic_write_text(path, text)
+    return left_out(measurements)
 
 
 def dump_baseline(doc: dict[str, Any]) -> str:
