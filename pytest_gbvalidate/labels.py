@@ -44,3 +44,10 @@ def gpu_label(index: int, node: str | None = None) -> str:
 def gpu_pair_label(src: int, dst: int, node: str | None = None) -> str:
     """An ordered pair, in the direction the data goes: `gpu0->gpu1`."""
     return f"{gpu_label(src, node)}->gpu{dst}"
+
+
+def printable(text: str) -> str:
+    """`text` as it may be shown to a person (a terminal, Markdown, a message): unchanged where it is printable
+    ASCII, else with every other character escaped (`\\x1b`, `\\n`, `\\u0430` for a Cyrillic a that passes for a
+    Latin one), so a name read from a file cannot move the cursor, break a line or pass for another name."""
+    return text if text.isascii() and text.isprintable() else ascii(text)[1:-1]

@@ -481,3 +481,35 @@ def test_the_summary_flags_an_outlier_that_passed_its_baseline(real_report: dict
     assert summary.failures() == ["1 node(s) are outliers"]
     relaxed = summarize(paths, mad_k=float("inf"), pct=20)
     assert relaxed.outliers == [] and relaxed.exit_code == 0
+
+
+def test_a_report_from_the_future_or_undated_never_hides_a_later_one(
+    real_report: dict[str, Any], tmp_path: Path
+) -> None:
+    paths = healthy_fleet(real_report, tmp_path)
+    stopped = write(tmp_path, "now.json", node(real_report, "node-01", status="interrupted", exit_status=2))
+    future = write(tmp_path, "future.json", node(real_report, "node-01", start_time="2099-01-01T00:00:00+00:00"))
+    undated = write(tmp_path, "undated.json", node(real_report, "node-02", start_time="yesterday"))
+    summary = summarize([*paths, stopped, future, undated])
+    by_host = {n.hostname: n for n in summary.nodes}
+    assert by_host["node-01"].report.path == stopped and by_host["node-01"].verdict == "partial"
+    reasons = {r.path.name: (r.kind, r.reason) for r in summary.not_merged}
+    assert reasons["future.json"][0] == CORRUPT
+    assert reasons["future.json"][1].startswith("start_time 2099-01-01T00:00:00+00:00 is in the future (now 20")
+    assert reasons["undated.json"] == (CORRUPT, "start_time 'yesterday' is not an ISO 8601 time: undated")
+    assert summary.exit_code == 1
+
+
+def test_only_a_hostname_that_names_one_node_gets_a_drain_line(real_report: dict[str, Any], tmp_path: Path) -> None:
+    """Slurm reads ALL, lists and ranges as many nodes; a newline or an escape sequence must not reach a terminal."""
+    odd = ["ALL", "n1,n2", "node[01-99]", "evil\n\x1b[2J", "n\u043e\u0434e-1", "n1.cluster.local"]
+    failed = [write(tmp_path, f"odd{i}.json", node(real_report, host, exit_status=1)) for i, host in enumerate(odd)]
+    summary = summarize([*healthy_fleet(real_report, tmp_path), *failed])
+    commands = render.drain_commands(summary)
+    assert [c.split()[2] for c in commands] == ["nodename=n1"]
+    assert render.not_drained(summary) == ["ALL", "evil\\n\\x1b[2J", "n1,n2", "n\\u043e\\u0434e-1", "node[01-99]"]
+    text = "\n".join(render.terminal(summary, [], None))
+    assert "\x1b" not in text and "\u043e" not in text
+    assert "evil\\n\\x1b[2J: no drain line: the hostname does not name exactly one node" in text
+    markdown = render.markdown(summary, [], None, tmp_path)
+    assert "\x1b" not in markdown and "nodename=ALL" not in markdown

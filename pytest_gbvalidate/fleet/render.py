@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import csv
 import io
+import ipaddress
+import re
 import shlex
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -29,18 +31,37 @@ MESSAGE_MAX_CHARS = 160
 
 
 def drain_commands(summary: Summary) -> list[str]:
-    """One `scontrol update ... state=drain` per node to take out of service; host and reason shell-quoted."""
+    """One `scontrol update ... state=drain` per node to take out of service whose hostname names exactly one
+    node (`not_drained` lists the others); host and reason shell-quoted."""
     return [
-        f"scontrol update nodename={shlex.quote(slurm_node_name(host))} state=drain reason={shlex.quote(reason)}"
+        f"scontrol update nodename={shlex.quote(name)} state=drain reason={shlex.quote(reason)}"
         for host, reason in summary.drain_list()
+        if (name := slurm_node_name(host)) is not None
     ]
 
 
-def slurm_node_name(hostname: str) -> str:
-    """Slurm names a node as `hostname -s` does (its NodeName convention): the hostname up to its first dot, an IP
-    address left whole."""
+def not_drained(summary: Summary) -> list[str]:
+    """The nodes to take out of service whose hostname is no single node's name: for a person to look at."""
+    return [host for host, _ in summary.drain_list() if slurm_node_name(host) is None]
+
+
+NOT_DRAINED = "no drain line: the hostname does not name exactly one node; look at it yourself"
+# One DNS label (RFC 1123): letters, digits and inner hyphens, at most 63. Slurm reads `,`, `[1-9]`, spaces and the
+# word ALL as several nodes, and a hostname from a report is untrusted: nothing else goes into a command.
+_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+
+
+def slurm_node_name(hostname: str) -> str | None:
+    """The Slurm node name of a hostname, as `hostname -s` gives it (Slurm's NodeName convention: up to the first
+    dot; an IP address whole); None where it would not name exactly one node."""
+    try:
+        return str(ipaddress.ip_address(hostname))
+    except ValueError:
+        pass
+    if len(hostname) > 253 or not all(_LABEL.fullmatch(label) for label in hostname.split(".")):
+        return None
     short = hostname.split(".", 1)[0]
-    return hostname if short.isdecimal() else short
+    return None if short.upper() == "ALL" else short
 
 
 def rules_text(summary: Summary) -> str:
@@ -124,6 +145,7 @@ def markdown(summary: Summary, plots: Sequence[Path], plot_note: str | None, out
             lines.append(f"- **{_md(host)}** (no report of its own here)")
             lines += [_suspect_md(s) for s in found]
         lines += ["", "Slurm (printed, not run):", "", "```sh", *drain_commands(summary), "```"]
+        lines += [f"- **{_md(host)}**: {NOT_DRAINED}" for host in not_drained(summary)]
     else:
         lines.append("None.")
 
@@ -426,6 +448,7 @@ def terminal(summary: Summary, written: Sequence[Path], plot_note: str | None) -
     if summary.drain_list():
         lines.append("take out of service (Slurm, printed, not run):")
         lines += [f"  {command}" for command in drain_commands(summary)]
+        lines += [f"  {host}: {NOT_DRAINED}" for host in not_drained(summary)]
     if plot_note:
         lines.append(plot_note)
     lines.append("written: " + ", ".join(str(p) for p in written))

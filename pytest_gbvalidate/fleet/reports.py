@@ -3,9 +3,12 @@ multi-node runs, and the reports that are not merged (corrupt, another SKU's, su
 
 Which report counts as what, in this order:
 
-1. corrupt: unreadable, not JSON, not an object, a `schema` other than REPORT_SCHEMA, an unknown `status`, or
-   without `node.hostname`, a `tests` list or a `measurements` list. Such a node has not shown it is healthy:
-   the summary fails (exit 1).
+1. corrupt: unreadable, not JSON, not an object, a `schema` other than REPORT_SCHEMA, an unknown `status`,
+   without `node.hostname`, a `tests` list or a `measurements` list, or with a `start_time` that cannot be read or
+   lies in the future (beyond CLOCK_SKEW): the latest report counts, so such a date would hide every later one.
+   Such a node has not shown it is healthy: the summary fails (exit 1).
+
+Hostnames are shown escaped where they hold anything but printable ASCII (labels.printable).
 2. another SKU: its `sku.name` is not the fleet's (`--sku`, else the most common among the finished reports).
    It is simply not part of this fleet: listed, no effect on the exit code. (A report without a SKU, from a run
    stopped before it resolved one, is taken as the fleet's.)
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_gbvalidate.labels import printable
 from pytest_gbvalidate.report import REPORT_SCHEMA
 
 _NODE_HOST = re.compile(r"^node\d+ \((.*)\)$")  # a gang.hosts entry -> its hostname
@@ -47,7 +51,8 @@ class Report:
 
     @property
     def hostname(self) -> str:
-        return str(self.data["node"]["hostname"])
+        """As it may be shown: escaped where the file's holds anything but printable ASCII (labels.printable)."""
+        return printable(str(self.data["node"]["hostname"]))
 
     @property
     def sku(self) -> str | None:
@@ -79,15 +84,11 @@ class Report:
     @property
     def hostnames(self) -> tuple[str, ...]:
         """The hostnames of a multi-node run's nodes, sorted: the rendezvous numbers the nodes anew each run."""
-        return tuple(sorted(_NODE_HOST.sub(r"\1", h) for h in self.hosts))
+        return tuple(sorted(printable(_NODE_HOST.sub(r"\1", h)) for h in self.hosts))
 
     @property
     def start_time(self) -> dt.datetime | None:
-        try:
-            start = dt.datetime.fromisoformat(str(self.data.get("start_time")))
-        except ValueError:
-            return None
-        return start if start.tzinfo is not None else start.replace(tzinfo=dt.timezone.utc)
+        return _start_time(self.data)
 
     @property
     def tests(self) -> list[dict[str, Any]]:
@@ -131,8 +132,8 @@ class Sorted:
     not_merged: list[NotMerged]
 
 
-def read(path: Path, order: int) -> Report | NotMerged:
-    """The report at `path`, or why it is corrupt."""
+def read(path: Path, order: int, now: dt.datetime | None = None) -> Report | NotMerged:
+    """The report at `path`, or why it is corrupt (`now`: the time a start time may not be later than)."""
     try:
         data = json.loads(path.read_bytes())
     except OSError as exc:
@@ -143,20 +144,32 @@ def read(path: Path, order: int) -> Report | NotMerged:
         return NotMerged(path, CORRUPT, f"not a JSON object but a {type(data).__name__}", None)
     node = data.get("node")
     hostname = node.get("hostname") if isinstance(node, dict) else None
-    hostname = hostname if isinstance(hostname, str) and hostname else None
-    problem = _problem(data, hostname)
+    hostname = printable(hostname) if isinstance(hostname, str) and hostname else None
+    problem = _problem(data, hostname, now)
     if problem is not None:
         return NotMerged(path, CORRUPT, problem, hostname)
     return Report(path, data, order)
 
 
-def _problem(data: dict[str, Any], hostname: str | None) -> str | None:
+# Clocks of a fleet's nodes differ a little (NTP keeps them within milliseconds; a node without it drifts).
+CLOCK_SKEW = dt.timedelta(minutes=5)
+
+
+def _problem(data: dict[str, Any], hostname: str | None, now: dt.datetime | None) -> str | None:
+    """Why the report cannot count, or None. The latest report of a node counts: one without a readable start time,
+    or one from the future (a node's clock set wrong, a file edited), would hide every later failure of the node."""
     if data.get("schema") != REPORT_SCHEMA:
         return f"schema {data.get('schema')!r}, not {REPORT_SCHEMA!r}"
     if data.get("status") not in (FINISHED, *PARTIAL_STATUSES):
         return f"status {data.get('status')!r}, not one of {FINISHED}, {', '.join(PARTIAL_STATUSES)}"
     if hostname is None:
         return "no node.hostname"
+    start = _start_time(data)
+    if start is None:
+        return f"start_time {printable(str(data.get('start_time')))!r} is not an ISO 8601 time: undated"
+    now = now or dt.datetime.now(dt.timezone.utc)
+    if start > now + CLOCK_SKEW:
+        return f"start_time {start.isoformat()} is in the future (now {now.isoformat(timespec='seconds')})"
     for section in ("tests", "measurements"):
         records = data.get(section)
         if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
@@ -202,6 +215,14 @@ def sort_reports(paths: Sequence[Path], sku: str | None = None) -> Sorted:
             latest_runs[hosts] = report
         multi_node.append(report)
     return Sorted(fleet_sku, sku_note, nodes, multi_node, not_merged)
+
+
+def _start_time(data: dict[str, Any]) -> dt.datetime | None:
+    try:
+        start = dt.datetime.fromisoformat(str(data.get("start_time")))
+    except ValueError:
+        return None
+    return start if start.tzinfo is not None else start.replace(tzinfo=dt.timezone.utc)
 
 
 def _age(report: Report) -> tuple[dt.datetime, int]:

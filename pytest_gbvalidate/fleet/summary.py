@@ -20,6 +20,7 @@ from typing import Any
 from pytest_gbvalidate.fleet import stats
 from pytest_gbvalidate.fleet.reports import CORRUPT, NotMerged, Report, Sorted, sort_reports
 from pytest_gbvalidate.fleet.scaling import WeakScaling, weak_scaling
+from pytest_gbvalidate.labels import printable
 
 # The software stack, as the report's `node` section names it, in the order shown.
 SOFTWARE = ("torch", "nccl", "driver", "cuda_driver", "cuda_runtime", "pytest_gbvalidate", "python")
@@ -270,7 +271,13 @@ def suspects(runs: Sequence[Report]) -> list[Suspect]:
             fault = record.get("fault")
             category = fault.get("category") if isinstance(fault, dict) else None
             found.append(
-                Suspect(record["host"], str(record.get("test_id")), str(record.get("why")), _text(category), run.path)
+                Suspect(
+                    printable(record["host"]),
+                    str(record.get("test_id")),
+                    str(record.get("why")),
+                    _text(category),
+                    run.path,
+                )
             )
     return found
 
