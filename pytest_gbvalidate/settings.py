@@ -151,18 +151,19 @@ def _pick(
         if not raw.strip():
             # `GBVALIDATE_SKU=` or `--gb-sku=$SKU` from a CI template whose variable was unset: falling through
             # to the default would turn an explicit SKU into `auto` (on a node whose GPUs vanished, `cpu`).
-            raise SettingError(f"{source}: {raw!r}: {_EMPTY}")
+            raise SettingError(f"{source}: {ascii(raw)}: {_EMPTY}")
         try:
             return Setting(parse(raw, base), source)
         except SettingError as exc:
-            raise SettingError(f"{source}: {raw!r}: {exc}") from None
+            # ascii(): a value with look-alike or invisible characters is shown escaped, never as what it mimics.
+            raise SettingError(f"{source}: {ascii(raw)}: {exc}") from None
     return Setting(default, "default")
 
 
 def _parse_sku(raw: str, _base: Path) -> str:
     name = raw.strip()
-    if not name or not all(c.isalnum() or c in "_-." for c in name):
-        raise SettingError("a SKU name is letters, digits, '_', '-' and '.' (or 'auto')")
+    if not name or not name.isascii() or not all(c.isalnum() or c in "_-." for c in name):
+        raise SettingError("a SKU name is ASCII letters, digits, '_', '-' and '.' (or 'auto')")
     return name
 
 

@@ -82,7 +82,7 @@ def test_paths_are_relative_to_their_source(tmp_path: Path) -> None:
         ({"env": {"GBVALIDATE_BASELINES": "nope"}}, "GBVALIDATE_BASELINES in the environment: 'nope': no such"),
         ({"ini": {"baselines": "nope"}}, "gb_baselines in "),
         ({"env": {"GBVALIDATE_STRICT": "maybe"}}, "GBVALIDATE_STRICT in the environment: 'maybe': expected one of"),
-        ({"cli": {"sku": "a b"}}, "--gb-sku on the command line: 'a b': a SKU name is letters"),
+        ({"cli": {"sku": "a b"}}, "--gb-sku on the command line: 'a b': a SKU name is ASCII letters"),
     ],
 )
 def test_errors_name_where_the_value_came_from(tmp_path: Path, kwargs: dict[str, dict[str, str]], message: str) -> None:
@@ -243,3 +243,12 @@ def test_a_bad_engine_python_names_its_source(tmp_path: Path, raw: str, message:
         resolve(sources(tmp_path, cli={"engine_python": raw}))
     assert str(info.value).startswith(f"--gb-engine-python on the command line: {raw!r}: ")
     assert message in str(info.value)
+
+
+def test_a_sku_name_with_look_alike_or_invisible_characters_is_refused_and_shown_escaped(tmp_path: Path) -> None:
+    for raw, shown in (("ND_\u041d100_v5", r"'ND_\u041d100_v5'"), ("ND_H100_v5\u200b", r"'ND_H100_v5\u200b'")):
+        with pytest.raises(SettingError) as info:
+            resolve(sources(tmp_path, cli={"sku": raw}))
+        assert str(info.value) == (
+            f"--gb-sku on the command line: {shown}: a SKU name is ASCII letters, digits, '_', '-' and '.' (or 'auto')"
+        )
