@@ -14,13 +14,13 @@ No pytest here.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_gbvalidate.files import InputError, read_json
 from pytest_gbvalidate.report import REPORT_SCHEMA
 
 # The regression allowed when neither --gb-compare-fail nor the baseline's warn band says: pytest-benchmark's
@@ -107,19 +107,26 @@ def load_earlier(path: Path) -> EarlierReport:
     """Read an earlier JSON report. A partial one (status `running`: the run was killed) is used for what it
     measured; the caller says so."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise CompareError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CompareError(f"{path} is not a JSON report: {exc}") from None
+        data = read_json(path)
+    except InputError as exc:
+        raise CompareError(str(exc)) from None
     if not isinstance(data, dict) or data.get("schema") != REPORT_SCHEMA:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
         raise CompareError(f"{path} is not a pytest-gbvalidate report (schema {found!r}, expected {REPORT_SCHEMA!r})")
+
+    def section(name: str, kind: type) -> Any:
+        value = data.get(name)
+        if value is not None and not isinstance(value, kind):
+            raise CompareError(f"{path}: `{name}` is a {type(value).__name__}, not a {kind.__name__}")
+        return value if value is not None else kind()
+
     measurements: dict[tuple[str, str, str, str], Mapping[str, Any]] = {}
-    for record in data.get("measurements") or []:
-        if isinstance(record, dict) and isinstance(record.get("value"), (int, float)):
+    for i, record in enumerate(section("measurements", list)):
+        if not isinstance(record, dict) or not _is_measurement(record):
+            raise CompareError(f"{path}: measurements[{i}] is not a measurement (metric, scope, value, details)")
+        if isinstance(record["value"], (int, float)) and not isinstance(record["value"], bool):
             measurements[measurement_key(record)] = record
-    devices = (data.get("gpus") or {}).get("devices")
+    devices = section("gpus", dict).get("devices")
     gpus = None
     if isinstance(devices, list):
         try:
@@ -130,14 +137,26 @@ def load_earlier(path: Path) -> EarlierReport:
             raise CompareError(
                 f"{path}: a GPU of its `gpus` section lacks index, pci_bus_id or uuid ({exc!r})"
             ) from None
+    sku, hostname = section("sku", dict).get("name"), section("node", dict).get("hostname")
     return EarlierReport(
         path=path,
         date=str(data.get("start_time")),
         status=str(data.get("status")),
-        sku=(data.get("sku") or {}).get("name"),
-        hostname=(data.get("node") or {}).get("hostname"),
+        sku=sku if isinstance(sku, str) else None,
+        hostname=hostname if isinstance(hostname, str) else None,
         gpus=gpus,
         measurements=measurements,
+    )
+
+
+def _is_measurement(record: Mapping[str, Any]) -> bool:
+    """The fields a comparison reads, of the types it reads them as (a failed measurement's value is text)."""
+    details = record.get("details")
+    return (
+        isinstance(record.get("metric"), str)
+        and isinstance(record.get("scope"), str)
+        and isinstance(record.get("value"), (int, float, str))
+        and (details is None or isinstance(details, dict))
     )
 
 

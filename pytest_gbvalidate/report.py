@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from pytest_gbvalidate.outputs import OutputError, atomic_write_bytes, atomic_write_text
+from pytest_gbvalidate.files import OutputError, atomic_write_bytes, atomic_write_text
 
 REPORT_SCHEMA = "pytest-gbvalidate/report/1"
 # Per measurement, in this order, as JUnit testcase properties (repeated when a test checks several metrics).

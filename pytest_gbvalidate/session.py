@@ -73,7 +73,7 @@ class GbSession:
         s, config = self.settings, self.config
         if not s.explicit:
             return
-        from pytest_gbvalidate.outputs import clashes
+        from pytest_gbvalidate.files import clashes
 
         junit = _junit_path(config)
         written = {s.report.source: s.report.value, "--junitxml on the command line": junit}
@@ -459,7 +459,7 @@ class GbSession:
         )
         if complete:
             from pytest_gbvalidate.baselines.recording import write_recorded_baseline
-            from pytest_gbvalidate.outputs import OutputError
+            from pytest_gbvalidate.files import OutputError
 
             t = self.target
             try:

@@ -151,12 +151,12 @@ def _pick(
         if not raw.strip():
             # `GBVALIDATE_SKU=` or `--gb-sku=$SKU` from a CI template whose variable was unset: falling through
             # to the default would turn an explicit SKU into `auto` (on a node whose GPUs vanished, `cpu`).
-            raise SettingError(f"{source}: {ascii(raw)}: {_EMPTY}")
+            raise SettingError(f"{source}: {raw!a}: {_EMPTY}")
         try:
             return Setting(parse(raw, base), source)
         except SettingError as exc:
             # ascii(): a value with look-alike or invisible characters is shown escaped, never as what it mimics.
-            raise SettingError(f"{source}: {ascii(raw)}: {exc}") from None
+            raise SettingError(f"{source}: {raw!a}: {exc}") from None
     return Setting(default, "default")
 
 
@@ -178,7 +178,7 @@ def _parse_output_path(raw: str, base: Path) -> Path | None:
         raise SettingError(f"is under a file, not a directory: {parent}")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise SettingError(f"cannot create files in {parent} (no write permission)")
-    from pytest_gbvalidate.outputs import unwritable  # only where an output is named: an unrelated run names none
+    from pytest_gbvalidate.files import unwritable  # only where an output is named: an unrelated run names none
 
     refused = unwritable(path)
     if refused is not None:

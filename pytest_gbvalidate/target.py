@@ -3,6 +3,7 @@ what the baseline says the node has (GPUs, ranks, parameters, gated sizes)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -101,7 +102,7 @@ def resolve_target(config: pytest.Config, settings: Settings) -> Target:
         path = bl.baseline_path(directory, detection.sku)
         if detection.sku in loaded:
             baseline: bl.Baseline | None = loaded[detection.sku]
-        elif path.is_file():
+        elif os.path.lexists(path):  # whatever is there (a directory, a FIFO, a dangling link): the loader says why
             baseline = bl.load_baseline(path)
         elif settings.record is not None:
             return Target(detection.sku, detection.source, directory, None, _node_gpu_count())

@@ -107,7 +107,7 @@ def test_another_node_s_report_is_a_usage_error(pytester: pytest.Pytester, earli
 @pytest.mark.parametrize(
     ("content", "error"),
     [
-        ("{not json", "*other.json is not a JSON report*"),
+        ("{not json", "*other.json: not JSON: *"),
         ('{"schema": "something-else/1"}', "*is not a pytest-gbvalidate report (schema 'something-else/1'*"),
         ("[1, 2]", "*is not a pytest-gbvalidate report (schema 'list'*"),
     ],

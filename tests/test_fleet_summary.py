@@ -250,6 +250,18 @@ def test_a_non_zero_exit_status_without_a_failed_test_fails_the_node(
         ('{"schema": "other/1"}', "schema 'other/1', not 'pytest-gbvalidate/report/1'"),
         ('{"schema": "pytest-gbvalidate/report/1", "status": "odd"}', "status 'odd', not one of finished, "),
         ('{"schema": "pytest-gbvalidate/report/1", "status": "finished", "node": {}}', "no node.hostname"),
+        (
+            '{"schema": "pytest-gbvalidate/report/1", "status": "finished", "node": {"hostname": "n1"}, '
+            '"start_time": "2026-01-01T00:00:00+00:00", "tests": [], "measurements": [{"value": 1.0}]}',
+            "measurements[0].metric is missing, not str",
+        ),
+        (
+            '{"schema": "pytest-gbvalidate/report/1", "status": "finished", "node": {"hostname": "n1"}, '
+            '"start_time": "2026-01-01T00:00:00+00:00", "tests": [{"test_id": "t", "outcome": ["passed"]}], '
+            '"measurements": []}',
+            "tests[0].outcome is a list, not str",
+        ),
+        ('{"a": NaN}', "not JSON: NaN is no JSON number"),
     ],
 )
 def test_a_corrupt_report_says_why(tmp_path: Path, content: str, reason: str) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pytest_gbvalidate import outputs
+from pytest_gbvalidate import files
 from pytest_gbvalidate.fleet.cli import main as fleet_main
 
 LAB = """\
@@ -58,15 +58,15 @@ def test_only_a_regular_file_or_nothing_may_be_replaced(tmp_path: Path) -> None:
     (tmp_path / "target.json").write_text("{}")
     link.symlink_to(tmp_path / "target.json")
     module.write_text("")
-    assert outputs.unwritable(tmp_path / "new.json") is None
-    assert outputs.unwritable(tmp_path / "target.json") is None
-    assert outputs.unwritable(fifo) == "is a FIFO, not a regular file: it is not replaced"
-    assert outputs.unwritable(directory) == "is a directory, not a regular file: it is not replaced"
-    assert outputs.unwritable(Path("/dev/null")) == "is a character device, not a regular file: it is not replaced"
-    assert outputs.unwritable(link) == f"is a symbolic link (to {tmp_path / 'target.json'}): name the file itself"
-    assert outputs.unwritable(module) == "is a Python file (the suites' and tests' modules are inputs of a run)"
-    with pytest.raises(outputs.OutputError, match=r"fifo: is a FIFO"):
-        outputs.atomic_write_text(fifo, "x")
+    assert files.unwritable(tmp_path / "new.json") is None
+    assert files.unwritable(tmp_path / "target.json") is None
+    assert files.unwritable(fifo) == "is a FIFO, not a regular file: it is not replaced"
+    assert files.unwritable(directory) == "is a directory, not a regular file: it is not replaced"
+    assert files.unwritable(Path("/dev/null")) == "is a character device, not a regular file: it is not replaced"
+    assert files.unwritable(link) == f"is a symbolic link (to {tmp_path / 'target.json'}): name the file itself"
+    assert files.unwritable(module) == "is a Python file (the suites' and tests' modules are inputs of a run)"
+    with pytest.raises(files.OutputError, match=r"fifo: is a FIFO"):
+        files.atomic_write_text(fifo, "x")
     assert (tmp_path / "target.json").read_text() == "{}"  # nothing written through the link either
 
 
@@ -78,25 +78,25 @@ def test_a_failed_write_is_one_line_and_leaves_the_old_file(tmp_path: Path, monk
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(os, "fsync", disk_full)
-    with pytest.raises(outputs.OutputError) as info:
-        outputs.atomic_write_text(path, "new\n")
+    with pytest.raises(files.OutputError) as info:
+        files.atomic_write_text(path, "new\n")
     assert str(info.value) == f"cannot write {path}: No space left on device"
     assert path.read_text() == "old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temporary file left
 
 
 def test_paths_the_kernel_refuses_and_names_at_the_limit(tmp_path: Path) -> None:
-    with pytest.raises(outputs.OutputError, match=r"^cannot write /proc/gbvalidate\.json: "):
-        outputs.atomic_write_text(Path("/proc/gbvalidate.json"), "{}")
+    with pytest.raises(files.OutputError, match=r"^cannot write /proc/gbvalidate\.json: "):
+        files.atomic_write_text(Path("/proc/gbvalidate.json"), "{}")
     longest = tmp_path / ("r" * 250 + ".json")  # 255 bytes, the usual limit: its temporary twin must be shorter
-    outputs.atomic_write_text(longest, "{}")
+    files.atomic_write_text(longest, "{}")
     assert longest.read_text() == "{}"
 
 
 def test_an_output_that_is_an_input_or_another_output_clashes(tmp_path: Path) -> None:
     earlier, report = tmp_path / "before.json", tmp_path / "before.json"
     earlier.write_text("{}")
-    found = outputs.clashes(
+    found = files.clashes(
         {"--gb-report on the command line": report, "--junitxml on the command line": tmp_path / "x" / ".." / "j.xml"},
         {"--gb-compare on the command line": earlier, "the test path j.xml": tmp_path / "j.xml"},
     )
@@ -234,7 +234,72 @@ def test_a_recording_the_loader_would_refuse_is_not_written(tmp_path: Path, monk
     path = tmp_path / "LAB.yaml"
     path.write_text(LAB)
     monkeypatch.setattr(recording, "dump_baseline", lambda _doc: "schema_version: 1\nsku: LAB\nmetrics: 3\n")
-    with pytest.raises(outputs.OutputError, match=r"LAB.yaml: not written, the loader would refuse it: .*metrics"):
+    with pytest.raises(files.OutputError, match=r"LAB.yaml: not written, the loader would refuse it: .*metrics"):
         recording.write_recorded_baseline(path, None, [], {"hostname": "n1"}, None)
     assert path.read_text() == LAB
     assert [p.name for p in tmp_path.iterdir()] == ["LAB.yaml"]
+
+
+# --- inputs: only a regular file of a bounded size, only JSON a report can be --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ('{"a": NaN}', "not JSON: NaN is no JSON number"),
+        ('{"a": -Infinity}', "not JSON: -Infinity is no JSON number"),
+        ('{"a": ' + "1" * 5000 + "}", "not JSON: Exceeds the limit"),
+        ('{"a": "\\ud800"}', "the document.a holds a lone surrogate"),
+        ("[" * 100 + "]" * 100, "nested deeper than 64 levels"),
+        ("[" * 100_000 + "]" * 100_000, "nested too deep"),
+        (b"\xff\xfe{}", "not UTF-8 text (at byte 0)"),
+    ],
+    ids=["nan", "infinity", "huge-int", "surrogate", "deep", "deeper-than-the-stack", "not-utf8"],
+)
+def test_json_no_report_holds_is_one_line_naming_the_file(tmp_path: Path, content: str | bytes, problem: str) -> None:
+    path = tmp_path / "r.json"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(files.InputError) as info:
+        files.read_json(path)
+    assert str(info.value).startswith(f"{path}: ") and problem in str(info.value)
+
+
+def test_an_input_is_a_regular_file_of_a_bounded_size(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # reading it would block forever
+    with pytest.raises(files.InputError, match=r"fifo: is a FIFO, not a regular file"):
+        files.read_input(fifo)
+    with pytest.raises(files.InputError, match=r": is a directory, not a regular file"):
+        files.read_input(tmp_path)
+    with pytest.raises(files.InputError, match=r"/dev/zero: is a character device"):
+        files.read_input(Path("/dev/zero"))  # it never ends
+    (tmp_path / "big").write_bytes(b"x" * 101)
+    with pytest.raises(files.InputError, match=r"big: larger than 100 bytes"):
+        files.read_input(tmp_path / "big", max_bytes=100)
+
+
+@pytest.mark.parametrize(
+    ("earlier", "problem"),
+    [
+        ('{"schema": "pytest-gbvalidate/report/1", "gpus": [1]}', "`gpus` is a list, not a dict"),
+        ('{"schema": "pytest-gbvalidate/report/1", "sku": "LAB"}', "`sku` is a str, not a dict"),
+        ('{"schema": "pytest-gbvalidate/report/1", "measurements": [{"value": 1}]}', "measurements[0] is not a"),
+        ('{"schema": "pytest-gbvalidate/report/1", "measurements": {}}', "`measurements` is a dict, not a list"),
+    ],
+)
+def test_an_earlier_report_of_the_wrong_shape_is_a_usage_error_naming_the_field(
+    lab: pytest.Pytester, earlier: str, problem: str
+) -> None:
+    (lab.path / "before.json").write_text(earlier)
+    result = lab.runpytest_inprocess(*ARGS, "--gb-compare=before.json", "--gb-report=r.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert problem in result.stderr.str()
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
+def test_a_baseline_that_is_not_a_file_says_so_not_unknown_sku(lab: pytest.Pytester) -> None:
+    (lab.path / "baselines" / "LAB.yaml").unlink()
+    os.mkfifo(lab.path / "baselines" / "LAB.yaml")
+    result = lab.runpytest_inprocess(*ARGS)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*bad baseline: */baselines/LAB.yaml: is a FIFO, not a regular file*"])

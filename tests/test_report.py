@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gbvalidate.outputs import atomic_write_text
+from pytest_gbvalidate.files import atomic_write_text
 
 
 @pytest.fixture

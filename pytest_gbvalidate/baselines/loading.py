@@ -76,12 +76,18 @@ def _loader() -> type[yaml.SafeLoader]:
     return Loader
 
 
+# The largest bundled baseline is about 10 KiB (aliases are bounded apart: MAX_ALIAS_NODES).
+MAX_BASELINE_BYTES = 2**20
+
+
 def load_baseline(path: Path) -> Baseline:
     """Read and validate one baseline file. Raises BaselineError naming the file, line and field."""
+    from pytest_gbvalidate.files import InputError, read_input
+
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise BaselineError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        data = read_input(path, MAX_BASELINE_BYTES)
+    except InputError as exc:
+        raise BaselineError(str(exc)) from None
     return parse_baseline(path, data)
 
 

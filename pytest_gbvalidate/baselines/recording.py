@@ -137,7 +137,7 @@ def write_recorded_baseline(
     refuse is not written (OutputError), and the old file stays. What was left out (left_out) is returned."""
     from pytest_gbvalidate.baselines.loading import parse_baseline
     from pytest_gbvalidate.baselines.model import BaselineError
-    from pytest_gbvalidate.outputs import OutputError, atomic_write_text
+    from pytest_gbvalidate.files import OutputError, atomic_write_text
     from pytest_gbvalidate.report import utc_now
 
     stack = ", ".join(f"{k} {v}" for k, v in node_facts.items() if k != "hostname")

@@ -7,9 +7,9 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+from pytest_gbvalidate.files import atomic_write_text, clashes, unwritable
 from pytest_gbvalidate.fleet import junit, render, stats
 from pytest_gbvalidate.fleet.summary import Summary, summarize
-from pytest_gbvalidate.outputs import atomic_write_text, clashes, unwritable
 
 PROG = "python -m pytest_gbvalidate.fleet"
 OUT_FILES = ("summary.md", "nodes.csv", "metrics.csv", "fleet.xml")  # in --out; plots/ beside them

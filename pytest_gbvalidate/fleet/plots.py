@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pytest_gbvalidate.files import atomic_write_bytes
 from pytest_gbvalidate.fleet.stats import LOWER
 from pytest_gbvalidate.fleet.summary import MetricStats, Summary
-from pytest_gbvalidate.outputs import atomic_write_bytes
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -24,7 +24,6 @@ Hostnames are shown escaped where they hold anything but printable ASCII (labels
 from __future__ import annotations
 
 import datetime as dt
-import json
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -32,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_gbvalidate.files import InputError, read_json
 from pytest_gbvalidate.labels import printable
 from pytest_gbvalidate.report import REPORT_SCHEMA
 
@@ -135,11 +135,9 @@ class Sorted:
 def read(path: Path, order: int, now: dt.datetime | None = None) -> Report | NotMerged:
     """The report at `path`, or why it is corrupt (`now`: the time a start time may not be later than)."""
     try:
-        data = json.loads(path.read_bytes())
-    except OSError as exc:
-        return NotMerged(path, CORRUPT, f"cannot read: {exc.strerror or exc}", None)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return NotMerged(path, CORRUPT, f"not JSON: {exc}", None)
+        data = read_json(path)
+    except InputError as exc:  # its message starts with the path, which the listing shows beside it
+        return NotMerged(path, CORRUPT, str(exc).removeprefix(f"{path}: "), None)
     if not isinstance(data, dict):
         return NotMerged(path, CORRUPT, f"not a JSON object but a {type(data).__name__}", None)
     node = data.get("node")
@@ -174,7 +172,29 @@ def _problem(data: dict[str, Any], hostname: str | None, now: dt.datetime | None
         records = data.get(section)
         if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
             return f"`{section}` is not a list of objects"
+        for i, record in enumerate(records):
+            for field, kinds in _RECORD_FIELDS[section].items():
+                value = record.get(field)
+                if not isinstance(value, kinds) or isinstance(value, bool):
+                    shown = "missing" if value is None else f"a {type(value).__name__}"
+                    return f"{section}[{i}].{field} is {shown}, not {' or '.join(k.__name__ for k in kinds)}"
     return None
+
+
+# What the summary reads of each test and measurement record, and its types (a failed measurement's value is text;
+# expected and details may be absent). A record without them cannot be judged.
+_RECORD_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
+    "tests": {"test_id": (str,), "outcome": (str,)},
+    "measurements": {
+        "metric": (str,),
+        "scope": (str,),
+        "value": (int, float, str),
+        "expected": (int, float, type(None)),
+        "direction": (str, type(None)),
+        "details": (dict, type(None)),
+        "verdict": (str, type(None)),
+    },
+}
 
 
 def sort_reports(paths: Sequence[Path], sku: str | None = None) -> Sorted:

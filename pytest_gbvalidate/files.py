@@ -1,5 +1,11 @@
-"""The files a run writes (the JSON report, a recorded baseline, plots, the fleet summary's files) and the rules
-they keep. Pure Python: no pytest.
+"""The files a run reads and writes, and the rules they keep. Pure Python: no pytest.
+
+Inputs (baselines, earlier reports, the fleet's reports) are untrusted: `read_input` takes only a regular file
+(a FIFO would block forever, a device never end) of a bounded size; `read_json` also refuses what Python's json
+module lets through but no report holds (NaN and Infinity, lone surrogates, nesting deep enough to exhaust the
+stack, integers of thousands of digits). Each problem is one InputError naming the file.
+
+Outputs (the JSON report, a recorded baseline, plots, the fleet summary's files):
 
 - An output replaces only a regular file, or creates one. A device, FIFO, socket or directory at its path is
   refused, and so is a symbolic link (named, with its target: name the file itself), consistently: writing
@@ -14,11 +20,13 @@ they keep. Pure Python: no pytest.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import stat
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 # The kinds of file os.lstat can report, for messages.
 _KINDS = (
@@ -32,6 +40,75 @@ _KINDS = (
 
 class OutputError(OSError):
     """An output that cannot be written: the message names the path and what went wrong."""
+
+
+class InputError(ValueError):
+    """An input that cannot be read as what it should be: the message names the path and why."""
+
+
+# The most a run reads of one input: a real report of an 8-GPU node with every sweep is about 1 MiB, a baseline
+# 20 KiB.
+MAX_INPUT_BYTES = 64 * 2**20
+MAX_JSON_DEPTH = 64  # a report nests 5 levels
+
+
+def read_input(path: Path, max_bytes: int = MAX_INPUT_BYTES) -> bytes:
+    """The bytes of a regular file of at most `max_bytes`, or InputError saying why not."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = next((k for is_kind, k in _KINDS if is_kind(mode)), "not a regular file")
+        raise InputError(f"{path}: is {kind}, not a regular file")
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise InputError(f"{path}: larger than {max_bytes} bytes, more than any real one")
+    return data
+
+
+def read_json(path: Path, max_bytes: int = MAX_INPUT_BYTES) -> Any:
+    """The JSON document in `path` (read_input's rules), or InputError naming the file and what is wrong."""
+    data = read_input(path, max_bytes)
+    try:
+        doc = json.loads(data.decode("utf-8"), parse_constant=_refuse_constant)
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text (at byte {exc.start})") from None
+    except RecursionError:
+        raise InputError(f"{path}: not JSON a report can be: nested too deep") from None
+    except ValueError as exc:  # not JSON, NaN / Infinity, an integer past Python's digit limit
+        raise InputError(f"{path}: not JSON: {exc}") from None
+    problem = _odd_value(doc)
+    if problem is not None:
+        raise InputError(f"{path}: {problem}")
+    return doc
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is no JSON number")
+
+
+def _odd_value(doc: Any) -> str | None:
+    """What no report holds: nesting past MAX_JSON_DEPTH, or a lone surrogate (which no file can be written with)."""
+    stack = [(doc, "the document", 0)]
+    while stack:
+        value, where, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            return f"nested deeper than {MAX_JSON_DEPTH} levels at {where}"
+        if isinstance(value, dict):
+            stack += [(v, f"{where}.{k}", depth + 1) for k, v in value.items()]
+            stack += [(k, f"{where} (a key)", depth + 1) for k in value]
+        elif isinstance(value, list):
+            stack += [(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value)]
+        elif isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                return f"{where} holds a lone surrogate ({ascii(value)[:60]}), which is no text"
+    return None
 
 
 def unwritable(path: Path) -> str | None:
