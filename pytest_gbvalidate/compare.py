@@ -14,6 +14,7 @@ No pytest here.
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_gbvalidate.files import InputError, read_json
+from pytest_gbvalidate.metrics import CATALOG
 from pytest_gbvalidate.report import REPORT_SCHEMA
 
 # The regression allowed when neither --gb-compare-fail nor the baseline's warn band says: pytest-benchmark's
@@ -68,6 +70,10 @@ def parse_allowed(text: str) -> AllowedRegression:
             pct = math.nan
         if not math.isfinite(pct) or pct < 0:
             raise ValueError(f"{part!r}: the percentage must be a number >= 0")
+        if metric and metric not in CATALOG:  # a misspelt name would silently compare nothing
+            close = difflib.get_close_matches(metric, CATALOG, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise ValueError(f"{part!r}: no metric {metric!a}{hint}; the metrics are those in metrics.CATALOG")
         if metric:
             by_metric[metric] = pct
         else:

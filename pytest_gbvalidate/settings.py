@@ -232,9 +232,14 @@ def _parse_timeout(raw: str, _base: Path) -> float:
         seconds = float(raw.strip())
     except ValueError:
         seconds = math.nan
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise SettingError("a timeout is a positive number of seconds")
+    if not MIN_TIMEOUT_S <= seconds <= MAX_TIMEOUT_S:  # NaN too
+        raise SettingError(f"a timeout is a number of seconds from {MIN_TIMEOUT_S:g} to {MAX_TIMEOUT_S:g} (a week)")
     return seconds
+
+
+# The ranks' process groups get twice the timeout to set up: below a second even gloo on one machine cannot;
+# above a week a timer overflows (Python's timedelta, NCCL's watchdog) and a hang is never caught.
+MIN_TIMEOUT_S, MAX_TIMEOUT_S = 1.0, 7 * 24 * 3600.0
 
 
 def parse_command(raw: str, base: Path) -> tuple[str, ...]:

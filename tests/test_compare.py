@@ -181,6 +181,13 @@ def test_allowed_regressions_parse_and_pick_the_most_specific() -> None:
     for bad in ("5", "x:%", "-1%", "", "nan%"):
         with pytest.raises(ValueError, match=r"PCT%|>= 0"):
             cmp.parse_allowed(bad)
+    # A metric that does not exist would compare nothing, silently: refused, with the likely one.
+    with pytest.raises(ValueError) as info:
+        cmp.parse_allowed("3%,all_reduce_busbw_gpbs:1%")
+    assert str(info.value) == (
+        "'all_reduce_busbw_gpbs:1%': no metric 'all_reduce_busbw_gpbs' (did you mean all_reduce_busbw_gbps?); "
+        "the metrics are those in metrics.CATALOG"
+    )
 
 
 def test_lower_is_better_regresses_upwards_and_sweeps_are_matched_by_placement() -> None:

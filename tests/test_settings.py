@@ -118,13 +118,13 @@ def test_timeout_precedence(
     assert s.explicit is (value is not None)
 
 
-@pytest.mark.parametrize("raw", ["0", "-3", "soon", "nan", "inf", "1e999"])
+@pytest.mark.parametrize("raw", ["0", "-3", "soon", "nan", "inf", "1e999", "0.001", "1e12"])
 def test_bad_timeouts_name_their_source(tmp_path: Path, raw: str) -> None:
     with pytest.raises(SettingError) as excinfo:
         resolve(sources(tmp_path, env={"GBVALIDATE_TIMEOUT": raw}))
     assert (
         str(excinfo.value)
-        == f"GBVALIDATE_TIMEOUT in the environment: {raw!r}: a timeout is a positive number of seconds"
+        == f"GBVALIDATE_TIMEOUT in the environment: {raw!r}: a timeout is a number of seconds from 1 to 604800 (a week)"
     )
 
 
