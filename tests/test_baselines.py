@@ -337,6 +337,23 @@ def test_a_few_aliases_are_fine(tmp_path: Path) -> None:
             ":30: metrics.all_reduce_busbw_gbps.values: must be a mapping, got list",
         ),
         ((GOOD[GOOD.index("metrics:") :], "metrics: [[1]]\n"), ":5: metrics: must be a mapping, got list"),
+        (
+            ("      1GiB: {expected: 400}\n", "      1GB: {expected: 400}\n"),
+            ":31: metrics.all_reduce_busbw_gbps.values.1GB: is not a message size (8B, 1KiB, 128MiB, 8GiB)",
+        ),
+        (
+            ("      1GiB: {expected: 400}\n", "      1GiB: {expected: 400, params: {iterations: 0}}\n"),
+            ":31: metrics.all_reduce_busbw_gbps.values.1GiB.params.iterations: must be an integer from 1 to 10000, "
+            "got 0",
+        ),
+        (
+            ("      1GiB: {expected: 400}\n", "      1GiB: {expected: 400, params: {warmup: -1}}\n"),
+            ":31: metrics.all_reduce_busbw_gbps.values.1GiB.params.warmup: must be an integer from 0 to 10000",
+        ),
+        (
+            ("      1GiB: {expected: 400}\n", "      1GiB: {expected: 400, params: {size_bytes: 1.5}}\n"),
+            ":31: metrics.all_reduce_busbw_gbps.values.1GiB.params.size_bytes: must be an integer from 1 to",
+        ),
     ],
 )
 def test_every_field_is_type_checked(tmp_path: Path, change: tuple[str, str], expected_error: str) -> None:

@@ -31,6 +31,7 @@ from pytest_gbvalidate.baselines.model import (
     _names,
     _shown,
 )
+from pytest_gbvalidate.labels import parse_size_label
 from pytest_gbvalidate.metrics import CATALOG, DIRECTIONS, SCOPE_KINDS, UNITS
 from pytest_gbvalidate.workloads.llama import parallel as llama_parallel
 from pytest_gbvalidate.workloads.llama.config import CONFIGS as LLAMA_CONFIGS
@@ -63,6 +64,21 @@ _PRETRAIN_KEYS = _PRETRAIN_REQUIRED | {
     "fp8_recipe",
     "engine_python",
 }
+
+
+# The params the suites read (suites/, checks.py) and the values they can run with.
+_PARAM_BOUNDS: dict[str, tuple[float, float]] = {
+    "iterations": (1, 10_000),
+    "warmup": (0, 10_000),
+    "size_bytes": (1, 2**40),
+    "min_bytes": (1, 2**40),
+    "max_bytes": (1, 2**40),
+    "slow_pct": (0.1, 99),
+    "batch": (1, 4096),
+    "prompt_len": (1, 2**20),
+    "new_tokens": (1, 2**20),
+}
+_FRACTIONAL_PARAMS = frozenset({"slow_pct"})
 
 
 class _Mapping(dict[str, Any]):
@@ -176,6 +192,13 @@ class _Parser:
             default = self.overrides(m, base, fp, check=False)
             for label in values_doc:
                 lfp = f"{fp}.values.{label}"
+                if scope_kind == "message_size":  # the sweep runs the sizes the labels name
+                    try:
+                        parse_size_label(str(label))
+                    except ValueError:
+                        raise self.error(
+                            values_doc, label, lfp, "is not a message size (8B, 1KiB, 128MiB, 8GiB)"
+                        ) from None
                 entry = self.mapping(values_doc[label], values_doc, label, lfp, _OVERRIDE_KEYS)
                 values[str(label)] = self.overrides(entry, default, lfp, check=True)
         else:
@@ -202,6 +225,7 @@ class _Parser:
             raise self.error(m, "params", f"{fp}.params", "must be a mapping")
         if "params" in m:
             self.check_nccl_env(m, params, fp)
+            self.check_params(m, params, fp)
         ref = Reference(
             metric=base.metric,
             unit=base.unit,
@@ -217,6 +241,21 @@ class _Parser:
         if check:
             self.check(m, ref, fp)
         return ref
+
+    def check_params(self, m: _Mapping, params: dict[str, Any], fp: str) -> None:
+        """The params the checks read, of the types and ranges they need (a site's own checks may add others)."""
+        for key, value in params.items():
+            bounds = _PARAM_BOUNDS.get(key)
+            if bounds is None:
+                continue
+            least, most = bounds
+            whole = isinstance(value, int) and not isinstance(value, bool)
+            fits = (whole or (key in _FRACTIONAL_PARAMS and _is_number(value))) and least <= value <= most
+            if not fits:
+                kind = "a number" if key in _FRACTIONAL_PARAMS else "an integer"
+                raise self.error(
+                    m, "params", f"{fp}.params.{key}", f"must be {kind} from {least:g} to {most:g}, got {_shown(value)}"
+                )
 
     def check_nccl_env(self, m: _Mapping, params: dict[str, Any], fp: str) -> None:
         """`params.nccl_env`: the NCCL environment the metric's figures were taken with (NCCL_* names)."""
