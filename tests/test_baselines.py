@@ -187,7 +187,8 @@ def test_verdict_message_triages_itself(tmp_path: Path) -> None:
         ),
         (("sku: TEST", "sku: OTHER"), ":2: sku: 'OTHER' does not match the file name 'TEST.yaml'"),
         (("schema_version: 1", "schema_version: 2"), ":1: schema_version: must be 1"),
-        (("gpu_count: 2", "gpu_count: two"), "detect.gpu_count: must be a non-negative integer"),
+        (("gpu_count: 2", "gpu_count: two"), "detect.gpu_count: must be an integer from 0 to 64"),
+        (("gpu_count: 2", "gpu_count: 100000000"), "detect.gpu_count: must be an integer from 0 to 64"),
         (
             ("      1GiB: {expected: 400}\n", "      1GiB: {expected: 400}\n      1GiB: {expected: 300}\n"),
             ":32: duplicate key '1GiB'",

@@ -79,6 +79,7 @@ _PARAM_BOUNDS: dict[str, tuple[float, float]] = {
     "new_tokens": (1, 2**20),
 }
 _FRACTIONAL_PARAMS = frozenset({"slow_pct"})
+MAX_GPUS = 64  # in one node; the largest today hold 8 (16 on a few)
 
 
 class _Mapping(dict[str, Any]):
@@ -149,8 +150,9 @@ class _Parser:
         if name is not None and not isinstance(name, str):
             raise self.error(d, "gpu_name_contains", "detect.gpu_name_contains", "must be a string")
         count = d.get("gpu_count")
-        if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 0):
-            raise self.error(d, "gpu_count", "detect.gpu_count", "must be a non-negative integer")
+        if count is not None and (not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= MAX_GPUS):
+            # Every per-GPU check is a test case per GPU (and a rank each): the count bounds what a run generates.
+            raise self.error(d, "gpu_count", "detect.gpu_count", f"must be an integer from 0 to {MAX_GPUS}")
         return Detect(tuple(sizes), name, count)
 
     def metric(self, metrics_doc: _Mapping, name: str) -> MetricBaseline:
