@@ -525,3 +525,19 @@ def test_only_a_hostname_that_names_one_node_gets_a_drain_line(real_report: dict
     assert "evil\\n\\x1b[2J: no drain line: the hostname does not name exactly one node" in text
     markdown = render.markdown(summary, [], None, tmp_path)
     assert "\x1b" not in markdown and "nodename=ALL" not in markdown
+
+
+def test_a_node_that_ran_less_than_its_peers_is_drained_with_what_it_lacks(
+    real_report: dict[str, Any], tmp_path: Path
+) -> None:
+    paths = healthy_fleet(real_report, tmp_path)
+    short = node(real_report, "node-09")  # its run was cut to the host copy (-k, a wrapper's wrong list)
+    short["tests"] = [t for t in short["tests"] if "host_copy" in t["test_id"] or t["when"] != "call"]
+    short["measurements"] = [m for m in short["measurements"] if m["metric"] == HOST_COPY]
+    summary = summarize([*paths, write(tmp_path, "node-09.json", short)])
+    lacking = {n.hostname: n.lacks for n in summary.nodes if n.lacks}
+    assert list(lacking) == ["node-09"] and lacking["node-09"]
+    assert all(name.startswith("test_all_reduce") for name in lacking["node-09"]), lacking
+    assert summary.exit_code == 1 and "1 node(s) ran less than their peers" in summary.failures()
+    ((host, reason),) = summary.drain_list()
+    assert host == "node-09" and "ran less than its peers: test_all_reduce" in reason

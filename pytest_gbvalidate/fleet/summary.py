@@ -126,6 +126,7 @@ class Node:
     failed: list[FailedCheck]
     outliers: list[NodeOutlier] = field(default_factory=list)
     suspected: list[Suspect] = field(default_factory=list)
+    lacks: list[str] = field(default_factory=list)  # checks most of its peers ran and it did not (`coverage`)
 
     @property
     def hostname(self) -> str:
@@ -142,9 +143,9 @@ class Node:
 
     @property
     def drain(self) -> bool:
-        """Out of service until fixed: failed, partial (not shown healthy), an outlier, or found at fault by a
-        multi-node run."""
-        return self.verdict != "pass" or bool(self.outliers) or bool(self.suspected)
+        """Out of service until fixed: failed, partial (not shown healthy), an outlier, found at fault by a
+        multi-node run, or short of checks its peers ran (it has not shown what they showed)."""
+        return self.verdict != "pass" or bool(self.outliers) or bool(self.suspected) or bool(self.lacks)
 
     def drain_reason(self) -> str:
         """Short, one line: the partial report, the failed checks by fault category, the outlier metrics, what
@@ -158,6 +159,8 @@ class Node:
         parts += [f"{category}: {','.join(names)}" for category, names in by_category.items()]
         parts += [f"outlier {o.short(compact=True)}" for o in self.outliers]
         parts += suspect_parts(self.suspected)
+        if self.lacks:
+            parts.append(f"ran less than its peers: {','.join(self.lacks)}")
         return join_within("gbvalidate: ", parts, REASON_MAX_CHARS)
 
 
@@ -220,6 +223,9 @@ class Summary:
         outlying = sum(1 for n in self.nodes if n.outliers)
         if outlying:
             why.append(f"{outlying} node(s) are outliers")
+        short = sum(1 for n in self.nodes if n.lacks)
+        if short:
+            why.append(f"{short} node(s) ran less than their peers")
         if counts["partial"]:
             why.append(f"{counts['partial']} node(s) have a partial report (the run did not finish)")
         corrupt = sum(1 for r in self.not_merged if r.kind == CORRUPT)
@@ -246,6 +252,7 @@ def summarize(
 ) -> Summary:
     sorted_reports = sort_reports(paths, sku)
     nodes = [Node(r, failed_checks(r)) for r in sorted_reports.nodes]
+    coverage(nodes)
     metrics = metric_stats([n.report for n in nodes if n.report.finished], mad_k, pct, noise_floor_pct)
     by_host = {n.hostname: n for n in nodes}
     for m in metrics:
@@ -257,6 +264,22 @@ def summarize(
         (node.suspected if node is not None else unreported.setdefault(suspect.host, [])).append(suspect)
     scaling = weak_scaling(sorted_reports.multi_node, sorted_reports.nodes)
     return Summary(sorted_reports, nodes, metrics, scaling, mad_k, pct, noise_floor_pct, unreported)
+
+
+def coverage(nodes: Sequence[Node]) -> None:
+    """Set each finished node's `lacks`: the checks (test ids that ran, passed or failed) that more than half of the
+    finished nodes ran and it did not. A node whose run was cut to a subset, or whose GPUs made every check skip,
+    must not pass beside nodes that showed more; a subset the whole fleet ran is nobody's lack."""
+    ran = {
+        n.hostname: {t["test_id"] for t in n.report.tests if t.get("when") == "call" and t["outcome"] != "skipped"}
+        for n in nodes
+        if n.report.finished
+    }
+    counts = Counter(test for tests in ran.values() for test in tests)
+    usual = {test for test, count in counts.items() if count > len(ran) / 2}
+    for n in nodes:
+        if n.hostname in ran:
+            n.lacks = sorted(test.rsplit("::", 1)[-1] for test in usual - ran[n.hostname])
 
 
 def suspects(runs: Sequence[Report]) -> list[Suspect]:
