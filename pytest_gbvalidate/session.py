@@ -68,8 +68,8 @@ class GbSession:
         self._comparison: tuple[EarlierReport, SameNode] | None = None  # --gb-compare, checked with the target
 
     def check_outputs(self) -> None:
-        """Before anything runs: no output of the run is one of its inputs or another of its outputs (see
-        outputs.py). --gb-record may replace the baseline the run reads (re-recording a SKU); nothing else may."""
+        """Before anything runs: no output of the run is one of its inputs or another of its outputs (files.py).
+        --gb-record may replace the baseline the run reads (re-recording a SKU); nothing else may."""
         s, config = self.settings, self.config
         if not s.explicit:
             return
@@ -399,7 +399,7 @@ class GbSession:
         interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
         self.report.finish(int(exitstatus), "interrupted" if interrupted else "finished")
         self.report.write()
-        self._fail_on_lost_outputs(session, exitstatus)
+        self._fail_on_lost_outputs(session, exitstatus)  # the last write may be the one that failed
 
     def _fail_on_lost_outputs(self, session: pytest.Session, exitstatus: int) -> int:
         """A run whose report or recorded baseline could not be written does not pass: a gate's evidence is

@@ -1,5 +1,6 @@
-"""The files a run writes replace only regular files of their own, fail in one line, and survive a SIGTERM: unit
-tests of outputs.py and end-to-end runs through pytester. The node assumed: any Linux machine (a FIFO, /dev/null
+"""The files a run writes replace only regular files of their own and fail in one line, the files it reads are
+checked before they are believed, and a SIGTERM ends a run as Ctrl-C does: unit tests of files.py and end-to-end
+runs through pytester. The node assumed: any Linux machine (a FIFO, /dev/null
 and /proc are there); no GPU."""
 
 from __future__ import annotations
