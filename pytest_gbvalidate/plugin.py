@@ -6,7 +6,6 @@ This module loads in every pytest run of the environment, so it imports nothing 
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ if TYPE_CHECKING:
     from pytest_gbvalidate.session import GbSession
     from pytest_gbvalidate.sku import Detection
     from pytest_gbvalidate.target import ReferenceTools, Target
+    from pytest_gbvalidate.workloads.llama.nemo import EnginePython
 
 SESSION: pytest.StashKey[GbSession] = pytest.StashKey()
 _HELP = {
@@ -194,20 +194,22 @@ def gb_scratch(request: pytest.FixtureRequest, gb_target: Target) -> Path:
 
 
 @pytest.fixture(scope="session")
-def gb_engine_python(request: pytest.FixtureRequest, gb_target: Target) -> st.Setting[tuple[str, ...]]:
+def gb_engine_python(request: pytest.FixtureRequest, gb_target: Target) -> EnginePython:
     """The command the NeMo engines' driver runs under, and where it was named: --gb-engine-python and friends,
     else the baseline's `pretrain.engine_python`, else this interpreter."""
+    from pytest_gbvalidate.workloads.llama.nemo import THIS_PYTHON, EnginePython
+
     setting = request.config.stash[SESSION].settings.engine_python
     if setting.value is not None:
-        return st.Setting(setting.value, setting.source)
+        return EnginePython(setting.value, setting.source)
     spec = gb_target.baseline.pretrain if gb_target.baseline is not None else None
     if spec is None or spec.engine_python is None:
-        return st.Setting((sys.executable,), "this interpreter")
+        return THIS_PYTHON
     source = f"pretrain.engine_python in {gb_target.baseline_file}"
     try:
-        return st.Setting(st.parse_command(spec.engine_python, Path.cwd()), source)
+        return EnginePython(st.parse_command(spec.engine_python, Path.cwd()), source)
     except st.SettingError as exc:
-        pytest.fail(f"{source}: {spec.engine_python!r}: {exc}", pytrace=False)
+        pytest.fail(f"{source}: {spec.engine_python!a}: {exc}", pytrace=False)
 
 
 @pytest.fixture(scope="session")

@@ -18,9 +18,9 @@ from pytest_gbvalidate.bench.timing import MIN_TIMED_ITERATIONS
 from pytest_gbvalidate.expect import Expect
 from pytest_gbvalidate.probes import NodeGpus, Telemetry
 from pytest_gbvalidate.ranks.gang import Gang
-from pytest_gbvalidate.settings import Setting
 from pytest_gbvalidate.target import Target
 from pytest_gbvalidate.workloads.llama import memory
+from pytest_gbvalidate.workloads.llama.nemo import EnginePython
 from pytest_gbvalidate.workloads.llama.parallel import Layout, LayoutError, check_world, engine_mismatch, weak_scaled
 from pytest_gbvalidate.workloads.llama.train import (
     EngineOptions,
@@ -147,7 +147,7 @@ def say(request: pytest.FixtureRequest, line: str) -> None:
         reporter.write_line(line)
 
 
-def train_with_nemo(spec: PretrainSpec, gpus: int, workdir: Path, python: Setting[tuple[str, ...]]) -> PretrainResult:
+def train_with_nemo(spec: PretrainSpec, gpus: int, workdir: Path, python: EnginePython) -> PretrainResult:
     from pytest_gbvalidate.workloads.llama import nemo
 
     try:

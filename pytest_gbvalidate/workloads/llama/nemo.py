@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_gbvalidate.settings import Setting
 from pytest_gbvalidate.workloads.llama.train import GIB, MemoryPeak, PretrainResult, TrainRequest, pretrain_result
 
 if TYPE_CHECKING:
@@ -59,9 +58,15 @@ class EngineFailed(RuntimeError):
     """The engine ran and failed, or logged no step we could read; the message carries its log's tail."""
 
 
-# The command the driver runs under (`<words> driver.py`, `<words> -m torch.distributed.run ...`) and where it
-# was named: the plugin's `gb_engine_python`.
-EnginePython = Setting[tuple[str, ...]]
+@dataclass(frozen=True)
+class EnginePython:
+    """The command the driver runs under (`<command> driver.py`, `<command> -m torch.distributed.run ...`) and
+    where it was named: the plugin's `gb_engine_python`."""
+
+    command: tuple[str, ...]
+    source: str
+
+
 THIS_PYTHON = EnginePython((sys.executable,), "this interpreter")
 
 
@@ -123,8 +128,8 @@ def plan_launch(spec: PretrainSpec, gpus: int, workdir: Path, python: EnginePyth
     return LaunchPlan(
         engine=engine,
         python=python,
-        check_argv=[*python.value, str(driver_path), "--check"],
-        argv=[*python.value, *torchrun],
+        check_argv=[*python.command, str(driver_path), "--check"],
+        argv=[*python.command, *torchrun],
         env=env,
         driver_path=driver_path,
         driver_source=source,
@@ -156,7 +161,7 @@ def run_pretrain(
 def check_recipe(plan: LaunchPlan, timeout_s: float = CHECK_TIMEOUT_S) -> dict[str, Any]:
     """Build the recipe under the engine's Python without training, and make sure it holds the layout: what the
     driver read back from the built recipe, or EngineUnavailable / EngineFailed saying what is wrong."""
-    where = f"engine {plan.engine} under {' '.join(plan.python.value)} ({plan.python.source})"
+    where = f"engine {plan.engine} under {' '.join(plan.python.command)} ({plan.python.source})"
     try:
         done = subprocess.run(
             plan.check_argv,
