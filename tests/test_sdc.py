@@ -51,7 +51,8 @@ def test_the_cpu_ranks_agree_with_each_other_and_the_reference(
 ) -> None:
     cases, report = sdc_run
     healthy = cases["test_sdc_healthy"]
-    assert [child.tag for child in healthy] == [], ET.tostring(healthy, encoding="unicode")  # passed
+    verdicts = [child.tag for child in healthy if child.tag in ("failure", "error", "skipped")]
+    assert verdicts == [], ET.tostring(healthy, encoding="unicode")  # passed
     mine = [t for t in report["tests"] if t["test_id"] == "test_sdc_healthy.py::test_silent_data_corruption"]
     assert {t["outcome"] for t in mine} == {"passed"} and [t["when"] for t in mine].count("call") == 1, mine
 
