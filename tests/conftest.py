@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,6 +42,22 @@ WARNING_FILTERS = (
 def pytest_configure(config: pytest.Config) -> None:
     for line in WARNING_FILTERS:  # in order: a later filter wins
         config.addinivalue_line("filterwarnings", line)
+    share_the_cores_between_workers()
+
+
+def share_the_cores_between_workers() -> None:
+    """Under xdist (-n N) the workers compute side by side: each gets its share of the cores for torch's
+    threads, and so do the processes it starts (pytester subprocesses, scripts, torchrun agents inherit the
+    variable; gang ranks set their own share). With every worker's OpenMP threads on every core they wait on each
+    other: a training step of the tiny model took 10 to 50 times as long on 2 busy cores. A value the developer
+    set stays."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers <= 1 or "OMP_NUM_THREADS" in os.environ:
+        return
+    threads = max(1, len(os.sched_getaffinity(0)) // workers)
+    os.environ["OMP_NUM_THREADS"] = str(threads)  # read when torch loads, here and in every child process
+    if "torch" in sys.modules:  # loaded already (by another plugin): tell it too
+        sys.modules["torch"].set_num_threads(threads)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -41,7 +41,7 @@ for _collective in ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "b
 """
 
 # Test-only: wrap the session's gang so that chosen tests get a fault on rank 1, and note after each test how
-# many ranks are alive.
+# many ranks are alive. The plan names a test, or by its node id one of several files' tests of that name.
 CONFTEST = """\
 import json, os
 import pytest
@@ -71,7 +71,7 @@ def gb_gang(gb_gang):
 
 @pytest.fixture(autouse=True)
 def note_ranks(request, gb_gang):
-    gb_gang.test = request.node.name
+    gb_gang.test = request.node.nodeid if request.node.nodeid in PLAN else request.node.name
     yield
     with open("ranks.jsonl", "a") as f:
         f.write(json.dumps([request.node.name, len(faults.rank_processes(os.getpid()))]) + "\\n")

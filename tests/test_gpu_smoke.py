@@ -4,8 +4,6 @@ sweep memory lines it prints, and one whole run on the CPU (no GPU assumed: `--d
 from __future__ import annotations
 
 import importlib.util
-import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -62,13 +60,14 @@ def test_sweep_memory_lines_name_the_peak_and_the_sizes_not_run(smoke: ModuleTyp
     assert smoke.sweep_memory_lines({"measurements": []}) == ["no collective sweeps in the report"]
 
 
-def test_a_whole_smoke_run_on_the_cpu(tmp_path: Path) -> None:
+def test_a_whole_smoke_run_on_the_cpu(smoke: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The script's main in this process (its suite runs are pytest processes of their own, as on a GPU node)."""
     out = tmp_path / "smoke"
-    command = [sys.executable, str(SCRIPT), "--device", "cpu", "--out", str(out), "-k", "host_copy"]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
-    assert "record run: exit 0; check run: exit " in run.stdout, run.stdout + run.stderr
-    assert "engine: llama3_tiny_4layers (dim 64, seq 64, vocab 512)" in run.stdout
-    assert "MFU: no public peak known for this GPU (pass --peak-tflops)" in run.stdout
+    smoke.main(["--device", "cpu", "--out", str(out), "-k", "host_copy"])
+    stdout = capsys.readouterr().out
+    assert "record run: exit 0; check run: exit " in stdout, stdout
+    assert "engine: llama3_tiny_4layers (dim 64, seq 64, vocab 512)" in stdout
+    assert "MFU: no public peak known for this GPU (pass --peak-tflops)" in stdout
     recorded = bl.load_baseline(out / "SMOKE.yaml")
     expected = recorded.metrics["host_copy_bandwidth_gbps"].default.expected
     assert expected is not None and expected > 0

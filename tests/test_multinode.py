@@ -15,6 +15,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from pytest_gbvalidate.fleet.cli import main as fleet_main
 from tests.llama_functions import needs_pipelining_over_gloo
 from tests.test_plugin import COLLECTIVE_TESTS, REPO, SUITES, junit_cases
 
@@ -113,7 +116,9 @@ def test_two_nodes_over_loopback(tmp_path: Path) -> None:
     assert pair["scope"] == "node0+node1" and pair["value"] > 0 and pair["details"]["wrong_by_rank"] == {}
 
 
-def test_pairwise_all_reduce_names_the_slow_node_and_the_wrong_one(tmp_path: Path) -> None:
+def test_pairwise_all_reduce_names_the_slow_node_and_the_wrong_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Four single-rank nodes; one node's all_reduce is slow, another's returns wrong data."""
     plugin = {"PYTEST_PLUGINS": "tests.node_fault"}  # loaded by these two nodes' pytest only
     faults = {
@@ -137,37 +142,39 @@ def test_pairwise_all_reduce_names_the_slow_node_and_the_wrong_one(tmp_path: Pat
         (host, "gpu_hardware", "wrong data in all 2 of"),
         (host, "link", "slow in all 2 of its p"),
     ]
-    summary = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest_gbvalidate.fleet",
-            "summary",
-            "--out",
-            str(tmp_path / "fleet"),
-            *map(str, tmp_path.glob("node*.json")),
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert summary.returncode == 1
+    capsys.readouterr()
+    assert fleet_main(["summary", "--out", str(tmp_path / "fleet"), *map(str, tmp_path.glob("node*.json"))]) == 1
+    summary = capsys.readouterr().out
     check = "test_pairwise_all_reduce_busbw (multi-node)"
     reason = f"gbvalidate: gpu_hardware: {check}; link: {check}"
-    assert f"scontrol update nodename={host} state=drain reason='{reason}'" in summary.stdout, summary.stdout
+    assert f"scontrol update nodename={host} state=drain reason='{reason}'" in summary, summary
 
 
-@needs_pipelining_over_gloo
-def test_pretraining_across_nodes_reports_each_node_s_step_time(tmp_path: Path) -> None:
-    """Two nodes of two ranks each: the cpu SKU's layout (PP=2, one node's two ranks) is weak-scaled to DP=2 and
-    twice the global batch, so each node trains what it trains alone; the report has every node's step time and
-    the spread between the ranks. One node computes slower: its step time is no longer than the other's (the
-    gradient sync makes both wait for it), but its work before the sync shows it, and the fleet summary names it."""
+@pytest.fixture(scope="module")
+def pretraining_nodes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str, dict[str, Any]]:
+    """Two nodes of two ranks each run the pretraining suite: the cpu SKU's layout (PP=2, one node's two ranks) is
+    weak-scaled to DP=2 and twice the global batch, so each node trains what it trains alone. One node computes
+    slower. (Their directory, the slow node, the fast node, the report.)"""
+    tmp_path = tmp_path_factory.mktemp("pretraining-nodes")
     slow_compute = {"PYTEST_PLUGINS": "tests.node_fault", "NODE_FAULT": "slow_compute"}
     faults = {1: slow_compute | {"NODE_FAULT_FILE": str(tmp_path / "slow")}}
     codes, logs = run_nodes(tmp_path, 2, 2, [str(SUITES / "test_pretrain.py")], faults)
     slow = int((tmp_path / "slow").read_text())
     _, report = the_report(tmp_path, 2, logs)
     assert report["gang"]["nodes"] == 2 and report["gang"]["world_size"] == 4, logs
+    # every rank's pytest reached its verdict, and each agent saw its ranks exit 0
+    assert all(log.count("1 skipped in") == 2 for log in logs.values()) and codes == [0, 0], logs
+    host = socket.gethostname()
+    return tmp_path, f"node{slow} ({host})", f"node{1 - slow} ({host})", report
+
+
+@needs_pipelining_over_gloo
+def test_pretraining_across_nodes_reports_each_node_s_step_time(
+    pretraining_nodes: tuple[Path, str, str, dict[str, Any]],
+) -> None:
+    """The report has every node's step time and the spread between the ranks. The slow node's step time is no
+    longer than the other's (the gradient sync makes both wait for it), but its work before the sync shows it."""
+    _, slow_node, fast_node, report = pretraining_nodes
     (step,) = [m for m in report["measurements"] if m["metric"] == "llama3_tiny_step_time_s"]
     details = step["details"]
     assert (details["dp"], details["pp"], details["gbs"]) == (2, 2, 32)
@@ -179,16 +186,21 @@ def test_pretraining_across_nodes_reports_each_node_s_step_time(tmp_path: Path) 
     compute = details["per_node_compute_s"]
     assert sorted(compute) == sorted(per_node) and all(0 < compute[n] <= per_node[n] for n in per_node)
     # 16 attention calls per step on each of the slow node's ranks, 20 ms each: about 0.3 s more work
-    slow_node, fast_node = f"node{slow} ({host})", f"node{1 - slow} ({host})"
     assert compute[slow_node] - compute[fast_node] > 0.1, details
     # a node is as slow as its slowest rank, and the step as slow as the slowest node
     assert max(per_node.values()) == max(details["per_rank_step_time_s"])
     # no baseline figure exists for the weak-scaled layout: recorded, not gated
-    assert step["verdict"] == "skip", logs
-    # every rank's pytest reached that verdict, and each agent saw its ranks exit 0
-    assert all(log.count("1 skipped in") == 2 for log in logs.values()) and codes == [0, 0], logs
+    assert step["verdict"] == "skip"
 
-    # Weak scaling: the same per-node batch on one node (its two ranks, GBS 16), then the fleet summary of both.
+
+@needs_pipelining_over_gloo
+def test_the_fleet_summary_weak_scales_the_nodes_against_one_and_names_the_straggler(
+    pretraining_nodes: tuple[Path, str, str, dict[str, Any]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Weak scaling: the same per-node batch on one node (its two ranks, GBS 16), then the fleet summary of both
+    runs."""
+    nodes, slow_node, _, report = pretraining_nodes
+    (step,) = [m for m in report["measurements"] if m["metric"] == "llama3_tiny_step_time_s"]
     report_arg = f"--gb-report={tmp_path / 'one.json'}"
     one_node = subprocess.run(
         [sys.executable, "-m", "pytest", "--gb-sku=cpu", str(SUITES / "test_pretrain.py"), report_arg, "-q"],
@@ -198,14 +210,12 @@ def test_pretraining_across_nodes_reports_each_node_s_step_time(tmp_path: Path) 
     )
     single = json.loads((tmp_path / "one.json").read_text())["measurements"][0]
     assert single["metric"] == "llama3_tiny_step_time_s" and single["details"]["gbs"] == 16, one_node.stdout
-    reports = [str(tmp_path / "one.json"), *map(str, tmp_path.glob("node*.json"))]
-    summary = subprocess.run(
-        [sys.executable, "-m", "pytest_gbvalidate.fleet", "summary", "--out", str(tmp_path / "fleet"), *reports],
-        capture_output=True,
-        text=True,
-    )
+    reports = [str(tmp_path / "one.json"), *map(str, nodes.glob("node*.json"))]
+    capsys.readouterr()
+    fleet_main(["summary", "--out", str(tmp_path / "fleet"), *reports])
+    summary = capsys.readouterr().out
     efficiency = single["value"] / step["value"]
-    assert f"weak scaling llama3_tiny on 2 nodes: step {step['value']:.4g} s" in summary.stdout, summary.stdout
-    assert f"efficiency {efficiency:.3f}" in summary.stdout, summary.stdout
+    assert f"weak scaling llama3_tiny on 2 nodes: step {step['value']:.4g} s" in summary, summary
+    assert f"efficiency {efficiency:.3f}" in summary, summary
     assert f"{efficiency:.3f}" in (tmp_path / "fleet" / "summary.md").read_text()
-    assert f"straggler {slow_node} (work before the gradient sync: slowest" in summary.stdout, summary.stdout
+    assert f"straggler {slow_node} (work before the gradient sync: slowest" in summary, summary

@@ -5,22 +5,56 @@ bit-identity where no tolerance could see it."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
-from pathlib import Path
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from typing import Any
 
 import pytest
 import torch
 
 from pytest_gbvalidate.bench import sdc
 from tests.test_faults import CONFTEST, REPO
-from tests.test_plugin import SUITES, junit_cases
+from tests.test_plugin import SUITES
 
 SDC = SUITES / "test_sdc.py"
+FLIPS = ("flip_high", "flip_low")
 
 
-def test_the_cpu_ranks_agree_with_each_other_and_the_reference(pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest(str(SDC), "--gb-sku=cpu", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=1)
+@pytest.fixture(scope="module")
+def sdc_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, ET.Element], dict[str, Any]]:
+    """One session of the cpu SKU running the check three times on one gang, from three copies of the suite: as it
+    is (test_sdc_healthy.py), and with rank 1's matmuls flipping a bit (test_sdc_<fault>.py), the conftest of
+    tests/test_faults.py injecting the fault into that file's check only. Each file's JUnit testcase, by file
+    stem, and the JSON report."""
+    directory = tmp_path_factory.mktemp("sdc")
+    files = [f"test_sdc_{name}.py" for name in ("healthy", *FLIPS)]
+    for name in files:
+        shutil.copy(SDC, directory / name)
+    (directory / "conftest.py").write_text(CONFTEST)
+    plan = {f"test_sdc_{fault}.py::test_silent_data_corruption": fault for fault in FLIPS}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GBVALIDATE_", "PYTEST_"))}
+    env |= {"GBV_TEST_FAULTS": json.dumps(plan), "PYTHONPATH": str(REPO)}
+    command = [sys.executable, "-m", "pytest", *files, "--gb-sku=cpu", "--junitxml=r.xml", "--gb-report=r.json"]
+    command += ["-p", "no:cacheprovider", f"--rootdir={directory}"]
+    done = subprocess.run(command, cwd=directory, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == pytest.ExitCode.TESTS_FAILED, done.stdout + done.stderr
+    cases = {case.get("classname", ""): case for case in ET.parse(directory / "r.xml").getroot().iter("testcase")}
+    assert sorted(cases) == sorted(name.removesuffix(".py") for name in files), done.stdout
+    return cases, json.loads((directory / "r.json").read_text())
+
+
+def test_the_cpu_ranks_agree_with_each_other_and_the_reference(
+    sdc_run: tuple[dict[str, ET.Element], dict[str, Any]],
+) -> None:
+    cases, report = sdc_run
+    healthy = cases["test_sdc_healthy"]
+    verdicts = [child.tag for child in healthy if child.tag in ("failure", "error", "skipped")]
+    assert verdicts == [], ET.tostring(healthy, encoding="unicode")  # passed
+    mine = [t for t in report["tests"] if t["test_id"] == "test_sdc_healthy.py::test_silent_data_corruption"]
+    assert {t["outcome"] for t in mine} == {"passed"} and [t["when"] for t in mine].count("call") == 1, mine
 
 
 @pytest.mark.parametrize(
@@ -33,23 +67,19 @@ def test_the_cpu_ranks_agree_with_each_other_and_the_reference(pytester: pytest.
     ],
 )
 def test_a_flipped_bit_on_one_rank_fails_the_check(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, fault: str, named: str
+    sdc_run: tuple[dict[str, ET.Element], dict[str, Any]], fault: str, named: str
 ) -> None:
-    shutil.copy(SDC, pytester.path / "test_sdc.py")
-    pytester.makeconftest(CONFTEST)
-    monkeypatch.setenv("GBV_TEST_FAULTS", json.dumps({"test_silent_data_corruption": fault}))
-    monkeypatch.setenv("PYTHONPATH", str(REPO))
-    result = pytester.runpytest_subprocess(
-        "test_sdc.py", "--gb-sku=cpu", "--junitxml=r.xml", "--gb-report=r.json", "-p", "no:cacheprovider"
-    )
-    assert result.ret == pytest.ExitCode.TESTS_FAILED
-    message = junit_cases(Path(pytester.path / "r.xml"))["test_silent_data_corruption"]["message"] or ""
+    cases, report = sdc_run
+    failure = cases[f"test_sdc_{fault}"].find("failure")
+    assert failure is not None
+    message = failure.get("message") or ""
     assert named in message, message
     assert "rank0: " not in message  # the healthy rank is never the one named
     if fault == "flip_high":  # the fp32 GEMM is flipped too; the model pass uses no torch.matmul
         assert "rank1: gemm_fp32 is off the CPU reference" in message and "model" not in message
-    report = json.loads((pytester.path / "r.json").read_text())
-    (test,) = [t for t in report["tests"] if t["outcome"] == "failed"]
+    mine = [t for t in report["tests"] if t["test_id"] == f"test_sdc_{fault}.py::test_silent_data_corruption"]
+    (test,) = [t for t in mine if t["outcome"] == "failed"]
+    assert test["when"] == "call"
     assert (test["fault"]["category"], test["fault"]["disposition"]) == ("gpu_hardware", "ISOLATE")
 
 
