@@ -135,33 +135,26 @@ def test_a_layout_the_model_cannot_split_is_a_usage_error_at_start(pytester: pyt
     )
 
 
-def test_a_nemo_engine_that_is_not_installed_fails_saying_so(pytester: pytest.Pytester) -> None:
+def test_the_nemo_engine_runs_under_the_python_named_and_says_what_is_missing_there(pytester: pytest.Pytester) -> None:
+    """This interpreter (no NeMo here), the baseline's `pretrain.engine_python`, then the setting, which wins."""
     baselines_with(
         pytester,
         ("  model: llama3_tiny\n  seq_len: 64\n", "  model: llama3_8b\n  seq_len: 64\n"),
     )
     cpu = pytester.path / "b" / "cpu.yaml"
     cpu.write_text(cpu.read_text().replace("  engine: native\n", "  engine: nemo\n"))
-    result = pytester.runpytest(PRETRAIN, "--gb-sku=cpu", "--gb-baselines=b")
+    args = [PRETRAIN, "--gb-sku=cpu", "--gb-baselines=b"]
+    result = pytester.runpytest(*args)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         ["*engine nemo under * (this interpreter): nemo_toolkit is not installed there (No module named 'nemo')*"]
     )
-
-
-def test_the_nemo_engine_runs_under_the_python_named_by_the_setting_or_the_baseline(pytester: pytest.Pytester) -> None:
-    baselines_with(
-        pytester,
-        ("  model: llama3_tiny\n  seq_len: 64\n", "  model: llama3_8b\n  seq_len: 64\n"),
-    )
-    cpu = pytester.path / "b" / "cpu.yaml"
-    cpu.write_text(cpu.read_text().replace("  engine: native\n", "  engine: nemo\n  engine_python: no-such-python\n"))
-    result = pytester.runpytest(PRETRAIN, "--gb-sku=cpu", "--gb-baselines=b", "--gb-report=r.json")
+    cpu.write_text(cpu.read_text().replace("  engine: nemo\n", "  engine: nemo\n  engine_python: no-such-python\n"))
+    result = pytester.runpytest(*args)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*pretrain.engine_python in *cpu.yaml: 'no-such-python': no program*on PATH*"])
-    # The setting wins over the baseline: here a launcher (env) before this interpreter, which has no NeMo.
-    launcher = f"env GBVALIDATE_MARK=1 {sys.executable}"
-    result = pytester.runpytest(PRETRAIN, "--gb-sku=cpu", "--gb-baselines=b", f"--gb-engine-python={launcher}")
+    launcher = f"env GBVALIDATE_MARK=1 {sys.executable}"  # a launcher before an interpreter, as srun would be
+    result = pytester.runpytest(*args, f"--gb-engine-python={launcher}")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [f"*engine nemo under {launcher} (--gb-engine-python on the command line): nemo_toolkit is not installed*"]
