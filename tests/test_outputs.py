@@ -174,6 +174,9 @@ def test_sigterm_ends_the_run_as_ctrl_c_does(lab: pytest.Pytester, signal_name: 
             """
         )
     )
+    # As a login or batch shell has them; `nohup` (a CI runner may start us so) ignores SIGHUP, and an ignored
+    # signal is the caller's choice, which the plugin leaves alone.
+    lab.makeconftest(f"import signal\nsignal.signal(signal.{signal_name}, signal.SIG_DFL)\n")
     (lab.path / "baselines" / "REC.yaml").write_text("kept\n")
     result = lab.runpytest_subprocess(*ARGS, "--gb-report=r.json", "--gb-record=baselines/REC.yaml")
     assert result.ret == pytest.ExitCode.INTERRUPTED
