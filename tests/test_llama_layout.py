@@ -80,6 +80,22 @@ def test_engine_precision_and_checkpointing_must_be_known_and_native_fp8_has_no_
     ]
 
 
+def test_native_fp8_layouts_keep_every_matmul_dimension_a_multiple_of_16() -> None:
+    """torch._scaled_mm's CUDA rule, which its CPU kernel does not check: the weight gradient's inner dimension is
+    a microbatch's tokens on a rank."""
+    odd_tokens = dataclasses.replace(LLAMA3_8B, seq_len=100)  # MBS 1: 100 tokens per microbatch
+    assert problems(odd_tokens, Layout(mbs=1, gbs=8, precision="fp8")) == [
+        ("precision", "fp8 matmuls need multiples of 16: tokens per microbatch on a rank (MBS*seq/CP) 100")
+    ]
+    assert problems(odd_tokens, Layout(mbs=4, gbs=8, precision="fp8")) == []  # 400 tokens
+    assert problems(odd_tokens, Layout(mbs=1, gbs=8, precision="bf16")) == []  # bf16 has no such rule
+    assert problems(odd_tokens, Layout(mbs=1, gbs=8, precision="fp8", engine="nemo")) == []  # NeMo pads its own
+    odd_ffn = dataclasses.replace(LLAMA3_8B, ffn_dim=14344)
+    assert problems(odd_ffn, Layout(mbs=1, gbs=8, precision="fp8")) == [
+        ("precision", "fp8 matmuls need multiples of 16: FFN dim 14344")
+    ]
+
+
 def test_validate_names_every_broken_rule_at_once() -> None:
     with pytest.raises(LayoutError) as info:
         validate(LLAMA3_TINY, Layout(mbs=0, gbs=8, tp=2))

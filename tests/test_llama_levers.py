@@ -70,3 +70,19 @@ def test_fp8_linear_forward_and_gradients_stay_close_to_fp32() -> None:
     assert relative_error(out_fp8, out_ref) < 0.05
     assert relative_error(x_fp8.grad, x_ref.grad) < 0.1  # type: ignore[arg-type]
     assert relative_error(fp8.weight.grad, reference.weight.grad) < 0.1
+
+
+def test_fp8_forward_takes_fast_accumulation_and_the_gradients_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As torchao's float8 training: the forward GEMM with Hopper's fast fp8 accumulation, the two gradient GEMMs
+    with exact fp32 accumulation (what the GPU does with it is for a GPU to measure)."""
+    calls: list[bool] = []
+    real = torch._scaled_mm
+
+    def recording(*args: object, use_fast_accum: bool = False, **kwargs: object) -> torch.Tensor:
+        calls.append(use_fast_accum)
+        return real(*args, use_fast_accum=use_fast_accum, **kwargs)  # type: ignore[arg-type, misc]
+
+    monkeypatch.setattr(torch, "_scaled_mm", recording)
+    layer = Float8Linear(64, 48, bias=False)
+    layer(torch.randn(2, 16, 64, requires_grad=True)).sum().backward()
+    assert calls == [True, False, False]  # forward; input gradient, weight gradient

@@ -34,9 +34,11 @@ def _column_major(x: Tensor) -> Tensor:
     return x.t().contiguous().t()
 
 
-def _mm(a: Tensor, a_inv: Tensor, b: Tensor, b_inv: Tensor) -> Tensor:
-    """a @ b in fp8 with fp32 accumulation; a row-major, b column-major."""
-    return torch._scaled_mm(a, b, scale_a=a_inv, scale_b=b_inv, out_dtype=OUTPUT_DTYPE)
+def _mm(a: Tensor, a_inv: Tensor, b: Tensor, b_inv: Tensor, *, fast_accum: bool = False) -> Tensor:
+    """a @ b in fp8, a row-major, b column-major. `fast_accum`: Hopper's fast fp8 accumulation (fewer promotions
+    to fp32 along the inner dimension), as torchao's float8 training takes for the forward GEMM only: the
+    gradients keep the exact accumulation. Kernels without it (the CPU's) ignore it."""
+    return torch._scaled_mm(a, b, scale_a=a_inv, scale_b=b_inv, out_dtype=OUTPUT_DTYPE, use_fast_accum=fast_accum)
 
 
 class _Float8Matmul(torch.autograd.Function):
@@ -47,7 +49,7 @@ class _Float8Matmul(torch.autograd.Function):
         w8, w_inv = to_fp8(weight, E4M3)  # (out_dim, in_dim)
         ctx.save_for_backward(x8, x_inv, w8, w_inv)
         ctx.x_shape, ctx.x_dtype, ctx.w_dtype = x.shape, x.dtype, weight.dtype
-        out = _mm(x8, x_inv, w8.t(), w_inv)  # (tokens, out_dim)
+        out = _mm(x8, x_inv, w8.t(), w_inv, fast_accum=True)  # (tokens, out_dim)
         return out.view(*x.shape[:-1], -1)
 
     @staticmethod

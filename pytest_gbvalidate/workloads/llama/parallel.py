@@ -21,6 +21,7 @@ PRECISIONS = ("fp32", "bf16", "fp8")
 # layout label must not cover two different runs, so the label names it: fp8cs / fp8ds.
 FP8_RECIPES = ("current", "delayed")
 _FP8_LABELS = {"current": "fp8cs", "delayed": "fp8ds"}
+FP8_MULTIPLE = 16
 SIZES = ("mbs", "gbs", "tp", "pp", "cp", "dp")
 # What the backward pass recomputes instead of keeping: nothing; every transformer block from its input (about a
 # third more compute for the least memory); or a block's cheap elementwise work (norms, rotary embedding, SwiGLU
@@ -150,6 +151,19 @@ def problems(cfg: LlamaConfig, layout: Layout) -> list[tuple[str, str]]:
     elif layout.engine == "native" and layout.precision == "fp8" and layout.tp > 1:
         # Its fp8 matmuls take plain tensors; tensor-parallel weights are DTensors.
         found.append(("precision", f"the native engine trains in fp8 without tensor parallelism, not TP={layout.tp}"))
+    if layout.engine == "native" and layout.precision == "fp8":
+        # torch._scaled_mm on CUDA (cuBLASLt's fp8 rule): the inner dimension and both of the second operand's are
+        # multiples of 16. The weight gradient is (out_dim, tokens) @ (tokens, in_dim): a microbatch's tokens on a
+        # rank are an inner dimension too. The CPU kernel does not check, so the rule is here, before any rank.
+        sizes = {
+            "dim": cfg.dim,
+            "KV dim": cfg.n_kv_heads * cfg.head_dim,
+            "FFN dim": cfg.ffn_dim,
+            "tokens per microbatch on a rank (MBS*seq/CP)": layout.mbs * cfg.seq_len // layout.cp,
+        }
+        odd = [f"{name} {value}" for name, value in sizes.items() if value % FP8_MULTIPLE]
+        if odd:
+            found.append(("precision", f"fp8 matmuls need multiples of {FP8_MULTIPLE}: {', '.join(odd)}"))
     if layout.fp8_recipe not in FP8_RECIPES:
         found.append(("fp8_recipe", f"fp8 recipe {layout.fp8_recipe!r} is not one of {', '.join(FP8_RECIPES)}"))
     elif layout.engine == "native" and layout.fp8_recipe != "current":
