@@ -117,8 +117,13 @@ def memory_plan(
     plan = memory.estimate(spec.config, layout, chunked_loss=EngineOptions().chunked_loss)
     busiest = memory.busiest(plan)
     if target.is_gpu:
-        capacity_gib = min(gpu.memory_total_bytes for gpu in gpus.devices) / memory.GIB
-        capacity = f"the smallest GPU has {capacity_gib:.1f} GiB"
+        total_gib = min(gpu.memory_total_bytes for gpu in gpus.devices) / memory.GIB
+        capacity_gib = memory.usable_gib(total_gib)
+        capacity = (
+            f"the smallest GPU has {total_gib:.1f} GiB, {capacity_gib:.1f} for the tensors (less "
+            f"{memory.FIXED_HEADROOM_GIB:g} GiB for the CUDA context, NCCL and cuBLAS, and "
+            f"{memory.FRAGMENTATION_FRACTION:.0%} for fragmentation)"
+        )
     else:
         available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
         capacity_gib = available / target.local_world_size / memory.GIB

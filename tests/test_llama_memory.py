@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from pytest_gbvalidate.workloads.llama.config import LLAMA3_8B
-from pytest_gbvalidate.workloads.llama.memory import busiest, estimate, stage_params
+from pytest_gbvalidate.workloads.llama.memory import busiest, estimate, stage_params, usable_gib
 from pytest_gbvalidate.workloads.llama.parallel import Layout
 
 FOUR_LAYERS = dataclasses.replace(LLAMA3_8B, n_layers=4)
@@ -72,3 +72,10 @@ def test_context_parallel_ranks_hold_a_share_of_each_sequence_s_activations() ->
     (one,) = estimate(LLAMA3_8B, Layout(mbs=1, gbs=8), chunked_loss=True)
     (half,) = estimate(LLAMA3_8B, Layout(mbs=1, gbs=8, cp=2), chunked_loss=True)
     assert half.activations_gib == pytest.approx(one.activations_gib / 2)
+
+
+def test_a_gpu_leaves_headroom_for_what_the_estimate_does_not_count() -> None:
+    """The CUDA context, NCCL's and cuBLAS's buffers (a fixed allowance), then fragmentation (a share)."""
+    assert usable_gib(80.0) == pytest.approx((80.0 - 2.0) * 0.9) == pytest.approx(70.2)
+    assert usable_gib(139.0) == pytest.approx(123.3)
+    assert usable_gib(1.5) == 0.0

@@ -118,3 +118,19 @@ def estimate(cfg: LlamaConfig, layout: Layout, *, chunked_loss: bool) -> list[Ra
 
 def busiest(ranks: list[RankMemory]) -> RankMemory:
     return max(ranks, key=lambda r: r.total_gib)
+
+
+# What a GPU holds beside the tensors the estimate counts, and so the headroom a layout must leave: the CUDA
+# context with torch's kernels loaded (about half a GiB), NCCL's buffers (NCCL_BUFFSIZE, 4 MiB, per channel and
+# peer: up to about a GiB on 8 GPUs, more with NVLS), cuBLAS and cuBLASLt workspaces (tens of MiB), P2P peers'
+# contexts after the bandwidth checks; then the caching allocator's fragmentation, up to about a tenth of its
+# peak. Engineering allowances, not measurements: a GPU run shows the real margin (benchmarks/gpu_smoke.py prints
+# the estimate beside the measured peak).
+FIXED_HEADROOM_GIB = 2.0
+FRAGMENTATION_FRACTION = 0.1
+
+
+def usable_gib(gpu_total_gib: float) -> float:
+    """The most a rank's tensors may take on a GPU of `gpu_total_gib`: (total - FIXED_HEADROOM_GIB) less
+    FRAGMENTATION_FRACTION of it. 80 GiB -> 70.2; 139 GiB -> 123.3."""
+    return max(0.0, (gpu_total_gib - FIXED_HEADROOM_GIB) * (1 - FRAGMENTATION_FRACTION))
