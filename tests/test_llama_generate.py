@@ -28,6 +28,26 @@ def test_cached_decoding_chooses_what_recomputing_the_whole_sequence_chooses() -
     assert torch.equal(run.tokens, sequence[:, 12:])
 
 
+def test_decoding_makes_no_tensor_per_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each step's position is a view of one device tensor made before timing: a new host tensor per token would
+    be copied over with a stream synchronisation each time (on a GPU, the decode rate would time the host)."""
+    model = build(LLAMA3_TINY, torch.device("cpu"), seed=3)
+    seen: list[torch.Tensor] = []
+    set_positions = model.set_positions
+
+    def recording(positions: torch.Tensor) -> None:
+        seen.append(positions)
+        set_positions(positions)
+
+    monkeypatch.setattr(model, "set_positions", recording)
+    generate(model, torch.zeros(2, 5, dtype=torch.long), new_tokens=6)
+    during = seen[:-1]  # the last call gives the model back its own positions
+    assert len(during) == 1 + 5  # the prefill, then 5 decoded steps (the prefill chose the first token)
+    storages = {p.untyped_storage().data_ptr() for p in during}
+    assert len(storages) == 1 and all(p._base is not None for p in during)
+    assert [p.tolist() for p in during[1:]] == [[5], [6], [7], [8], [9]]
+
+
 def test_generation_gives_the_model_back_as_it_was() -> None:
     model = build(LLAMA3_TINY, torch.device("cpu"), seed=3)
     positions = model.positions.clone()
