@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -44,6 +45,11 @@ def seed_baseline(gpu_names: list[str]) -> str:
 
 
 def peak_tflops(gpu_name: str) -> float | None:
+    """The SXM part's peak; None for a PCIe or NVL card ("NVIDIA H100 PCIe", "NVIDIA H200 NVL"), whose clocks and
+    power give it a lower dense peak than the table's SXM figure (no public figure for them is at hand here): the
+    run asks for --peak-tflops rather than report an MFU against the wrong peak."""
+    if "PCIe" in gpu_name or re.search(r"\bNVL\b", gpu_name):
+        return None
     return next((tflops for key, tflops in DENSE_BF16_PEAK_TFLOPS.items() if key in gpu_name), None)
 
 

@@ -40,6 +40,8 @@ def test_mfu_peaks_are_matched_on_the_device_name(smoke: ModuleType) -> None:
     assert smoke.peak_tflops("NVIDIA H100 80GB HBM3") == 989.0
     assert smoke.peak_tflops("NVIDIA GB200") == 2450.0  # not B200's, which its name also contains
     assert smoke.peak_tflops("NVIDIA RTX 6000 Ada Generation") is None
+    assert smoke.peak_tflops("NVIDIA H100 PCIe") is None  # lower peaks than the SXM parts': asked for
+    assert smoke.peak_tflops("NVIDIA H100 NVL") is None and smoke.peak_tflops("NVIDIA H200 NVL") is None
 
 
 def test_sweep_memory_lines_name_the_peak_and_the_sizes_not_run(smoke: ModuleType) -> None:

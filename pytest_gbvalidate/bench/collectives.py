@@ -96,7 +96,9 @@ class RankSizeResult:
     seconds: list[float]  # per timed iteration (empty when not run)
     wrong: int  # elements of this rank's output that differ from the expected result
     not_run: str | None = None  # why the size was not run (the same on every rank), e.g. too little memory
-    peak_memory_bytes: int | None = None  # device memory high-water mark while measuring it (accelerators only)
+    # The caching allocator's high-water mark while measuring it (accelerators only): our buffers, not NCCL's own
+    # (its channels' buffers and NVLS memory are allocated outside torch's allocator).
+    peak_memory_bytes: int | None = None
 
 
 @dataclass(frozen=True)

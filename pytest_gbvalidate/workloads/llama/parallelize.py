@@ -2,8 +2,13 @@
 then tensor parallel linear layers (TP), then context parallel attention (CP). Data parallel replicas (DP)
 average their gradients after backward (`average_gradients`).
 
-Ranks are numbered with PP outermost and TP innermost (rank = ((pp * DP + dp) * CP + cp) * TP + tp), so the
-ranks of a TP group, which talk in every layer, are neighbours (one NVLink domain on a GPU node).
+Ranks are numbered with DP outermost and TP innermost (rank = ((dp * PP + pp) * CP + cp) * TP + tp; see
+MESH_DIMS below), so the ranks of a TP group, which talk in every layer, are neighbours (one NVLink domain on a
+GPU node), and a node holds whole pipelines.
+
+Gradients are averaged per parameter after the whole backward (`average_gradients`), not bucketed and overlapped
+with it as DDP and Megatron do: a multi-rank step pays the all-reduce time on top of the compute, and the MFU it
+reports is lower by that much than an overlapping engine's would be at the same compute speed.
 """
 
 from __future__ import annotations
