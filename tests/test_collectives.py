@@ -14,6 +14,8 @@ import torch
 
 from pytest_gbvalidate import baselines as bl
 from pytest_gbvalidate.bench.collectives import (
+    BACK_TO_BACK_BELOW_BYTES,
+    BACK_TO_BACK_CALLS,
     COLLECTIVES,
     IN_PLACE,
     OUT_OF_PLACE,
@@ -23,10 +25,12 @@ from pytest_gbvalidate.bench.collectives import (
     algbw_gbps,
     busbw_factor,
     bytes_needed,
+    calls_per_sample,
     element_count,
     summarize,
     sweep_on_rank,
 )
+from pytest_gbvalidate.bench.timing import time_op_s
 from pytest_gbvalidate.checks import require_ranks, sweep_plan
 from pytest_gbvalidate.ranks.gang import LocalGang, RankContext
 from pytest_gbvalidate.target import Target
@@ -131,6 +135,23 @@ def test_a_size_s_buffers_are_freed_without_the_cyclic_collector() -> None:
             assert [ref() for ref in buffers] == [None, None], (collective, placement)
     finally:
         gc.enable()
+
+
+def test_a_sample_times_its_calls_back_to_back_and_divides() -> None:
+    calls: list[int] = []
+    samples = time_op_s(torch.device("cpu"), lambda: calls.append(1), warmup=2, iterations=10, calls_per_sample=5)
+    assert len(calls) == 2 + 10 * 5 and len(samples) == 10
+    with pytest.raises(ValueError, match="a sample is at least one call, got 0"):
+        time_op_s(torch.device("cpu"), lambda: None, warmup=0, iterations=10, calls_per_sample=0)
+
+
+def test_small_messages_on_an_accelerator_are_timed_in_back_to_back_loops_as_nccl_tests_does() -> None:
+    """Below about 1 MiB a collective's kernel is no longer than its launch: events around each call would time
+    the launch too, which nccl-tests' loop does not. On the CPU calls are synchronous: nothing to hide."""
+    cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
+    assert calls_per_sample(4096, cuda) == calls_per_sample(BACK_TO_BACK_BELOW_BYTES - 4, cuda) == BACK_TO_BACK_CALLS
+    assert calls_per_sample(BACK_TO_BACK_BELOW_BYTES, cuda) == 1
+    assert calls_per_sample(4096, cpu) == 1
 
 
 def test_one_rank_measures_no_collective() -> None:

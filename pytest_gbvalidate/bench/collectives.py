@@ -5,7 +5,10 @@
   being 2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter and alltoall, 1 for broadcast.
 - t is per iteration: each rank times every iteration (device events on GPUs, the host clock on the CPU), the
   ranks' times are averaged per iteration (nccl-tests' default `-a 1`), and the median over iterations is
-  reported (nccl-tests: the mean over a timed loop).
+  reported (nccl-tests: the mean over a timed loop). On an accelerator, below BACK_TO_BACK_BELOW_BYTES an
+  iteration is BACK_TO_BACK_CALLS calls back to back between two events, divided, as nccl-tests' loop runs them:
+  a small message's kernel is shorter than its launch, and events around each call would add the launch
+  latency, which nccl-tests' figures do not have.
 - After timing, every size is run once more on known data and each rank counts the elements that are wrong
   (nccl-tests' #wrong): a fast wrong answer is a failure.
 - Before each size, what it needs (buffers and the data check's temporaries) is compared with the memory free
@@ -32,6 +35,11 @@ import torch.distributed as dist
 from pytest_gbvalidate.bench.timing import time_op_s
 from pytest_gbvalidate.labels import bytes_label, size_label
 from pytest_gbvalidate.ranks.gang import RankContext
+
+# Small messages are timed in loops of back-to-back calls (see the module's docstring): below about 1 MiB a
+# collective's kernel on a GPU node lasts no longer than its launch, tens of microseconds.
+BACK_TO_BACK_BELOW_BYTES = 2**20
+BACK_TO_BACK_CALLS = 10
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast")
 IN_PLACE, OUT_OF_PLACE = "in_place", "out_of_place"
@@ -168,6 +176,13 @@ def sweep_on_rank(
     return results
 
 
+def calls_per_sample(size_bytes: int, device: torch.device) -> int:
+    """Back-to-back calls per timed sample: BACK_TO_BACK_CALLS for a small message on an accelerator, whose
+    launch would otherwise be timed with it; one on the CPU, where a call runs synchronously on the host clock and
+    there is no launch to hide (looping would only make the cpu suites slower)."""
+    return BACK_TO_BACK_CALLS if device.type != "cpu" and size_bytes < BACK_TO_BACK_BELOW_BYTES else 1
+
+
 def _measure(
     ctx: RankContext, collective: str, placement: str, size: int, count: int, warmup: int, iterations: int
 ) -> RankSizeResult:
@@ -175,7 +190,8 @@ def _measure(
     _reset_peak_memory(ctx.device)
     case = _Case(ctx, collective, placement, count)
     case.fill()
-    seconds = time_op_s(ctx.device, case.run, warmup=warmup, iterations=iterations)
+    calls = calls_per_sample(size, ctx.device)
+    seconds = time_op_s(ctx.device, case.run, warmup=warmup, iterations=iterations, calls_per_sample=calls)
     case.fill()
     case.run()
     return RankSizeResult(size, count, seconds, case.count_wrong(), peak_memory_bytes=_peak_memory(ctx.device))

@@ -12,10 +12,18 @@ import torch
 MIN_TIMED_ITERATIONS = 10
 
 
-def time_op_s(device: torch.device, op: Callable[[], object], *, warmup: int, iterations: int) -> list[float]:
-    """Seconds taken by each of `iterations` calls of `op` on `device`, after `warmup` untimed calls."""
+def time_op_s(
+    device: torch.device, op: Callable[[], object], *, warmup: int, iterations: int, calls_per_sample: int = 1
+) -> list[float]:
+    """Seconds per call of `op` on `device`, `iterations` samples after `warmup` untimed calls. Each sample times
+    `calls_per_sample` calls back to back between two marks and divides: the way nccl-tests times its loop. One
+    call per sample suits an op that keeps the device busy longer than the host takes to launch it; for a short
+    one (a small message's collective) the device would wait for each launch, and a pair of events around each
+    call would time the launch as well."""
     if iterations < MIN_TIMED_ITERATIONS:
         raise ValueError(f"at least {MIN_TIMED_ITERATIONS} timed iterations are needed, got {iterations}")
+    if calls_per_sample < 1:
+        raise ValueError(f"a sample is at least one call, got {calls_per_sample}")
     for _ in range(warmup):
         op()
     if device.type == "cpu":
@@ -23,8 +31,9 @@ def time_op_s(device: torch.device, op: Callable[[], object], *, warmup: int, it
         samples = []
         for _ in range(iterations):
             start = time.perf_counter()
-            op()
-            samples.append(time.perf_counter() - start)
+            for _ in range(calls_per_sample):
+                op()
+            samples.append((time.perf_counter() - start) / calls_per_sample)
         return samples
     torch.accelerator.synchronize(device)
     stream = torch.accelerator.current_stream(device)  # where `op` is issued; events must be recorded there
@@ -32,10 +41,11 @@ def time_op_s(device: torch.device, op: Callable[[], object], *, warmup: int, it
     ends = [torch.Event(device=device, enable_timing=True) for _ in range(iterations)]
     for start_event, end_event in zip(starts, ends, strict=True):
         start_event.record(stream)
-        op()
+        for _ in range(calls_per_sample):
+            op()
         end_event.record(stream)
     torch.accelerator.synchronize(device)
-    return [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends, strict=True)]
+    return [s.elapsed_time(e) / 1e3 / calls_per_sample for s, e in zip(starts, ends, strict=True)]
 
 
 class Stopwatch:
