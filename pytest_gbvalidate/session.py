@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_gbvalidate.ranks.world import world_from_environment, world_rank
+from pytest_gbvalidate.ranks.world import number_gpus_by_pci_bus, world_from_environment, world_rank
 from pytest_gbvalidate.settings import Setting, Settings
 
 if TYPE_CHECKING:
@@ -108,6 +108,9 @@ class GbSession:
         if self._target is None:
             from pytest_gbvalidate.target import resolve_target
 
+            # Engaged: GPUs numbered as NVML numbers them, before the node facts or a test first touch CUDA here
+            # (its driver reads the order once); the ranks we start inherit it.
+            number_gpus_by_pci_bus()
             target = resolve_target(self.config, self.settings)
             self._comparison = self._earlier_report(target)
             self._target = target

@@ -74,6 +74,13 @@ def environment_of_no_particular_host() -> Iterator[None]:
         yield
 
 
+@pytest.fixture(autouse=True)
+def no_device_order_from_an_earlier_test() -> None:
+    """The plugin, once engaged, sets CUDA_DEVICE_ORDER in its own process (ranks/world.py), and an in-process
+    pytester run's process is this one: each test starts without it, as on a host that does not set it."""
+    os.environ.pop("CUDA_DEVICE_ORDER", None)
+
+
 @pytest.fixture
 def cpu_only_node(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """This test's node has no NVIDIA GPU, whatever the host has: no NVIDIA driver (NVML's library is not

@@ -35,7 +35,13 @@ from typing import Any, Protocol
 import torch
 import torch.distributed as dist
 
-from pytest_gbvalidate.ranks.world import node_rank_from_environment, rendezvous_problem
+from pytest_gbvalidate.ranks.world import (
+    DeviceChoiceError,
+    cuda_device_index,
+    node_rank_from_environment,
+    number_gpus_by_pci_bus,
+    rendezvous_problem,
+)
 
 _POLL_S = 0.05
 _PARENT_CHECK_S = 1.0
@@ -73,12 +79,6 @@ class Gang(Protocol):
         ...
 
     def close(self) -> None: ...
-
-
-def number_gpus_by_pci_bus() -> None:
-    """CUDA numbers GPUs fastest first unless told otherwise; NVML, nvidia-smi and our `[gpu3]` test cases
-    number them by PCI bus id. Set before CUDA initialises, so cuda:3 is the GPU NVML calls 3."""
-    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
 
 
 def device_for(device_type: str, local_rank: int) -> torch.device:
@@ -369,8 +369,14 @@ class WorldGang:
         env: Mapping[str, str] | None = None,
     ) -> None:
         self.world_size = world_size
-        self.device = device_for(device_type, local_rank)
-        number_gpus_by_pci_bus()
+        number_gpus_by_pci_bus()  # before device_count() below initialises CUDA
+        if device_type == "cpu":
+            self.device = torch.device("cpu")
+        else:  # srun may have bound this task to a GPU of its own: the local rank is then no index (world.py)
+            try:
+                self.device = torch.device(device_type, cuda_device_index(os.environ, torch.cuda.device_count()))
+            except DeviceChoiceError as exc:
+                raise GangError(rank, "has no GPU of its own", str(exc)) from None
         if not dist.is_initialized():
             problem = rendezvous_problem(os.environ)
             if problem is not None:

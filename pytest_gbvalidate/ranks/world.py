@@ -1,20 +1,96 @@
-"""The torchrun / Slurm world this process may belong to, read from the environment. No torch here: the plugin
-asks at start-up, in every pytest run."""
+"""The torchrun / Slurm world this process may belong to, and the GPU that is a rank's own, read from the
+environment. No torch here: the plugin asks at start-up, in every pytest run."""
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Mapping
 
-__all__ = ["node_rank_from_environment", "rendezvous_problem", "world_from_environment", "world_rank"]
+__all__ = [
+    "DeviceChoiceError",
+    "cuda_device_index",
+    "node_rank_from_environment",
+    "number_gpus_by_pci_bus",
+    "rendezvous_problem",
+    "world_from_environment",
+    "world_rank",
+]
 
 
 def world_from_environment(env: Mapping[str, str]) -> tuple[int, int, int] | None:
     """(rank, world_size, local_rank) when this process is a rank of torchrun's or srun's world, else None."""
-    if "WORLD_SIZE" in env and "RANK" in env:
-        return int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", "0"))
+    if _under_torchrun(env):
+        return int(env["RANK"]), int(env["WORLD_SIZE"]), _local_rank(env)[1]
     if "SLURM_PROCID" in env and "SLURM_NTASKS" in env and int(env["SLURM_NTASKS"]) > 1:
-        return int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), int(env.get("SLURM_LOCALID", "0"))
+        return int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), _local_rank(env)[1]
     return None
+
+
+def _under_torchrun(env: Mapping[str, str]) -> bool:
+    """torchrun's variables win over Slurm's: torchrun started by srun (one task per node) sees both."""
+    return "WORLD_SIZE" in env and "RANK" in env
+
+
+def _local_rank(env: Mapping[str, str]) -> tuple[str, int]:
+    """The variable that says this rank's place on its node, and its value (0 when unset)."""
+    name = "LOCAL_RANK" if _under_torchrun(env) or "SLURM_PROCID" not in env else "SLURM_LOCALID"
+    return name, int(env.get(name, "0"))
+
+
+def _ranks_on_this_node(env: Mapping[str, str]) -> tuple[str, int] | None:
+    """The variable that says how many ranks share this node, and its value; None when none says. Slurm's task
+    counts are per node ("4", or "4(x2)" for 4 on each of 2 nodes); an uneven layout ("4,3") says nothing here."""
+    # Under torchrun, Slurm's counts are of torchrun's agents, not of the ranks.
+    names = (
+        ["LOCAL_WORLD_SIZE"]
+        if _under_torchrun(env)
+        else ["SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE"]
+    )
+    for name in names:
+        same_on_every_node = re.fullmatch(r"(\d+)(\(x\d+\))?", env.get(name, ""))
+        if same_on_every_node:
+            return name, int(same_on_every_node[1])
+    return None
+
+
+class DeviceChoiceError(ValueError):
+    """This rank cannot tell which of the GPUs it sees is its own."""
+
+
+def cuda_device_index(env: Mapping[str, str], device_count: int) -> int:
+    """The index, among the `device_count` GPUs this process sees (CUDA numbers the ones CUDA_VISIBLE_DEVICES
+    lets through 0, 1, ...), of this rank's own GPU:
+    - one GPU seen: that one, cuda:0. srun --gpus-per-task=1 or --gpu-bind leaves each task one GPU, so its
+      SLURM_LOCALID (1, 2, ...) is no index into what it sees;
+    - one GPU seen per rank on the node or more (a task sees all of its node's GPUs, as under torchrun): the local
+      rank (LOCAL_RANK, else SLURM_LOCALID) indexes them;
+    - several GPUs seen, but fewer than the node's ranks, or fewer than the local rank needs: an error. Which of
+      them is this rank's own is unknown, and a guess would put two ranks on one GPU."""
+    name, local_rank = _local_rank(env)
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    shown = "CUDA_VISIBLE_DEVICES unset" if visible is None else f"CUDA_VISIBLE_DEVICES={visible}"
+    sees = f"{device_count} GPU{'' if device_count == 1 else 's'} ({shown})"
+    if device_count < 1:
+        raise DeviceChoiceError(f"{name}={local_rank} sees no GPU: {sees}")
+    if device_count == 1:
+        return 0
+    on_node = _ranks_on_this_node(env)
+    if local_rank < device_count and (on_node is None or device_count >= on_node[1]):
+        return local_rank
+    ranks = f"{name}={local_rank}" + ("" if on_node is None else f" of {on_node[0]}={on_node[1]} ranks on the node")
+    raise DeviceChoiceError(
+        f"{ranks} sees {sees}: not one per rank, so which one is its own is unknown. Give each task one GPU "
+        "(srun --gpus-per-task=1, or --gpu-bind=single:1) or every task all of its node's GPUs"
+    )
+
+
+def number_gpus_by_pci_bus() -> None:
+    """CUDA numbers GPUs fastest first unless told otherwise; NVML, nvidia-smi and our `[gpu3]` test cases
+    number them by PCI bus id. The CUDA driver reads CUDA_DEVICE_ORDER once, when it initialises (the first
+    `torch.cuda.is_available()` or `device_count()` of the process): call this before anything touches CUDA, so
+    cuda:3 is the GPU NVML calls 3. An order the operator set stays."""
+    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
 
 
 def node_rank_from_environment(env: Mapping[str, str], rank: int) -> int:
