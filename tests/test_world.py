@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
 
 from pytest_gbvalidate.ranks import gang as gang_module
 from pytest_gbvalidate.ranks.gang import GangError, WorldGang
@@ -200,3 +201,40 @@ def test_the_plugin_numbers_gpus_by_pci_bus_before_it_first_touches_cuda(
     result = pytester.runpytest("--gb-sku=ND_GB200_v6", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     assert seen and set(seen) == {operator_order or "PCI_BUS_ID"}
+
+
+@pytest.mark.usefixtures("environ_restored")
+def test_under_nccl_results_travel_on_a_gloo_group_and_a_dead_peer_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NCCL's watchdog would tear the process down on a dead peer (no report from the run that found it): the
+    gathers of results and verdicts use a gloo group of their own, and NCCL is asked to clean up only. The node
+    assumed: any (NCCL itself is not run here; what it does on a real dead peer is for a GPU to show)."""
+    for name, value in (TORCHRUN | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", raising=False)
+    seen: dict[str, object] = {}
+    gathers: list[object] = []
+
+    def init_rank(device: torch.device, *args: object) -> str:
+        seen["error handling at init"] = os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING")
+        return "nccl"
+
+    def all_gather_object(out: list[object], obj: object, group: object = None) -> None:
+        gathers.append(group)
+        if len(gathers) > 1:  # the first is the start-up's; then a peer dies
+            raise RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer")
+        out[:] = [obj] * len(out)
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    monkeypatch.setattr(gang_module, "_init_rank", init_rank)
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(dist, "get_backend", lambda group=None: "nccl")
+    monkeypatch.setattr(dist, "new_group", lambda **kwargs: ("gloo group", kwargs["backend"]))
+    monkeypatch.setattr(dist, "all_gather_object", all_gather_object)
+    world = world_from_environment(os.environ)
+    assert world is not None
+    gang = WorldGang(*world, device_type="cuda", timeout_s=10)
+    with pytest.raises(GangError) as excinfo:
+        gang.run(lambda ctx: 1)
+    assert seen == {"error handling at init": gang_module.NCCL_CLEAN_UP_ONLY}
+    assert gathers == [("gloo group", "gloo")] * 2
+    assert excinfo.value.cause == "lost a peer" and "Connection closed by peer" in str(excinfo.value)

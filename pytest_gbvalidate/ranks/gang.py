@@ -352,6 +352,10 @@ def _last_line(text: str) -> str:
 # --- the world we run in ------------------------------------------------------------------------------------
 
 
+# torch's TORCH_NCCL_ASYNC_ERROR_HANDLING values: 0 no handling, 1 tear down, 2 clean up only, 3 skip clean-up.
+NCCL_CLEAN_UP_ONLY = "2"
+
+
 class WorldGang:
     """This process is one rank of a torchrun / srun world (MASTER_ADDR and MASTER_PORT in the environment).
 
@@ -386,11 +390,21 @@ class WorldGang:
             os.environ.setdefault("RANK", str(rank))
             os.environ.setdefault("WORLD_SIZE", str(world_size))
             os.environ.setdefault("LOCAL_RANK", str(local_rank))
+            # NCCL's watchdog tears the whole process down when a collective times out or a peer dies (its
+            # default): the run that found the bad node would write no report. Clean-up only: the communicators
+            # are aborted and the collective raises, which the test reports. An operator's choice stays.
+            os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", NCCL_CLEAN_UP_ONLY)
             _init_rank(self.device, rank, world_size, "env://", timeout_s)
         node_rank = node_rank_from_environment(os.environ, rank)
-        self.ctx = RankContext(rank, world_size, local_rank, self.device, dist.get_backend(), node_rank)
+        backend = dist.get_backend()
+        self.ctx = RankContext(rank, world_size, local_rank, self.device, backend, node_rank)
+        # Results and verdicts travel on a gloo group of their own (over TCP, on the host): a dead or hung peer
+        # fails the gather with an exception on every survivor, whatever state NCCL's communicators are in.
+        self._control = (
+            None if backend == "gloo" else dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
+        )
         placed: list[Any] = [None] * world_size
-        dist.all_gather_object(placed, (node_rank, socket.gethostname()))
+        dist.all_gather_object(placed, (node_rank, socket.gethostname()), group=self._control)
         self.hosts = dict(sorted(placed))
 
     def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None) -> list[Any]:
@@ -400,7 +414,7 @@ class WorldGang:
             mine = ("raised", traceback.format_exc())
         gathered: list[Any] = [None] * self.world_size
         try:
-            dist.all_gather_object(gathered, mine)
+            dist.all_gather_object(gathered, mine, group=self._control)
         except Exception as exc:  # a peer died or timed out: every surviving rank gets here
             raise GangError(None, "lost a peer", f"{_name(fn, args)}: {_last_line(str(exc))}") from exc
         for rank, (status, payload) in enumerate(gathered):
