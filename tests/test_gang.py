@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_gbvalidate.ranks import gang as gang_module
 from pytest_gbvalidate.ranks.gang import GangError, LocalGang, NodeResult, remove_dead_gang_dirs, run_on_local_rank
 from pytest_gbvalidate.ranks.world import node_rank_from_environment, rendezvous_problem, world_from_environment
 from tests import gang_functions as f
@@ -184,3 +185,16 @@ def test_rendezvous_problem_names_what_srun_does_not_set() -> None:
     assert rendezvous_problem({"MASTER_ADDR": "n1", "MASTER_PORT": "29500"}) is None
     problem = rendezvous_problem({"MASTER_ADDR": "n1"})
     assert problem is not None and problem.startswith("MASTER_PORT not set: under srun export MASTER_ADDR")
+
+
+def test_a_rank_in_a_device_synchronisation_is_waiting_not_the_culprit() -> None:
+    """Under NCCL a collective returns at once and a waiting rank sits in a device synchronisation; under gloo in
+    the collective. Only a rank elsewhere is a culprit."""
+    waiting = [
+        "/usr/lib/python3/site-packages/torch/distributed/distributed_c10d.py:2501 in all_reduce",
+        "/usr/lib/python3/site-packages/torch/cuda/__init__.py:985 in synchronize",
+        "/usr/lib/python3/site-packages/torch/accelerator/__init__.py:171 in synchronize",
+        None,  # no stack came back: not evidence against it
+    ]
+    assert all(gang_module.waiting_for_a_peer(frame) for frame in waiting)
+    assert not gang_module.waiting_for_a_peer("/x/tests/gang_functions.py:40 in hang_on")

@@ -285,7 +285,7 @@ class LocalGang:
             with contextlib.suppress(OSError), open(self._stack_file(rank)) as f:
                 stacks[rank] = _innermost_frame(f.read())
         # Ranks blocked in a collective are waiting for a peer; a rank that is not is the likely culprit.
-        culprits = [r for r in missing if "torch/distributed" not in stacks.get(r, "torch/distributed")]
+        culprits = [r for r in missing if not waiting_for_a_peer(stacks.get(r))]
         where = "; ".join(f"rank {r} at {stacks.get(r, '?')}" for r in missing)
         culprit = culprits[0] if len(culprits) == 1 else None
         return GangError(culprit, "timed out", f"{what} did not finish within {timeout_s:g} s ({where})")
@@ -329,6 +329,18 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # another user's process
         return True
     return True
+
+
+# Where a rank waiting for a peer is stuck: in a collective (gloo blocks there), or, under NCCL, whose collectives
+# return at once and run on the GPU, in a device synchronisation that waits for one. A rank stuck elsewhere is the
+# likely culprit. (A `.item()` that waits for a collective's result shows only its caller's frame: such a rank
+# cannot be told from a culprit, and then none is named.)
+_WAITING_IN = ("torch/distributed/", "torch/cuda/", "torch/accelerator/")
+
+
+def waiting_for_a_peer(frame: str | None) -> bool:
+    """Whether a rank whose innermost frame is `frame` ('file:line in function'; None: unknown) is waiting."""
+    return frame is None or any(place in frame for place in _WAITING_IN)
 
 
 def _innermost_frame(dump: str) -> str:
