@@ -259,3 +259,23 @@ def test_a_size_that_does_not_fit_on_one_rank_is_not_run_on_any(gang: LocalGang)
     assert small.not_run is None and small.busbw_gbps > 0 and small.wrong == 0
     assert large.not_run == "memory: needs 13.0 MiB per rank, 2.0 MiB free"
     assert [r[1].seconds for r in per_rank] == [[], [], []]  # every rank left it out: none waits for the others
+
+
+def test_a_p2p_copy_hands_the_peer_s_cached_block_back_however_it_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The destination lives on the peer GPU, allocated by this rank's process: its caching allocator would keep
+    the block there (on 8 GPUs, 7 ranks' blocks on each). No GPU here: the copy itself is stood in for."""
+    from pytest_gbvalidate.bench import on_rank
+
+    emptied: list[str] = []
+    monkeypatch.setattr(torch.accelerator, "empty_cache", lambda: emptied.append("emptied"))
+    ctx = RankContext(rank=0, world_size=2, local_rank=0, device=torch.device("cuda", 0), backend="nccl")
+
+    def failing_copy(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("copy failed")
+
+    monkeypatch.setattr(on_rank, "copy_bandwidth", lambda *args, **kwargs: "result")
+    assert on_rank.p2p_on_rank(ctx, 1, 1024, 0, 10) == "result"  # type: ignore[comparison-overlap]
+    monkeypatch.setattr(on_rank, "copy_bandwidth", failing_copy)
+    with pytest.raises(RuntimeError, match="copy failed"):
+        on_rank.p2p_on_rank(ctx, 1, 1024, 0, 10)
+    assert emptied == ["emptied", "emptied"]
