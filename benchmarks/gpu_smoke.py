@@ -186,7 +186,28 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # reported, and the run fails; the suites' results above still stand
         print(f"engine run failed: {type(exc).__name__}: {exc}")
         engine_ok = False
+    print("\n== what only a GPU shows: look at these ==")
+    print("\n".join(f"- {line}" for line in GPU_CHECKLIST))
     return 0 if record_status == check_status == 0 and engine_ok else 1
+
+
+# What the CPU tests cannot show (the code paths are tested there with fakes; the hardware's answer is not).
+GPU_CHECKLIST = (
+    "multi-node under NCCL with a peer killed mid-collective (kill -9 one node's rank): the survivors end with "
+    "'lost a peer' and a written report (TORCH_NCCL_ASYNC_ERROR_HANDLING=2, results on a gloo group)",
+    "srun --gpus-per-task=1: every rank on cuda:0 of its own GPU; CUDA_DEVICE_ORDER=PCI_BUS_ID seen by the first "
+    "CUDA call, so gpuN in test ids is nvidia-smi's GPU N",
+    "fp8: the forward GEMM with use_fast_accum=True against False (tokens/s, loss), and a layout whose tokens per "
+    "microbatch are no multiple of 16 refused before any rank starts",
+    "the memory-fit headroom (2 GiB + 10%): the engine's estimate against the measured peak above, and what the "
+    "CUDA context, NCCL and the P2P checks' peer contexts hold (nvidia-smi during the suites)",
+    "collective sweeps below 1 MiB (10 back-to-back calls per sample) against nccl-tests' all_reduce_perf rows of "
+    "the same sizes (--gb-reference-tools)",
+    "a hang under NCCL (a rank stopped in a kernel): the ranks in torch.cuda.synchronize counted as waiting, the "
+    "stopped one named; a rank waiting in .item() cannot be told apart",
+    "after the P2P checks: no 512 MiB cached block left on a peer (torch.accelerator.empty_cache frees every "
+    "device's); the peer contexts stay",
+)
 
 
 if __name__ == "__main__":
