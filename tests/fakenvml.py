@@ -34,6 +34,11 @@ class NotSupported(Exception):
     """Raised inside a fake symbol: the GPU answers NVML_ERROR_NOT_SUPPORTED."""
 
 
+class VersionMismatch(Exception):
+    """Raised inside a fake symbol: a versioned struct came with another version than the symbol's
+    (NVML_ERROR_ARGUMENT_VERSION_MISMATCH), as the real library answers."""
+
+
 def supported(value: Any) -> Any:
     if value is None:
         raise NotSupported
@@ -74,6 +79,8 @@ class FakeGpu:
     nvlinks: list[bool] = field(default_factory=list)  # active, per link
     c2c_enabled: bool | None = None
     fabric_state: int | None = None  # NVML_GPU_FABRIC_STATE_*; None: not supported
+    fabric_status: int = SUCCESS  # NVML defines it once the state is completed
+    fabric_health_mask: int = 0  # NVML_GPU_FABRIC_HEALTH_MASK_*, shifted into place
     mig_mode: tuple[int, int] | None = None
     numa_nodes: list[int] = field(default_factory=lambda: [0])  # NVML memory affinity
     cpus: list[int] = field(default_factory=lambda: [0, 1])  # NVML CPU affinity
@@ -103,6 +110,8 @@ def _per_gpu(symbol: Callable[..., None]) -> Callable[..., int]:
             symbol(self, gpu, *args)
         except NotSupported:
             return int(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        except VersionMismatch:
+            return int(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
         except IndexError:
             return int(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         return SUCCESS
@@ -232,8 +241,11 @@ class FakeNvmlLib:
 
     @_per_gpu
     def nvmlDeviceGetGpuFabricInfoV(self, gpu: FakeGpu, ref: Any) -> None:
+        if ref._obj.version != pynvml.nvmlGpuFabricInfo_v2:  # a versioned struct: the caller names its version
+            raise VersionMismatch
         ref._obj.state = supported(gpu.fabric_state)
-        ref._obj.status = SUCCESS
+        ref._obj.status = gpu.fabric_status
+        ref._obj.healthMask = gpu.fabric_health_mask
 
     @_per_gpu
     def nvmlDeviceGetMigMode(self, gpu: FakeGpu, current: Any, pending: Any) -> None:

@@ -51,6 +51,7 @@ def test_inventory_of_a_gb200_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
         c2c_enabled=True,
         fabric_state="completed",
         fabric_status="Success",
+        fabric_degraded_bandwidth=None,
         mig_mode=(False, False),
         numa_nodes=(1,),
         cpu_affinity=tuple(range(72, 144)),  # bits beyond the first 64-bit word of the mask
@@ -124,3 +125,36 @@ def test_every_slowdown_reason_is_named() -> None:
         "hw_power_brake_slowdown",
     ]
     assert nvml.slowdown_reasons(IDLE | SW_POWER_CAP) == []
+
+
+def test_the_fabric_s_result_counts_once_registered_and_its_health_mask_is_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """NVML defines a registration's status only once its state is completed; the health mask (GB200 on) says
+    whether the NVLink bandwidth is degraded. The struct is versioned: the real library refuses it unversioned."""
+    degraded = (
+        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_TRUE << pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_DEGRADED_BW
+    )
+    healthy = (
+        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_FALSE << pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_DEGRADED_BW
+    )
+    gpus = [
+        FakeGpu(fabric_state=pynvml.NVML_GPU_FABRIC_STATE_IN_PROGRESS, fabric_status=pynvml.NVML_ERROR_UNKNOWN),
+        FakeGpu(fabric_state=pynvml.NVML_GPU_FABRIC_STATE_COMPLETED, fabric_health_mask=degraded),
+        FakeGpu(fabric_state=pynvml.NVML_GPU_FABRIC_STATE_COMPLETED, fabric_health_mask=healthy),
+        FakeGpu(fabric_state=pynvml.NVML_GPU_FABRIC_STATE_COMPLETED, fabric_status=pynvml.NVML_ERROR_NOT_READY),
+    ]
+    install(monkeypatch, FakeNvmlLib(gpus=gpus))
+    nvml.init()
+    try:
+        inventory = nvml.read_inventory()
+    finally:
+        nvml.shutdown()
+    assert inventory.failed == {}
+    seen = [(g.fabric_state, g.fabric_status, g.fabric_degraded_bandwidth) for g in inventory.gpus.values()]
+    assert seen == [
+        ("in_progress", None, None),  # its status field holds an error that means nothing yet
+        ("completed", "Success", True),
+        ("completed", "Success", False),
+        ("completed", str(pynvml.NVMLError(pynvml.NVML_ERROR_NOT_READY)), None),
+    ]

@@ -37,6 +37,7 @@ def gpu_info(fake: FakeGpu, index: int) -> GpuInfo:
         c2c_enabled=None,
         fabric_state=None,
         fabric_status=None,
+        fabric_degraded_bandwidth=None,
         mig_mode=None,
         numa_nodes=tuple(fake.numa_nodes),
         cpu_affinity=tuple(fake.cpus),

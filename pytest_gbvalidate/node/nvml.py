@@ -293,7 +293,9 @@ class GpuInfo:
     nvlinks: dict[int, bool]  # link -> active
     c2c_enabled: bool | None  # NVLink-C2C to a Grace CPU
     fabric_state: str | None  # NVLink fabric registration (multi-node NVLink): not_started ... completed
-    fabric_status: str | None  # NVML's word on the registration's result
+    fabric_status: str | None  # NVML's word on the registration's result: defined once the state is completed
+    # The fabric's health mask (GB200 on): the NVLink bandwidth degraded (True), not (False), or not reported.
+    fabric_degraded_bandwidth: bool | None
     mig_mode: tuple[bool, bool] | None  # (current, pending)
     numa_nodes: tuple[int, ...] | None  # the NUMA nodes NVML says are closest to the GPU
     cpu_affinity: tuple[int, ...] | None  # the CPUs NVML says are closest to the GPU
@@ -348,7 +350,7 @@ def _gpu_info(index: int, h: Any, driver: str, cuda_version: str) -> GpuInfo:
     mig = _optional("nvmlDeviceGetMigMode", h)
     numa_nodes, cpus = _affinity(h)
     c2c = _optional("nvmlDeviceGetC2cModeInfoV", h)
-    fabric_state, fabric_status = _fabric(h)
+    fabric_state, fabric_status, fabric_degraded = _fabric(h)
     return GpuInfo(
         index=index,
         uuid=_text(_call("nvmlDeviceGetUUID", h)),
@@ -369,6 +371,7 @@ def _gpu_info(index: int, h: Any, driver: str, cuda_version: str) -> GpuInfo:
         c2c_enabled=None if c2c is None else bool(c2c.isC2cEnabled),
         fabric_state=fabric_state,
         fabric_status=fabric_status,
+        fabric_degraded_bandwidth=fabric_degraded,
         mig_mode=None
         if mig is None
         else (mig[0] == pynvml.NVML_DEVICE_MIG_ENABLE, mig[1] == pynvml.NVML_DEVICE_MIG_ENABLE),
@@ -390,13 +393,29 @@ def _bits(words: Any) -> tuple[int, ...]:
     return tuple(w * _WORD_BITS + b for w, word in enumerate(words) for b in range(_WORD_BITS) if word >> b & 1)
 
 
-def _fabric(h: Any) -> tuple[str | None, str | None]:
+def _fabric(h: Any) -> tuple[str | None, str | None, bool | None]:
+    """(registration state, its result, degraded bandwidth). NVML defines the result only once the state is
+    completed (before, the field holds whatever it holds); the health mask's degraded-bandwidth field is 1 true,
+    2 false, 0 not supported."""
     import pynvml
 
     info = pynvml.c_nvmlGpuFabricInfo_v2_t()
+    info.version = pynvml.nvmlGpuFabricInfo_v2
     if _optional("nvmlDeviceGetGpuFabricInfoV", h, pynvml.byref(info)) is None:
-        return None, None
+        return None, None, None
     state = _FABRIC_STATES.get(int(info.state), str(info.state))
     if state == "not_supported":
-        return None, None
-    return state, str(pynvml.NVMLError(int(info.status))) if info.status else "Success"
+        return None, None, None
+    status = None
+    if state == "completed":
+        status = str(pynvml.NVMLError(int(info.status))) if info.status else "Success"
+    width = (1 << pynvml.NVML_GPU_FABRIC_HEALTH_MASK_WIDTH_DEGRADED_BW) - 1
+    degraded = (int(info.healthMask) >> pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_DEGRADED_BW) & width
+    return (
+        state,
+        status,
+        {
+            pynvml.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_TRUE: True,
+            pynvml.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_FALSE: False,
+        }.get(degraded),
+    )
