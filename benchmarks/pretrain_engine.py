@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import torch._dynamo
 
 from pytest_gbvalidate.bench.timing import time_op_s
 from pytest_gbvalidate.workloads.llama import flops, memory
@@ -144,6 +146,12 @@ def has_fp8(device: torch.device) -> bool:
 
 
 def run_case(shape: Shape, device: torch.device, warmup: int, timed: int, case: str, eager: bool) -> Sample:
+    # Every case runs in this one process: each starts clean, so its peak is its own. Nothing of an earlier case
+    # should be left (the engine keeps no reference cycle), but a cycle in the plain loops or in torch would hold
+    # its tensors until the cyclic collector ran, and empty_cache cannot free what is still referenced; dynamo's
+    # caches of earlier cases' compilations go too (the engine resets them itself, the plain loop does not).
+    gc.collect()
+    torch._dynamo.reset()
     if device.type != "cpu":
         torch.accelerator.empty_cache()
         torch.accelerator.reset_peak_memory_stats(device)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import pytest
 
 from pytest_gbvalidate.ranks.gang import RankContext
@@ -22,3 +25,20 @@ def step_losses(ctx: RankContext, request: TrainRequest) -> list[float] | None:
     trainer = Trainer(request, ctx.device, build_groups(request.layout, ctx.device))
     losses = [trainer.step(i) for i in range(request.steps)]
     return None if None in losses else [float(x) for x in losses if x is not None]
+
+
+def weights_outlive_the_trainer(ctx: RankContext, request: TrainRequest) -> list[str]:
+    """The names of this rank's weights still referenced once a trainer of `request` has run a step and been
+    dropped, with Python's cyclic collector off (as it may stay off for many runs of a long-lived rank): only
+    a reference cycle keeps one."""
+    gc.collect()
+    gc.disable()
+    try:
+        groups = build_groups(request.layout, ctx.device) if request.layout.world_size > 1 else None
+        trainer = Trainer(request, ctx.device, groups)
+        trainer.step(0)
+        weights = {name: weakref.ref(p) for name, p in trainer.model.named_parameters()}
+        del trainer, groups
+        return [name for name, ref in weights.items() if ref() is not None]
+    finally:
+        gc.enable()

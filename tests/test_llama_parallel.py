@@ -3,6 +3,7 @@ at every step (so forward, backward, gradient averaging and the optimizer agree)
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,8 +11,11 @@ from typing import Any
 
 import pytest
 import torch
+import torch._dynamo
+from torch._dynamo.utils import counters
 
-from pytest_gbvalidate.ranks.gang import GangError, LocalGang
+from pytest_gbvalidate.bench.timing import MIN_TIMED_ITERATIONS
+from pytest_gbvalidate.ranks.gang import GangError, LocalGang, RankContext
 from pytest_gbvalidate.workloads.llama import sweep
 from pytest_gbvalidate.workloads.llama.config import LLAMA3_TINY
 from pytest_gbvalidate.workloads.llama.model import Transformer, build
@@ -26,6 +30,7 @@ from pytest_gbvalidate.workloads.llama.train import (
     TrainRequest,
     summarize,
     torch_release,
+    train,
 )
 from tests import llama_functions as f
 
@@ -105,7 +110,7 @@ def test_activation_checkpointing_recomputes_the_same_loss(single_rank_losses: l
     [{"chunked_loss": False}, {"fused_adamw": False}],
     ids=["whole logits", "foreach AdamW"],
 )
-def test_each_speed_lever_off_trains_to_the_same_loss(single_rank_losses: list[float], lever: dict[str, bool]) -> None:
+def test_each_speed_lever_off_trains_to_the_same_loss(single_rank_losses: list[float], lever: dict[str, Any]) -> None:
     """The engine's defaults (head and loss chunk by chunk, fused AdamW) against each turned off."""
     trainer = Trainer(request(EngineOptions(**lever)), torch.device("cpu"), None)
     assert trainer.model.head_in_loss is lever.get("chunked_loss", True)
@@ -122,6 +127,48 @@ def test_compiled_blocks_train_to_the_eager_loss(single_rank_losses: list[float]
     compiled = request(EngineOptions(compile=True), activation_checkpointing="selective")
     trainer = Trainer(compiled, torch.device("cpu"), None)
     assert losses_of(trainer) == pytest.approx(single_rank_losses, rel=1e-4)
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf:UserWarning")
+@pytest.mark.parametrize(
+    "layout",
+    [{}, pytest.param({"pp": 2}, marks=f.needs_pipelining_over_gloo), {"tp": 2}, {"dp": 2}, {"cp": 2}],
+    ids=lambda d: "-".join(d) or "one-rank",
+)
+def test_a_compiled_run_leaves_no_weight_for_the_cyclic_collector(gang: LocalGang, layout: dict[str, int]) -> None:
+    """A compiled method kept on its block (nn.Module.compile) referenced the block: a reference cycle that kept
+    every run's weights until Python's cyclic collector ran, which a long-lived rank (a layout sweep) may not do
+    for many runs. On a GPU, tens of GiB held: later runs' peaks inflated, or a layout that fits run out of
+    memory. With the collector off, nothing of a dropped trainer may stay, whatever the layout. ("eager": the
+    cycle was in what torch.compile keeps, not in the backend.)"""
+    options = EngineOptions(compile=True, compile_backend="eager")
+    if layout:
+        per_rank = gang.run(f.weights_outlive_the_trainer, request(options, **layout), timeout_s=120)
+    else:
+        cpu = RankContext(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"), backend="gloo")
+        per_rank = [f.weights_outlive_the_trainer(cpu, request(options))]
+    assert per_rank == [[]] * len(per_rank)
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf:UserWarning")
+def test_every_compiled_run_compiles_past_dynamo_s_recompile_limit() -> None:
+    """Every block runs through one code object, whose dynamo cache grows by an entry per guard set (here a
+    head width, a module attribute dynamo specialises on). Past config.recompile_limit entries dynamo would run
+    the blocks eager with only a warning: a long-lived rank's later sweep points would time an uncompiled engine.
+    Each compiled run (train, as every sweep rank runs it) must compile its blocks itself."""
+    limit = torch._dynamo.config.recompile_limit
+    compiled_graphs = []
+    for head_dim in range(2, 2 * (limit + 2) + 1, 2):  # limit + 2 runs, each a head width of its own
+        cfg = dataclasses.replace(LLAMA3_TINY, n_layers=2, dim=4 * head_dim, ffn_dim=32, vocab_size=64, seq_len=16)
+        options = EngineOptions(compile=True, compile_backend="eager")  # the same guards, without Inductor
+        shape = Layout(mbs=2, gbs=2, precision="fp32")
+        before = counters["stats"]["unique_graphs"]
+        run = TrainRequest(cfg, shape, 0, MIN_TIMED_ITERATIONS, learning_rate=1e-3, options=options)
+        train(run, torch.device("cpu"))
+        compiled_graphs.append(counters["stats"]["unique_graphs"] - before)
+    assert compiled_graphs == [1] * (limit + 2)
 
 
 def test_fp8_matmuls_train_close_to_bf16() -> None:

@@ -155,6 +155,15 @@ class TransformerBlock(nn.Module):
         return out
 
 
+def call_block(block: nn.Module, x: Tensor, cos: Tensor, sin: Tensor, attend: AttendFn) -> Tensor:
+    """One transformer block on x: what the model calls for each layer, and what the engine compiles."""
+    out: Tensor = block(x, cos, sin, attend)
+    return out
+
+
+BlockFn = Callable[[nn.Module, Tensor, Tensor, Tensor, AttendFn], Tensor]
+
+
 class Transformer(nn.Module):
     """The model, or one pipeline stage of it: a stage lacks the embedding (all but the first), the final norm
     and head (all but the last), and the layers other stages hold. Layers keep their global index as their
@@ -175,6 +184,10 @@ class Transformer(nn.Module):
         self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
         self.attend: AttendFn = causal_attention
+        # How each layer is called: `call_block`, or the engine's torch.compile of it (train.py). A compiled
+        # function of the block, not a compiled method kept on the block (nn.Module.compile), which references
+        # its own module: a reference cycle that kept every run's weights until Python's cyclic collector ran.
+        self.call_block: BlockFn = call_block
         # The last stage returns the final norm's output and its loss function applies the head
         # (loss.linear_cross_entropy), so the logits are never held whole.
         self.head_in_loss = False
@@ -192,7 +205,7 @@ class Transformer(nn.Module):
         # x: (bs, seq) token ids on the first stage, (bs, seq, dim) activations on the others
         h = self.tok_embeddings(x) if self.tok_embeddings is not None else x  # (bs, seq, dim)
         for layer in self.layers.values():
-            h = layer(h, self.rope_cos, self.rope_sin, self.attend)
+            h = self.call_block(layer, h, self.rope_cos, self.rope_sin, self.attend)
         if self.norm is not None:
             h = self.norm(h)
         if self.output is None or self.head_in_loss:

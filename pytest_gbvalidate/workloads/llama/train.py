@@ -29,7 +29,7 @@ from pytest_gbvalidate.workloads.llama import flops
 from pytest_gbvalidate.workloads.llama.config import LlamaConfig
 from pytest_gbvalidate.workloads.llama.data import SyntheticTokens
 from pytest_gbvalidate.workloads.llama.loss import linear_cross_entropy
-from pytest_gbvalidate.workloads.llama.model import loss_fn
+from pytest_gbvalidate.workloads.llama.model import call_block, loss_fn
 from pytest_gbvalidate.workloads.llama.parallel import Layout, LayoutError, validate
 from pytest_gbvalidate.workloads.llama.parallelize import (
     RankGroups,
@@ -61,6 +61,9 @@ class EngineOptions:
     # torch.compile each transformer block (its recomputation too); the warm-up steps absorb the compilation.
     # Off unless asked for: the suite compiles where the SKU's baseline says so (`pretrain.compile`).
     compile: bool = False
+    # torch.compile's backend: Inductor's generated kernels. Dynamo's tracing, guards and recompile accounting
+    # are the same whatever the backend; the tests that check those choose "eager", which compiles in seconds.
+    compile_backend: str = "inductor"
     chunked_loss: bool = True  # the head and the cross entropy chunk by chunk (loss.py): no whole logits
     fused_adamw: bool = True  # AdamW's single fused kernel rather than its multi-tensor (foreach) ones
 
@@ -118,10 +121,19 @@ class Trainer:
         if options.chunked_loss and self.model.output is not None:
             head = self.model.output
             self.model.head_in_loss = True
+            # A closure over the head, not over self: the trainer -> loss function -> head, no cycle.
             self.loss_fn = lambda h, labels: linear_cross_entropy(h, head.weight, labels)
         if options.compile:
-            for block in self.model.layers.values():
-                block.compile()  # type: ignore[no-untyped-call, unused-ignore]  # untyped in torch 2.9
+            # Every block of every run goes through one code object, whose dynamo cache keeps an entry per guard
+            # set seen: a recomputation mode, a precision, a head width, a first change of a tensor shape, and so on.
+            # A long-lived rank trains many runs (a layout sweep); past torch._dynamo.config.recompile_limit (8)
+            # entries dynamo stops compiling and runs the blocks eager with only a warning, and later runs would
+            # time an uncompiled engine. So each compiled run starts with dynamo's caches empty: it compiles for
+            # itself (the warm-up steps absorb that; Inductor's on-disk cache keeps a repeated shape cheap), and
+            # nothing an earlier run compiled stays referenced. Raising the limit would only postpone the fallback.
+            torch._dynamo.reset()
+            # Held by the model (model.py, call_block): no reference back to any block.
+            self.model.call_block = torch.compile(call_block, backend=options.compile_backend)
         self.optimizer = adamw(self.model, request.learning_rate, fused=options.fused_adamw)
         self.compute = Stopwatch(device)
         self.is_last_stage = self.at is None or self.at.pp == layout.pp - 1
