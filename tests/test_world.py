@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+from unittest import mock
 
 import pytest
 import torch
@@ -228,7 +230,14 @@ def test_under_nccl_results_travel_on_a_gloo_group_and_a_dead_peer_is_reported(m
     monkeypatch.setattr(gang_module, "_init_rank", init_rank)
     monkeypatch.setattr(dist, "is_initialized", lambda: False)
     monkeypatch.setattr(dist, "get_backend", lambda group=None: "nccl")
-    monkeypatch.setattr(dist, "new_group", lambda **kwargs: ("gloo group", kwargs["backend"]))
+    control = mock.NonCallableMagicMock(spec=dist.ProcessGroup)
+    made: list[str] = []
+
+    def new_group(**kwargs: Any) -> object:
+        made.append(kwargs["backend"])
+        return control
+
+    monkeypatch.setattr(dist, "new_group", new_group)
     monkeypatch.setattr(dist, "all_gather_object", all_gather_object)
     world = world_from_environment(os.environ)
     assert world is not None
@@ -236,5 +245,5 @@ def test_under_nccl_results_travel_on_a_gloo_group_and_a_dead_peer_is_reported(m
     with pytest.raises(GangError) as excinfo:
         gang.run(lambda ctx: 1)
     assert seen == {"error handling at init": gang_module.NCCL_CLEAN_UP_ONLY}
-    assert gathers == [("gloo group", "gloo")] * 2
+    assert made == ["gloo"] and gathers == [control] * 2
     assert excinfo.value.cause == "lost a peer" and "Connection closed by peer" in str(excinfo.value)

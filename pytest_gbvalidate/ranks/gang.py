@@ -412,9 +412,11 @@ class WorldGang:
         self.ctx = RankContext(rank, world_size, local_rank, self.device, backend, node_rank)
         # Results and verdicts travel on a gloo group of their own (over TCP, on the host): a dead or hung peer
         # fails the gather with an exception on every survivor, whatever state NCCL's communicators are in.
-        self._control = (
-            None if backend == "gloo" else dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
-        )
+        self._control: dist.ProcessGroup | None = None
+        if backend != "gloo":
+            control = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
+            # Every rank is in it: new_group returns the group itself (-100 or None only to ranks left out).
+            self._control = control if isinstance(control, dist.ProcessGroup) else None
         placed: list[Any] = [None] * world_size
         dist.all_gather_object(placed, (node_rank, socket.gethostname()), group=self._control)
         self.hosts = dict(sorted(placed))
