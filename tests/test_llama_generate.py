@@ -48,6 +48,19 @@ def test_decoding_makes_no_tensor_per_token(monkeypatch: pytest.MonkeyPatch) -> 
     assert [p.tolist() for p in during[1:]] == [[5], [6], [7], [8], [9]]
 
 
+def test_decoding_reads_the_cached_keys_without_copying_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Grouped-query attention in the kernel (SDPA's enable_gqa): repeating the KV heads would copy the cached
+    prefix in every layer at every step."""
+    model = build(LLAMA3_TINY, torch.device("cpu"), seed=3)
+
+    def no_copies(*args: object, **kwargs: object) -> torch.Tensor:
+        raise AssertionError("the KV heads were repeated")
+
+    monkeypatch.setattr(torch.Tensor, "repeat_interleave", no_copies)
+    assert LLAMA3_TINY.n_heads > LLAMA3_TINY.n_kv_heads  # grouped-query attention, as Llama 3's
+    generate(model, torch.zeros(2, 5, dtype=torch.long), new_tokens=4)
+
+
 def test_generation_gives_the_model_back_as_it_was() -> None:
     model = build(LLAMA3_TINY, torch.device("cpu"), seed=3)
     positions = model.positions.clone()

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from pytest_gbvalidate.ranks.gang import RankContext
 from pytest_gbvalidate.workloads.llama.config import LlamaConfig
-from pytest_gbvalidate.workloads.llama.model import Transformer, repeat_kv
+from pytest_gbvalidate.workloads.llama.model import Transformer
 
 
 class KVCache:
@@ -39,10 +39,11 @@ class KVCache:
         self.k[self.layer, :, :, self.length : end] = k
         self.v[self.layer, :, :, self.length : end] = v
         keys, values = self.k[self.layer, :, :, :end], self.v[self.layer, :, :, :end]  # (bs, kv_heads, end, hd)
-        n_rep = q.shape[1] // k.shape[1]
         # The prompt attends causally within itself; a decoded token sees every position before it, itself last.
+        # enable_gqa: query head h reads KV head h // (heads / kv_heads) in the kernel, where repeating the KV heads
+        # would copy the whole cached prefix in every layer at every step.
         out = F.scaled_dot_product_attention(
-            q, repeat_kv(keys, n_rep), repeat_kv(values, n_rep), is_causal=self.length == 0
+            q, keys, values, is_causal=self.length == 0, enable_gqa=True
         )  # (bs, heads, new, hd)
         self.layer += 1
         if self.layer == self.n_layers:
