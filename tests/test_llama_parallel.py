@@ -129,11 +129,25 @@ def test_compiled_blocks_train_to_the_eager_loss(single_rank_losses: list[float]
     assert losses_of(trainer) == pytest.approx(single_rank_losses, rel=1e-4)
 
 
+# Seen on torch 2.9.0 only: a compiled context-parallel run's weights stay referenced after the trainer is gone,
+# through a gc.collect() and a torch._dynamo.reset() too (a reference held inside torch, not a cycle of ours; an
+# eager run frees them). A long-lived rank on such a torch holds them until it exits. 2.13 and 2.15 free them.
+TORCH_2_9_KEEPS_A_COMPILED_CP_RUN = pytest.mark.xfail(
+    torch_release() < (2, 10), reason="torch 2.9 keeps a compiled CP run's weights", strict=True
+)
+
+
 @pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
 @pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf:UserWarning")
 @pytest.mark.parametrize(
     "layout",
-    [{}, pytest.param({"pp": 2}, marks=f.needs_pipelining_over_gloo), {"tp": 2}, {"dp": 2}, {"cp": 2}],
+    [
+        {},
+        pytest.param({"pp": 2}, marks=f.needs_pipelining_over_gloo),
+        {"tp": 2},
+        {"dp": 2},
+        pytest.param({"cp": 2}, marks=TORCH_2_9_KEEPS_A_COMPILED_CP_RUN),
+    ],
     ids=lambda d: "-".join(d) or "one-rank",
 )
 def test_a_compiled_run_leaves_no_weight_for_the_cyclic_collector(gang: LocalGang, layout: dict[str, int]) -> None:
