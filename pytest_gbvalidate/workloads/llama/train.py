@@ -8,6 +8,7 @@ device)` runs the same steps without any process group (the reference the parall
 from __future__ import annotations
 
 import dataclasses
+import gc
 import math
 import resource
 import socket
@@ -255,6 +256,10 @@ def train(request: TrainRequest, device: torch.device, groups: RankGroups | None
 
 def train_worker(ctx: RankContext, request: TrainRequest) -> RankResult:
     """The SPMD entry point: every rank of a gang (whose default process group is up) calls this."""
+    # A long-lived rank (a layout sweep) trains run after run: whatever of an earlier run only the cyclic collector
+    # frees goes before this one allocates. (Seen: an eager context-parallel run's weights are freed only by the
+    # collector, on torch 2.13; where the cycle is, ours or torch's, is not known.)
+    gc.collect()
     groups = build_groups(request.layout, ctx.device) if request.layout.world_size > 1 else None
     result = train(request, ctx.device, groups)
     return dataclasses.replace(result, node=f"node{ctx.node_rank} ({socket.gethostname()})")
