@@ -23,7 +23,8 @@ from typing import Any
 
 from pytest_gbvalidate.files import InputError, read_json
 from pytest_gbvalidate.metrics import CATALOG
-from pytest_gbvalidate.report import REPORT_SCHEMA
+from pytest_gbvalidate.report import schema
+from pytest_gbvalidate.report.records import MeasurementCompareRecord, MeasurementRecord, RunReportRecord
 
 # The regression allowed when neither --gb-compare-fail nor the baseline's warn band says: pytest-benchmark's
 # documented example threshold (`--benchmark-compare-fail=mean:5%`), and about twice the run-to-run spread of the
@@ -106,7 +107,7 @@ class EarlierReport:
     sku: str | None
     hostname: str | None
     gpus: tuple[GpuIdentity, ...] | None  # None: the earlier run did not read the inventory
-    measurements: Mapping[tuple[str, str, str, str], Mapping[str, Any]]
+    measurements: Mapping[tuple[str, str, str, str], MeasurementRecord]
 
 
 def load_earlier(path: Path) -> EarlierReport:
@@ -116,23 +117,16 @@ def load_earlier(path: Path) -> EarlierReport:
         data = read_json(path)
     except InputError as exc:
         raise CompareError(str(exc)) from None
-    if not isinstance(data, dict) or data.get("schema") != REPORT_SCHEMA:
-        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
-        raise CompareError(f"{path} is not a pytest-gbvalidate report (schema {found!r}, expected {REPORT_SCHEMA!r})")
-
-    def section(name: str, kind: type) -> Any:
-        value = data.get(name)
-        if value is not None and not isinstance(value, kind):
-            raise CompareError(f"{path}: `{name}` is a {type(value).__name__}, not a {kind.__name__}")
-        return value if value is not None else kind()
-
-    measurements: dict[tuple[str, str, str, str], Mapping[str, Any]] = {}
-    for i, record in enumerate(section("measurements", list)):
-        if not isinstance(record, dict) or not _is_measurement(record):
-            raise CompareError(f"{path}: measurements[{i}] is not a measurement (metric, scope, value, details)")
-        if isinstance(record["value"], (int, float)) and not isinstance(record["value"], bool):
+    problem = schema.problem(data)
+    if problem is not None:
+        raise CompareError(f"{path} is not a pytest-gbvalidate report of this version: {problem}")
+    report: RunReportRecord = data
+    measurements: dict[tuple[str, str, str, str], MeasurementRecord] = {}
+    for record in report["measurements"]:
+        if isinstance(record["value"], (int, float)):
             measurements[measurement_key(record)] = record
-    devices = section("gpus", dict).get("devices")
+    gpus_section = report.get("gpus")
+    devices = gpus_section.get("devices") if isinstance(gpus_section, dict) else None
     gpus = None
     if isinstance(devices, list):
         try:
@@ -143,26 +137,15 @@ def load_earlier(path: Path) -> EarlierReport:
             raise CompareError(
                 f"{path}: a GPU of its `gpus` section lacks index, pci_bus_id or uuid ({exc!r})"
             ) from None
-    sku, hostname = section("sku", dict).get("name"), section("node", dict).get("hostname")
+    sku, node = report["sku"], report.get("node")
     return EarlierReport(
         path=path,
-        date=str(data.get("start_time")),
-        status=str(data.get("status")),
-        sku=sku if isinstance(sku, str) else None,
-        hostname=hostname if isinstance(hostname, str) else None,
+        date=report["start_time"],
+        status=report["status"],
+        sku=None if sku is None else sku["name"],
+        hostname=None if node is None else node["hostname"],
         gpus=gpus,
         measurements=measurements,
-    )
-
-
-def _is_measurement(record: Mapping[str, Any]) -> bool:
-    """The fields a comparison reads, of the types it reads them as (a failed measurement's value is text)."""
-    details = record.get("details")
-    return (
-        isinstance(record.get("metric"), str)
-        and isinstance(record.get("scope"), str)
-        and isinstance(record.get("value"), (int, float, str))
-        and (details is None or isinstance(details, dict))
     )
 
 
@@ -221,7 +204,7 @@ def compare_one(
     warn_band_pct: float | None,
     same_node: SameNode,
     now: str,
-) -> dict[str, Any] | None:
+) -> MeasurementCompareRecord | None:
     """The `compare` section of a measurement `record` (metric, scope, value, unit, direction, details), or None
     when the earlier report has no such measurement."""
     old = earlier.measurements.get(measurement_key(record))
@@ -229,12 +212,13 @@ def compare_one(
     if old is None or not isinstance(value, (int, float)):
         return None
     metric, scope, unit = record["metric"], record["scope"], record["unit"]
-    old_value = float(old["value"])
-    section: dict[str, Any] = {"earlier_value": old_value, "earlier_date": earlier.date, "date": now}
+    old_value = old["value"]
+    if not isinstance(old_value, (int, float)):  # only numbers are kept by load_earlier
+        return None
     replaced = same_node.replaced.get(scope)
     if replaced is not None:
         message = f"{metric} [{scope}]: not compared with the earlier report: this GPU was {replaced}"
-        return section | {"delta_pct": None, "allowed_pct": None, "verdict": GPU_REPLACED, "message": message}
+        return _compared(old_value, earlier.date, now, None, None, GPU_REPLACED, message)
     if old_value:
         delta_pct = (value - old_value) / abs(old_value) * 100.0
     else:  # from nothing (an error count of 0): any change is infinitely many percent, none is no change
@@ -247,9 +231,25 @@ def compare_one(
         f"report ({earlier.date}), delta {delta_pct:+.1f}%, {record['direction']} is better, allowed {pct:g}% "
         f"({source}) -> {verdict.upper()}"
     )
-    return section | {
-        "delta_pct": round(delta_pct, 3) if math.isfinite(delta_pct) else str(delta_pct),
-        "allowed_pct": pct,
+    shown_delta = round(delta_pct, 3) if math.isfinite(delta_pct) else str(delta_pct)
+    return _compared(old_value, earlier.date, now, shown_delta, pct, verdict, message)
+
+
+def _compared(
+    earlier_value: float,
+    earlier_date: str,
+    now: str,
+    delta_pct: float | str | None,
+    allowed_pct: float | None,
+    verdict: str,
+    message: str,
+) -> MeasurementCompareRecord:
+    return {
+        "earlier_value": earlier_value,
+        "earlier_date": earlier_date,
+        "date": now,
+        "delta_pct": delta_pct,
+        "allowed_pct": allowed_pct,
         "verdict": verdict,
         "message": message,
     }
@@ -264,3 +264,20 @@ def warn_band_pct(expected: float | None, warn_limit: float | None) -> float | N
 
 def _fmt(x: float) -> str:
     return f"{x:.4g}"
+
+
+def gpus_of_this_node(is_gpu: bool) -> tuple[GpuIdentity, ...] | str | None:
+    """This node's GPUs by PCI bus id (None on a SKU without GPUs; NVML's error when it cannot say)."""
+    if not is_gpu:
+        return None
+    from pytest_gbvalidate.node import nvml
+
+    try:
+        nvml.init()
+        try:
+            inventory = nvml.read_inventory()
+        finally:
+            nvml.shutdown()
+    except nvml.NvmlError as exc:
+        return f"NVML: {exc}"
+    return tuple(GpuIdentity(g.index, g.pci_bus_id, g.uuid, g.serial) for g in inventory.gpus.values())

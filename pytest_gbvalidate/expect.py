@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from pytest_gbvalidate import report as rp
 from pytest_gbvalidate.metrics import CATALOG, MetricSpec
-from pytest_gbvalidate.session import payload
+from pytest_gbvalidate.payload import payload
+from pytest_gbvalidate.report.junit import junit_properties
+from pytest_gbvalidate.report.writer import json_safe, utc_now
 
 if TYPE_CHECKING:
     from pytest_gbvalidate import baselines as bl
+    from pytest_gbvalidate.report.records import MeasurementRecord
     from pytest_gbvalidate.session import GbSession
     from pytest_gbvalidate.target import Target
 
@@ -55,7 +57,7 @@ class Expect:
             self._store(record | {"verdict": bl.FAIL, "message": reason})
             pytest.fail(reason, pytrace=False)
         if ref is None or not ref.has_reference:
-            if self.gb.settings.record is not None:
+            if self.gb.settings.record.value is not None:
                 self._store(record | {"verdict": "recorded", "message": "recorded, no baseline to compare with"})
                 _fail_with(regressed)
                 return None
@@ -66,7 +68,7 @@ class Expect:
             # Reported at the test's own location, as a skip marker would be, not at this line.
             raise pytest.skip.Exception(reason, _use_item_location=True)
         verdict = bl.compare(ref, value, scope)
-        self._store(record | verdict.as_dict() | {"value": rp.json_safe(value)})
+        self._store(record | verdict.as_dict() | {"value": json_safe(value)})
         _fail_with(verdict.message if verdict.verdict == bl.FAIL else None, regressed)
         if verdict.verdict == bl.WARN:
             # Attributed to the test itself, however deep the helper that measured it sits.
@@ -131,7 +133,7 @@ class Expect:
             "metric": metric,
             "scope": scope,
             "scope_kind": spec.scope_kind,
-            "value": None if value is None else rp.json_safe(value),
+            "value": None if value is None else json_safe(value),
             "unit": spec.unit,
             "direction": spec.direction,
             "details": dict(details or {}),
@@ -149,7 +151,7 @@ class Expect:
         earlier, same_node = comparison
         band = None if ref is None else cmp.warn_band_pct(ref.expected, ref.warn_limit)
         allowed = self.gb.settings.compare_fail.value or cmp.AllowedRegression()
-        section = cmp.compare_one(earlier, record, allowed, band, same_node, rp.utc_now())
+        section = cmp.compare_one(earlier, record, allowed, band, same_node, utc_now())
         if section is None:
             return None
         record["compare"] = section
@@ -178,9 +180,12 @@ class Expect:
         if skip is not None and not compared:
             raise skip
 
-    def _store(self, record: dict[str, Any]) -> None:
-        payload(self.item)["measurements"].append(record)
-        self.item.user_properties.extend(rp.junit_properties(record))
+    def _store(self, fields: dict[str, Any]) -> None:
+        """Keep a measurement's record: `_record`'s fields, the verdict's and the message. Built up in steps, so
+        typed here; the plugin's tests hold every report they make to the strict schema of the records."""
+        record = cast("MeasurementRecord", fields)
+        payload(self.item).measurements.append(record)
+        self.item.user_properties.extend(junit_properties(record))
 
 
 def _fail_with(*messages: str | None) -> None:

@@ -9,9 +9,12 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:
+    from pytest_gbvalidate.report.records import FaultRecord
 
 TABLE = Path(__file__).with_name("faults.yaml")
 DISPOSITIONS = ("ISOLATE", "RESET", "REBOOT", "MONITOR")
@@ -50,7 +53,7 @@ class Fault:
     category: Category
     rule: Rule | None  # None: no rule matched (the `unclassified` category)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> FaultRecord:
         return {
             "category": self.category.name,
             "title": self.category.title,

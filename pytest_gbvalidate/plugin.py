@@ -27,25 +27,6 @@ if TYPE_CHECKING:
     from pytest_gbvalidate.workloads.llama.nemo import EnginePython
 
 SESSION: pytest.StashKey[GbSession] = pytest.StashKey()
-_HELP = {
-    "sku": "SKU to check against, or 'auto' to detect it (Azure metadata, NVML, else 'cpu'). Default: auto.",
-    "baselines": "directory of <SKU>.yaml baselines. Default: the baselines shipped with pytest-gbvalidate.",
-    "report": "write the JSON run report here (rewritten as results arrive).",
-    "strict": "fail, rather than skip, a measurement the baseline has no reference for.",
-    "timeout": "seconds one call on the ranks may take before the gang is torn down and the test fails. "
-    "Default: 300 on GPU SKUs, 30 on cpu.",
-    "compare": "also compare every measurement with the same one in this earlier JSON report of the same node; "
-    "a regression beyond the allowed percentage fails the test (as pytest-benchmark's --benchmark-compare).",
-    "compare_fail": "the regression --gb-compare allows, [METRIC:]PCT%, comma-separated (e.g. 5% or "
-    "'3%,all_reduce_busbw_gbps:2%'). Default: each metric's warn band in the baseline, else 5%.",
-    "scratch": "the local scratch directory the storage checks write to (the node's NVMe volume). Default: a "
-    "temporary directory on cpu; on GPU SKUs the storage checks skip without one.",
-    "reference_tools": "also run nccl-tests (all_reduce_perf, ...) and nvbandwidth when they are on PATH, and "
-    "report their figures beside ours.",
-    "engine_python": "the Python the NeMo engines' driver runs under, with any launcher before it (e.g. "
-    "/opt/nemo/bin/python, or 'srun --container-image=nvcr.io/nvidia/nemo:25.04 python'). Default: the baseline's "
-    "pretrain.engine_python, else this interpreter.",
-}
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -55,52 +36,22 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    """An option per setting of the settings table, and an ini key where it has one."""
     group = parser.getgroup("gbvalidate", "GPU node validation (pytest-gbvalidate)")
-    # Settings with an environment and an ini form: values, then on-switches.
-    kinds: dict[str, dict[str, str]] = {
-        "sku": {"metavar": "NAME"},
-        "baselines": {"metavar": "DIR"},
-        "report": {"metavar": "PATH"},
-        "timeout": {"metavar": "SECONDS"},
-        "compare": {"metavar": "PATH"},
-        "compare_fail": {"metavar": "[METRIC:]PCT%"},
-        "scratch": {"metavar": "DIR"},
-        "engine_python": {"metavar": "COMMAND"},
-        "strict": {"action": "store_true"},
-        "reference_tools": {"action": "store_true"},
-    }
-    for name, kind in kinds.items():
-        env, ini = st.env_name(name), st.ini_name(name)
-        group.addoption(
-            st.cli_flag(name),
-            dest=f"gb_{name}",
-            default=None,
-            help=f"{_HELP[name]} Env {env}, ini {ini}.".replace("%", "%%"),
-            **kind,
-        )
-        parser.addini(ini, _HELP[name], default="")
-    group.addoption(
-        "--gb-record",
-        dest="gb_record",
-        default=None,
-        metavar="PATH",
-        help="write a baseline for this node from this run's measurements to PATH (the file name is the SKU).",
-    )
-    group.addoption("--gb-list-skus", dest="gb_list_skus", action="store_true", help="list known SKUs and exit.")
-
-
-_INI_SETTINGS = (
-    *("sku", "baselines", "report", "strict", "timeout", "reference_tools"),
-    *("compare", "compare_fail", "scratch", "engine_python"),
-)
+    for spec in st.TABLE:
+        given = {"action": "store_true"} if spec.metavar is None else {"metavar": spec.metavar}
+        where = "" if spec.env is None else f" Env {spec.env}, ini {spec.ini}."
+        help_text = f"{spec.help}{where}".replace("%", "%%")
+        group.addoption(spec.option, dest=f"gb_{spec.name}", default=None, help=help_text, **given)
+        if spec.ini is not None:
+            parser.addini(spec.ini, spec.help, default="")
 
 
 def _settings(config: pytest.Config) -> st.Settings:
-    names = ("record", "list_skus", *_INI_SETTINGS)
     sources = st.Sources(
-        cli={name: config.getoption(f"gb_{name}") for name in names},
+        cli={spec.name: config.getoption(f"gb_{spec.name}") for spec in st.TABLE},
         env=os.environ,
-        ini={name: str(config.getini(st.ini_name(name))) for name in _INI_SETTINGS},
+        ini={spec.name: str(config.getini(spec.ini)) for spec in st.TABLE if spec.ini is not None},
         ini_file=config.inipath,
         cwd=Path(config.invocation_params.dir),
     )

@@ -3,6 +3,7 @@ that say where a bad value came from. No pytest here: the plugin hands in what e
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import shlex
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
     from pytest_gbvalidate.compare import AllowedRegression
+    from pytest_gbvalidate.report.records import SettingRecord
 
 T = TypeVar("T")
 
@@ -48,31 +50,52 @@ class Sources:
 
 @dataclass(frozen=True)
 class Settings:
+    """Every setting of the run, each with where its value came from (TABLE says how each is given)."""
+
     sku: Setting[str]
     baselines: Setting[Path]
     report: Setting[Path | None]
     strict: Setting[bool]
-    record: Path | None  # command line only: a one-off action, not a standing configuration
-    list_skus: bool
     # Seconds one call on the ranks may take before the gang is torn down; None: the SKU's default.
-    timeout: Setting[float | None] = Setting(None, "default")
-    reference_tools: Setting[bool] = Setting(False, "default")  # also run nccl-tests / nvbandwidth when on PATH
+    timeout: Setting[float | None]
+    compare: Setting[Path | None]  # an earlier JSON report of this node
+    compare_fail: Setting[AllowedRegression | None]  # None: each metric's warn band
+    scratch: Setting[Path | None]  # the local scratch volume the storage checks write to
+    reference_tools: Setting[bool]  # also run nccl-tests / nvbandwidth when on PATH
+    # The command the NeMo engines' driver runs under, in place of this interpreter: the NeMo image's python, or a
+    # launcher ending in one (`srun --container-image=... python`). None: the baseline's, else this interpreter.
+    engine_python: Setting[tuple[str, ...] | None]
+    record: Setting[Path | None]  # command line only: a one-off action, not a standing configuration
+    list_skus: Setting[bool]
     # Missing directories that writing the report or the recorded baseline will create, as pytest's --junitxml
     # creates its own: (where the path came from, the outermost missing directory).
     created_dirs: tuple[tuple[str, Path], ...] = ()
-    compare: Setting[Path | None] = Setting(None, "default")  # an earlier JSON report of this node
-    compare_fail: Setting[AllowedRegression | None] = Setting(None, "default")  # None: each metric's warn band
-    scratch: Setting[Path | None] = Setting(None, "default")  # the local scratch volume the storage checks write to
-    # The command the NeMo engines' driver runs under, in place of this interpreter: the NeMo image's python, or a
-    # launcher ending in one (`srun --container-image=... python`). None: the baseline's, else this interpreter.
-    engine_python: Setting[tuple[str, ...] | None] = Setting(None, "default")
 
     @property
     def explicit(self) -> bool:
         """True when the user asked for gbvalidate in any way, so a bad value must fail the run."""
-        chosen: list[Setting[Any]] = [self.sku, self.baselines, self.report, self.strict, self.timeout]
-        chosen += [self.reference_tools, self.compare, self.scratch, self.engine_python]
-        return any(not s.is_default for s in chosen) or self.record is not None or self.list_skus
+        return any(not self.get(spec.name).is_default for spec in TABLE)
+
+    def get(self, name: str) -> Setting[Any]:
+        setting: Setting[Any] = getattr(self, name)
+        return setting
+
+    def report_section(self) -> dict[str, SettingRecord]:
+        """Every setting with its value (as JSON holds it) and its source, for the JSON report."""
+        return {
+            spec.name: {"value": _jsonable(self.get(spec.name).value), "source": self.get(spec.name).source}
+            for spec in TABLE
+        }
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, tuple):
+        return list(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return value
 
 
 def env_name(name: str) -> str:
@@ -85,6 +108,32 @@ def ini_name(name: str) -> str:
 
 def cli_flag(name: str) -> str:
     return f"--gb-{name.replace('_', '-')}"
+
+
+@dataclass(frozen=True)
+class SettingSpec:
+    """One row of the settings table: how a setting is given and read. Its command-line option, environment
+    variable and ini key follow from its name (`--gb-compare-fail`, `GBVALIDATE_COMPARE_FAIL`, `gb_compare_fail`);
+    a command-line-only setting has neither of the other two."""
+
+    name: str
+    parse: Callable[[str, Path], Any]  # the raw text and the directory a relative path is taken from
+    default: Callable[[], Any]
+    help: str
+    metavar: str | None = None  # None: an on-switch (`store_true`), given without a value
+    cli_only: bool = False
+
+    @property
+    def option(self) -> str:
+        return cli_flag(self.name)
+
+    @property
+    def env(self) -> str | None:
+        return None if self.cli_only else env_name(self.name)
+
+    @property
+    def ini(self) -> str | None:
+        return None if self.cli_only else ini_name(self.name)
 
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
@@ -100,64 +149,46 @@ def bundled_baselines(package_dir: Path = _PACKAGE_DIR) -> Path:
 
 
 def resolve(sources: Sources) -> Settings:
-    sku = _pick(sources, "sku", AUTO, _parse_sku)
-    baselines = _pick(sources, "baselines", bundled_baselines(), _parse_dir)
-    report = _pick(sources, "report", None, _parse_output_path)
-    record = _pick(sources, "record", None, _parse_output_path, cli_only=True)
+    picked = {spec.name: _pick(sources, spec) for spec in TABLE}
     created = tuple(
         (s.source, missing)
-        for s in (report, record)
+        for s in (picked["report"], picked["record"])
         if s.value is not None and (missing := _ancestors(s.value)[1]) is not None
     )
-    return Settings(
-        sku=sku,
-        baselines=baselines,
-        report=report,
-        strict=_pick(sources, "strict", False, _parse_bool),
-        record=record.value,
-        list_skus=bool(sources.cli.get("list_skus")),
-        timeout=_pick(sources, "timeout", None, _parse_timeout),
-        reference_tools=_pick(sources, "reference_tools", False, _parse_bool),
-        created_dirs=created,
-        compare=_pick(sources, "compare", None, _parse_input_file),
-        compare_fail=_pick(sources, "compare_fail", None, _parse_allowed_regression),
-        scratch=_pick(sources, "scratch", None, _parse_dir),
-        engine_python=_pick(sources, "engine_python", None, parse_command),
-    )
+    return Settings(**picked, created_dirs=created)
 
 
 _EMPTY = "set but empty: give a value, or leave it unset for the default"
 
 
-def _pick(
-    sources: Sources, name: str, default: T, parse: Callable[[str, Path], T], *, cli_only: bool = False
-) -> Setting[T]:
+def _pick(sources: Sources, spec: SettingSpec) -> Setting[Any]:
+    name = spec.name
     candidates: list[tuple[str | bool | None, str, Path]] = [
-        (sources.cli.get(name), f"{cli_flag(name)} on the command line", sources.cwd)
+        (sources.cli.get(name), f"{spec.option} on the command line", sources.cwd)
     ]
-    if not cli_only:
-        candidates.append((sources.env.get(env_name(name)), f"{env_name(name)} in the environment", sources.cwd))
-    if sources.ini_file is not None and not cli_only:
+    if spec.env is not None:
+        candidates.append((sources.env.get(spec.env), f"{spec.env} in the environment", sources.cwd))
+    if spec.ini is not None and sources.ini_file is not None:
         ini_dir = sources.ini_file.parent
         # An ini key that is present but empty reads as "", exactly as an absent one does (pytest hands addini's
         # default, "", for both), so in the ini file empty means unset and falls through to the default.
         ini = sources.ini.get(name) or None
-        candidates.append((ini, f"{ini_name(name)} in {sources.ini_file}", ini_dir))
+        candidates.append((ini, f"{spec.ini} in {sources.ini_file}", ini_dir))
     for raw, source, base in candidates:
         if raw is None:
             continue
         if isinstance(raw, bool):
-            return Setting(raw, source)  # type: ignore[arg-type]  # store_true flags are already parsed
+            return Setting(raw, source)  # an on-switch of the command line: already parsed
         if not raw.strip():
             # `GBVALIDATE_SKU=` or `--gb-sku=$SKU` from a CI template whose variable was unset: falling through
             # to the default would turn an explicit SKU into `auto` (on a node whose GPUs vanished, `cpu`).
             raise SettingError(f"{source}: {raw!a}: {_EMPTY}")
         try:
-            return Setting(parse(raw, base), source)
+            return Setting(spec.parse(raw, base), source)
         except SettingError as exc:
             # ascii(): a value with look-alike or invisible characters is shown escaped, never as what it mimics.
             raise SettingError(f"{source}: {raw!a}: {exc}") from None
-    return Setting(default, "default")
+    return Setting(spec.default(), "default")
 
 
 def _parse_sku(raw: str, _base: Path) -> str:
@@ -260,3 +291,94 @@ def parse_command(raw: str, base: Path) -> tuple[str, ...]:
     if shutil.which(program) is None:
         raise SettingError(f"no program {program!r} on PATH")
     return words
+
+
+def _none() -> None:
+    return None
+
+
+def _off() -> bool:
+    return False
+
+
+# Every setting, in the order `--help` lists them. Options, environment variables, ini keys, `--help` and the
+# report's `settings` section are all made from this table.
+TABLE: tuple[SettingSpec, ...] = (
+    SettingSpec(
+        "sku",
+        _parse_sku,
+        lambda: AUTO,
+        "SKU to check against, or 'auto' to detect it (Azure metadata, NVML, else 'cpu'). Default: auto.",
+        "NAME",
+    ),
+    SettingSpec(
+        "baselines",
+        _parse_dir,
+        bundled_baselines,
+        "directory of <SKU>.yaml baselines. Default: the baselines shipped with pytest-gbvalidate.",
+        "DIR",
+    ),
+    SettingSpec(
+        "report", _parse_output_path, _none, "write the JSON run report here (rewritten as results arrive).", "PATH"
+    ),
+    SettingSpec(
+        "strict", _parse_bool, _off, "fail, rather than skip, a measurement the baseline has no reference for."
+    ),
+    SettingSpec(
+        "timeout",
+        _parse_timeout,
+        _none,
+        "seconds one call on the ranks may take before the gang is torn down and the test fails. "
+        "Default: 300 on GPU SKUs, 30 on cpu.",
+        "SECONDS",
+    ),
+    SettingSpec(
+        "compare",
+        _parse_input_file,
+        _none,
+        "also compare every measurement with the same one in this earlier JSON report of the same node; "
+        "a regression beyond the allowed percentage fails the test (as pytest-benchmark's --benchmark-compare).",
+        "PATH",
+    ),
+    SettingSpec(
+        "compare_fail",
+        _parse_allowed_regression,
+        _none,
+        "the regression --gb-compare allows, [METRIC:]PCT%, comma-separated (e.g. 5% or "
+        "'3%,all_reduce_busbw_gbps:2%'). Default: each metric's warn band in the baseline, else 5%.",
+        "[METRIC:]PCT%",
+    ),
+    SettingSpec(
+        "scratch",
+        _parse_dir,
+        _none,
+        "the local scratch directory the storage checks write to (the node's NVMe volume). Default: a "
+        "temporary directory on cpu; on GPU SKUs the storage checks skip without one.",
+        "DIR",
+    ),
+    SettingSpec(
+        "reference_tools",
+        _parse_bool,
+        _off,
+        "also run nccl-tests (all_reduce_perf, ...) and nvbandwidth when they are on PATH, and report their figures "
+        "beside ours.",
+    ),
+    SettingSpec(
+        "engine_python",
+        parse_command,
+        _none,
+        "the Python the NeMo engines' driver runs under, with any launcher before it (e.g. /opt/nemo/bin/python, "
+        "or 'srun --container-image=nvcr.io/nvidia/nemo:25.04 python'). Default: the baseline's "
+        "pretrain.engine_python, else this interpreter.",
+        "COMMAND",
+    ),
+    SettingSpec(
+        "record",
+        _parse_output_path,
+        _none,
+        "write a baseline for this node from this run's measurements to PATH (the file name is the SKU).",
+        "PATH",
+        cli_only=True,
+    ),
+    SettingSpec("list_skus", _parse_bool, _off, "list known SKUs and exit.", cli_only=True),
+)

@@ -83,6 +83,18 @@ class ReferenceTools:
     timeout_s: float
 
 
+def reference_tools(asked: bool, world_rank: int | None, env: dict[str, str], timeout_s: float) -> ReferenceTools:
+    """Whether this run also runs the reference tools: when asked for, from a single-node pytest only."""
+    if not asked:
+        reason = "reference tools not asked for (--gb-reference-tools, GBVALIDATE_REFERENCE_TOOLS, gb_reference_tools)"
+        return ReferenceTools(False, reason, env, timeout_s)
+    if world_rank is not None:
+        return ReferenceTools(
+            False, "reference tools run from a single-node pytest, not under torchrun / srun", env, timeout_s
+        )
+    return ReferenceTools(True, "", env, timeout_s)
+
+
 def resolve_target(config: pytest.Config, settings: Settings) -> Target:
     """The SKU this run checks (the setting, or detection through the pytest_gbvalidate_detect_sku hook) and
     its baseline; every problem is a usage error that says where it came from."""
@@ -104,7 +116,7 @@ def resolve_target(config: pytest.Config, settings: Settings) -> Target:
             baseline: bl.Baseline | None = loaded[detection.sku]
         elif os.path.lexists(path):  # whatever is there (a directory, a FIFO, a dangling link): the loader says why
             baseline = bl.load_baseline(path)
-        elif settings.record is not None:
+        elif settings.record.value is not None:
             return Target(detection.sku, detection.source, directory, None, _node_gpu_count())
         else:
             raise pytest.UsageError(_unknown_sku_message(detection, directory))

@@ -23,7 +23,7 @@ def test_defaults(tmp_path: Path) -> None:
     s = resolve(sources(tmp_path))
     assert (s.sku.value, s.sku.source) == ("auto", "default")
     assert s.baselines.value == bundled_baselines() and (s.baselines.value / "cpu.yaml").is_file()
-    assert s.report.value is None and s.strict.value is False and s.record is None
+    assert s.report.value is None and s.strict.value is False and s.record.value is None
     assert not s.explicit
 
 

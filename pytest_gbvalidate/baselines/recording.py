@@ -138,7 +138,7 @@ def write_recorded_baseline(
     from pytest_gbvalidate.baselines.loading import parse_baseline
     from pytest_gbvalidate.baselines.model import BaselineError
     from pytest_gbvalidate.files import OutputError, atomic_write_text
-    from pytest_gbvalidate.report import utc_now
+    from pytest_gbvalidate.report.writer import utc_now
 
     stack = ", ".join(f"{k} {v}" for k, v in node_facts.items() if k != "hostname")
     provenance = f"measured on {node_facts.get('hostname', '?')} ({utc_now()[:10]}; {stack}) by --gb-record"

@@ -3,10 +3,10 @@ multi-node runs, and the reports that are not merged (corrupt, another SKU's, su
 
 Which report counts as what, in this order:
 
-1. corrupt: unreadable, not JSON, not an object, a `schema` other than REPORT_SCHEMA, an unknown `status`,
-   without `node.hostname`, a `tests` list or a `measurements` list, or with a `start_time` that cannot be read or
-   lies in the future (beyond CLOCK_SKEW): the latest report counts, so such a date would hide every later one.
-   Such a node has not shown it is healthy: the summary fails (exit 1).
+1. corrupt: unreadable, not JSON, not a report of this `report_version` whose every field has its declared type
+   (report/records.py: the first field that does not is named), without `node.hostname`, or with a `start_time`
+   that cannot be read or lies in the future (beyond CLOCK_SKEW): the latest report counts, so such a date would
+   hide every later one. Such a node has not shown it is healthy: the summary fails (exit 1).
 
 Hostnames are shown escaped where they hold anything but printable ASCII (labels.printable).
 2. another SKU: its `sku.name` is not the fleet's (`--sku`, else the most common among the finished reports).
@@ -33,9 +33,9 @@ from typing import Any
 
 from pytest_gbvalidate.files import InputError, read_json
 from pytest_gbvalidate.labels import printable
-from pytest_gbvalidate.report import REPORT_SCHEMA
+from pytest_gbvalidate.report import schema
+from pytest_gbvalidate.report.records import HostRecord, MeasurementRecord, RunReportRecord, TestRecord
 
-_NODE_HOST = re.compile(r"^node\d+ \((.*)\)$")  # a gang.hosts entry -> its hostname
 FINISHED = "finished"
 PARTIAL_STATUSES = ("running", "interrupted")
 CORRUPT, OTHER_SKU, SUPERSEDED = "corrupt", "other SKU", "superseded"
@@ -43,25 +43,25 @@ CORRUPT, OTHER_SKU, SUPERSEDED = "corrupt", "other SKU", "superseded"
 
 @dataclass(frozen=True)
 class Report:
-    """A report that reads as one: `data` is the whole JSON object."""
+    """A report that reads as one: `data` is the whole JSON object, checked against the report's records."""
 
     path: Path
-    data: dict[str, Any]
+    data: RunReportRecord
     order: int  # position on the command line: breaks ties of start_time
 
     @property
     def hostname(self) -> str:
         """As it may be shown: escaped where the file's holds anything but printable ASCII (labels.printable)."""
-        return printable(str(self.data["node"]["hostname"]))
+        return printable(self.data["node"]["hostname"])
 
     @property
     def sku(self) -> str | None:
-        sku = self.data.get("sku")
-        return str(sku["name"]) if isinstance(sku, dict) and sku.get("name") is not None else None
+        sku = self.data["sku"]
+        return None if sku is None else sku["name"]
 
     @property
     def status(self) -> str:
-        return str(self.data["status"])
+        return self.data["status"]
 
     @property
     def finished(self) -> bool:
@@ -71,31 +71,29 @@ class Report:
     def nodes(self) -> int:
         """How many nodes the run spanned: `gang.nodes`, 1 where absent."""
         gang = self.data.get("gang")
-        nodes = gang.get("nodes", 1) if isinstance(gang, dict) else 1
-        return nodes if isinstance(nodes, int) and not isinstance(nodes, bool) else 1
+        return 1 if gang is None else gang["nodes"]
 
     @property
-    def hosts(self) -> list[str]:
-        """The nodes of a multi-node run, where the report says them (`gang.hosts`: `node<rank> (<hostname>)`)."""
+    def hosts(self) -> list[HostRecord]:
+        """The nodes of a multi-node run by node rank, where the report says them (`gang.hosts`)."""
         gang = self.data.get("gang")
-        hosts = gang.get("hosts") if isinstance(gang, dict) else None
-        return [str(h) for h in hosts] if isinstance(hosts, list) else []
+        return [] if gang is None else gang["hosts"]
 
     @property
     def hostnames(self) -> tuple[str, ...]:
         """The hostnames of a multi-node run's nodes, sorted: the rendezvous numbers the nodes anew each run."""
-        return tuple(sorted(printable(_NODE_HOST.sub(r"\1", h)) for h in self.hosts))
+        return tuple(sorted(printable(h["hostname"]) for h in self.hosts))
 
     @property
     def start_time(self) -> dt.datetime | None:
         return _start_time(self.data)
 
     @property
-    def tests(self) -> list[dict[str, Any]]:
+    def tests(self) -> list[TestRecord]:
         return list(self.data["tests"])
 
     @property
-    def measurements(self) -> list[dict[str, Any]]:
+    def measurements(self) -> list[MeasurementRecord]:
         return list(self.data["measurements"])
 
     @property
@@ -146,7 +144,8 @@ def read(path: Path, order: int, now: dt.datetime | None = None) -> Report | Not
     problem = _problem(data, hostname, now)
     if problem is not None:
         return NotMerged(path, CORRUPT, problem, hostname)
-    return Report(path, data, order)
+    report: RunReportRecord = data  # checked against the records by _problem
+    return Report(path, report, order)
 
 
 # Clocks of a fleet's nodes differ a little (NTP keeps them within milliseconds; a node without it drifts).
@@ -156,10 +155,9 @@ CLOCK_SKEW = dt.timedelta(minutes=5)
 def _problem(data: dict[str, Any], hostname: str | None, now: dt.datetime | None) -> str | None:
     """Why the report cannot count, or None. The latest report of a node counts: one without a readable start time,
     or one from the future (a node's clock set wrong, a file edited), would hide every later failure of the node."""
-    if data.get("schema") != REPORT_SCHEMA:
-        return f"schema {data.get('schema')!r}, not {REPORT_SCHEMA!r}"
-    if data.get("status") not in (FINISHED, *PARTIAL_STATUSES):
-        return f"status {data.get('status')!r}, not one of {FINISHED}, {', '.join(PARTIAL_STATUSES)}"
+    problem = schema.problem(data)
+    if problem is not None:
+        return printable(problem)
     if hostname is None:
         return "no node.hostname"
     start = _start_time(data)
@@ -168,33 +166,7 @@ def _problem(data: dict[str, Any], hostname: str | None, now: dt.datetime | None
     now = now or dt.datetime.now(dt.timezone.utc)
     if start > now + CLOCK_SKEW:
         return f"start_time {start.isoformat()} is in the future (now {now.isoformat(timespec='seconds')})"
-    for section in ("tests", "measurements"):
-        records = data.get(section)
-        if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
-            return f"`{section}` is not a list of objects"
-        for i, record in enumerate(records):
-            for field, kinds in _RECORD_FIELDS[section].items():
-                value = record.get(field)
-                if not isinstance(value, kinds) or isinstance(value, bool):
-                    shown = "missing" if value is None else f"a {type(value).__name__}"
-                    return f"{section}[{i}].{field} is {shown}, not {' or '.join(k.__name__ for k in kinds)}"
     return None
-
-
-# What the summary reads of each test and measurement record, and its types (a failed measurement's value is text;
-# expected and details may be absent). A record without them cannot be judged.
-_RECORD_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
-    "tests": {"test_id": (str,), "outcome": (str,)},
-    "measurements": {
-        "metric": (str,),
-        "scope": (str,),
-        "value": (int, float, str),
-        "expected": (int, float, type(None)),
-        "direction": (str, type(None)),
-        "details": (dict, type(None)),
-        "verdict": (str, type(None)),
-    },
-}
 
 
 def sort_reports(paths: Sequence[Path], sku: str | None = None) -> Sorted:

@@ -1,0 +1,53 @@
+"""What the plugin adds to pytest's own JUnit XML (pytest's junitxml plugin), and a failed test's text as that
+file and the JSON report give it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+
+def junit_path(config: pytest.Config) -> Path | None:
+    """Where --junitxml writes, or None."""
+    xmlpath = config.getoption("xmlpath", None)
+    return None if not xmlpath else Path(config.invocation_params.dir) / str(xmlpath)
+
+
+def has_testcase_properties(config: pytest.Config) -> bool:
+    """Only the xunit1 (legacy) family has properties on a testcase. xunit2, pytest's default, allows them on
+    the suite only; the Jenkins xUnit plugin validates a file against that schema and skips one that fails."""
+    return str(config.getini("junit_family")) in ("xunit1", "legacy")
+
+
+def add_suite_properties(config: pytest.Config, properties: Mapping[str, str]) -> None:
+    from _pytest.junitxml import xml_key  # what record_testsuite_property uses; it has no public form
+
+    xml = config.stash.get(xml_key, None)
+    if xml is not None:
+        for name, value in properties.items():
+            xml.add_global_property(f"gb_{name}", value)
+
+
+def stop_writing(config: pytest.Config) -> None:
+    """No JUnit XML from this process (a rank of a torchrun / srun world other than rank 0)."""
+    from _pytest.junitxml import xml_key
+
+    xml = config.stash.get(xml_key, None)
+    if xml is not None:
+        del config.stash[xml_key]
+        config.pluginmanager.unregister(xml)
+
+
+def failure_text(report: pytest.TestReport) -> tuple[str, str]:
+    """(the first line of what went wrong, as JUnit's message attribute starts; the whole text the terminal
+    shows). A failed test's exception is in its crash line, never in the traceback's last line, which names only
+    the file and line where it surfaced."""
+    if report.skipped and isinstance(report.longrepr, tuple):
+        reason = str(report.longrepr[2])
+        return reason, reason
+    text = report.longreprtext.strip()
+    crash = getattr(report.longrepr, "reprcrash", None)
+    first = str(crash.message) if crash is not None else text
+    return (first.strip().splitlines() or [report.outcome])[0], text

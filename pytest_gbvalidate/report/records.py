@@ -1,0 +1,212 @@
+"""The JSON run report's records: every section the report holds, declared once. The writer builds the report
+only through these types, the JSON Schema shipped beside them (report.schema.json) is generated from them, and the
+readers (the fleet summary, --gb-compare) check a report against them before reading it.
+
+`REPORT_VERSION` changes when a field is removed or renamed, or its type or meaning changes; a new optional
+field does not change it, so a reader ignores fields it does not know. Version 1 was the string
+`"schema": "pytest-gbvalidate/report/1"`; version 2 declares the records and stores hosts as data.
+"""
+
+# No `from __future__ import annotations` here: TypedDict reads NotRequired from evaluated annotations only.
+from typing import Any, Literal
+
+from typing_extensions import NotRequired, TypedDict
+
+REPORT_VERSION = 2
+RunStatus = Literal["running", "finished", "interrupted"]
+# A number, or the text of one JSON cannot hold ("nan", "inf"): a broken measurement is kept, not dropped.
+Number = float | str
+
+
+class SkuRecord(TypedDict):
+    name: str
+    source: str  # where the SKU came from: the command line, detection, ...
+    baseline_file: str | None  # None: the SKU has no baseline yet (recording one)
+
+
+class NodeRecord(TypedDict):
+    """The node and the software that explains its figures (node/facts.py); the GPU stack on GPU SKUs only."""
+
+    hostname: str
+    machine: NotRequired[str]
+    python: NotRequired[str]
+    pytest_gbvalidate: NotRequired[str]
+    torch: NotRequired[str]
+    cuda_runtime: NotRequired[str]
+    nccl: NotRequired[str]
+    driver: NotRequired[str]
+    cuda_driver: NotRequired[str]
+
+
+class SettingRecord(TypedDict):
+    """A setting's value as the run used it (paths as text) and where it came from (settings.py)."""
+
+    value: Any
+    source: str
+
+
+CreatedDirectory = TypedDict("CreatedDirectory", {"path": str, "for": str})
+
+
+class FaultRecord(TypedDict):
+    """A failure's category in the fault table (faults.yaml) and what the operator does about it."""
+
+    category: str
+    title: str
+    action: str
+    disposition: str
+    why: str | None  # the rule that matched; None for the default category
+
+
+class TestRecord(TypedDict):
+    """One phase of a test that ran (`call`) or did not pass (`setup`, `teardown`)."""
+
+    test_id: str
+    when: Literal["setup", "call", "teardown"]
+    outcome: Literal["passed", "failed", "skipped"]
+    duration_s: float
+    message: str | None  # what went wrong, in one line
+    text: str | None  # all of it, as the terminal shows it
+    fault: NotRequired[FaultRecord]
+
+
+class MeasurementCompareRecord(TypedDict):
+    """With --gb-compare: the measurement against the same one in the node's earlier report."""
+
+    earlier_value: float
+    earlier_date: str
+    date: str
+    delta_pct: Number | None
+    allowed_pct: float | None
+    verdict: str  # ok, regressed, gpu replaced
+    message: str
+
+
+class MeasurementRecord(TypedDict):
+    """One measurement, whatever its verdict. `expected` to `provenance` come from the baseline's reference."""
+
+    test_id: str
+    metric: str
+    scope: str  # gpu3, 1GiB, gpu0->gpu1, node, ...
+    scope_kind: str  # metrics.SCOPE_KINDS
+    value: Number | None  # None: planned but not run (the message says why)
+    unit: str
+    direction: Literal["higher", "lower"]
+    details: dict[str, Any]  # what the check adds: sizes, times, tool, placement, per-rank figures
+    verdict: str  # pass, warn, fail, info, skip, recorded
+    message: str
+    expected: NotRequired[float | None]
+    limit: NotRequired[float | None]
+    warn_limit: NotRequired[float | None]
+    delta_pct: NotRequired[float | None]
+    status: NotRequired[str]  # the baseline's: measured or provisional
+    provenance: NotRequired[str]
+    compare: NotRequired[MeasurementCompareRecord]
+
+
+class NcclVariableRecord(TypedDict):
+    value: str
+    source: str  # the baseline's params, or the environment
+
+
+class AllowedRegressionRecord(TypedDict):
+    default_pct: float | None
+    by_metric: dict[str, float]
+
+
+class RunCompareRecord(TypedDict):
+    """With --gb-compare: the earlier report this run is compared with, and what changed on the node since."""
+
+    path: str
+    source: str
+    earlier_date: str
+    earlier_status: str
+    allowed: AllowedRegressionRecord | None  # None: each metric's warn band, else 5%
+    allowed_source: str
+    replaced_gpus: dict[str, str]  # gpuN -> what it was before
+    notes: list[str]
+
+
+class HostRecord(TypedDict):
+    node_rank: int  # as the rendezvous numbered the nodes in this run
+    hostname: str
+
+
+class GangRecord(TypedDict):
+    """The ranks the run measured on: started here (`local`) or torchrun's / srun's (`world`)."""
+
+    kind: Literal["local", "world"]
+    world_size: int
+    device_type: str
+    nodes: int
+    hosts: list[HostRecord]
+    failed_starts: list[str]  # start-ups that failed and were tried again, with why
+
+
+class WorldRecord(TypedDict):
+    world_size: int
+
+
+class SuspectRecord(TypedDict):
+    """A node a multi-node check finds at fault: the fleet summary drains it."""
+
+    test_id: str
+    host: str  # its hostname
+    why: str
+    fault: FaultRecord
+
+
+class TelemetryRecord(TypedDict):
+    """One sampler's series around a workload (node/telemetry.py)."""
+
+    test_id: str
+    label: str
+    interval_s: float
+    duration_s: float
+    sample_count: int
+    sources: list[str]
+    errors: list[str]
+    summary: dict[str, dict[str, float]]  # series -> mean, p5, p95
+    t_s: list[float]
+    series: dict[str, list[Number | None]]
+
+
+class PlotRecord(TypedDict):
+    metric: str
+    path: str
+
+
+class RecordedBaselineRecord(TypedDict):
+    """What became of --gb-record."""
+
+    path: str
+    written: bool
+    note: str
+
+
+class RunReportRecord(TypedDict):
+    """The whole report. `status` is `running` until the session ends, so a file left by a killed run says it
+    is partial."""
+
+    report_version: int
+    status: RunStatus
+    exit_status: int | None
+    start_time: str  # ISO 8601, UTC
+    end_time: str | None
+    sku: SkuRecord | None  # None until the run resolved its SKU
+    node: NotRequired[NodeRecord]  # once the run resolved its SKU
+    settings: dict[str, SettingRecord]  # every setting, by name
+    created_directories: NotRequired[list[CreatedDirectory]]
+    tests: list[TestRecord]
+    measurements: list[MeasurementRecord]
+    nccl_env: NotRequired[dict[str, NcclVariableRecord]]
+    compare: NotRequired[RunCompareRecord]
+    world: NotRequired[WorldRecord]
+    gang: NotRequired[GangRecord]
+    gpus: NotRequired[dict[str, Any]]  # the GPU inventory (node/nvml.py)
+    numa_map: NotRequired[dict[str, Any]]  # node/topology.py
+    telemetry: NotRequired[list[TelemetryRecord]]
+    suspects: NotRequired[list[SuspectRecord]]
+    plots: NotRequired[list[PlotRecord]]
+    plot_note: NotRequired[str]
+    record: NotRequired[RecordedBaselineRecord]

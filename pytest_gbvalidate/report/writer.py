@@ -1,0 +1,82 @@
+"""The JSON run report, rewritten atomically as results arrive, so a crash loses nothing already measured. It is
+built only through the records of records.py."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+from pytest_gbvalidate.files import OutputError, atomic_write_text
+from pytest_gbvalidate.report.records import (
+    REPORT_VERSION,
+    MeasurementRecord,
+    RunReportRecord,
+    RunStatus,
+    TestRecord,
+)
+
+# Sections about the whole node or run, the latest value winning, and sections that collect one record per test.
+NodeSection = Literal["gpus", "numa_map", "gang"]
+ListSection = Literal["telemetry", "suspects"]
+
+
+def utc_now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def json_safe(value: float) -> float | str:
+    """JSON has no NaN or infinity; a broken measurement is kept as text rather than dropped."""
+    return value if math.isfinite(value) else str(value)
+
+
+class RunReport:
+    """The report of this run, and where it is written (None: kept in memory only, as on a worker rank)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.write_error: str | None = None  # the first write that failed
+        self.data: RunReportRecord = {
+            "report_version": REPORT_VERSION,
+            "status": "running",
+            "exit_status": None,
+            "start_time": utc_now(),
+            "end_time": None,
+            "sku": None,
+            "settings": {},
+            "tests": [],
+            "measurements": [],
+        }
+
+    @property
+    def measurements(self) -> list[MeasurementRecord]:
+        return list(self.data["measurements"])
+
+    def add_test(self, test: TestRecord) -> None:
+        self.data["tests"].append(test)
+
+    def add_measurements(self, records: list[MeasurementRecord]) -> None:
+        self.data["measurements"].extend(records)
+
+    def set_section(self, name: NodeSection, value: Any) -> None:
+        """A section about the whole node or run (`gpus`, `numa_map`, `gang`): the latest value wins."""
+        self.data[name] = value
+
+    def add_record(self, section: ListSection, record: Any) -> None:
+        """A record in a list section (`telemetry`: one per sampler; `suspects`), created on first use."""
+        self.data.setdefault(section, []).append(record)
+
+    def finish(self, exit_status: int, status: RunStatus) -> None:
+        self.data["status"], self.data["exit_status"], self.data["end_time"] = status, exit_status, utc_now()
+
+    def write(self) -> None:
+        """Rewrite the file. A write that fails (a full disk, say) leaves the last good file and is remembered in
+        `write_error`, not raised: the run goes on, and the session says so and fails at its end."""
+        if self.path is None:
+            return
+        try:
+            atomic_write_text(self.path, json.dumps(self.data, indent=1, default=str, allow_nan=False) + "\n")
+        except OutputError as exc:
+            self.write_error = self.write_error or str(exc)

@@ -1,0 +1,150 @@
+"""The JSON report's sections about the run as a whole, made from the resolved target and settings: the header
+(SKU, node, settings, NCCL environment, the earlier report compared with, the torchrun / srun world), the gang,
+the busbw plot and the recorded baseline. No pytest here: session.py calls these at the right moments."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pytest_gbvalidate.report.records import (
+    AllowedRegressionRecord,
+    GangRecord,
+    NcclVariableRecord,
+    NodeRecord,
+    RunCompareRecord,
+)
+from pytest_gbvalidate.report.writer import RunReport
+from pytest_gbvalidate.settings import Setting, Settings
+
+if TYPE_CHECKING:
+    from pytest_gbvalidate.compare import EarlierReport, SameNode
+    from pytest_gbvalidate.ranks.gang import Gang
+    from pytest_gbvalidate.target import Target
+
+
+def nccl_environment(target: Target, environ: Mapping[str, str]) -> dict[str, NcclVariableRecord]:
+    """What the ranks' NCCL runs with: the baseline's `params.nccl_env` (what its figures were taken with),
+    except where this process's environment already sets a variable -- the operator's word wins, and the
+    report says so -- plus every other NCCL_* variable of the environment. Raises BaselineError."""
+    from pytest_gbvalidate import baselines as bl
+
+    asked = {} if target.baseline is None else bl.nccl_env(target.baseline)
+    env: dict[str, NcclVariableRecord] = {}
+    for name, (value, where) in sorted(asked.items()):
+        source = f"baseline {target.sku} ({where} params)"
+        if name in environ and environ[name] != value:
+            env[name] = {"value": environ[name], "source": f"environment (the baseline asks for {value})"}
+        else:
+            env[name] = {"value": value, "source": source}
+    for name in sorted(environ):
+        if name.startswith("NCCL_") and name not in env:
+            env[name] = {"value": environ[name], "source": "environment"}
+    return env
+
+
+def describe_run(
+    report: RunReport,
+    target: Target,
+    settings: Settings,
+    timeout: Setting[float],
+    node: NodeRecord,
+    nccl_env: dict[str, NcclVariableRecord],
+    comparison: tuple[EarlierReport, SameNode] | None,
+    world_size: int | None,
+) -> None:
+    """The report's header: what is checked against what, on which node and software, with which settings."""
+    settings_section = settings.report_section()
+    settings_section["timeout"] = {"value": timeout.value, "source": timeout.source}  # the SKU's default resolved
+    baseline_file = str(target.baseline_file) if target.baseline else None
+    report.data["sku"] = {"name": target.sku, "source": target.source, "baseline_file": baseline_file}
+    report.data["node"] = node
+    report.data["settings"] = settings_section
+    report.data["nccl_env"] = nccl_env
+    # Directories the report or the recorded baseline is written into that did not exist: created.
+    report.data["created_directories"] = [{"path": str(path), "for": source} for source, path in settings.created_dirs]
+    if comparison is not None:
+        report.data["compare"] = compare_section(settings, *comparison)
+    if world_size is not None:
+        report.data["world"] = {"world_size": world_size}
+
+
+def compare_section(settings: Settings, earlier: EarlierReport, same: SameNode) -> RunCompareRecord:
+    allowed = settings.compare_fail.value
+    allowed_pct: AllowedRegressionRecord | None = None
+    if allowed is not None:
+        allowed_pct = {"default_pct": allowed.default_pct, "by_metric": dict(allowed.by_metric)}
+    return {
+        "path": str(earlier.path),
+        "source": settings.compare.source,
+        "earlier_date": earlier.date,
+        "earlier_status": earlier.status,
+        "allowed": allowed_pct,
+        "allowed_source": settings.compare_fail.source,
+        "replaced_gpus": dict(same.replaced),
+        "notes": list(same.notes),
+    }
+
+
+def gang_section(gang: Gang, in_world: bool, device_type: str) -> GangRecord:
+    """The ranks the run measured on, their nodes by rank and hostname, and start-ups that failed and were retried
+    (a torchrun / srun world is never started by us)."""
+    return {
+        "kind": "world" if in_world else "local",
+        "world_size": gang.world_size,
+        "device_type": device_type,
+        "nodes": len(gang.hosts),
+        "hosts": [{"node_rank": rank, "hostname": host} for rank, host in sorted(gang.hosts.items())],
+        "failed_starts": list(getattr(gang, "failed_starts", [])),
+    }
+
+
+def attach_busbw_plot(report: RunReport, base: Path | None, sku: str) -> str | None:
+    """A PNG of busbw against size next to `base` (the JSON report, else the JUnit XML), named in the report.
+    What to tell the operator where it was not drawn, else None."""
+    from pytest_gbvalidate.report import sweeps
+
+    if not sweeps.sweep_records(report.measurements):
+        return None
+    if base is None:
+        return "busbw plot: not drawn (it is written next to --gb-report or --junitxml)"
+    path = base.with_name(f"{base.stem}.busbw.png")
+    try:
+        sweeps.busbw_plot(report.measurements, path, f"{sku}: bus bandwidth per message size")
+    except OSError as exc:  # OutputError: the plot is a picture of the report, not evidence: noted
+        note = f"busbw plot: not written: {exc}"
+    except ImportError:
+        note = "busbw plot: skipped, matplotlib is not installed (pip install 'pytest-gbvalidate[plots]')"
+    else:
+        report.data.setdefault("plots", []).append({"metric": "busbw_gbps", "path": str(path)})
+        return None
+    report.data["plot_note"] = note
+    return note
+
+
+def record_baseline(
+    report: RunReport, target: Target, path: Path, node_facts: dict[str, str], why_not: str | None
+) -> str | None:
+    """Write the recorded baseline to `path` unless `why_not` says the run did not complete; the outcome goes in
+    the report's `record` section. Why it could not be written, else None."""
+    from pytest_gbvalidate.baselines.recording import write_recorded_baseline
+    from pytest_gbvalidate.files import OutputError
+
+    error = None
+    if why_not is None:
+        try:
+            skipped = write_recorded_baseline(
+                path, target.baseline, [dict(m) for m in report.measurements], node_facts, target.node_gpu_count
+            )
+            note = f"recorded baseline: {path}"
+            if skipped:  # failed or broken measurements: no expected value of 0 or "nan"
+                note += f"; left out, not measured validly: {'; '.join(skipped)}"
+        except OutputError as exc:
+            error = str(exc)
+            note = f"baseline NOT recorded: {exc}; the run fails"
+    else:
+        kept = "left as it was" if path.exists() else "not written"
+        note = f"nothing recorded: the run did not complete ({why_not}); {path} {kept}"
+    report.data["record"] = {"path": str(path), "written": why_not is None and error is None, "note": note}
+    return error
