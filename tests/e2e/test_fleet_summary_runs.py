@@ -1,6 +1,7 @@
-"""The fleet summary (`python -m pytest_gbvalidate.fleet summary`): one real node report from the cpu suites,
-copied for the other nodes (hostname changed, one node slower, one with a failed test and its fault, one partial,
-a corrupt file, another SKU's, an earlier one of the same host), and the statistics on their own."""
+"""The fleet summary (`python -m pytest_gbvalidate.fleet summary`) end to end: one real node report from the
+cpu suites, copied for the other nodes (hostname changed, one node slower, one with a failed test and its fault,
+one partial, a corrupt file, another SKU's, an earlier one of the same host). (The statistics on their own:
+unit/test_fleet_summary.py.)"""
 
 from __future__ import annotations
 
@@ -18,12 +19,12 @@ from typing import Any
 
 import pytest
 
-from pytest_gbvalidate.fleet import junit, render, stats
+from pytest_gbvalidate.fleet import junit, render
 from pytest_gbvalidate.fleet.cli import main
-from pytest_gbvalidate.fleet.reports import CORRUPT, OTHER_SKU, SUPERSEDED, NotMerged, read
+from pytest_gbvalidate.fleet.reports import CORRUPT, OTHER_SKU, SUPERSEDED
 from pytest_gbvalidate.fleet.summary import Summary, summarize
-from tests.test_junit_schema import schema_errors
-from tests.test_plugin import SUITES
+from tests.helpers.fleet_reports import write
+from tests.helpers.runs import SUITES, schema_errors
 
 HOST_COPY = "host_copy_bandwidth_gbps"
 # Each node's values scaled alike: spread a little, none far from the others (the worst is 1 scaled MAD out).
@@ -55,12 +56,6 @@ def node(real: dict[str, Any], host: str, factor: float = 1.0, **changes: Any) -
             m["value"] *= factor
     report.update(changes)
     return report
-
-
-def write(directory: Path, name: str, report: dict[str, Any] | str) -> Path:
-    path = directory / name
-    path.write_text(report if isinstance(report, str) else json.dumps(report))
-    return path
 
 
 def healthy_fleet(real: dict[str, Any], directory: Path) -> list[Path]:
@@ -114,9 +109,6 @@ def read_csv_text(text: str) -> list[dict[str, str]]:
 
 def outcome(case: ET.Element) -> str:
     return next((tag for tag in ("failure", "error", "skipped") if case.find(tag) is not None), "passed")
-
-
-# --- end to end: the command line ---------------------------------------------------------------------------------
 
 
 def test_a_healthy_fleet_passes_with_every_output_written(real_report: dict[str, Any], tmp_path: Path) -> None:
@@ -199,9 +191,6 @@ def test_failed_outlier_partial_and_unusable_reports_are_listed_and_fail_the_fle
     assert "plots not drawn (--plots draws them)" in markdown
 
 
-# --- the summary in-process ---------------------------------------------------------------------------------------
-
-
 def test_another_sku_is_left_out_without_failing_and_sku_picks_the_fleet(
     real_report: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -240,33 +229,6 @@ def test_a_non_zero_exit_status_without_a_failed_test_fails_the_node(
     assert bad.hostname == "node-09" and [c.message for c in bad.failed] == [
         "pytest exited with status 4 and no failed test"
     ]
-
-
-@pytest.mark.parametrize(
-    ("content", "reason"),
-    [
-        ("{not json", "not JSON: "),
-        ("[1, 2]", "not a JSON object but a list"),
-        ('{"schema": "other/1"}', "schema 'other/1', not 'pytest-gbvalidate/report/1'"),
-        ('{"schema": "pytest-gbvalidate/report/1", "status": "odd"}', "status 'odd', not one of finished, "),
-        ('{"schema": "pytest-gbvalidate/report/1", "status": "finished", "node": {}}', "no node.hostname"),
-        (
-            '{"schema": "pytest-gbvalidate/report/1", "status": "finished", "node": {"hostname": "n1"}, '
-            '"start_time": "2026-01-01T00:00:00+00:00", "tests": [], "measurements": [{"value": 1.0}]}',
-            "measurements[0].metric is missing, not str",
-        ),
-        (
-            '{"schema": "pytest-gbvalidate/report/1", "status": "finished", "node": {"hostname": "n1"}, '
-            '"start_time": "2026-01-01T00:00:00+00:00", "tests": [{"test_id": "t", "outcome": ["passed"]}], '
-            '"measurements": []}',
-            "tests[0].outcome is a list, not str",
-        ),
-        ('{"a": NaN}', "not JSON: NaN is no JSON number"),
-    ],
-)
-def test_a_corrupt_report_says_why(tmp_path: Path, content: str, reason: str) -> None:
-    result = read(write(tmp_path, "r.json", content), 0)
-    assert isinstance(result, NotMerged) and result.kind == CORRUPT and result.reason.startswith(reason)
 
 
 def test_a_missing_report_is_corrupt_and_fails_the_fleet(real_report: dict[str, Any], tmp_path: Path) -> None:
@@ -347,12 +309,6 @@ def test_a_later_multi_node_run_over_the_same_nodes_supersedes_the_earlier(
     assert superseded.kind == SUPERSEDED and superseded.reason.startswith("a later run over the same 2 nodes: ")
 
 
-def test_drain_lines_name_nodes_as_slurm_does() -> None:
-    assert render.slurm_node_name("ndv6-0007.internal.cloudapp.net") == "ndv6-0007"
-    assert render.slurm_node_name("node-01") == "node-01"
-    assert render.slurm_node_name("10.1.0.7") == "10.1.0.7"
-
-
 def test_a_node_a_multi_node_run_found_at_fault_is_drained_with_or_without_its_own_report(
     real_report: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -413,70 +369,6 @@ def test_without_matplotlib_the_plots_are_skipped_with_a_note(
     note = "plots skipped: matplotlib is not installed"
     assert note in capsys.readouterr().out and note in (out / "summary.md").read_text()
     assert not (out / "plots").exists()
-
-
-@pytest.mark.parametrize(
-    "args",
-    [
-        ["summary", "r.json"],  # no --out
-        ["summary", "r.json", "--out", "o", "--mad-k", "0"],
-        ["summary", "r.json", "--out", "o", "--below-median-pct", "nan"],
-        ["summary", "r.json", "--out", "o", "--noise-floor-pct", "-1"],
-        ["summary", "--out", "o"],  # no report
-        ["summarise", "r.json", "--out", "o"],
-    ],
-)
-def test_usage_errors_exit_2(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exited:
-        main(args)
-    assert exited.value.code == 2 and "usage:" in capsys.readouterr().err
-
-
-def test_out_must_be_a_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    (tmp_path / "file").write_text("")
-    with pytest.raises(SystemExit) as exited:
-        main(["summary", str(tmp_path / "r.json"), "--out", str(tmp_path / "file")])
-    assert exited.value.code == 2 and "not a directory" in capsys.readouterr().err
-
-
-# --- the statistics -----------------------------------------------------------------------------------------------
-
-
-def test_spread_has_the_median_mad_and_range_in_percent_of_the_median() -> None:
-    s = stats.spread([1.0, 2.0, 3.0, 4.0, 100.0])
-    assert (s.nodes, s.median, s.minimum, s.maximum, s.mad) == (5, 3.0, 1.0, 100.0, 1.0)
-    assert s.spread_pct == pytest.approx(99 / 3 * 100)
-    assert stats.spread([0.0, 0.0, 1.0]).spread_pct is None
-
-
-def test_the_modified_z_score_flags_the_worse_side_only() -> None:
-    values = {"a": 1.0, "b": 2.0, "c": 3.0, "d": 4.0, "e": 100.0}  # median 3, MAD 1
-    (slow,) = stats.outliers(values, "lower", mad_k=3.5, pct=float("inf"))
-    assert slow.host == "e" and slow.z == pytest.approx(0.6745 * 97) and slow.worse_pct == pytest.approx(97 / 3 * 100)
-    assert slow.rules == ("65.4 scaled MADs > 3.5",)
-    # higher is better: 100 is the best node; a is 2 below the median, 1.35 scaled MADs: not an outlier by MADs
-    assert stats.outliers(values, "higher", mad_k=3.5, pct=float("inf")) == []
-    (low,) = stats.outliers(values, "higher", mad_k=3.5, pct=50)
-    assert low.host == "a" and low.rules == ("66.7% of the median > 50%",)
-
-
-def test_with_mad_zero_only_the_percent_rule_flags() -> None:
-    values = {"a": 10.0, "b": 10.0, "c": 10.0, "d": 9.5}  # MAD 0: most nodes read the same
-    assert stats.outliers(values, "higher", pct=10) == []
-    (flagged,) = stats.outliers(values, "higher", pct=4)
-    assert flagged.host == "d" and flagged.z is None and flagged.worse_pct == pytest.approx(5.0)
-
-
-def test_the_noise_floor_keeps_the_mad_rule_from_flagging_small_dips() -> None:
-    values = {"a": 100.0, "b": 100.1, "c": 99.9, "d": 100.05, "e": 98.0}  # MAD 0.1: e is 13 scaled MADs low
-    (dip,) = stats.outliers(values, "higher")
-    assert dip.host == "e" and dip.z == pytest.approx(-13.49)
-    assert stats.outliers(values, "higher", noise_floor_pct=3) == []
-
-
-def test_fewer_than_three_nodes_or_no_direction_give_no_outliers() -> None:
-    assert stats.outliers({"a": 1.0, "b": 100.0}, "higher") == []
-    assert stats.outliers({"a": 1.0, "b": 100.0, "c": 100.0}, "sideways") == []
 
 
 def test_the_summary_flags_an_outlier_that_passed_its_baseline(real_report: dict[str, Any], tmp_path: Path) -> None:

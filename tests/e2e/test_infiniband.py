@@ -1,5 +1,6 @@
-"""InfiniBand write bandwidth per HCA port through perftest's ib_write_bw in loopback: its report parsed, and an
-end-to-end run on a fake GB200 node (four HCAs in sysfs) with a stand-in ib_write_bw on PATH."""
+"""InfiniBand write bandwidth per HCA port through perftest's ib_write_bw in loopback: end-to-end runs on a fake
+GB200 node (four HCAs in sysfs) with a stand-in ib_write_bw on PATH. (Its report parsed:
+unit/test_reference_tools.py.)"""
 
 from __future__ import annotations
 
@@ -11,41 +12,20 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gbvalidate import reference_tools as tools
-from tests.fakenode import nd_gb200_v6
-from tests.test_plugin import SUITES
-from tests.test_reference_tools import IB_WRITE_BW_JSON
-
-# ib_write_bw --report_gbits, as perftest prints it (server and client print the same table)
-REPORT = """\
----------------------------------------------------------------------------------------
-                    RDMA_Write BW Test
- Dual-port       : OFF          Device         : {device}
- Number of qps   : 1            Transport type : IB
- Connection type : RC           Using SRQ      : OFF
----------------------------------------------------------------------------------------
- #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]
- {size}      5000             {peak}              {avg}            0.186728
----------------------------------------------------------------------------------------
-"""
-
-
-def test_parse_ib_write_bw_reads_the_average_in_gigabytes() -> None:
-    text = REPORT.format(device="mlx5_0", size=1048576, peak="392.10", avg="390.40")
-    assert tools.parse_ib_write_bw(text) == pytest.approx(48.8)
-    with pytest.raises(tools.ToolError, match="not Gb/sec"):
-        tools.parse_ib_write_bw(text.replace("[Gb/sec]", "[MB/sec]"))
-    with pytest.raises(tools.ToolError, match="no result row"):
-        tools.parse_ib_write_bw(text.split(" 1048576")[0])
+from tests.helpers.fakenode import nd_gb200_v6
+from tests.helpers.runs import SUITES
+from tests.helpers.tool_output import IB_WRITE_BW_JSON, IB_WRITE_BW_REPORT
 
 
 def stand_in(bin_dir: Path, version: str = "6.17") -> None:
     """An ib_write_bw of perftest `version` that notes its arguments and prints a report: 380 Gb/s on every HCA but
     mlx5_2 (180). Where it is asked for JSON (--out_json_file=PATH) it writes 4 Gb/s more to PATH, as
-    tests/test_reference_tools.py's IB_WRITE_BW_JSON has it."""
+    tests/helpers/tool_output.py's IB_WRITE_BW_JSON has it."""
     cat, echo, cp = (shutil.which(tool, path=os.defpath) for tool in ("cat", "echo", "cp"))  # not the node's PATH
     for device, avg in (("mlx5_0", 380.0), ("mlx5_1", 380.0), ("mlx5_2", 180.0), ("mlx5_3", 380.0)):
-        (bin_dir / f"{device}.out").write_text(REPORT.format(device=device, size=1048576, peak=avg + 1, avg=avg))
+        (bin_dir / f"{device}.out").write_text(
+            IB_WRITE_BW_REPORT.format(device=device, size=1048576, peak=avg + 1, avg=avg)
+        )
         json_text = IB_WRITE_BW_JSON.replace("mlx5_0", device).replace("390.40", f"{avg + 4:.2f}")
         (bin_dir / f"{device}.json").write_text(json_text)
     script = bin_dir / "ib_write_bw"
@@ -73,7 +53,7 @@ def test_each_hca_port_is_measured_in_loopback_and_gated(
 ) -> None:
     nd_gb200_v6().install(monkeypatch, tmp_path)
     baselines = pytester.path / "b"
-    shutil.copytree(Path(__file__).resolve().parents[1] / "baselines", baselines)
+    shutil.copytree(Path(__file__).resolve().parents[2] / "baselines", baselines)
     text = (baselines / "ND_GB200_v6.yaml").read_text()
     assert BASELINE_EDIT[0] in text
     (baselines / "ND_GB200_v6.yaml").write_text(text.replace(*BASELINE_EDIT, 1))
@@ -152,9 +132,3 @@ def test_a_port_that_cannot_be_measured_fails_beside_ports_without_a_figure(
     assert {m["scope"]: m["verdict"] for m in report["measurements"]} == dict.fromkeys(
         ("mlx5_0:1", "mlx5_1:1", "mlx5_3:1"), "skip"
     )
-
-
-def test_a_server_side_that_dies_is_named_with_its_error() -> None:
-    server = ["sh", "-c", "echo 'Couldn''t listen to port 18515' >&2; exit 3"]
-    with pytest.raises(tools.ToolError, match="the server side exited with code 3: Couldnt listen to port 18515"):
-        tools.run_loopback(server, ["sh", "-c", "exit 1"], env={}, timeout_s=5)

@@ -6,22 +6,15 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
-import xmlschema
 
-from tests.test_plugin import lab  # noqa: F401 -- the fixture
+from tests.helpers.runs import schema_errors
 
-XUNIT2 = xmlschema.XMLSchema(Path(__file__).parent / "schemas" / "junit-xunit2.xsd")
 ARGS = ("--gb-sku=LAB", "--gb-baselines=baselines", "--junitxml=r.xml", "--gb-report=r.json")
 
 
-def schema_errors(path: Path) -> list[str]:
-    return [f"{e.path}: {e.reason}" for e in XUNIT2.iter_errors(str(path))]
-
-
-def test_the_default_family_is_valid_xunit2_with_the_measurements_in_the_json_report(lab: pytest.Pytester) -> None:  # noqa: F811
+def test_the_default_family_is_valid_xunit2_with_the_measurements_in_the_json_report(lab: pytest.Pytester) -> None:
     result = lab.runpytest(*ARGS)
     result.assert_outcomes(passed=2, failed=1, skipped=3, warnings=1)
     root = ET.parse(lab.path / "r.xml").getroot()
@@ -39,7 +32,7 @@ def test_the_default_family_is_valid_xunit2_with_the_measurements_in_the_json_re
     assert {m["test_id"].rsplit("::", 1)[-1] for m in measured} >= {"test_pass", "test_warn", "test_fail"}
 
 
-def test_xunit1_keeps_the_measurements_on_the_testcase_which_xunit2_rejects(lab: pytest.Pytester) -> None:  # noqa: F811
+def test_xunit1_keeps_the_measurements_on_the_testcase_which_xunit2_rejects(lab: pytest.Pytester) -> None:
     lab.runpytest(*ARGS, "-o", "junit_family=xunit1").assert_outcomes(passed=2, failed=1, skipped=3, warnings=1)
     root = ET.parse(lab.path / "r.xml").getroot()
     case = root.find(".//testcase[@name='test_fail']")

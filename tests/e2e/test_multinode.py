@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from pytest_gbvalidate.fleet.cli import main as fleet_main
-from tests.llama_functions import needs_pipelining_over_gloo
-from tests.test_plugin import COLLECTIVE_TESTS, REPO, SUITES, junit_cases
+from tests.helpers.llama_functions import needs_pipelining_over_gloo
+from tests.helpers.runs import COLLECTIVE_TESTS, REPO, SUITES, junit_cases
 
 
 def free_port() -> int:
@@ -120,7 +120,7 @@ def test_pairwise_all_reduce_names_the_slow_node_and_the_wrong_one(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Four single-rank nodes; one node's all_reduce is slow, another's returns wrong data."""
-    plugin = {"PYTEST_PLUGINS": "tests.node_fault"}  # loaded by these two nodes' pytest only
+    plugin = {"PYTEST_PLUGINS": "tests.helpers.node_fault"}  # loaded by these two nodes' pytest only
     faults = {
         1: plugin | {"NODE_FAULT": "slow", "NODE_FAULT_FILE": str(tmp_path / "slow")},
         3: plugin | {"NODE_FAULT": "wrong", "NODE_FAULT_FILE": str(tmp_path / "wrong")},
@@ -156,7 +156,7 @@ def pretraining_nodes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, s
     weak-scaled to DP=2 and twice the global batch, so each node trains what it trains alone. One node computes
     slower. (Their directory, the slow node, the fast node, the report.)"""
     tmp_path = tmp_path_factory.mktemp("pretraining-nodes")
-    slow_compute = {"PYTEST_PLUGINS": "tests.node_fault", "NODE_FAULT": "slow_compute"}
+    slow_compute = {"PYTEST_PLUGINS": "tests.helpers.node_fault", "NODE_FAULT": "slow_compute"}
     faults = {1: slow_compute | {"NODE_FAULT_FILE": str(tmp_path / "slow")}}
     codes, logs = run_nodes(tmp_path, 2, 2, [str(SUITES / "test_pretrain.py")], faults)
     slow = int((tmp_path / "slow").read_text())

@@ -14,11 +14,10 @@ import pynvml
 import pytest
 import torch  # noqa: F401 -- in-process pytester runs drop modules they imported, and torch cannot load twice
 
-from pytest_gbvalidate.node import nccl_stack
 from pytest_gbvalidate.node.topology import parse_cpulist
-from tests.fakenode import nd96asr_v4, nd_gb200_v6, xid_line
-from tests.fakenvml import HW_SLOWDOWN, HW_THERMAL_SLOWDOWN, FakeNvmlLib, install
-from tests.test_plugin import REPO, SUITES, XUNIT1, junit_cases
+from tests.helpers.fakenode import nd96asr_v4, nd_gb200_v6, xid_line
+from tests.helpers.fakenvml import HW_SLOWDOWN, HW_THERMAL_SLOWDOWN, FakeNvmlLib, install
+from tests.helpers.runs import REPO, SUITES, XUNIT1, junit_cases
 
 HEALTH, TOPOLOGY = str(SUITES / "test_health.py"), str(SUITES / "test_topology.py")
 NO_TELEMETRY = ("-k", "not telemetry")  # the telemetry check samples for half a second: only where it matters
@@ -50,9 +49,6 @@ def run_suites(
 def with_outcome(cases: dict[str, dict[str, Any]], outcome: str) -> dict[str, str]:
     """Test case name -> its message, for the cases with this JUnit outcome (failure, error, skipped)."""
     return {name: case["message"] or "" for name, case in cases.items() if case["outcome"] == outcome}
-
-
-# --- healthy fake nodes pass -------------------------------------------------------------------------------
 
 
 def test_a_healthy_gb200_node_passes_and_reports_its_gpus_numa_map_and_telemetry(
@@ -106,9 +102,6 @@ def test_the_nd96asr_v4_layout_matches_its_published_numa_map(
     assert result.ret == pytest.ExitCode.OK
     assert all(cases[f"test_gpu_numa_node[gpu{i}]"]["outcome"] == "passed" for i in range(8))
     assert [g["numa_node"] for g in report["numa_map"]["gpus"]] == [1, 1, 0, 0, 3, 3, 2, 2]
-
-
-# --- faults fail the right test on the right GPU, and nothing else ------------------------------------------
 
 
 def test_each_injected_fault_fails_the_right_check_on_the_right_gpu(
@@ -232,7 +225,7 @@ def test_without_a_driver_every_gpu_check_fails_with_the_nvml_error(
 # A plugin for a pytest subprocess: the node it runs on has no NVIDIA driver, whatever the host has.
 NO_DRIVER_PLUGIN = """\
 import pytest
-from tests.fakenvml import install
+from tests.helpers.fakenvml import install
 
 def pytest_configure(config):
     install(pytest.MonkeyPatch(), None)
@@ -307,9 +300,6 @@ def topology_device(tmp_path: Path, bus_id: str) -> Path:
     return tmp_path / "sys/bus/pci/devices" / sysfs_pci_address(bus_id)
 
 
-# --- the cpu SKU runs the map and the sampler for real -------------------------------------------------------
-
-
 def test_on_the_cpu_sku_the_real_numa_map_and_cpu_telemetry_are_reported(pytester: pytest.Pytester) -> None:
     # Not the InfiniBand check: whether this machine's ports are up is its own business (the fake nodes above
     # test that check), and a GPU workstation may well have one down.
@@ -356,9 +346,6 @@ def test_gb_telemetry_around_a_workload(pytester: pytest.Pytester) -> None:
     assert {f"gb_telemetry.step.cpu.memory_used_gib.{s}" for s in ("mean", "p5", "p95")} <= set(props)
 
 
-# --- settings and neighbours ----------------------------------------------------------------------------------
-
-
 def test_strict_fails_a_check_the_baseline_has_no_gate_for(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -395,9 +382,6 @@ def test_under_xdist_the_numa_map_and_telemetry_reach_the_report(pytester: pytes
     assert report["numa_map"]["nodes"] and report["telemetry"][0]["sample_count"] >= 2
     props = dict(junit_cases(pytester.path / "r.xml")["test_sampled"]["props"])
     assert "gb_telemetry.cpu.utilization_pct.p95" in props
-
-
-# --- the NCCL stack ---------------------------------------------------------------------------------------
 
 
 NCCL = ("-k", "nccl")
@@ -450,14 +434,3 @@ def test_the_topology_file_the_environment_names_must_be_an_nccl_topology(
         assert f"NCCL_TOPO_FILE={topo} (from the environment): {message}" in (case["message"] or "")
     else:
         assert dict(case["props"])["gb_nccl_topo_file"] == str(topo)
-
-
-def test_the_net_plugin_is_loaded_as_nccl_loads_it() -> None:
-    assert nccl_stack.load_problem("libc.so.6") is None
-    default = "libnccl-net.so"
-    assert nccl_stack.net_plugin(default, {}, []) == (default, "the baseline's health.nccl_net_plugin")
-    for value, library in (("mlx5", "libnccl-net-mlx5.so"), ("/opt/p/libx.so", "/opt/p/libx.so"), ("NONE", None)):
-        chosen = f"NCCL_NET_PLUGIN={value} (from the environment)"
-        assert nccl_stack.net_plugin(default, {"NCCL_NET_PLUGIN": value}, []) == (library, chosen)
-    problem = nccl_stack.load_problem("libnccl-net-of-no-node.so") or ""
-    assert problem.startswith("cannot load libnccl-net-of-no-node.so: ") and "LD_LIBRARY_PATH=" in problem

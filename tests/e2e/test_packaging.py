@@ -15,7 +15,7 @@ from packaging.version import Version
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+; the check needs to run on one Python only
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_every_subpackage_is_listed_in_pyproject() -> None:

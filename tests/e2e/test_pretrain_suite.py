@@ -9,15 +9,14 @@ import re
 import shutil
 import statistics
 import sys
-from pathlib import Path
 
 import pytest
 import torch  # noqa: F401 -- in-process pytester runs drop modules they imported, and torch cannot load twice
 
 # Nor can torch.distributed.tensor (its operators register once per process), which the suite imports.
 import pytest_gbvalidate.workloads.llama.train  # noqa: F401
-from tests.llama_functions import needs_pipelining_over_gloo
-from tests.test_plugin import REPO, SUITES, XUNIT1, junit_cases
+from tests.helpers.llama_functions import needs_pipelining_over_gloo
+from tests.helpers.runs import REPO, SUITES, XUNIT1, junit_cases
 
 PRETRAIN = str(SUITES / "test_pretrain.py")
 METRICS = [
@@ -159,13 +158,3 @@ def test_the_nemo_engine_runs_under_the_python_named_and_says_what_is_missing_th
     result.stdout.fnmatch_lines(
         [f"*engine nemo under {launcher} (--gb-engine-python on the command line): nemo_toolkit is not installed*"]
     )
-
-
-def test_the_gpu_sku_runs_the_azure_layout_and_has_no_step_time_to_compare_yet() -> None:
-    from pytest_gbvalidate.baselines import load_baseline
-
-    b = load_baseline(Path(REPO / "baselines" / "ND_GB200_v6.yaml"))
-    assert b.pretrain is not None
-    ref = b.metrics["llama3_8b_step_time_s"].reference("native-bf16-mbs4-gbs128-tp1-pp2-cp1-dp2-ac-seq8192")
-    assert ref is not None
-    assert (ref.status, ref.has_reference) == ("provisional", False)

@@ -1,6 +1,7 @@
 """A rank that crashes, hangs or returns wrong data fails its test within the bound, naming the rank and the
 cause; the gang is torn down and the rest of the session goes on. The collectives suite runs in a pytest
-subprocess whose gang is wrapped (by a conftest written here) to inject one fault per chosen test."""
+subprocess whose gang is wrapped (by a conftest written from tests/helpers/runs.py's CONFTEST) to inject one fault
+per chosen test."""
 
 from __future__ import annotations
 
@@ -9,14 +10,12 @@ import os
 import shutil
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 
-from tests.faults import processes_with_marker
-from tests.test_plugin import SUITES, junit_cases
+from tests.helpers.rank_faults import processes_with_marker
+from tests.helpers.runs import CONFTEST, REPO, SUITES, junit_cases
 
-REPO = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 3
 
 BASELINE = """\
@@ -38,43 +37,6 @@ for _collective in ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "b
     provenance: the plugin's tests (a limit no working harness misses)
     values:
       64KiB: {{}}
-"""
-
-# Test-only: wrap the session's gang so that chosen tests get a fault on rank 1, and note after each test how
-# many ranks are alive. The plan names a test, or by its node id one of several files' tests of that name.
-CONFTEST = """\
-import json, os
-import pytest
-from tests import faults
-
-PLAN = json.loads(os.environ["GBV_TEST_FAULTS"])
-
-
-class FaultyGang:
-    def __init__(self, gang):
-        self.gang, self.world_size, self.test = gang, gang.world_size, ""
-
-    def run(self, fn, *args, timeout_s=None):
-        fault = PLAN.get(self.test)
-        if fault is None:
-            return self.gang.run(fn, *args, timeout_s=timeout_s)
-        return self.gang.run(faults.inject, fault, 1, fn, *args, timeout_s=timeout_s)
-
-    def close(self):
-        self.gang.close()
-
-
-@pytest.fixture(scope="session")
-def gb_gang(gb_gang):
-    return FaultyGang(gb_gang)
-
-
-@pytest.fixture(autouse=True)
-def note_ranks(request, gb_gang):
-    gb_gang.test = request.node.nodeid if request.node.nodeid in PLAN else request.node.name
-    yield
-    with open("ranks.jsonl", "a") as f:
-        f.write(json.dumps([request.node.name, len(faults.rank_processes(os.getpid()))]) + "\\n")
 """
 
 FAULTS = {

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch  # noqa: F401 -- in-process pytester runs drop modules they imported, and torch cannot load twice
 
-from tests.fakenvml import FakeGpu, FakeNvmlLib, install
+from tests.helpers.fakenvml import FakeGpu, FakeNvmlLib, install
 
 LAB = """\
 schema_version: 1

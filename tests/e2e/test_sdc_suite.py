@@ -1,5 +1,5 @@
-"""The silent data corruption check: on the cpu SKU the gang's two ranks agree with each other and the CPU
-reference; a rank whose matmul flips one bit is caught, named by the reference where the error is large and by
+"""The silent data corruption check end to end: on the cpu SKU the gang's two ranks agree with each other and the
+CPU reference; a rank whose matmul flips one bit is caught, named by the reference where the error is large and by
 bit-identity where no tolerance could see it."""
 
 from __future__ import annotations
@@ -13,11 +13,8 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 import pytest
-import torch
 
-from pytest_gbvalidate.bench import sdc
-from tests.test_faults import CONFTEST, REPO
-from tests.test_plugin import SUITES
+from tests.helpers.runs import CONFTEST, REPO, SUITES
 
 SDC = SUITES / "test_sdc.py"
 FLIPS = ("flip_high", "flip_low")
@@ -26,9 +23,9 @@ FLIPS = ("flip_high", "flip_low")
 @pytest.fixture(scope="module")
 def sdc_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, ET.Element], dict[str, Any]]:
     """One session of the cpu SKU running the check three times on one gang, from three copies of the suite: as it
-    is (test_sdc_healthy.py), and with rank 1's matmuls flipping a bit (test_sdc_<fault>.py), the conftest of
-    tests/test_faults.py injecting the fault into that file's check only. Each file's JUnit testcase, by file
-    stem, and the JSON report."""
+    is (test_sdc_healthy.py), and with rank 1's matmuls flipping a bit (test_sdc_<fault>.py), the rank-fault
+    conftest of tests/helpers/runs.py injecting the fault into that file's check only. Each file's JUnit testcase,
+    by file stem, and the JSON report."""
     directory = tmp_path_factory.mktemp("sdc")
     files = [f"test_sdc_{name}.py" for name in ("healthy", *FLIPS)]
     for name in files:
@@ -81,18 +78,3 @@ def test_a_flipped_bit_on_one_rank_fails_the_check(
     (test,) = [t for t in mine if t["outcome"] == "failed"]
     assert test["when"] == "call"
     assert (test["fault"]["category"], test["fault"]["disposition"]) == ("gpu_hardware", "ISOLATE")
-
-
-def test_on_a_node_of_many_gpus_the_one_that_differs_bit_for_bit_is_named() -> None:
-    """A one-bit difference that every tolerance accepts: the majority of the node's GPUs names the odd one."""
-    reference = {name: torch.ones(3) for name in sdc.COMPUTATIONS}
-
-    def answer(digest: str) -> list[dict[str, sdc.Outcome]]:
-        return [{name: sdc.Outcome(digest, torch.ones(3)) for name in sdc.COMPUTATIONS}] * 2  # both passes
-
-    per_rank = [answer("a1"), answer("a1"), answer("b2"), answer("a1")]
-    found = sdc.problems(["gpu0", "gpu1", "gpu2", "gpu3"], per_rank, reference)
-    assert found == [
-        f"gpu2: {name} differs bit for bit from the 3 other ranks, which agree (b2 vs a1)" for name in sdc.COMPUTATIONS
-    ]
-    assert sdc.problems(["gpu0", "gpu1", "gpu2", "gpu3"], [answer("a1")] * 4, reference) == []

@@ -1,30 +1,23 @@
-"""The storage checks on the cpu SKU: real writes to a temporary scratch directory pass the cpu floors; a device
-that fills up mid-write and a directory that refuses new files are clear failures; nothing is left behind, not
-even after Ctrl-C."""
+"""The storage checks on the cpu SKU end to end: real writes to a temporary scratch directory pass the cpu floors;
+a device that fills up mid-write and a directory that refuses new files are clear failures; nothing is left
+behind; fio runs beside ours when asked. (The measurement called directly: unit/test_storage.py.)"""
 
 from __future__ import annotations
 
-import errno
 import json
-import os
 import shutil
 import stat
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-import torch
 
 from pytest_gbvalidate.bench import storage
-from tests.test_plugin import SUITES, XUNIT1, junit_cases
+from tests.helpers.fakenode import nd96asr_v4
+from tests.helpers.runs import SUITES, XUNIT1, junit_cases
+from tests.helpers.scratch import leftovers
 
 STORAGE = str(SUITES / "test_storage.py")
 METRICS = ["scratch_write_gbps", "scratch_read_gbps", "checkpoint_write_s", "checkpoint_read_s"]
-
-
-def leftovers(directory: Path) -> list[Path]:
-    return list(directory.glob("gbvalidate-scratch-*"))
 
 
 def test_the_scratch_directory_is_measured_and_left_clean(pytester: pytest.Pytester, tmp_path: Path) -> None:
@@ -81,24 +74,11 @@ def test_a_directory_that_refuses_new_files_is_a_clear_failure(pytester: pytest.
 def test_a_gpu_sku_without_a_scratch_directory_skips_saying_how_to_name_one(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from tests.fakenode import nd96asr_v4
 
     nd96asr_v4().install(monkeypatch, tmp_path)
     result = pytester.runpytest(STORAGE, "--gb-sku=ND96asr_v4", "-rs")
     result.assert_outcomes(skipped=3)
     result.stdout.fnmatch_lines(["*no scratch directory named: --gb-scratch DIR, GBVALIDATE_SCRATCH or gb_scratch*"])
-
-
-def interrupted_while_writing(scratch: Path) -> None:
-    with storage.work_dir(scratch) as directory:
-        (directory / "sequential.bin").write_bytes(b"x" * 4096)
-        raise KeyboardInterrupt
-
-
-def test_ctrl_c_mid_write_still_removes_the_files(tmp_path: Path) -> None:
-    with pytest.raises(KeyboardInterrupt):
-        interrupted_while_writing(tmp_path)
-    assert leftovers(tmp_path) == []
 
 
 def stand_in_fio(bin_dir: Path) -> None:
@@ -136,45 +116,3 @@ def test_fio_runs_beside_ours_when_asked(
     assert "--rw=write" in write and f"--direct={int(direct)}" in write and "--size=67108864" in write
     assert "--rw=read" in read
     assert f"--filename={scratch}/gbvalidate-scratch-" in write and leftovers(scratch) == []
-
-
-def test_a_device_error_on_flush_or_read_back_is_a_storage_error_with_nothing_left(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    def eio(*args: object) -> None:
-        raise OSError(errno.EIO, os.strerror(errno.EIO))
-
-    def in_work_dir(measure: Callable[[Path], object]) -> None:
-        with storage.work_dir(tmp_path) as directory:
-            measure(directory)
-
-    monkeypatch.setattr(os, "fsync", eio)
-    with pytest.raises(storage.StorageError, match=r"flushing .*sequential.bin to its device: Input/output error"):
-        in_work_dir(lambda d: storage.sequential(d, storage.BLOCK_BYTES))
-    monkeypatch.undo()
-    monkeypatch.setattr(torch, "load", lambda *a, **k: eio())
-    with pytest.raises(
-        storage.StorageError, match=r"reading the checkpoint .*checkpoint.pt back failed: .*Input/output error"
-    ):
-        in_work_dir(lambda d: storage.checkpoint(d, 2**20))
-    assert leftovers(tmp_path) == []
-
-
-def test_a_file_system_without_direct_io_is_measured_through_the_page_cache(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """As tmpfs on kernels before 6.6: the file is created, then O_DIRECT refused with EINVAL."""
-    real_open = os.open
-
-    def no_direct(path: Any, flags: int, mode: int = 0o777, **kwargs: Any) -> int:
-        if flags & getattr(os, "O_DIRECT", 0):
-            os.close(real_open(path, flags & ~os.O_DIRECT, mode, **kwargs))
-            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
-        return real_open(path, flags, mode, **kwargs)
-
-    monkeypatch.setattr(os, "open", no_direct)
-    assert not storage.direct_io_supported(tmp_path)
-    with storage.work_dir(tmp_path) as directory:
-        result = storage.sequential(directory, storage.BLOCK_BYTES)
-    assert not result.direct_io and result.write_gbps > 0 and result.read_gbps > 0
-    assert leftovers(tmp_path) == []

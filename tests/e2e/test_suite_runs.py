@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch  # noqa: F401 -- in-process pytester runs drop modules they imported, and torch cannot load twice
 
-from tests.test_plugin import SUITES, assert_usage_error, junit_cases
+from tests.helpers.runs import SUITES, assert_usage_error, junit_cases
 
 LAB = """\
 schema_version: 1
@@ -105,7 +105,7 @@ def test_the_nccl_environment_is_applied_to_the_ranks_and_reported(
     monkeypatch.setenv("NCCL_DEBUG", "WARN")
     lab.makepyfile(
         """
-        from tests import gang_functions as f
+        from tests.helpers import gang_functions as f
         def test_ranks(gb_gang):
             envs = gb_gang.run(f.nccl_environment)
             assert [e.get("NCCL_ALGO") for e in envs] == ["Ring", "Ring"]

@@ -18,7 +18,7 @@ import pytest
 from pytest_gbvalidate import sku
 from pytest_gbvalidate.node import nccl_stack, topology, xid
 from pytest_gbvalidate.node.topology import format_cpulist, parse_cpulist, sysfs_pci_address
-from tests.fakenvml import FakeGpu, FakeNvmlLib, clocks_mhz, install
+from tests.helpers.fakenvml import FakeGpu, FakeNvmlLib, clocks_mhz, install
 
 NVIDIA_3D_CONTROLLER = "0x030200"  # the PCI class sysfs shows for a data-centre GPU
 

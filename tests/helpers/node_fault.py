@@ -1,9 +1,9 @@
-"""A pytest plugin the multi-node tests load (`-p tests.node_fault`) into one node's pytest under torchrun, never
-a real run: that node's all_reduce is slow (NODE_FAULT=slow: 20 ms more per call, as a node with a bad NIC or
-cable) or wrong (NODE_FAULT=wrong: its result is off by one, as tests/faults.py corrupts a gang rank's), or its
-compute is slow (NODE_FAULT=slow_compute: 20 ms more per attention call, as a GPU held down by its clocks). It
-writes the node rank torchrun gave it to NODE_FAULT_FILE, since the rendezvous, not the start order, numbers the
-nodes."""
+"""A pytest plugin the multi-node tests load (`-p tests.helpers.node_fault`) into one node's pytest under torchrun,
+never a real run: that node's all_reduce is slow (NODE_FAULT=slow: 20 ms more per call, as a node with a bad NIC
+or cable) or wrong (NODE_FAULT=wrong: its result is off by one, as tests/helpers/rank_faults.py corrupts a gang
+rank's), or its compute is slow (NODE_FAULT=slow_compute: 20 ms more per attention call, as a GPU held down by its
+clocks). It writes the node rank torchrun gave it to NODE_FAULT_FILE, since the rendezvous, not the start order,
+numbers the nodes."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from tests.faults import corrupted_collectives
+from tests.helpers.rank_faults import corrupted_collectives
 
 SLOW_S = 0.02
 _active = contextlib.ExitStack()

@@ -1,4 +1,4 @@
-"""A pytest plugin one test loads (`-p tests.stray_warnings`) into an operator-style run of the suites from the
+"""A pytest plugin one test loads (`-p tests.helpers.stray_warnings`) into an operator-style run of the suites from the
 checkout, never a real run: in every test it does what libraries do now and then, warns, and drops a directory
 iterator it left open (a ResourceWarning when it is collected)."""
 

@@ -10,6 +10,7 @@ import pytest
 
 from pytest_gbvalidate import baselines as bl
 from pytest_gbvalidate.settings import bundled_baselines
+from tests.helpers.runs import REPO
 
 GOOD = """\
 schema_version: 1
@@ -567,3 +568,13 @@ def test_recording_keeps_the_health_gates_and_the_layout(tmp_path: Path) -> None
     (tmp_path / "NEW.yaml").write_text(bl.dump_baseline(bl.recorded_baseline("NEW", old, [], "measured")))
     new = bl.load_baseline(tmp_path / "NEW.yaml")
     assert (new.health, new.topology) == (old.health, old.topology)
+
+
+def test_the_gpu_sku_runs_the_azure_layout_and_has_no_step_time_to_compare_yet() -> None:
+    from pytest_gbvalidate.baselines import load_baseline
+
+    b = load_baseline(Path(REPO / "baselines" / "ND_GB200_v6.yaml"))
+    assert b.pretrain is not None
+    ref = b.metrics["llama3_8b_step_time_s"].reference("native-bf16-mbs4-gbs128-tp1-pp2-cp1-dp2-ac-seq8192")
+    assert ref is not None
+    assert (ref.status, ref.has_reference) == ("provisional", False)

@@ -34,8 +34,8 @@ from pytest_gbvalidate.bench.timing import time_op_s
 from pytest_gbvalidate.checks import require_ranks, sweep_plan
 from pytest_gbvalidate.ranks.gang import LocalGang, RankContext
 from pytest_gbvalidate.target import Target
-from tests import faults
-from tests import gang_functions as f
+from tests.helpers import gang_functions as f
+from tests.helpers import rank_faults
 
 
 @pytest.mark.parametrize(
@@ -239,7 +239,7 @@ def test_every_collective_returns_the_right_data(gang: LocalGang) -> None:
 
 def test_a_rank_returning_wrong_data_is_caught_and_named(gang: LocalGang) -> None:
     for collective, placement in CASES:
-        per_rank = gang.run(faults.inject, "wrong", 1, sweep_on_rank, collective, placement, [4096], 1, 10)
+        per_rank = gang.run(rank_faults.inject, "wrong", 1, sweep_on_rank, collective, placement, [4096], 1, 10)
         (row,) = summarize(collective, placement, per_rank)
         assert row.wrong_by_rank == {1: 1}, (collective, placement)
 

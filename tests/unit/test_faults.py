@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_gbvalidate import faults
-from tests.test_plugin import SUITES
+from tests.helpers.runs import SUITES
 
 TABLE = faults.load()
 

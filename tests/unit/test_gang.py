@@ -17,9 +17,9 @@ import pytest
 from pytest_gbvalidate.ranks import gang as gang_module
 from pytest_gbvalidate.ranks.gang import GangError, LocalGang, NodeResult, remove_dead_gang_dirs, run_on_local_rank
 from pytest_gbvalidate.ranks.world import node_rank_from_environment, rendezvous_problem, world_from_environment
-from tests import gang_functions as f
+from tests.helpers import gang_functions as f
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +78,7 @@ def test_ranks_do_not_outlive_a_killed_parent() -> None:
         import os, sys
         sys.path.insert(0, {str(REPO)!r})
         from pytest_gbvalidate.ranks.gang import LocalGang
-        from tests import gang_functions as f
+        from tests.helpers import gang_functions as f
         if __name__ == "__main__":
             gang = LocalGang(2)
             pids = gang.run(f.pid, timeout_s=60)

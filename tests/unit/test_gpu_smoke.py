@@ -1,26 +1,20 @@
-"""The GPU smoke script's CPU-checkable parts: the seed baseline it records over, the MFU peaks it knows, the
-sweep memory lines it prints, and one whole run on the CPU (no GPU assumed: `--device cpu`)."""
+"""The GPU smoke script's (benchmarks/gpu_smoke.py) CPU-checkable parts: the seed baseline it records over, the MFU
+peaks it knows, the sweep memory lines it prints. (A whole run: e2e/test_gpu_smoke_run.py.)"""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 from pytest_gbvalidate import baselines as bl
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_smoke.py"
+from tests.helpers.scripts import gpu_smoke
 
 
 @pytest.fixture(scope="module")
 def smoke() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpu_smoke", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return gpu_smoke()
 
 
 @pytest.mark.parametrize(
@@ -60,17 +54,3 @@ def test_sweep_memory_lines_name_the_peak_and_the_sizes_not_run(smoke: ModuleTyp
         "all_reduce_busbw_gbps in_place: peak device memory 17.00 GiB (at 8GiB); not run (memory): 16GiB"
     ]
     assert smoke.sweep_memory_lines({"measurements": []}) == ["no collective sweeps in the report"]
-
-
-def test_a_whole_smoke_run_on_the_cpu(smoke: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The script's main in this process (its suite runs are pytest processes of their own, as on a GPU node)."""
-    out = tmp_path / "smoke"
-    smoke.main(["--device", "cpu", "--out", str(out), "-k", "host_copy"])
-    stdout = capsys.readouterr().out
-    assert "record run: exit 0; check run: exit " in stdout, stdout
-    assert "engine: llama3_tiny_4layers (dim 64, seq 64, vocab 512)" in stdout
-    assert "MFU: no public peak known for this GPU (pass --peak-tflops)" in stdout
-    recorded = bl.load_baseline(out / "SMOKE.yaml")
-    expected = recorded.metrics["host_copy_bandwidth_gbps"].default.expected
-    assert expected is not None and expected > 0
-    assert (out / "check.json").is_file() and (out / "check.xml").is_file()

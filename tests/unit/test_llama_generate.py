@@ -1,9 +1,7 @@
 """Generation with the KV cache: the same greedy tokens as recomputing the whole sequence every step, and the
-model left as it was for training."""
+model left as it was for training. (The inference check end to end: e2e/test_inference_suite.py.)"""
 
 from __future__ import annotations
-
-import json
 
 import pytest
 import torch
@@ -11,7 +9,6 @@ import torch
 from pytest_gbvalidate.workloads.llama.config import LLAMA3_TINY
 from pytest_gbvalidate.workloads.llama.generate import generate
 from pytest_gbvalidate.workloads.llama.model import build, causal_attention
-from tests.test_plugin import SUITES
 
 
 def test_cached_decoding_chooses_what_recomputing_the_whole_sequence_chooses() -> None:
@@ -66,21 +63,3 @@ def test_generation_gives_the_model_back_as_it_was() -> None:
     positions = model.positions.clone()
     generate(model, torch.zeros(1, 4, dtype=torch.long), new_tokens=3)
     assert model.attend is causal_attention and torch.equal(model.positions, positions)
-
-
-def test_the_cpu_inference_check_reports_tokens_per_second_per_rank(pytester: pytest.Pytester) -> None:
-    pytester.runpytest(str(SUITES / "test_inference.py"), "--gb-sku=cpu", "--gb-report=r.json").assert_outcomes(
-        passed=1
-    )
-    measured = json.loads((pytester.path / "r.json").read_text())["measurements"]
-    assert [m["scope"] for m in measured] == ["rank0", "rank1"]  # both ranks generate at once
-    for m in measured:
-        details = m["details"]
-        assert (details["model"], details["batch"], details["new_tokens"], details["precision"]) == (
-            "llama3_tiny",
-            4,
-            32,
-            "bf16",
-        )
-        assert m["value"] == pytest.approx(4 * 32 / (details["prefill_s"] + details["decode_s"]))
-        assert m["verdict"] in ("pass", "warn") and details["peak_memory_gib"] is None

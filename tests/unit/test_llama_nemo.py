@@ -19,7 +19,7 @@ import pytest
 from pytest_gbvalidate.baselines import PretrainSpec, load_baseline
 from pytest_gbvalidate.workloads.llama import nemo
 from pytest_gbvalidate.workloads.llama.train import MemoryPeak
-from tests.test_plugin import REPO
+from tests.helpers.runs import REPO
 
 
 def gb200_spec(engine: str, **layout: Any) -> PretrainSpec:

@@ -35,7 +35,7 @@ from pytest_gbvalidate.workloads.llama.train import (
     train,
     train_worker,
 )
-from tests import llama_functions as f
+from tests.helpers import llama_functions as f
 
 STEPS = 3  # the third step's loss depends on two optimizer updates made from averaged gradients
 

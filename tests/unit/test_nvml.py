@@ -8,8 +8,8 @@ import pynvml
 import pytest
 
 from pytest_gbvalidate.node import nvml
-from tests.fakenode import nd_gb200_v6
-from tests.fakenvml import HW_SLOWDOWN, IDLE, SW_POWER_CAP, FakeGpu, FakeNvmlLib, install
+from tests.helpers.fakenode import nd_gb200_v6
+from tests.helpers.fakenvml import HW_SLOWDOWN, IDLE, SW_POWER_CAP, FakeGpu, FakeNvmlLib, install
 
 
 @pytest.fixture

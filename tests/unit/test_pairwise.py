@@ -1,5 +1,5 @@
 """The pairwise check's pure parts: how nodes are paired, and which node is to blame. (End to end: four torchrun
-nodes on loopback in tests/test_multinode.py.)"""
+nodes on loopback in tests/e2e/test_multinode.py.)"""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "pretrain_engine.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "pretrain_engine.py"
 
 
 def test_the_benchmark_prints_each_case_side_by_side(

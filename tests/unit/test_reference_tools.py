@@ -1,64 +1,27 @@
-"""nccl-tests, nvbandwidth and perftest's ib_write_bw: parsers on output in their documented formats (written here,
-row by row, with the tools' printf formats, and JSON in the shape their writers give it), JSON of the wrong shape,
-and an end-to-end run with stand-in binaries on PATH."""
+"""nccl-tests, nvbandwidth and perftest's ib_write_bw (pytest_gbvalidate/reference_tools.py): parsers on output in
+their documented formats (tests/helpers/tool_output.py, row by row, with the tools' printf formats, and JSON in
+the shape their writers give it), JSON of the wrong shape, the commands and a failing tool. (End to end:
+e2e/test_reference_tools_suite.py.)"""
 
 from __future__ import annotations
 
 import json
 import re
-import shutil
 import stat
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch  # noqa: F401 -- in-process pytester runs drop modules they imported, and torch cannot load twice
 
 from pytest_gbvalidate import reference_tools as tools
-from tests.test_plugin import SUITES, junit_cases
-
-# --- nccl-tests ------------------------------------------------------------------------------------------------
-
-
-def nccl_row(size: int, count: int, redop: str, root: int, *halves: tuple[float, float, float, str]) -> str:
-    """A result row as nccl-tests prints it: '%12li  %12li  %8s  %6s  %6s' then '  %7s  %6s  %6s  %6s' per half."""
-    line = f"{size:12d}  {count:12d}  {'float':>8}  {redop:>6}  {root:6d}"
-    for time_us, algbw, busbw, wrong in halves:
-        line += f"  {time_us:7.2f}  {algbw:6.2f}  {busbw:6.2f}  {wrong:>6}"
-    return line
-
-
-NCCL_HEADER = """\
-# nccl-tests version 2.17.1 nccl-headers=22704 nccl-library=22704
-# Collective test starting: all_reduce_perf
-# nThread 1 nGpus 2 minBytes 8 maxBytes 1073741824 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 \
-validation: 1 graph: 0 unalign: 0
-#
-# Using devices
-#  Rank  0 Group  0 Pid   4242 on     node-a device  0 [0008:01:00] NVIDIA GB200
-#  Rank  1 Group  0 Pid   4242 on     node-a device  1 [0009:01:00] NVIDIA GB200
-#
-#                                                              out-of-place                       in-place
-#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong
-#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)
-"""
-
-NCCL_OUTPUT = (
-    NCCL_HEADER
-    + "\n".join(
-        [
-            nccl_row(8, 2, "sum", -1, (20.5, 0.0, 0.0, "0"), (20.1, 0.0, 0.0, "0")),
-            "node-a:4242:4242 [0] NCCL INFO comm 0x5 rank 0 nranks 2 - Init COMPLETE",  # NCCL_DEBUG=INFO noise
-            nccl_row(134217728, 33554432, "sum", -1, (400.0, 335.54, 335.54, "0"), (398.0, 337.23, 337.23, "0")),
-            nccl_row(1073741824, 268435456, "sum", -1, (3000.0, 357.91, 357.91, "0"), (3100.0, 346.37, 346.37, "3")),
-        ]
-    )
-    + """
-# Out of bounds values : 3 FAILED
-# Avg bus bandwidth    : 229.4
-#
-# Collective test concluded: all_reduce_perf
-"""
+from tests.helpers.tool_output import (
+    IB_WRITE_BW_JSON,
+    IB_WRITE_BW_REPORT,
+    NCCL_JSON,
+    NCCL_OUTPUT,
+    NVB_JSON,
+    NVB_OUTPUT,
+    nccl_row,
 )
 
 
@@ -70,34 +33,6 @@ def test_parse_nccl_tests() -> None:
     assert (big.count, big.dtype, big.redop, big.root) == (268435456, "float", "sum", -1)
     assert big.out_of_place == tools.NcclTestsResult(3000.0, 357.91, 357.91, 0)
     assert big.in_place == tools.NcclTestsResult(3100.0, 346.37, 346.37, 3)
-
-
-def nccl_json_result(size: int, count: int, *halves: tuple[float, float, float, int | None]) -> dict[str, Any]:
-    """A result object as nccl-tests' JSON writer (src/util.cu) makes it: the row's head, then `out_of_place` and
-    `in_place` halves of time, alg_bw, bus_bw and nwrong (null without -c)."""
-    result: dict[str, Any] = {"size": size, "count": count, "type": "float", "redop": "sum", "root": "    -1"}
-    for name, (time_us, algbw, busbw, wrong) in zip(("out_of_place", "in_place"), halves, strict=True):
-        result[name] = {"time": time_us, "alg_bw": algbw, "bus_bw": busbw, "nwrong": wrong}
-    return result | {"actual_iterations": 20, "experiment_name": "all_reduce_perf"}
-
-
-# The same run as NCCL_OUTPUT, as `-J run.json` writes it, but for the in-place 1GiB figure (351.0 here, 346.37
-# in the table): a reader of the JSON file must not read the table.
-NCCL_JSON = json.dumps(
-    {
-        "version": 1,
-        "nccl_version": 22704,
-        "config": {"nthreads": 1, "ngpus": 2, "minimum_bytes": 8, "maximum_bytes": 1073741824, "iterations": 20},
-        "devices": [{"rank": 0, "hostname": "node-a", "device": 0}, {"rank": 1, "hostname": "node-a", "device": 1}],
-        "results": [
-            nccl_json_result(8, 2, (20.5, 0.0, 0.0, 0), (20.1, 0.0, 0.0, 0)),
-            nccl_json_result(134217728, 33554432, (400.0, 335.54, 335.54, 0), (398.0, 337.23, 337.23, 0)),
-            nccl_json_result(1073741824, 268435456, (3000.0, 357.91, 357.91, 0), (3100.0, 351.0, 351.0, 3)),
-        ],
-        "out_of_bounds": {"count": 3, "okay": False},
-        "average_bus_bandwidth": {"bandwidth": 229.4, "okay": "unchecked"},
-    }
-)
 
 
 def test_parse_nccl_tests_json_gives_what_the_table_gives() -> None:
@@ -230,47 +165,6 @@ def test_nccl_tests_command() -> None:
     ) == ["/opt/all_reduce_perf", "-b", "8", "-e", "8589934592", "-f", "2", "-g", "4", "-w", "5", "-n", "20", "-c", "1"]
 
 
-# --- nvbandwidth -----------------------------------------------------------------------------------------------
-
-
-def nvb_matrix(testcase: str, description: str, rows: list[list[float | None]]) -> str:
-    """A test case as nvbandwidth prints it: column indices in %10d, rows of %10.2f (N/A where none), SUM."""
-    columns = len(rows[0])
-    lines = [f"Running {testcase}.", description, "  " + "".join(f"{c:10d}" for c in range(columns))]
-    for i, row in enumerate(rows):
-        lines.append(f"{i:2d}" + "".join(f"{'N/A':>10}" if v is None else f"{v:10.2f}" for v in row))
-    total = sum(v for row in rows for v in row if v is not None)
-    return "\n".join([*lines, "", f"SUM {testcase} {total:.2f}", ""])
-
-
-NVB_OUTPUT = "\n".join(
-    [
-        "nvbandwidth Version: v0.8",
-        "Built from Git version: v0.8",
-        "",
-        "NOTE: The reported results may not reflect the full capabilities of the platform.",
-        "",
-        "node-a",
-        "Device 0: NVIDIA GB200 (00000008:01:00)",
-        "Device 1: NVIDIA GB200 (00000009:01:00)",
-        "",
-        nvb_matrix("host_to_device_memcpy_ce", "memcpy CE CPU(row) -> GPU(column) bandwidth (GB/s)", [[201.5, 180.0]]),
-        nvb_matrix("device_to_host_memcpy_ce", "memcpy CE CPU(row) <- GPU(column) bandwidth (GB/s)", [[190.0, 191.0]]),
-        nvb_matrix("device_local_copy", "memcpy local GPU(column) bandwidth (GB/s)", [[1500.0, 1490.0]]),
-        nvb_matrix(
-            "device_to_device_memcpy_write_ce",
-            "memcpy CE GPU(row) <- GPU(column) bandwidth (GB/s)",
-            [[None, 700.0], [710.0, None]],
-        ),
-        nvb_matrix(
-            "device_to_device_memcpy_read_ce",
-            "memcpy CE GPU(row) -> GPU(column) bandwidth (GB/s)",
-            [[None, 650.0], [None, None]],
-        ),
-    ]
-)
-
-
 def test_parse_nvbandwidth() -> None:
     matrices = tools.parse_nvbandwidth(NVB_OUTPUT)
     assert [m.testcase for m in matrices] == list(tools.NVBANDWIDTH_TESTCASES)
@@ -318,60 +212,6 @@ def test_nvbandwidth_measurements_follow_the_data() -> None:
 def test_nvbandwidth_bad_output(text: str, error: str) -> None:
     with pytest.raises(tools.ToolError, match=f"^{error}"):
         tools.parse_nvbandwidth(text)
-
-
-def nvb_json_case(testcase: str, description: str, rows: list[list[float | None]]) -> dict[str, Any]:
-    """A test case as nvbandwidth --json writes it (json_output.cpp, addTestcase then addTestcaseResults): each
-    value a string as a C++ stream writes a double (%g), "N/A" where none, and the sum of them all."""
-    matrix = [["N/A" if v is None else f"{v:g}" for v in row] for row in rows]
-    total = sum(v for row in rows for v in row if v is not None)
-    return {
-        "name": testcase,
-        "status": "Passed",
-        "bandwidth_matrix": matrix,
-        "sum": total,
-        "bandwidth_description": description,
-    }
-
-
-# The same run as NVB_OUTPUT, the document `nvbandwidth --json` prints (json_output.cpp: JsonOutput's
-# addVersionInfo, addCudaAndDriverInfo, recordDevices, addTestcase, addTestcaseResults; jsoncpp sorts the keys), but
-# for gpu1's host-to-device figure (185.25 here, 180.00 in the text): a reader of the JSON must not read the text.
-NVB_JSON = json.dumps(
-    {
-        "nvbandwidth": {
-            "version": "v0.8",
-            "git_version": "v0.8",
-            "CUDA Runtime Version": 12080,
-            "Driver Version": "570.124.06",
-            "GPU Device list": [
-                "0: NVIDIA GB200 (00000008:01:00): (node-a)",
-                "1: NVIDIA GB200 (00000009:01:00): (node-a)",
-            ],
-            "testcases": [
-                nvb_json_case(
-                    "host_to_device_memcpy_ce", "memcpy CE CPU(row) -> GPU(column) bandwidth (GB/s)", [[201.5, 185.25]]
-                ),
-                nvb_json_case(
-                    "device_to_host_memcpy_ce", "memcpy CE CPU(row) <- GPU(column) bandwidth (GB/s)", [[190.0, 191.0]]
-                ),
-                nvb_json_case("device_local_copy", "memcpy local GPU(column) bandwidth (GB/s)", [[1500.0, 1490.0]]),
-                nvb_json_case(
-                    "device_to_device_memcpy_write_ce",
-                    "memcpy CE GPU(row) <- GPU(column) bandwidth (GB/s)",
-                    [[None, 700.0], [710.0, None]],
-                ),
-                nvb_json_case(
-                    "device_to_device_memcpy_read_ce",
-                    "memcpy CE GPU(row) -> GPU(column) bandwidth (GB/s)",
-                    [[None, 650.0], [None, None]],
-                ),
-            ],
-        }
-    },
-    indent=3,
-    sort_keys=True,
-)
 
 
 def test_parse_nvbandwidth_json_gives_what_the_text_gives() -> None:
@@ -448,45 +288,6 @@ def test_nvbandwidth_command() -> None:
     ]
 
 
-# --- perftest's ib_write_bw ----------------------------------------------------------------------------------
-
-# `ib_write_bw ... --report_gbits --use_cuda=0 --out_json --out_json_file=PATH`'s file, byte for byte as perftest
-# writes it (src/perftest_parameters.c: print_full_bw_report, write_test_info_to_file, write_bw_report_to_file;
-# src/perftest_parameters.h: REPORT_FMT_JSON), the figures of the table in tests/test_infiniband.py.
-IB_WRITE_BW_JSON = """\
-{
-"test_info": {
-"test": "RDMA_Write_BW_Test",
-"Dual_port": "OFF",
-"Device": "mlx5_0",
-"Number_of_qps": 1,
-"Transport_type": "IB",
-"Connection_type": "RC",
-"Using_SRQ": "OFF",
-"PCIe_relax_order": "ON",
-"ibv_wr_API": "ON",
-"TX_depth": 128,
-"CQ_Moderation": 100,
-"Mtu": 4096,
-"Link_type": "IB",
-"Max_inline_data": 0,
-"rdma_cm_QPs": "OFF",
-"cuda_device": 0,
-"Use_ROCm_memory": "OFF",
-"Use_MUSA_memory": "OFF",
-"Data_ex_method": "Ethernet"
-},
-"results": {
-"MsgSize": 1048576,
-"n_iterations": 5000,
-"BW_peak": 392.10,
-"BW_average": 390.40,
-"MsgRate": 0.046542
-}
-}
-"""
-
-
 def test_parse_ib_write_bw_json_reads_the_average_in_gigabytes() -> None:
     assert tools.parse_ib_write_bw_json(IB_WRITE_BW_JSON) == pytest.approx(48.8)  # 390.40 Gb/s, as from the table
 
@@ -549,177 +350,16 @@ def test_run_reports_a_failing_tool(tmp_path: Path) -> None:
         tools.run([str(tmp_path / "missing")], env={}, timeout_s=10)
 
 
-# --- end to end: stand-ins on PATH ------------------------------------------------------------------------------
-
-LAB_GPU = """\
-schema_version: 1
-sku: LABGPU
-description: a two-GPU lab SKU for the reference tool tests
-detect: {gpu_count: 2}
-metrics:
-  h2d_bandwidth_gbps: {unit: GB/s, direction: higher, scope: gpu, status: provisional, expected: 200, fail: 10%,
-                       provenance: the plugin's tests}
-  p2p_bandwidth_gbps: {unit: GB/s, direction: higher, scope: gpu_pair, status: provisional, fail: 690,
-                       provenance: the plugin's tests}
-  all_reduce_busbw_gbps:
-    unit: GB/s
-    direction: higher
-    scope: message_size
-    status: provisional
-    fail: 10%
-    params: {nccl_env: {NCCL_ALGO: Ring}, max_bytes: 1073741824}
-    provenance: the plugin's tests
-    values:
-      1GiB: {expected: 350}
-"""
+def test_parse_ib_write_bw_reads_the_average_in_gigabytes() -> None:
+    text = IB_WRITE_BW_REPORT.format(device="mlx5_0", size=1048576, peak="392.10", avg="390.40")
+    assert tools.parse_ib_write_bw(text) == pytest.approx(48.8)
+    with pytest.raises(tools.ToolError, match="not Gb/sec"):
+        tools.parse_ib_write_bw(text.replace("[Gb/sec]", "[MB/sec]"))
+    with pytest.raises(tools.ToolError, match="no result row"):
+        tools.parse_ib_write_bw(text.split(" 1048576")[0])
 
 
-def stand_in(bin_dir: Path, name: str, output: str) -> None:
-    """An executable that prints `output` and notes its arguments and NCCL environment. It names the tools it
-    uses by their full paths, so that PATH can be `bin_dir` alone."""
-    env, grep, cat = (shutil.which(tool) for tool in ("env", "grep", "cat"))
-    (bin_dir / f"{name}.out").write_text(output)
-    script = bin_dir / name
-    script.write_text(
-        f'#!/bin/sh\necho "$@" > {bin_dir}/{name}.args\n{env} | {grep} ^NCCL_ > {bin_dir}/{name}.env\n'
-        f"{cat} {bin_dir}/{name}.out\n"
-    )
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-
-
-def lab_gpu_node(pytester: pytest.Pytester) -> Path:
-    """The LABGPU baseline under baselines/, and an empty bin/ for the stand-ins (made before PATH is set to bin/
-    alone: a GPU host may have the real tools installed)."""
-    (pytester.path / "baselines").mkdir()
-    (pytester.path / "baselines" / "LABGPU.yaml").write_text(LAB_GPU)
-    bin_dir = pytester.path / "bin"
-    bin_dir.mkdir()
-    return bin_dir
-
-
-def test_reference_tools_run_and_report_beside_ours(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    bin_dir = lab_gpu_node(pytester)
-    stand_in(bin_dir, "all_reduce_perf", NCCL_OUTPUT)
-    stand_in(bin_dir, "nvbandwidth", NVB_OUTPUT)
-    monkeypatch.setenv("PATH", str(bin_dir))
-    args = ["--gb-sku=LABGPU", "--gb-baselines=baselines", "--junitxml=r.xml", "--gb-report=r.json", "-rs"]
-    result = pytester.runpytest(str(SUITES / "test_reference_tools.py"), *args, "--gb-reference-tools")
-
-    cases = junit_cases(pytester.path / "r.xml")
-    outcomes = {name: case["outcome"] for name, case in cases.items()}
-    assert outcomes == {
-        # the in-place 1GiB result is 1% below expected, but nccl-tests counted 3 wrong elements
-        "test_nccl_tests_busbw[all_reduce]": "failure",
-        "test_nccl_tests_busbw[all_gather]": "skipped",  # not on PATH
-        "test_nccl_tests_busbw[alltoall]": "skipped",
-        "test_nccl_tests_busbw[broadcast]": "skipped",
-        "test_nccl_tests_busbw[reduce_scatter]": "skipped",
-        "test_nvbandwidth[h2d_bandwidth_gbps]": "passed",  # gpu1 at 180: on the limit (10% below 200), not below
-        "test_nvbandwidth[d2h_bandwidth_gbps]": "skipped",  # LABGPU has no reference
-        "test_nvbandwidth[d2d_bandwidth_gbps]": "skipped",
-        "test_nvbandwidth[p2p_bandwidth_gbps]": "failure",  # the read of gpu1->gpu0: 650 < 690
-    }
-    result.stdout.fnmatch_lines(["*all_gather_perf is not on PATH*"])
-    message = cases["test_nccl_tests_busbw[all_reduce]"]["message"] or ""
-    assert "reported wrong data (#wrong): 1GiB in_place: 3" in message
-    assert "p2p_bandwidth_gbps [gpu1->gpu0]: measured 650 GB/s" in (
-        cases["test_nvbandwidth[p2p_bandwidth_gbps]"]["message"] or ""
-    )
-
-    args_seen = (bin_dir / "all_reduce_perf.args").read_text().split()
-    assert args_seen == ["-b", "8", "-e", "1073741824", "-f", "2", "-g", "2", "-w", "5", "-n", "20", "-c", "1"]
-    assert "NCCL_ALGO=Ring" in (bin_dir / "all_reduce_perf.env").read_text()
-    assert (bin_dir / "nvbandwidth.args").read_text().split()[:2] == ["-b", "512"]
-
-    report = json.loads((pytester.path / "r.json").read_text())
-    tool_records = [m for m in report["measurements"] if m["details"].get("tool", "").startswith("nccl-tests")]
-    assert {(m["scope"], m["details"]["placement"], m["verdict"]) for m in tool_records} == {
-        ("8B", "out_of_place", "info"),
-        ("8B", "in_place", "info"),
-        ("128MiB", "out_of_place", "info"),
-        ("128MiB", "in_place", "info"),
-        ("1GiB", "out_of_place", "pass"),
-        ("1GiB", "in_place", "pass"),
-    }
-    h2d = [m for m in report["measurements"] if m["metric"] == "h2d_bandwidth_gbps"]
-    assert [(m["scope"], m["value"], m["details"]["tool"], m["details"]["read_from"]) for m in h2d] == [
-        ("gpu0", 201.5, "nvbandwidth", "text"),
-        ("gpu1", 180.0, "nvbandwidth", "text"),
-    ]
-    result.stdout.fnmatch_lines(
-        ["all_reduce_busbw_gbps (nccl-tests all_reduce_perf; GB/s*", "*1GiB*PASS (expected 350)"]
-    )
-
-
-def test_reference_tools_are_off_unless_asked(pytester: pytest.Pytester) -> None:
-    (pytester.path / "baselines").mkdir()
-    (pytester.path / "baselines" / "LABGPU.yaml").write_text(LAB_GPU)
-    result = pytester.runpytest(
-        str(SUITES / "test_reference_tools.py"), "--gb-sku=LABGPU", "--gb-baselines=baselines", "-rs"
-    )
-    result.assert_outcomes(skipped=9)
-    result.stdout.fnmatch_lines(["*reference tools not asked for (--gb-reference-tools, GBVALIDATE_REFERENCE_TOOLS*"])
-
-
-def stand_in_writing_json(bin_dir: Path, name: str, output: str, json_text: str) -> None:
-    """A newer nccl-tests: its usage names --output_file, and it writes `json_text` where -J says (printing the
-    table as well, as the real one does)."""
-    cat, cp = shutil.which("cat"), shutil.which("cp")
-    (bin_dir / f"{name}.out").write_text(output)
-    (bin_dir / f"{name}.json").write_text(json_text)
-    script = bin_dir / name
-    script.write_text(
-        '#!/bin/sh\nif [ "$1" = "-h" ]; then echo "[-J,--output_file <file> write output to filepath]"; exit 0; fi\n'
-        f'echo "$@" > {bin_dir}/{name}.args\n'
-        'while [ $# -gt 0 ]; do if [ "$1" = "-J" ]; then out="$2"; fi; shift; done\n'
-        f'{cp} {bin_dir}/{name}.json "$out"\n{cat} {bin_dir}/{name}.out\n'
-    )
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-
-
-def test_a_build_that_writes_json_is_read_from_its_json(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    bin_dir = lab_gpu_node(pytester)
-    stand_in_writing_json(bin_dir, "all_reduce_perf", NCCL_OUTPUT, NCCL_JSON)
-    monkeypatch.setenv("PATH", str(bin_dir))
-    args = ["--gb-sku=LABGPU", "--gb-baselines=baselines", "--gb-report=r.json", "--gb-reference-tools"]
-    pytester.runpytest(str(SUITES / "test_reference_tools.py"), *args, "-k", "nccl_tests_busbw and all_reduce")
-    args_seen = (bin_dir / "all_reduce_perf.args").read_text().split()
-    assert args_seen[-2] == "-J" and args_seen[-1].endswith("all_reduce.json")
-    report = json.loads((pytester.path / "r.json").read_text())
-    one_gib = [m for m in report["measurements"] if m["scope"] == "1GiB" and m["details"]["placement"] == "in_place"]
-    assert [(m["value"], m["details"]["read_from"]) for m in one_gib] == [(351.0, "json")]
-
-
-def stand_in_nvbandwidth_json(bin_dir: Path, output: str, json_text: str) -> None:
-    """An nvbandwidth from v0.5 on: its usage names --json (as boost prints it), and with --json it prints
-    `json_text` instead of `output`."""
-    cat = shutil.which("cat")
-    (bin_dir / "nvbandwidth.text").write_text(output)
-    (bin_dir / "nvbandwidth.json").write_text(json_text)
-    script = bin_dir / "nvbandwidth"
-    script.write_text(
-        '#!/bin/sh\nif [ "$1" = "-h" ]; then echo "  -j [ --json ]  Print output in json format"; exit 0; fi\n'
-        f'echo "$@" > {bin_dir}/nvbandwidth.args\nout=text\n'
-        'for a in "$@"; do if [ "$a" = "--json" ]; then out=json; fi; done\n'
-        f"{cat} {bin_dir}/nvbandwidth.$out\n"
-    )
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-
-
-def test_an_nvbandwidth_that_writes_json_is_read_from_its_json(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    bin_dir = lab_gpu_node(pytester)
-    stand_in_nvbandwidth_json(bin_dir, NVB_OUTPUT, NVB_JSON)
-    monkeypatch.setenv("PATH", str(bin_dir))
-    args = ["--gb-sku=LABGPU", "--gb-baselines=baselines", "--gb-report=r.json", "--gb-reference-tools"]
-    pytester.runpytest(str(SUITES / "test_reference_tools.py"), *args, "-k", "nvbandwidth")
-    assert (bin_dir / "nvbandwidth.args").read_text().split()[:4] == ["-b", "512", "--json", "-t"]
-    report = json.loads((pytester.path / "r.json").read_text())
-    h2d = [m for m in report["measurements"] if m["metric"] == "h2d_bandwidth_gbps"]
-    assert [(m["scope"], m["value"], m["details"]["read_from"]) for m in h2d] == [
-        ("gpu0", 201.5, "json"),
-        ("gpu1", 185.25, "json"),
-    ]
+def test_a_server_side_that_dies_is_named_with_its_error() -> None:
+    server = ["sh", "-c", "echo 'Couldn''t listen to port 18515' >&2; exit 3"]
+    with pytest.raises(tools.ToolError, match="the server side exited with code 3: Couldnt listen to port 18515"):
+        tools.run_loopback(server, ["sh", "-c", "exit 1"], env={}, timeout_s=5)

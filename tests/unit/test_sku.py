@@ -15,8 +15,8 @@ import pytest
 from pytest_gbvalidate import baselines as bl
 from pytest_gbvalidate import sku
 from pytest_gbvalidate.settings import bundled_baselines
-from tests.fakenode import nd_gb200_v6, point_detection_at, write_detection_sysfs
-from tests.fakenvml import FakeGpu, FakeNvmlLib, install
+from tests.helpers.fakenode import nd_gb200_v6, point_detection_at, write_detection_sysfs
+from tests.helpers.fakenvml import FakeGpu, FakeNvmlLib, install
 
 BASELINES = bl.load_all(bundled_baselines())
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from pytest_gbvalidate.node import nvml, telemetry
-from tests.fakenvml import HW_THERMAL_SLOWDOWN, SW_POWER_CAP, FakeGpu, FakeNvmlLib, install
+from tests.helpers.fakenvml import HW_THERMAL_SLOWDOWN, SW_POWER_CAP, FakeGpu, FakeNvmlLib, install
 
 
 class Counter:

@@ -11,8 +11,8 @@ import pytest
 from pytest_gbvalidate.node import topology, xid
 from pytest_gbvalidate.node.nvml import Clocks, GpuInfo
 from pytest_gbvalidate.node.topology import format_cpulist, parse_cpulist, read_numa_map, sysfs_pci_address
-from tests.fakenode import FakeHca, FakeNode, nd_gb200_v6, xid_line
-from tests.fakenvml import FakeGpu
+from tests.helpers.fakenode import FakeHca, FakeNode, nd_gb200_v6, xid_line
+from tests.helpers.fakenvml import FakeGpu
 
 
 def gpu_info(fake: FakeGpu, index: int) -> GpuInfo:

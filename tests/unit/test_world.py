@@ -1,11 +1,11 @@
 """A rank of a torchrun / srun world: which GPU is its own, from the environment the launcher gives it and the GPUs
-it sees; and CUDA's device order, set before anything in the process touches CUDA."""
+it sees; and CUDA's device order, set before a world rank touches CUDA. (The plugin's own process:
+e2e/test_cuda_device_order.py.)"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 from unittest import mock
 
@@ -16,7 +16,6 @@ import torch.distributed as dist
 from pytest_gbvalidate.ranks import gang as gang_module
 from pytest_gbvalidate.ranks.gang import GangError, WorldGang
 from pytest_gbvalidate.ranks.world import DeviceChoiceError, cuda_device_index, world_from_environment
-from tests.fakenode import nd_gb200_v6
 
 # The environments of one task, as the launchers set them (only the variables the choice reads, and a few it
 # must not be misled by).
@@ -117,9 +116,6 @@ def test_torchrun_s_local_rank_wins_over_the_srun_task_s() -> None:
     assert world_from_environment(SRUN_2_NODES) == (13, 16, 5)
 
 
-# --- CUDA's device order: set before CUDA initialises -----------------------------------------------------------
-
-
 class _Stop(Exception):
     """Ends a WorldGang's start-up where it would initialise the process group."""
 
@@ -181,28 +177,6 @@ def test_a_world_rank_without_a_gpu_of_its_own_fails_naming_it(monkeypatch: pyte
         _world_gang_events(monkeypatch, SRUN | {"CUDA_VISIBLE_DEVICES": "4,5"}, 2)
     assert (excinfo.value.rank, excinfo.value.cause) == (2, "has no GPU of its own")
     assert "SLURM_LOCALID=2" in str(excinfo.value) and "CUDA_VISIBLE_DEVICES=4,5" in str(excinfo.value)
-
-
-@pytest.mark.parametrize("operator_order", [None, "FASTEST_FIRST"])
-def test_the_plugin_numbers_gpus_by_pci_bus_before_it_first_touches_cuda(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, operator_order: str | None
-) -> None:
-    """The plugin's own process: its first CUDA call (torch.cuda.is_available() for the node facts of a GPU SKU's
-    header) finds the order set, or the operator's kept."""
-    nd_gb200_v6().install(monkeypatch, tmp_path)
-    if operator_order is not None:
-        monkeypatch.setenv("CUDA_DEVICE_ORDER", operator_order)
-    seen: list[str | None] = []
-
-    def is_available() -> bool:
-        seen.append(os.environ.get("CUDA_DEVICE_ORDER"))
-        return False
-
-    monkeypatch.setattr(torch.cuda, "is_available", is_available)
-    pytester.makepyfile("def test_x(gb_target):\n    assert gb_target.is_gpu\n")
-    result = pytester.runpytest("--gb-sku=ND_GB200_v6", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=1)
-    assert seen and set(seen) == {operator_order or "PCI_BUS_ID"}
 
 
 @pytest.mark.usefixtures("environ_restored")
