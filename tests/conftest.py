@@ -14,8 +14,8 @@ import pytest
 import yaml  # noqa: F401
 
 import pytest_gbvalidate.baselines  # noqa: F401
-from tests.fakenode import point_detection_at, write_detection_sysfs
-from tests.fakenvml import install
+from tests.helpers.fakenode import point_detection_at, write_detection_sysfs
+from tests.helpers.fakenvml import install
 
 # Variables of the host's environment that change what the plugin does: NCCL_* are reported and passed to the
 # ranks; CUDA_* pick and number the GPUs; torchrun's and Slurm's make the plugin join their world instead of

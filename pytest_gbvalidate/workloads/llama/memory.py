@@ -16,8 +16,8 @@ The bytes per token per block in bf16 autocast follow the tensors autograd saves
 their fp32 input and output (16d); the bf16 copies autocast makes of the norms' outputs for q, k, v, gate and up
 (10d); the fp32 rotary copies of q and k (4d + 4kv); attention's q, repeated k and v, and output (8d); wo's
 input (2d); SwiGLU's gate, up, gated and product (8f). Checked against peaks measured on an H100 and an H200
-(tests/test_llama_memory.py): within 4%. torch.compile fuses some of these away (5% less was measured), so the
-estimate errs high for a compiled engine.
+(tests/unit/test_llama_memory.py): within 4%. torch.compile fuses some of these away (5% less was measured), so
+the estimate errs high for a compiled engine.
 """
 
 from __future__ import annotations

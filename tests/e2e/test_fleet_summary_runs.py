@@ -1,0 +1,435 @@
+"""The fleet summary (`python -m pytest_gbvalidate.fleet summary`) end to end: one real node report from the
+cpu suites, copied for the other nodes (hostname changed, one node slower, one with a failed test and its fault,
+one partial, a corrupt file, another SKU's, an earlier one of the same host). (The statistics on their own:
+unit/test_fleet_summary.py.)"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import importlib.util
+import json
+import os
+import shlex
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_gbvalidate.fleet import junit, render
+from pytest_gbvalidate.fleet.cli import main
+from pytest_gbvalidate.fleet.reports import CORRUPT, OTHER_SKU, SUPERSEDED
+from pytest_gbvalidate.fleet.summary import Summary, summarize
+from tests.helpers.fleet_reports import write
+from tests.helpers.runs import SUITES, schema_errors
+
+HOST_COPY = "host_copy_bandwidth_gbps"
+# Each node's values scaled alike: spread a little, none far from the others (the worst is 1 scaled MAD out).
+HEALTHY = {"node-01": 1.0, "node-02": 0.995, "node-03": 1.005, "node-04": 1.01}
+FAULT = {"category": "performance", "action": "investigate performance", "disposition": "MONITOR"}
+
+
+@pytest.fixture(scope="module")
+def real_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A report of a real run of the cpu suites: the host copy and the all-reduce, about 12 s."""
+    directory = tmp_path_factory.mktemp("real")
+    path = directory / "node.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GBVALIDATE_", "PYTEST_"))}
+    command = [sys.executable, "-m", "pytest", "--gb-sku=cpu", str(SUITES), "-k", "host_copy or all_reduce"]
+    command += ["-p", "no:cacheprovider", "-q", f"--gb-report={path}"]
+    done = subprocess.run(command, cwd=directory, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report: dict[str, Any] = json.loads(path.read_text())
+    assert report["status"] == "finished" and any(m["metric"] == HOST_COPY for m in report["measurements"])
+    return report
+
+
+def node(real: dict[str, Any], host: str, factor: float = 1.0, **changes: Any) -> dict[str, Any]:
+    """A copy of `real` as `host`'s report, every numeric value scaled by `factor`."""
+    report = copy.deepcopy(real)
+    report["node"]["hostname"] = host
+    for m in report["measurements"]:
+        if isinstance(m["value"], float):
+            m["value"] *= factor
+    report.update(changes)
+    return report
+
+
+def healthy_fleet(real: dict[str, Any], directory: Path) -> list[Path]:
+    return [write(directory, f"{host}.json", node(real, host, factor)) for host, factor in HEALTHY.items()]
+
+
+def troubled_fleet(real: dict[str, Any], directory: Path) -> list[Path]:
+    """The healthy nodes, and: node-05 whose host copy is half the others' (an outlier that still passes its
+    baseline), node-06 with a failed test and its fault, node-07 partial, a corrupt file, another SKU's report,
+    and an earlier report of node-01."""
+    paths = healthy_fleet(real, directory)
+    slow = node(real, "node-05")
+    for m in slow["measurements"]:
+        if m["metric"] == HOST_COPY:
+            m["value"] *= 0.5
+    failed = node(real, "node-06", exit_status=1)
+    test = next(t for t in failed["tests"] if t["outcome"] == "passed")
+    test |= {
+        "outcome": "failed",
+        "message": "host copy: measured 0.1 GB/s -> FAIL",
+        "text": "trace\x1b[31m",
+        "fault": FAULT,
+    }
+    other_sku = node(real, "node-08", sku=real["sku"] | {"name": "ND_H100_v5"})
+    earlier = node(real, "node-01", start_time="2020-01-01T00:00:00+00:00", exit_status=1)
+    paths += [write(directory, "node-05.json", slow), write(directory, "node-06.json", failed)]
+    paths += [write(directory, "node-07.json", node(real, "node-07", status="running", exit_status=None))]
+    paths += [write(directory, "broken.json", '{"schema": "pytest-gbvalidate/report/1", "stat')]
+    paths += [write(directory, "node-08.json", other_sku), write(directory, "node-01-old.json", earlier)]
+    return paths
+
+
+def run_cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "pytest_gbvalidate.fleet", "summary", *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+def suites(path: Path) -> dict[str, ET.Element]:
+    root = ET.parse(path).getroot()
+    assert root.tag == "testsuites"
+    return {suite.get("name", ""): suite for suite in root.iter("testsuite")}
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    return read_csv_text(path.read_text())
+
+
+def read_csv_text(text: str) -> list[dict[str, str]]:
+    return list(csv.DictReader(text.splitlines()))
+
+
+def outcome(case: ET.Element) -> str:
+    return next((tag for tag in ("failure", "error", "skipped") if case.find(tag) is not None), "passed")
+
+
+def test_a_healthy_fleet_passes_with_every_output_written(real_report: dict[str, Any], tmp_path: Path) -> None:
+    paths = healthy_fleet(real_report, tmp_path)
+    out = tmp_path / "out"
+    done = run_cli(*paths, "--out", out, "--plots")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "4 nodes (4 pass), 0 outlier node(s): PASS (exit 0)" in done.stdout
+    assert "scontrol" not in done.stdout
+    for name in ("summary.md", "nodes.csv", "metrics.csv", "fleet.xml"):
+        assert (out / name).stat().st_size > 0
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (out / "plots" / "fleet.png").read_bytes().startswith(b"\x89PNG")
+
+    by_suite = suites(out / "fleet.xml")
+    assert sorted(by_suite) == list(HEALTHY)
+    test_ids = {t["test_id"] for t in real_report["tests"]}
+    for suite in by_suite.values():
+        assert len(suite.findall("testcase")) == len(test_ids) == int(suite.get("tests", ""))
+        assert suite.get("failures") == "0" and suite.get("errors") == "0"
+    rows = read_csv(out / "nodes.csv")
+    assert [(r["hostname"], r["verdict"], r["drain"]) for r in rows] == [(h, "pass", "no") for h in HEALTHY]
+    assert all(r["torch"] == real_report["node"]["torch"] for r in rows)
+    metrics = read_csv(out / "metrics.csv")
+    gated = {(m["metric"], m["scope"]) for m in real_report["measurements"] if m["verdict"] != "info"}
+    assert {(m["metric"], m["scope"]) for m in metrics} == gated
+    assert all(m["nodes"] == "4" and m["outliers"] == "" for m in metrics)
+
+
+def test_failed_outlier_partial_and_unusable_reports_are_listed_and_fail_the_fleet(
+    real_report: dict[str, Any], tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    done = run_cli(*troubled_fleet(real_report, tmp_path), "--out", out)
+    assert done.returncode == 1, done.stdout + done.stderr
+
+    rows = {(r["hostname"], r["verdict"]): r for r in read_csv(out / "nodes.csv")}
+    assert sorted(rows) == sorted(
+        [(h, "pass") for h in HEALTHY]
+        + [("node-05", "pass"), ("node-06", "fail"), ("node-07", "partial")]
+        + [("", CORRUPT), ("node-08", OTHER_SKU), ("node-01", SUPERSEDED)]
+    )
+    assert rows[("node-05", "pass")]["outlier_metrics"] == f"{HOST_COPY} [node] -50%"
+    assert rows[("node-06", "fail")]["fault_actions"] == "performance: investigate performance"
+    assert "not JSON" in rows[("", CORRUPT)]["reason"]
+    assert rows[("node-08", OTHER_SKU)]["reason"] == "SKU ND_H100_v5, the fleet's is cpu"
+    assert [h for (h, _), r in rows.items() if r["drain"] == "yes"] == ["node-05", "node-06", "node-07"]
+
+    # the drain commands: printed, one per node out of service, each parses back to its host and reason
+    commands = [shlex.split(line) for line in done.stdout.splitlines() if line.strip().startswith("scontrol")]
+    assert [c[:4] for c in commands] == [
+        ["scontrol", "update", f"nodename={host}", "state=drain"] for host in ("node-05", "node-06", "node-07")
+    ]
+    reasons = [c[4] for c in commands]
+    assert reasons[0] == f"reason=gbvalidate: outlier {HOST_COPY}[node] -50%"
+    assert reasons[1].startswith("reason=gbvalidate: performance: test_")
+    assert reasons[2] == "reason=gbvalidate: report running"
+
+    by_suite = suites(out / "fleet.xml")
+    assert sorted(by_suite) == [*HEALTHY, "node-05", "node-06", "node-07", "reports not merged"]
+    slow = {case.get("name"): case for case in by_suite["node-05"].iter("testcase")}
+    assert outcome(slow[f"{HOST_COPY} [node]"]) == "failure"
+    failed = [case for case in by_suite["node-06"].iter("testcase") if outcome(case) == "failure"]
+    assert len(failed) == 1
+    assert failed[0].find("failure").get("type") == "performance"  # type: ignore[union-attr]
+    properties = {p.get("name"): p.get("value") for p in by_suite["node-06"].iterfind("properties/property")}
+    faults = {name: value for name, value in properties.items() if str(name).startswith("fault[")}
+    assert list(faults.values()) == ["performance (MONITOR): investigate performance"]
+    assert schema_errors(out / "fleet.xml") == []
+    assert failed[0].find("failure") is not None and "\x1b" not in (failed[0].findtext("failure") or "")
+    partial = {case.get("name"): outcome(case) for case in by_suite["node-07"].iter("testcase")}
+    assert partial["report finished"] == "failure"
+    unusable = [outcome(case) for case in by_suite["reports not merged"].iter("testcase")]
+    assert sorted(unusable) == ["error", "skipped", "skipped"]
+
+    markdown = (out / "summary.md").read_text()
+    for heading in ("## Nodes", "## Take out of service", "## Outliers", "## Metrics across nodes"):
+        assert heading in markdown
+    assert f"| {tmp_path / 'broken.json'} | corrupt |" in markdown
+    assert "plots not drawn (--plots draws them)" in markdown
+
+
+def test_another_sku_is_left_out_without_failing_and_sku_picks_the_fleet(
+    real_report: dict[str, Any], tmp_path: Path
+) -> None:
+    paths = healthy_fleet(real_report, tmp_path)
+    other = node(real_report, "h100-01", sku=real_report["sku"] | {"name": "ND_H100_v5"})
+    paths.append(write(tmp_path, "h100-01.json", other))
+    summary = summarize(paths)
+    assert summary.sku == "cpu" and summary.exit_code == 0
+    assert [(r.kind, r.hostname) for r in summary.not_merged] == [(OTHER_SKU, "h100-01")]
+
+    only = summarize(paths, sku="ND_H100_v5")
+    assert [n.hostname for n in only.nodes] == ["h100-01"] and only.exit_code == 0
+    assert only.statistics_note is not None and "at least 3 nodes" in only.statistics_note
+    assert only.metrics and not only.outliers  # medians and spreads, no outliers
+
+
+def test_the_latest_report_of_a_host_speaks_for_it_even_when_partial(
+    real_report: dict[str, Any], tmp_path: Path
+) -> None:
+    old = write(tmp_path, "old.json", node(real_report, "node-01", start_time="2020-01-01T00:00:00+00:00"))
+    new = write(tmp_path, "new.json", node(real_report, "node-01", status="interrupted", exit_status=2))
+    summary = summarize([new, old])
+    assert [(n.hostname, n.verdict) for n in summary.nodes] == [("node-01", "partial")]
+    assert [(r.path, r.kind) for r in summary.not_merged] == [(old, SUPERSEDED)]
+    assert summary.exit_code == 1 and summary.nodes[0].drain_reason() == "gbvalidate: report interrupted"
+    assert summary.metrics == []  # a partial report's measurements stay out of the statistics
+
+
+def test_a_non_zero_exit_status_without_a_failed_test_fails_the_node(
+    real_report: dict[str, Any], tmp_path: Path
+) -> None:
+    paths = healthy_fleet(real_report, tmp_path)
+    paths.append(write(tmp_path, "usage.json", node(real_report, "node-09", exit_status=4)))
+    summary = summarize(paths)
+    (bad,) = [n for n in summary.nodes if n.verdict == "fail"]
+    assert bad.hostname == "node-09" and [c.message for c in bad.failed] == [
+        "pytest exited with status 4 and no failed test"
+    ]
+
+
+def test_a_missing_report_is_corrupt_and_fails_the_fleet(real_report: dict[str, Any], tmp_path: Path) -> None:
+    summary = summarize([*healthy_fleet(real_report, tmp_path), tmp_path / "absent.json"])
+    assert [(r.kind, r.reason) for r in summary.not_merged] == [(CORRUPT, "cannot read: No such file or directory")]
+    assert summary.failures() == ["1 report(s) are corrupt"]
+
+
+def step_time(value_s: float, gbs: int, **details: Any) -> dict[str, Any]:
+    """A pretraining step time measurement as test_pretrain.py records it."""
+    layout = f"native-bf16-mbs2-gbs{gbs}-tp1-pp2-cp1-dp1-seq64"
+    return {
+        "test_id": "suites/test_pretrain.py::test_pretrain",
+        "metric": "llama3_tiny_step_time_s",
+        "scope": layout,
+        "scope_kind": "layout",
+        "value": value_s,
+        "unit": "s",
+        "direction": "lower",
+        "details": {"model": "llama3_tiny", "layout": layout, "engine": "native", "precision": "bf16", "mbs": 2}
+        | {"gbs": gbs, "dp": 1, "seq_len": 64, "tp": 1, "pp": 2, "cp": 1}
+        | details,
+        "verdict": "info",
+    }
+
+
+def test_weak_scaling_pairs_a_multi_node_run_with_the_single_node_runs_of_its_per_node_batch(
+    real_report: dict[str, Any], tmp_path: Path
+) -> None:
+    paths = []
+    for host, seconds in (("node-01", 0.40), ("node-02", 0.42), ("node-03", 0.44)):
+        report = node(real_report, host)
+        report["measurements"].append(step_time(seconds, gbs=16))
+        paths.append(write(tmp_path, f"{host}.json", report))
+    gang = real_report["gang"] | {"nodes": 2, "hosts": ["node0 (node-01)", "node1 (node-02)"]}
+    run = node(real_report, "node-01", gang=gang)
+    per_node = {"node-01": 0.48, "node-02": 0.5}
+    compute = {"node-01": 0.3, "node-02": 0.45}  # before the gradient sync, where node-02 shows as the straggler
+    weak_scaled = step_time(0.5, gbs=32, per_node_step_time_s=per_node, per_node_compute_s=compute, rank_spread_pct=4.2)
+    run["measurements"] += [weak_scaled, step_time(0.6, gbs=48)]
+    paths.append(write(tmp_path, "two-nodes.json", run))
+    other_layout = node(real_report, "node-04")
+    other_layout["measurements"].append(step_time(0.1, gbs=16, pp=1))  # not the same per-node work: left out
+    paths.append(write(tmp_path, "node-04.json", other_layout))
+
+    summary = summarize(paths)
+    assert [n.hostname for n in summary.nodes] == ["node-01", "node-02", "node-03", "node-04"]  # the run: no row
+    assert [r.path.name for r in summary.multi_node] == ["two-nodes.json"] and summary.exit_code == 0
+    paired, unpaired = summary.scaling
+    assert paired.reference_s == pytest.approx(0.42) and paired.efficiency == pytest.approx(0.42 / 0.5)
+    straggler = paired.straggler
+    assert straggler is not None and straggler.host == "node-02"
+    assert straggler.spread_pct == pytest.approx((0.45 - 0.3) / 0.375 * 100)
+    assert unpaired.efficiency is None and "gbs 24 (the per-node batch)" in unpaired.note
+
+    markdown = render.markdown(summary, [], None, tmp_path)
+    assert "### Weak scaling" in markdown and "| 0.840 |" in markdown
+    assert "Straggler: node-02, work before the gradient sync: slowest 0.45 s, fastest 0.3 s" in markdown
+    assert "ranks' spread 4.2%" in markdown and "| node | work before the gradient sync (s) |" in markdown
+
+
+def test_a_later_multi_node_run_over_the_same_nodes_supersedes_the_earlier(
+    real_report: dict[str, Any], tmp_path: Path
+) -> None:
+    # the rendezvous numbered the nodes the other way round the second time
+    gang = real_report["gang"] | {"nodes": 2, "hosts": ["node0 (node-02)", "node1 (node-01)"]}
+    failed = node(real_report, "node-01", gang=gang, exit_status=1, start_time="2020-01-01T00:00:00+00:00")
+    failed["tests"][0] |= {"outcome": "failed", "message": "x"}
+    passed = node(real_report, "node-01", gang=gang | {"hosts": ["node0 (node-01)", "node1 (node-02)"]})
+    paths = [
+        *healthy_fleet(real_report, tmp_path),
+        write(tmp_path, "old.json", failed),
+        write(tmp_path, "new.json", passed),
+    ]
+    summary = summarize(paths)
+    assert [r.path.name for r in summary.multi_node] == ["new.json"] and summary.exit_code == 0
+    (superseded,) = summary.not_merged
+    assert superseded.kind == SUPERSEDED and superseded.reason.startswith("a later run over the same 2 nodes: ")
+
+
+def test_a_node_a_multi_node_run_found_at_fault_is_drained_with_or_without_its_own_report(
+    real_report: dict[str, Any], tmp_path: Path
+) -> None:
+    """The pairwise check of a multi-node run blames node-02 (which passed alone) and node-99 (no report here)."""
+    paths = healthy_fleet(real_report, tmp_path)
+    gang = real_report["gang"] | {
+        "nodes": 4,
+        "hosts": [f"node{i} ({h})" for i, h in enumerate(("node-01", "node-02", "node-03", "node-99"))],
+    }
+    test_id = "suites/test_collectives.py::test_pairwise_all_reduce_busbw"
+    suspects = [
+        {"test_id": test_id, "host": "node-02", "why": "slow in all 2 of its pairs", "fault": {"category": "link"}},
+        {"test_id": test_id, "host": "node-99", "why": "its ranks returned wrong data", "fault": {"category": "x"}},
+        "not a record",
+    ]
+    paths.append(write(tmp_path, "four.json", node(real_report, "node-01", gang=gang, suspects=suspects)))
+    summary = summarize(paths)
+    assert [n.hostname for n in summary.drained] == ["node-02"]
+    assert summary.drain_list() == [
+        ("node-02", "gbvalidate: link: test_pairwise_all_reduce_busbw (multi-node)"),
+        ("node-99", "gbvalidate: x: test_pairwise_all_reduce_busbw (multi-node)"),
+    ]
+    assert [shlex.split(c)[2] for c in render.drain_commands(summary)] == ["nodename=node-02", "nodename=node-99"]
+    rows = {r["hostname"]: r for r in read_csv_text(render.nodes_csv(summary))}
+    assert (rows["node-02"]["verdict"], rows["node-02"]["drain"]) == ("pass", "yes")
+    assert (rows["node-99"]["verdict"], rows["node-99"]["drain"]) == ("multi-node finding", "yes")
+    assert rows["node-99"]["failed_checks"] == f"{test_id} [x]"
+    (tmp_path / "fleet.xml").write_text(junit.fleet_junit(summary))
+    assert schema_errors(tmp_path / "fleet.xml") == []
+    by_suite = suites(tmp_path / "fleet.xml")
+    for host, category in (("node-02", "link"), ("node-99", "x")):
+        (case,) = [c for c in by_suite[host].iter("testcase") if c.get("classname") == "fleet.multi_node"]
+        assert case.find("failure").get("type") == category  # type: ignore[union-attr]
+    markdown = render.markdown(summary, [], None, tmp_path)
+    assert "- **node-99** (no report of its own here)" in markdown
+    assert f"link: test_pairwise_all_reduce_busbw (multi-node) in {tmp_path / 'four.json'}: slow in all 2" in markdown
+
+
+def test_drain_reasons_are_short_and_survive_the_shell(real_report: dict[str, Any], tmp_path: Path) -> None:
+    paths = healthy_fleet(real_report, tmp_path)
+    bad = node(real_report, "node-09", exit_status=1)
+    for i, test in enumerate(bad["tests"]):
+        test |= {"outcome": "failed", "test_id": f"suites/x.py::test_it's_{i}", "fault": FAULT}
+    paths.append(write(tmp_path, "node-09.json", bad))
+    summary = summarize(paths)
+    (line,) = render.drain_commands(summary)
+    *_, reason = shlex.split(line)
+    assert reason.startswith("reason=gbvalidate: performance: test_it's_0,test_it's_1,")
+    assert len(reason) - len("reason=") <= 120 and "\n" not in reason
+
+
+def test_without_matplotlib_the_plots_are_skipped_with_a_note(
+    real_report: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    out = tmp_path / "out"
+    assert main(["summary", *map(str, healthy_fleet(real_report, tmp_path)), "--out", str(out), "--plots"]) == 0
+    note = "plots skipped: matplotlib is not installed"
+    assert note in capsys.readouterr().out and note in (out / "summary.md").read_text()
+    assert not (out / "plots").exists()
+
+
+def test_the_summary_flags_an_outlier_that_passed_its_baseline(real_report: dict[str, Any], tmp_path: Path) -> None:
+    paths = healthy_fleet(real_report, tmp_path)
+    slow = node(real_report, "node-05")
+    for m in slow["measurements"]:
+        if m["metric"] == HOST_COPY:
+            m["value"] *= 0.85  # 15% below the rest: within the baseline's limits, outside the fleet's
+    paths.append(write(tmp_path, "node-05.json", slow))
+    summary: Summary = summarize(paths)
+    ((flagged, outlier),) = summary.outliers
+    assert flagged.hostname == "node-05" and flagged.verdict == "pass" and flagged.drain
+    assert outlier.metric.key.metric == HOST_COPY and outlier.outlier.worse_pct == pytest.approx(15, abs=1)
+    assert summary.failures() == ["1 node(s) are outliers"]
+    relaxed = summarize(paths, mad_k=float("inf"), pct=20)
+    assert relaxed.outliers == [] and relaxed.exit_code == 0
+
+
+def test_a_report_from_the_future_or_undated_never_hides_a_later_one(
+    real_report: dict[str, Any], tmp_path: Path
+) -> None:
+    paths = healthy_fleet(real_report, tmp_path)
+    stopped = write(tmp_path, "now.json", node(real_report, "node-01", status="interrupted", exit_status=2))
+    future = write(tmp_path, "future.json", node(real_report, "node-01", start_time="2099-01-01T00:00:00+00:00"))
+    undated = write(tmp_path, "undated.json", node(real_report, "node-02", start_time="yesterday"))
+    summary = summarize([*paths, stopped, future, undated])
+    by_host = {n.hostname: n for n in summary.nodes}
+    assert by_host["node-01"].report.path == stopped and by_host["node-01"].verdict == "partial"
+    reasons = {r.path.name: (r.kind, r.reason) for r in summary.not_merged}
+    assert reasons["future.json"][0] == CORRUPT
+    assert reasons["future.json"][1].startswith("start_time 2099-01-01T00:00:00+00:00 is in the future (now 20")
+    assert reasons["undated.json"] == (CORRUPT, "start_time 'yesterday' is not an ISO 8601 time: undated")
+    assert summary.exit_code == 1
+
+
+def test_only_a_hostname_that_names_one_node_gets_a_drain_line(real_report: dict[str, Any], tmp_path: Path) -> None:
+    """Slurm reads ALL, lists and ranges as many nodes; a newline or an escape sequence must not reach a terminal."""
+    odd = ["ALL", "n1,n2", "node[01-99]", "evil\n\x1b[2J", "n\u043e\u0434e-1", "n1.cluster.local"]
+    failed = [write(tmp_path, f"odd{i}.json", node(real_report, host, exit_status=1)) for i, host in enumerate(odd)]
+    summary = summarize([*healthy_fleet(real_report, tmp_path), *failed])
+    commands = render.drain_commands(summary)
+    assert [c.split()[2] for c in commands] == ["nodename=n1"]
+    assert render.not_drained(summary) == ["ALL", "evil\\n\\x1b[2J", "n1,n2", "n\\u043e\\u0434e-1", "node[01-99]"]
+    text = "\n".join(render.terminal(summary, [], None))
+    assert "\x1b" not in text and "\u043e" not in text
+    assert "evil\\n\\x1b[2J: no drain line: the hostname does not name exactly one node" in text
+    markdown = render.markdown(summary, [], None, tmp_path)
+    assert "\x1b" not in markdown and "nodename=ALL" not in markdown
+
+
+def test_a_node_that_ran_less_than_its_peers_is_drained_with_what_it_lacks(
+    real_report: dict[str, Any], tmp_path: Path
+) -> None:
+    paths = healthy_fleet(real_report, tmp_path)
+    short = node(real_report, "node-09")  # its run was cut to the host copy (-k, a wrapper's wrong list)
+    short["tests"] = [t for t in short["tests"] if "host_copy" in t["test_id"] or t["when"] != "call"]
+    short["measurements"] = [m for m in short["measurements"] if m["metric"] == HOST_COPY]
+    summary = summarize([*paths, write(tmp_path, "node-09.json", short)])
+    lacking = {n.hostname: n.lacks for n in summary.nodes if n.lacks}
+    assert list(lacking) == ["node-09"] and lacking["node-09"]
+    assert all(name.startswith("test_all_reduce") for name in lacking["node-09"]), lacking
+    assert summary.exit_code == 1 and "1 node(s) ran less than their peers" in summary.failures()
+    ((host, reason),) = summary.drain_list()
+    assert host == "node-09" and "ran less than its peers: test_all_reduce" in reason

@@ -1,0 +1,436 @@
+"""The health and topology suites end to end: pytester runs of the real suites against fake nodes (fake NVML
+beneath the real pynvml, fake sysfs and kernel log under tmp_path), with faults injected per test, reading back
+the JUnit XML and JSON report. Plus the cpu SKU's suites for real on this machine, and a GPU SKU on a node with
+no driver in a fresh pytest process."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pynvml
+import pytest
+import torch  # noqa: F401 -- in-process pytester runs drop modules they imported, and torch cannot load twice
+
+from pytest_gbvalidate.node.topology import parse_cpulist
+from tests.helpers.fakenode import nd96asr_v4, nd_gb200_v6, xid_line
+from tests.helpers.fakenvml import HW_SLOWDOWN, HW_THERMAL_SLOWDOWN, FakeNvmlLib, install
+from tests.helpers.runs import REPO, SUITES, XUNIT1, junit_cases
+
+HEALTH, TOPOLOGY = str(SUITES / "test_health.py"), str(SUITES / "test_topology.py")
+NO_TELEMETRY = ("-k", "not telemetry")  # the telemetry check samples for half a second: only where it matters
+PER_GPU_HEALTH = (
+    "test_ecc_enabled",
+    "test_ecc_errors",
+    "test_row_remapping",
+    "test_retired_pages",
+    "test_no_critical_xid",
+    "test_no_slowdown",
+    "test_persistence_mode",
+    "test_pcie_link",
+    "test_nvlinks",
+    "test_application_clocks",
+)
+LIVE_READINGS = set(PER_GPU_HEALTH) - {"test_retired_pages", "test_no_critical_xid"}
+
+
+def run_suites(
+    pytester: pytest.Pytester, sku: str, *args: str, suites: tuple[str, ...] = (HEALTH, TOPOLOGY)
+) -> tuple[pytest.RunResult, dict[str, dict[str, Any]], dict[str, Any]]:
+    result = pytester.runpytest(
+        *suites, f"--gb-sku={sku}", *XUNIT1, "--gb-report=r.json", "-p", "no:cacheprovider", *args
+    )
+    report = json.loads((pytester.path / "r.json").read_text())
+    return result, junit_cases(pytester.path / "r.xml"), report
+
+
+def with_outcome(cases: dict[str, dict[str, Any]], outcome: str) -> dict[str, str]:
+    """Test case name -> its message, for the cases with this JUnit outcome (failure, error, skipped)."""
+    return {name: case["message"] or "" for name, case in cases.items() if case["outcome"] == outcome}
+
+
+def test_a_healthy_gb200_node_passes_and_reports_its_gpus_numa_map_and_telemetry(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    node = nd_gb200_v6()
+    node.install(monkeypatch, tmp_path)
+    result, cases, report = run_suites(pytester, "ND_GB200_v6")
+    assert result.ret == pytest.ExitCode.OK
+    assert not with_outcome(cases, "failure") and not with_outcome(cases, "error")
+    for name, message in with_outcome(cases, "skipped").items():  # only what the baseline has no gate for
+        expected = ("ND_GB200_v6 baseline has no ", "no NCCL_TOPO_FILE in ", "ib_write_bw (perftest) is not on PATH")
+        assert message.startswith(expected), (name, message)
+    for test in PER_GPU_HEALTH:
+        assert {f"{test}[gpu{i}]" for i in range(4)} <= set(cases)
+    assert dict(cases["test_nvlinks[gpu2]"]["props"]) == {
+        "gb_gpu": "gpu2",
+        "gb_gpu_pci_bus_id": "00000018:01:00.0",
+        "gb_gpu_uuid": "GPU-6b1a0c2e-0000-4000-8000-000000000002",
+    }
+
+    devices = report["gpus"]["devices"]
+    assert [d["pci_bus_id"] for d in devices] == [g.pci_bus_id for g in node.gpus]
+    gpu3 = devices[3]
+    assert gpu3["uuid"] == node.gpus[3].uuid and gpu3["serial"] == "1650000000003"
+    assert (gpu3["driver_version"], gpu3["cuda_driver_version"], gpu3["vbios_version"]) == (
+        "570.133.20",
+        "12.8",
+        "97.00.00.00.01",
+    )
+    assert gpu3["c2c_enabled"] is True and gpu3["fabric_state"] == "completed" and gpu3["memory_numa_node"] == 5
+
+    numa = report["numa_map"]
+    assert {n for n, v in numa["nodes"].items() if not v["has_cpus"]} == {"2", "3", "4", "5"}
+    assert [g["numa_node"] for g in numa["gpus"]] == [0, 0, 1, 1]
+    assert [(n["name"], n["numa_node"]) for n in numa["nics"]] == [(f"mlx5_{i}", i // 2) for i in range(4)]
+
+    (telemetry,) = report["telemetry"]
+    assert telemetry["test_id"].endswith("test_telemetry_reads_every_sensor")
+    assert telemetry["summary"]["gpu3.power_w"] == {"mean": 95.0, "p5": 95.0, "p95": 95.0}
+    assert len(telemetry["series"]["gpu0.temperature_c"]) == telemetry["sample_count"] == len(telemetry["t_s"])
+    props = dict(cases["test_telemetry_reads_every_sensor"]["props"])
+    assert props["gb_telemetry.gpu1.temperature_c.p95"] == "31.0" and "gb_telemetry.cpu.utilization_pct.mean" in props
+
+
+def test_the_nd96asr_v4_layout_matches_its_published_numa_map(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    nd96asr_v4().install(monkeypatch, tmp_path)
+    result, cases, report = run_suites(pytester, "ND96asr_v4", suites=(TOPOLOGY,))
+    assert result.ret == pytest.ExitCode.OK
+    assert all(cases[f"test_gpu_numa_node[gpu{i}]"]["outcome"] == "passed" for i in range(8))
+    assert [g["numa_node"] for g in report["numa_map"]["gpus"]] == [1, 1, 0, 0, 3, 3, 2, 2]
+
+
+def test_each_injected_fault_fails_the_right_check_on_the_right_gpu(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    node = nd_gb200_v6()
+    gpu0, gpu1, gpu2, gpu3 = node.gpus
+    gpu0.ecc_errors["sram_uncorrectable"] = (0, 2)
+    gpu0.row_remaps = (0, 1, 1, 0)
+    gpu1.clocks_event_reasons = HW_SLOWDOWN | HW_THERMAL_SLOWDOWN
+    node.kernel_log.append(xid_line(gpu1, 79, "GPU has fallen off the bus."))
+    gpu2.nvlinks[7] = False
+    gpu2.persistence_mode = 0
+    gpu3.pcie = (5, 5, 8, 16)
+    assert gpu3.clocks_mhz["graphics_max"] == 1980
+    gpu3.clocks_mhz["graphics_app"] = 1500
+    node.install(monkeypatch, tmp_path)
+
+    result, cases, report = run_suites(pytester, "ND_GB200_v6", *NO_TELEMETRY, suites=(HEALTH,))
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    expected = {
+        "test_ecc_errors[gpu0]": "gpu0 (00000008:01:00.0): ECC errors: sram_uncorrectable 2 aggregate, limit 0",
+        "test_row_remapping[gpu0]": "gpu0 (00000008:01:00.0): a row remap is pending: reset the GPU to apply it",
+        "test_no_slowdown[gpu1]": "gpu1 (00000009:01:00.0): clocks held down by hw_slowdown, hw_thermal_slowdown",
+        "test_no_critical_xid[gpu1]": "NVRM: Xid (PCI:0009:01:00): 79, pid=4242, name=python, GPU has fallen off",
+        "test_nvlinks[gpu2]": "gpu2 (00000018:01:00.0): 17 NVLink(s) up, expected 18; down: 7",
+        "test_persistence_mode[gpu2]": "gpu2 (00000018:01:00.0): persistence mode is off",
+        "test_pcie_link[gpu3]": "PCIe link trained at gen 5 x8, the GPU and slot support gen 5 x16",
+        "test_application_clocks[gpu3]": "graphics 1500 of 1980 MHz, memory 2619 of 2619 MHz: `nvidia-smi -i 3 -ac",
+    }
+    failed = with_outcome(cases, "failure")
+    assert set(failed) == set(expected)
+    for name, text in expected.items():
+        assert text in failed[name], (name, failed[name])
+    assert not with_outcome(cases, "error")
+    assert cases["test_no_critical_xid[gpu0]"]["outcome"] == "passed"  # Xid 13 is an application fault
+
+    # Each failure carries its fault category and the operator's action: JSON, JUnit and the terminal.
+    categories = {
+        "test_ecc_errors[gpu0]": ("gpu_hardware", "ISOLATE"),  # uncorrectable SRAM
+        "test_row_remapping[gpu0]": ("gpu_reset", "RESET"),  # pending, not failed
+        "test_no_slowdown[gpu1]": ("thermal_power", "MONITOR"),
+        "test_no_critical_xid[gpu1]": ("gpu_hardware", "ISOLATE"),  # Xid 79
+        "test_nvlinks[gpu2]": ("link", "ISOLATE"),
+        "test_persistence_mode[gpu2]": ("configuration", "MONITOR"),
+        "test_pcie_link[gpu3]": ("link", "ISOLATE"),
+        "test_application_clocks[gpu3]": ("configuration", "MONITOR"),
+    }
+    faults = {t["test_id"].rsplit("::")[-1]: t["fault"] for t in report["tests"] if t["outcome"] == "failed"}
+    assert {name: (f["category"], f["disposition"]) for name, f in faults.items()} == categories
+    assert faults["test_pcie_link[gpu3]"]["action"].startswith("check the cable or port")
+    assert "fault" not in next(t for t in report["tests"] if t["outcome"] == "passed")
+    assert dict(cases["test_row_remapping[gpu0]"]["props"])["gb_fault_category"] == "gpu_reset"
+    result.stdout.fnmatch_lines(
+        [
+            "*gbvalidate: failures by fault category*",
+            "gpu_hardware (ISOLATE): replace the GPU*",
+            "  *test_ecc_errors[[]gpu0[]]: *sram_uncorrectable*",
+        ]
+    )
+
+
+class LoseGpuAfter:
+    """A plugin for the run under test: the GPU falls off the bus once `test_name` has run."""
+
+    def __init__(self, lib: FakeNvmlLib, index: int, test_name: str) -> None:
+        self.lib, self.index, self.test_name = lib, index, test_name
+
+    def pytest_runtest_teardown(self, item: pytest.Item) -> None:
+        if item.name == self.test_name:
+            self.lib.gpus[self.index].lost = True
+
+
+def test_a_gpu_lost_mid_run_fails_its_own_checks_from_then_on(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    lib = nd96asr_v4().install(monkeypatch, tmp_path)
+    result = pytester.runpytest(
+        HEALTH, "--gb-sku=ND96asr_v4", "--junitxml=r.xml", plugins=[LoseGpuAfter(lib, 5, "test_gpu_model")]
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    cases = junit_cases(pytester.path / "r.xml")
+    assert cases["test_gpu_count"]["outcome"] == "passed"  # the inventory was taken before the loss
+    failed = with_outcome(cases, "failure")
+    assert set(failed) == {f"{t}[gpu5]" for t in LIVE_READINGS} | {"test_telemetry_reads_every_sensor"}
+    for name in set(failed) - {"test_telemetry_reads_every_sensor"}:
+        assert failed[name].startswith("Failed: gpu5 (00000006:00:00.0): nvmlDevice"), failed[name]
+        assert failed[name].endswith(": GPU is lost"), failed[name]
+    assert "gpu5: nvmlDeviceGetUtilizationRates: GPU is lost" in failed["test_telemetry_reads_every_sensor"]
+    assert cases["test_nvlinks[gpu7]"]["outcome"] == "passed"  # 12 links, all up; the baseline gives no count
+
+
+@pytest.mark.parametrize(
+    ("lib", "nvml_error"),
+    [
+        (None, "NVML Shared Library Not Found"),
+        (FakeNvmlLib(init_error=pynvml.NVML_ERROR_DRIVER_NOT_LOADED), "Driver Not Loaded"),
+    ],
+    ids=["no-library", "driver-not-loaded"],
+)
+def test_without_a_driver_every_gpu_check_fails_with_the_nvml_error(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, lib: FakeNvmlLib | None, nvml_error: str
+) -> None:
+    # A GB200 node whose sysfs, HCAs and kernel log are in order (the checks that read only those pass), and
+    # whose NVIDIA driver does not answer.
+    nd_gb200_v6().install(monkeypatch, tmp_path)
+    install(monkeypatch, lib)
+    result, cases, report = run_suites(pytester, "ND_GB200_v6")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert not with_outcome(cases, "error")
+    failed = with_outcome(cases, "failure")
+    assert {"test_gpu_count", "test_telemetry_reads_every_sensor", "test_nvlinks[gpu3]"} <= set(failed)
+    for name, message in failed.items():
+        assert f"NVML cannot list this node's GPUs: nvmlInit: {nvml_error}" in message, name
+    passed = {n for n, c in cases.items() if c["outcome"] == "passed"}
+    # sysfs only, and NCCL's net plugin, a library of its own
+    assert passed == {"test_numa_nodes_hold_every_cpu", "test_infiniband_ports_active", "test_nccl_net_plugin"}
+    assert report["gpus"]["nvml_error"] == f"nvmlInit: {nvml_error}"
+
+
+# A plugin for a pytest subprocess: the node it runs on has no NVIDIA driver, whatever the host has.
+NO_DRIVER_PLUGIN = """\
+import pytest
+from tests.helpers.fakenvml import install
+
+def pytest_configure(config):
+    install(pytest.MonkeyPatch(), None)
+"""
+
+
+def test_in_a_fresh_process_a_gpu_sku_without_a_driver_fails_with_the_nvml_error(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What an operator sees running the GB200 health suite on a node without a working NVIDIA driver."""
+    pytester.makepyfile(no_nvidia_driver=NO_DRIVER_PLUGIN)  # importable there: pytester puts its dir on the path
+    monkeypatch.setenv("PYTHONPATH", str(REPO))  # and the fakes with it
+    result = pytester.runpytest_subprocess(
+        HEALTH, "--gb-sku=ND_GB200_v6", "--junitxml=r.xml", "-p", "no:cacheprovider", "-p", "no_nvidia_driver"
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*_ test_gpu_count _*", "NVML cannot list this node's GPUs: nvmlInit: *"])
+    cases = junit_cases(pytester.path / "r.xml")
+    assert not with_outcome(cases, "error")
+    assert all(cases[f"{t}[gpu{i}]"]["outcome"] == "failure" for t in LIVE_READINGS for i in range(4))
+    assert "nvmlInit: NVML Shared Library Not Found" in (cases["test_gpu_count"]["message"] or "")
+
+
+def test_topology_faults_fail_the_gpus_and_ports_they_touch(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    baselines = pytester.path / "b"
+    shutil.copytree(REPO / "baselines", baselines)
+    sku = baselines / "ND96asr_v4.yaml"
+    sku.write_text(
+        sku.read_text().replace("topology:\n", "topology:\n  nic_on_gpu_numa_node: true\n  ib_rate_gbps: 200\n")
+    )
+    node = nd96asr_v4()
+    node.gpus[2].numa_nodes, node.gpus[2].cpus = [1], list(range(24, 48))  # on NUMA 1, both views agree
+    node.hcas[0].state = "1: DOWN"
+    node.hcas[1].rate = "100 Gb/sec (4X EDR)"
+    node.hcas = [h for h in node.hcas if h.numa_node != 3]  # no NIC on NUMA 3, where GPUs 4 and 5 are
+    node.install(monkeypatch, tmp_path)
+    gpu6 = topology_device(tmp_path, node.gpus[6].pci_bus_id)
+    (gpu6 / "numa_node").write_text("3\n")  # sysfs puts GPU 6 on NUMA 3, NVML on 2
+
+    result, cases, _ = run_suites(pytester, "ND96asr_v4", "--gb-baselines=b", suites=(TOPOLOGY,))
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    failed = with_outcome(cases, "failure")
+    assert set(failed) == {
+        "test_gpu_numa_node[gpu2]",
+        "test_gpu_numa_node[gpu6]",
+        "test_gpu_placement_nvml_agrees_with_sysfs[gpu6]",
+        "test_gpu_has_a_nic_on_its_numa_node[gpu4]",
+        "test_gpu_has_a_nic_on_its_numa_node[gpu5]",
+        "test_gpu_has_a_nic_on_its_numa_node[gpu6]",
+        "test_infiniband_ports_active",
+    }
+    assert (
+        "gpu2 (00000003:00:00.0) is on NUMA node 1, the ND96asr_v4 layout puts it on 0"
+        in failed["test_gpu_numa_node[gpu2]"]
+    )
+    assert "NUMA node: NVML says 2, sysfs numa_node says 3" in failed["test_gpu_placement_nvml_agrees_with_sysfs[gpu6]"]
+    assert (
+        "gpu4 (00000005:00:00.0) is on NUMA node 3, which has no NIC"
+        in failed["test_gpu_has_a_nic_on_its_numa_node[gpu4]"]
+    )
+    assert (
+        "InfiniBand ports not ACTIVE at 200 Gb/s: mlx5_ib0 port 1: DOWN at 200.0 Gb/s; "
+        "mlx5_ib1 port 1: ACTIVE at 100.0 Gb/s" in failed["test_infiniband_ports_active"]
+    )
+
+
+def topology_device(tmp_path: Path, bus_id: str) -> Path:
+    from pytest_gbvalidate.node.topology import sysfs_pci_address
+
+    return tmp_path / "sys/bus/pci/devices" / sysfs_pci_address(bus_id)
+
+
+def test_on_the_cpu_sku_the_real_numa_map_and_cpu_telemetry_are_reported(pytester: pytest.Pytester) -> None:
+    # Not the InfiniBand check: whether this machine's ports are up is its own business (the fake nodes above
+    # test that check), and a GPU workstation may well have one down.
+    result, cases, report = run_suites(pytester, "cpu", "-k", "not infiniband")
+    assert result.ret == pytest.ExitCode.OK
+    assert cases["test_numa_nodes_hold_every_cpu"]["outcome"] == "passed"
+    assert cases["test_telemetry_reads_every_sensor"]["outcome"] == "passed"
+    skipped = with_outcome(cases, "skipped")
+    assert skipped["test_ecc_errors[nogpu]"] == "needs NVIDIA GPUs; this run checks the cpu SKU, which has none"
+
+    numa = report["numa_map"]
+    online = parse_cpulist(Path("/sys/devices/system/cpu/online").read_text())
+    assert parse_cpulist(numa["online_cpus"]) == online
+    assert sorted(c for n in numa["nodes"].values() for c in parse_cpulist(n["cpus"])) == sorted(online)
+    assert numa["gpus"] == [] and "gpus" not in report  # NVML is not asked on a SKU without GPUs
+    (telemetry,) = report["telemetry"]
+    assert telemetry["sources"] == ["cpu"] and telemetry["errors"] == []
+    assert telemetry["sample_count"] >= 3
+    assert 0 <= telemetry["summary"]["cpu.utilization_pct"]["mean"] <= 100
+    assert telemetry["summary"]["cpu.memory_used_gib"]["p5"] > 0
+    props = dict(cases["test_telemetry_reads_every_sensor"]["props"])
+    assert float(props["gb_telemetry.cpu.memory_used_gib.mean"]) > 0
+
+
+def test_gb_telemetry_around_a_workload(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import time
+
+        def test_work(gb_telemetry):
+            with gb_telemetry(interval_s=0.02, label="step") as sampler:
+                time.sleep(0.2)
+            assert sampler.summary()["cpu.utilization_pct"]["p95"] <= 100
+            gb_telemetry()  # made but never started: nothing to report
+        """
+    )
+    result = pytester.runpytest("--gb-sku=cpu", *XUNIT1, "--gb-report=r.json")
+    result.assert_outcomes(passed=1)
+    (record,) = json.loads((pytester.path / "r.json").read_text())["telemetry"]
+    assert record["label"] == "step" and record["test_id"] == "test_gb_telemetry_around_a_workload.py::test_work"
+    assert record["interval_s"] == 0.02 and record["sample_count"] >= 3
+    assert record["t_s"] == sorted(record["t_s"]) and record["duration_s"] >= 0.2
+    props = dict(junit_cases(pytester.path / "r.xml")["test_work"]["props"])
+    assert {f"gb_telemetry.step.cpu.memory_used_gib.{s}" for s in ("mean", "p5", "p95")} <= set(props)
+
+
+def test_strict_fails_a_check_the_baseline_has_no_gate_for(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    nd_gb200_v6().install(monkeypatch, tmp_path)
+    result = pytester.runpytest(HEALTH, "--gb-sku=ND_GB200_v6", "--gb-strict", "-k", "driver_version")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*ND_GB200_v6 baseline has no health.min_driver_version expectation (--gb-strict)*"])
+
+
+def test_a_project_gpu_fixture_of_its_own_is_left_alone(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest("import pytest\n\n@pytest.fixture\ndef gpu():\n    return 'mine'\n")
+    pytester.makepyfile("def test_x(gpu):\n    assert gpu == 'mine'\n")
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1)
+    result.stdout.no_fnmatch_line("gbvalidate*")
+
+
+def test_under_xdist_the_numa_map_and_telemetry_reach_the_report(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import time
+
+        def test_map(numa_map):
+            assert numa_map.nodes
+
+        def test_sampled(gb_telemetry):
+            with gb_telemetry(interval_s=0.01):
+                time.sleep(0.05)
+        """
+    )
+    result = pytester.runpytest_subprocess("--gb-sku=cpu", "-n", "2", "--gb-report=r.json", *XUNIT1)
+    result.assert_outcomes(passed=2)
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert report["numa_map"]["nodes"] and report["telemetry"][0]["sample_count"] >= 2
+    props = dict(junit_cases(pytester.path / "r.xml")["test_sampled"]["props"])
+    assert "gb_telemetry.cpu.utilization_pct.p95" in props
+
+
+NCCL = ("-k", "nccl")
+
+
+def test_the_nccl_stack_checks_say_what_they_found_and_where(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    node = nd96asr_v4()
+    node.nccl_version, node.nccl_conf, node.net_plugin_loads = "2.8.4", "NCCL_TOPO_FILE=topo.xml\n", False
+    node.install(monkeypatch, tmp_path)
+    result, cases, report = run_suites(pytester, "ND96asr_v4", *NCCL, suites=(HEALTH,))
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    failed = with_outcome(cases, "failure")
+    assert "NCCL 2.8.4 (the fake node's torch) is older than 2.9.9, the minimum" in failed["test_nccl_version"]
+    topo = failed["test_nccl_topo_file"]
+    assert f"NCCL_TOPO_FILE=topo.xml (from {tmp_path / 'etc-nccl.conf'}) resolves to " in topo
+    assert f"{pytester.path / 'topo.xml'}: no such file" in topo  # relative: to the run's working directory
+    plugin = "NCCL's net plugin (the baseline's health.nccl_net_plugin): cannot load libnccl-net.so"
+    assert plugin in failed["test_nccl_net_plugin"]
+    faults = {t["test_id"].rsplit("::")[-1]: t["fault"]["category"] for t in report["tests"] if "fault" in t}
+    expected = {"test_nccl_version": "software", "test_nccl_topo_file": "configuration"}
+    assert faults == expected | {"test_nccl_net_plugin": "software"}
+
+
+@pytest.mark.parametrize(
+    ("content", "outcome", "message"),
+    [
+        ('<system version="1"><cpu numaid="0"/></system>', "passed", None),
+        ("<system version='1'>", "failure", "not valid XML: no element found"),
+        ("<topology/>", "failure", "its root element is <topology>, an NCCL topology has <system>"),
+    ],
+)
+def test_the_topology_file_the_environment_names_must_be_an_nccl_topology(
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    content: str,
+    outcome: str,
+    message: str | None,
+) -> None:
+    nd96asr_v4().install(monkeypatch, tmp_path)
+    topo = tmp_path / "ndv4-topo.xml"
+    topo.write_text(content)
+    monkeypatch.setenv("NCCL_TOPO_FILE", str(topo))  # the environment wins over NCCL's configuration files
+    _, cases, _ = run_suites(pytester, "ND96asr_v4", "-k", "topo_file", suites=(HEALTH,))
+    case = cases["test_nccl_topo_file"]
+    assert case["outcome"] == outcome, case
+    if message is not None:
+        assert f"NCCL_TOPO_FILE={topo} (from the environment): {message}" in (case["message"] or "")
+    else:
+        assert dict(case["props"])["gb_nccl_topo_file"] == str(topo)

@@ -1,0 +1,162 @@
+"""The files a run writes replace only regular files of their own and fail in one line, the files it reads are
+checked before they are believed, and a SIGTERM ends a run as Ctrl-C does: end-to-end runs through pytester.
+(files.py itself: unit/test_files.py.) The node assumed: any Linux machine (a FIFO, /dev/null and /proc are
+there); no GPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers.runs import LAB
+
+CHECK = """
+def test_copy(gb_expect):
+    gb_expect("host_copy_bandwidth_gbps", 101.0)
+"""
+
+
+@pytest.fixture
+def lab(pytester: pytest.Pytester) -> pytest.Pytester:
+    (pytester.path / "baselines").mkdir()
+    (pytester.path / "baselines" / "LAB.yaml").write_text(LAB)
+    pytester.makepyfile(test_checks=CHECK)
+    return pytester
+
+
+ARGS = ("--gb-sku=LAB", "--gb-baselines=baselines")
+
+
+@pytest.mark.parametrize(
+    ("args", "refused"),
+    [
+        (["--gb-report=/dev/null"], "--gb-report on the command line: '/dev/null': /dev/null is a character device"),
+        (["--gb-report=test_checks.py"], "is a Python file (the suites' and tests' modules are inputs of a run)"),
+        (["--gb-report=r.json", "--junitxml=r.json"], "r.json is also --junitxml on the command line"),
+        (["--gb-report=before.json", "--gb-compare=before.json"], "is also --gb-compare on the command line"),
+        (["--gb-report=baselines/LAB.yaml"], "is also the baseline"),
+    ],
+    ids=["device", "test-module", "junit", "compare-input", "baseline"],
+)
+def test_an_output_that_is_not_its_own_is_a_usage_error_and_nothing_is_touched(
+    lab: pytest.Pytester, args: list[str], refused: str
+) -> None:
+    before = {"test_checks.py": (lab.path / "test_checks.py").read_text(), "baselines/LAB.yaml": LAB}
+    (lab.path / "before.json").write_text('{"status": "finished"}')
+    result = lab.runpytest_inprocess(*ARGS, *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert refused in result.stderr.str()
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+    assert {name: (lab.path / name).read_text() for name in before} == before
+    assert (lab.path / "before.json").read_text() == '{"status": "finished"}'
+    assert Path("/dev/null").is_char_device()
+
+
+def test_a_report_that_cannot_be_written_fails_the_run_in_one_line(lab: pytest.Pytester) -> None:
+    lab.makepyfile(
+        test_checks=CHECK
+        + textwrap.dedent(
+            """
+            import shutil
+            from pathlib import Path
+            def test_the_directory_goes(gb_expect):  # the report's directory replaced by a file mid-run
+                shutil.rmtree("out")
+                Path("out").write_text("")
+            """
+        )
+    )
+    result = lab.runpytest_subprocess(*ARGS, "--gb-report=out/r.json")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED  # every test passed: the lost report fails the run
+    result.stdout.fnmatch_lines(
+        ["JSON report NOT written: */out/r.json: cannot look at it: Not a directory; the run fails"]
+    )
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    assert sorted(p.name for p in lab.path.iterdir() if p.name.startswith(".gbvalidate")) == []
+
+
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGHUP"])
+def test_sigterm_ends_the_run_as_ctrl_c_does(lab: pytest.Pytester, signal_name: str) -> None:
+    """Slurm's scancel and Kubernetes' pod deletion send SIGTERM before SIGKILL; a closed terminal SIGHUP."""
+    lab.makepyfile(
+        test_checks=CHECK
+        + textwrap.dedent(
+            f"""
+            import os, signal
+            def test_stopped(gb_expect):
+                os.kill(os.getpid(), signal.{signal_name})
+            def test_never_run(gb_expect):
+                gb_expect("host_copy_bandwidth_gbps", 99.0)
+            """
+        )
+    )
+    # As a login or batch shell has them; `nohup` (a CI runner may start us so) ignores SIGHUP, and an ignored
+    # signal is the caller's choice, which the plugin leaves alone.
+    lab.makeconftest(f"import signal\nsignal.signal(signal.{signal_name}, signal.SIG_DFL)\n")
+    (lab.path / "baselines" / "REC.yaml").write_text("kept\n")
+    result = lab.runpytest_subprocess(*ARGS, "--gb-report=r.json", "--gb-record=baselines/REC.yaml")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    report: dict[str, Any] = json.loads((lab.path / "r.json").read_text())
+    assert (report["status"], report["exit_status"]) == ("interrupted", 2)
+    assert [m["value"] for m in report["measurements"]] == [101.0]  # what was measured before it stays
+    assert report["record"]["written"] is False
+    assert (lab.path / "baselines" / "REC.yaml").read_text() == "kept\n"
+    result.stdout.fnmatch_lines([f"*KeyboardInterrupt*stopped by {signal_name}*"])
+
+
+def test_the_handlers_are_put_back_when_the_session_ends(lab: pytest.Pytester) -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    assert lab.runpytest_inprocess(*ARGS).ret == pytest.ExitCode.OK
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_recording_leaves_out_what_was_not_measured_validly(lab: pytest.Pytester) -> None:
+    lab.makepyfile(
+        test_checks="""
+        def test_copy(gb_expect):
+            gb_expect("host_copy_bandwidth_gbps", 0.0)  # a broken measurement: never an expected value
+        def test_other(gb_expect):
+            gb_expect("host_copy_bandwidth_gbps", 101.0, scope="node")
+        """
+    )
+    result = lab.runpytest_inprocess(*ARGS, "--gb-record=baselines/NEW.yaml")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED  # 0 is below the limit: that test fails, the run completes
+    result.stdout.fnmatch_lines(
+        ["*recorded baseline: *NEW.yaml; left out, not measured validly: host_copy_bandwidth_gbps [[]node[]]: 0.0*"]
+    )
+    from pytest_gbvalidate.baselines import load_baseline
+
+    recorded = load_baseline(lab.path / "baselines" / "NEW.yaml")  # the loader accepts what was written
+    assert recorded.metrics["host_copy_bandwidth_gbps"].default.expected == 101.0
+
+
+@pytest.mark.parametrize(
+    ("earlier", "problem"),
+    [
+        ('{"schema": "pytest-gbvalidate/report/1", "gpus": [1]}', "`gpus` is a list, not a dict"),
+        ('{"schema": "pytest-gbvalidate/report/1", "sku": "LAB"}', "`sku` is a str, not a dict"),
+        ('{"schema": "pytest-gbvalidate/report/1", "measurements": [{"value": 1}]}', "measurements[0] is not a"),
+        ('{"schema": "pytest-gbvalidate/report/1", "measurements": {}}', "`measurements` is a dict, not a list"),
+    ],
+)
+def test_an_earlier_report_of_the_wrong_shape_is_a_usage_error_naming_the_field(
+    lab: pytest.Pytester, earlier: str, problem: str
+) -> None:
+    (lab.path / "before.json").write_text(earlier)
+    result = lab.runpytest_inprocess(*ARGS, "--gb-compare=before.json", "--gb-report=r.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert problem in result.stderr.str()
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
+def test_a_baseline_that_is_not_a_file_says_so_not_unknown_sku(lab: pytest.Pytester) -> None:
+    (lab.path / "baselines" / "LAB.yaml").unlink()
+    os.mkfifo(lab.path / "baselines" / "LAB.yaml")
+    result = lab.runpytest_inprocess(*ARGS)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*bad baseline: */baselines/LAB.yaml: is a FIFO, not a regular file*"])

@@ -1,0 +1,281 @@
+"""End-to-end runs of the plugin through pytester, reading back the JUnit XML and JSON report they write: the
+verdicts, the cpu SKU's suites, record mode, and a report that survives Ctrl-C, a crash and xdist."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import textwrap
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import torch  # noqa: F401 -- in-process pytester runs drop modules they imported, and torch cannot load twice
+
+from tests.helpers.runs import COLLECTIVE_TESTS, REPO, SUITES, XUNIT1, by_test, junit_cases, lab_args
+
+
+def test_verdicts_land_in_the_test_junit_and_json(lab: pytest.Pytester) -> None:
+    result = lab.runpytest(*lab_args("-rfs"))
+    result.assert_outcomes(passed=2, failed=1, skipped=3, warnings=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            "gbvalidate: SKU LAB (--gb-sku on the command line); baseline *LAB.yaml; *torch *",
+            "host_copy_bandwidth_gbps [[]node[]]: measured 40 GB/s, expected 100 GB/s, fail limit 50 GB/s, "
+            "warn limit 90 GB/s, delta -60.0%, higher is better -> FAIL (measured baseline: the plugin's tests)",
+            "*GbValidateWarning: host_copy_bandwidth_gbps [[]node[]]: measured 80 GB/s*-> WARN*",
+            "FAILED test_checks.py::test_fail - Failed: host_copy_bandwidth_gbps*",
+            "SKIPPED [[]1[]] test_checks.py:14: LAB baseline for step_time_s is provisional with no reference value *",
+            "SKIPPED [[]1[]] test_checks.py:18: LAB baseline has no h2d_bandwidth_gbps",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "*gbvalidate: LAB measured vs baseline*",
+            "test *metric *scope *measured *verdict",
+            "test_pass *host_copy_bandwidth_gbps *node *101.5 *100 *50 *GB/s *+1.5% *PASS",
+        ]
+    )
+
+    cases = junit_cases(lab.path / "r.xml")
+    assert cases["test_pass"]["outcome"] == "passed"
+    assert dict(cases["test_pass"]["props"]) == {
+        "gb_metric": "host_copy_bandwidth_gbps",
+        "gb_scope": "node",
+        "gb_value": "101.5",
+        "gb_unit": "GB/s",
+        "gb_expected": "100.0",
+        "gb_limit": "50.0",
+        "gb_warn_limit": "90.0",
+        "gb_delta_pct": "1.5",
+        "gb_verdict": "pass",
+    }
+    assert dict(cases["test_warn"]["props"])["gb_verdict"] == "warn"
+    assert cases["test_fail"]["outcome"] == "failure"
+    assert "delta -60.0%" in (cases["test_fail"]["message"] or "")
+    per_size = [v for k, v in cases["test_per_size"]["props"] if k == "gb_verdict"]
+    assert per_size == ["pass", "skip"]  # 2GiB has no value in the baseline
+    assert cases["test_not_in_baseline"]["outcome"] == "skipped"
+    assert cases["test_per_size"]["outcome"] == "skipped"
+
+    report = json.loads((lab.path / "r.json").read_text())
+    assert report["status"] == "finished" and report["exit_status"] == 1
+    assert report["sku"]["name"] == "LAB" and report["sku"]["source"] == "--gb-sku on the command line"
+    assert report["start_time"] <= report["end_time"]
+    assert report["node"]["torch"] and report["node"]["hostname"]
+    tests = by_test(report)
+    assert tests["test_pass"][0] | {"details": None} == tests["test_pass"][0] | {
+        "metric": "host_copy_bandwidth_gbps",
+        "scope": "node",
+        "value": 101.5,
+        "unit": "GB/s",
+        "expected": 100.0,
+        "limit": 50.0,
+        "verdict": "pass",
+        "details": None,
+    }
+    assert tests["test_pass"][0]["details"] == {"size_bytes": 1024}
+    assert [m["verdict"] for m in tests["test_per_size"]] == ["pass", "skip"]
+    assert tests["test_fail"][0]["verdict"] == "fail" and tests["test_warn"][0]["verdict"] == "warn"
+    assert tests["test_provisional_without_value"][0]["value"] == 1.5  # a skip still keeps what was measured
+    outcomes = {t["test_id"].rsplit("::", 1)[-1]: t["outcome"] for t in report["tests"]}
+    assert outcomes["test_fail"] == "failed" and outcomes["test_not_in_baseline"] == "skipped"
+
+
+def test_strict_fails_what_the_baseline_lacks(lab: pytest.Pytester) -> None:
+    result = lab.runpytest(*lab_args("--gb-strict"), "-k", "not_in_baseline or provisional")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*LAB baseline has no h2d_bandwidth_gbps (--gb-strict)*"])
+
+
+EACH = """\
+def test_gated_and_provisional(gb_expect):
+    gb_expect.each([("host_copy_bandwidth_gbps", "node", 101.5, {}), ("step_time_s", "node", 1.5, {})])
+
+def test_provisional_only(gb_expect):
+    gb_expect.each([("step_time_s", "node", 1.5, {})])
+"""
+
+
+def test_a_provisional_measurement_beside_a_gated_one_does_not_hide_its_pass(lab: pytest.Pytester) -> None:
+    lab.makepyfile(test_each=EACH)
+    result = lab.runpytest(*lab_args(), "test_each.py")
+    result.assert_outcomes(passed=1, skipped=1)
+    report = json.loads((lab.path / "r.json").read_text())
+    assert {t: [m["verdict"] for m in ms] for t, ms in by_test(report).items()} == {
+        "test_gated_and_provisional": ["pass", "skip"],
+        "test_provisional_only": ["skip"],
+    }
+    lab.runpytest(*lab_args("--gb-strict"), "test_each.py").assert_outcomes(failed=2)
+
+
+CPU_SWEEP = ["8B", "16B", "32B", "64B", "128B", "256B", "512B", "1KiB", "2KiB", "4KiB", "8KiB", "16KiB", "32KiB"]
+CPU_SWEEP += ["64KiB", "128KiB", "256KiB", "512KiB", "1MiB", "2MiB", "4MiB"]
+
+
+def test_suites_run_on_the_cpu_sku_end_to_end(pytester: pytest.Pytester) -> None:
+    # The data-movement suites; health, topology and pretraining have end-to-end tests of their own.
+    suites = [str(SUITES / f"test_{name}.py") for name in ("bandwidth", "collectives", "reference_tools")]
+    result = pytester.runpytest(*suites, "--gb-sku=cpu", *XUNIT1, "--gb-report=r.json", "-p", "no:cacheprovider", "-rs")
+    # host copy, host GEMM and 7 collective sweeps; per-GPU checks and reference tools do not apply to cpu, and
+    # pairs of nodes need several nodes
+    result.assert_outcomes(passed=9, skipped=16)
+    result.stdout.fnmatch_lines(
+        ["SKIPPED [[]5[]] *test_bandwidth.py: needs NVIDIA GPUs; this run checks the cpu SKU, which has none"]
+    )
+    cases = junit_cases(pytester.path / "r.xml")
+    props = dict(cases["test_host_copy_bandwidth"]["props"])
+    assert props["gb_metric"] == "host_copy_bandwidth_gbps" and props["gb_verdict"] in ("pass", "warn")
+    assert float(props["gb_value"]) > 0
+    assert dict(cases["test_host_gemm_bf16_tflops"]["props"])["gb_metric"] == "host_gemm_bf16_tflops"
+    root = ET.parse(pytester.path / "r.xml").getroot()
+    suite_props = {p.get("name"): p.get("value") for p in root.iterfind("testsuite/properties/property")}
+    assert suite_props["gb_sku"] == "cpu" and suite_props["gb_torch"]
+
+    report = json.loads((pytester.path / "r.json").read_text())
+    tests = by_test(report)
+    (copy,) = tests["test_host_copy_bandwidth"]
+    assert copy["value"] == pytest.approx(float(props["gb_value"]))
+    assert copy["details"]["iterations"] >= 10 and len(copy["details"]["samples_gbps"]) >= 10
+    for name, metric in COLLECTIVE_TESTS.items():
+        # every measured size is in the JSON report and in JUnit, gated at the baseline's sizes only
+        records = tests[name]
+        assert [r["scope"] for r in records if r["verdict"] == "info"] == [
+            s for s in CPU_SWEEP if "MiB" not in s or s == "2MiB"
+        ]
+        gated = {r["scope"]: r for r in records if r["verdict"] != "info"}
+        assert sorted(gated) == ["1MiB", "4MiB"] and all(r["verdict"] in ("pass", "warn") for r in gated.values())
+        assert all(r["metric"] == metric and r["value"] > 0 and r["details"]["wrong"] == 0 for r in records)
+        assert {r["details"]["size_bytes"] for r in records} == {8 * 2**i for i in range(20)}
+        junit_scopes = [v for k, v in cases[name]["props"] if k == "gb_scope"]
+        assert sorted(junit_scopes) == sorted(CPU_SWEEP)
+    (plot,) = report["plots"]
+    assert Path(plot["path"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and suite_props["gb_busbw_plot"] == plot["path"]
+    assert report["settings"]["timeout_s"] == {"value": 30.0, "source": "default for a CPU-only SKU"}
+    result.stdout.fnmatch_lines(
+        [
+            "*gbvalidate: collectives, per message size (nccl-tests columns)*",
+            "all_reduce_busbw_gbps (pytest-gbvalidate; GB/s with GB = 1e9 bytes)",
+            "*size*count*type*in_place:time_us*algbw*busbw*#wrong*gate",
+            "*4MiB*1048576*float*0*(expected 1.544)",  # PASS, or WARN on a busy machine
+        ]
+    )
+
+
+def test_gpu_marker_skips_on_cpu(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+        @pytest.mark.gb_gpu
+        def test_needs_gpu(gb_expect):
+            raise AssertionError("must not run on cpu")
+        """
+    )
+    result = pytester.runpytest("--gb-sku=cpu", "--strict-markers", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*needs NVIDIA GPUs; this run checks the cpu SKU, which has none*"])
+
+
+def test_record_on_cpu_then_pass_against_the_recording(pytester: pytest.Pytester) -> None:
+    shutil.copytree(REPO / "baselines", pytester.path / "b")
+    some = [str(SUITES / "test_bandwidth.py"), str(SUITES / "test_collectives.py"), "-k", "host_copy or all_reduce"]
+    first = pytester.runpytest(*some, "--gb-sku=cpu", "--gb-baselines=b", "--gb-record=b/golden.yaml")
+    first.assert_outcomes(passed=2, skipped=1, deselected=13)  # pairs of nodes: skipped on one node
+    first.stdout.fnmatch_lines(["recorded baseline: *golden.yaml"])
+    text = (pytester.path / "b" / "golden.yaml").read_text()
+    assert "sku: golden" in text and "status: measured" in text and "measured on " in text
+    assert "      1MiB:" in text and "      4MiB:" in text and "2MiB" not in text  # the gated sizes only
+    second = pytester.runpytest(*some, "--gb-sku=golden", "--gb-baselines=b", "--gb-report=r.json")
+    second.assert_outcomes(passed=2, skipped=1, deselected=13)
+    gated = [m for m in json.loads((pytester.path / "r.json").read_text())["measurements"] if m["verdict"] != "info"]
+    assert [m["scope"] for m in gated] == ["node", "1MiB", "4MiB"]
+    for m in gated:  # compared with the recording (a busy machine may land in the warn band; never below fail)
+        assert m["verdict"] in ("pass", "warn") and m["status"] == "measured"
+        assert m["provenance"].startswith("measured on ") and m["expected"] > 0
+
+
+def test_record_a_sku_that_has_no_baseline_yet(lab: pytest.Pytester) -> None:
+    result = lab.runpytest(
+        "--gb-sku=NEW", "--gb-baselines=baselines", "--gb-record=baselines/NEW.yaml", "-k", "pass or size"
+    )
+    result.assert_outcomes(passed=2)  # nothing to compare against: measured, recorded, not failed
+    text = (lab.path / "baselines" / "NEW.yaml").read_text()
+    assert "host_copy_bandwidth_gbps:" in text and "1GiB:" in text and "2GiB:" in text
+    assert lab.runpytest("--gb-sku=NEW", "--gb-baselines=baselines", "-k", "pass").ret == 0
+
+
+def test_ctrl_c_still_writes_the_report(lab: pytest.Pytester) -> None:
+    lab.makepyfile(
+        test_checks="""
+        def test_a(gb_expect):
+            gb_expect("host_copy_bandwidth_gbps", 101.0)
+        def test_b(gb_expect):
+            raise KeyboardInterrupt
+        def test_c(gb_expect):
+            gb_expect("host_copy_bandwidth_gbps", 99.0)
+        """
+    )
+    result = lab.runpytest_subprocess(*lab_args())
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    report = json.loads((lab.path / "r.json").read_text())
+    assert report["status"] == "interrupted" and report["exit_status"] == 2
+    assert [m["value"] for m in report["measurements"]] == [101.0]
+
+
+def test_a_crashed_run_leaves_what_it_measured(lab: pytest.Pytester) -> None:
+    lab.makepyfile(
+        test_checks="""
+        import os
+        def test_a(gb_expect):
+            gb_expect("host_copy_bandwidth_gbps", 101.0)
+        def test_b(gb_expect):
+            os._exit(3)  # as a segfault in a driver call would end the process
+        """
+    )
+    result = lab.runpytest_subprocess(*lab_args())
+    assert result.ret == 3
+    report = json.loads((lab.path / "r.json").read_text())
+    assert report["status"] == "running" and report["end_time"] is None  # says it is partial
+    assert [m["value"] for m in report["measurements"]] == [101.0]
+
+
+def test_under_xdist_the_controller_reports_every_worker(lab: pytest.Pytester) -> None:
+    result = lab.runpytest_subprocess(*lab_args("-n", "2"))
+    result.assert_outcomes(passed=2, failed=1, skipped=3)
+    report = json.loads((lab.path / "r.json").read_text())
+    assert sorted(by_test(report)) == sorted(
+        [
+            "test_pass",
+            "test_warn",
+            "test_fail",
+            "test_per_size",
+            "test_provisional_without_value",
+            "test_not_in_baseline",
+        ]
+    )
+    assert report["status"] == "finished" and report["sku"]["name"] == "LAB"
+    cases = junit_cases(lab.path / "r.xml")
+    assert dict(cases["test_pass"]["props"])["gb_verdict"] == "pass"
+    root = ET.parse(lab.path / "r.xml").getroot()
+    assert {p.get("name") for p in root.iterfind("testsuite/properties/property")} >= {"gb_sku", "gb_hostname"}
+
+
+def test_the_report_is_valid_json_while_the_run_is_going(lab: pytest.Pytester) -> None:
+    lab.makepyfile(
+        test_checks=textwrap.dedent(
+            """
+            import json, os
+            def test_a(gb_expect):
+                gb_expect("host_copy_bandwidth_gbps", 101.0)
+            def test_b():
+                with open("r.json") as f:
+                    report = json.load(f)
+                assert report["status"] == "running"
+                assert [m["value"] for m in report["measurements"]] == [101.0]
+            """
+        )
+    )
+    lab.runpytest(*lab_args()).assert_outcomes(passed=2)
+    assert not [p for p in os.listdir(lab.path) if p.endswith(".tmp")]

@@ -1,0 +1,312 @@
+"""End-to-end runs of the data movement and collectives machinery through pytester: settings errors, per-GPU
+test cases, the NCCL environment the ranks get, reports under a torchrun / srun world, the busbw plot."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import torch  # noqa: F401 -- in-process pytester runs drop modules they imported, and torch cannot load twice
+
+from tests.helpers.runs import SUITES, assert_usage_error, junit_cases
+
+LAB = """\
+schema_version: 1
+sku: LAB
+description: a CPU-only lab SKU for the plugin's tests
+detect: {gpu_count: 0}
+metrics:
+  all_reduce_busbw_gbps:
+    unit: GB/s
+    direction: higher
+    scope: message_size
+    status: provisional
+    fail: 10%
+    params: {nccl_env: {NCCL_ALGO: Ring, NCCL_IB_HCA: mlx5}}
+    provenance: the plugin's tests
+    values:
+      1MiB: {expected: 100}
+      4MiB: {expected: 100}
+  host_copy_bandwidth_gbps: {unit: GB/s, direction: higher, scope: node, status: provisional, expected: 10,
+                             fail: 1, provenance: the plugin's tests}
+"""
+
+
+@pytest.fixture
+def lab(pytester: pytest.Pytester) -> pytest.Pytester:
+    (pytester.path / "baselines").mkdir()
+    (pytester.path / "baselines" / "LAB.yaml").write_text(LAB)
+    return pytester
+
+
+ARGS = ["--gb-sku=LAB", "--gb-baselines=baselines", "--junitxml=r.xml", "--gb-report=r.json"]
+
+
+def suite_properties(path: Path) -> dict[str, str | None]:
+    root = ET.parse(path).getroot()
+    return {p.get("name", ""): p.get("value") for p in root.iterfind("testsuite/properties/property")}
+
+
+# --- settings ---------------------------------------------------------------------------------------------------
+
+
+def test_a_bad_timeout_is_a_usage_error_naming_its_source(pytester: pytest.Pytester) -> None:
+    assert_usage_error(
+        pytester.runpytest("--gb-timeout=0"),
+        "ERROR: --gb-timeout on the command line: '0': a timeout is a number of seconds from 1 to 604800 (a week)",
+    )
+    pytester.makeini("[pytest]\ngb_timeout = soon\n")
+    assert_usage_error(pytester.runpytest(), "ERROR: gb_timeout in *tox.ini: 'soon': a timeout is a number of seconds*")
+
+
+def test_the_timeout_and_its_source_are_reported(lab: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GBVALIDATE_TIMEOUT", "7.5")
+    lab.makepyfile("def test_x(gb_expect):\n    gb_expect('host_copy_bandwidth_gbps', 11.0)\n")
+    lab.runpytest(*ARGS).assert_outcomes(passed=1)
+    settings = json.loads((lab.path / "r.json").read_text())["settings"]
+    assert settings["timeout_s"] == {"value": 7.5, "source": "GBVALIDATE_TIMEOUT in the environment"}
+
+
+def test_conflicting_nccl_environments_are_a_usage_error(lab: pytest.Pytester) -> None:
+    path = lab.path / "baselines" / "LAB.yaml"
+    path.write_text(
+        path.read_text().replace(
+            "fail: 1, provenance", "fail: 1, params: {nccl_env: {NCCL_ALGO: Tree}},\n    provenance"
+        )
+    )
+    assert_usage_error(
+        lab.runpytest("--gb-sku=LAB", "--gb-baselines=baselines"),
+        "ERROR: bad baseline: *LAB.yaml: metrics.host_copy_bandwidth_gbps.params.nccl_env.NCCL_ALGO: 'Tree' conflicts "
+        "with 'Ring' asked for by metrics.all_reduce_busbw_gbps",
+    )
+
+
+def test_a_malformed_nccl_environment_names_file_line_and_field(lab: pytest.Pytester) -> None:
+    path = lab.path / "baselines" / "LAB.yaml"
+    path.write_text(path.read_text().replace("NCCL_IB_HCA: mlx5", "IB_HCA: mlx5"))
+    assert_usage_error(
+        lab.runpytest("--gb-sku=LAB", "--gb-baselines=baselines"),
+        "ERROR: bad baseline: *LAB.yaml:12: metrics.all_reduce_busbw_gbps.params.nccl_env.IB_HCA: must be an NCCL_* *",
+    )
+
+
+# --- the ranks get the SKU's NCCL environment; the reports say what it was -------------------------------------
+
+
+def test_the_nccl_environment_is_applied_to_the_ranks_and_reported(
+    lab: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NCCL_IB_HCA", "mlx5_1")  # the operator's word beats the baseline's
+    monkeypatch.setenv("NCCL_DEBUG", "WARN")
+    lab.makepyfile(
+        """
+        from tests.helpers import gang_functions as f
+        def test_ranks(gb_gang):
+            envs = gb_gang.run(f.nccl_environment)
+            assert [e.get("NCCL_ALGO") for e in envs] == ["Ring", "Ring"]
+            assert [e.get("NCCL_IB_HCA") for e in envs] == ["mlx5_1", "mlx5_1"]
+            assert [e.get("NCCL_DEBUG") for e in envs] == ["WARN", "WARN"]
+        """
+    )
+    lab.runpytest(*ARGS).assert_outcomes(passed=1)
+    report = json.loads((lab.path / "r.json").read_text())
+    assert report["nccl_env"] == {
+        "NCCL_ALGO": {"value": "Ring", "source": "baseline LAB (all_reduce_busbw_gbps params)"},
+        "NCCL_IB_HCA": {"value": "mlx5_1", "source": "environment (the baseline asks for mlx5)"},
+        "NCCL_DEBUG": {"value": "WARN", "source": "environment"},
+    }
+    assert report["gang"] == {
+        **{"kind": "local", "world_size": 2, "device_type": "cpu", "failed_starts": []},
+        **{"nodes": 1, "hosts": [f"node0 ({socket.gethostname()})"]},
+    }
+    props = suite_properties(lab.path / "r.xml")
+    assert (props["gb_NCCL_ALGO"], props["gb_NCCL_IB_HCA"], props["gb_NCCL_DEBUG"]) == ("Ring", "mlx5_1", "WARN")
+
+
+# --- under torchrun / srun, one rank writes the reports --------------------------------------------------------
+
+CHECK = "def test_x(gb_expect):\n    gb_expect('host_copy_bandwidth_gbps', 11.0)\n"
+
+
+@pytest.mark.parametrize(
+    ("env", "writes"),
+    [
+        ({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}, False),
+        ({"SLURM_PROCID": "3", "SLURM_NTASKS": "4"}, False),
+        ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, True),
+    ],
+)
+def test_only_global_rank_0_writes_the_reports(
+    lab: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], writes: bool
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    lab.makepyfile(CHECK)
+    lab.runpytest(*ARGS).assert_outcomes(passed=1)
+    assert (lab.path / "r.json").exists() is writes
+    assert (lab.path / "r.xml").exists() is writes
+    if writes:
+        assert json.loads((lab.path / "r.json").read_text())["world"] == {"world_size": 2}
+
+
+def test_an_unrelated_suite_under_torchrun_keeps_its_junit_on_every_rank(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    pytester.makepyfile("def test_x():\n    pass\n")
+    pytester.runpytest("--junitxml=r.xml").assert_outcomes(passed=1)
+    assert (pytester.path / "r.xml").exists()
+
+
+# --- the plot -------------------------------------------------------------------------------------------------
+
+SWEEP = """\
+def test_sweep(gb_expect):
+    for size, label in ((2**20, "1MiB"), (2**21, "2MiB"), (2**22, "4MiB")):
+        details = {"collective": "all_reduce", "placement": "in_place", "size_bytes": size, "wrong": 0}
+        if label == "2MiB":
+            gb_expect.record("all_reduce_busbw_gbps", 95.0, label, details=details)
+        else:
+            gb_expect.each([("all_reduce_busbw_gbps", label, 99.0, details)])
+"""
+
+
+def test_without_matplotlib_the_plot_is_skipped_with_a_note(
+    lab: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if it were not installed
+    lab.makepyfile(SWEEP)
+    result = lab.runpytest(*ARGS)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        ["busbw plot: skipped, matplotlib is not installed (pip install 'pytest-gbvalidate[plots]')"]
+    )
+    report = json.loads((lab.path / "r.json").read_text())
+    assert "plots" not in report and report["plot_note"].startswith("busbw plot: skipped")
+    assert [(m["scope"], m["verdict"]) for m in report["measurements"]] == [
+        ("1MiB", "pass"),
+        ("2MiB", "info"),
+        ("4MiB", "pass"),
+    ]
+    assert not list(lab.path.glob("*.png"))
+
+
+def test_each_reports_every_failure_in_one_message(lab: pytest.Pytester) -> None:
+    lab.makepyfile(
+        """
+        def test_many(gb_expect):
+            gb_expect.each([
+                ("all_reduce_busbw_gbps", "1MiB", 50.0, {}),
+                ("all_reduce_busbw_gbps", "2MiB", 50.0, {}),  # no reference: would skip on its own
+                ("all_reduce_busbw_gbps", "4MiB", 60.0, {}),
+            ])
+        def test_one_unreferenced(gb_expect):
+            gb_expect.each([("all_reduce_busbw_gbps", "2MiB", 50.0, {}), ("host_copy_bandwidth_gbps", "node", 9.0, {})])
+        """
+    )
+    result = lab.runpytest(*ARGS)
+    result.assert_outcomes(failed=1, passed=1)  # a gate that passed is not hidden by a measurement without one
+    message = junit_cases(lab.path / "r.xml")["test_many"]["message"] or ""
+    assert "[1MiB]: measured 50 GB/s" in message and "[4MiB]: measured 60 GB/s" in message
+    verdicts = [m["verdict"] for m in json.loads((lab.path / "r.json").read_text())["measurements"]]
+    assert verdicts == ["fail", "skip", "fail", "skip", "pass"]
+
+
+# --- one case per GPU the SKU promises -----------------------------------------------------------------------
+
+
+def lab_gpu(pytester: pytest.Pytester, gpu_count: int) -> None:
+    (pytester.path / "baselines").mkdir(exist_ok=True)
+    (pytester.path / "baselines" / "LABGPU.yaml").write_text(
+        f"schema_version: 1\nsku: LABGPU\ndetect: {{gpu_count: {gpu_count}}}\nmetrics: {{}}\n"
+    )
+
+
+def test_per_gpu_cases_come_from_the_sku_not_the_node(pytester: pytest.Pytester) -> None:
+    lab_gpu(pytester, 3)
+    result = pytester.runpytest(
+        str(SUITES / "test_bandwidth.py"), "--gb-sku=LABGPU", "--gb-baselines=baselines", "--co", "-q"
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "*test_h2d_bandwidth[[]gpu0[]]",
+            "*test_h2d_bandwidth[[]gpu2[]]",
+            "*test_p2p_bandwidth[[]gpu0->gpu1[]]",
+            "*test_p2p_bandwidth[[]gpu2->gpu1[]]",
+            "*test_gemm_fp8_tflops[[]gpu2[]]",
+        ]
+    )
+    assert sum("test_p2p_bandwidth[" in line for line in result.stdout.lines) == 6
+
+
+@pytest.mark.usefixtures("cpu_only_node")
+def test_a_gpu_sku_without_its_gpus_fails_every_case_and_names_the_rank(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a node without GPUs, a SKU promising two fails [gpu0] and [gpu1] (does not skip them); each test tries
+    the start of the ranks again, once retried, and says so."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # nor does CUDA see one, on a GPU host too (the ranks inherit it)
+    lab_gpu(pytester, 2)
+    result = pytester.runpytest(
+        str(SUITES / "test_bandwidth.py"),
+        "--gb-sku=LABGPU",
+        "--gb-baselines=baselines",
+        "-k",
+        "h2d",
+        "--junitxml=r.xml",
+    )
+    result.assert_outcomes(failed=2)
+    cases = junit_cases(pytester.path / "r.xml")
+    first, second = cases["test_h2d_bandwidth[gpu0]"], cases["test_h2d_bandwidth[gpu1]"]
+    assert first["outcome"] == second["outcome"] == "failure"
+    # torch's CPU build raises a RuntimeError; a CUDA build that sees no GPU, its subclass AcceleratorError
+    for case in (first, second):
+        assert re.search(r"rank [01] raised: start-up: (RuntimeError|torch\.AcceleratorError): ", case["message"] or "")
+        assert re.search(r"\(start-up retried once; the first try: rank [01] raised: ", case["message"] or "")
+
+
+# --- sweep sizes that were not run ------------------------------------------------------------------------------
+
+NOT_RUN_CHECK = """
+from pytest_gbvalidate.checks import expect_sweep, sweep_plan
+
+def test_sweep(gb_target, gb_expect):
+    plan = sweep_plan(gb_target, "all_reduce_busbw_gbps")  # gates 1MiB and 4MiB
+    base = {"collective": "all_reduce", "placement": "in_place", "dtype": "float"}
+    rows = [
+        ("1MiB", 101.0, base | {"size_bytes": 2**20, "count": 2**18, "time_us": 10.4, "algbw_gbps": 101.0,
+                                "wrong": 0}),
+        ("2MiB", float("nan"), base | {"size_bytes": 2**21, "count": 2**19, "not_run": "memory: needs 14 MiB"}),
+        ("4MiB", float("nan"), base | {"size_bytes": 2**22, "count": 2**20, "not_run": "memory: needs 16 MiB"}),
+    ]
+    expect_sweep(gb_expect, "all_reduce_busbw_gbps", plan, rows)
+"""
+
+
+def test_a_gated_size_not_run_fails_and_an_ungated_one_is_listed(lab: pytest.Pytester) -> None:
+    lab.makepyfile(test_sweep=NOT_RUN_CHECK)
+    result = lab.runpytest(*ARGS)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*all_reduce_busbw_gbps at 4MiB: not run (memory: needs 16 MiB)",
+            "*1MiB*262144*float*10.4*101*0*PASS (expected 100)",
+            "*2MiB*524288*float*not run (memory)*-*-*-*",
+            "*4MiB*1048576*float*not run (memory)*-*-*-*FAIL",
+        ]
+    )
+    report = json.loads((lab.path / "r.json").read_text())
+    by_scope = {m["scope"]: m for m in report["measurements"]}
+    assert [(s, by_scope[s]["value"], by_scope[s]["verdict"]) for s in ("1MiB", "2MiB", "4MiB")] == [
+        ("1MiB", 101.0, "pass"),
+        ("2MiB", None, "info"),
+        ("4MiB", None, "fail"),
+    ]
+    assert by_scope["4MiB"]["message"] == "not run: memory: needs 16 MiB"
+    assert junit_cases(lab.path / "r.xml")["test_sweep"]["outcome"] == "failure"

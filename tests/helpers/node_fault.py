@@ -1,0 +1,51 @@
+"""A pytest plugin the multi-node tests load (`-p tests.helpers.node_fault`) into one node's pytest under torchrun,
+never a real run: that node's all_reduce is slow (NODE_FAULT=slow: 20 ms more per call, as a node with a bad NIC
+or cable) or wrong (NODE_FAULT=wrong: its result is off by one, as tests/helpers/rank_faults.py corrupts a gang
+rank's), or its compute is slow (NODE_FAULT=slow_compute: 20 ms more per attention call, as a GPU held down by its
+clocks). It writes the node rank torchrun gave it to NODE_FAULT_FILE, since the rendezvous, not the start order,
+numbers the nodes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from tests.helpers.rank_faults import corrupted_collectives
+
+SLOW_S = 0.02
+_active = contextlib.ExitStack()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    fault = os.environ["NODE_FAULT"]
+    Path(os.environ["NODE_FAULT_FILE"]).write_text(os.environ["GROUP_RANK"])
+    if fault == "wrong":
+        _active.enter_context(corrupted_collectives())
+    elif fault == "slow":
+        _slow_down(dist, "all_reduce")
+    elif fault == "slow_compute":
+        _slow_down(F, "scaled_dot_product_attention")
+    else:
+        raise ValueError(f"NODE_FAULT={fault!r}: slow, slow_compute or wrong")
+
+
+def _slow_down(module: Any, name: str) -> None:
+    real = getattr(module, name)
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(SLOW_S)
+        return real(*args, **kwargs)
+
+    _active.callback(setattr, module, name, real)
+    setattr(module, name, slow)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    _active.close()

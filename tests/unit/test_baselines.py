@@ -1,0 +1,580 @@
+"""Unit tests of the baseline schema, loading, comparison and recording (pure module, no pytest run)."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pytest_gbvalidate import baselines as bl
+from pytest_gbvalidate.settings import bundled_baselines
+from tests.helpers.runs import REPO
+
+GOOD = """\
+schema_version: 1
+sku: TEST
+description: a test SKU
+detect: {azure_vm_sizes: [Standard_X], gpu_name_contains: X1, gpu_count: 2}
+metrics:
+  h2d_bandwidth_gbps:
+    unit: GB/s
+    direction: higher
+    scope: gpu
+    status: measured
+    expected: 50
+    fail: 10%
+    warn: 48
+    provenance: golden node
+  step_time_s:
+    unit: s
+    direction: lower
+    scope: node
+    status: provisional
+    expected: 2.0
+    fail: 25%
+    provenance: a guess from a paper
+  all_reduce_busbw_gbps:
+    unit: GB/s
+    direction: higher
+    scope: message_size
+    status: provisional
+    fail: 10%
+    provenance: nccl-tests
+    values:
+      1GiB: {expected: 400}
+      16GiB: {fail: 430, provenance: a public gate}
+"""
+
+
+def write(tmp_path: Path, text: str, sku: str = "TEST") -> Path:
+    path = tmp_path / f"{sku}.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_every_bundled_baseline_loads_and_names_its_file() -> None:
+    loaded = bl.load_all(bundled_baselines())
+    assert {b.sku for b in loaded} >= {"cpu", "ND_GB200_v6", "ND_H100_v5", "ND_H200_v5", "ND96asr_v4"}
+    for b in loaded:
+        assert b.path.stem == b.sku
+        for metric in b.metrics.values():
+            for ref in (metric.default, *metric.values.values()):
+                assert ref.provenance or metric.values, f"{b.sku}:{ref.metric} has no provenance"
+
+
+def test_bundled_gpu_baselines_are_provisional_public_figures() -> None:
+    # Nothing in them was measured by this project: every value must say so.
+    for b in bl.load_all(bundled_baselines()):
+        if b.sku == "cpu":
+            continue
+        statuses = {ref.status for m in b.metrics.values() for ref in (m.default, *m.values.values())}
+        assert statuses == {"provisional"}, b.sku
+
+
+def test_limits_resolve_from_relative_and_absolute(tmp_path: Path) -> None:
+    b = bl.load_baseline(write(tmp_path, GOOD))
+    h2d = b.metrics["h2d_bandwidth_gbps"].reference("gpu3")
+    assert h2d is not None
+    assert h2d.fail_limit == pytest.approx(45.0)
+    assert h2d.warn_limit == 48.0
+    step = b.metrics["step_time_s"].reference("node")
+    assert step is not None
+    assert step.fail_limit == pytest.approx(2.5)  # lower is better: the limit is above expected
+    sizes = b.metrics["all_reduce_busbw_gbps"]
+    one = sizes.reference("1GiB")
+    assert one is not None and one.fail_limit == pytest.approx(360.0)
+    sixteen = sizes.reference("16GiB")
+    assert sixteen is not None and sixteen.expected is None and sixteen.fail_limit == 430.0
+    assert sizes.reference("8GiB") is None  # a per-size metric has no value for a size it does not list
+    assert b.detect == bl.Detect(("Standard_X",), "X1", 2)
+
+
+@pytest.mark.parametrize(
+    ("value", "verdict"),
+    [(55.0, "pass"), (50.0, "pass"), (48.0, "pass"), (47.9, "warn"), (45.0, "warn"), (44.9, "fail")],
+)
+def test_compare_higher_is_better(tmp_path: Path, value: float, verdict: str) -> None:
+    ref = bl.load_baseline(write(tmp_path, GOOD)).metrics["h2d_bandwidth_gbps"].reference("gpu0")
+    assert ref is not None
+    assert bl.compare(ref, value, "gpu0").verdict == verdict
+
+
+@pytest.mark.parametrize(("value", "verdict"), [(1.0, "pass"), (2.5, "pass"), (2.51, "fail")])
+def test_compare_lower_is_better(tmp_path: Path, value: float, verdict: str) -> None:
+    ref = bl.load_baseline(write(tmp_path, GOOD)).metrics["step_time_s"].reference("node")
+    assert ref is not None
+    assert bl.compare(ref, value, "node").verdict == verdict
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_a_value_that_is_not_a_number_fails(tmp_path: Path, value: float) -> None:
+    ref = bl.load_baseline(write(tmp_path, GOOD)).metrics["step_time_s"].reference("node")
+    assert ref is not None
+    assert bl.compare(ref, value, "node").verdict == "fail"
+
+
+def test_verdict_message_triages_itself(tmp_path: Path) -> None:
+    ref = bl.load_baseline(write(tmp_path, GOOD)).metrics["h2d_bandwidth_gbps"].reference("gpu3")
+    assert ref is not None
+    v = bl.compare(ref, 40.0, "gpu3")
+    assert v.verdict == "fail"
+    assert v.delta_pct == pytest.approx(-20.0)
+    msg = v.message
+    for part in ("h2d_bandwidth_gbps [gpu3]", "measured 40 GB/s", "expected 50 GB/s", "fail limit 45 GB/s"):
+        assert part in msg
+    assert "delta -20.0%" in msg and "higher is better" in msg and "FAIL" in msg and "golden node" in msg
+    record = v.as_dict()
+    assert record["limit"] == 45.0 and record["verdict"] == "fail" and record["delta_pct"] == -20.0
+
+
+@pytest.mark.parametrize(
+    ("change", "expected_error"),
+    [
+        (
+            (
+                "    unit: GB/s\n    direction: higher\n    scope: gpu",
+                "    unit: GiB/s\n    direction: higher\n    scope: gpu",
+            ),
+            ":7: metrics.h2d_bandwidth_gbps.unit: unknown unit 'GiB/s'",
+        ),
+        (
+            ("direction: lower", "direction: down"),
+            ":17: metrics.step_time_s.direction: 'down' is not one of higher, lower",
+        ),
+        (("scope: node", "scope: rack"), ":18: metrics.step_time_s.scope: 'rack' is not one of"),
+        (("status: measured", "status: guessed"), ":10: metrics.h2d_bandwidth_gbps.status: 'guessed' is not one of"),
+        (
+            ("    expected: 50\n", "    expected: fast\n"),
+            ":11: metrics.h2d_bandwidth_gbps.expected: must be a finite number",
+        ),
+        (("fail: 10%", "fail: ten%"), ":12: metrics.h2d_bandwidth_gbps.fail: 'ten%': a relative limit"),
+        (("fail: 10%", "fail: 150%"), ":12: metrics.h2d_bandwidth_gbps.fail: must be below 100%"),
+        (("fail: 10%", "fail: 49"), ":12: metrics.h2d_bandwidth_gbps.fail: 49 is above warn 48"),
+        (("    warn: 48\n", "    warn: 51\n"), ":13: metrics.h2d_bandwidth_gbps.warn: 51 is above expected 50"),
+        # References are positive: a negative one would pass every measurement (+151% against -10.9).
+        (
+            ("    expected: 50\n    fail: 10%\n    warn: 48\n", "    expected: -10.9\n    fail: -20\n    warn: -15\n"),
+            ":11: metrics.h2d_bandwidth_gbps.expected: -10.9: must be above 0 (a figure in GB/s)",
+        ),
+        (("    expected: 2.0\n", "    expected: -2.0\n"), ":20: metrics.step_time_s.expected: -2: must be above 0"),
+        (("    expected: 50\n", "    expected: 0\n"), ":11: metrics.h2d_bandwidth_gbps.expected: 0: must be above 0"),
+        (("    warn: 48\n", "    warn: -48\n"), ":13: metrics.h2d_bandwidth_gbps.warn: -48: must be above 0"),
+        (
+            ("      1GiB: {expected: 400}\n", "      1GiB: {expected: -400}\n"),
+            ":31: metrics.all_reduce_busbw_gbps.values.1GiB.expected: -400: must be above 0",
+        ),
+        # ... and strictly ordered: fail < warn < expected (higher is better), expected < fail (lower).
+        (
+            ("    warn: 48\n", "    warn: 50\n"),
+            ":13: metrics.h2d_bandwidth_gbps.warn: 50 equals expected: it must lie below",
+        ),
+        (("    fail: 25%\n", "    fail: 2.0\n"), ":21: metrics.step_time_s.fail: 2 equals expected: it must lie above"),
+        (
+            ("      16GiB: {fail: 430,", "      16GiB: {expected: 430, fail: 430,"),
+            ":32: metrics.all_reduce_busbw_gbps.values.16GiB.fail: 430 equals expected: it must lie below it",
+        ),
+        (
+            ("      1GiB: {expected: 400}\n", "      1GiB: {expected: 400, warn: 360}\n"),
+            ":31: metrics.all_reduce_busbw_gbps.values.1GiB.fail: 360 equals warn: it must lie below it",
+        ),
+        (("    provenance: golden node\n", ""), "metrics.h2d_bandwidth_gbps.provenance: must be a non-empty string"),
+        (("    fail: 25%\n", ""), "metrics.step_time_s.fail: missing (a metric with an expected value needs a fail"),
+        (("    expected: 50\n", ""), "metrics.h2d_bandwidth_gbps.expected: missing (a measured baseline"),
+        (
+            ("    expected: 2.0\n", "    expected: 2.0\n    expect: 3\n"),
+            ":21: metrics.step_time_s.expect: unknown field",
+        ),
+        (("sku: TEST", "sku: OTHER"), ":2: sku: 'OTHER' does not match the file name 'TEST.yaml'"),
+        (("schema_version: 1", "schema_version: 2"), ":1: schema_version: must be 1"),
+        (("gpu_count: 2", "gpu_count: two"), "detect.gpu_count: must be an integer from 0 to 64"),
+        (("gpu_count: 2", "gpu_count: 100000000"), "detect.gpu_count: must be an integer from 0 to 64"),
+        (
+            ("      1GiB: {expected: 400}\n", "      1GiB: {expected: 400}\n      1GiB: {expected: 300}\n"),
+            ":32: duplicate key '1GiB'",
+        ),
+        (
+            ("detect: {azure_vm_sizes: [Standard_X], gpu_name_contains: X1, gpu_count: 2}", "detect: [1]"),
+            ":4: detect: must be a mapping, got list",
+        ),
+    ],
+)
+def test_schema_errors_name_file_line_and_field(tmp_path: Path, change: tuple[str, str], expected_error: str) -> None:
+    old, new = change
+    assert old in GOOD
+    path = write(tmp_path, GOOD.replace(old, new, 1))
+    with pytest.raises(bl.BaselineError) as excinfo:
+        bl.load_baseline(path)
+    message = str(excinfo.value)
+    assert message.startswith(str(path)), message
+    assert expected_error in message, message
+    assert "\n" not in message
+
+
+COUNT = """\
+schema_version: 1
+sku: TEST
+metrics:
+  xid_errors:
+    unit: count
+    direction: lower
+    scope: gpu
+    status: measured
+    expected: 0
+    fail: 0
+    provenance: none is healthy
+"""
+
+
+def test_a_count_may_be_zero_and_gated_at_its_expected_value(tmp_path: Path) -> None:
+    ref = bl.load_baseline(write(tmp_path, COUNT)).metrics["xid_errors"].reference("gpu0")
+    assert ref is not None and (ref.expected, ref.fail_limit) == (0.0, 0.0)
+    assert [bl.compare(ref, v, "gpu0").verdict for v in (0.0, 1.0)] == ["pass", "fail"]
+
+
+@pytest.mark.parametrize(
+    ("change", "expected_error"),
+    [
+        (("fail: 0", "fail: -1"), ":10: metrics.xid_errors.fail: -1: must be 0 or more (a count is never negative)"),
+        (("expected: 0", "expected: -1"), ":9: metrics.xid_errors.expected: -1: must be 0 or more"),
+        (("fail: 0", "fail: 10%"), ":10: metrics.xid_errors.fail: 10%: a percentage of expected 0 is 0; give a number"),
+        (
+            ("direction: lower", "direction: higher"),
+            ":10: metrics.xid_errors.fail: 0: a limit of 0 fails nothing when higher is better",
+        ),
+    ],
+)
+def test_count_errors(tmp_path: Path, change: tuple[str, str], expected_error: str) -> None:
+    path = write(tmp_path, COUNT.replace(*change))
+    with pytest.raises(bl.BaselineError) as excinfo:
+        bl.load_baseline(path)
+    assert str(excinfo.value).startswith(f"{path}{expected_error}"), excinfo.value
+
+
+def test_yaml_syntax_error_names_line_and_column(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD.replace("    unit: s\n", "    unit: [s\n"))
+    with pytest.raises(bl.BaselineError, match=r"TEST\.yaml:\d+:\d+: YAML syntax error"):
+        bl.load_baseline(path)
+
+
+def test_a_baseline_that_is_not_utf8_is_a_one_line_error(tmp_path: Path) -> None:
+    path = tmp_path / "TEST.yaml"
+    latin1 = GOOD.replace("description: a test SKU", "description: caf\u00e9").encode("latin-1")
+    path.write_bytes(latin1)
+    offset = latin1.index(b"\xe9")
+    with pytest.raises(bl.BaselineError) as excinfo:
+        bl.load_baseline(path)
+    assert str(excinfo.value) == f"{path}:3: not UTF-8 text (byte 0xe9 at offset {offset})"
+
+
+def test_a_control_character_is_a_one_line_error(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD.replace("description: a test SKU", "description: a\x00test SKU"))
+    with pytest.raises(bl.BaselineError) as excinfo:
+        bl.load_baseline(path)
+    assert str(excinfo.value) == f"{path}:3:15: YAML does not allow the character U+0000"
+
+
+def test_yaml_is_never_executed(tmp_path: Path) -> None:
+    path = write(tmp_path, "!!python/object/apply:os.system ['echo pwned']\n")
+    with pytest.raises(bl.BaselineError, match="could not determine a constructor"):
+        bl.load_baseline(path)
+
+
+def alias_bomb(levels: int) -> str:
+    """A "billion laughs" list: each level repeats the one before nine times (9**levels strings in all)."""
+    rows = ["&a0 [" + ", ".join(["lol"] * 9) + "]"]
+    rows += [f"&a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, levels + 1)]
+    return "[" + ", ".join(rows) + "]"
+
+
+@pytest.mark.parametrize(
+    ("old", "field"),
+    [
+        ("description: a test SKU", "description"),  # str() of it took 54 s and 5.9 GB at 9 levels
+        ("unit: s", "unit"),  # echoed in "unknown unit ..."
+        ("status: provisional", "status"),  # echoed in "... is not one of ..."
+        ("expected: 2.0", "expected"),  # echoed in "must be a finite number, got ..."
+    ],
+)
+def test_an_alias_bomb_is_refused_early(tmp_path: Path, old: str, field: str) -> None:
+    # Six levels, so that a loader without the bound still finishes (half a million strings); nine would not.
+    key = old.split(":")[0]
+    path = write(tmp_path, GOOD.replace(old, f"{key}: {alias_bomb(6)}", 1))
+    line = 1 + GOOD[: GOOD.index(old)].count("\n")
+    with pytest.raises(bl.BaselineError) as excinfo:
+        bl.load_baseline(path)
+    assert str(excinfo.value) == (
+        f"{path}:{line}: alias 'a2': aliases stand for more than {bl.MAX_ALIAS_NODES} nodes "
+        "(a baseline needs a few aliases or none)"
+    )
+
+
+def test_a_recursive_alias_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD.replace("description: a test SKU", "description: &loop [1, *loop]"))
+    with pytest.raises(bl.BaselineError) as excinfo:
+        bl.load_baseline(path)
+    assert str(excinfo.value) == f"{path}:3: alias 'loop' is inside its own anchor"
+
+
+def test_a_few_aliases_are_fine(tmp_path: Path) -> None:
+    text = GOOD.replace("provenance: golden node", "provenance: &src golden node").replace(
+        "provenance: nccl-tests", "provenance: *src"
+    )
+    assert bl.load_baseline(write(tmp_path, text)).metrics["all_reduce_busbw_gbps"].default.provenance == "golden node"
+
+
+@pytest.mark.parametrize(
+    ("change", "expected_error"),
+    [
+        (("description: a test SKU", "description: [a, test]"), ":3: description: must be a string, got list"),
+        (("description: a test SKU", "description: 2024-01-01"), ":3: description: must be a string, got date"),
+        (("schema_version: 1", "schema_version: true"), ":1: schema_version: must be 1"),
+        (("    unit: s\n", "    unit: [s]\n"), ":16: metrics.step_time_s.unit: unknown unit ['s'] (known: "),
+        (
+            (
+                "    values:\n      1GiB: {expected: 400}\n      16GiB: {fail: 430, provenance: a public gate}\n",
+                "    values: [[1]]\n",
+            ),
+            ":30: metrics.all_reduce_busbw_gbps.values: must be a mapping, got list",
+        ),
+        ((GOOD[GOOD.index("metrics:") :], "metrics: [[1]]\n"), ":5: metrics: must be a mapping, got list"),
+        (
+            ("      1GiB: {expected: 400}\n", "      1GB: {expected: 400}\n"),
+            ":31: metrics.all_reduce_busbw_gbps.values.1GB: is not a message size (8B, 1KiB, 128MiB, 8GiB)",
+        ),
+        (
+            ("      1GiB: {expected: 400}\n", "      1GiB: {expected: 400, params: {iterations: 0}}\n"),
+            ":31: metrics.all_reduce_busbw_gbps.values.1GiB.params.iterations: must be an integer from 1 to 10000, "
+            "got 0",
+        ),
+        (
+            ("      1GiB: {expected: 400}\n", "      1GiB: {expected: 400, params: {warmup: -1}}\n"),
+            ":31: metrics.all_reduce_busbw_gbps.values.1GiB.params.warmup: must be an integer from 0 to 10000",
+        ),
+        (
+            ("      1GiB: {expected: 400}\n", "      1GiB: {expected: 400, params: {size_bytes: 1.5}}\n"),
+            ":31: metrics.all_reduce_busbw_gbps.values.1GiB.params.size_bytes: must be an integer from 1 to",
+        ),
+    ],
+)
+def test_every_field_is_type_checked(tmp_path: Path, change: tuple[str, str], expected_error: str) -> None:
+    assert change[0] in GOOD
+    path = write(tmp_path, GOOD.replace(*change, 1))
+    with pytest.raises(bl.BaselineError) as excinfo:
+        bl.load_baseline(path)
+    assert str(excinfo.value).startswith(f"{path}{expected_error}"), excinfo.value
+
+
+@pytest.mark.parametrize(
+    ("change", "expected_error"),
+    [
+        (("model: llama3_tiny", "model: [llama3_tiny]"), "pretrain.model: unknown model ['llama3_tiny'] (known: "),
+        (("precision: bf16", "precision: [bf16]"), "pretrain.precision: ['bf16'] is not one of fp32, bf16, fp8"),
+        (("engine: native", "engine: {native: 1}"), "pretrain.engine: {'native': 1} is not one of native, nemo"),
+    ],
+)
+def test_every_pretrain_field_is_type_checked(tmp_path: Path, change: tuple[str, str], expected_error: str) -> None:
+    text = (bundled_baselines() / "cpu.yaml").read_text()
+    assert change[0] in text
+    path = tmp_path / "cpu.yaml"
+    path.write_text(text.replace(*change, 1))
+    with pytest.raises(bl.BaselineError) as excinfo:
+        bl.load_baseline(path)
+    assert expected_error in str(excinfo.value), excinfo.value
+
+
+def test_a_peak_source_is_a_string_even_without_a_peak(tmp_path: Path) -> None:
+    text = (bundled_baselines() / "cpu.yaml").read_text()
+    start, end = text.index("  peak_tflops_per_gpu:"), text.index("  provenance: a layout small")
+    path = tmp_path / "cpu.yaml"
+    path.write_text(text[:start] + "  peak_tflops_source: [1]\n" + text[end:])
+    with pytest.raises(bl.BaselineError, match=r"cpu\.yaml:\d+: pretrain\.peak_tflops_source: must name where"):
+        bl.load_baseline(path)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field"),
+    [
+        ("    unit: s\n", "    unit: {}\n", "metrics.step_time_s.unit: unknown unit "),
+        ("status: guessed", "status: {}", "metrics.h2d_bandwidth_gbps.status: "),
+        ("sku: TEST", "sku: {}", "sku: "),
+        ("    expected: 2.0\n", "    expected: {}\n", "metrics.step_time_s.expected: must be a finite number, got "),
+    ],
+)
+def test_a_value_echoed_in_an_error_is_cut_to_80_characters(tmp_path: Path, old: str, new: str, field: str) -> None:
+    long = "[" + ", ".join(f"'{'x' * 40}'" for _ in range(1000)) + "]"
+    text = GOOD.replace("status: measured", "status: guessed") if "guessed" in old else GOOD
+    path = write(tmp_path, text.replace(old, new.format(long) if "{}" in new else new, 1).replace("{}", long))
+    with pytest.raises(bl.BaselineError) as excinfo:
+        bl.load_baseline(path)
+    message = str(excinfo.value)
+    shown = message.split(field, 1)[1]
+    assert shown.startswith("['xxxx") and "..." in shown, message
+    assert len(message) < len(str(path)) + len(field) + 200, message
+
+
+def test_recorded_baseline_round_trips_and_keeps_old_limits(tmp_path: Path) -> None:
+    old = bl.load_baseline(write(tmp_path, GOOD))
+    measurements = (
+        [
+            {
+                "metric": "h2d_bandwidth_gbps",
+                "scope": f"gpu{i}",
+                "scope_kind": "gpu",
+                "unit": "GB/s",
+                "direction": "higher",
+                "value": v,
+            }
+            for i, v in enumerate([52.0, 54.0, 53.0])
+        ]
+        + [
+            {
+                "metric": "all_reduce_busbw_gbps",
+                "scope": s,
+                "scope_kind": "message_size",
+                "unit": "GB/s",
+                "direction": "higher",
+                "value": v,
+            }
+            for s, v in (("1GiB", 410.0), ("16GiB", 470.0))
+        ]
+        + [
+            {
+                "metric": "new_metric_s",
+                "scope": "node",
+                "scope_kind": "node",
+                "unit": "s",
+                "direction": "lower",
+                "value": 3.0,
+            },
+            {
+                "metric": "broken",
+                "scope": "node",
+                "scope_kind": "node",
+                "unit": "s",
+                "direction": "lower",
+                "value": "nan",
+            },
+        ]
+    )
+    doc = bl.recorded_baseline("GOLDEN", old, measurements, "measured on node7")
+    path = tmp_path / "GOLDEN.yaml"
+    path.write_text(bl.dump_baseline(doc))
+    new = bl.load_baseline(path)
+    h2d = new.metrics["h2d_bandwidth_gbps"].default
+    assert (h2d.expected, h2d.status, h2d.provenance) == (53.0, "measured", "measured on node7")
+    assert str(h2d.fail) == "10%" and h2d.warn_limit == 48.0  # the operator's limits carried over
+    sizes = new.metrics["all_reduce_busbw_gbps"]
+    assert {k: r.expected for k, r in sizes.values.items()} == {"1GiB": 410.0, "16GiB": 470.0}
+    fresh = new.metrics["new_metric_s"].default
+    assert fresh.expected == 3.0 and fresh.fail_limit == pytest.approx(3.3)  # default rule: 10% worse
+    assert "broken" not in new.metrics
+    assert new.detect == old.detect
+
+
+@pytest.mark.parametrize("value", [30.0, 48.0])  # below the old warn limit, or on it (the order is strict)
+def test_recording_replaces_limits_that_no_longer_fit(tmp_path: Path, value: float) -> None:
+    old = bl.load_baseline(write(tmp_path, GOOD))  # h2d warns below 48 GB/s
+    m = {
+        "metric": "h2d_bandwidth_gbps",
+        "scope": "gpu0",
+        "scope_kind": "gpu",
+        "unit": "GB/s",
+        "direction": "higher",
+        "value": value,
+    }
+    doc = bl.recorded_baseline("SLOW", old, [m], "measured")
+    (tmp_path / "SLOW.yaml").write_text(bl.dump_baseline(doc))
+    ref = bl.load_baseline(tmp_path / "SLOW.yaml").metrics["h2d_bandwidth_gbps"].default
+    assert (str(ref.fail), str(ref.warn)) == ("10%", "5%")
+
+
+# --- the health and topology sections ------------------------------------------------------------------------
+
+SECTIONS = GOOD.replace(
+    "metrics:\n",
+    """\
+health:
+  min_driver_version: '570.133.20'
+  nvlinks_per_gpu: 18
+  critical_xids: [48, 79]
+  ecc_limits: {sram_uncorrectable: 0, row_remaps_pending: 0}
+  provenance: a public health check
+topology:
+  gpu_numa_nodes: [1, 0]
+  nic_on_gpu_numa_node: true
+  ib_rate_gbps: 400
+  provenance: the SKU's documentation
+metrics:
+""",
+)
+
+
+def test_health_and_topology_sections_load(tmp_path: Path) -> None:
+    b = bl.load_baseline(write(tmp_path, SECTIONS))
+    assert b.health == bl.HealthBaseline(
+        provenance="a public health check",
+        min_driver_version="570.133.20",
+        nvlinks_per_gpu=18,
+        critical_xids=(48, 79),
+        ecc_limits={"sram_uncorrectable": 0, "row_remaps_pending": 0},
+    )
+    assert b.topology == bl.TopologyBaseline("the SKU's documentation", (1, 0), None, True, 400.0)
+    assert bl.load_baseline(write(tmp_path, GOOD)).health is None
+
+
+def test_bundled_gpu_baselines_carry_only_public_gates_and_layouts() -> None:
+    loaded = {b.sku: b for b in bl.load_all(bundled_baselines())}
+    for sku in ("ND_GB200_v6", "ND_H100_v5", "ND_H200_v5", "ND96asr_v4"):
+        health = loaded[sku].health
+        assert health is not None and "azurehpc-health-checks" in health.provenance, sku
+        assert health.critical_xids is not None and 79 in health.critical_xids
+        assert health.ecc_limits["sram_uncorrectable"] == 0 and health.min_driver_version is None  # none published
+    gb200, ndv4 = loaded["ND_GB200_v6"], loaded["ND96asr_v4"]
+    assert gb200.health is not None and gb200.health.nvlinks_per_gpu == 18
+    assert gb200.topology is not None and gb200.topology.gpus_per_numa_node == 2
+    assert ndv4.topology is not None and ndv4.topology.gpu_numa_nodes == (1, 1, 0, 0, 3, 3, 2, 2)
+    assert loaded["cpu"].health is None and loaded["cpu"].topology is None
+
+
+@pytest.mark.parametrize(
+    ("change", "expected_error"),
+    [
+        (("'570.133.20'", "570.13"), ":6: health.min_driver_version: 570.13: quote it, e.g. '570.133.20'"),
+        (("nvlinks_per_gpu: 18", "nvlinks_per_gpu: 0"), ":7: health.nvlinks_per_gpu: 0: must be a whole number"),
+        (("[48, 79]", "[79, 79]"), ":8: health.critical_xids: lists an Xid twice"),
+        (("[48, 79]", "[48, -1]"), ":8: health.critical_xids: must be a non-empty list of Xid numbers"),
+        (("sram_uncorrectable: 0", "sram_uncorrectable: -1"), ":9: health.ecc_limits.sram_uncorrectable: -1: must be"),
+        (("sram_uncorrectable: 0", "sram_uncorrectible: 0"), ":9: health.ecc_limits.sram_uncorrectible: unknown"),
+        (("  provenance: a public health check\n", ""), "health.provenance: must be a non-empty string"),
+        (("[1, 0]", "[1, 0, 1]"), ":12: topology.gpu_numa_nodes: names 3 GPUs but detect.gpu_count is 2"),
+        (("nic_on_gpu_numa_node: true", "nic_on_gpu_numa_node: yes please"), ":13: topology.nic_on_gpu_numa_node:"),
+        (("ib_rate_gbps: 400", "ib_rate_gbps: fast"), ":14: topology.ib_rate_gbps: 'fast': must be a rate in Gb/s"),
+        (("topology:\n", "topology:\n  numa: 1\n"), ":12: topology.numa: unknown field"),
+    ],
+)
+def test_section_errors_name_file_line_and_field(tmp_path: Path, change: tuple[str, str], expected_error: str) -> None:
+    old, new = change
+    assert old in SECTIONS
+    path = write(tmp_path, SECTIONS.replace(old, new, 1))
+    with pytest.raises(bl.BaselineError) as excinfo:
+        bl.load_baseline(path)
+    assert str(excinfo.value).startswith(str(path)) and expected_error in str(excinfo.value), str(excinfo.value)
+
+
+def test_recording_keeps_the_health_gates_and_the_layout(tmp_path: Path) -> None:
+    old = bl.load_baseline(write(tmp_path, SECTIONS))
+    (tmp_path / "NEW.yaml").write_text(bl.dump_baseline(bl.recorded_baseline("NEW", old, [], "measured")))
+    new = bl.load_baseline(tmp_path / "NEW.yaml")
+    assert (new.health, new.topology) == (old.health, old.topology)
+
+
+def test_the_gpu_sku_runs_the_azure_layout_and_has_no_step_time_to_compare_yet() -> None:
+    from pytest_gbvalidate.baselines import load_baseline
+
+    b = load_baseline(Path(REPO / "baselines" / "ND_GB200_v6.yaml"))
+    assert b.pretrain is not None
+    ref = b.metrics["llama3_8b_step_time_s"].reference("native-bf16-mbs4-gbs128-tp1-pp2-cp1-dp2-ac-seq8192")
+    assert ref is not None
+    assert (ref.status, ref.has_reference) == ("provisional", False)

@@ -1,0 +1,101 @@
+"""--gb-compare's pure parts (pytest_gbvalidate/compare.py): allowed regressions, which way a metric regresses,
+sweeps matched by placement, and an earlier report that is malformed. (End to end: e2e/test_compare_runs.py.)"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_gbvalidate import compare as cmp
+from pytest_gbvalidate.report import REPORT_SCHEMA
+
+
+def test_allowed_regressions_parse_and_pick_the_most_specific() -> None:
+    allowed = cmp.parse_allowed("3%, all_reduce_busbw_gbps:1.5%")
+    assert allowed.for_metric("all_reduce_busbw_gbps", 10.0) == (1.5, "--gb-compare-fail all_reduce_busbw_gbps")
+    assert allowed.for_metric("gemm_bf16_tflops", 10.0) == (3.0, "--gb-compare-fail")
+    assert cmp.AllowedRegression().for_metric("m", 10.0) == (10.0, "the baseline's warn band")
+    assert cmp.AllowedRegression().for_metric("m", None) == (cmp.DEFAULT_ALLOWED_PCT, "default")
+    for bad in ("5", "x:%", "-1%", "", "nan%"):
+        with pytest.raises(ValueError, match=r"PCT%|>= 0"):
+            cmp.parse_allowed(bad)
+    # A metric that does not exist would compare nothing, silently: refused, with the likely one.
+    with pytest.raises(ValueError) as info:
+        cmp.parse_allowed("3%,all_reduce_busbw_gpbs:1%")
+    assert str(info.value) == (
+        "'all_reduce_busbw_gpbs:1%': no metric 'all_reduce_busbw_gpbs' (did you mean all_reduce_busbw_gbps?); "
+        "the metrics are those in metrics.CATALOG"
+    )
+
+
+def test_lower_is_better_regresses_upwards_and_sweeps_are_matched_by_placement() -> None:
+    def record(metric: str, value: float, direction: str, placement: str = "") -> dict[str, Any]:
+        details = {"placement": placement} if placement else {}
+        return {
+            "metric": metric,
+            "scope": "1MiB",
+            "value": value,
+            "unit": "x",
+            "direction": direction,
+            "details": details,
+        }
+
+    earlier = cmp.EarlierReport(
+        Path("e.json"),
+        "2026-01-01T00:00:00+00:00",
+        "finished",
+        "cpu",
+        "n1",
+        None,
+        {
+            cmp.measurement_key(record("step_time_s", 1.0, "lower")): record("step_time_s", 1.0, "lower"),
+            cmp.measurement_key(record("busbw", 10.0, "higher", "in_place")): record("busbw", 10.0, "higher"),
+        },
+    )
+    same = cmp.SameNode({}, ())
+    allowed = cmp.AllowedRegression(5.0)
+
+    def verdict(r: dict[str, Any]) -> str | None:
+        section = cmp.compare_one(earlier, r, allowed, None, same, "now")
+        return None if section is None else str(section["verdict"])
+
+    assert verdict(record("step_time_s", 1.06, "lower")) == "regressed"
+    assert verdict(record("step_time_s", 0.5, "lower")) == "ok"
+    assert verdict(record("busbw", 9.6, "higher", "in_place")) == "ok"
+    assert verdict(record("busbw", 9.4, "higher", "in_place")) == "regressed"
+    assert verdict(record("busbw", 1.0, "higher", "out_of_place")) is None  # not in the earlier report
+
+
+def test_from_zero_only_a_change_for_the_worse_regresses() -> None:
+    def record(value: float, direction: str) -> dict[str, Any]:
+        return {"metric": "errors", "scope": "node", "value": value, "unit": "count", "direction": direction}
+
+    def verdict(before: float, now: float, direction: str) -> str:
+        earlier = cmp.EarlierReport(
+            Path("e.json"),
+            "then",
+            "finished",
+            "cpu",
+            "n1",
+            None,
+            {cmp.measurement_key(record(before, direction)): record(before, direction)},
+        )
+        section = cmp.compare_one(
+            earlier, record(now, direction), cmp.AllowedRegression(5.0), None, cmp.SameNode({}, ()), "now"
+        )
+        assert section is not None
+        return str(section["verdict"])
+
+    assert verdict(0, 0, "lower") == "ok"
+    assert verdict(0, 3, "lower") == "regressed"
+    assert verdict(0, 3, "higher") == "ok"
+
+
+def test_an_earlier_report_with_a_malformed_gpu_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "e.json"
+    path.write_text(json.dumps({"schema": REPORT_SCHEMA, "gpus": {"devices": [{"index": 0}]}}))
+    with pytest.raises(cmp.CompareError, match=r"e.json: a GPU of its `gpus` section lacks index, pci_bus_id or uuid"):
+        cmp.load_earlier(path)

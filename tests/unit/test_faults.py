@@ -1,0 +1,91 @@
+"""The fault table (pytest_gbvalidate/faults.yaml): every bundled check maps to a category, rules pick the
+specific case before the general one, and a broken table says where it is broken."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from pytest_gbvalidate import faults
+from tests.helpers.runs import SUITES
+
+TABLE = faults.load()
+
+
+def check_names(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text())
+    return [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")]
+
+
+@pytest.mark.parametrize("suite", ["test_health.py", "test_topology.py"])
+def test_every_health_and_topology_check_has_a_category(suite: str) -> None:
+    for name in check_names(SUITES / suite):
+        fault = TABLE.classify(f"suites/{suite}::{name}[gpu0]", "AssertionError: something is wrong")
+        assert fault.category.name != faults.UNCLASSIFIED, name
+
+
+@pytest.mark.parametrize(
+    ("test", "message", "verdicts", "category"),
+    [
+        (
+            "test_row_remapping[gpu2]",
+            "gpu2 (x): a row remap failed: the GPU has no spare rows left",
+            (),
+            "gpu_hardware",
+        ),
+        ("test_row_remapping[gpu2]", "gpu2 (x): a row remap is pending: reset the GPU to apply it", (), "gpu_reset"),
+        ("test_no_critical_xid[gpu0]", "1 critical Xid event(s) ... NVRM: Xid (PCI:0000:3b:00): 74, link", (), "link"),
+        (
+            "test_no_critical_xid[gpu0]",
+            "1 critical Xid event(s) ... NVRM: Xid (PCI:0000:3b:00): 48, DBE",
+            (),
+            "gpu_reset",
+        ),
+        ("test_gpu_count", "nvmlDeviceGetCount_v2: Driver/library version mismatch", (), "reboot"),
+        ("test_ecc_enabled[gpu1]", "gpu1 (x): nvmlDeviceGetEccMode: GPU is lost", (), "gpu_hardware"),
+        ("test_all_reduce_busbw[in_place]", "all_reduce_busbw_gbps [1GiB]: ... -> FAIL", ("fail",), "performance"),
+        (
+            "test_all_reduce_busbw[in_place]",
+            "all_reduce in_place returned wrong data at 1 of 20 sizes: 1MiB: 3 wrong of 262144 elements (rank 1: 3)",
+            ("fail",),
+            "gpu_hardware",
+        ),
+        ("test_pairwise_all_reduce_busbw", "pairwise all_reduce: node2 (b): slow in all 2 of its pairs", (), "link"),
+        (
+            "test_pairwise_all_reduce_busbw",
+            "pairwise all_reduce: node3 (c): wrong data in all 2 of its pairs (on its own ranks: 3)",
+            (),
+            "gpu_hardware",
+        ),
+        (
+            "test_pairwise_all_reduce_busbw",
+            "pairwise all_reduce: node1+node2 (a, b): wrong data in this pair (rank 2: 8 elements)",
+            (),
+            "link",
+        ),
+        ("test_host_copy_bandwidth", "... -> REGRESSED", ("pass", "regressed"), "performance"),
+        ("test_pretrain", "the NeMo engine is not installed", (), "software"),
+        ("test_something_of_a_site", "AssertionError: no", ("pass",), "unclassified"),
+    ],
+)
+def test_a_failure_gets_the_first_matching_rule(
+    test: str, message: str, verdicts: tuple[str, ...], category: str
+) -> None:
+    fault = TABLE.classify(f"suites/x.py::{test}", message, verdicts).as_dict()
+    assert fault["category"] == category
+    assert fault["action"] and fault["disposition"] in faults.DISPOSITIONS
+
+
+def test_a_broken_table_names_the_file_and_what_is_wrong(tmp_path: Path) -> None:
+    table = tmp_path / "faults.yaml"
+    table.write_text(
+        "categories:\n  unclassified: {title: t, action: a, disposition: MONITOR}\n"
+        "rules:\n  - {category: gone, why: w}\n"
+    )
+    with pytest.raises(faults.FaultTableError, match=r"faults.yaml: categories used but not defined: gone"):
+        faults.load(table)
+    table.write_text("categories:\n  unclassified: {title: t, action: a, disposition: PANIC}\nrules: []\n")
+    with pytest.raises(faults.FaultTableError, match=r"disposition 'PANIC' is not one of ISOLATE"):
+        faults.load(table)

@@ -1,0 +1,200 @@
+"""The rank gang: SPMD calls, and a rank that crashes, hangs or raises fails the call naming it, in bounded
+time, with no process left behind; the next call gets a fresh gang."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_gbvalidate.ranks import gang as gang_module
+from pytest_gbvalidate.ranks.gang import GangError, LocalGang, NodeResult, remove_dead_gang_dirs, run_on_local_rank
+from pytest_gbvalidate.ranks.world import node_rank_from_environment, rendezvous_problem, world_from_environment
+from tests.helpers import gang_functions as f
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def gang() -> Iterator[LocalGang]:
+    g = LocalGang(2, start_timeout_s=60)
+    yield g
+    g.close()
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return "\nState:\tZ" not in status.read()
+    except FileNotFoundError:
+        return False
+
+
+def test_every_rank_runs_the_function_and_results_come_back_in_rank_order(gang: LocalGang) -> None:
+    assert gang.run(f.all_reduce_rank, 2, timeout_s=60) == [(0, 2, 6.0), (1, 2, 6.0)]
+    starts = gang.starts
+    assert gang.run(f.all_reduce_rank, 5, timeout_s=60) == [(0, 2, 15.0), (1, 2, 15.0)]
+    assert gang.starts == starts  # the ranks stay up between calls
+
+
+@pytest.mark.parametrize(
+    ("fn", "cause", "detail"),
+    [
+        (f.crash_on, "crashed", "during crash_on: process exited with code 7"),
+        (f.raise_on, "raised", "raise_on: ValueError: wrong data on rank 1"),
+        (
+            f.hang_on,
+            "timed out",
+            "hang_on did not finish within 1 s (rank 0 at *barrier; rank 1 at *gang_functions.py*",
+        ),
+    ],
+)
+def test_a_failing_rank_fails_the_call_naming_rank_and_cause(
+    gang: LocalGang, fn: object, cause: str, detail: str
+) -> None:
+    gang.run(f.pid, timeout_s=60)  # a gang is up before the fault
+    pids = gang.run(f.pid, timeout_s=60)
+    start = time.monotonic()
+    with pytest.raises(GangError) as excinfo:
+        gang.run(fn, 1, timeout_s=1)  # type: ignore[arg-type]
+    assert time.monotonic() - start < 10
+    err = excinfo.value
+    assert (err.rank, err.cause) == (1, cause)
+    assert fnmatch.fnmatch(str(err).splitlines()[0], f"rank 1 {cause}: {detail}"), str(err)
+    assert not any(alive(p) for p in pids)  # the whole gang was torn down
+    assert gang.run(f.all_reduce_rank, 1, timeout_s=60) == [(0, 2, 3.0), (1, 2, 3.0)]  # and comes back
+
+
+def test_ranks_do_not_outlive_a_killed_parent() -> None:
+    script = textwrap.dedent(
+        f"""
+        import os, sys
+        sys.path.insert(0, {str(REPO)!r})
+        from pytest_gbvalidate.ranks.gang import LocalGang
+        from tests.helpers import gang_functions as f
+        if __name__ == "__main__":
+            gang = LocalGang(2)
+            pids = gang.run(f.pid, timeout_s=60)
+            print("GANG", gang._tmpdir, *pids, flush=True)
+            os._exit(9)  # killed: no chance to close the gang
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    # Our line only: some torch releases' gloo prints its own ("[Gloo] Rank 0 is connected to 1 peer ranks").
+    lines = [line.split()[1:] for line in out.stdout.splitlines() if line.startswith("GANG ")]
+    assert len(lines) == 1, (out.stdout, out.stderr)
+    tmpdir, *pids = lines[0]
+    assert len(pids) == 2, out.stderr
+    deadline = time.monotonic() + 10
+    while (any(alive(int(p)) for p in pids) or os.path.exists(tmpdir)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(alive(int(p)) for p in pids)
+    assert not os.path.exists(tmpdir)  # the orphaned ranks removed their rendezvous directory
+
+
+@pytest.mark.parametrize(
+    ("env", "world"),
+    [
+        ({}, None),
+        ({"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "3"}, (3, 8, 3)),
+        ({"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1"}, (5, 8, 1)),
+        ({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}, None),  # a one-task allocation is no world to join
+    ],
+)
+def test_world_from_environment(env: dict[str, str], world: tuple[int, int, int] | None) -> None:
+    assert world_from_environment(env) == world
+
+
+# --- what multi-node and per-GPU measurements need ------------------------------------------------------------
+
+
+def test_run_on_local_rank_runs_on_that_rank_alone(gang: LocalGang) -> None:
+    (result,) = run_on_local_rank(gang, 1, f.rank_and_device, "x")
+    assert isinstance(result, NodeResult)
+    assert (result.node_rank, result.rank, result.value) == (0, 1, (1, "cpu", "x")) and result.host
+    with pytest.raises(GangError, match="has no such rank: no rank has local rank 5"):
+        run_on_local_rank(gang, 5, f.rank_and_device, "x")
+
+
+def test_the_default_call_timeout_bounds_a_call(gang: LocalGang, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gang, "call_timeout_s", 1.0)
+    start = time.monotonic()
+    with pytest.raises(GangError, match="rank 1 timed out: hang_on did not finish within 1 s"):
+        gang.run(f.hang_on, 1)
+    assert time.monotonic() - start < 10
+
+
+def test_a_failed_start_is_retried_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    g = LocalGang(2, start_timeout_s=60)
+    real_start, tries = g._start, []
+
+    def first_try_too_short() -> None:  # as a rank that dies at start-up once, then starts
+        tries.append(g.start_timeout_s)
+        g.start_timeout_s = 0.01 if len(tries) == 1 else 60
+        real_start()
+
+    monkeypatch.setattr(g, "_start", first_try_too_short)
+    try:
+        assert len(g.run(f.pid, timeout_s=60)) == 2
+        assert g.starts == 2 and len(g.failed_starts) == 1
+        assert g.failed_starts[0].startswith("gang timed out: start-up did not finish within 0.01 s")
+    finally:
+        g.close()
+
+
+def test_a_gang_that_cannot_start_fails_each_call_after_one_retry() -> None:
+    g = LocalGang(2, start_timeout_s=0.01)
+    try:
+        for call in (1, 2):  # a later call (a later test) tries again
+            with pytest.raises(GangError, match=r"start-up retried once; the first try: gang timed out: start-up"):
+                g.run(f.pid)
+            assert g.starts == 2 * call and len(g.failed_starts) == 2 * call
+    finally:
+        g.close()
+
+
+def test_a_dead_run_s_rendezvous_directory_is_removed(tmp_path: Path) -> None:
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (tmp_path / f"gbvalidate-gang-{dead.stdout.strip()}-abc").mkdir()
+    (tmp_path / f"gbvalidate-gang-{os.getpid()}-def").mkdir()  # this process: alive
+    remove_dead_gang_dirs(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == [f"gbvalidate-gang-{os.getpid()}-def"]
+
+
+@pytest.mark.parametrize(
+    ("env", "rank", "node"),
+    [
+        ({"GROUP_RANK": "3"}, 13, 3),
+        ({"SLURM_NODEID": "2"}, 9, 2),
+        ({"LOCAL_WORLD_SIZE": "4"}, 9, 2),
+        ({}, 9, 0),
+    ],
+)
+def test_node_rank_from_environment(env: dict[str, str], rank: int, node: int) -> None:
+    assert node_rank_from_environment(env, rank) == node
+
+
+def test_rendezvous_problem_names_what_srun_does_not_set() -> None:
+    assert rendezvous_problem({"MASTER_ADDR": "n1", "MASTER_PORT": "29500"}) is None
+    problem = rendezvous_problem({"MASTER_ADDR": "n1"})
+    assert problem is not None and problem.startswith("MASTER_PORT not set: under srun export MASTER_ADDR")
+
+
+def test_a_rank_in_a_device_synchronisation_is_waiting_not_the_culprit() -> None:
+    """Under NCCL a collective returns at once and a waiting rank sits in a device synchronisation; under gloo in
+    the collective. Only a rank elsewhere is a culprit."""
+    waiting = [
+        "/usr/lib/python3/site-packages/torch/distributed/distributed_c10d.py:2501 in all_reduce",
+        "/usr/lib/python3/site-packages/torch/cuda/__init__.py:985 in synchronize",
+        "/usr/lib/python3/site-packages/torch/accelerator/__init__.py:171 in synchronize",
+        None,  # no stack came back: not evidence against it
+    ]
+    assert all(gang_module.waiting_for_a_peer(frame) for frame in waiting)
+    assert not gang_module.waiting_for_a_peer("/x/tests/gang_functions.py:40 in hang_on")

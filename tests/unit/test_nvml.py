@@ -1,0 +1,160 @@
+"""Unit tests of the NVML probes (pytest_gbvalidate/node/nvml.py) through the real pynvml over a fake library."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pynvml
+import pytest
+
+from pytest_gbvalidate.node import nvml
+from tests.helpers.fakenode import nd_gb200_v6
+from tests.helpers.fakenvml import HW_SLOWDOWN, IDLE, SW_POWER_CAP, FakeGpu, FakeNvmlLib, install
+
+
+@pytest.fixture
+def lib(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeNvmlLib]:
+    """A started NVML over a fake library; a test puts its GPUs in `lib.gpus`."""
+    fake = FakeNvmlLib([])
+    install(monkeypatch, fake)
+    nvml.init()
+    yield fake
+    nvml.shutdown()
+
+
+def test_inventory_of_a_gb200_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    install(monkeypatch, nd_gb200_v6().nvml())
+    nvml.init()
+    try:
+        inventory = nvml.read_inventory()
+    finally:
+        nvml.shutdown()
+    assert (inventory.count, sorted(inventory.gpus), inventory.failed) == (4, [0, 1, 2, 3], {})
+    gpu = inventory.gpus[3]
+    assert gpu == nvml.GpuInfo(
+        index=3,
+        uuid="GPU-6b1a0c2e-0000-4000-8000-000000000003",
+        name="NVIDIA GB200",
+        pci_bus_id="00000019:01:00.0",
+        serial="1650000000003",
+        memory_total_bytes=189_471 * 2**20,
+        driver_version="570.133.20",
+        cuda_driver_version="12.8",
+        vbios_version="97.00.00.00.01",
+        ecc_mode=(True, True),
+        persistence_mode=True,
+        compute_mode="default",
+        power_limit_w=700.0,
+        clocks=nvml.Clocks(1980, 1980, 1980, 1980, 1980, 2619, 2619, 2619),
+        pcie=nvml.PcieLink(5, 5, 16, 16),
+        nvlinks=dict.fromkeys(range(18), True),
+        c2c_enabled=True,
+        fabric_state="completed",
+        fabric_status="Success",
+        fabric_degraded_bandwidth=None,
+        mig_mode=(False, False),
+        numa_nodes=(1,),
+        cpu_affinity=tuple(range(72, 144)),  # bits beyond the first 64-bit word of the mask
+        memory_numa_node=5,
+    )
+    assert gpu.as_dict()["clocks"]["graphics_app_mhz"] == 1980
+
+
+def test_what_a_gpu_lacks_reads_as_none(lib: FakeNvmlLib) -> None:
+    bare = FakeGpu(
+        "NVIDIA L4",
+        serial=None,
+        vbios_version=None,
+        ecc_mode=None,
+        persistence_mode=None,
+        power_limit_mw=None,
+        clocks_mhz={"sm": 2040, "sm_max": 2040, "graphics_max": 2040, "mem": 6251, "mem_max": 6251},
+        pcie=None,
+    )
+    lib.gpus.append(bare)
+    gpu = nvml.read_inventory().gpus[0]
+    assert (gpu.serial, gpu.vbios_version, gpu.ecc_mode, gpu.persistence_mode, gpu.power_limit_w) == (None,) * 5
+    assert (gpu.clocks.graphics_app_mhz, gpu.clocks.mem_app_mhz, gpu.clocks.graphics_max_mhz) == (None, None, 2040)
+    assert (gpu.pcie, gpu.nvlinks, gpu.c2c_enabled, gpu.fabric_state, gpu.mig_mode) == (None, {}, None, None, None)
+    assert gpu.memory_numa_node is None
+    assert nvml.ecc_counts(nvml.handle(0))["sram_uncorrectable"] == nvml.EccCount(None, None)  # ECC off
+
+
+def test_a_gpu_that_does_not_answer_is_listed_with_its_error(lib: FakeNvmlLib) -> None:
+    lib.gpus += [FakeGpu(pci_bus_id="00000000:01:00.0"), FakeGpu(pci_bus_id="00000000:02:00.0", lost=True)]
+    inventory = nvml.read_inventory()
+    assert inventory.count == 2 and list(inventory.gpus) == [0]
+    assert inventory.failed == {1: "nvmlDeviceGetHandleByIndex: GPU is lost"}
+    assert inventory.as_dict()["failed"] == {"1": "nvmlDeviceGetHandleByIndex: GPU is lost"}
+
+
+def test_without_a_driver_init_raises_nvml_own_words(monkeypatch: pytest.MonkeyPatch) -> None:
+    install(monkeypatch, None)
+    with pytest.raises(nvml.NvmlError, match=r"^nvmlInit: NVML Shared Library Not Found$") as caught:
+        nvml.init()
+    assert caught.value.code == pynvml.NVML_ERROR_LIBRARY_NOT_FOUND
+
+
+def test_health_readings(lib: FakeNvmlLib) -> None:
+    gpu = FakeGpu(
+        ecc_errors={"sram_uncorrectable": (1, 3), "dram_correctable": (10, 400)},
+        row_remaps=(2, 1, 1, 0),
+        retired_pages=(2, 1, 1),
+        nvlinks=[True, False, True],
+        clocks_event_reasons=IDLE | SW_POWER_CAP | HW_SLOWDOWN,
+    )
+    lib.gpus.append(gpu)
+    h = nvml.handle(0)
+    counts = nvml.ecc_counts(h)
+    assert counts["sram_uncorrectable"] == nvml.EccCount(1, 3) and counts["dram_correctable"] == nvml.EccCount(10, 400)
+    assert counts["sram_correctable"] == nvml.EccCount(0, 0)
+    assert nvml.row_remaps(h) == nvml.RowRemaps(corrected_rows=2, uncorrected_rows=1, pending=True, failed=False)
+    assert nvml.retired_pages(h) == nvml.RetiredPages(single_bit=2, double_bit=1, pending=True)
+    assert nvml.nvlinks(h) == {0: True, 1: False, 2: True}
+    assert nvml.slowdown_reasons(nvml.clocks_event_reasons(h)) == ["hw_slowdown"]  # idle and power cap are normal
+    gpu.lost = True
+    with pytest.raises(nvml.NvmlError, match="nvmlDeviceGetCurrentClocksEventReasons: GPU is lost"):
+        nvml.clocks_event_reasons(h)
+
+
+def test_every_slowdown_reason_is_named() -> None:
+    assert nvml.slowdown_reasons(0xFF) == [
+        "hw_slowdown",
+        "sw_thermal_slowdown",
+        "hw_thermal_slowdown",
+        "hw_power_brake_slowdown",
+    ]
+    assert nvml.slowdown_reasons(IDLE | SW_POWER_CAP) == []
+
+
+def test_the_fabric_s_result_counts_once_registered_and_its_health_mask_is_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """NVML defines a registration's status only once its state is completed; the health mask (GB200 on) says
+    whether the NVLink bandwidth is degraded. The struct is versioned: the real library refuses it unversioned."""
+    degraded = (
+        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_TRUE << pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_DEGRADED_BW
+    )
+    healthy = (
+        pynvml.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_FALSE << pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_DEGRADED_BW
+    )
+    gpus = [
+        FakeGpu(fabric_state=pynvml.NVML_GPU_FABRIC_STATE_IN_PROGRESS, fabric_status=pynvml.NVML_ERROR_UNKNOWN),
+        FakeGpu(fabric_state=pynvml.NVML_GPU_FABRIC_STATE_COMPLETED, fabric_health_mask=degraded),
+        FakeGpu(fabric_state=pynvml.NVML_GPU_FABRIC_STATE_COMPLETED, fabric_health_mask=healthy),
+        FakeGpu(fabric_state=pynvml.NVML_GPU_FABRIC_STATE_COMPLETED, fabric_status=pynvml.NVML_ERROR_NOT_READY),
+    ]
+    install(monkeypatch, FakeNvmlLib(gpus=gpus))
+    nvml.init()
+    try:
+        inventory = nvml.read_inventory()
+    finally:
+        nvml.shutdown()
+    assert inventory.failed == {}
+    seen = [(g.fabric_state, g.fabric_status, g.fabric_degraded_bandwidth) for g in inventory.gpus.values()]
+    assert seen == [
+        ("in_progress", None, None),  # its status field holds an error that means nothing yet
+        ("completed", "Success", True),
+        ("completed", "Success", False),
+        ("completed", str(pynvml.NVMLError(pynvml.NVML_ERROR_NOT_READY)), None),
+    ]
