@@ -1,5 +1,8 @@
 """The `metrics` section of a baseline file: each metric's unit, direction and scope, its reference figures
-and limits (per scope label where it has `values`), checked field by field into a MetricBaseline."""
+and limits (per scope label where it has `values`), checked field by field into a MetricBaseline.
+
+A metric the bundled suites measure (metrics.CATALOG) takes its unit, direction and scope from the catalog:
+its entry may leave them out, and one that gives them must agree. A site's own metric gives all three."""
 
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ from pytest_gbvalidate.labels import parse_size_label
 from pytest_gbvalidate.metrics import CATALOG, DIRECTIONS, SCOPE_KINDS, UNITS
 
 _OVERRIDE_KEYS = {"status", "expected", "fail", "warn", "provenance", "params"}
-_KIND_KEYS = ("unit", "direction", "scope")
+_KIND_KEYS = ("unit", "direction", "scope")  # what the catalog fixes for its metrics
 _METRIC_KEYS = _OVERRIDE_KEYS | {*_KIND_KEYS, "values"}
 
 # The params the suites read (suites/, checks.py) and the values they can run with.
@@ -80,22 +83,25 @@ def metric(f: Fields, metrics_doc: _Mapping, name: str) -> MetricBaseline:
 
 
 def _kind(f: Fields, m: _Mapping, name: str, fp: str) -> tuple[str, str, str]:
-    """The metric's unit, direction and scope kind; for a metric of the catalog they must agree with it."""
-    for required in _KIND_KEYS:
-        if required not in m:
-            raise f.error(m, None, f"{fp}.{required}", "missing")
-    unit, direction, scope_kind = m["unit"], m["direction"], m["scope"]
+    """The metric's unit, direction and scope kind: the catalog's for a metric it has (the entry may restate
+    them, and must then agree), else the entry's own, all three required."""
+    spec = CATALOG.get(name)
+    known: dict[str, str] = {}
+    if spec is not None:
+        known = {"unit": spec.unit, "direction": spec.direction, "scope": spec.scope_kind}
+    for key in _KIND_KEYS:
+        if key not in m and key not in known:
+            raise f.error(m, None, f"{fp}.{key}", "missing (not a bundled metric: give its unit, direction and scope)")
+    unit, direction, scope_kind = (m.get(key, known.get(key)) for key in _KIND_KEYS)
     if not (isinstance(unit, str) and unit in UNITS):
         raise f.error(m, "unit", f"{fp}.unit", f"unknown unit {_shown(unit)} (known: {_names(UNITS)})")
     if direction not in DIRECTIONS:
         raise f.error(m, "direction", f"{fp}.direction", f"{_shown(direction)} is not one of {_names(DIRECTIONS)}")
     if scope_kind not in SCOPE_KINDS:
         raise f.error(m, "scope", f"{fp}.scope", f"{_shown(scope_kind)} is not one of {_names(SCOPE_KINDS)}")
-    spec = CATALOG.get(name)
-    if spec is not None:
-        for key, ours in (("unit", spec.unit), ("direction", spec.direction), ("scope", spec.scope_kind)):
-            if m[key] != ours:
-                raise f.error(m, key, f"{fp}.{key}", f"{m[key]!r} disagrees with the measured metric ({ours!r})")
+    for key, ours in known.items():
+        if key in m and m[key] != ours:
+            raise f.error(m, key, f"{fp}.{key}", f"{m[key]!r} disagrees with the measured metric ({ours!r})")
     return unit, direction, scope_kind
 
 
