@@ -1,7 +1,8 @@
 """The metrics the bundled suites measure: one place that says each metric's unit, direction and scope.
 
-A baseline entry for one of these must agree with it; a site's own suites may use other metric names and
-then say unit, direction and scope themselves (``gb_expect(..., spec=MetricSpec(...))``).
+A baseline entry for one of these takes its unit, direction and scope from here (one that restates them must
+agree); a site's own suites may use other metric names and then say unit, direction and scope themselves
+(``gb_expect(..., spec=MetricSpec(...))``, and in the baseline entry).
 """
 
 from __future__ import annotations

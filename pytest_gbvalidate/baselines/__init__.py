@@ -1,7 +1,9 @@
 """Per-SKU baselines: schema, loading, and the comparison that turns a measurement into a verdict.
 
 Pure Python (PyYAML only), no pytest: a CLI or a dashboard can reuse it. The model (model.py), reading a
-file (loading.py) against its schema (schema.py), verdicts (verdicts.py) and recording (recording.py).
+file (loading.py) against its schema (schema.py: the top level; schema_metrics.py: the metrics;
+schema_sections.py: pretrain, health and topology; fields.py: the field readers they share), verdicts
+(verdicts.py) and recording (recording.py).
 
 A baseline file looks like::
 
@@ -10,10 +12,7 @@ A baseline file looks like::
     description: Azure ND H100 v5 (8x H100 80GB)
     detect: {azure_vm_sizes: [Standard_ND96isr_H100_v5], gpu_name_contains: H100 80GB HBM3, gpu_count: 8}
     metrics:
-      h2d_bandwidth_gbps:
-        unit: GB/s
-        direction: higher          # higher or lower is better
-        scope: gpu                 # node | gpu | gpu_pair | node_pair | link | message_size | layout
+      h2d_bandwidth_gbps:          # in metrics.CATALOG, which gives its unit, direction and scope
         status: provisional        # measured (on a golden node) | provisional
         expected: 51
         fail: 48                   # absolute limit in the metric's unit, or "10%" of expected
@@ -23,6 +22,11 @@ A baseline file looks like::
         ...
         values:                    # per scope label; each entry overrides the metric-level fields
           8GiB: {expected: 478.87, provenance: ...}
+      site_fsck_s:                 # a site's own metric gives them (a catalog one may, and must agree)
+        unit: s
+        direction: lower           # higher or lower is better
+        scope: node                # node | gpu | gpu_pair | node_pair | link | message_size | layout
+        ...
     health:                        # optional: gates of the health suite (HealthBaseline)
       critical_xids: [48, 79]
       ecc_limits: {sram_uncorrectable: 0}

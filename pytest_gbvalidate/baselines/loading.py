@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import yaml
 
+from pytest_gbvalidate.baselines.fields import _Mapping
 from pytest_gbvalidate.baselines.model import Baseline, BaselineError, _shown, baseline_path, known_skus
-from pytest_gbvalidate.baselines.schema import _Mapping, _Parser
+from pytest_gbvalidate.baselines.schema import baseline_from
 
 # The most nodes the aliases (*name) of one baseline may stand for, counted as expanded: a value an alias
 # repeats counts every time, with everything inside it. A baseline uses a few aliases or none (cpu.yaml: 3
@@ -117,7 +118,7 @@ def parse_baseline(path: Path, data: bytes) -> Baseline:
         raise BaselineError(f"{path}:{line}:{column}: YAML does not allow the character {char}") from None
     except yaml.YAMLError as exc:
         raise BaselineError(f"{path}: YAML error: {' '.join(str(exc).split())}") from None
-    return _Parser(path).baseline(doc)
+    return baseline_from(path, doc)
 
 
 def load_all(directory: Path) -> list[Baseline]:

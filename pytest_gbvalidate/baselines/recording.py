@@ -19,7 +19,7 @@ from pytest_gbvalidate.baselines.model import (
     _is_number,
 )
 from pytest_gbvalidate.baselines.verdicts import INFO
-from pytest_gbvalidate.metrics import PER_LABEL_SCOPE_KINDS
+from pytest_gbvalidate.metrics import CATALOG, PER_LABEL_SCOPE_KINDS
 
 # Limits a recorded metric gets when no earlier baseline gave one: SuperBench's rule for its published
 # baselines fails 10% below the reference; warn halfway there.
@@ -45,13 +45,13 @@ def recorded_baseline(
         first = records[0]
         unit, direction, kind = first["unit"], first["direction"], first["scope_kind"]
         old = previous.metrics.get(name) if previous else None
-        entry: dict[str, Any] = {
-            "unit": unit,
-            "direction": direction,
-            "scope": kind,
-            "status": "measured",
-            "provenance": provenance,
-        }
+        entry: dict[str, Any] = {}
+        spec = CATALOG.get(name)
+        if spec is None or (spec.unit, spec.direction, spec.scope_kind) != (unit, direction, kind):
+            # The catalog says these for its metrics; a site's own metric says them here. (One measured against
+            # a spec that disagrees with the catalog keeps them, and the loader refuses the recording.)
+            entry.update(unit=unit, direction=direction, scope=kind)
+        entry.update(status="measured", provenance=provenance)
         if kind in PER_LABEL_SCOPE_KINDS:
             labels: dict[str, list[float]] = {}
             for r in records:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_gbvalidate import baselines as bl
+from pytest_gbvalidate.metrics import CATALOG
 from pytest_gbvalidate.settings import bundled_baselines
 from tests.helpers.runs import REPO
 
@@ -578,3 +579,177 @@ def test_the_gpu_sku_runs_the_azure_layout_and_has_no_step_time_to_compare_yet()
     ref = b.metrics["llama3_8b_step_time_s"].reference("native-bf16-mbs4-gbs128-tp1-pp2-cp1-dp2-ac-seq8192")
     assert ref is not None
     assert (ref.status, ref.has_reference) == ("provisional", False)
+
+
+# --- unit, direction and scope: the catalog's for the metrics it has -----------------------------------------
+
+BARE = """\
+schema_version: 1
+sku: TEST
+metrics:
+  h2d_bandwidth_gbps:
+    status: measured
+    expected: 50
+    fail: 10%
+    warn: 48
+    provenance: golden node
+  all_reduce_busbw_gbps:
+    status: provisional
+    fail: 10%
+    provenance: nccl-tests
+    values:
+      1GiB: {expected: 400}
+  llama3_tiny_step_time_s:
+    status: provisional
+    fail: 2.0
+    provenance: a guess
+  fsck_s:
+    unit: s
+    direction: lower
+    scope: node
+    status: provisional
+    fail: 60
+    provenance: a site's own check
+"""
+RESTATED = {
+    "  h2d_bandwidth_gbps:\n": "    unit: GB/s\n    direction: higher\n    scope: gpu\n",
+    "  all_reduce_busbw_gbps:\n": "    unit: GB/s\n    direction: higher\n    scope: message_size\n",
+    "  llama3_tiny_step_time_s:\n": "    unit: s\n    direction: lower\n    scope: layout\n",
+}
+
+
+def restated(text: str) -> str:
+    """`text` with each metric of RESTATED it has giving its unit, direction and scope."""
+    headers = [header for header in RESTATED if header in text]
+    assert headers
+    for header in headers:
+        text = text.replace(header, header + RESTATED[header], 1)
+    return text
+
+
+def test_a_catalog_metric_takes_unit_direction_and_scope_from_the_catalog(tmp_path: Path) -> None:
+    b = bl.load_baseline(write(tmp_path, BARE))
+    kinds = {
+        name: {(r.unit, r.direction, r.scope_kind) for r in (m.default, *m.values.values())}
+        for name, m in b.metrics.items()
+    }
+    assert kinds == {
+        "h2d_bandwidth_gbps": {("GB/s", "higher", "gpu")},
+        "all_reduce_busbw_gbps": {("GB/s", "higher", "message_size")},
+        "llama3_tiny_step_time_s": {("s", "lower", "layout")},
+        "fsck_s": {("s", "lower", "node")},
+    }
+    for name in RESTATED:
+        spec = CATALOG[name.strip().rstrip(":")]
+        assert kinds[spec.name] == {(spec.unit, spec.direction, spec.scope_kind)}
+    # The same model as an entry that restates them.
+    assert bl.load_baseline(write(tmp_path, restated(BARE))).metrics == b.metrics
+    ref = b.metrics["h2d_bandwidth_gbps"].reference("gpu0")
+    assert ref is not None and ref.fail_limit == pytest.approx(45.0)  # 10% below: higher is better
+    assert bl.compare(ref, 44.0, "gpu0").verdict == "fail"
+
+
+@pytest.mark.parametrize(
+    ("change", "expected_error"),
+    [
+        (
+            ("  h2d_bandwidth_gbps:\n", "  h2d_bandwidth_gbps:\n    unit: TB/s\n"),
+            ":5: metrics.h2d_bandwidth_gbps.unit: 'TB/s' disagrees with the measured metric ('GB/s')",
+        ),
+        (
+            ("  h2d_bandwidth_gbps:\n", "  h2d_bandwidth_gbps:\n    direction: lower\n"),
+            ":5: metrics.h2d_bandwidth_gbps.direction: 'lower' disagrees with the measured metric ('higher')",
+        ),
+        (
+            ("  all_reduce_busbw_gbps:\n", "  all_reduce_busbw_gbps:\n    scope: node\n"),
+            ":11: metrics.all_reduce_busbw_gbps.scope: 'node' disagrees with the measured metric ('message_size')",
+        ),
+        (  # checked before it is compared with the catalog
+            ("  h2d_bandwidth_gbps:\n", "  h2d_bandwidth_gbps:\n    unit: GiB/s\n"),
+            ":5: metrics.h2d_bandwidth_gbps.unit: unknown unit 'GiB/s' (known: ",
+        ),
+        (  # the catalog's scope, message sizes, holds the labels to sizes
+            ("      1GiB: {expected: 400}\n", "      1GB: {expected: 400}\n"),
+            ":15: metrics.all_reduce_busbw_gbps.values.1GB: is not a message size (8B, 1KiB, 128MiB, 8GiB)",
+        ),
+        (  # the catalog's direction, lower is better, orders the limits
+            ("    fail: 2.0\n", "    fail: 2.0\n    warn: 2.5\n"),
+            ":18: metrics.llama3_tiny_step_time_s.fail: 2 is below warn 2.5 (lower is better)",
+        ),
+    ],
+)
+def test_a_catalog_metric_that_restates_its_kind_must_agree(
+    tmp_path: Path, change: tuple[str, str], expected_error: str
+) -> None:
+    assert change[0] in BARE
+    path = write(tmp_path, BARE.replace(*change, 1))
+    with pytest.raises(bl.BaselineError) as excinfo:
+        bl.load_baseline(path)
+    message = str(excinfo.value)
+    assert message.startswith(f"{path}{expected_error}"), message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("field", ["unit", "direction", "scope"])
+def test_a_site_metric_without_its_unit_direction_or_scope_is_a_one_line_error(tmp_path: Path, field: str) -> None:
+    text = BARE.split("  fsck_s:\n")[1]
+    line = next(row for row in text.splitlines() if row.startswith(f"    {field}: "))
+    path = write(tmp_path, BARE.replace(f"{line}\n", "", 1))
+    with pytest.raises(bl.BaselineError) as excinfo:
+        bl.load_baseline(path)
+    assert str(excinfo.value) == (
+        f"{path}:21: metrics.fsck_s.{field}: missing (not a bundled metric: give its unit, direction and scope)"
+    )
+
+
+def test_a_recorded_catalog_metric_has_no_unit_direction_or_scope_and_loads_back_equal(tmp_path: Path) -> None:
+    def record(metric: str, scope: str, kind: str, unit: str, direction: str, value: float) -> dict[str, object]:
+        return {
+            "metric": metric,
+            "scope": scope,
+            "scope_kind": kind,
+            "unit": unit,
+            "direction": direction,
+            "value": value,
+        }
+
+    measurements = [
+        *(record("h2d_bandwidth_gbps", f"gpu{i}", "gpu", "GB/s", "higher", v) for i, v in enumerate([52.0, 54.0])),
+        *(record("all_reduce_busbw_gbps", s, "message_size", "GB/s", "higher", v) for s, v in [("1GiB", 410.0)]),
+        record("fsck_s", "node", "node", "s", "lower", 30.0),
+    ]
+    doc = bl.recorded_baseline("GOLDEN", None, measurements, "measured on node7")
+    for name in ("h2d_bandwidth_gbps", "all_reduce_busbw_gbps"):
+        assert not {"unit", "direction", "scope"} & set(doc["metrics"][name]), doc["metrics"][name]
+    assert {k: doc["metrics"]["fsck_s"][k] for k in ("unit", "direction", "scope")} == {
+        "unit": "s",
+        "direction": "lower",
+        "scope": "node",
+    }  # a site's own metric keeps them: nothing else says them
+    text = bl.dump_baseline(doc)
+    assert "unit: GB/s" not in text and "scope: gpu" not in text
+    path = tmp_path / "GOLDEN.yaml"
+    path.write_text(text)
+    loaded = bl.load_baseline(path)
+    h2d = loaded.metrics["h2d_bandwidth_gbps"].default
+    assert (h2d.unit, h2d.direction, h2d.scope_kind, h2d.expected) == ("GB/s", "higher", "gpu", 53.0)
+    sizes = loaded.metrics["all_reduce_busbw_gbps"].values["1GiB"]
+    assert (sizes.unit, sizes.direction, sizes.scope_kind, sizes.expected) == ("GB/s", "higher", "message_size", 410.0)
+    # Equal to the same recording with the triples written out, and recording again changes nothing.
+    (tmp_path / "full").mkdir()
+    full = tmp_path / "full" / "GOLDEN.yaml"
+    full.write_text(restated(text))
+    assert full.read_text().count("unit: GB/s") == 2
+    assert bl.load_baseline(full).metrics == loaded.metrics
+    assert bl.recorded_baseline("GOLDEN", loaded, measurements, "measured on node7") == doc
+
+
+def test_a_recording_measured_against_a_spec_the_catalog_disagrees_with_is_refused(tmp_path: Path) -> None:
+    # A check that passed its own spec for a catalog metric: the unit it measured in is written, and the loader
+    # refuses it (a recording never silently takes the catalog's unit for figures measured in another).
+    m = {"metric": "h2d_bandwidth_gbps", "scope": "gpu0", "scope_kind": "gpu", "unit": "TB/s", "direction": "higher"}
+    doc = bl.recorded_baseline("ODD", None, [{**m, "value": 0.05}], "measured")
+    assert doc["metrics"]["h2d_bandwidth_gbps"]["unit"] == "TB/s"
+    (tmp_path / "ODD.yaml").write_text(bl.dump_baseline(doc))
+    with pytest.raises(bl.BaselineError, match=r"h2d_bandwidth_gbps\.unit: 'TB/s' disagrees with the measured metric"):
+        bl.load_baseline(tmp_path / "ODD.yaml")

@@ -1,0 +1,227 @@
+"""The sections of a baseline file beside its metrics: `pretrain` (what the pretraining check runs),
+`health` (the gates of the health suite) and `topology` (the layout the topology suite expects), each
+checked field by field into its part of the model."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from pytest_gbvalidate.baselines.fields import Fields, _Mapping
+from pytest_gbvalidate.baselines.model import (
+    DEFAULT_LEARNING_RATE,
+    Detect,
+    HealthBaseline,
+    PretrainSpec,
+    TopologyBaseline,
+    _is_count,
+    _is_number,
+    _names,
+    _shown,
+)
+from pytest_gbvalidate.workloads.llama import parallel as llama_parallel
+from pytest_gbvalidate.workloads.llama.config import CONFIGS as LLAMA_CONFIGS
+
+_PRETRAIN_REQUIRED = {
+    "model",
+    "mbs",
+    "gbs",
+    "tp",
+    "pp",
+    "cp",
+    "dp",
+    "precision",
+    "engine",
+    "warmup_steps",
+    "timed_steps",
+    "provenance",
+}
+_PRETRAIN_KEYS = _PRETRAIN_REQUIRED | {
+    "seq_len",
+    "activation_checkpointing",
+    "compile",
+    "learning_rate",
+    "peak_tflops_per_gpu",
+    "peak_tflops_source",
+    "fp8_recipe",
+    "engine_python",
+}
+
+
+def pretrain(f: Fields, doc: _Mapping) -> PretrainSpec | None:
+    if "pretrain" not in doc:
+        return None
+    p = f.mapping(doc["pretrain"], doc, "pretrain", "pretrain", _PRETRAIN_KEYS)
+    missing = sorted(_PRETRAIN_REQUIRED - set(p))
+    if missing:
+        raise f.error(p, None, f"pretrain.{missing[0]}", "missing")
+    model = p["model"]
+    if not (isinstance(model, str) and model in LLAMA_CONFIGS):
+        raise f.error(p, "model", "pretrain.model", f"unknown model {_shown(model)} (known: {_names(LLAMA_CONFIGS)})")
+    counts = {}
+    for key in (*llama_parallel.SIZES, "seq_len", "warmup_steps", "timed_steps"):
+        value = p.get(key, LLAMA_CONFIGS[model].seq_len if key == "seq_len" else None)
+        least = 0 if key == "warmup_steps" else 1
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise f.error(p, key, f"pretrain.{key}", f"must be an integer >= {least}, got {_shown(value)}")
+        counts[key] = value
+    checkpointing = p.get("activation_checkpointing", "none")
+    if isinstance(checkpointing, bool):  # true: every block recomputed, as files before the modes had it
+        checkpointing = "full" if checkpointing else "none"
+    if checkpointing not in llama_parallel.CHECKPOINTING:
+        raise f.error(
+            p,
+            "activation_checkpointing",
+            "pretrain.activation_checkpointing",
+            f"must be one of {', '.join(llama_parallel.CHECKPOINTING)} (or true for full, false for none), "
+            f"got {_shown(checkpointing)}",
+        )
+    named = (
+        ("engine", llama_parallel.ENGINES),
+        ("precision", llama_parallel.PRECISIONS),
+        ("fp8_recipe", llama_parallel.FP8_RECIPES),  # optional: the first is the default
+    )
+    for key, known in named:
+        if p.get(key, known[0]) not in known:
+            raise f.error(p, key, f"pretrain.{key}", f"{_shown(p[key])} is not one of {', '.join(known)}")
+    layout = llama_parallel.Layout(
+        **{k: counts[k] for k in llama_parallel.SIZES},
+        precision=p["precision"],
+        engine=p["engine"],
+        activation_checkpointing=checkpointing,
+        fp8_recipe=p.get("fp8_recipe", llama_parallel.FP8_RECIPES[0]),
+    )
+    cfg = dataclasses.replace(LLAMA_CONFIGS[model], seq_len=counts["seq_len"])
+    broken = llama_parallel.problems(cfg, layout)
+    if broken:
+        key, message = broken[0]
+        raise f.error(p, key, f"pretrain.{key}", f"invalid layout for {model} at seq {cfg.seq_len}: {message}")
+    learning_rate = p.get("learning_rate", DEFAULT_LEARNING_RATE)
+    if not _is_number(learning_rate) or learning_rate <= 0:
+        raise f.error(p, "learning_rate", "pretrain.learning_rate", "must be a positive number")
+    peak = p.get("peak_tflops_per_gpu")
+    source = p.get("peak_tflops_source", "")
+    if peak is not None and (not _is_number(peak) or peak <= 0):
+        raise f.error(p, "peak_tflops_per_gpu", "pretrain.peak_tflops_per_gpu", "must be a positive number")
+    if not isinstance(source, str) or (peak is not None and not source.strip()):
+        raise f.error(p, "peak_tflops_source", "pretrain.peak_tflops_source", "must name where the peak comes from")
+    compile_blocks = p.get("compile", True)
+    if not isinstance(compile_blocks, bool):
+        raise f.error(p, "compile", "pretrain.compile", f"must be true or false, got {_shown(compile_blocks)}")
+    provenance = p["provenance"]
+    if not isinstance(provenance, str) or not provenance.strip():
+        raise f.error(p, "provenance", "pretrain.provenance", "must be a non-empty string naming the source")
+    engine_python = p.get("engine_python")
+    if engine_python is not None and not (
+        isinstance(engine_python, str) and engine_python.strip() and p["engine"] != "native"
+    ):
+        raise f.error(
+            p,
+            "engine_python",
+            "pretrain.engine_python",
+            "the command a NeMo engine's driver runs under (e.g. /opt/nemo/bin/python), for engine nemo or "
+            f"megatron_bridge only; got {_shown(engine_python)} with engine {p['engine']}",
+        )
+    return PretrainSpec(
+        model=model,
+        seq_len=counts["seq_len"],
+        layout=layout,
+        warmup_steps=counts["warmup_steps"],
+        timed_steps=counts["timed_steps"],
+        learning_rate=float(learning_rate),
+        peak_tflops_per_gpu=None if peak is None else float(peak),
+        peak_tflops_source=source,
+        provenance=provenance,
+        compile=compile_blocks,
+        engine_python=engine_python,
+    )
+
+
+# --- the health and topology sections ---------------------------------------------------------------------
+
+
+def health(f: Fields, doc: _Mapping) -> HealthBaseline | None:
+    if "health" not in doc:
+        return None
+    h = f.mapping(doc["health"], doc, "health", "health", _HEALTH_KEYS)
+    versions = {}
+    for key, example in (("min_driver_version", "570.133.20"), ("min_nccl_version", "2.9.9")):
+        version = versions[key] = h.get(key)
+        if version is not None and not (isinstance(version, str) and re.fullmatch(r"\d+(\.\d+)*", version)):
+            raise f.error(h, key, f"health.{key}", f"{_shown(version)}: quote it, e.g. '{example}'")
+    plugin = h.get("nccl_net_plugin")
+    if plugin is not None and not (isinstance(plugin, str) and plugin.strip()):
+        raise f.error(h, "nccl_net_plugin", "health.nccl_net_plugin", f"{_shown(plugin)}: a library file name")
+    xids = h.get("critical_xids")
+    if xids is not None:
+        if not (isinstance(xids, list) and xids and all(_is_count(x) and x > 0 for x in xids)):
+            raise f.error(h, "critical_xids", "health.critical_xids", "must be a non-empty list of Xid numbers")
+        if len(set(xids)) != len(xids):
+            raise f.error(h, "critical_xids", "health.critical_xids", "lists an Xid twice")
+    limits = {}
+    if "ecc_limits" in h:
+        e = f.mapping(h["ecc_limits"], h, "ecc_limits", "health.ecc_limits", _ECC_LIMIT_KEYS)
+        for key, value in e.items():
+            if not _is_count(value):
+                raise f.error(e, key, f"health.ecc_limits.{key}", f"{_shown(value)}: must be a count (0 or more)")
+            limits[key] = int(value)
+    return HealthBaseline(
+        provenance=f.provenance(h, "health"),
+        min_driver_version=versions["min_driver_version"],
+        min_nccl_version=versions["min_nccl_version"],
+        nccl_net_plugin=plugin,
+        nvlinks_per_gpu=f.positive_int(h, "nvlinks_per_gpu", "health"),
+        critical_xids=None if xids is None else tuple(xids),
+        ecc_limits=limits,
+    )
+
+
+def topology(f: Fields, doc: _Mapping, detect: Detect) -> TopologyBaseline | None:
+    if "topology" not in doc:
+        return None
+    t = f.mapping(doc["topology"], doc, "topology", "topology", _TOPOLOGY_KEYS)
+    nodes = t.get("gpu_numa_nodes")
+    if nodes is not None:
+        if not (isinstance(nodes, list) and nodes and all(_is_count(n) for n in nodes)):
+            raise f.error(
+                t, "gpu_numa_nodes", "topology.gpu_numa_nodes", "must be a list of NUMA node numbers, one per GPU"
+            )
+        if detect.gpu_count is not None and len(nodes) != detect.gpu_count:
+            raise f.error(
+                t,
+                "gpu_numa_nodes",
+                "topology.gpu_numa_nodes",
+                f"names {len(nodes)} GPUs but detect.gpu_count is {detect.gpu_count}",
+            )
+    nic = t.get("nic_on_gpu_numa_node")
+    if nic is not None and not isinstance(nic, bool):
+        raise f.error(t, "nic_on_gpu_numa_node", "topology.nic_on_gpu_numa_node", "must be true or false")
+    rate = t.get("ib_rate_gbps")
+    if rate is not None and not (_is_number(rate) and rate > 0):
+        raise f.error(t, "ib_rate_gbps", "topology.ib_rate_gbps", f"{_shown(rate)}: must be a rate in Gb/s")
+    return TopologyBaseline(
+        provenance=f.provenance(t, "topology"),
+        gpu_numa_nodes=None if nodes is None else tuple(nodes),
+        gpus_per_numa_node=f.positive_int(t, "gpus_per_numa_node", "topology"),
+        nic_on_gpu_numa_node=nic,
+        ib_rate_gbps=None if rate is None else float(rate),
+    )
+
+
+_HEALTH_KEYS = {
+    *("provenance", "min_driver_version", "min_nccl_version", "nccl_net_plugin"),
+    *("nvlinks_per_gpu", "critical_xids", "ecc_limits"),
+}
+_TOPOLOGY_KEYS = {"provenance", "gpu_numa_nodes", "gpus_per_numa_node", "nic_on_gpu_numa_node", "ib_rate_gbps"}
+# Per-GPU ceilings on memory error counters (nvml.ecc_counts; volatile and aggregate counts are both held to
+# them) and on row remapping / page retirement states (pending and failed count as 1).
+_ECC_LIMIT_KEYS = {
+    "sram_uncorrectable",
+    "sram_correctable",
+    "dram_uncorrectable",
+    "dram_correctable",
+    "row_remaps_pending",
+    "row_remap_failures",
+    "retired_pages",
+    "retired_pages_pending",
+}
