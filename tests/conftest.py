@@ -16,6 +16,7 @@ import yaml  # noqa: F401
 import pytest_gbvalidate.baselines  # noqa: F401
 from tests.helpers.fakenode import point_detection_at, write_detection_sysfs
 from tests.helpers.fakenvml import install
+from tests.helpers.reports import schema_problems
 
 # Variables of the host's environment that change what the plugin does: NCCL_* are reported and passed to the
 # ranks; CUDA_* pick and number the GPUs; torchrun's and Slurm's make the plugin join their world instead of
@@ -40,6 +41,10 @@ WARNING_FILTERS = (
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "broken_reports: the test writes JSON reports that do not fit the schema on purpose (a reader's input)",
+    )
     for line in WARNING_FILTERS:  # in order: a later filter wins
         config.addinivalue_line("filterwarnings", line)
     share_the_cores_between_workers()
@@ -72,6 +77,21 @@ def environment_of_no_particular_host() -> Iterator[None]:
             if name in _HOST_VARIABLES or name.startswith(_HOST_PREFIXES):
                 mp.delenv(name)
         yield
+
+
+@pytest.fixture(autouse=True)
+def reports_fit_their_schema(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every JSON run report a test makes (in its tmp_path or pytester directory) fits the strict schema of the
+    report's records: a field written outside them, or of another type, fails the test that wrote it. A test that
+    writes broken reports on purpose, as a reader's input, is marked `broken_reports`."""
+    yield
+    if request.node.get_closest_marker("broken_reports") is not None:
+        return
+    made = request.node.funcargs  # every fixture the test used, by name
+    directories = [made["tmp_path"]] if "tmp_path" in made else []
+    directories += [made["pytester"].path] if "pytester" in made else []
+    problems = [problem for directory in dict.fromkeys(directories) for problem in schema_problems(directory)]
+    assert not problems, "reports that do not fit the schema:\n" + "\n".join(problems)
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gbvalidate.settings import SettingError, Sources, bundled_baselines, resolve
+from pytest_gbvalidate.settings import TABLE, SettingError, Sources, bundled_baselines, resolve
+from tests.helpers.runs import REPO
 
 
 def sources(
@@ -252,3 +253,14 @@ def test_a_sku_name_with_look_alike_or_invisible_characters_is_refused_and_shown
         assert str(info.value) == (
             f"--gb-sku on the command line: {shown}: a SKU name is ASCII letters, digits, '_', '-' and '.' (or 'auto')"
         )
+
+
+def test_the_settings_page_lists_every_setting_of_the_table_as_it_is_given() -> None:
+    """docs/settings.md's table, between its markers, has a row per setting of settings.TABLE, in its order, with its
+    option, environment variable and ini key (`-` where a command-line-only setting has none)."""
+    page = (REPO / "docs" / "settings.md").read_text()
+    table = page.split("<!-- settings-table:start -->")[1].split("<!-- settings-table:end -->")[0]
+    rows = [[cell.strip().strip("`") for cell in line.strip().strip("|").split("|")] for line in table.splitlines()]
+    rows = [row for row in rows if len(row) > 3 and row[0] not in ("name", "---")]
+    documented = [(row[0], row[1].split()[0], row[2], row[3]) for row in rows]
+    assert documented == [(s.name, s.option, s.env or "-", s.ini or "-") for s in TABLE]
