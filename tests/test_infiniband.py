@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gbvalidate import reference_tools as tools
+from pytest_gbvalidate.reference_tools import perftest, runner
 from tests.fakenode import nd_gb200_v6
 from tests.test_plugin import SUITES
 from tests.test_reference_tools import IB_WRITE_BW_JSON
@@ -32,11 +32,11 @@ REPORT = """\
 
 def test_parse_ib_write_bw_reads_the_average_in_gigabytes() -> None:
     text = REPORT.format(device="mlx5_0", size=1048576, peak="392.10", avg="390.40")
-    assert tools.parse_ib_write_bw(text) == pytest.approx(48.8)
-    with pytest.raises(tools.ToolError, match="not Gb/sec"):
-        tools.parse_ib_write_bw(text.replace("[Gb/sec]", "[MB/sec]"))
-    with pytest.raises(tools.ToolError, match="no result row"):
-        tools.parse_ib_write_bw(text.split(" 1048576")[0])
+    assert perftest.parse_ib_write_bw(text) == pytest.approx(48.8)
+    with pytest.raises(runner.ToolError, match="not Gb/sec"):
+        perftest.parse_ib_write_bw(text.replace("[Gb/sec]", "[MB/sec]"))
+    with pytest.raises(runner.ToolError, match="no result row"):
+        perftest.parse_ib_write_bw(text.split(" 1048576")[0])
 
 
 def stand_in(bin_dir: Path, version: str = "6.17") -> None:
@@ -156,5 +156,5 @@ def test_a_port_that_cannot_be_measured_fails_beside_ports_without_a_figure(
 
 def test_a_server_side_that_dies_is_named_with_its_error() -> None:
     server = ["sh", "-c", "echo 'Couldn''t listen to port 18515' >&2; exit 3"]
-    with pytest.raises(tools.ToolError, match="the server side exited with code 3: Couldnt listen to port 18515"):
-        tools.run_loopback(server, ["sh", "-c", "exit 1"], env={}, timeout_s=5)
+    with pytest.raises(runner.ToolError, match="the server side exited with code 3: Couldnt listen to port 18515"):
+        perftest.run_loopback(server, ["sh", "-c", "exit 1"], env={}, timeout_s=5)

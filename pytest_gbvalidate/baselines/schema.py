@@ -66,7 +66,7 @@ _PRETRAIN_KEYS = _PRETRAIN_REQUIRED | {
 }
 
 
-# The params the suites read (suites/, checks.py) and the values they can run with.
+# The params the suites read (suites/, sweeps.py) and the values they can run with.
 _PARAM_BOUNDS: dict[str, tuple[float, float]] = {
     "iterations": (1, 10_000),
     "warmup": (0, 10_000),
