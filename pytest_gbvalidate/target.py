@@ -1,5 +1,6 @@
 """The target of a run: the SKU it checks and that SKU's baseline, resolved from the settings or detected, and
-what the baseline says the node has (GPUs, ranks, parameters, gated sizes)."""
+what the baseline says the node has (GPUs, ranks, parameters, gated sizes); what that asks of the ranks a check
+runs on (`require_ranks`) and what each of them is called in a report (`rank_labels`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pytest_gbvalidate.settings import AUTO, Settings
 
 if TYPE_CHECKING:
     from pytest_gbvalidate import baselines as bl
+    from pytest_gbvalidate.ranks.gang import Gang
     from pytest_gbvalidate.sku import Detection
 
 CPU_RANKS = 2  # ranks of a gang on a CPU-only SKU: enough for every collective and PP=2, cheap on 2 cores
@@ -71,6 +73,32 @@ class Target:
         """The scope labels the baseline gives values for (the sizes a sweep is gated at)."""
         metric_baseline = None if self.baseline is None else self.baseline.metrics.get(metric)
         return [] if metric_baseline is None else list(metric_baseline.values)
+
+
+def require_ranks(target: Target, world_size: int, minimum: int, what: str) -> None:
+    """Skip a check that needs `minimum` ranks when the node has fewer GPUs (a 1-GPU SKU); fail it when the SKU
+    promises enough GPUs and the gang still has fewer ranks."""
+    if world_size >= minimum:
+        return
+    promised = target.gpu_count
+    if promised is not None and promised >= minimum:
+        pytest.fail(
+            f"{what} needs at least {minimum} ranks: {target.sku} promises {promised} GPUs per node, but the gang "
+            f"has {world_size} rank(s)",
+            pytrace=False,
+        )
+    pytest.skip(f"{what} needs at least {minimum} ranks; this run's gang has {world_size}")
+
+
+def rank_labels(target: Target, gang: Gang) -> list[str]:
+    """What each rank of the gang is, for a check that runs on all of them at once: `gpu3` (`node1/gpu3` across
+    nodes) on a GPU SKU, `rank1` on the CPU."""
+    if not target.is_gpu:
+        return [f"rank{r}" for r in range(gang.world_size)]
+    if len(gang.hosts) == 1:
+        return [f"gpu{r}" for r in range(gang.world_size)]
+    per_node = gang.world_size // len(gang.hosts)
+    return [f"node{r // per_node}/gpu{r % per_node}" for r in range(gang.world_size)]
 
 
 @dataclass(frozen=True)

@@ -14,21 +14,21 @@ from __future__ import annotations
 import pytest
 
 from pytest_gbvalidate.bench import pairwise
-from pytest_gbvalidate.bench.collectives import MIN_RANKS, PLACEMENTS, SizeRow, summarize, sweep_on_rank
-from pytest_gbvalidate.checks import WARMUP, expect_sweep, require_ranks, sweep_plan
+from pytest_gbvalidate.bench.collectives import COLLECTIVES, MIN_RANKS, SizeRow, summarize, sweep_on_rank
 from pytest_gbvalidate.expect import Expect
 from pytest_gbvalidate.labels import size_label
 from pytest_gbvalidate.ranks.gang import Gang, WorldGang
-from pytest_gbvalidate.target import Target
+from pytest_gbvalidate.sweeps import WARMUP, expect_sweep, sweep_plan
+from pytest_gbvalidate.target import Target, require_ranks
 
 # The message size of the pairwise check when the baseline's params give none: the size GPU collectives are
-# quoted at (checks.DEFAULT_GATES), and the CPU sweep's largest gated size.
+# quoted at (sweeps.DEFAULT_GATES), and the CPU sweep's largest gated size.
 PAIRWISE_BYTES = {"gpu": 2**30, "cpu": 2**20}
 PAIRWISE_ITERATIONS = 10
 
 
 def check_collective(collective: str, placement: str, target: Target, gang: Gang, gb_expect: Expect) -> None:
-    metric = f"{collective}_busbw_gbps"
+    metric = COLLECTIVES[collective].metric
     require_ranks(target, gang.world_size, MIN_RANKS, f"{collective} {placement}")
     plan = sweep_plan(target, metric)
     per_rank = gang.run(sweep_on_rank, collective, placement, plan.sizes, plan.warmup, plan.iterations)
@@ -47,27 +47,27 @@ def wrong_data_message(collective: str, placement: str, rows: list[SizeRow]) -> 
     return f"{collective} {placement} returned wrong data at {len(bad)} of {len(rows)} sizes: " + "; ".join(bad)
 
 
-@pytest.mark.parametrize("placement", PLACEMENTS["all_reduce"])
+@pytest.mark.parametrize("placement", COLLECTIVES["all_reduce"].placements)
 def test_all_reduce_busbw(placement: str, gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
     check_collective("all_reduce", placement, gb_target, gb_gang, gb_expect)
 
 
-@pytest.mark.parametrize("placement", PLACEMENTS["all_gather"])
+@pytest.mark.parametrize("placement", COLLECTIVES["all_gather"].placements)
 def test_all_gather_busbw(placement: str, gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
     check_collective("all_gather", placement, gb_target, gb_gang, gb_expect)
 
 
-@pytest.mark.parametrize("placement", PLACEMENTS["reduce_scatter"])
+@pytest.mark.parametrize("placement", COLLECTIVES["reduce_scatter"].placements)
 def test_reduce_scatter_busbw(placement: str, gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
     check_collective("reduce_scatter", placement, gb_target, gb_gang, gb_expect)
 
 
-@pytest.mark.parametrize("placement", PLACEMENTS["alltoall"])
+@pytest.mark.parametrize("placement", COLLECTIVES["alltoall"].placements)
 def test_alltoall_busbw(placement: str, gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
     check_collective("alltoall", placement, gb_target, gb_gang, gb_expect)
 
 
-@pytest.mark.parametrize("placement", PLACEMENTS["broadcast"])
+@pytest.mark.parametrize("placement", COLLECTIVES["broadcast"].placements)
 def test_broadcast_busbw(placement: str, gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
     check_collective("broadcast", placement, gb_target, gb_gang, gb_expect)
 

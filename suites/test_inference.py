@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_gbvalidate.checks import rank_labels
 from pytest_gbvalidate.expect import Expect
 from pytest_gbvalidate.ranks.gang import Gang
-from pytest_gbvalidate.target import Target
+from pytest_gbvalidate.target import Target, rank_labels
 from pytest_gbvalidate.workloads.llama.generate import InferenceRequest, inference_on_rank
 
 METRIC = "inference_tokens_per_s"

@@ -5,9 +5,8 @@ bit-identical across them and between two passes, and within tolerance of a CPU 
 from __future__ import annotations
 
 from pytest_gbvalidate.bench import sdc
-from pytest_gbvalidate.checks import rank_labels
 from pytest_gbvalidate.ranks.gang import Gang
-from pytest_gbvalidate.target import Target
+from pytest_gbvalidate.target import Target, rank_labels
 
 # GEMM shape (m, n, k): on a GPU, enough output tiles to occupy every SM of the largest GPUs; on the CPU, small.
 SHAPE = {"gpu": (4096, 4096, 1024), "cpu": (256, 256, 256)}

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gbvalidate import reference_tools as tools
 from pytest_gbvalidate.bench import storage
 from pytest_gbvalidate.expect import Expect
+from pytest_gbvalidate.reference_tools import fio, runner
 from pytest_gbvalidate.target import ReferenceTools, Target
 
 # Larger than a GPU node's page cache is not asked of a default: direct I/O keeps the cache out of the figure.
@@ -62,7 +62,7 @@ def test_fio_scratch_throughput(
     metrics, `details.tool: fio`, against the same baseline."""
     if not gb_reference_tools.enabled:
         pytest.skip(gb_reference_tools.reason)
-    binary = tools.find(tools.FIO)
+    binary = runner.find(fio.FIO)
     if binary is None:
         pytest.skip("fio is not on PATH")
     size = _size(gb_target, "scratch_write_gbps", SEQUENTIAL_BYTES)
@@ -71,10 +71,10 @@ def test_fio_scratch_throughput(
         with storage.work_dir(gb_scratch) as directory:
             direct = storage.direct_io_supported(directory)
             for metric, rw in (("scratch_write_gbps", "write"), ("scratch_read_gbps", "read")):
-                command = tools.fio_command(binary, str(directory / "fio.bin"), size_bytes=size, rw=rw, direct=direct)
-                text = tools.run(command, env={}, timeout_s=gb_reference_tools.timeout_s)
-                details = {"tool": tools.FIO, "directory": str(gb_scratch), "size_bytes": size, "direct_io": direct}
-                measured.append((metric, "node", tools.parse_fio(text, rw), details))
-    except (storage.StorageError, tools.ToolError) as exc:
+                command = fio.fio_command(binary, str(directory / "fio.bin"), size_bytes=size, rw=rw, direct=direct)
+                text = runner.run(command, env={}, timeout_s=gb_reference_tools.timeout_s)
+                details = {"tool": fio.FIO, "directory": str(gb_scratch), "size_bytes": size, "direct_io": direct}
+                measured.append((metric, "node", fio.parse_fio(text, rw), details))
+    except (storage.StorageError, runner.ToolError) as exc:
         pytest.fail(f"scratch {gb_scratch}: {exc}", pytrace=False)
     gb_expect.each(measured)

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gbvalidate import reference_tools as tools
 from pytest_gbvalidate.expect import Expect
 from pytest_gbvalidate.node.topology import Nic, NumaMap, format_cpulist
 from pytest_gbvalidate.probes import Expected, Gpu, NodeGpus
+from pytest_gbvalidate.reference_tools import perftest, runner
 from pytest_gbvalidate.target import ReferenceTools, Target
 
 IB_WRITE_METRIC = "ib_write_bandwidth_gbps"
@@ -91,31 +91,31 @@ def test_infiniband_write_bandwidth(
     server and a client on this host) when it is on PATH, gated per port (`mlx5_0:1`). With the metric's
     `params.use_cuda`, GPU memory through GPUDirect RDMA: the GPU on the HCA's NUMA node. The client's figure, from
     its JSON file where this perftest writes one (6.19 on), its table otherwise."""
-    binary = tools.find(tools.IB_WRITE_BW)
+    binary = runner.find(perftest.IB_WRITE_BW)
     if binary is None:
-        pytest.skip(f"{tools.IB_WRITE_BW} (perftest) is not on PATH")
+        pytest.skip(f"{perftest.IB_WRITE_BW} (perftest) is not on PATH")
     ports = [(n, p) for n in numa_map.nics for p in n.ports if p.link_layer == "InfiniBand" and p.state == "ACTIVE"]
     if not ports:
         pytest.skip("no active InfiniBand port on this node")
     params = gb_target.params(IB_WRITE_METRIC)
     size, iterations = int(params.get("size_bytes", IB_WRITE_BYTES)), int(params.get("iterations", IB_WRITE_ITERATIONS))
     timeout_s = gb_reference_tools.timeout_s
-    as_json = tools.perftest_writes_json(binary, env={}, timeout_s=timeout_s)
+    as_json = perftest.perftest_writes_json(binary, env={}, timeout_s=timeout_s)
     measured, problems = [], []
     for nic, port in ports:
         cuda = _gpu_near(numa_map, nic) if params.get("use_cuda") else None
-        server = tools.ib_write_bw_command(
+        server = perftest.ib_write_bw_command(
             binary, nic.name, port.port, size_bytes=size, iterations=iterations, cuda_device=cuda
         )
         json_file = tmp_path / f"{nic.name}-{port.port}.json"
-        client = [*server, *(tools.ib_write_bw_json_options(json_file) if as_json else []), "localhost"]
+        client = [*server, *(perftest.ib_write_bw_json_options(json_file) if as_json else []), "localhost"]
         try:
-            text = tools.run_loopback(server, client, env={}, timeout_s=timeout_s)
+            text = perftest.run_loopback(server, client, env={}, timeout_s=timeout_s)
             if as_json:
-                value = tools.parse_ib_write_bw_json(tools.read_json_file(binary, json_file))
+                value = perftest.parse_ib_write_bw_json(runner.read_json_file(binary, json_file))
             else:
-                value = tools.parse_ib_write_bw(text)
-        except tools.ToolError as exc:
+                value = perftest.parse_ib_write_bw(text)
+        except runner.ToolError as exc:
             problems.append(f"{nic.name} port {port.port}: {exc}")
             continue
         details = {"tool": "perftest ib_write_bw", "size_bytes": size, "cuda_device": cuda, "rate_gbps": port.rate_gbps}

@@ -30,7 +30,7 @@ _OVERRIDE_KEYS = {"status", "expected", "fail", "warn", "provenance", "params"}
 _KIND_KEYS = ("unit", "direction", "scope")  # what the catalog fixes for its metrics
 _METRIC_KEYS = _OVERRIDE_KEYS | {*_KIND_KEYS, "values"}
 
-# The params the suites read (suites/, checks.py) and the values they can run with.
+# The params the suites read (suites/, sweeps.py) and the values they can run with.
 _PARAM_BOUNDS: dict[str, tuple[float, float]] = {
     "iterations": (1, 10_000),
     "warmup": (0, 10_000),

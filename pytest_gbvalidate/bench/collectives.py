@@ -18,6 +18,10 @@
 - A collective needs at least two ranks: with one, all_reduce's busbw is 0 by definition and broadcast times
   a no-op.
 
+Each collective is described once, in COLLECTIVES, as nccl-tests keeps one `testColl` per collective: its busbw
+factor, its buffers, its forms (in place, out of place), the call, and what a correct run leaves; the code that
+measures and checks a size looks it up there.
+
 `sweep_on_rank` runs on every rank of a gang (SPMD); `summarize` turns the ranks' results into one row per size.
 """
 
@@ -41,19 +45,10 @@ from pytest_gbvalidate.ranks.gang import RankContext
 BACK_TO_BACK_BELOW_BYTES = 2**20
 BACK_TO_BACK_CALLS = 10
 
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast")
 IN_PLACE, OUT_OF_PLACE = "in_place", "out_of_place"
-# torch.distributed's all_reduce and broadcast only work in place, and all_to_all_single has no in-place form.
-PLACEMENTS = {
-    "all_reduce": (IN_PLACE,),
-    "all_gather": (IN_PLACE, OUT_OF_PLACE),
-    "reduce_scatter": (IN_PLACE, OUT_OF_PLACE),
-    "alltoall": (OUT_OF_PLACE,),
-    "broadcast": (IN_PLACE,),
-}
 DTYPE, DTYPE_NAME, ELEMENT_BYTES = torch.float32, "float", 4
-_SPLIT = frozenset({"all_gather", "reduce_scatter", "alltoall"})  # element count divisible by the ranks
 _PERIOD, _RANK_MOD, _SENTINEL = 251, 7, -1.0  # input element j of rank r holds (j % 251) + (r % 7), exact in fp32
+_ROOT = 0  # broadcast's root, as nccl-tests' default (-r 0)
 MIN_RANKS = 2
 _CHUNK = 2**24  # elements filled and checked at a time, so checking a 16 GiB buffer needs no second 16 GiB
 # Temporaries per element of a chunk while filling or checking: the int64 index, up to four int64 intermediates
@@ -61,15 +56,101 @@ _CHUNK = 2**24  # elements filled and checked at a time, so checking a 16 GiB bu
 _CHECK_BYTES_PER_ELEMENT = 48
 
 
+@dataclass(frozen=True)
+class Collective:
+    """What measuring and checking one collective needs, as nccl-tests keeps it in one `testColl`. `count` is the
+    elements of the full buffer (S / 4), `chunk` one rank's part of it: count / n where the collective cuts the
+    buffer into one part per rank (`split`), else the whole count."""
+
+    name: str
+    busbw_factor: Callable[[int], float]  # busbw / algbw with n ranks (nccl-tests' getBw)
+    split: bool  # one part per rank: the count is rounded down to a multiple of the ranks
+    placements: tuple[str, ...]  # the forms torch.distributed has (IN_PLACE, OUT_OF_PLACE)
+    # (count, chunk) -> elements of the input and of the output buffer (nccl-tests' getCollByteCount). In place,
+    # the smaller is this rank's part of the larger (nccl-tests' in-place offsets), or both are one buffer.
+    buffer_elements: Callable[[int, int], tuple[int, int]]
+    call: Callable[[torch.Tensor, torch.Tensor], object]  # (input, output): the collective, once
+    # (indices into the output, rank, n, chunk) -> what a correct run leaves there, as int64, given the inputs
+    # `_Case.fill` writes: element j of rank r's input is (j % 251) + (r % 7).
+    expected: Callable[[torch.Tensor, int, int, int], torch.Tensor]
+    root: int | None = None  # the one rank whose input the others receive; None: every rank sends its own
+
+    @property
+    def metric(self) -> str:
+        return f"{self.name}_busbw_gbps"
+
+
+def _rank_sum(n: int) -> int:
+    """The sum of the (rank % 7) terms over all ranks: what a reduction adds on top of n x (j % 251)."""
+    return sum(q % _RANK_MOD for q in range(n))
+
+
+# torch.distributed's all_reduce and broadcast only work in place, and all_to_all_single has no in-place form.
+# The calls look torch.distributed's functions up when they run, as the fault tests replace them.
+COLLECTIVES: dict[str, Collective] = {
+    c.name: c
+    for c in (
+        Collective(
+            "all_reduce",
+            busbw_factor=lambda n: 2.0 * (n - 1) / n,
+            split=False,
+            placements=(IN_PLACE,),
+            buffer_elements=lambda count, chunk: (count, count),
+            call=lambda inp, out: dist.all_reduce(inp),
+            expected=lambda idx, rank, n, chunk: n * (idx % _PERIOD) + _rank_sum(n),
+        ),
+        Collective(
+            "all_gather",
+            busbw_factor=lambda n: (n - 1) / n,
+            split=True,
+            placements=(IN_PLACE, OUT_OF_PLACE),
+            buffer_elements=lambda count, chunk: (chunk, count),
+            call=lambda inp, out: _all_gather_single(out, inp),
+            # part q of the output is rank q's input
+            expected=lambda idx, rank, n, chunk: idx % chunk % _PERIOD + idx // chunk % _RANK_MOD,
+        ),
+        Collective(
+            "reduce_scatter",
+            busbw_factor=lambda n: (n - 1) / n,
+            split=True,
+            placements=(IN_PLACE, OUT_OF_PLACE),
+            buffer_elements=lambda count, chunk: (count, chunk),
+            call=lambda inp, out: _reduce_scatter_single(out, inp),
+            expected=lambda idx, rank, n, chunk: n * ((rank * chunk + idx) % _PERIOD) + _rank_sum(n),
+        ),
+        Collective(
+            "alltoall",
+            busbw_factor=lambda n: (n - 1) / n,
+            split=True,
+            placements=(OUT_OF_PLACE,),
+            buffer_elements=lambda count, chunk: (count, count),
+            call=lambda inp, out: dist.all_to_all_single(out, inp),
+            # part q of the output is part `rank` of rank q's input
+            expected=lambda idx, rank, n, chunk: (rank * chunk + idx % chunk) % _PERIOD + idx // chunk % _RANK_MOD,
+        ),
+        Collective(
+            "broadcast",
+            busbw_factor=lambda n: 1.0,
+            split=False,
+            placements=(IN_PLACE,),
+            buffer_elements=lambda count, chunk: (count, count),
+            call=lambda inp, out: dist.broadcast(inp, src=_ROOT),
+            expected=lambda idx, rank, n, chunk: idx % _PERIOD + _ROOT % _RANK_MOD,  # the root's input
+            root=_ROOT,
+        ),
+    )
+}
+
+
+def _collective(name: str) -> Collective:
+    try:
+        return COLLECTIVES[name]
+    except KeyError:
+        raise ValueError(f"unknown collective {name!r} (known: {', '.join(COLLECTIVES)})") from None
+
+
 def busbw_factor(collective: str, world_size: int) -> float:
-    n = world_size
-    if collective == "all_reduce":
-        return 2.0 * (n - 1) / n
-    if collective in _SPLIT:
-        return (n - 1) / n
-    if collective == "broadcast":
-        return 1.0
-    raise ValueError(f"unknown collective {collective!r} (known: {', '.join(COLLECTIVES)})")
+    return _collective(collective).busbw_factor(world_size)
 
 
 def algbw_gbps(size_bytes: int, seconds: float) -> float:
@@ -78,13 +159,9 @@ def algbw_gbps(size_bytes: int, seconds: float) -> float:
 
 def bytes_needed(collective: str, placement: str, count: int, world_size: int) -> int:
     """Memory one rank needs for a size: its buffers (`_Case`) and the data check's temporaries."""
-    chunk = count // world_size if collective in _SPLIT else count
-    if collective in ("all_reduce", "broadcast"):
-        elements = count
-    elif collective in ("all_gather", "reduce_scatter"):
-        elements = count if placement == IN_PLACE else count + chunk
-    else:  # alltoall
-        elements = 2 * count
+    spec = _collective(collective)
+    sides = spec.buffer_elements(count, _chunk(spec, count, world_size))
+    elements = max(sides) if placement == IN_PLACE else sum(sides)  # in place, the smaller is part of the larger
     return elements * ELEMENT_BYTES + min(count, _CHUNK) * _CHECK_BYTES_PER_ELEMENT
 
 
@@ -92,7 +169,12 @@ def element_count(collective: str, size_bytes: int, world_size: int) -> int:
     """Elements of the full buffer for a nominal size; split collectives round down to a multiple of the ranks,
     as nccl-tests does. 0 means the size is too small to measure with this many ranks."""
     count = size_bytes // ELEMENT_BYTES
-    return count - count % world_size if collective in _SPLIT else count
+    return count - count % world_size if _collective(collective).split else count
+
+
+def _chunk(spec: Collective, count: int, world_size: int) -> int:
+    """One rank's part of the full buffer."""
+    return count // world_size if spec.split else count
 
 
 @dataclass(frozen=True)
@@ -156,8 +238,9 @@ def sweep_on_rank(
 ) -> list[RankSizeResult]:
     """Time `collective` at each size on this rank, then check one run on known data. Runs on every rank. A size
     that does not fit in the memory free on every rank is not run (`not_run` says why)."""
-    if placement not in PLACEMENTS[collective]:
-        raise ValueError(f"{collective} has no {placement} form here (has: {', '.join(PLACEMENTS[collective])})")
+    placements = _collective(collective).placements
+    if placement not in placements:
+        raise ValueError(f"{collective} has no {placement} form here (has: {', '.join(placements)})")
     if ctx.world_size < MIN_RANKS:
         raise ValueError(f"a collective needs at least {MIN_RANKS} ranks, this gang has {ctx.world_size}")
     results = []
@@ -239,62 +322,37 @@ class _Case:
 
     def __init__(self, ctx: RankContext, collective: str, placement: str, count: int) -> None:
         self.rank, self.n = ctx.rank, ctx.world_size
-        self.collective, self.in_place = collective, placement == IN_PLACE
-        self.chunk = count // self.n if collective in _SPLIT else count
+        self.spec = _collective(collective)  # the table's entry: no reference back to this case
+        self.chunk = _chunk(self.spec, count, self.n)
+        input_elements, output_elements = self.spec.buffer_elements(count, self.chunk)
         device = ctx.device
-        if collective in ("all_reduce", "broadcast"):
-            self.input = self.output = torch.empty(count, dtype=DTYPE, device=device)
-        elif collective == "all_gather":
-            self.output = torch.empty(count, dtype=DTYPE, device=device)
-            own = self.output[self.rank * self.chunk : (self.rank + 1) * self.chunk]
-            self.input = own if self.in_place else torch.empty(self.chunk, dtype=DTYPE, device=device)
-        elif collective == "reduce_scatter":
-            self.input = torch.empty(count, dtype=DTYPE, device=device)
-            own = self.input[self.rank * self.chunk : (self.rank + 1) * self.chunk]
-            self.output = own if self.in_place else torch.empty(self.chunk, dtype=DTYPE, device=device)
-        else:  # alltoall
-            self.input = torch.empty(count, dtype=DTYPE, device=device)
-            self.output = torch.empty(count, dtype=DTYPE, device=device)
+        if placement == IN_PLACE:
+            # One buffer: the smaller side is this rank's part of the larger (all_gather sends its own part of
+            # what it receives, reduce_scatter receives into its own part of what it sends), or all of it.
+            whole = torch.empty(max(input_elements, output_elements), dtype=DTYPE, device=device)
+            part = min(input_elements, output_elements)
+            own = whole if part == whole.numel() else whole[self.rank * part : (self.rank + 1) * part]
+            self.input, self.output = (own, whole) if input_elements < output_elements else (whole, own)
+        else:
+            self.input = torch.empty(input_elements, dtype=DTYPE, device=device)
+            self.output = torch.empty(output_elements, dtype=DTYPE, device=device)
 
     def run(self) -> object:
         """The collective, once. A method, not a stored closure: a closure over `self` kept on `self` is a
         reference cycle, and the buffers would outlive the size until the cyclic collector ran."""
-        c = self.collective
-        if c == "all_reduce":
-            return dist.all_reduce(self.input)
-        if c == "broadcast":
-            return dist.broadcast(self.input, src=0)
-        if c == "all_gather":
-            return _all_gather_single(self.output, self.input)
-        if c == "reduce_scatter":
-            return _reduce_scatter_single(self.output, self.input)
-        return dist.all_to_all_single(self.output, self.input)
+        return self.spec.call(self.input, self.output)
 
     def fill(self) -> None:
-        """Known inputs: element j of this rank's input is (j % 251) + (rank % 7); the rest of an in-place
-        all_gather buffer, and a broadcast's non-root buffers, hold a value no correct result has."""
-        if self.collective == "all_gather" and self.in_place:
-            self.output.fill_(_SENTINEL)
-        if self.collective == "broadcast" and self.rank != 0:
-            self.input.fill_(_SENTINEL)
-            return
-        _fill_chunked(self.input, lambda idx: (idx % _PERIOD + self.rank % _RANK_MOD).to(DTYPE))
+        """Known inputs: element j of a sending rank's input is (j % 251) + (rank % 7). The output is first set to
+        a value no correct result has, so what the collective should write and does not is counted wrong (the rest
+        of an in-place all_gather buffer, a broadcast's non-root buffers)."""
+        self.output.fill_(_SENTINEL)
+        if self.spec.root is None or self.spec.root == self.rank:
+            _fill_chunked(self.input, lambda idx: (idx % _PERIOD + self.rank % _RANK_MOD).to(DTYPE))
 
     def expected(self, idx: torch.Tensor) -> torch.Tensor:
         """The correct value of output elements `idx` on this rank."""
-        n, r, c = self.n, self.rank, self.chunk
-        rank_sum = sum(q % _RANK_MOD for q in range(n))  # of the (rank % 7) terms over all ranks
-        if self.collective == "all_reduce":
-            value = n * (idx % _PERIOD) + rank_sum
-        elif self.collective == "broadcast":
-            value = idx % _PERIOD  # root 0's data
-        elif self.collective == "all_gather":
-            value = idx % c % _PERIOD + idx // c % _RANK_MOD  # chunk q is rank q's input
-        elif self.collective == "reduce_scatter":
-            value = n * ((r * c + idx) % _PERIOD) + rank_sum
-        else:  # alltoall: chunk q is rank q's chunk r
-            value = (r * c + idx % c) % _PERIOD + idx // c % _RANK_MOD
-        return value.to(DTYPE)
+        return self.spec.expected(idx, self.rank, self.n, self.chunk).to(DTYPE)
 
     def count_wrong(self) -> int:
         wrong = 0

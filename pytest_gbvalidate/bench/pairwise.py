@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from pytest_gbvalidate.bench.collectives import algbw_gbps, busbw_factor
+from pytest_gbvalidate.bench.collectives import COLLECTIVES, DTYPE, ELEMENT_BYTES, algbw_gbps
 from pytest_gbvalidate.bench.timing import median, time_op_s
 from pytest_gbvalidate.ranks.gang import RankContext
 
@@ -104,15 +104,15 @@ def _measure(
     warmup: int,
     iterations: int,
 ) -> PairResult:
-    count = size_bytes // 4
-    data = torch.empty(count, dtype=torch.float32, device=ctx.device)
+    count = size_bytes // ELEMENT_BYTES
+    data = torch.empty(count, dtype=DTYPE, device=ctx.device)
     # Correctness first, once: each rank contributes rank + 1, so every element must sum to the same number.
     data.fill_(ctx.rank + 1)
     dist.all_reduce(data, group=group)
     wrong = int((data != float(sum(r + 1 for r in members))).sum().item())
     samples = time_op_s(ctx.device, lambda: dist.all_reduce(data, group=group), warmup=warmup, iterations=iterations)
     time_s = median(samples)
-    busbw = algbw_gbps(count * 4, time_s) * busbw_factor("all_reduce", len(members))
+    busbw = algbw_gbps(count * ELEMENT_BYTES, time_s) * COLLECTIVES["all_reduce"].busbw_factor(len(members))
     return PairResult(nodes, round_, ctx.rank, busbw, time_s, wrong)
 
 

@@ -274,7 +274,7 @@ def test_a_gpu_sku_without_its_gpus_fails_every_case_and_names_the_rank(
 # --- sweep sizes that were not run ------------------------------------------------------------------------------
 
 NOT_RUN_CHECK = """
-from pytest_gbvalidate.checks import expect_sweep, sweep_plan
+from pytest_gbvalidate.sweeps import expect_sweep, sweep_plan
 
 def test_sweep(gb_target, gb_expect):
     plan = sweep_plan(gb_target, "all_reduce_busbw_gbps")  # gates 1MiB and 4MiB

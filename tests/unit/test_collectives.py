@@ -19,7 +19,6 @@ from pytest_gbvalidate.bench.collectives import (
     COLLECTIVES,
     IN_PLACE,
     OUT_OF_PLACE,
-    PLACEMENTS,
     RankSizeResult,
     _Case,
     algbw_gbps,
@@ -31,9 +30,9 @@ from pytest_gbvalidate.bench.collectives import (
     sweep_on_rank,
 )
 from pytest_gbvalidate.bench.timing import time_op_s
-from pytest_gbvalidate.checks import require_ranks, sweep_plan
+from pytest_gbvalidate.sweeps import sweep_plan
 from pytest_gbvalidate.ranks.gang import LocalGang, RankContext
-from pytest_gbvalidate.target import Target
+from pytest_gbvalidate.target import Target, require_ranks
 from tests.helpers import gang_functions as f
 from tests.helpers import rank_faults
 
@@ -128,7 +127,7 @@ def test_a_size_s_buffers_are_freed_without_the_cyclic_collector() -> None:
     ctx = RankContext(rank=0, world_size=2, local_rank=0, device=torch.device("cpu"), backend="gloo")
     gc.disable()
     try:
-        for collective, placement in [(c, p) for c in COLLECTIVES for p in PLACEMENTS[c]]:
+        for collective, placement in [(c, p) for c in COLLECTIVES for p in COLLECTIVES[c].placements]:
             case = _Case(ctx, collective, placement, 1024)
             buffers = [weakref.ref(case.input), weakref.ref(case.output)]
             del case
@@ -223,7 +222,7 @@ def gang() -> Iterator[LocalGang]:
     g.close()
 
 
-CASES = [(c, p) for c in COLLECTIVES for p in PLACEMENTS[c]]
+CASES = [(c, p) for c in COLLECTIVES for p in COLLECTIVES[c].placements]
 
 
 def test_every_collective_returns_the_right_data(gang: LocalGang) -> None:

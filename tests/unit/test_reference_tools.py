@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch  # noqa: F401 -- in-process pytester runs drop modules they imported, and torch cannot load twice
 
-from pytest_gbvalidate import reference_tools as tools
+from pytest_gbvalidate.reference_tools import nccl_tests, nvbandwidth, perftest, runner
 from tests.helpers.tool_output import (
     IB_WRITE_BW_JSON,
     IB_WRITE_BW_REPORT,
@@ -26,22 +26,22 @@ from tests.helpers.tool_output import (
 
 
 def test_parse_nccl_tests() -> None:
-    out = tools.parse_nccl_tests(NCCL_OUTPUT)
+    out = nccl_tests.parse_nccl_tests(NCCL_OUTPUT)
     assert out.ranks == 2 and out.avg_busbw_gbps == 229.4
     assert [r.size_bytes for r in out.rows] == [8, 134217728, 1073741824]
     big = out.rows[-1]
     assert (big.count, big.dtype, big.redop, big.root) == (268435456, "float", "sum", -1)
-    assert big.out_of_place == tools.NcclTestsResult(3000.0, 357.91, 357.91, 0)
-    assert big.in_place == tools.NcclTestsResult(3100.0, 346.37, 346.37, 3)
+    assert big.out_of_place == nccl_tests.NcclTestsResult(3000.0, 357.91, 357.91, 0)
+    assert big.in_place == nccl_tests.NcclTestsResult(3100.0, 346.37, 346.37, 3)
 
 
 def test_parse_nccl_tests_json_gives_what_the_table_gives() -> None:
-    from_json, from_text = tools.parse_nccl_tests_json(NCCL_JSON), tools.parse_nccl_tests(NCCL_OUTPUT)
+    from_json, from_text = nccl_tests.parse_nccl_tests_json(NCCL_JSON), nccl_tests.parse_nccl_tests(NCCL_OUTPUT)
     assert (from_json.source, from_json.ranks, from_json.avg_busbw_gbps) == ("json", 2, 229.4)
     assert from_json.rows[:2] == from_text.rows[:2]
     last = from_json.rows[2]
     assert (last.root, last.in_place.busbw_gbps, last.in_place.wrong) == (-1, 351.0, 3)
-    measured = tools.nccl_tests_measurements("all_reduce", from_json)
+    measured = nccl_tests.nccl_tests_measurements("all_reduce", from_json)
     assert {m.details["read_from"] for m in measured} == {"json"}
 
 
@@ -75,8 +75,8 @@ def json_edit(text: str, path: str, value: str | None) -> str:
     ],
 )
 def test_nccl_tests_bad_json(text: str, error: str) -> None:
-    with pytest.raises(tools.ToolError, match="^" + re.escape(error)):
-        tools.parse_nccl_tests_json(text)
+    with pytest.raises(runner.ToolError, match="^" + re.escape(error)):
+        nccl_tests.parse_nccl_tests_json(text)
 
 
 @pytest.mark.parametrize(
@@ -99,14 +99,14 @@ def test_nccl_tests_bad_json(text: str, error: str) -> None:
     ],
 )
 def test_nccl_tests_json_of_the_wrong_shape(path: str, value: str | None, error: str) -> None:
-    with pytest.raises(tools.ToolError, match="^" + re.escape(f"nccl-tests JSON output: {error}")):
-        tools.parse_nccl_tests_json(json_edit(NCCL_JSON, path, value))
+    with pytest.raises(runner.ToolError, match="^" + re.escape(f"nccl-tests JSON output: {error}")):
+        nccl_tests.parse_nccl_tests_json(json_edit(NCCL_JSON, path, value))
 
 
 def test_nccl_tests_json_average_is_reported_only_where_it_is_a_number() -> None:
     # nccl-tests writes a NaN double as the string "nan" (src/util.cu, jsonDouble)
     text = json_edit(NCCL_JSON, "average_bus_bandwidth.bandwidth", '"nan"')
-    assert tools.parse_nccl_tests_json(text).avg_busbw_gbps is None
+    assert nccl_tests.parse_nccl_tests_json(text).avg_busbw_gbps is None
 
 
 def test_nccl_tests_rows_without_a_check_or_an_out_of_place_half() -> None:
@@ -118,13 +118,13 @@ def test_nccl_tests_rows_without_a_check_or_an_out_of_place_half() -> None:
             + "     5.00    0.20    0.20       0",
         ]
     )
-    first, second = tools.parse_nccl_tests(text).rows
+    first, second = nccl_tests.parse_nccl_tests(text).rows
     assert first.in_place.wrong is None and first.out_of_place is not None
     assert second.out_of_place is None and second.in_place.wrong == 0
 
 
 def test_nccl_tests_measurements_use_our_metric_and_size_labels() -> None:
-    ms = tools.nccl_tests_measurements("all_reduce", tools.parse_nccl_tests(NCCL_OUTPUT))
+    ms = nccl_tests.nccl_tests_measurements("all_reduce", nccl_tests.parse_nccl_tests(NCCL_OUTPUT))
     assert [(m.metric, m.scope, m.details["placement"]) for m in ms[-2:]] == [
         ("all_reduce_busbw_gbps", "1GiB", "out_of_place"),
         ("all_reduce_busbw_gbps", "1GiB", "in_place"),
@@ -155,19 +155,19 @@ def test_nccl_tests_measurements_use_our_metric_and_size_labels() -> None:
     ],
 )
 def test_nccl_tests_bad_output(text: str, error: str) -> None:
-    with pytest.raises(tools.ToolError, match=f"^{error}"):
-        tools.parse_nccl_tests(text)
+    with pytest.raises(runner.ToolError, match=f"^{error}"):
+        nccl_tests.parse_nccl_tests(text)
 
 
 def test_nccl_tests_command() -> None:
-    assert tools.nccl_tests_command(
+    assert nccl_tests.nccl_tests_command(
         "/opt/all_reduce_perf", gpus=4, min_bytes=8, max_bytes=2**33, warmup=5, iterations=20
     ) == ["/opt/all_reduce_perf", "-b", "8", "-e", "8589934592", "-f", "2", "-g", "4", "-w", "5", "-n", "20", "-c", "1"]
 
 
 def test_parse_nvbandwidth() -> None:
-    matrices = tools.parse_nvbandwidth(NVB_OUTPUT)
-    assert [m.testcase for m in matrices] == list(tools.NVBANDWIDTH_TESTCASES)
+    matrices = nvbandwidth.parse_nvbandwidth(NVB_OUTPUT)
+    assert [m.testcase for m in matrices] == list(nvbandwidth.NVBANDWIDTH_TESTCASES)
     write = matrices[3]
     assert write.columns == [0, 1] and write.rows == {0: [None, 700.0], 1: [710.0, None]}
 
@@ -175,7 +175,7 @@ def test_parse_nvbandwidth() -> None:
 def test_nvbandwidth_measurements_follow_the_data() -> None:
     ms = {
         (m.metric, m.scope, m.details["testcase"]): m.value
-        for m in tools.nvbandwidth_measurements(tools.parse_nvbandwidth(NVB_OUTPUT))
+        for m in nvbandwidth.nvbandwidth_measurements(nvbandwidth.parse_nvbandwidth(NVB_OUTPUT))
     }
     assert ms == {
         ("h2d_bandwidth_gbps", "gpu0", "host_to_device_memcpy_ce"): 201.5,
@@ -210,18 +210,18 @@ def test_nvbandwidth_measurements_follow_the_data() -> None:
     ],
 )
 def test_nvbandwidth_bad_output(text: str, error: str) -> None:
-    with pytest.raises(tools.ToolError, match=f"^{error}"):
-        tools.parse_nvbandwidth(text)
+    with pytest.raises(runner.ToolError, match=f"^{error}"):
+        nvbandwidth.parse_nvbandwidth(text)
 
 
 def test_parse_nvbandwidth_json_gives_what_the_text_gives() -> None:
-    from_json, from_text = tools.parse_nvbandwidth_json(NVB_JSON), tools.parse_nvbandwidth(NVB_OUTPUT)
+    from_json, from_text = nvbandwidth.parse_nvbandwidth_json(NVB_JSON), nvbandwidth.parse_nvbandwidth(NVB_OUTPUT)
     assert [(m.source, m.testcase, m.description) for m in from_json] == [
         ("json", m.testcase, m.description) for m in from_text
     ]
     assert [(m.columns, m.rows) for m in from_json[1:]] == [(m.columns, m.rows) for m in from_text[1:]]
     assert from_json[0].rows == {0: [201.5, 185.25]}
-    measured = tools.nvbandwidth_measurements(from_json)
+    measured = nvbandwidth.nvbandwidth_measurements(from_json)
     assert len(measured) == 9 and {m.details["read_from"] for m in measured} == {"json"}
 
 
@@ -235,11 +235,11 @@ def test_nvbandwidth_json_reads_only_the_test_cases_that_passed() -> None:
         {"name": "device_to_device_memcpy_read_ce", "status": "Running"},
         {"name": "device_to_device_memcpy_read_ce", "status": "Error"},
     ]
-    assert [m.testcase for m in tools.parse_nvbandwidth_json(json.dumps(doc))] == list(tools.NVBANDWIDTH_TESTCASES[:3])
+    assert [m.testcase for m in nvbandwidth.parse_nvbandwidth_json(json.dumps(doc))] == list(nvbandwidth.NVBANDWIDTH_TESTCASES[:3])
     doc["nvbandwidth"]["testcases"] = cases[3:]
     doc["nvbandwidth"]["error"] = "CUDA_ERROR_OUT_OF_MEMORY: out of memory"
-    with pytest.raises(tools.ToolError, match=r"^nvbandwidth wrote no bandwidth matrix: CUDA_ERROR_OUT_OF_MEMORY"):
-        tools.parse_nvbandwidth_json(json.dumps(doc))
+    with pytest.raises(runner.ToolError, match=r"^nvbandwidth wrote no bandwidth matrix: CUDA_ERROR_OUT_OF_MEMORY"):
+        nvbandwidth.parse_nvbandwidth_json(json.dumps(doc))
 
 
 @pytest.mark.parametrize(
@@ -265,8 +265,8 @@ def test_nvbandwidth_json_reads_only_the_test_cases_that_passed() -> None:
     ],
 )
 def test_nvbandwidth_json_of_the_wrong_shape(path: str, value: str | None, error: str) -> None:
-    with pytest.raises(tools.ToolError, match=r"^nvbandwidth JSON output: (.*\.)?" + re.escape(error)):
-        tools.parse_nvbandwidth_json(json_edit(NVB_JSON, path, value))
+    with pytest.raises(runner.ToolError, match=r"^nvbandwidth JSON output: (.*\.)?" + re.escape(error)):
+        nvbandwidth.parse_nvbandwidth_json(json_edit(NVB_JSON, path, value))
 
 
 @pytest.mark.parametrize(
@@ -278,18 +278,18 @@ def test_nvbandwidth_json_of_the_wrong_shape(path: str, value: str | None, error
     ],
 )
 def test_nvbandwidth_bad_json(text: str, error: str) -> None:
-    with pytest.raises(tools.ToolError, match="^" + re.escape(error)):
-        tools.parse_nvbandwidth_json(text)
+    with pytest.raises(runner.ToolError, match="^" + re.escape(error)):
+        nvbandwidth.parse_nvbandwidth_json(text)
 
 
 def test_nvbandwidth_command() -> None:
-    assert tools.nvbandwidth_command("nvbandwidth", buffer_bytes=2**29, as_json=True)[:6] == [
+    assert nvbandwidth.nvbandwidth_command("nvbandwidth", buffer_bytes=2**29, as_json=True)[:6] == [
         *("nvbandwidth", "-b", "512", "--json", "-t", "host_to_device_memcpy_ce")
     ]
 
 
 def test_parse_ib_write_bw_json_reads_the_average_in_gigabytes() -> None:
-    assert tools.parse_ib_write_bw_json(IB_WRITE_BW_JSON) == pytest.approx(48.8)  # 390.40 Gb/s, as from the table
+    assert perftest.parse_ib_write_bw_json(IB_WRITE_BW_JSON) == pytest.approx(48.8)  # 390.40 Gb/s, as from the table
 
 
 @pytest.mark.parametrize(
@@ -308,8 +308,8 @@ def test_parse_ib_write_bw_json_reads_the_average_in_gigabytes() -> None:
     ],
 )
 def test_ib_write_bw_bad_json(text: str, error: str) -> None:
-    with pytest.raises(tools.ToolError, match="^" + re.escape(error)):
-        tools.parse_ib_write_bw_json(text)
+    with pytest.raises(runner.ToolError, match="^" + re.escape(error)):
+        perftest.parse_ib_write_bw_json(text)
 
 
 def executable(path: Path, script: str) -> str:
@@ -331,35 +331,35 @@ def executable(path: Path, script: str) -> str:
 )
 def test_perftest_writes_json_from_6_19(tmp_path: Path, printed: str, writes: bool) -> None:
     binary = executable(tmp_path / "ib_write_bw", f'#!/bin/sh\n[ "$1" = --version ] && echo "{printed}"\nexit 10\n')
-    assert tools.perftest_writes_json(binary, env={}, timeout_s=10) is writes
-    assert not tools.perftest_writes_json(str(tmp_path / "missing"), env={}, timeout_s=10)
+    assert perftest.perftest_writes_json(binary, env={}, timeout_s=10) is writes
+    assert not perftest.perftest_writes_json(str(tmp_path / "missing"), env={}, timeout_s=10)
 
 
 def test_ib_write_bw_json_options_and_a_missing_file(tmp_path: Path) -> None:
-    assert tools.ib_write_bw_json_options(tmp_path / "c.json") == ["--out_json", f"--out_json_file={tmp_path}/c.json"]
-    with pytest.raises(tools.ToolError, match=r"^ib_write_bw was asked for JSON but wrote no .*c\.json: No such file"):
-        tools.read_json_file("ib_write_bw", tmp_path / "c.json")
+    assert perftest.ib_write_bw_json_options(tmp_path / "c.json") == ["--out_json", f"--out_json_file={tmp_path}/c.json"]
+    with pytest.raises(runner.ToolError, match=r"^ib_write_bw was asked for JSON but wrote no .*c\.json: No such file"):
+        runner.read_json_file("ib_write_bw", tmp_path / "c.json")
 
 
 def test_run_reports_a_failing_tool(tmp_path: Path) -> None:
-    with pytest.raises(tools.ToolError, match=r"exited with code 3: no GPU"):
-        tools.run(["sh", "-c", "echo no GPU >&2; exit 3"], env={}, timeout_s=10)
-    with pytest.raises(tools.ToolError, match=r"did not finish within 0.2 s"):
-        tools.run(["sleep", "5"], env={}, timeout_s=0.2)
-    with pytest.raises(tools.ToolError, match="No such file"):
-        tools.run([str(tmp_path / "missing")], env={}, timeout_s=10)
+    with pytest.raises(runner.ToolError, match=r"exited with code 3: no GPU"):
+        runner.run(["sh", "-c", "echo no GPU >&2; exit 3"], env={}, timeout_s=10)
+    with pytest.raises(runner.ToolError, match=r"did not finish within 0.2 s"):
+        runner.run(["sleep", "5"], env={}, timeout_s=0.2)
+    with pytest.raises(runner.ToolError, match="No such file"):
+        runner.run([str(tmp_path / "missing")], env={}, timeout_s=10)
 
 
 def test_parse_ib_write_bw_reads_the_average_in_gigabytes() -> None:
     text = IB_WRITE_BW_REPORT.format(device="mlx5_0", size=1048576, peak="392.10", avg="390.40")
-    assert tools.parse_ib_write_bw(text) == pytest.approx(48.8)
-    with pytest.raises(tools.ToolError, match="not Gb/sec"):
-        tools.parse_ib_write_bw(text.replace("[Gb/sec]", "[MB/sec]"))
-    with pytest.raises(tools.ToolError, match="no result row"):
-        tools.parse_ib_write_bw(text.split(" 1048576")[0])
+    assert perftest.parse_ib_write_bw(text) == pytest.approx(48.8)
+    with pytest.raises(runner.ToolError, match="not Gb/sec"):
+        perftest.parse_ib_write_bw(text.replace("[Gb/sec]", "[MB/sec]"))
+    with pytest.raises(runner.ToolError, match="no result row"):
+        perftest.parse_ib_write_bw(text.split(" 1048576")[0])
 
 
 def test_a_server_side_that_dies_is_named_with_its_error() -> None:
     server = ["sh", "-c", "echo 'Couldn''t listen to port 18515' >&2; exit 3"]
-    with pytest.raises(tools.ToolError, match="the server side exited with code 3: Couldnt listen to port 18515"):
-        tools.run_loopback(server, ["sh", "-c", "exit 1"], env={}, timeout_s=5)
+    with pytest.raises(runner.ToolError, match="the server side exited with code 3: Couldnt listen to port 18515"):
+        perftest.run_loopback(server, ["sh", "-c", "exit 1"], env={}, timeout_s=5)

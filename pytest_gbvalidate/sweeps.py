@@ -1,20 +1,16 @@
-"""Check helpers the bundled suites share: how a message-size sweep is planned from a SKU's baseline, and how
-its results are reported and gated. Site suites can use them too."""
+"""Message-size sweeps, as the bundled suites run them: how a sweep is planned from a SKU's baseline (sizes,
+gated sizes, warm-up and iterations), and how its results are reported and gated size by size. Site suites can use
+them too."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-import pytest
+from typing import Any
 
 from pytest_gbvalidate.expect import Expect
 from pytest_gbvalidate.labels import parse_size_label, size_label
 from pytest_gbvalidate.target import Target
-
-if TYPE_CHECKING:
-    from pytest_gbvalidate.ranks.gang import Gang
 
 SWEEP_BYTES = {"gpu": (8, 8 * 2**30), "cpu": (8, 4 * 2**20)}
 # Sizes gated when the baseline names none (a SKU being recorded): the sizes public figures are quoted at.
@@ -30,32 +26,6 @@ class SweepPlan:
     gates: frozenset[str]  # size labels the baseline gives values for
     warmup: int
     iterations: int
-
-
-def require_ranks(target: Target, world_size: int, minimum: int, what: str) -> None:
-    """Skip a check that needs `minimum` ranks when the node has fewer GPUs (a 1-GPU SKU); fail it when the SKU
-    promises enough GPUs and the gang still has fewer ranks."""
-    if world_size >= minimum:
-        return
-    promised = target.gpu_count
-    if promised is not None and promised >= minimum:
-        pytest.fail(
-            f"{what} needs at least {minimum} ranks: {target.sku} promises {promised} GPUs per node, but the gang "
-            f"has {world_size} rank(s)",
-            pytrace=False,
-        )
-    pytest.skip(f"{what} needs at least {minimum} ranks; this run's gang has {world_size}")
-
-
-def rank_labels(target: Target, gang: Gang) -> list[str]:
-    """What each rank of the gang is, for a check that runs on all of them at once: `gpu3` (`node1/gpu3` across
-    nodes) on a GPU SKU, `rank1` on the CPU."""
-    if not target.is_gpu:
-        return [f"rank{r}" for r in range(gang.world_size)]
-    if len(gang.hosts) == 1:
-        return [f"gpu{r}" for r in range(gang.world_size)]
-    per_node = gang.world_size // len(gang.hosts)
-    return [f"node{r // per_node}/gpu{r % per_node}" for r in range(gang.world_size)]
 
 
 def sweep_plan(target: Target, metric: str) -> SweepPlan:
