@@ -3,6 +3,8 @@ gives one verdict per node, per-metric statistics across the nodes with robust o
 weak scaling, the nodes to take out of service (with Slurm drain commands, printed), and Markdown, CSV, JUnit
 and PNG outputs. Pure Python on the JSON reports: no pytest, no torch.
 
-Modules: reports (reading and sorting the reports), stats (median, MAD, outliers), scaling (weak scaling),
-summary (the summary as data, the exit code), render (Markdown, CSV, terminal), junit, plots, cli.
+Modules: reports (reading and sorting the reports), findings (each report's failed checks, the metrics across
+the reports, multi-node runs' suspects), stats (median, MAD, outliers), scaling (weak scaling), summary (the summary
+as data, the drain list, the exit code), render and render_stats (Markdown, CSV, terminal; section by section),
+markup (the formats' cells and tables), text (one-line text), junit, plots, cli.
 """

@@ -11,8 +11,10 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Any
 
+from pytest_gbvalidate.fleet.findings import Suspect, failed_checks
 from pytest_gbvalidate.fleet.reports import CORRUPT, Report
-from pytest_gbvalidate.fleet.summary import Summary, Suspect, failed_checks, one_line
+from pytest_gbvalidate.fleet.summary import Summary
+from pytest_gbvalidate.fleet.text import one_line
 
 # Characters XML 1.0 does not allow (a traceback's terminal colour codes): a parser refuses the whole file.
 _NOT_XML = re.compile(r"[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")

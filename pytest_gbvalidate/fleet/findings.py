@@ -1,0 +1,211 @@
+"""What the reports found, as records: each node report's failed checks (with their fault), the gated metrics
+across the finished node reports (with their statistics and outliers), and the nodes the multi-node runs found at
+fault. The summary (summary.py) gathers them per node; these read the reports' own records (`tests`,
+`measurements`, `suspects`)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_gbvalidate.fleet import stats
+from pytest_gbvalidate.fleet.reports import Report
+from pytest_gbvalidate.fleet.text import one_line
+from pytest_gbvalidate.labels import printable
+
+
+@dataclass(frozen=True)
+class FailedCheck:
+    """A failed test of a node's report, with its fault (absent in reports from before fault categories)."""
+
+    test_id: str
+    message: str
+    category: str | None
+    action: str | None
+    disposition: str | None
+
+    @property
+    def name(self) -> str:
+        return self.test_id.rsplit("::", 1)[-1]
+
+
+@dataclass(frozen=True)
+class MetricKey:
+    """What one number across the nodes is: the metric at a scope, and for sweeps the placement (in place or out of
+    place) and the reference tool that measured it (our own measurement where None)."""
+
+    metric: str
+    scope: str
+    placement: str | None = None
+    tool: str | None = None
+
+    @property
+    def label(self) -> str:
+        extra = "".join(f", {part}" for part in (self.placement, self.tool) if part)
+        return f"{self.metric} [{self.scope}{extra}]"
+
+    @property
+    def compact(self) -> str:
+        """Without spaces, for a drain reason."""
+        parts = [p.replace(" ", "_") for p in (self.scope, self.placement, self.tool) if p]
+        return f"{self.metric}[{','.join(parts)}]"
+
+
+@dataclass
+class MetricStats:
+    key: MetricKey
+    unit: str
+    direction: str
+    values: dict[str, float]  # host -> value, in the order of the nodes
+    expected: float | None  # the baseline's expected value (the most common one, should baselines differ)
+    spread: stats.Spread
+    outliers: list[stats.Outlier]
+
+    def delta_pct(self, value: float) -> float | None:
+        """`value` relative to the fleet median, in percent (signed: + above the median)."""
+        median = self.spread.median
+        return None if median == 0 else (value - median) / abs(median) * 100.0
+
+
+@dataclass(frozen=True)
+class NodeOutlier:
+    metric: MetricStats
+    outlier: stats.Outlier
+
+    def describe(self) -> str:
+        s, o = self.metric, self.outlier
+        delta = s.delta_pct(o.value)
+        versus = "" if delta is None else f" ({delta:+.1f}%)"
+        z = "" if o.z is None else f", modified z {o.z:+.1f}"
+        better = f"{s.direction} is better"
+        return (
+            f"{s.key.label}: {o.value:.4g} {s.unit} vs fleet median {s.spread.median:.4g} {s.unit}{versus}, "
+            f"{better}{z}; flagged: {'; '.join(o.rules)}"
+        )
+
+    def short(self, compact: bool = False) -> str:
+        delta = self.metric.delta_pct(self.outlier.value)
+        key = self.metric.key
+        return (key.compact if compact else key.label) + ("" if delta is None else f" {delta:+.0f}%")
+
+
+@dataclass(frozen=True)
+class Suspect:
+    """A node that a check of a multi-node run found at fault (the report's `suspects`: the node slow or wrong in
+    every pair of the pairwise all_reduce), though its own report may show nothing."""
+
+    host: str
+    test_id: str
+    why: str
+    category: str | None
+    run: Path  # the multi-node run's report
+
+    @property
+    def short(self) -> str:
+        """For a drain reason: the category and the check, marked as a multi-node finding."""
+        return f"{self.category or 'failed'}: {self.test_id.rsplit('::', 1)[-1]} (multi-node)"
+
+
+def suspects(runs: Sequence[Report]) -> list[Suspect]:
+    """The nodes the multi-node runs found at fault, in the order of the runs (malformed records left out: the
+    run's own verdict still fails the fleet)."""
+    found = []
+    for run in runs:
+        records = run.data.get("suspects")
+        for record in records if isinstance(records, list) else []:
+            if not isinstance(record, dict) or not isinstance(record.get("host"), str):
+                continue
+            fault = record.get("fault")
+            category = fault.get("category") if isinstance(fault, dict) else None
+            found.append(
+                Suspect(
+                    printable(record["host"]),
+                    str(record.get("test_id")),
+                    str(record.get("why")),
+                    _text(category),
+                    run.path,
+                )
+            )
+    return found
+
+
+def failed_checks(report: Report) -> list[FailedCheck]:
+    """The report's failed tests, once each; a finished run that exited non-zero without a failed test (an
+    internal or usage error, no tests collected) gets a check of its own."""
+    checks: dict[str, FailedCheck] = {}
+    for test in report.tests:
+        test_id = str(test.get("test_id"))
+        if test.get("outcome") != "failed" or test_id in checks:
+            continue
+        fault = test.get("fault")
+        fault = fault if isinstance(fault, dict) else {}
+        checks[test_id] = FailedCheck(
+            test_id,
+            one_line(test.get("message") or f"failed at {test.get('when')}"),
+            _text(fault.get("category")),
+            _text(fault.get("action")),
+            _text(fault.get("disposition")),
+        )
+    exit_status = report.data.get("exit_status")
+    if report.finished and exit_status != 0 and not checks:
+        message = f"pytest exited with status {exit_status} and no failed test"
+        checks["(session)"] = FailedCheck("(session)", message, None, None, None)
+    return list(checks.values())
+
+
+def metric_stats(
+    reports: Sequence[Report], mad_k: float, pct: float, noise_floor_pct: float = 0.0
+) -> list[MetricStats]:
+    """Per metric key across `reports`: the gated measurements (verdict not `info`) with a numeric value. Where a
+    report has the same key twice, its worse value counts."""
+    values: dict[MetricKey, dict[str, float]] = {}
+    meta: dict[MetricKey, dict[str, Any]] = {}
+    expected: dict[MetricKey, Counter[float]] = {}
+    for report in reports:
+        host = report.hostname
+        for m in report.measurements:
+            if m.get("verdict") == "info" or not stats.is_number(m.get("value")):
+                continue
+            key = metric_key(m)
+            first = meta.setdefault(key, {"unit": str(m.get("unit", "")), "direction": str(m.get("direction"))})
+            value = float(m["value"])
+            by_host = values.setdefault(key, {})
+            if host not in by_host or stats.worse_by(value, by_host[host], first["direction"]) > 0:
+                by_host[host] = value
+            if stats.is_number(m.get("expected")):
+                expected.setdefault(key, Counter())[float(m["expected"])] += 1
+    found = []
+    for key, by_host in values.items():
+        direction = meta[key]["direction"]
+        common = expected.get(key)
+        found.append(
+            MetricStats(
+                key,
+                meta[key]["unit"],
+                direction,
+                by_host,
+                common.most_common(1)[0][0] if common else None,
+                stats.spread(list(by_host.values())),
+                stats.outliers(by_host, direction, mad_k, pct, noise_floor_pct),
+            )
+        )
+    return found
+
+
+def metric_key(measurement: dict[str, Any]) -> MetricKey:
+    details = measurement.get("details")
+    details = details if isinstance(details, dict) else {}
+    placement, tool = details.get("placement"), details.get("tool")
+    return MetricKey(
+        str(measurement.get("metric")),
+        str(measurement.get("scope")),
+        None if placement is None else str(placement),
+        None if tool is None else str(tool),
+    )
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)

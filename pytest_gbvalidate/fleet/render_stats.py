@@ -1,0 +1,210 @@
+"""The summary's sections of numbers across the nodes, one function per section and format: the outliers
+(summary.md, terminal), the per-metric statistics (summary.md, metrics.csv), and the multi-node runs with their weak
+scaling (summary.md, terminal). render.py puts them in its documents."""
+
+from __future__ import annotations
+
+from pytest_gbvalidate.fleet import stats
+from pytest_gbvalidate.fleet.findings import MetricStats, failed_checks
+from pytest_gbvalidate.fleet.markup import checks_cell, md, md_table, num
+from pytest_gbvalidate.fleet.scaling import WeakScaling
+from pytest_gbvalidate.fleet.summary import Summary
+
+
+def rules_text(summary: Summary) -> str:
+    floor = f" and by more than {summary.noise_floor_pct:g}% of the median" if summary.noise_floor_pct else ""
+    return (
+        f"worse than the fleet median by more than {summary.mad_k:g} scaled MADs (modified z-score "
+        f"0.6745*(x-median)/MAD){floor} or by more than {summary.pct:g}% of the median; where MAD is 0 only the "
+        f"percent rule applies; at least {stats.MIN_NODES} nodes"
+    )
+
+
+# --- outliers ----------------------------------------------------------------------------------------------------
+
+
+def outliers_md(summary: Summary) -> list[str]:
+    lines = ["", "## Outliers", "", f"Rule: {rules_text(summary)}.", ""]
+    if not summary.outliers:
+        return [*lines, summary.statistics_note or "None."]
+    rows = []
+    for n, o in summary.outliers:
+        s, out = o.metric, o.outlier
+        delta = s.delta_pct(out.value)
+        rows.append(
+            [
+                n.hostname,
+                s.key.label,
+                f"{out.value:.4g} {s.unit}",
+                f"{s.spread.median:.4g} {s.unit}",
+                "-" if delta is None else f"{delta:+.1f}%",
+                "-" if out.z is None else f"{out.z:+.2f}",
+                "; ".join(out.rules),
+            ]
+        )
+    return lines + md_table(["node", "metric", "value", "fleet median", "vs median", "modified z", "flagged by"], rows)
+
+
+def outliers_terminal(summary: Summary) -> list[str]:
+    """Why there are no outlier statistics, where there are none; each outlier with how far out it is."""
+    lines = [summary.statistics_note] if summary.statistics_note else []
+    if summary.outliers:
+        lines.append(f"outliers ({rules_text(summary)}):")
+        lines += [f"  {n.hostname}  {o.describe()}" for n, o in summary.outliers]
+    return lines
+
+
+# --- metrics across nodes ----------------------------------------------------------------------------------------
+
+METRIC_COLUMNS = (
+    "metric",
+    "scope",
+    "placement",
+    "tool",
+    "unit",
+    "direction",
+    "nodes",
+    "median",
+    "min",
+    "max",
+    "mad",
+    "spread_pct",
+    "expected",
+    "outliers",
+)
+
+
+def metrics_md(summary: Summary) -> list[str]:
+    header = ["metric", "unit", "better", "nodes", "median", "min", "max", "MAD", "(max-min)/median", "expected"]
+    return [
+        "",
+        "## Metrics across nodes",
+        "",
+        *md_table([*header, "outliers"], [_metric_cells(m) for m in summary.metrics]),
+    ]
+
+
+def _metric_cells(m: MetricStats) -> list[str]:
+    s = m.spread
+    return [
+        m.key.label,
+        m.unit,
+        m.direction,
+        str(s.nodes),
+        num(s.median),
+        num(s.minimum),
+        num(s.maximum),
+        num(s.mad),
+        "-" if s.spread_pct is None else f"{s.spread_pct:.1f}%",
+        num(m.expected),
+        ", ".join(o.host for o in m.outliers) or ("-" if s.nodes >= stats.MIN_NODES else "- (too few nodes)"),
+    ]
+
+
+def metrics_rows(summary: Summary) -> list[dict[str, object]]:
+    """metrics.csv's rows (METRIC_COLUMNS): the numbers unrounded but the spread, the key in its parts."""
+    rows: list[dict[str, object]] = []
+    for m in summary.metrics:
+        s = m.spread
+        rows.append(
+            {
+                "metric": m.key.metric,
+                "scope": m.key.scope,
+                "placement": m.key.placement or "",
+                "tool": m.key.tool or "",
+                "unit": m.unit,
+                "direction": m.direction,
+                "nodes": s.nodes,
+                "median": s.median,
+                "min": s.minimum,
+                "max": s.maximum,
+                "mad": s.mad,
+                "spread_pct": "" if s.spread_pct is None else round(s.spread_pct, 3),
+                "expected": "" if m.expected is None else m.expected,
+                "outliers": " ".join(o.host for o in m.outliers),
+            }
+        )
+    return rows
+
+
+# --- multi-node runs and weak scaling ----------------------------------------------------------------------------
+
+
+def multi_node_md(summary: Summary) -> list[str]:
+    lines = ["", "## Multi-node runs", ""]
+    if not summary.multi_node:
+        return [*lines, "None."]
+    lines += md_table(
+        ["report", "rank 0 host", "nodes", "hosts", "verdict", "failed checks"],
+        [
+            [
+                str(r.path),
+                r.hostname,
+                str(r.nodes),
+                ", ".join(r.hosts) or "-",
+                r.verdict.upper(),
+                checks_cell(failed_checks(r)),
+            ]
+            for r in summary.multi_node
+        ],
+    )
+    lines += ["", "### Weak scaling", ""]
+    if not summary.scaling:
+        return [*lines, "No multi-node run has a pretraining step time with its layout."]
+    lines += [
+        "Efficiency = single-node step time (median of the finished single-node runs) / N-node step time; "
+        "1.0 is ideal.",
+        "",
+    ]
+    lines += md_table(
+        ["model", "nodes", "N-node layout", "N-node step", "1-node layout", "1-node step", "efficiency"],
+        [_scaling_cells(w) for w in summary.scaling],
+    )
+    for w in summary.scaling:
+        if w.per_node_s:
+            straggler = w.straggler
+            lines += ["", f"Per-node {w.per_node_what} of {md(str(w.run.path))} ({w.step.metric}):", ""]
+            lines += md_table(["node", f"{w.per_node_what} (s)"], [[h, f"{s:.4g}"] for h, s in w.per_node_s.items()])
+            if straggler is not None:
+                lines += ["", f"Straggler: {md(straggler.host)}, {_straggler_text(w)}."]
+    return lines
+
+
+def multi_node_terminal(summary: Summary) -> list[str]:
+    lines = [
+        f"multi-node run {r.path}: {r.nodes} nodes, rank 0 on {r.hostname}: {r.verdict.upper()}"
+        for r in summary.multi_node
+    ]
+    for w in summary.scaling:
+        efficiency = w.note if w.efficiency is None else f"efficiency {w.efficiency:.3f}"
+        reference = "" if w.reference_s is None else f" vs 1 node {w.reference_s:.4g} s"
+        line = f"  weak scaling {w.step.model} on {w.nodes} nodes: step {w.step.value_s:.4g} s{reference}: {efficiency}"
+        if w.straggler is not None:
+            line += f"; straggler {w.straggler.host} ({_straggler_text(w)})"
+        lines.append(line)
+    return lines
+
+
+def _scaling_cells(w: WeakScaling) -> list[str]:
+    layouts = sorted({r.layout for r in w.references})
+    reference = w.reference_s
+    return [
+        w.step.model,
+        str(w.nodes),
+        w.step.layout,
+        f"{w.step.value_s:.4g} s",
+        ", ".join(layouts) or "-",
+        "-" if reference is None else f"{reference:.4g} s (median of {len(w.references)})",
+        w.note if w.efficiency is None else f"{w.efficiency:.3f}",
+    ]
+
+
+def _straggler_text(w: WeakScaling) -> str:
+    s = w.straggler
+    ranks = "" if w.rank_spread_pct is None else f"; ranks' spread {w.rank_spread_pct:.1f}%"
+    if s is None:
+        return ranks.removeprefix("; ")
+    return (
+        f"{w.per_node_what}: slowest {s.slowest_s:.4g} s, fastest {s.fastest_s:.4g} s, median {s.median_s:.4g} s: "
+        f"spread (max-min)/median {s.spread_pct:.1f}%{ranks}"
+    )

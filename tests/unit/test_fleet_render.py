@@ -1,0 +1,65 @@
+"""The fleet summary's node rows: one node says the same in the Markdown table, the terminal and nodes.csv."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from pytest_gbvalidate.fleet import render
+from pytest_gbvalidate.fleet.summary import summarize
+from pytest_gbvalidate.report import REPORT_SCHEMA
+
+BANDWIDTH = {"node-01": 10.0, "node-02": 10.1, "node-03": 9.9, "node-04": 5.0}  # node-04: an outlier
+
+
+def report(host: str, gbps: float, failed: bool = False) -> dict[str, Any]:
+    """A finished cpu report with one check and one gated measurement; `failed`: the check failed, with its fault."""
+    test: dict[str, Any] = {"test_id": "suites/test_bandwidth.py::test_host_copy_bandwidth", "when": "call"}
+    test |= {"outcome": "passed", "message": None}
+    if failed:
+        test |= {"outcome": "failed", "message": "measured 0.1 GB/s -> FAIL", "fault": {"category": "performance"}}
+    measurement = {"test_id": test["test_id"], "metric": "host_copy_bandwidth_gbps", "scope": "node", "value": gbps}
+    measurement |= {"unit": "GB/s", "direction": "higher", "verdict": "pass"}
+    return {
+        "schema": REPORT_SCHEMA,
+        "status": "finished",
+        "exit_status": 1 if failed else 0,
+        "start_time": "2026-01-01T00:00:00+00:00",
+        "sku": {"name": "cpu"},
+        "node": {"hostname": host, "torch": "2.12.0" if host == "node-02" else "2.13.0", "python": "3.11.7"},
+        "tests": [test],
+        "measurements": [measurement],
+    }
+
+
+def test_a_node_row_shows_the_same_cells_in_markdown_the_terminal_and_csv(tmp_path: Path) -> None:
+    paths = []
+    for host, gbps in BANDWIDTH.items():
+        paths.append(tmp_path / f"{host}.json")
+        paths[-1].write_text(json.dumps(report(host, gbps, failed=host == "node-03")))
+    summary = summarize(paths)
+    markdown = render.markdown(summary, [], None, tmp_path)
+    table = markdown.split("## Nodes\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    md_rows = {cells[0]: cells for cells in ([c.strip() for c in line.strip("|").split("|")] for line in table[2:])}
+    terminal = render.terminal(summary, [], None)
+    csv_rows = {row["hostname"]: row for row in csv.DictReader(render.nodes_csv(summary).splitlines())}
+
+    assert table[0] == "| node | verdict | failed checks | outlier metrics | drain | torch | python |"
+    assert md_rows["node-03"][1:5] == ["FAIL", "test_host_copy_bandwidth (performance)", "-", "yes"]
+    assert md_rows["node-04"][1:5] == ["PASS", "-", "host_copy_bandwidth_gbps [node] -50%", "yes"]
+    assert md_rows["node-02"][5:] == ["2.12.0", "3.11.7"]
+    for n in summary.nodes:
+        md_cells = md_rows[n.hostname]
+        (line,) = [line for line in terminal if line.startswith(f"{n.hostname} ")]
+        assert re.split(r"\s{2,}", line) == md_cells[:4]
+        row = csv_rows[n.hostname]
+        assert [row["verdict"].upper(), row["drain"], row["torch"]] == [md_cells[1], md_cells[4], md_cells[5]]
+        outliers = row["outlier_metrics"].split("; ") if row["outlier_metrics"] else ["-"]
+        assert ", ".join(outliers) == md_cells[3]
+        # nodes.csv: "suites/a.py::test_x [category]"; the tables: "test_x (category)"
+        checks = [re.fullmatch(r".*::(\S+) \[(.*)\]", c) for c in row["failed_checks"].split("; ")]
+        names = ", ".join(f"{m[1]} ({m[2]})" for m in checks if m is not None)
+        assert (names if row["failed_checks"] else "-") == md_cells[2]
