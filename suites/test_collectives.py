@@ -18,7 +18,8 @@ from pytest_gbvalidate.bench.collectives import MIN_RANKS, PLACEMENTS, SizeRow, 
 from pytest_gbvalidate.checks import WARMUP, expect_sweep, require_ranks, sweep_plan
 from pytest_gbvalidate.expect import Expect
 from pytest_gbvalidate.labels import size_label
-from pytest_gbvalidate.ranks.gang import Gang, WorldGang
+from pytest_gbvalidate.ranks.gang import Gang
+from pytest_gbvalidate.ranks.world_gang import WorldGang
 from pytest_gbvalidate.target import Target
 
 # The message size of the pairwise check when the baseline's params give none: the size GPU collectives are
