@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_gbvalidate.workloads.llama.train import GIB, MemoryPeak, PretrainResult, TrainRequest, pretrain_result
+from pytest_gbvalidate.workloads.llama.results import GIB, MemoryPeak, PretrainResult, pretrain_result
+from pytest_gbvalidate.workloads.llama.train import TrainRequest
 
 if TYPE_CHECKING:
     from pytest_gbvalidate.baselines import PretrainSpec
