@@ -173,7 +173,8 @@ class GbSession:
     def make_gang(self) -> Gang:
         """The session's ranks: this process's torchrun / srun world when it is in one, else local ranks (one per
         GPU, or CPU_RANKS on the CPU) started on first use, with the SKU's NCCL environment and the timeout."""
-        from pytest_gbvalidate.ranks.gang import LocalGang, WorldGang
+        from pytest_gbvalidate.ranks.gang import LocalGang
+        from pytest_gbvalidate.ranks.world_gang import WorldGang
 
         t = self.target
         timeout_s = self.timeout.value

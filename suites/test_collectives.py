@@ -17,7 +17,8 @@ from pytest_gbvalidate.bench import pairwise
 from pytest_gbvalidate.bench.collectives import COLLECTIVES, MIN_RANKS, SizeRow, summarize, sweep_on_rank
 from pytest_gbvalidate.expect import Expect
 from pytest_gbvalidate.labels import size_label
-from pytest_gbvalidate.ranks.gang import Gang, WorldGang
+from pytest_gbvalidate.ranks.gang import Gang
+from pytest_gbvalidate.ranks.world_gang import WorldGang
 from pytest_gbvalidate.sweeps import WARMUP, expect_sweep, sweep_plan
 from pytest_gbvalidate.target import Target, require_ranks
 

@@ -22,13 +22,8 @@ from pytest_gbvalidate.target import Target
 from pytest_gbvalidate.workloads.llama import memory
 from pytest_gbvalidate.workloads.llama.nemo import EnginePython
 from pytest_gbvalidate.workloads.llama.parallel import Layout, LayoutError, check_world, engine_mismatch, weak_scaled
-from pytest_gbvalidate.workloads.llama.train import (
-    EngineOptions,
-    PretrainResult,
-    TrainRequest,
-    summarize,
-    train_worker,
-)
+from pytest_gbvalidate.workloads.llama.results import PretrainResult, summarize
+from pytest_gbvalidate.workloads.llama.train import EngineOptions, TrainRequest, train_worker
 
 # A hang guard, not the measurement's bound (the step counts are): generous for an 8B step of about a minute.
 SECONDS_PER_STEP_LIMIT = 600.0

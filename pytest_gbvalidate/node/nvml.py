@@ -3,7 +3,9 @@
 No pytest here; pynvml (nvidia-ml-py) is imported on first use. Every NVML failure is raised as NvmlError,
 whose message carries NVML's own text ("NVML Shared Library Not Found", "GPU is lost"), so a failed check
 says what NVML said. A feature this GPU or driver does not have (NVLink on a PCIe card, MIG on a GPU without
-it, a function an older driver lacks) reads as None rather than as an error.
+it, a function an older driver lacks) reads as None rather than as an error. `call` is the one way in to NVML,
+for the probes beside this module too: fabric.py decodes the NVLink fabric registration read here, and
+telemetry.py's `sensors` is the sampler's reading of a GPU.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from typing import Any
+
+from pytest_gbvalidate.node.fabric import fabric_reading
 
 # NVML fills affinity masks into arrays of 64-bit words; these sizes cover 4096 CPUs and 1024 NUMA nodes.
 _CPU_SET_WORDS = 64
@@ -27,7 +31,6 @@ SLOWDOWN_REASONS = {
 }
 SW_POWER_CAP = 0x04  # the clocks are held down to stay within the power limit: expected under full load
 _COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
-_FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
 
 
 class NvmlError(Exception):
@@ -40,7 +43,7 @@ class NvmlError(Exception):
         self.code = code
 
 
-def _call(name: str, *args: Any) -> Any:
+def call(name: str, *args: Any) -> Any:
     """`pynvml.<name>(*args)`, with NVML's failure raised as NvmlError."""
     import pynvml
 
@@ -51,12 +54,12 @@ def _call(name: str, *args: Any) -> Any:
 
 
 def _optional(name: str, *args: Any) -> Any:
-    """Like `_call`, but None where this GPU or driver lacks the feature."""
+    """Like `call`, but None where this GPU or driver lacks the feature."""
     import pynvml
 
     absent = (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
     try:
-        return _call(name, *args)
+        return call(name, *args)
     except NvmlError as exc:
         if exc.code in absent:
             return None
@@ -72,19 +75,19 @@ def _text(value: Any) -> str:
 
 def init() -> None:
     """Start NVML (reference-counted by NVML: pair every init with a shutdown)."""
-    _call("nvmlInit")
+    call("nvmlInit")
 
 
 def shutdown() -> None:
-    _call("nvmlShutdown")
+    call("nvmlShutdown")
 
 
 def gpu_count() -> int:
-    return int(_call("nvmlDeviceGetCount"))
+    return int(call("nvmlDeviceGetCount"))
 
 
 def handle(index: int) -> Any:
-    return _call("nvmlDeviceGetHandleByIndex", index)
+    return call("nvmlDeviceGetHandleByIndex", index)
 
 
 # --- health readings, one small call each: the suites read live, so a GPU lost mid-run fails its own tests -
@@ -155,14 +158,14 @@ def retired_pages(h: Any) -> RetiredPages | None:
     pending = _optional("nvmlDeviceGetRetiredPagesPendingStatus", h)
     if pending is None:
         return None
-    single = _call("nvmlDeviceGetRetiredPages", h, pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
-    double = _call("nvmlDeviceGetRetiredPages", h, pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+    single = call("nvmlDeviceGetRetiredPages", h, pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
+    double = call("nvmlDeviceGetRetiredPages", h, pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
     return RetiredPages(len(single), len(double), bool(pending))
 
 
 def clocks_event_reasons(h: Any) -> int:
     """The bit mask of reasons the clocks are below their maximum now (NVML's 'clocks event reasons')."""
-    return int(_call("nvmlDeviceGetCurrentClocksEventReasons", h))
+    return int(call("nvmlDeviceGetCurrentClocksEventReasons", h))
 
 
 def slowdown_reasons(mask: int) -> list[str]:
@@ -189,9 +192,9 @@ def pcie_link(h: Any) -> PcieLink | None:
         return None
     return PcieLink(
         int(gen),
-        int(_call("nvmlDeviceGetMaxPcieLinkGeneration", h)),
-        int(_call("nvmlDeviceGetCurrPcieLinkWidth", h)),
-        int(_call("nvmlDeviceGetMaxPcieLinkWidth", h)),
+        int(call("nvmlDeviceGetMaxPcieLinkGeneration", h)),
+        int(call("nvmlDeviceGetCurrPcieLinkWidth", h)),
+        int(call("nvmlDeviceGetMaxPcieLinkWidth", h)),
     )
 
 
@@ -203,7 +206,7 @@ def nvlinks(h: Any) -> dict[int, bool]:
     states = {}
     for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
         try:
-            states[link] = bool(_call("nvmlDeviceGetNvLinkState", h, link))
+            states[link] = bool(call("nvmlDeviceGetNvLinkState", h, link))
         except NvmlError as exc:
             if exc.code not in no_such_link:
                 raise
@@ -241,31 +244,6 @@ def clocks(h: Any) -> Clocks:
         (top, mem),
     ]
     return Clocks(*(_optional(name, h, domain) for name, domain in readings))
-
-
-@dataclass(frozen=True)
-class Sensors:
-    """What a telemetry sampler reads from one GPU, about ten times a second."""
-
-    utilization_pct: float  # of the last sample period in which a kernel ran
-    memory_used_bytes: int
-    sm_clock_mhz: int
-    power_w: float
-    temperature_c: int
-    clocks_event_reasons: int
-
-
-def sensors(h: Any) -> Sensors:
-    import pynvml
-
-    return Sensors(
-        utilization_pct=float(_call("nvmlDeviceGetUtilizationRates", h).gpu),
-        memory_used_bytes=int(_call("nvmlDeviceGetMemoryInfo", h).used),
-        sm_clock_mhz=int(_call("nvmlDeviceGetClockInfo", h, pynvml.NVML_CLOCK_SM)),
-        power_w=int(_call("nvmlDeviceGetPowerUsage", h)) / 1000.0,
-        temperature_c=int(_call("nvmlDeviceGetTemperature", h, pynvml.NVML_TEMPERATURE_GPU)),
-        clocks_event_reasons=clocks_event_reasons(h),
-    )
 
 
 # --- inventory ---------------------------------------------------------------------------------------------
@@ -325,8 +303,8 @@ class Inventory:
 def read_inventory() -> Inventory:
     """Every GPU's inventory. NVML must be started (`init`). Raises NvmlError if NVML cannot count the GPUs."""
     count = gpu_count()
-    driver = _text(_call("nvmlSystemGetDriverVersion"))
-    cuda = int(_call("nvmlSystemGetCudaDriverVersion"))
+    driver = _text(call("nvmlSystemGetDriverVersion"))
+    cuda = int(call("nvmlSystemGetCudaDriverVersion"))
     cuda_version = f"{cuda // 1000}.{cuda % 1000 // 10}"
     gpus, failed, handles = {}, {}, {}
     for index in range(count):
@@ -342,7 +320,7 @@ def read_inventory() -> Inventory:
 def _gpu_info(index: int, h: Any, driver: str, cuda_version: str) -> GpuInfo:
     import pynvml
 
-    pci = _call("nvmlDeviceGetPciInfo", h)
+    pci = call("nvmlDeviceGetPciInfo", h)
     power_limit_mw = _optional("nvmlDeviceGetPowerManagementLimit", h)
     compute_mode = _optional("nvmlDeviceGetComputeMode", h)
     serial = _optional("nvmlDeviceGetSerial", h)
@@ -353,11 +331,11 @@ def _gpu_info(index: int, h: Any, driver: str, cuda_version: str) -> GpuInfo:
     fabric_state, fabric_status, fabric_degraded = _fabric(h)
     return GpuInfo(
         index=index,
-        uuid=_text(_call("nvmlDeviceGetUUID", h)),
-        name=_text(_call("nvmlDeviceGetName", h)),
+        uuid=_text(call("nvmlDeviceGetUUID", h)),
+        name=_text(call("nvmlDeviceGetName", h)),
         pci_bus_id=_text(pci.busId),
         serial=None if serial is None else _text(serial),
-        memory_total_bytes=int(_call("nvmlDeviceGetMemoryInfo", h).total),
+        memory_total_bytes=int(call("nvmlDeviceGetMemoryInfo", h).total),
         driver_version=driver,
         cuda_driver_version=cuda_version,
         vbios_version=None if vbios is None else _text(vbios),
@@ -394,28 +372,11 @@ def _bits(words: Any) -> tuple[int, ...]:
 
 
 def _fabric(h: Any) -> tuple[str | None, str | None, bool | None]:
-    """(registration state, its result, degraded bandwidth). NVML defines the result only once the state is
-    completed (before, the field holds whatever it holds); the health mask's degraded-bandwidth field is 1 true,
-    2 false, 0 not supported."""
+    """(registration state, its result, degraded bandwidth), as fabric.py reads them from NVML's fabric info."""
     import pynvml
 
     info = pynvml.c_nvmlGpuFabricInfo_v2_t()
     info.version = pynvml.nvmlGpuFabricInfo_v2
     if _optional("nvmlDeviceGetGpuFabricInfoV", h, pynvml.byref(info)) is None:
         return None, None, None
-    state = _FABRIC_STATES.get(int(info.state), str(info.state))
-    if state == "not_supported":
-        return None, None, None
-    status = None
-    if state == "completed":
-        status = str(pynvml.NVMLError(int(info.status))) if info.status else "Success"
-    width = (1 << pynvml.NVML_GPU_FABRIC_HEALTH_MASK_WIDTH_DEGRADED_BW) - 1
-    degraded = (int(info.healthMask) >> pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_DEGRADED_BW) & width
-    return (
-        state,
-        status,
-        {
-            pynvml.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_TRUE: True,
-            pynvml.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_FALSE: False,
-        }.get(degraded),
-    )
+    return fabric_reading(info)

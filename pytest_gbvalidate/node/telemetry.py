@@ -31,6 +31,31 @@ class Source(Protocol):
     def read(self) -> dict[str, float]: ...
 
 
+@dataclass(frozen=True)
+class Sensors:
+    """What a telemetry sampler reads from one GPU, about ten times a second."""
+
+    utilization_pct: float  # of the last sample period in which a kernel ran
+    memory_used_bytes: int
+    sm_clock_mhz: int
+    power_w: float
+    temperature_c: int
+    clocks_event_reasons: int
+
+
+def sensors(h: Any) -> Sensors:
+    import pynvml
+
+    return Sensors(
+        utilization_pct=float(nvml.call("nvmlDeviceGetUtilizationRates", h).gpu),
+        memory_used_bytes=int(nvml.call("nvmlDeviceGetMemoryInfo", h).used),
+        sm_clock_mhz=int(nvml.call("nvmlDeviceGetClockInfo", h, pynvml.NVML_CLOCK_SM)),
+        power_w=int(nvml.call("nvmlDeviceGetPowerUsage", h)) / 1000.0,
+        temperature_c=int(nvml.call("nvmlDeviceGetTemperature", h, pynvml.NVML_TEMPERATURE_GPU)),
+        clocks_event_reasons=nvml.clocks_event_reasons(h),
+    )
+
+
 class NvmlSource:
     """One GPU: utilization, memory used, SM clock, power, temperature, and whether its clocks are held down by
     a slowdown (hardware, thermal, power brake: nvml.SLOWDOWN_REASONS) or by the power cap, as 1 or 0 (so the
@@ -42,7 +67,7 @@ class NvmlSource:
         self.handle = handle
 
     def read(self) -> dict[str, float]:
-        s = nvml.sensors(self.handle)
+        s = sensors(self.handle)
         prefix = self.name + "."
         return {
             prefix + "utilization_pct": s.utilization_pct,

@@ -1,13 +1,15 @@
 """Run one function SPMD on every rank of a gang and get each rank's result back.
 
-Two kinds of gang, one interface (`Gang.run`):
-- `LocalGang`: we start the ranks ourselves, one process per GPU (or N processes on the CPU), each with
+Two kinds of gang, one interface (`Gang`, with the `RankContext` each rank gets and `GangError`, all here):
+- `LocalGang` (here): we start the ranks ourselves, one process per GPU (or N processes on the CPU), each with
   torch.distributed initialised (NCCL on GPUs, gloo on the CPU) over a file rendezvous in a private temporary
   directory, so parallel runs never collide on a port. The processes stay up between calls (starting a gang
   costs seconds); a rank that crashes, raises or outlives its deadline tears the whole gang down, the call
-  raises `GangError` naming the rank and the cause, and the next call starts a fresh gang.
-- `WorldGang`: pytest itself runs under torchrun or Slurm `srun`; this process is one rank of that world and
-  `run` executes the function here and gathers every rank's result, so all ranks see the same results.
+  raises `GangError` naming the rank and the cause (a hung rank's whereabouts: hang.py), and the next call
+  starts a fresh gang.
+- `WorldGang` (world_gang.py): pytest itself runs under torchrun or Slurm `srun`; this process is one rank of
+  that world and `run` executes the function here and gathers every rank's result, so all ranks see the same
+  results.
 
 `run_on_local_rank` runs a function on one local rank of every node (per-GPU and per-node measurements) while
 the other ranks wait, so a node-local check needs no code of its own to work across nodes.
@@ -35,13 +37,8 @@ from typing import Any, Protocol
 import torch
 import torch.distributed as dist
 
-from pytest_gbvalidate.ranks.world import (
-    DeviceChoiceError,
-    cuda_device_index,
-    node_rank_from_environment,
-    number_gpus_by_pci_bus,
-    rendezvous_problem,
-)
+from pytest_gbvalidate.ranks.hang import innermost_frame, waiting_for_a_peer
+from pytest_gbvalidate.ranks.world import number_gpus_by_pci_bus
 
 _POLL_S = 0.05
 _PARENT_CHECK_S = 1.0
@@ -283,7 +280,7 @@ class LocalGang:
         time.sleep(0.5)
         for rank in missing:
             with contextlib.suppress(OSError), open(self._stack_file(rank)) as f:
-                stacks[rank] = _innermost_frame(f.read())
+                stacks[rank] = innermost_frame(f.read())
         # Ranks blocked in a collective are waiting for a peer; a rank that is not is the likely culprit.
         culprits = [r for r in missing if not waiting_for_a_peer(stacks.get(r))]
         where = "; ".join(f"rank {r} at {stacks.get(r, '?')}" for r in missing)
@@ -331,24 +328,6 @@ def _alive(pid: int) -> bool:
     return True
 
 
-# Where a rank waiting for a peer is stuck: in a collective (gloo blocks there), or, under NCCL, whose collectives
-# return at once and run on the GPU, in a device synchronisation that waits for one. A rank stuck elsewhere is the
-# likely culprit. (A `.item()` that waits for a collective's result shows only its caller's frame: such a rank
-# cannot be told from a culprit, and then none is named.)
-_WAITING_IN = ("torch/distributed/", "torch/cuda/", "torch/accelerator/")
-
-
-def waiting_for_a_peer(frame: str | None) -> bool:
-    """Whether a rank whose innermost frame is `frame` ('file:line in function'; None: unknown) is waiting."""
-    return frame is None or any(place in frame for place in _WAITING_IN)
-
-
-def _innermost_frame(dump: str) -> str:
-    """'file:line in function' of the innermost frame of a faulthandler dump."""
-    frames = [line.strip() for line in dump.splitlines() if line.strip().startswith("File ")]
-    return frames[0].removeprefix("File ").replace('"', "") if frames else "unknown"
-
-
 def _name(fn: Callable[..., Any], args: tuple[Any, ...]) -> str:
     """What a call is, for messages: the function, or for `run_on_local_rank` the function it runs."""
     if fn is _on_local_rank and len(args) >= 2:
@@ -359,85 +338,6 @@ def _name(fn: Callable[..., Any], args: tuple[Any, ...]) -> str:
 def _last_line(text: str) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return lines[-1] if lines else text
-
-
-# --- the world we run in ------------------------------------------------------------------------------------
-
-
-# torch's TORCH_NCCL_ASYNC_ERROR_HANDLING values: 0 no handling, 1 tear down, 2 clean up only, 3 skip clean-up.
-NCCL_CLEAN_UP_ONLY = "2"
-
-
-class WorldGang:
-    """This process is one rank of a torchrun / srun world (MASTER_ADDR and MASTER_PORT in the environment).
-
-    `timeout_s` is the process group's collective timeout: the only bound there is on a peer that hangs, since
-    the processes belong to the launcher, not to us (a call's own `timeout_s` cannot shorten it)."""
-
-    def __init__(
-        self,
-        rank: int,
-        world_size: int,
-        local_rank: int,
-        *,
-        device_type: str,
-        timeout_s: float,
-        env: Mapping[str, str] | None = None,
-    ) -> None:
-        self.world_size = world_size
-        number_gpus_by_pci_bus()  # before device_count() below initialises CUDA
-        if device_type == "cpu":
-            self.device = torch.device("cpu")
-        else:  # srun may have bound this task to a GPU of its own: the local rank is then no index (world.py)
-            try:
-                self.device = torch.device(device_type, cuda_device_index(os.environ, torch.cuda.device_count()))
-            except DeviceChoiceError as exc:
-                raise GangError(rank, "has no GPU of its own", str(exc)) from None
-        if not dist.is_initialized():
-            problem = rendezvous_problem(os.environ)
-            if problem is not None:
-                raise GangError(rank, "cannot join its world", problem)
-            for name, value in (env or {}).items():  # read by NCCL when the first communicator is made
-                os.environ.setdefault(name, value)
-            os.environ.setdefault("RANK", str(rank))
-            os.environ.setdefault("WORLD_SIZE", str(world_size))
-            os.environ.setdefault("LOCAL_RANK", str(local_rank))
-            # NCCL's watchdog tears the whole process down when a collective times out or a peer dies (its
-            # default): the run that found the bad node would write no report. Clean-up only: the communicators
-            # are aborted and the collective raises, which the test reports. An operator's choice stays.
-            os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", NCCL_CLEAN_UP_ONLY)
-            _init_rank(self.device, rank, world_size, "env://", timeout_s)
-        node_rank = node_rank_from_environment(os.environ, rank)
-        backend = dist.get_backend()
-        self.ctx = RankContext(rank, world_size, local_rank, self.device, backend, node_rank)
-        # Results and verdicts travel on a gloo group of their own (over TCP, on the host): a dead or hung peer
-        # fails the gather with an exception on every survivor, whatever state NCCL's communicators are in.
-        self._control: dist.ProcessGroup | None = None
-        if backend != "gloo":
-            control = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
-            # Every rank is in it: new_group returns the group itself (-100 or None only to ranks left out).
-            self._control = control if isinstance(control, dist.ProcessGroup) else None
-        placed: list[Any] = [None] * world_size
-        dist.all_gather_object(placed, (node_rank, socket.gethostname()), group=self._control)
-        self.hosts = dict(sorted(placed))
-
-    def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None) -> list[Any]:
-        try:
-            mine: tuple[str, Any] = ("ok", fn(self.ctx, *args))
-        except Exception:
-            mine = ("raised", traceback.format_exc())
-        gathered: list[Any] = [None] * self.world_size
-        try:
-            dist.all_gather_object(gathered, mine, group=self._control)
-        except Exception as exc:  # a peer died or timed out: every surviving rank gets here
-            raise GangError(None, "lost a peer", f"{_name(fn, args)}: {_last_line(str(exc))}") from exc
-        for rank, (status, payload) in enumerate(gathered):
-            if status == "raised":
-                raise GangError(rank, "raised", f"{_name(fn, args)}: {_last_line(payload)}\n{payload}")
-        return [payload for _, payload in gathered]
-
-    def close(self) -> None:
-        pass  # the world belongs to torchrun / srun; it is torn down when the processes exit
 
 
 # --- one local rank per node --------------------------------------------------------------------------------

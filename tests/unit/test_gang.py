@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gbvalidate.ranks import gang as gang_module
+from pytest_gbvalidate.ranks import hang as gang_module
 from pytest_gbvalidate.ranks.gang import GangError, LocalGang, NodeResult, remove_dead_gang_dirs, run_on_local_rank
 from pytest_gbvalidate.ranks.world import node_rank_from_environment, rendezvous_problem, world_from_environment
 from tests.helpers import gang_functions as f

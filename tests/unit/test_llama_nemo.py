@@ -18,7 +18,7 @@ import pytest
 
 from pytest_gbvalidate.baselines import PretrainSpec, load_baseline
 from pytest_gbvalidate.workloads.llama import nemo
-from pytest_gbvalidate.workloads.llama.train import MemoryPeak
+from pytest_gbvalidate.workloads.llama.results import MemoryPeak
 from tests.helpers.runs import REPO
 
 

@@ -23,14 +23,11 @@ from pytest_gbvalidate.workloads.llama.config import LLAMA3_TINY
 from pytest_gbvalidate.workloads.llama.model import Transformer, build
 from pytest_gbvalidate.workloads.llama.parallel import Layout
 from pytest_gbvalidate.workloads.llama.parallelize import context_parallel_positions, keep_stage
+from pytest_gbvalidate.workloads.llama.results import MemoryPeak, PretrainResult, RankResult, summarize
 from pytest_gbvalidate.workloads.llama.train import (
     EngineOptions,
-    MemoryPeak,
-    PretrainResult,
-    RankResult,
     Trainer,
     TrainRequest,
-    summarize,
     torch_release,
     train,
     train_worker,

@@ -13,7 +13,8 @@ from pytest_gbvalidate.ranks.gang import GangError
 from pytest_gbvalidate.workloads.llama import sweep
 from pytest_gbvalidate.workloads.llama.config import LLAMA3_TINY
 from pytest_gbvalidate.workloads.llama.parallel import Layout
-from pytest_gbvalidate.workloads.llama.train import MemoryPeak, PretrainResult, TrainRequest, pretrain_result
+from pytest_gbvalidate.workloads.llama.results import MemoryPeak, PretrainResult, pretrain_result
+from pytest_gbvalidate.workloads.llama.train import TrainRequest
 
 GRID = {"mbs": [1, 2, 4], "tp": [1, 2], "pp": [1], "cp": [1]}
 

@@ -13,9 +13,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from pytest_gbvalidate.ranks import gang as gang_module
-from pytest_gbvalidate.ranks.gang import GangError, WorldGang
+from pytest_gbvalidate.ranks import world_gang as gang_module
+from pytest_gbvalidate.ranks.gang import GangError
 from pytest_gbvalidate.ranks.world import DeviceChoiceError, cuda_device_index, world_from_environment
+from pytest_gbvalidate.ranks.world_gang import WorldGang
 
 # The environments of one task, as the launchers set them (only the variables the choice reads, and a few it
 # must not be misled by).

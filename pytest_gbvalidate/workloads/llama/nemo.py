@@ -20,14 +20,13 @@ memory line per rank after the first iteration. NeMo's mock tokens are uniformly
 below ln(vocab) (Megatron-Bridge's mock sequences are learnable): the loss check is weaker with them than with the
 built-in engine's learnable data.
 
-This module does not import NeMo: the driver does, in the processes it starts.
+This module does not import NeMo: the driver does, in the processes it starts (the scripts: nemo_drivers.py).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import pprint
 import re
 import subprocess
 import sys
@@ -36,7 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_gbvalidate.workloads.llama.train import GIB, MemoryPeak, PretrainResult, TrainRequest, pretrain_result
+from pytest_gbvalidate.workloads.llama.nemo_drivers import ENGINES, driver_source
+from pytest_gbvalidate.workloads.llama.results import GIB, MemoryPeak, PretrainResult, pretrain_result
+from pytest_gbvalidate.workloads.llama.train import TrainRequest
 
 if TYPE_CHECKING:
     from pytest_gbvalidate.baselines import PretrainSpec
@@ -115,11 +116,10 @@ def plan_launch(spec: PretrainSpec, gpus: int, workdir: Path, python: EnginePyth
         raise EngineUnavailable(f"engine {engine} runs the {RECIPE_MODEL} recipe only, not {spec.model}")
     if spec.layout.world_size != gpus:
         raise EngineUnavailable(f"layout {spec.layout.label} needs {spec.layout.world_size} GPUs; this node has {gpus}")
-    body = {"nemo": _NEMO_DRIVER, "megatron_bridge": _MEGATRON_BRIDGE_DRIVER}.get(engine)
-    if body is None:
+    if engine not in ENGINES:
         raise EngineUnavailable(f"{engine!r} is not a NeMo engine")
     values = settings(spec, gpus, workdir)
-    source = f"SETTINGS = {pprint.pformat(values)}\n{_DRIVER_HEAD}{body}{_DRIVER_MAIN}"  # a Python literal
+    source = driver_source(engine, values)
     driver_path = workdir / f"gbvalidate_{engine}_pretrain.py"
     torchrun = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}", str(driver_path)]
     # NeMo logs its memory peaks only when asked; its recipe needs nothing from the model hub, so an air-gapped
@@ -310,228 +310,3 @@ def logged_memory(engine: str, text: str, logged: list[LoggedStep]) -> list[Memo
             "reserved": [float(m.group(1)) * 1e9 for m in _BRIDGE_RESERVED.finditer(text)],
         }
     return [MemoryPeak(f"device max {kind} ({where})", max(b) / GIB) for kind, b in peaks.items() if b]
-
-
-# --- the driver scripts (run under the engine's Python; they import the engine) --------------------------------
-# One script: SETTINGS, the head, an engine's build() and describe(), and the main. `--check` builds and prints
-# what the recipe holds; otherwise it trains. Imports that fail, and what cannot be had (the model hub), are one
-# line the plugin reads, not a traceback.
-
-_DRIVER_HEAD = """
-import importlib.metadata
-import json
-import sys
-
-REPORT, MISSING = {}, []
-
-
-def unavailable(message):
-    print("GBVALIDATE_UNAVAILABLE " + " ".join(message.split()), flush=True)  # one line, whatever it quotes
-    sys.exit(3)
-
-
-def version(distribution):
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return "(unknown version)"
-
-
-def assign(cfg, path, value):
-    \"\"\"Set cfg.<path>; a field this release does not have is noted as missing (recipe configs accept any
-    attribute, so a misspelled or removed one would otherwise do nothing). `fields` is the engine's.\"\"\"
-    *parents, name = path.split(".")
-    for parent in parents:
-        cfg = getattr(cfg, parent, None)
-    if cfg is None or name not in fields(cfg):
-        MISSING.append(path)
-        return
-    setattr(cfg, name, value)
-"""
-
-_DRIVER_MAIN = """
-
-if __name__ == "__main__":
-    built = build(SETTINGS)
-    if sys.argv[1:] == ["--check"]:
-        print("GBVALIDATE_RECIPE " + json.dumps({"values": describe(built), "missing": MISSING}), flush=True)
-    else:
-        train(built)
-"""
-
-_NEMO_DRIVER = """
-import inspect
-
-try:
-    import nemo  # noqa: F401
-except ImportError as exc:
-    unavailable(f"nemo_toolkit is not installed there ({exc}); use an NGC NeMo container or --gb-engine-python")
-try:
-    from nemo.collections import llm
-except ImportError:
-    unavailable(
-        f"nemo_toolkit {version('nemo_toolkit')} has no nemo.collections.llm (nemo_toolkit 3.x removed the LLM "
-        "collection; LLM training moved to Megatron-Bridge): use nemo_toolkit <= 2.7 or engine megatron_bridge"
-    )
-import nemo_run as run
-from nemo.collections.common.tokenizers.null_tokenizer import NullTokenizer
-from nemo.collections.llm.recipes.precision import mixed_precision
-
-# NeMo 2's fp8 plugins: delayed scaling (amax history) and per-tensor current scaling ("tensorwise").
-FP8_PLUGINS = {"delayed": "bf16_with_fp8_mixed", "current": "bf16_with_fp8_current_scaling_mixed"}
-
-
-def fields(config):
-    \"\"\"The parameters a nemo_run Config's target takes (its **kwargs, if any, do not count).\"\"\"
-    parameters = inspect.signature(config.__fn_or_cls__).parameters.values()
-    return {p.name for p in parameters if p.kind is not inspect.Parameter.VAR_KEYWORD}
-
-
-def build(s):
-    recipe = llm.llama3_8b.pretrain_recipe(
-        name="gbvalidate", dir=s["workdir"], num_nodes=1, num_gpus_per_node=s["gpus"]
-    )
-    assign(recipe, "trainer.strategy.tensor_model_parallel_size", s["tp"])
-    assign(recipe, "trainer.strategy.pipeline_model_parallel_size", s["pp"])
-    assign(recipe, "trainer.strategy.context_parallel_size", s["cp"])
-    assign(recipe, "model.config.seq_length", s["seq_len"])
-    # Mock data with Llama 3's vocabulary, nothing downloaded: a null tokenizer (it adds an end-of-document
-    # token to the size it is given), and the model's vocabulary set rather than padded up from the tokenizer's.
-    assign(recipe, "data.tokenizer", run.Config(NullTokenizer, vocab_size=s["vocab_size"] - 1))
-    assign(recipe, "model.config.vocab_size", s["vocab_size"])
-    assign(recipe, "data.seq_length", s["seq_len"])  # the recipe's data is its MockDataModule
-    assign(recipe, "data.micro_batch_size", s["mbs"])
-    assign(recipe, "data.global_batch_size", s["gbs"])
-    if s["activation_checkpointing"] == "selective":  # Megatron's selective: core attention only
-        assign(recipe, "model.config.recompute_granularity", "selective")
-    elif s["activation_checkpointing"] == "full":
-        assign(recipe, "model.config.recompute_granularity", "full")
-        assign(recipe, "model.config.recompute_method", "uniform")
-        assign(recipe, "model.config.recompute_num_layers", 1)
-    plugin = FP8_PLUGINS[s["fp8_recipe"]] if s["precision"] == "fp8" else "bf16_mixed"
-    assign(recipe, "trainer.plugins", getattr(mixed_precision, plugin)())
-    assign(recipe, "trainer.max_steps", s["steps"])
-    assign(recipe, "trainer.log_every_n_steps", 1)
-    assign(recipe, "trainer.limit_val_batches", 0)
-    assign(recipe, "trainer.val_check_interval", s["steps"])
-    assign(recipe, "trainer.enable_checkpointing", False)
-    assign(recipe, "log.ckpt", None)
-    assign(recipe, "optim.config.lr", s["learning_rate"])
-    assign(recipe, "optim.lr_scheduler.warmup_steps", 0)
-    return recipe
-
-
-def describe(recipe):
-    \"\"\"The recipe's values in the driver's terms, read back from the recipe (the tokenizer built, offline).\"\"\"
-    import fiddle
-
-    strategy, data, plugins = recipe.trainer.strategy, recipe.data, recipe.trainer.plugins
-    fp8 = getattr(plugins, "fp8_recipe", None) if getattr(plugins, "fp8", None) else None
-    return {
-        "tp": strategy.tensor_model_parallel_size,
-        "pp": strategy.pipeline_model_parallel_size,
-        "cp": strategy.context_parallel_size,
-        "mbs": data.micro_batch_size,
-        "gbs": data.global_batch_size,
-        "seq_len": recipe.model.config.seq_length,
-        "data_seq_len": data.seq_length,
-        "vocab_size": recipe.model.config.vocab_size,
-        "tokenizer_vocab_size": fiddle.build(data.tokenizer).vocab_size,
-        "steps": recipe.trainer.max_steps,
-        "precision": "fp8" if fp8 else "bf16",
-        "fp8_recipe": {"delayed": "delayed", "tensorwise": "current"}.get(fp8, fp8) if fp8 else None,
-        "activation_checkpointing": getattr(recipe.model.config, "recompute_granularity", None) or "none",
-        "nemo_toolkit": version("nemo_toolkit"),
-    }
-
-
-def train(recipe):
-    run.run(recipe, direct=True)
-"""
-
-_MEGATRON_BRIDGE_DRIVER = """
-import inspect
-
-try:
-    from megatron.bridge.recipes.llama import llama3_8b_pretrain_config
-    from megatron.bridge.training.gpt_step import forward_step
-    from megatron.bridge.training.pretrain import pretrain
-except ImportError as exc:
-    unavailable(f"Megatron-Bridge cannot be imported there ({exc}); it needs CUDA and Transformer Engine")
-
-FP8_RECIPES = {"delayed": "bf16_with_fp8_delayed_scaling_mixed", "current": "bf16_with_fp8_current_scaling_mixed"}
-HUB_MODEL = "meta-llama/Meta-Llama-3-8B"
-
-
-def fields(config):
-    return set(getattr(config, "__dataclass_fields__", None) or vars(config))
-
-
-def build(s):
-    # 0.3.0 takes keywords (**user_kwargs, mock among them); 0.3.1 takes none, and its data is mock data (no
-    # blend) unless set otherwise.
-    takes_keywords = any(p.kind is inspect.Parameter.VAR_KEYWORD or p.name == "mock" for p in
-                         inspect.signature(llama3_8b_pretrain_config).parameters.values())
-    try:
-        cfg = llama3_8b_pretrain_config(**({"mock": True} if takes_keywords else {}))
-    except Exception as exc:  # the recipe reads Llama's config from the model hub (a gated repository)
-        if any(word in f"{type(exc).__name__} {exc}" for word in ("huggingface", "Hub", "hub", HUB_MODEL, "gated")):
-            unavailable(
-                f"Megatron-Bridge {version('megatron-bridge')} builds Llama 3 8B from the model hub's {HUB_MODEL} "
-                "config, which it could not read: give the node access (HF_TOKEN of an account with access to "
-                "the gated repository) or a local copy (the config in HF_HOME's cache, and HF_HUB_OFFLINE=1); "
-                f"{type(exc).__name__}: {str(exc)[:300]}"
-            )
-        raise
-    assign(cfg, "model.tensor_model_parallel_size", s["tp"])
-    assign(cfg, "model.pipeline_model_parallel_size", s["pp"])
-    assign(cfg, "model.context_parallel_size", s["cp"])
-    assign(cfg, "model.seq_length", s["seq_len"])
-    # Field names that moved between releases: the one this release has.
-    dataset_seq = "sequence_length" if "sequence_length" in fields(cfg.dataset) else "seq_length"
-    assign(cfg, f"dataset.{dataset_seq}", s["seq_len"])
-    # Mock tokens over Llama 3's vocabulary (the recipes' null tokenizer defaults to 32000; its size counts EOD).
-    assign(cfg, "tokenizer.vocab_size", s["vocab_size"])
-    assign(cfg, "train.micro_batch_size", s["mbs"])
-    assign(cfg, "train.global_batch_size", s["gbs"])
-    assign(cfg, "train.train_iters", s["steps"])
-    assign(cfg, "train.eval_iters" if "eval_iters" in fields(cfg.train) else "validation.eval_iters", 0)
-    if s["activation_checkpointing"] == "selective":
-        assign(cfg, "model.recompute_granularity", "selective")
-    elif s["activation_checkpointing"] == "full":
-        assign(cfg, "model.recompute_granularity", "full")
-        assign(cfg, "model.recompute_method", "uniform")
-        assign(cfg, "model.recompute_num_layers", 1)
-    assign(cfg, "mixed_precision", FP8_RECIPES[s["fp8_recipe"]] if s["precision"] == "fp8" else "bf16_mixed")
-    assign(cfg, "optimizer.lr", s["learning_rate"])
-    assign(cfg, "scheduler.lr_warmup_iters", 0)
-    assign(cfg, "logger.log_interval", 1)
-    assign(cfg, "checkpoint.save", None)
-    return cfg
-
-
-def describe(cfg):
-    m, t = cfg.model, cfg.train
-    dataset_seq = getattr(cfg.dataset, "sequence_length", getattr(cfg.dataset, "seq_length", None))
-    fp8 = {v: k for k, v in FP8_RECIPES.items()}.get(cfg.mixed_precision)
-    return {
-        "tp": m.tensor_model_parallel_size,
-        "pp": m.pipeline_model_parallel_size,
-        "cp": m.context_parallel_size,
-        "mbs": t.micro_batch_size,
-        "gbs": t.global_batch_size,
-        "seq_len": m.seq_length,
-        "data_seq_len": dataset_seq,
-        "steps": t.train_iters,
-        "vocab_size": getattr(m, "vocab_size", None),
-        "tokenizer_vocab_size": cfg.tokenizer.vocab_size,
-        "precision": "fp8" if fp8 else "bf16",
-        "fp8_recipe": fp8,
-        "activation_checkpointing": getattr(m, "recompute_granularity", None) or "none",
-        "megatron_bridge": version("megatron-bridge"),
-    }
-
-
-def train(cfg):
-    pretrain(cfg, forward_step)
-"""

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_gbvalidate.workloads.llama.config import LlamaConfig
 from pytest_gbvalidate.workloads.llama.parallel import Layout, LayoutError, for_world, problems
-from pytest_gbvalidate.workloads.llama.train import PretrainResult
+from pytest_gbvalidate.workloads.llama.results import PretrainResult
 
 if TYPE_CHECKING:
     from pytest_gbvalidate.ranks.gang import Gang
@@ -254,7 +254,8 @@ def native_trainer(
 ) -> Callable[[Layout], PretrainResult]:
     """Trains one sweep point with the built-in engine on `gang`; `peak` (TFLOPS per GPU) for the MFU;
     `compile_blocks` as the baseline's `pretrain.compile` says."""
-    from pytest_gbvalidate.workloads.llama.train import EngineOptions, TrainRequest, summarize, train_worker
+    from pytest_gbvalidate.workloads.llama.results import summarize
+    from pytest_gbvalidate.workloads.llama.train import EngineOptions, TrainRequest, train_worker
 
     def train(layout: Layout) -> PretrainResult:
         options = EngineOptions(compile=compile_blocks)

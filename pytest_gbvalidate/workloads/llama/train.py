@@ -1,7 +1,7 @@
 """The built-in training engine: Llama 3 on synthetic tokens, in any valid layout, timed per optimizer step.
 
-`train_worker(ctx, request)` is the SPMD function every rank of a gang runs; `summarize` turns the ranks'
-results into the step time, throughput, MFU and loss curve the suite checks. On one rank, `train(request,
+`train_worker(ctx, request)` is the SPMD function every rank of a gang runs; results.py's `summarize` turns the
+ranks' results into the step time, throughput, MFU and loss curve the suite checks. On one rank, `train(request,
 device)` runs the same steps without any process group (the reference the parallel layouts are tested against).
 """
 
@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import math
 import resource
 import socket
-import statistics
 import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -26,7 +24,6 @@ from torch.distributed.tensor import DTensor
 
 from pytest_gbvalidate.bench.timing import Stopwatch, time_op_s
 from pytest_gbvalidate.ranks.gang import RankContext
-from pytest_gbvalidate.workloads.llama import flops
 from pytest_gbvalidate.workloads.llama.config import LlamaConfig
 from pytest_gbvalidate.workloads.llama.data import SyntheticTokens
 from pytest_gbvalidate.workloads.llama.loss import linear_cross_entropy
@@ -39,20 +36,13 @@ from pytest_gbvalidate.workloads.llama.parallelize import (
     build_rank_model,
     context_parallel_positions,
 )
+from pytest_gbvalidate.workloads.llama.results import GIB, MemoryPeak, RankResult
 
 if TYPE_CHECKING:
     from torch.distributed.pipelining.schedules import Schedule1F1B
 
-# The loss must end (mean of the last LOSS_TAIL_STEPS steps) more than this far below the first step's loss.
-# Shrinking the initial random logits alone brings the loss down to about ln(vocab), a few percent; learning
-# the synthetic data's structure takes it far below (see data.py). The NeMo engines train on uniformly random
-# mock tokens, which cannot take the loss below ln(vocab): with them the loss need only fall.
-MIN_LOSS_DROP_PCT = 10.0
-MIN_LOSS_DROP_PCT_RANDOM_TOKENS = 0.0
-LOSS_TAIL_STEPS = 3
 ADAMW_BETAS = (0.9, 0.95)
 WEIGHT_DECAY = 0.1
-GIB = 2**30
 
 
 @dataclass(frozen=True)
@@ -82,25 +72,6 @@ class TrainRequest:
     @property
     def steps(self) -> int:
         return self.warmup_steps + self.timed_steps
-
-
-@dataclass(frozen=True)
-class MemoryPeak:
-    what: str  # "device max allocated" on an accelerator; "host RSS peak" (the whole process) on the CPU
-    gib: float
-
-
-@dataclass(frozen=True)
-class RankResult:
-    rank: int
-    stage: int
-    step_times_s: list[float]  # the timed steps
-    losses: list[float] | None  # every step's global-batch loss; on ranks of the last pipeline stage only
-    memory: MemoryPeak
-    node: str = ""  # "node<rank of the node> (<hostname>)": which node of a torchrun / srun world
-    # The timed steps' work before the gradient sync (forward, backward and the pipeline's own sends): a rank
-    # the others wait for at the sync shows here, where every rank's step time is the slowest one's.
-    compute_times_s: list[float] = field(default_factory=list)
 
 
 class Trainer:
@@ -271,165 +242,3 @@ def memory_peak(device: torch.device) -> MemoryPeak:
     # The CPU has no allocator statistics: the process's resident set peak (torch itself included) stands in.
     rss_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return MemoryPeak("host RSS peak", rss_peak * (1 if sys.platform == "darwin" else 1024) / GIB)
-
-
-# --- the run's figures --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PretrainResult:
-    model: str
-    layout: Layout
-    seq_len: int
-    warmup_steps: int
-    timed_steps: int
-    step_time_s: float  # median over the timed steps of the slowest rank's step
-    step_times_s: list[float]
-    tokens_per_step: int
-    tokens_per_s_per_gpu: float
-    model_tflops_per_gpu: float
-    flops_per_token: int
-    mfu_pct: float | None  # None where the baseline gives no peak
-    peak_tflops_per_gpu: float | None
-    losses: list[float]
-    vocab_size: int
-    memory: list[MemoryPeak] = field(default_factory=list)  # per rank; empty where the engine reports none
-    # Per node, its slowest rank's median step time (the built-in engine; a node's own figure across nodes).
-    per_node_step_time_s: dict[str, float] = field(default_factory=dict)
-    # Per rank, its median step time: about the same on every rank, as the gradient sync waits for the slowest.
-    per_rank_step_time_s: list[float] = field(default_factory=list)
-    # Per rank and per node (its slowest rank), the median time of the work before the gradient sync: where a
-    # straggler shows.
-    per_rank_compute_s: list[float] = field(default_factory=list)
-    per_node_compute_s: dict[str, float] = field(default_factory=dict)
-    # (slowest - fastest) / fastest of the ranks' medians of that work, within a pipeline stage (stages differ by
-    # design: the last one runs the head and the loss); the largest of the stages'.
-    rank_spread_pct: float | None = None
-
-    @property
-    def scope(self) -> str:
-        """The label a baseline keeps this run's figures under: engine, precision, layout, sequence length."""
-        return f"{self.layout.label}-seq{self.seq_len}"
-
-    @property
-    def loss_drop_pct(self) -> float:
-        tail = statistics.fmean(self.losses[-LOSS_TAIL_STEPS:])
-        return 100.0 * (self.losses[0] - tail) / self.losses[0]
-
-    @property
-    def loss_decreased(self) -> bool:
-        return all(math.isfinite(x) for x in self.losses) and self.loss_drop_pct > self.min_loss_drop_pct
-
-    @property
-    def min_loss_drop_pct(self) -> float:
-        native = self.layout.engine == "native"
-        return MIN_LOSS_DROP_PCT if native else MIN_LOSS_DROP_PCT_RANDOM_TOKENS
-
-    def loss_message(self) -> str:
-        curve = ", ".join(f"{x:.4g}" for x in self.losses)
-        return (
-            f"{self.model} {self.layout.label}: loss fell {self.loss_drop_pct:.1f}% from the first step to the mean "
-            f"of the last {LOSS_TAIL_STEPS} (needs more than {self.min_loss_drop_pct:g}%); ln(vocab) = "
-            f"{math.log(self.vocab_size):.3f}; loss per step: {curve}"
-        )
-
-    def details(self) -> dict[str, Any]:
-        """Everything a report keeps about the run."""
-        return {
-            "model": self.model,
-            "layout": self.scope,
-            "engine": self.layout.engine,
-            "precision": self.layout.precision,
-            "mbs": self.layout.mbs,
-            "gbs": self.layout.gbs,
-            "tp": self.layout.tp,
-            "pp": self.layout.pp,
-            "cp": self.layout.cp,
-            "dp": self.layout.dp,
-            "seq_len": self.seq_len,
-            "warmup_steps": self.warmup_steps,
-            "timed_steps": self.timed_steps,
-            "step_time_s": self.step_time_s,
-            "step_times_s": self.step_times_s,
-            "tokens_per_step": self.tokens_per_step,
-            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
-            "model_tflops_per_gpu": self.model_tflops_per_gpu,
-            "flops_per_token": self.flops_per_token,
-            "mfu_pct": self.mfu_pct,
-            "peak_tflops_per_gpu": self.peak_tflops_per_gpu,
-            "loss_curve": self.losses,
-            "loss_drop_pct": self.loss_drop_pct,
-            "peak_memory": [{"rank": i, "what": m.what, "gib": m.gib} for i, m in enumerate(self.memory)],
-            "per_node_step_time_s": self.per_node_step_time_s,
-            "per_rank_step_time_s": self.per_rank_step_time_s,
-            "per_node_compute_s": self.per_node_compute_s,
-            "per_rank_compute_s": self.per_rank_compute_s,
-            "rank_spread_pct": self.rank_spread_pct,
-        }
-
-
-def summarize(request: TrainRequest, results: list[RankResult], peak_tflops_per_gpu: float | None) -> PretrainResult:
-    """The run's figures from every rank's results (in rank order): a step takes as long as its slowest rank."""
-    per_step = [max(steps) for steps in zip(*(r.step_times_s for r in results), strict=True)]
-    losses = next(r.losses for r in results if r.losses is not None)
-    result = pretrain_result(request, per_step, losses, [r.memory for r in results], peak_tflops_per_gpu)
-    per_rank = [statistics.median(r.step_times_s) for r in results]
-    per_rank_compute = [statistics.median(r.compute_times_s) for r in results if r.compute_times_s]
-    if len(per_rank_compute) != len(results):
-        per_rank_compute = []
-    return dataclasses.replace(
-        result,
-        per_node_step_time_s=_slowest_per_node(results, per_rank),
-        per_rank_step_time_s=per_rank,
-        per_rank_compute_s=per_rank_compute,
-        per_node_compute_s=_slowest_per_node(results, per_rank_compute) if per_rank_compute else {},
-        rank_spread_pct=_spread_within_stages(results, per_rank_compute or per_rank),
-    )
-
-
-def _spread_within_stages(results: list[RankResult], per_rank_s: list[float]) -> float | None:
-    by_stage: dict[int, list[float]] = {}
-    for r, seconds in zip(results, per_rank_s, strict=True):
-        by_stage.setdefault(r.stage, []).append(seconds)
-    spreads = [(max(times) - min(times)) / min(times) * 100 for times in by_stage.values() if len(times) > 1]
-    return round(max(spreads), 3) if spreads else None
-
-
-def _slowest_per_node(results: list[RankResult], per_rank_s: list[float]) -> dict[str, float]:
-    per_node: dict[str, float] = {}
-    for r, seconds in zip(results, per_rank_s, strict=True):
-        per_node[r.node] = max(per_node.get(r.node, 0.0), seconds)
-    return per_node
-
-
-def pretrain_result(
-    request: TrainRequest,
-    step_times_s: list[float],
-    losses: list[float],
-    memory: list[MemoryPeak],
-    peak_tflops_per_gpu: float | None,
-) -> PretrainResult:
-    """The figures of a run whose timed steps took `step_times_s`, whatever engine ran it."""
-    layout, cfg = request.layout, request.cfg
-    step_time_s = statistics.median(step_times_s)
-    tokens_per_step = layout.gbs * cfg.seq_len
-    tokens_per_s_per_gpu = tokens_per_step / step_time_s / layout.world_size
-    tflops = flops.model_tflops_per_gpu(cfg, tokens_per_s_per_gpu)
-    return PretrainResult(
-        model=cfg.name,
-        layout=layout,
-        seq_len=cfg.seq_len,
-        warmup_steps=request.warmup_steps,
-        timed_steps=request.timed_steps,
-        step_time_s=step_time_s,
-        step_times_s=step_times_s,
-        tokens_per_step=tokens_per_step,
-        tokens_per_s_per_gpu=tokens_per_s_per_gpu,
-        model_tflops_per_gpu=tflops,
-        flops_per_token=flops.train_flops_per_token(cfg),
-        mfu_pct=None if peak_tflops_per_gpu is None else flops.mfu_pct(tflops, peak_tflops_per_gpu),
-        peak_tflops_per_gpu=peak_tflops_per_gpu,
-        losses=losses,
-        vocab_size=cfg.vocab_size,
-        memory=memory,
-    )

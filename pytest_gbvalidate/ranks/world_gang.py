@@ -1,0 +1,102 @@
+"""The world gang: pytest itself runs under torchrun or Slurm `srun`, and this process is one rank of that world.
+
+`WorldGang.run` executes the function here and gathers every rank's result over a gloo control group of its own,
+so all ranks see the same results (and the same failures). The shared interface (`Gang`, `RankContext`,
+`GangError`) and the local gang are in gang.py; which world this process is in, in world.py.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import traceback
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from pytest_gbvalidate.ranks.gang import GangError, RankContext, _init_rank, _last_line, _name
+from pytest_gbvalidate.ranks.world import (
+    DeviceChoiceError,
+    cuda_device_index,
+    node_rank_from_environment,
+    number_gpus_by_pci_bus,
+    rendezvous_problem,
+)
+
+# torch's TORCH_NCCL_ASYNC_ERROR_HANDLING values: 0 no handling, 1 tear down, 2 clean up only, 3 skip clean-up.
+NCCL_CLEAN_UP_ONLY = "2"
+
+
+class WorldGang:
+    """This process is one rank of a torchrun / srun world (MASTER_ADDR and MASTER_PORT in the environment).
+
+    `timeout_s` is the process group's collective timeout: the only bound there is on a peer that hangs, since
+    the processes belong to the launcher, not to us (a call's own `timeout_s` cannot shorten it)."""
+
+    def __init__(
+        self,
+        rank: int,
+        world_size: int,
+        local_rank: int,
+        *,
+        device_type: str,
+        timeout_s: float,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.world_size = world_size
+        number_gpus_by_pci_bus()  # before device_count() below initialises CUDA
+        if device_type == "cpu":
+            self.device = torch.device("cpu")
+        else:  # srun may have bound this task to a GPU of its own: the local rank is then no index (world.py)
+            try:
+                self.device = torch.device(device_type, cuda_device_index(os.environ, torch.cuda.device_count()))
+            except DeviceChoiceError as exc:
+                raise GangError(rank, "has no GPU of its own", str(exc)) from None
+        if not dist.is_initialized():
+            problem = rendezvous_problem(os.environ)
+            if problem is not None:
+                raise GangError(rank, "cannot join its world", problem)
+            for name, value in (env or {}).items():  # read by NCCL when the first communicator is made
+                os.environ.setdefault(name, value)
+            os.environ.setdefault("RANK", str(rank))
+            os.environ.setdefault("WORLD_SIZE", str(world_size))
+            os.environ.setdefault("LOCAL_RANK", str(local_rank))
+            # NCCL's watchdog tears the whole process down when a collective times out or a peer dies (its
+            # default): the run that found the bad node would write no report. Clean-up only: the communicators
+            # are aborted and the collective raises, which the test reports. An operator's choice stays.
+            os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", NCCL_CLEAN_UP_ONLY)
+            _init_rank(self.device, rank, world_size, "env://", timeout_s)
+        node_rank = node_rank_from_environment(os.environ, rank)
+        backend = dist.get_backend()
+        self.ctx = RankContext(rank, world_size, local_rank, self.device, backend, node_rank)
+        # Results and verdicts travel on a gloo group of their own (over TCP, on the host): a dead or hung peer
+        # fails the gather with an exception on every survivor, whatever state NCCL's communicators are in.
+        self._control: dist.ProcessGroup | None = None
+        if backend != "gloo":
+            control = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
+            # Every rank is in it: new_group returns the group itself (-100 or None only to ranks left out).
+            self._control = control if isinstance(control, dist.ProcessGroup) else None
+        placed: list[Any] = [None] * world_size
+        dist.all_gather_object(placed, (node_rank, socket.gethostname()), group=self._control)
+        self.hosts = dict(sorted(placed))
+
+    def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None) -> list[Any]:
+        try:
+            mine: tuple[str, Any] = ("ok", fn(self.ctx, *args))
+        except Exception:
+            mine = ("raised", traceback.format_exc())
+        gathered: list[Any] = [None] * self.world_size
+        try:
+            dist.all_gather_object(gathered, mine, group=self._control)
+        except Exception as exc:  # a peer died or timed out: every surviving rank gets here
+            raise GangError(None, "lost a peer", f"{_name(fn, args)}: {_last_line(str(exc))}") from exc
+        for rank, (status, payload) in enumerate(gathered):
+            if status == "raised":
+                raise GangError(rank, "raised", f"{_name(fn, args)}: {_last_line(payload)}\n{payload}")
+        return [payload for _, payload in gathered]
+
+    def close(self) -> None:
+        pass  # the world belongs to torchrun / srun; it is torn down when the processes exit
