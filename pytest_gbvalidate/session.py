@@ -200,11 +200,11 @@ class GbSession:
     def _gang_section(self) -> None:
         """The JSON report's `gang` section, sent to the controller like any section (the gang lives in an xdist
         worker under -n), and sent again whenever a start-up of the ranks failed and was retried."""
-        from pytest_gbvalidate.run_sections import gang_section
-
         gang = self._gang
         if gang is None or self._gang_reported == len(getattr(gang, "failed_starts", [])):
             return
+        from pytest_gbvalidate.run_sections import gang_section
+
         in_world = world_from_environment(os.environ) is not None
         section = gang_section(gang, in_world, self.target.device_type)
         self._gang_reported = len(section["failed_starts"])
@@ -353,9 +353,10 @@ class GbSession:
         return exitstatus
 
     def pytest_unconfigure(self) -> None:
-        from pytest_gbvalidate.signals import put_back
+        if self._signal_handlers:  # set once engaged: an unrelated run never loads the module
+            from pytest_gbvalidate.signals import put_back
 
-        put_back(self._signal_handlers)
+            put_back(self._signal_handlers)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.is_controller or not self.engaged:

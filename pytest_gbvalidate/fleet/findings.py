@@ -6,7 +6,7 @@ fault. The summary (summary.py) gathers them per node; these read the reports' o
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -141,13 +141,12 @@ def failed_checks(report: Report) -> list[FailedCheck]:
         if test.get("outcome") != "failed" or test_id in checks:
             continue
         fault = test.get("fault")
-        fault = fault if isinstance(fault, dict) else {}
         checks[test_id] = FailedCheck(
             test_id,
             one_line(test.get("message") or f"failed at {test.get('when')}"),
-            _text(fault.get("category")),
-            _text(fault.get("action")),
-            _text(fault.get("disposition")),
+            None if fault is None else _text(fault["category"]),
+            None if fault is None else _text(fault["action"]),
+            None if fault is None else _text(fault["disposition"]),
         )
     exit_status = report.data.get("exit_status")
     if report.finished and exit_status != 0 and not checks:
@@ -167,16 +166,17 @@ def metric_stats(
     for report in reports:
         host = report.hostname
         for m in report.measurements:
-            if m.get("verdict") == "info" or not stats.is_number(m.get("value")):
+            value = m["value"]
+            if m.get("verdict") == "info" or not isinstance(value, (int, float)) or not stats.is_number(value):
                 continue
             key = metric_key(m)
             first = meta.setdefault(key, {"unit": str(m.get("unit", "")), "direction": str(m.get("direction"))})
-            value = float(m["value"])
             by_host = values.setdefault(key, {})
             if host not in by_host or stats.worse_by(value, by_host[host], first["direction"]) > 0:
                 by_host[host] = value
-            if stats.is_number(m.get("expected")):
-                expected.setdefault(key, Counter())[float(m["expected"])] += 1
+            reference = m.get("expected")
+            if reference is not None and stats.is_number(reference):
+                expected.setdefault(key, Counter())[float(reference)] += 1
     found = []
     for key, by_host in values.items():
         direction = meta[key]["direction"]
@@ -195,7 +195,7 @@ def metric_stats(
     return found
 
 
-def metric_key(measurement: dict[str, Any]) -> MetricKey:
+def metric_key(measurement: Mapping[str, Any]) -> MetricKey:
     details = measurement.get("details")
     details = details if isinstance(details, dict) else {}
     placement, tool = details.get("placement"), details.get("tool")

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from typing import Any
 
 from pytest_gbvalidate.fleet.findings import Suspect, failed_checks
 from pytest_gbvalidate.fleet.reports import CORRUPT, Report
 from pytest_gbvalidate.fleet.summary import Summary
 from pytest_gbvalidate.fleet.text import one_line
+from pytest_gbvalidate.report.records import TestRecord
 
 # Characters XML 1.0 does not allow (a traceback's terminal colour codes): a parser refuses the whole file.
 _NOT_XML = re.compile(r"[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -64,7 +64,7 @@ def _report_suite(name: str, report: Report, root: ET.Element | None = None) -> 
     for key, value in report.data["node"].items():
         if isinstance(value, (str, int, float)):
             _property(properties, f"node.{key}", value)
-    by_test: dict[str, list[dict[str, Any]]] = {}
+    by_test: dict[str, list[TestRecord]] = {}
     for test in report.tests:
         by_test.setdefault(str(test.get("test_id")), []).append(test)
     for test_id, records in by_test.items():
@@ -80,7 +80,7 @@ def _report_suite(name: str, report: Report, root: ET.Element | None = None) -> 
     return suite
 
 
-def _test_case(suite: ET.Element, test_id: str, records: list[dict[str, Any]]) -> None:
+def _test_case(suite: ET.Element, test_id: str, records: list[TestRecord]) -> None:
     module, *rest = test_id.split("::")
     classname = ".".join([module.removesuffix(".py").replace("/", "."), *rest[:-1]])
     case = _case(suite, classname, rest[-1] if rest else module)

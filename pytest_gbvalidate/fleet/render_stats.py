@@ -141,7 +141,7 @@ def multi_node_md(summary: Summary) -> list[str]:
                 str(r.path),
                 r.hostname,
                 str(r.nodes),
-                ", ".join(r.hosts) or "-",
+                ", ".join(f"node{h['node_rank']} ({h['hostname']})" for h in r.hosts) or "-",
                 r.verdict.upper(),
                 checks_cell(failed_checks(r)),
             ]

@@ -26,10 +26,10 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pytest_gbvalidate.files import InputError, read_json
 from pytest_gbvalidate.labels import printable
@@ -144,7 +144,7 @@ def read(path: Path, order: int, now: dt.datetime | None = None) -> Report | Not
     problem = _problem(data, hostname, now)
     if problem is not None:
         return NotMerged(path, CORRUPT, problem, hostname)
-    report: RunReportRecord = data  # checked against the records by _problem
+    report = cast(RunReportRecord, data)  # checked against the records by _problem
     return Report(path, report, order)
 
 
@@ -209,7 +209,7 @@ def sort_reports(paths: Sequence[Path], sku: str | None = None) -> Sorted:
     return Sorted(fleet_sku, sku_note, nodes, multi_node, not_merged)
 
 
-def _start_time(data: dict[str, Any]) -> dt.datetime | None:
+def _start_time(data: Mapping[str, Any]) -> dt.datetime | None:
     try:
         start = dt.datetime.fromisoformat(str(data.get("start_time")))
     except ValueError:

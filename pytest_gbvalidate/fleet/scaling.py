@@ -120,8 +120,9 @@ def step_times(report: Report) -> list[StepTime]:
             continue
         if not all(name in details for name in LAYOUT_FIELDS) or not _is_int(details["gbs"]):
             continue
-        if is_number(m.get("value")) and m["value"] > 0:
-            found.append(StepTime(report.hostname, str(m["metric"]), float(m["value"]), details))
+        value = m["value"]
+        if isinstance(value, (int, float)) and is_number(value) and value > 0:
+            found.append(StepTime(report.hostname, str(m["metric"]), float(value), details))
     return found
 
 

@@ -12,7 +12,7 @@ SKU's reports and superseded ones do not count. Otherwise 0.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,7 +54,7 @@ class Node:
 
     @property
     def software(self) -> dict[str, str]:
-        node = self.report.data["node"]
+        node: Mapping[str, object] = self.report.data["node"]
         return {name: str(node[name]) for name in SOFTWARE if node.get(name) is not None}
 
     @property

@@ -31,9 +31,6 @@ description: the cpu SKU's host copy, for the --gb-compare tests
 detect: {gpu_count: 0}
 metrics:
   host_copy_bandwidth_gbps:
-    unit: GB/s
-    direction: higher
-    scope: node
     status: measured
     expected: 0.5
     fail: 95%
@@ -138,7 +135,7 @@ def test_a_regression_beyond_the_allowed_band_fails_with_both_values_and_dates(
     assert result.ret == pytest.ExitCode.OK
     (after,) = [m for m in report["measurements"] if m["metric"] == METRIC]
     assert after["compare"]["allowed_pct"] == 100 and after["compare"]["verdict"] == "ok"
-    assert report["compare"]["allowed"] == {"default_pct": 1.0, METRIC: 100.0}
+    assert report["compare"]["allowed"] == {"default_pct": 1.0, "by_metric": {METRIC: 100.0}}
 
 
 def test_another_node_s_report_is_a_usage_error(pytester: pytest.Pytester, earlier: dict[str, Any]) -> None:
@@ -154,8 +151,8 @@ def test_another_node_s_report_is_a_usage_error(pytester: pytest.Pytester, earli
     ("content", "error"),
     [
         ("{not json", "*other.json: not JSON: *"),
-        ('{"schema": "something-else/1"}', "*is not a pytest-gbvalidate report (schema 'something-else/1'*"),
-        ("[1, 2]", "*is not a pytest-gbvalidate report (schema 'list'*"),
+        ('{"schema": "something-else/1"}', "*is not a pytest-gbvalidate report of this version: report_version is*"),
+        ("[1, 2]", "*is not a pytest-gbvalidate report of this version: not a JSON object but a list"),
     ],
 )
 def test_a_file_that_is_not_a_report_is_a_usage_error(pytester: pytest.Pytester, content: str, error: str) -> None:

@@ -29,7 +29,8 @@ from tests.helpers.runs import SUITES, schema_errors
 HOST_COPY = "host_copy_bandwidth_gbps"
 # Each node's values scaled alike: spread a little, none far from the others (the worst is 1 scaled MAD out).
 HEALTHY = {"node-01": 1.0, "node-02": 0.995, "node-03": 1.005, "node-04": 1.01}
-FAULT = {"category": "performance", "action": "investigate performance", "disposition": "MONITOR"}
+FAULT: dict[str, Any] = {"category": "performance", "title": "slow", "action": "investigate performance"}
+FAULT |= {"disposition": "MONITOR", "why": None}
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +57,11 @@ def node(real: dict[str, Any], host: str, factor: float = 1.0, **changes: Any) -
             m["value"] *= factor
     report.update(changes)
     return report
+
+
+def hosts(*hostnames: str) -> list[dict[str, Any]]:
+    """A multi-node run's `gang.hosts`, by node rank."""
+    return [{"node_rank": rank, "hostname": hostname} for rank, hostname in enumerate(hostnames)]
 
 
 def healthy_fleet(real: dict[str, Any], directory: Path) -> list[Path]:
@@ -252,6 +258,7 @@ def step_time(value_s: float, gbs: int, **details: Any) -> dict[str, Any]:
         | {"gbs": gbs, "dp": 1, "seq_len": 64, "tp": 1, "pp": 2, "cp": 1}
         | details,
         "verdict": "info",
+        "message": "measured; not gated at this scope",
     }
 
 
@@ -263,7 +270,7 @@ def test_weak_scaling_pairs_a_multi_node_run_with_the_single_node_runs_of_its_pe
         report = node(real_report, host)
         report["measurements"].append(step_time(seconds, gbs=16))
         paths.append(write(tmp_path, f"{host}.json", report))
-    gang = real_report["gang"] | {"nodes": 2, "hosts": ["node0 (node-01)", "node1 (node-02)"]}
+    gang = real_report["gang"] | {"nodes": 2, "hosts": hosts("node-01", "node-02")}
     run = node(real_report, "node-01", gang=gang)
     per_node = {"node-01": 0.48, "node-02": 0.5}
     compute = {"node-01": 0.3, "node-02": 0.45}  # before the gradient sync, where node-02 shows as the straggler
@@ -294,10 +301,10 @@ def test_a_later_multi_node_run_over_the_same_nodes_supersedes_the_earlier(
     real_report: dict[str, Any], tmp_path: Path
 ) -> None:
     # the rendezvous numbered the nodes the other way round the second time
-    gang = real_report["gang"] | {"nodes": 2, "hosts": ["node0 (node-02)", "node1 (node-01)"]}
+    gang = real_report["gang"] | {"nodes": 2, "hosts": hosts("node-02", "node-01")}
     failed = node(real_report, "node-01", gang=gang, exit_status=1, start_time="2020-01-01T00:00:00+00:00")
     failed["tests"][0] |= {"outcome": "failed", "message": "x"}
-    passed = node(real_report, "node-01", gang=gang | {"hosts": ["node0 (node-01)", "node1 (node-02)"]})
+    passed = node(real_report, "node-01", gang=gang | {"hosts": hosts("node-01", "node-02")})
     paths = [
         *healthy_fleet(real_report, tmp_path),
         write(tmp_path, "old.json", failed),
@@ -316,13 +323,22 @@ def test_a_node_a_multi_node_run_found_at_fault_is_drained_with_or_without_its_o
     paths = healthy_fleet(real_report, tmp_path)
     gang = real_report["gang"] | {
         "nodes": 4,
-        "hosts": [f"node{i} ({h})" for i, h in enumerate(("node-01", "node-02", "node-03", "node-99"))],
+        "hosts": hosts("node-01", "node-02", "node-03", "node-99"),
     }
     test_id = "suites/test_collectives.py::test_pairwise_all_reduce_busbw"
     suspects = [
-        {"test_id": test_id, "host": "node-02", "why": "slow in all 2 of its pairs", "fault": {"category": "link"}},
-        {"test_id": test_id, "host": "node-99", "why": "its ranks returned wrong data", "fault": {"category": "x"}},
-        "not a record",
+        {
+            "test_id": test_id,
+            "host": "node-02",
+            "why": "slow in all 2 of its pairs",
+            "fault": FAULT | {"category": "link"},
+        },
+        {
+            "test_id": test_id,
+            "host": "node-99",
+            "why": "its ranks returned wrong data",
+            "fault": FAULT | {"category": "x"},
+        },
     ]
     paths.append(write(tmp_path, "four.json", node(real_report, "node-01", gang=gang, suspects=suspects)))
     summary = summarize(paths)

@@ -92,7 +92,7 @@ def test_two_nodes_over_loopback(tmp_path: Path) -> None:
     assert not (tmp_path / f"node{1 - node}.xml").exists()
     assert report["status"] == "finished" and report["exit_status"] == 0
     assert report["world"] == {"world_size": 2}
-    hosts = [f"node0 ({socket.gethostname()})", f"node1 ({socket.gethostname()})"]
+    hosts = [{"node_rank": rank, "hostname": socket.gethostname()} for rank in (0, 1)]
     assert report["gang"] == {
         **{"kind": "world", "world_size": 2, "device_type": "cpu", "failed_starts": []},
         **{"nodes": 2, "hosts": hosts},

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.reports import report_text
 from tests.helpers.runs import LAB
 
 CHECK = """
@@ -138,12 +139,13 @@ def test_a_recording_leaves_out_what_was_not_measured_validly(lab: pytest.Pytest
 @pytest.mark.parametrize(
     ("earlier", "problem"),
     [
-        ('{"schema": "pytest-gbvalidate/report/1", "gpus": [1]}', "`gpus` is a list, not a dict"),
-        ('{"schema": "pytest-gbvalidate/report/1", "sku": "LAB"}', "`sku` is a str, not a dict"),
-        ('{"schema": "pytest-gbvalidate/report/1", "measurements": [{"value": 1}]}', "measurements[0] is not a"),
-        ('{"schema": "pytest-gbvalidate/report/1", "measurements": {}}', "`measurements` is a dict, not a list"),
+        (report_text({"gpus": [1]}), "gpus is a list, not an object"),
+        (report_text({"sku": "LAB"}), "sku is text, not an object or null"),
+        (report_text({"measurements": [{"value": 1}]}), "measurements[0].details is missing"),
+        (report_text({"measurements": {}}), "measurements is an object, not a list"),
     ],
 )
+@pytest.mark.broken_reports
 def test_an_earlier_report_of_the_wrong_shape_is_a_usage_error_naming_the_field(
     lab: pytest.Pytester, earlier: str, problem: str
 ) -> None:

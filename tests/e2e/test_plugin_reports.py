@@ -153,7 +153,7 @@ def test_suites_run_on_the_cpu_sku_end_to_end(pytester: pytest.Pytester) -> None
         assert sorted(junit_scopes) == sorted(CPU_SWEEP)
     (plot,) = report["plots"]
     assert Path(plot["path"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and suite_props["gb_busbw_plot"] == plot["path"]
-    assert report["settings"]["timeout_s"] == {"value": 30.0, "source": "default for a CPU-only SKU"}
+    assert report["settings"]["timeout"] == {"value": 30.0, "source": "default for a CPU-only SKU"}
     result.stdout.fnmatch_lines(
         [
             "*gbvalidate: collectives, per message size (nccl-tests columns)*",

@@ -78,9 +78,7 @@ def test_a_missing_report_directory_is_created_and_said_so(lab: pytest.Pytester)
     result.assert_outcomes(passed=1, deselected=5)
     result.stdout.fnmatch_lines(["gbvalidate: --gb-report on the command line: creating missing directory *runs"])
     report = json.loads((lab.path / "runs" / "nightly" / "r.json").read_text())
-    assert report["settings"]["created_directories"] == [
-        {"path": str(lab.path / "runs"), "for": "--gb-report on the command line"}
-    ]
+    assert report["created_directories"] == [{"path": str(lab.path / "runs"), "for": "--gb-report on the command line"}]
     assert report["settings"]["report"] == {
         "value": str(lab.path / "runs" / "nightly" / "r.json"),
         "source": "--gb-report on the command line",

@@ -26,9 +26,6 @@ metrics:
   p2p_bandwidth_gbps: {unit: GB/s, direction: higher, scope: gpu_pair, status: provisional, fail: 690,
                        provenance: the plugin's tests}
   all_reduce_busbw_gbps:
-    unit: GB/s
-    direction: higher
-    scope: message_size
     status: provisional
     fail: 10%
     params: {nccl_env: {NCCL_ALGO: Ring}, max_bytes: 1073741824}

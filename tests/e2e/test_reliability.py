@@ -77,7 +77,7 @@ def test_under_xdist_the_report_has_the_gang_section(lab: pytest.Pytester) -> No
     lab.runpytest_subprocess(*ARGS, "-n", "1").assert_outcomes(passed=1)
     assert report(lab)["gang"] == {
         **{"kind": "local", "world_size": 2, "device_type": "cpu", "failed_starts": []},
-        **{"nodes": 1, "hosts": [f"node0 ({socket.gethostname()})"]},
+        **{"nodes": 1, "hosts": [{"node_rank": 0, "hostname": socket.gethostname()}]},
     }
 
 

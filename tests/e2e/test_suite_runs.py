@@ -69,7 +69,7 @@ def test_the_timeout_and_its_source_are_reported(lab: pytest.Pytester, monkeypat
     lab.makepyfile("def test_x(gb_expect):\n    gb_expect('host_copy_bandwidth_gbps', 11.0)\n")
     lab.runpytest(*ARGS).assert_outcomes(passed=1)
     settings = json.loads((lab.path / "r.json").read_text())["settings"]
-    assert settings["timeout_s"] == {"value": 7.5, "source": "GBVALIDATE_TIMEOUT in the environment"}
+    assert settings["timeout"] == {"value": 7.5, "source": "GBVALIDATE_TIMEOUT in the environment"}
 
 
 def test_conflicting_nccl_environments_are_a_usage_error(lab: pytest.Pytester) -> None:
@@ -122,7 +122,7 @@ def test_the_nccl_environment_is_applied_to_the_ranks_and_reported(
     }
     assert report["gang"] == {
         **{"kind": "local", "world_size": 2, "device_type": "cpu", "failed_starts": []},
-        **{"nodes": 1, "hosts": [f"node0 ({socket.gethostname()})"]},
+        **{"nodes": 1, "hosts": [{"node_rank": 0, "hostname": socket.gethostname()}]},
     }
     props = suite_properties(lab.path / "r.xml")
     assert (props["gb_NCCL_ALGO"], props["gb_NCCL_IB_HCA"], props["gb_NCCL_DEBUG"]) == ("Ring", "mlx5_1", "WARN")

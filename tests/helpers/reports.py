@@ -10,6 +10,8 @@ from typing import Any
 
 import jsonschema
 
+from pytest_gbvalidate.report.writer import RunReport
+
 
 @functools.cache
 def _validator() -> jsonschema.protocols.Validator:
@@ -25,7 +27,7 @@ def reports_under(directory: Path) -> list[tuple[Path, Any]]:
     for path in sorted(directory.rglob("*.json")):
         try:
             data = json.loads(path.read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):  # not a report: a reader's bad input
             continue
         if isinstance(data, dict) and "report_version" in data:
             found.append((path, data))
@@ -41,3 +43,44 @@ def schema_problems(directory: Path) -> list[str]:
             where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
             problems.append(f"{path}: {where.lstrip('.') or 'the report'}: {error.message}")
     return problems
+
+
+def minimal_report() -> dict[str, Any]:
+    """A finished single-node report with one test and one measurement, as the writer makes them."""
+    report = RunReport(None)
+    report.data["sku"] = {"name": "cpu", "source": "default", "baseline_file": "baselines/cpu.yaml"}
+    report.data["node"] = {"hostname": "node7", "torch": "2.13.0"}
+    report.data["settings"] = {"sku": {"value": "auto", "source": "default"}}
+    report.add_test(
+        {
+            "test_id": "t.py::test_x",
+            "when": "call",
+            "outcome": "passed",
+            "duration_s": 0.5,
+            "message": None,
+            "text": None,
+        }
+    )
+    measurement: Any = {
+        "test_id": "t.py::test_x",
+        "metric": "host_copy_bandwidth_gbps",
+        "scope": "node",
+        "scope_kind": "node",
+        "value": 12.5,
+        "unit": "GB/s",
+        "direction": "higher",
+        "details": {"size_bytes": 1024},
+        "verdict": "pass",
+        "message": "ok",
+        "expected": 10.0,
+    }
+    report.add_measurements([measurement])
+    report.finish(0, "finished")
+    data: dict[str, Any] = json.loads(json.dumps(report.data))
+    return data
+
+
+def report_text(changes: dict[str, Any] | None = None, *, without: tuple[str, ...] = ()) -> str:
+    """`minimal_report()` as JSON, with top-level fields replaced or left out: a reader's input."""
+    report = minimal_report() | (changes or {})
+    return json.dumps({k: v for k, v in report.items() if k not in without})

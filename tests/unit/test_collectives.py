@@ -30,8 +30,8 @@ from pytest_gbvalidate.bench.collectives import (
     sweep_on_rank,
 )
 from pytest_gbvalidate.bench.timing import time_op_s
-from pytest_gbvalidate.sweeps import sweep_plan
 from pytest_gbvalidate.ranks.gang import LocalGang, RankContext
+from pytest_gbvalidate.sweeps import sweep_plan
 from pytest_gbvalidate.target import Target, require_ranks
 from tests.helpers import gang_functions as f
 from tests.helpers import rank_faults

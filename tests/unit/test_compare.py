@@ -3,14 +3,13 @@ sweeps matched by placement, and an earlier report that is malformed. (End to en
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pytest_gbvalidate import compare as cmp
-from pytest_gbvalidate.report import REPORT_SCHEMA
+from tests.helpers.reports import report_text
 
 
 def test_allowed_regressions_parse_and_pick_the_most_specific() -> None:
@@ -32,7 +31,7 @@ def test_allowed_regressions_parse_and_pick_the_most_specific() -> None:
 
 
 def test_lower_is_better_regresses_upwards_and_sweeps_are_matched_by_placement() -> None:
-    def record(metric: str, value: float, direction: str, placement: str = "") -> dict[str, Any]:
+    def record(metric: str, value: float, direction: str, placement: str = "") -> Any:
         details = {"placement": placement} if placement else {}
         return {
             "metric": metric,
@@ -70,7 +69,7 @@ def test_lower_is_better_regresses_upwards_and_sweeps_are_matched_by_placement()
 
 
 def test_from_zero_only_a_change_for_the_worse_regresses() -> None:
-    def record(value: float, direction: str) -> dict[str, Any]:
+    def record(value: float, direction: str) -> Any:
         return {"metric": "errors", "scope": "node", "value": value, "unit": "count", "direction": direction}
 
     def verdict(before: float, now: float, direction: str) -> str:
@@ -96,6 +95,6 @@ def test_from_zero_only_a_change_for_the_worse_regresses() -> None:
 
 def test_an_earlier_report_with_a_malformed_gpu_is_a_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "e.json"
-    path.write_text(json.dumps({"schema": REPORT_SCHEMA, "gpus": {"devices": [{"index": 0}]}}))
+    path.write_text(report_text({"gpus": {"devices": [{"index": 0}]}}))
     with pytest.raises(cmp.CompareError, match=r"e.json: a GPU of its `gpus` section lacks index, pci_bus_id or uuid"):
         cmp.load_earlier(path)

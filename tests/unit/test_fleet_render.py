@@ -10,7 +10,7 @@ from typing import Any
 
 from pytest_gbvalidate.fleet import render
 from pytest_gbvalidate.fleet.summary import summarize
-from pytest_gbvalidate.report import REPORT_SCHEMA
+from tests.helpers.reports import minimal_report
 
 BANDWIDTH = {"node-01": 10.0, "node-02": 10.1, "node-03": 9.9, "node-04": 5.0}  # node-04: an outlier
 
@@ -18,20 +18,18 @@ BANDWIDTH = {"node-01": 10.0, "node-02": 10.1, "node-03": 9.9, "node-04": 5.0}  
 def report(host: str, gbps: float, failed: bool = False) -> dict[str, Any]:
     """A finished cpu report with one check and one gated measurement; `failed`: the check failed, with its fault."""
     test: dict[str, Any] = {"test_id": "suites/test_bandwidth.py::test_host_copy_bandwidth", "when": "call"}
-    test |= {"outcome": "passed", "message": None}
+    test |= {"outcome": "passed", "message": None, "duration_s": 1.0, "text": None}
     if failed:
-        test |= {"outcome": "failed", "message": "measured 0.1 GB/s -> FAIL", "fault": {"category": "performance"}}
+        fault = {"category": "performance", "title": "slow", "action": "look", "disposition": "MONITOR", "why": None}
+        test |= {"outcome": "failed", "message": "measured 0.1 GB/s -> FAIL", "fault": fault}
     measurement = {"test_id": test["test_id"], "metric": "host_copy_bandwidth_gbps", "scope": "node", "value": gbps}
-    measurement |= {"unit": "GB/s", "direction": "higher", "verdict": "pass"}
-    return {
-        "schema": REPORT_SCHEMA,
-        "status": "finished",
+    measurement |= {"unit": "GB/s", "direction": "higher", "verdict": "pass", "scope_kind": "node", "details": {}}
+    return minimal_report() | {
         "exit_status": 1 if failed else 0,
         "start_time": "2026-01-01T00:00:00+00:00",
-        "sku": {"name": "cpu"},
         "node": {"hostname": host, "torch": "2.12.0" if host == "node-02" else "2.13.0", "python": "3.11.7"},
         "tests": [test],
-        "measurements": [measurement],
+        "measurements": [measurement | {"message": "ok"}],
     }
 
 

@@ -235,7 +235,9 @@ def test_nvbandwidth_json_reads_only_the_test_cases_that_passed() -> None:
         {"name": "device_to_device_memcpy_read_ce", "status": "Running"},
         {"name": "device_to_device_memcpy_read_ce", "status": "Error"},
     ]
-    assert [m.testcase for m in nvbandwidth.parse_nvbandwidth_json(json.dumps(doc))] == list(nvbandwidth.NVBANDWIDTH_TESTCASES[:3])
+    assert [m.testcase for m in nvbandwidth.parse_nvbandwidth_json(json.dumps(doc))] == list(
+        nvbandwidth.NVBANDWIDTH_TESTCASES[:3]
+    )
     doc["nvbandwidth"]["testcases"] = cases[3:]
     doc["nvbandwidth"]["error"] = "CUDA_ERROR_OUT_OF_MEMORY: out of memory"
     with pytest.raises(runner.ToolError, match=r"^nvbandwidth wrote no bandwidth matrix: CUDA_ERROR_OUT_OF_MEMORY"):
@@ -336,7 +338,10 @@ def test_perftest_writes_json_from_6_19(tmp_path: Path, printed: str, writes: bo
 
 
 def test_ib_write_bw_json_options_and_a_missing_file(tmp_path: Path) -> None:
-    assert perftest.ib_write_bw_json_options(tmp_path / "c.json") == ["--out_json", f"--out_json_file={tmp_path}/c.json"]
+    assert perftest.ib_write_bw_json_options(tmp_path / "c.json") == [
+        "--out_json",
+        f"--out_json_file={tmp_path}/c.json",
+    ]
     with pytest.raises(runner.ToolError, match=r"^ib_write_bw was asked for JSON but wrote no .*c\.json: No such file"):
         runner.read_json_file("ib_write_bw", tmp_path / "c.json")
 

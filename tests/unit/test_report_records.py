@@ -12,52 +12,14 @@ import pytest
 
 from pytest_gbvalidate.report.records import REPORT_VERSION
 from pytest_gbvalidate.report.schema import SCHEMA_FILE, json_schema, problem
-from pytest_gbvalidate.report.writer import RunReport
+from tests.helpers.reports import minimal_report
 
 
 def a_report() -> dict[str, Any]:
-    """A finished report with one test, one measurement and a gang, as the writer makes them."""
-    report = RunReport(None)
-    report.data["sku"] = {"name": "cpu", "source": "default", "baseline_file": "baselines/cpu.yaml"}
-    report.data["node"] = {"hostname": "node7", "torch": "2.13.0"}
-    report.data["settings"] = {"sku": {"value": "auto", "source": "default"}}
-    report.add_test(
-        {
-            "test_id": "t.py::test_x",
-            "when": "call",
-            "outcome": "passed",
-            "duration_s": 0.5,
-            "message": None,
-            "text": None,
-        }
-    )
-    measurement: Any = {
-        "test_id": "t.py::test_x",
-        "metric": "host_copy_bandwidth_gbps",
-        "scope": "node",
-        "scope_kind": "node",
-        "value": 12.5,
-        "unit": "GB/s",
-        "direction": "higher",
-        "details": {"size_bytes": 1024},
-        "verdict": "pass",
-        "message": "ok",
-        "expected": 10.0,
-    }
-    report.add_measurements([measurement])
-    report.set_section(
-        "gang",
-        {
-            "kind": "world",
-            "world_size": 8,
-            "device_type": "cuda",
-            "nodes": 2,
-            "hosts": [{"node_rank": 0, "hostname": "node7"}, {"node_rank": 1, "hostname": "node8"}],
-            "failed_starts": [],
-        },
-    )
-    report.finish(0, "finished")
-    return json.loads(json.dumps(report.data))
+    """A finished report of a run over two nodes."""
+    gang = {"kind": "world", "world_size": 8, "device_type": "cuda", "nodes": 2, "failed_starts": []}
+    hosts = [{"node_rank": 0, "hostname": "node7"}, {"node_rank": 1, "hostname": "node8"}]
+    return minimal_report() | {"gang": gang | {"hosts": hosts}}
 
 
 def test_the_shipped_schema_is_the_one_the_records_make() -> None:
