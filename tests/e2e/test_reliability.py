@@ -16,7 +16,7 @@ from tests.helpers.fakenvml import FakeGpu, FakeNvmlLib, install
 LAB = """\
 schema_version: 1
 sku: LAB
-description: a CPU-only lab SKU for the plugin's tests
+description: a CPU-only lab SKU for the reliability tests
 detect: {gpu_count: 0}
 metrics:
   host_copy_bandwidth_gbps: {unit: GB/s, direction: higher, scope: node, status: measured, expected: 100,

@@ -75,9 +75,6 @@ sku: LAB
 description: a lab SKU for the outputs' tests
 metrics:
   host_copy_bandwidth_gbps:
-    unit: GB/s
-    direction: higher
-    scope: node
     status: measured
     expected: 100
     fail: 50%
