@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.reports import report_text
-from tests.helpers.runs import LAB
+from tests.helpers.runs import LAB, lab_project
 
 CHECK = """
 def test_copy(gb_expect):
@@ -25,10 +25,8 @@ def test_copy(gb_expect):
 
 @pytest.fixture
 def lab(pytester: pytest.Pytester) -> pytest.Pytester:
-    (pytester.path / "baselines").mkdir()
-    (pytester.path / "baselines" / "LAB.yaml").write_text(LAB)
-    pytester.makepyfile(test_checks=CHECK)
-    return pytester
+    """A project with the one-metric LAB baseline and a check against it."""
+    return lab_project(pytester, LAB, CHECK)
 
 
 ARGS = ("--gb-sku=LAB", "--gb-baselines=baselines")

@@ -173,3 +173,11 @@ def note_ranks(request, gb_gang):
     with open("ranks.jsonl", "a") as f:
         f.write(json.dumps([request.node.name, len(rank_faults.rank_processes(os.getpid()))]) + "\\n")
 """
+
+
+def lab_project(pytester: pytest.Pytester, baseline: str, checks: str) -> pytest.Pytester:
+    """`pytester`'s project: a LAB baseline in `baselines/` and a `test_checks.py` of checks against it."""
+    (pytester.path / "baselines").mkdir()
+    (pytester.path / "baselines" / "LAB.yaml").write_text(baseline)
+    pytester.makepyfile(test_checks=checks)
+    return pytester
