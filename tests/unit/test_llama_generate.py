@@ -25,24 +25,32 @@ def test_cached_decoding_chooses_what_recomputing_the_whole_sequence_chooses() -
     assert torch.equal(run.tokens, sequence[:, 12:])
 
 
-def test_decoding_makes_no_tensor_per_token(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each step's position is a view of one device tensor made before timing: a new host tensor per token would
-    be copied over with a stream synchronisation each time (on a GPU, the decode rate would time the host)."""
+def test_decoding_steps_have_the_same_shapes_and_tensors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a CUDA graph replays: each decode step's position is one device tensor advanced in place (a new host
+    tensor per token would also be copied over with a stream synchronisation each time), and the model sees the
+    same shapes every step."""
     model = build(LLAMA3_TINY, torch.device("cpu"), seed=3)
-    seen: list[torch.Tensor] = []
+    seen: list[tuple[int, list[int]]] = []
     set_positions = model.set_positions
 
     def recording(positions: torch.Tensor) -> None:
-        seen.append(positions)
+        seen.append((positions.untyped_storage().data_ptr(), positions.tolist()))
         set_positions(positions)
 
     monkeypatch.setattr(model, "set_positions", recording)
+    shapes: list[tuple[int, ...]] = []
+    forward = model.forward
+
+    def recording_shapes(x: torch.Tensor) -> torch.Tensor:
+        shapes.append(tuple(x.shape))
+        return forward(x)
+
+    monkeypatch.setattr(model, "forward", recording_shapes)
     generate(model, torch.zeros(2, 5, dtype=torch.long), new_tokens=6)
-    during = seen[:-1]  # the last call gives the model back its own positions
-    assert len(during) == 1 + 5  # the prefill, then 5 decoded steps (the prefill chose the first token)
-    storages = {p.untyped_storage().data_ptr() for p in during}
-    assert len(storages) == 1 and all(p._base is not None for p in during)
-    assert [p.tolist() for p in during[1:]] == [[5], [6], [7], [8], [9]]
+    steps = seen[1:-1]  # after the prefill; the last call gives the model back its own positions
+    assert [positions for _, positions in steps] == [[5], [6], [7], [8], [9]]
+    assert len({storage for storage, _ in steps}) == 1
+    assert shapes == [(2, 5)] + [(2, 1)] * 5
 
 
 def test_decoding_reads_the_cached_keys_without_copying_them(monkeypatch: pytest.MonkeyPatch) -> None:
