@@ -11,7 +11,8 @@
 4. Trains the built-in engine at Llama 3 8B's layer shape with fewer layers (one GPU, bf16, seq 8192) and prints
    step time, tokens/s, peak memory and MFU against the GPU's public dense bf16 peak.
 
-Reports, JUnit files and both baselines land in --out (default: a new temporary directory). Exit status 0 when
+Reports, JUnit files and both baselines land in --out (default: a new temporary directory); the storage checks
+write and read in its `scratch` folder, so --out on the node's NVMe measures that. Exit status 0 when
 both suite runs and the engine run succeeded. `--device cpu` runs the same steps on the CPU with the tiny model
 (what the plugin's own tests check); the figures then say nothing about a GPU.
 """
@@ -79,8 +80,10 @@ def sweep_memory_lines(report: dict[str, Any]) -> list[str]:
 
 
 def run_suites(out: Path, name: str, extra: list[str], select: list[str]) -> tuple[int, dict[str, Any]]:
-    """The bundled suites against the SMOKE baseline in `out`; (pytest's exit status, the JSON report)."""
+    """The bundled suites against the SMOKE baseline in `out`, the storage checks in `out/scratch` (the disk `out`
+    is on); (pytest's exit status, the JSON report)."""
     report = out / f"{name}.json"
+    (out / "scratch").mkdir(exist_ok=True)
     command = [
         sys.executable,
         "-m",
@@ -90,6 +93,7 @@ def run_suites(out: Path, name: str, extra: list[str], select: list[str]) -> tup
         f"--gb-sku={SKU}",
         f"--gb-baselines={out}",
         f"--gb-report={report}",
+        f"--gb-scratch={out / 'scratch'}",
         f"--junitxml={out / f'{name}.xml'}",
         "-p",
         "no:cacheprovider",
@@ -129,7 +133,7 @@ def train_engine(device_type: str, layers: int, mbs: int, gbs: int, peak: float 
     options = EngineOptions(compile=device_type == "cuda")
     layout = Layout(mbs=mbs, gbs=gbs, precision="bf16")
     request = TrainRequest(cfg, layout, 3, 10, 3e-4, options=options)
-    estimate = memory.busiest(memory.estimate(cfg, layout, chunked_loss=options.chunked_loss))
+    estimate = memory.busiest(memory.estimate(cfg, layout, chunked_loss=options.chunked_loss, compiled=options.compile))
     device = torch.device(device_type, 0) if device_type == "cuda" else torch.device("cpu")
     rank = train(request, device)
     result = pretrain_result(request, rank.step_times_s, rank.losses or [], [rank.memory], peak)
@@ -198,10 +202,10 @@ GPU_CHECKLIST = (
     "'lost a peer' and a written report (TORCH_NCCL_ASYNC_ERROR_HANDLING=2, results on a gloo group)",
     "srun --gpus-per-task=1: every rank on cuda:0 of its own GPU; CUDA_DEVICE_ORDER=PCI_BUS_ID seen by the first "
     "CUDA call, so gpuN in test ids is nvidia-smi's GPU N",
-    "fp8: the forward GEMM with use_fast_accum=True against False (tokens/s, loss), and a layout whose tokens per "
-    "microbatch are no multiple of 16 refused before any rank starts",
-    "the memory-fit headroom (2 GiB + 10%): the engine's estimate against the measured peak above, and what the "
-    "CUDA context, NCCL and the P2P checks' peer contexts hold (nvidia-smi during the suites)",
+    "fp8: a layout whose tokens per microbatch are no multiple of 16 refused before any rank starts (fast "
+    "accumulation's worth: benchmarks/pretrain_engine.py's all-fp8 against all-fp8-exact)",
+    "the memory-fit headroom (2 GiB + 10%): what the CUDA context, NCCL and the P2P checks' peer contexts hold on "
+    "a node of several GPUs (nvidia-smi during the suites); the engine's estimate against its peak is printed above",
     "collective sweeps below 1 MiB (10 back-to-back calls per sample) against nccl-tests' all_reduce_perf rows of "
     "the same sizes (--gb-reference-tools)",
     "a hang under NCCL (a rank stopped in a kernel): the ranks in torch.cuda.synchronize counted as waiting, the "

@@ -1,13 +1,16 @@
 """The built-in pretraining engine against a plain PyTorch training loop and with each of its speed levers, side by
-side in one run, on the device present (CUDA if there is one, else the CPU): step time, tokens/s, MFU, peak
-memory and the engine's own memory estimate for the case, and the loss after the last step.
+side in one run, on the device present (CUDA if there is one, else the CPU): the first step's time (compilation
+included), step time, tokens/s, MFU, peak memory and the engine's own memory estimate for the case, and the loss
+after the last step. A line per case goes to stderr as it ends; the table, to stdout, at the end.
 
-    python benchmarks/pretrain_engine.py [--shape h100|small|tiny] [--rounds 1] [--steps 3+10]
+    python benchmarks/pretrain_engine.py [--shape h100|gb200-stage|small|tiny] [--rounds 1] [--steps 3+10]
                                          [--peak-tflops 989] [--cases plain,off,...] [--eager]
 
 Shapes: `h100` is Llama 3 8B's block shape with 4 layers at seq 8192, MBS 1, GBS 4, bf16 (the shape the engine's
 MFU targets were set at on one H100; the CUDA default); `small` 4 layers of dim 256 at seq 256, GBS 16, MBS 4 (the
-CPU default); `tiny` the cpu SKU's model, for the tests. Each round runs every case once with a fresh model, so
+CPU default); `gb200-stage` one pipeline stage of the ND GB200 v6 check (16 blocks with the embedding and the
+head, MBS 4, GBS 8: it needs an H200's memory with `all-full-ac`, the check's levers); `tiny` the cpu SKU's
+model, for the tests. Each round runs every case once with a fresh model, so
 all cases see the same machine load; the figures are medians over rounds of each case's median step. Cases:
 
     plain            the textbook loop: the same model module, whole logits, fused AdamW, autocast
@@ -20,6 +23,7 @@ all cases see the same machine load; the figures are medians over rounds of each
     all-full-ac      every lever, every block recomputed in the backward pass
     all-selective-ac every lever, each block's elementwise work recomputed (matmuls and attention kept)
     all-fp8          every lever, fp8 matmuls in the blocks (a GPU of compute capability 8.9 or later, or the CPU)
+    all-fp8-exact    the same with the forward GEMMs' exact accumulation, not Hopper's fast one (what it buys)
 """
 
 from __future__ import annotations
@@ -28,15 +32,17 @@ import argparse
 import dataclasses
 import gc
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from unittest import mock
 
 import torch
 import torch._dynamo
 
 from pytest_gbvalidate.bench.timing import time_op_s
-from pytest_gbvalidate.workloads.llama import flops, memory
+from pytest_gbvalidate.workloads.llama import flops, fp8, memory
 from pytest_gbvalidate.workloads.llama.config import LLAMA3_8B, LLAMA3_TINY, LlamaConfig
 from pytest_gbvalidate.workloads.llama.data import SyntheticTokens
 from pytest_gbvalidate.workloads.llama.model import build, loss_fn
@@ -72,6 +78,9 @@ SHAPES = {
         precision="fp32",
     ),
     "tiny": Shape(LLAMA3_TINY, mbs=2, gbs=4, precision="fp32"),
+    # One pipeline stage of the ND GB200 v6 check (16 of Llama 3 8B's 32 blocks, MBS 4) on one GPU, with the
+    # embedding and the head both (each real stage holds one of them); GBS 8 keeps it to two microbatches a step.
+    "gb200-stage": Shape(dataclasses.replace(LLAMA3_8B, n_layers=16), mbs=4, gbs=8, precision="bf16"),
 }
 OFF = EngineOptions(compile=False, chunked_loss=False, fused_adamw=False)
 ALL = EngineOptions(compile=True, chunked_loss=True, fused_adamw=True)
@@ -85,12 +94,14 @@ ENGINE_CASES: dict[str, tuple[EngineOptions, str, str | None]] = {
     "all-full-ac": (ALL, "full", None),
     "all-selective-ac": (ALL, "selective", None),
     "all-fp8": (ALL, "none", "fp8"),
+    "all-fp8-exact": (ALL, "none", "fp8"),  # the same with the forward GEMM's exact accumulation (fp8.py)
 }
 CASES = ("plain", "plain-compile", *ENGINE_CASES)
 
 
 @dataclass
 class Sample:
+    first_step_s: float  # the first warm-up step alone: compilation, allocator growth, kernel choices
     step_s: float
     peak_gib: float | None
     estimate_gib: float | None
@@ -119,8 +130,8 @@ def plain_loop(shape: Shape, device: torch.device, warmup: int, timed: int, comp
         optimizer.zero_grad(set_to_none=True)
         losses.append(total)
 
-    times = time_op_s(device, one_step, warmup=warmup, iterations=timed)
-    return Sample(statistics.median(times), _peak_gib(device), None, float(losses[-1]))
+    first_s, times = time_steps(device, one_step, warmup, timed)
+    return Sample(first_s, statistics.median(times), _peak_gib(device), None, float(losses[-1]))
 
 
 def engine(shape: Shape, device: torch.device, warmup: int, timed: int, case: str, eager: bool) -> Sample:
@@ -130,11 +141,26 @@ def engine(shape: Shape, device: torch.device, warmup: int, timed: int, case: st
         mbs=shape.mbs, gbs=shape.gbs, precision=precision or shape.precision, activation_checkpointing=checkpointing
     )
     request = TrainRequest(shape.cfg, layout, warmup, timed, LR, options=options)
-    estimate = memory.busiest(memory.estimate(shape.cfg, layout, chunked_loss=options.chunked_loss)).total_gib
+    estimate = memory.busiest(
+        memory.estimate(shape.cfg, layout, chunked_loss=options.chunked_loss, compiled=options.compile)
+    ).total_gib
     trainer = Trainer(request, device, None)
     losses: list[torch.Tensor | None] = []
-    times = time_op_s(device, lambda: losses.append(trainer.step(len(losses))), warmup=warmup, iterations=timed)
-    return Sample(statistics.median(times), _peak_gib(device), estimate, float(losses[-1] or 0.0))
+    with mock.patch.object(fp8, "FORWARD_FAST_ACCUM", case != "all-fp8-exact"):
+        first_s, times = time_steps(device, lambda: losses.append(trainer.step(len(losses))), warmup, timed)
+    return Sample(first_s, statistics.median(times), _peak_gib(device), estimate, float(losses[-1] or 0.0))
+
+
+def time_steps(device: torch.device, step: Callable[[], None], warmup: int, timed: int) -> tuple[float, list[float]]:
+    """(the first warm-up step's seconds on the host clock, each timed step's seconds)."""
+    if warmup < 1:
+        raise ValueError(f"at least one warm-up step is needed (it compiles), got {warmup}")
+    started = time.perf_counter()
+    step()
+    if device.type != "cpu":
+        torch.accelerator.synchronize(device)
+    first_s = time.perf_counter() - started
+    return first_s, time_op_s(device, step, warmup=warmup - 1, iterations=timed)
 
 
 def _peak_gib(device: torch.device) -> float | None:
@@ -178,14 +204,18 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"unknown cases {', '.join(unknown)}; known: {', '.join(CASES)}")
     if args.eager:
         cases = [c for c in cases if c not in ("plain-compile", "compile")]
-    if "all-fp8" in cases and not has_fp8(device):
-        print(f"all-fp8 left out: {torch.cuda.get_device_name(device)} has no fp8 matmuls")
-        cases.remove("all-fp8")
+    fp8_cases = [c for c in cases if c.startswith("all-fp8")]
+    if fp8_cases and not has_fp8(device):
+        print(f"{', '.join(fp8_cases)} left out: {torch.cuda.get_device_name(device)} has no fp8 matmuls")
+        cases = [c for c in cases if c not in fp8_cases]
     samples: dict[str, list[Sample]] = {case: [] for case in cases}
     started = time.perf_counter()
     for _ in range(args.rounds):
         for case in cases:
-            samples[case].append(run_case(shape, device, warmup, timed, case, args.eager))
+            sample = run_case(shape, device, warmup, timed, case, args.eager)
+            samples[case].append(sample)
+            # A line per case as it ends: a run stopped part-way still leaves what it measured.
+            print(f"{case}: {sample} at {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
     cfg = shape.cfg
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     print(
@@ -193,7 +223,17 @@ def main(argv: list[str] | None = None) -> None:
         f"{shape.mbs}, GBS {shape.gbs}, {shape.precision}, on {name}, torch {torch.__version__}; {warmup} warm-up + "
         f"{timed} timed steps; median of {args.rounds} round(s) ({time.perf_counter() - started:.0f} s)"
     )
-    columns = ("step", 10), ("tokens/s", 10), ("MFU", 7), ("peak GiB", 9), ("estimate", 9), ("loss", 8), ("vs plain", 9)
+    columns = (
+        ("first", 7),
+        ("step", 10),
+        ("tokens/s", 10),
+        ("MFU", 7),
+        ("peak GiB", 9),
+        ("estimate", 9),
+        ("est err", 8),
+        ("loss", 8),
+        ("vs plain", 9),
+    )
     print(f"  {'case':<17} " + " ".join(f"{title:>{width}}" for title, width in columns))
     tokens = shape.gbs * cfg.seq_len
     reference = statistics.median(s.step_s for s in samples["plain"]) if "plain" in samples else None
@@ -204,10 +244,11 @@ def main(argv: list[str] | None = None) -> None:
             mfu = f"{flops.mfu_pct(flops.model_tflops_per_gpu(cfg, tokens / step_s), args.peak_tflops):.1f}%"
         peak, estimate = runs[-1].peak_gib, runs[-1].estimate_gib
         vs = f"{(step_s / reference - 1) * 100:+.1f}%" if reference else "-"
+        error = "-" if peak is None or estimate is None else f"{(estimate / peak - 1) * 100:+.1f}%"
         print(
-            f"  {case:<17} {step_s * 1e3:8.1f}ms {tokens / step_s:10.0f} {mfu:>7} "
+            f"  {case:<17} {runs[-1].first_step_s:6.1f}s {step_s * 1e3:8.1f}ms {tokens / step_s:10.0f} {mfu:>7} "
             f"{'-' if peak is None else f'{peak:.3g}':>9} {'-' if estimate is None else f'{estimate:.3g}':>9} "
-            f"{runs[-1].loss:8.4f} {vs:>9}"
+            f"{error:>8} {runs[-1].loss:8.4f} {vs:>9}"
         )
 
 

@@ -111,7 +111,7 @@ def memory_plan(
     """The memory each rank will need, printed before any rank starts; the test fails here, not by running out of
     memory half-way, when the busiest rank's estimate exceeds what a rank has: its GPU's memory as NVML reports
     it, or on the CPU an equal share of the host memory now available."""
-    plan = memory.estimate(spec.config, layout, chunked_loss=EngineOptions().chunked_loss)
+    plan = memory.estimate(spec.config, layout, chunked_loss=EngineOptions().chunked_loss, compiled=spec.compile)
     busiest = memory.busiest(plan)
     if target.is_gpu:
         total_gib = min(gpu.memory_total_bytes for gpu in gpus.devices) / memory.GIB

@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from pytest_gbvalidate.workloads.llama import fp8 as fp8_module
 from pytest_gbvalidate.workloads.llama.fp8 import E4M3, Float8Linear, to_fp8
 from pytest_gbvalidate.workloads.llama.loss import linear_cross_entropy
 
@@ -72,9 +73,12 @@ def test_fp8_linear_forward_and_gradients_stay_close_to_fp32() -> None:
     assert relative_error(fp8.weight.grad, reference.weight.grad) < 0.1
 
 
-def test_fp8_forward_takes_fast_accumulation_and_the_gradients_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("fast", [True, False], ids=["default-fast-forward", "exact"])
+def test_fp8_forward_takes_fast_accumulation_unless_turned_off_and_the_gradients_never(
+    fast: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """As torchao's float8 training: the forward GEMM with Hopper's fast fp8 accumulation, the two gradient GEMMs
-    with exact fp32 accumulation (what the GPU does with it is for a GPU to measure)."""
+    with exact fp32 accumulation; the forward's too where FORWARD_FAST_ACCUM is off (the benchmark's exact case)."""
     calls: list[bool] = []
     real = torch._scaled_mm
 
@@ -83,6 +87,7 @@ def test_fp8_forward_takes_fast_accumulation_and_the_gradients_exact(monkeypatch
         return real(*args, use_fast_accum=use_fast_accum, **kwargs)  # type: ignore[arg-type, misc]
 
     monkeypatch.setattr(torch, "_scaled_mm", recording)
+    monkeypatch.setattr(fp8_module, "FORWARD_FAST_ACCUM", fast)
     layer = Float8Linear(64, 48, bias=False)
     layer(torch.randn(2, 16, 64, requires_grad=True)).sum().backward()
-    assert calls == [True, False, False]  # forward; input gradient, weight gradient
+    assert calls == [fast, False, False]  # forward; input gradient, weight gradient

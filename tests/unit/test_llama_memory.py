@@ -30,31 +30,61 @@ SIXTEEN_LAYERS = dataclasses.replace(LLAMA3_8B, n_layers=16)
 )
 def test_the_estimate_is_within_4_percent_of_measured_peaks(cfg: object, layout: Layout, measured_gib: float) -> None:
     assert isinstance(cfg, type(LLAMA3_8B))
-    (rank,) = estimate(cfg, layout, chunked_loss=False)
+    (rank,) = estimate(cfg, layout, chunked_loss=False, compiled=False)
+    assert rank.total_gib == pytest.approx(measured_gib, rel=0.04), rank.line()
+
+
+# benchmarks/pretrain_engine.py on an H200 (torch 2.11.0+cu130), one case per lever, max allocated in GiB:
+# (layers, MBS, GBS, recomputation, precision, chunked loss, compiled blocks, measured peak).
+LEVER_PEAKS = {
+    "off": (4, 1, 4, "none", "bf16", False, False, 51.14),
+    "chunked-loss": (4, 1, 4, "none", "bf16", True, False, 46.47),
+    "compile": (4, 1, 4, "none", "bf16", False, True, 48.27),
+    "all": (4, 1, 4, "none", "bf16", True, True, 42.61),
+    "all-full-ac": (4, 1, 4, "full", "bf16", True, True, 36.61),
+    "all-selective-ac": (4, 1, 4, "selective", "bf16", True, True, 39.24),
+    "all-fp8": (4, 1, 4, "none", "fp8", True, True, 39.62),
+    "gb200-stage": (16, 4, 8, "full", "bf16", True, True, 84.62),
+}
+
+
+@pytest.mark.parametrize("case", LEVER_PEAKS)
+def test_the_estimate_is_within_4_percent_of_each_lever_s_measured_peak(case: str) -> None:
+    layers, mbs, gbs, recompute, precision, chunked, compiled, measured_gib = LEVER_PEAKS[case]
+    cfg = dataclasses.replace(LLAMA3_8B, n_layers=layers)
+    layout = Layout(mbs=mbs, gbs=gbs, precision=precision, activation_checkpointing=recompute)
+    (rank,) = estimate(cfg, layout, chunked_loss=chunked, compiled=compiled)
     assert rank.total_gib == pytest.approx(measured_gib, rel=0.04), rank.line()
 
 
 def test_the_chunked_loss_drops_the_whole_logits() -> None:
     layout = Layout(mbs=4, gbs=8, activation_checkpointing="full")
-    (whole,) = estimate(SIXTEEN_LAYERS, layout, chunked_loss=False)
-    (chunked,) = estimate(SIXTEEN_LAYERS, layout, chunked_loss=True)
-    # 4 x 8192 tokens x 128,256 logits x 14 bytes, against the head's and hidden state's fp32 gradients and
-    # one chunk of 4096 tokens' logits
+    (whole,) = estimate(SIXTEEN_LAYERS, layout, chunked_loss=False, compiled=False)
+    (chunked,) = estimate(SIXTEEN_LAYERS, layout, chunked_loss=True, compiled=False)
+    # 4 x 8192 tokens x 128,256 logits x 14 bytes, against the head's and hidden state's fp32 gradients, the
+    # head's bf16 copy and one chunk of 4096 tokens' logits
     assert whole.logits_gib == pytest.approx(4 * 8192 * 128256 * 14 / 2**30)
-    assert chunked.logits_gib == pytest.approx((4 * (4 * 8192 + 128256) * 4096 + 10 * 4096 * 128256) / 2**30)
+    head_copy = 2 * 128256 * 4096
+    assert chunked.logits_gib == pytest.approx(
+        (4 * (4 * 8192 + 128256) * 4096 + head_copy + 10 * 4096 * 128256) / 2**30
+    )
     assert chunked.total_gib < whole.total_gib - 45
 
 
 def test_gb200_s_check_fits_with_recomputation_and_its_busiest_rank_is_the_first_stage() -> None:
     layout = Layout(mbs=4, gbs=128, pp=2, dp=2, activation_checkpointing="full")
-    first, last = estimate(LLAMA3_8B, layout, chunked_loss=True)
+    first, last = estimate(LLAMA3_8B, layout, chunked_loss=True, compiled=True)
     # 1F1B: the first stage holds both microbatches' block inputs in flight, the last one microbatch's
     assert first.activations_gib == pytest.approx(2 * last.activations_gib)
     assert first.logits_gib == 0 and last.logits_gib > 0
     assert busiest([first, last]) is first
-    assert first.total_gib == pytest.approx(84.5, abs=0.1)
+    assert first.total_gib == pytest.approx(81.8, abs=0.1)
     modes = {
-        m: busiest(estimate(LLAMA3_8B, dataclasses.replace(layout, activation_checkpointing=m), chunked_loss=True))
+        m: busiest(
+            estimate(
+                LLAMA3_8B, dataclasses.replace(layout, activation_checkpointing=m), chunked_loss=True, compiled=True
+            )
+        )
         for m in ("none", "selective", "full")
     }
     assert modes["none"].total_gib > modes["selective"].total_gib > modes["full"].total_gib
@@ -69,8 +99,8 @@ def test_tensor_parallel_ranks_hold_a_share_of_each_block_s_matmuls() -> None:
 
 
 def test_context_parallel_ranks_hold_a_share_of_each_sequence_s_activations() -> None:
-    (one,) = estimate(LLAMA3_8B, Layout(mbs=1, gbs=8), chunked_loss=True)
-    (half,) = estimate(LLAMA3_8B, Layout(mbs=1, gbs=8, cp=2), chunked_loss=True)
+    (one,) = estimate(LLAMA3_8B, Layout(mbs=1, gbs=8), chunked_loss=True, compiled=True)
+    (half,) = estimate(LLAMA3_8B, Layout(mbs=1, gbs=8, cp=2), chunked_loss=True, compiled=True)
     assert half.activations_gib == pytest.approx(one.activations_gib / 2)
 
 

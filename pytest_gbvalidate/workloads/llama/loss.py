@@ -10,6 +10,7 @@ Shapes: tokens = bs * seq, dim model width, vocab vocabulary, chunk CHUNK_TOKENS
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -18,9 +19,27 @@ from torch import Tensor
 from pytest_gbvalidate.workloads.llama.memory import CHUNK_TOKENS
 
 
+def softmax_grad(logits: Tensor, labels: Tensor, tokens: int) -> tuple[Tensor, Tensor]:
+    """One chunk's cross entropy summed over its tokens (fp32), and d(mean loss)/d(logits) = (softmax -
+    one_hot(label)) / tokens in the logits' dtype. logits (chunk, vocab) as the head's matmul made them, labels
+    (chunk,). Elementwise passes over the chunk in eager mode; the engine compiles it with its blocks
+    (EngineOptions.compile), which fuses them."""
+    x = logits.float()  # (chunk, vocab); the same tensor when the logits are fp32
+    lse = torch.logsumexp(x, dim=-1)  # (chunk,)
+    loss = (lse - x.gather(1, labels[:, None]).squeeze(1)).sum()
+    grad = x.sub_(lse[:, None]).exp_()  # softmax, in place of the fp32 logits
+    grad[torch.arange(labels.numel(), device=labels.device), labels] -= 1.0
+    return loss, grad.div_(tokens).to(logits.dtype)
+
+
+SoftmaxGrad = Callable[[Tensor, Tensor, int], tuple[Tensor, Tensor]]
+
+
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, h: Tensor, weight: Tensor, labels: Tensor, chunk_tokens: int) -> Tensor:
+    def forward(
+        ctx: Any, h: Tensor, weight: Tensor, labels: Tensor, chunk_tokens: int, chunk_grad: SoftmaxGrad
+    ) -> Tensor:
         device_type = h.device.type
         # The matmuls in autocast's dtype where it is on (as nn.Linear would run), in fp32 otherwise; the
         # softmax and the loss in fp32 always.
@@ -35,28 +54,32 @@ class _LinearCrossEntropy(torch.autograd.Function):
             grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)  # (vocab, dim)
             for start in range(0, tokens, chunk_tokens):
                 hc, yc = h2[start : start + chunk_tokens].to(dtype), y[start : start + chunk_tokens]
-                logits = (hc @ w.t()).float()  # (chunk, vocab)
-                lse = torch.logsumexp(logits, dim=-1)  # (chunk,)
-                loss += (lse - logits.gather(1, yc[:, None]).squeeze(1)).sum()
-                # d(mean loss)/d(logits) = (softmax - one_hot(label)) / tokens, in place of the logits
-                grad_logits = logits.sub_(lse[:, None]).exp_()
-                grad_logits[torch.arange(yc.numel(), device=yc.device), yc] -= 1.0
-                grad_logits = grad_logits.div_(tokens).to(dtype)  # (chunk, vocab)
+                chunk_loss, grad_logits = chunk_grad(hc @ w.t(), yc, tokens)  # (chunk, vocab) logits in
+                loss += chunk_loss
                 grad_h[start : start + chunk_tokens] = grad_logits @ w  # (chunk, dim)
-                grad_w += (grad_logits.t() @ hc).float()  # (vocab, dim)
+                # In place, the product's dtype promoted as it is added: no fp32 copy of a (vocab, dim) matrix.
+                grad_w.add_(grad_logits.t() @ hc)  # (vocab, dim)
+                # Freed now, not when the next chunk's replace them: one chunk's logits at a time.
+                del grad_logits
         ctx.save_for_backward(grad_h.view_as(h), grad_w.to(weight.dtype))
         return loss / tokens
 
     @staticmethod
-    def backward(ctx: Any, grad_loss: Tensor) -> tuple[Tensor, Tensor, None, None]:
+    def backward(ctx: Any, grad_loss: Tensor) -> tuple[Tensor, Tensor, None, None, None]:
         grad_h, grad_w = ctx.saved_tensors
-        return grad_h * grad_loss, grad_w * grad_loss, None, None
+        return grad_h * grad_loss, grad_w * grad_loss, None, None, None
 
 
-def linear_cross_entropy(h: Tensor, weight: Tensor, labels: Tensor, chunk_tokens: int = CHUNK_TOKENS) -> Tensor:
+def linear_cross_entropy(
+    h: Tensor,
+    weight: Tensor,
+    labels: Tensor,
+    chunk_tokens: int = CHUNK_TOKENS,
+    chunk_grad: SoftmaxGrad = softmax_grad,
+) -> Tensor:
     """Mean next-token cross entropy of the logits h @ weight.T, in fp32, chunk by chunk; equal to
     `cross_entropy((h @ weight.T).float(), labels)` up to rounding. h (bs, seq, dim), weight (vocab, dim),
-    labels (bs, seq)."""
+    labels (bs, seq). `chunk_grad`: `softmax_grad`, or the engine's compiled copy of it."""
     # Function.apply is untyped up to torch 2.14, typed from 2.15.
-    loss: Tensor = _LinearCrossEntropy.apply(h, weight, labels, chunk_tokens)  # type: ignore[no-untyped-call, unused-ignore]
+    loss: Tensor = _LinearCrossEntropy.apply(h, weight, labels, chunk_tokens, chunk_grad)  # type: ignore[no-untyped-call, unused-ignore]
     return loss

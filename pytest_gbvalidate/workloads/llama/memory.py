@@ -9,15 +9,18 @@ A rank of pipeline stage s holds, at the peak of a step:
   per block, with d the model width, kv the key-value width, f the SwiGLU width (`_kept_bytes_per_token`).
 - on the last stage, the logits and their loss: 14 bytes per logit at the peak of the loss's backward pass
   (its fp32 log-softmax output, the fp32 gradient of it and of the logits, and their bf16 copy); with the
-  chunked loss only the gradients of the final hidden state and of the head, and one chunk's logits.
+  chunked loss only the fp32 gradients of the final hidden state and of the head, the head's bf16 copy under
+  autocast, and one chunk's logits.
 - with recomputation, one block's whole activations while its backward pass runs (after the loss's).
 
 The bytes per token per block in bf16 autocast follow the tensors autograd saves in model.py: both RMSNorms keep
 their fp32 input and output (16d); the bf16 copies autocast makes of the norms' outputs for q, k, v, gate and up
 (10d); the fp32 rotary copies of q and k (4d + 4kv); attention's q, repeated k and v, and output (8d); wo's
-input (2d); SwiGLU's gate, up, gated and product (8f). Checked against peaks measured on an H100 and an H200
-(tests/unit/test_llama_memory.py): within 4%. torch.compile fuses some of these away (5% less was measured), so
-the estimate errs high for a compiled engine.
+input (2d); SwiGLU's gate, up, gated and product (8f). Compiled blocks keep less (20d + 8f): Inductor saves the
+matmuls' and attention's inputs and outputs (the fp32 block input and residual 8d, the two norms' bf16 outputs 4d,
+q, repeated k and v and attention's output 8d, SwiGLU's four 8f) and recomputes the rest; with fp8 matmuls half
+that was measured (10d + 4f: their saved inputs are fp8). Checked against peaks measured on an H100 and an H200
+for every lever of the engine (tests/unit/test_llama_memory.py): within 4%.
 """
 
 from __future__ import annotations
@@ -74,7 +77,7 @@ def stage_params(cfg: LlamaConfig, layout: Layout, stage: int) -> int:
     return params
 
 
-def _kept_bytes_per_token(cfg: LlamaConfig, layout: Layout, mode: str) -> int:
+def _kept_bytes_per_token(cfg: LlamaConfig, layout: Layout, mode: str, compiled: bool) -> int:
     """What one block keeps for its backward pass, per token (see the module's docstring)."""
     d, kv, f, tp = cfg.dim, cfg.n_kv_heads * cfg.head_dim, cfg.ffn_dim, layout.tp
     if mode == "full":
@@ -83,15 +86,24 @@ def _kept_bytes_per_token(cfg: LlamaConfig, layout: Layout, mode: str) -> int:
         # its input, and the outputs of its matmuls and attention: q, k, v, attention, wo, gate, up, down
         return 4 * d + 4 * d + (4 * d + 4 * kv + 4 * f) // tp
     if layout.precision == "fp32":
-        return 16 * d + (24 * d + 4 * kv + 16 * f) // tp
+        return 16 * d + (24 * d + 4 * kv + 16 * f) // tp  # compiled or not: no compiled fp32 peak was measured
+    if compiled and layout.precision == "fp8":
+        return 6 * d + (4 * d + 4 * f) // tp
+    if compiled:
+        return 12 * d + (8 * d + 8 * f) // tp
     return 26 * d + (14 * d + 4 * kv + 8 * f) // tp
 
 
-def estimate(cfg: LlamaConfig, layout: Layout, *, chunked_loss: bool) -> list[RankMemory]:
-    """Each pipeline stage's rank at its peak (cfg.seq_len tokens per sequence)."""
+def estimate(cfg: LlamaConfig, layout: Layout, *, chunked_loss: bool, compiled: bool) -> list[RankMemory]:
+    """Each pipeline stage's rank at its peak (cfg.seq_len tokens per sequence); `compiled`: torch.compile'd blocks
+    (EngineOptions.compile)."""
     tokens = layout.mbs * cfg.seq_len // layout.cp  # per microbatch, on this rank
     blocks = cfg.n_layers // layout.pp
     mode = layout.activation_checkpointing
+
+    def kept(mode: str) -> int:
+        return _kept_bytes_per_token(cfg, layout, mode, compiled)
+
     out = []
     for stage in range(layout.pp):
         params = stage_params(cfg, layout, stage)
@@ -99,7 +111,9 @@ def estimate(cfg: LlamaConfig, layout: Layout, *, chunked_loss: bool) -> list[Ra
         logits = 0
         if stage == layout.pp - 1 and chunked_loss:
             chunk = min(CHUNK_TOKENS, tokens)
-            logits = 4 * (tokens + cfg.vocab_size) * cfg.dim + CHUNK_LOGIT_BYTES * chunk * cfg.vocab_size
+            head_copy = 0 if layout.precision == "fp32" else 2 * cfg.vocab_size * cfg.dim  # bf16, under autocast
+            gradients = 4 * (tokens + cfg.vocab_size) * cfg.dim  # of the final hidden state and of the head, fp32
+            logits = gradients + head_copy + CHUNK_LOGIT_BYTES * chunk * cfg.vocab_size
         elif stage == layout.pp - 1:
             logits = (12 if layout.precision == "fp32" else WHOLE_LOGITS_BYTES) * tokens * cfg.vocab_size
         out.append(
@@ -108,9 +122,9 @@ def estimate(cfg: LlamaConfig, layout: Layout, *, chunked_loss: bool) -> list[Ra
                 weights_gib=4 * params / GIB,
                 gradients_gib=4 * params / GIB,
                 optimizer_gib=8 * params / GIB,
-                activations_gib=in_flight * blocks * tokens * _kept_bytes_per_token(cfg, layout, mode) / GIB,
+                activations_gib=in_flight * blocks * tokens * kept(mode) / GIB,
                 logits_gib=logits / GIB,
-                recompute_gib=tokens * _kept_bytes_per_token(cfg, layout, "none") / GIB if mode != "none" else 0.0,
+                recompute_gib=tokens * kept("none") / GIB if mode != "none" else 0.0,
             )
         )
     return out

@@ -26,7 +26,7 @@ from pytest_gbvalidate.bench.timing import Stopwatch, time_op_s
 from pytest_gbvalidate.ranks.gang import RankContext
 from pytest_gbvalidate.workloads.llama.config import LlamaConfig
 from pytest_gbvalidate.workloads.llama.data import SyntheticTokens
-from pytest_gbvalidate.workloads.llama.loss import linear_cross_entropy
+from pytest_gbvalidate.workloads.llama.loss import linear_cross_entropy, softmax_grad
 from pytest_gbvalidate.workloads.llama.model import call_block, loss_fn
 from pytest_gbvalidate.workloads.llama.parallel import Layout, LayoutError, validate
 from pytest_gbvalidate.workloads.llama.parallelize import (
@@ -90,11 +90,6 @@ class Trainer:
         self.model = build_rank_model(cfg, layout, groups, device, request.seed)
         # (the last stage's output, labels) -> the mean loss
         self.loss_fn: Callable[[Tensor, Tensor], Tensor] = loss_fn
-        if options.chunked_loss and self.model.output is not None:
-            head = self.model.output
-            self.model.head_in_loss = True
-            # A closure over the head, not over self: the trainer -> loss function -> head, no cycle.
-            self.loss_fn = lambda h, labels: linear_cross_entropy(h, head.weight, labels)
         if options.compile:
             # Every block of every run goes through one code object, whose dynamo cache keeps an entry per guard
             # set seen: a recomputation mode, a precision, a head width, a first change of a tensor shape, and so on.
@@ -106,6 +101,15 @@ class Trainer:
             torch._dynamo.reset()
             # Held by the model (model.py, call_block): no reference back to any block.
             self.model.call_block = torch.compile(call_block, backend=options.compile_backend)
+        if options.chunked_loss and self.model.output is not None:
+            head = self.model.output
+            self.model.head_in_loss = True
+            # Compiled with the blocks: one fused pass or two over each chunk's logits instead of several.
+            chunk_grad = (
+                torch.compile(softmax_grad, backend=options.compile_backend) if options.compile else softmax_grad
+            )
+            # A closure over the head, not over self: the trainer -> loss function -> head, no cycle.
+            self.loss_fn = lambda h, labels: linear_cross_entropy(h, head.weight, labels, chunk_grad=chunk_grad)
         self.optimizer = adamw(self.model, request.learning_rate, fused=options.fused_adamw)
         self.compute = Stopwatch(device)
         self.is_last_stage = self.at is None or self.at.pp == layout.pp - 1
