@@ -54,12 +54,14 @@ class _LinearCrossEntropy(torch.autograd.Function):
             grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)  # (vocab, dim)
             for start in range(0, tokens, chunk_tokens):
                 hc, yc = h2[start : start + chunk_tokens].to(dtype), y[start : start + chunk_tokens]
-                chunk_loss, grad_logits = chunk_grad(hc @ w.t(), yc, tokens)  # (chunk, vocab) logits in
+                chunk_loss, grad_logits = chunk_grad(
+                    hc @ w.t(), yc, tokens
+                )  # logits in, their gradient out: (chunk, vocab)
                 loss += chunk_loss
                 grad_h[start : start + chunk_tokens] = grad_logits @ w  # (chunk, dim)
                 # In place, the product's dtype promoted as it is added: no fp32 copy of a (vocab, dim) matrix.
                 grad_w.add_(grad_logits.t() @ hc)  # (vocab, dim)
-                # Freed now, not when the next chunk's replace them: one chunk's logits at a time.
+                # Freed now, not when the next chunk's gradient replaces it: one chunk's logits at a time.
                 del grad_logits
         ctx.save_for_backward(grad_h.view_as(h), grad_w.to(weight.dtype))
         return loss / tokens
