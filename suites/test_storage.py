@@ -1,7 +1,8 @@
 """Local scratch storage (pytest_gbvalidate/bench/storage.py): sequential write and read throughput of the scratch
 directory (--gb-scratch: the node's NVMe volume; a temporary directory on `cpu`), with direct I/O where the file
-system allows it, and the time to write a checkpoint-sized tensor file and read it back. Sizes: the metric's
-`params.size_bytes`, else the defaults below. The files are removed afterwards, whatever happened."""
+system allows it, and the time to write a checkpoint-sized tensor file and read it back, each the best of
+storage.PASSES passes (every pass in the details). Sizes: the metric's `params.size_bytes`, else the defaults
+below. The files are removed afterwards, whatever happened."""
 
 from __future__ import annotations
 
@@ -28,15 +29,21 @@ def _size(target: Target, metric: str, default: dict[str, int]) -> int:
 def test_scratch_throughput(gb_target: Target, gb_expect: Expect, gb_scratch: Path) -> None:
     size = _size(gb_target, "scratch_write_gbps", SEQUENTIAL_BYTES)
     try:
-        with storage.work_dir(gb_scratch) as directory:
-            result = storage.sequential(directory, size)
+        passes = storage.sequential_passes(gb_scratch, size)
     except storage.StorageError as exc:
         pytest.fail(f"scratch {gb_scratch}: {exc}", pytrace=False)
-    details = {"directory": str(gb_scratch), "size_bytes": result.size_bytes, "direct_io": result.direct_io}
+    details = {
+        "directory": str(gb_scratch),
+        "size_bytes": passes[0].size_bytes,
+        "direct_io": all(p.direct_io for p in passes),
+        "rule": f"best of {len(passes)} passes",
+        "write_gbps_passes": [p.write_gbps for p in passes],
+        "read_gbps_passes": [p.read_gbps for p in passes],
+    }
     gb_expect.each(
         [
-            ("scratch_write_gbps", "node", result.write_gbps, details),
-            ("scratch_read_gbps", "node", result.read_gbps, details),
+            ("scratch_write_gbps", "node", max(p.write_gbps for p in passes), details),
+            ("scratch_read_gbps", "node", max(p.read_gbps for p in passes), details),
         ]
     )
 
@@ -44,15 +51,20 @@ def test_scratch_throughput(gb_target: Target, gb_expect: Expect, gb_scratch: Pa
 def test_checkpoint_write_and_read(gb_target: Target, gb_expect: Expect, gb_scratch: Path) -> None:
     size = _size(gb_target, "checkpoint_write_s", CHECKPOINT_BYTES)
     try:
-        with storage.work_dir(gb_scratch) as directory:
-            times = storage.checkpoint(directory, size)
+        passes = storage.checkpoint_passes(gb_scratch, size)
     except storage.StorageError as exc:
         pytest.fail(f"scratch {gb_scratch}: {exc}", pytrace=False)
-    details = {"directory": str(gb_scratch), "size_bytes": times.size_bytes}
+    details = {
+        "directory": str(gb_scratch),
+        "size_bytes": passes[0].size_bytes,
+        "rule": f"best of {len(passes)} passes",
+        "write_s_passes": [p.write_s for p in passes],
+        "read_s_passes": [p.read_s for p in passes],
+    }
     gb_expect.each(
         [
-            ("checkpoint_write_s", "node", times.write_s, details),
-            ("checkpoint_read_s", "node", times.read_s, details),
+            ("checkpoint_write_s", "node", min(p.write_s for p in passes), details),
+            ("checkpoint_read_s", "node", min(p.read_s for p in passes), details),
         ]
     )
 

@@ -20,6 +20,11 @@ from pathlib import Path
 import torch
 
 BLOCK_BYTES = 16 * 2**20  # per write and read call: large and sequential, as a checkpoint writer issues them
+# Each measurement runs this many times and the best pass counts (STREAM's rule, as the triad's): a disk shared
+# with other work varies by tens of percent from one run to the next (a VM's virtual disk wrote 8 GiB at 2.5 and
+# then 1.7 GB/s, minutes apart), while a degraded one (a failed member of a RAID 0, a link trained down) is slow
+# in every pass.
+PASSES = 3
 _DIRECT = getattr(os, "O_DIRECT", 0)
 
 
@@ -134,18 +139,40 @@ class CheckpointTimes:
     size_bytes: int
 
 
-def checkpoint(directory: Path, size_bytes: int) -> CheckpointTimes:
-    """torch.save of a state dict of bf16 tensors of `size_bytes` in all, fsync'd, then torch.load of it, checked
-    equal to what was saved."""
-    path = directory / "checkpoint.pt"
+def sequential_passes(scratch: Path, size_bytes: int, passes: int = PASSES) -> list[Throughput]:
+    """`sequential` `passes` times, each in a work directory of its own under `scratch`."""
+    results = []
+    for _ in range(passes):
+        with work_dir(scratch) as directory:
+            results.append(sequential(directory, size_bytes))
+    return results
+
+
+def checkpoint_state(size_bytes: int) -> dict[str, torch.Tensor]:
+    """A state dict of seeded bf16 tensors of 64 MiB each, `size_bytes` in all: what `checkpoint` writes."""
     per_tensor = 64 * 2**20
     generator = torch.Generator().manual_seed(0)
-    state = {
+    return {
         f"layer{i}.weight": torch.randn(
             min(per_tensor, size_bytes - i * per_tensor) // 2, generator=generator
         ).bfloat16()
         for i in range(max(1, -(-size_bytes // per_tensor)))
     }
+
+
+def checkpoint_passes(scratch: Path, size_bytes: int, passes: int = PASSES) -> list[CheckpointTimes]:
+    """`checkpoint` of one state dict `passes` times, each in a work directory of its own under `scratch`."""
+    state = checkpoint_state(size_bytes)  # made once: seconds of random numbers for a GPU node's 4 GiB
+    results = []
+    for _ in range(passes):
+        with work_dir(scratch) as directory:
+            results.append(checkpoint(directory, state))
+    return results
+
+
+def checkpoint(directory: Path, state: dict[str, torch.Tensor]) -> CheckpointTimes:
+    """torch.save of `state`, fsync'd, then torch.load of it, checked equal to what was saved."""
+    path = directory / "checkpoint.pt"
     total = sum(t.numel() * t.element_size() for t in state.values())
     start = time.perf_counter()
     try:

@@ -46,7 +46,7 @@ def test_a_device_error_on_flush_or_read_back_is_a_storage_error_with_nothing_le
     with pytest.raises(
         storage.StorageError, match=r"reading the checkpoint .*checkpoint.pt back failed: .*Input/output error"
     ):
-        in_work_dir(lambda d: storage.checkpoint(d, 2**20))
+        in_work_dir(lambda d: storage.checkpoint(d, storage.checkpoint_state(2**20)))
     assert leftovers(tmp_path) == []
 
 
