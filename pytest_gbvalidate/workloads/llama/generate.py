@@ -120,7 +120,8 @@ def generate(model: Transformer, prompts: Tensor, new_tokens: int) -> Generation
 def _replayed(step: Callable[[], None], device: torch.device, changes: tuple[Tensor, ...]) -> Callable[[], None]:
     """On a CUDA device, `step` captured as a CUDA graph, whose replay runs it; elsewhere `step` itself. A capture
     follows one call on a side stream (CUDA graphs' rule: the kernels and allocations are made before); `changes`,
-    what a step changes in place besides the cache slot it rewrites, is put back after that call."""
+    what a step changes in place besides the cache slot it rewrites, is put back after that call. Captured and
+    replayed on the current device's streams: a rank's own GPU, which the gang makes current (ranks/gang.py)."""
     if device.type != "cuda":
         return step
     before = [t.clone() for t in changes]
