@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_gbvalidate import junitxml
-from pytest_gbvalidate.ranks.world import world_from_environment
 from pytest_gbvalidate.settings import Settings
 
 if TYPE_CHECKING:
@@ -68,7 +67,9 @@ def node_history(s: Settings) -> tuple[Path, list[Entry]]:
         raise pytest.UsageError(f"{s.history.source}: {exc}") from None
 
 
-def earlier_report(s: Settings, target: Target) -> tuple[tuple[EarlierReport, SameNode] | None, str | None]:
+def earlier_report(
+    s: Settings, target: Target, world: tuple[int, int, int] | None
+) -> tuple[tuple[EarlierReport, SameNode] | None, str | None]:
     """--gb-compare: the node's earlier report, checked to be this node's, and what changed since; or None and
     why nothing is compared (a first run with `last`), else (None, None) where nothing was asked."""
     setting = s.compare
@@ -76,7 +77,7 @@ def earlier_report(s: Settings, target: Target) -> tuple[tuple[EarlierReport, Sa
         return None, None
     from pytest_gbvalidate import compare as cmp
 
-    if world_from_environment(os.environ) is not None:
+    if world is not None:
         raise pytest.UsageError(
             f"{setting.source}: compares a node with its own earlier single-node run; under torchrun / srun "
             "each node is compared in its own run, or the fleet summary compares the nodes"

@@ -17,7 +17,7 @@ import pytest
 from pytest_gbvalidate import junitxml, markers
 from pytest_gbvalidate.levels import Level
 from pytest_gbvalidate.payload import PAYLOAD, payload
-from pytest_gbvalidate.ranks.world import number_gpus_by_pci_bus, world_from_environment, world_rank
+from pytest_gbvalidate.ranks.world import WorldError, number_gpus_by_pci_bus, world_from_environment
 from pytest_gbvalidate.settings import Setting, Settings
 
 if TYPE_CHECKING:
@@ -47,9 +47,14 @@ class GbSession:
     def __init__(self, config: pytest.Config, settings: Settings) -> None:
         self.config = config
         self.settings = settings
+        # The launcher's world this process is a rank of, or None; why that is unknown, where it is (a usage error
+        # once gbvalidate is asked for: an unrelated run in the same environment is not ours to stop).
+        self.world, self.world_problem = _world(settings)
+        if self.world_problem is not None and settings.explicit:
+            raise pytest.UsageError(self.world_problem)
         # The xdist controller, or the only process; under torchrun / srun, global rank 0 (every rank runs the
         # same tests and reaches the same verdicts; one writes the reports).
-        self.world_rank = world_rank(os.environ)
+        self.world_rank = None if self.world is None else self.world[0]
         self.is_controller = not hasattr(config, "workerinput") and self.world_rank in (None, 0)
         self._report: RunReport | None = None
         self._unreported_tests: list[TestRecord] = []
@@ -99,11 +104,13 @@ class GbSession:
             from pytest_gbvalidate import run_files, run_sections, signals
             from pytest_gbvalidate.target import resolve_target
 
+            if self.world_problem is not None:
+                raise pytest.UsageError(self.world_problem)
             # Engaged: GPUs numbered as NVML numbers them, before the node facts or a test first touch CUDA here
             # (its driver reads the order once); the ranks we start inherit it.
             number_gpus_by_pci_bus()
             target = resolve_target(self.config, self.settings)
-            self._comparison, self.compare_note = run_files.earlier_report(self.settings, target)
+            self._comparison, self.compare_note = run_files.earlier_report(self.settings, target, self.world)
             self._target = target
             self._signal_handlers = signals.stop_on_termination_signals()
             try:
@@ -125,8 +132,7 @@ class GbSession:
         from pytest_gbvalidate.run_sections import describe_run
 
         self.node_facts = software_facts(gpu=target.is_gpu)
-        world = world_from_environment(os.environ)
-        world_size = None if world is None else world[1]
+        world_size = None if self.world is None else self.world[1]
         node: Any = self.node_facts  # NodeRecord: the facts' names are the record's fields
         describe_run(
             self.report, target, self.settings, self.timeout, node, self.nccl_env, self._comparison, world_size
@@ -159,10 +165,9 @@ class GbSession:
         t = self.target
         timeout_s = self.timeout.value
         env = {name: v["value"] for name, v in self.nccl_env.items() if name not in os.environ}
-        world = world_from_environment(os.environ)
         gang: Gang
-        if world is not None:
-            gang = WorldGang(*world, device_type=t.device_type, timeout_s=timeout_s, env=env)
+        if self.world is not None:
+            gang = WorldGang(*self.world, device_type=t.device_type, timeout_s=timeout_s, env=env)
         else:
             # The call timeout bounds every call; the ranks' own collective timeout is only a backstop, longer,
             # so that the call timeout fires first and can say which rank is stuck where.
@@ -185,8 +190,7 @@ class GbSession:
             return
         from pytest_gbvalidate.run_sections import gang_section
 
-        in_world = world_from_environment(os.environ) is not None
-        section = gang_section(gang, in_world, self.target.device_type)
+        section = gang_section(gang, self.world is not None, self.target.device_type)
         self._gang_reported = len(section["failed_starts"])
         self.set_report_section("gang", section)
 
@@ -413,3 +417,14 @@ def _write_sections(terminalreporter: Any, sections: list[tuple[str, list[str]]]
 
 def _fixturenames(item: pytest.Item) -> list[str]:
     return list(getattr(item, "fixturenames", ()))
+
+
+def _world(settings: Settings) -> tuple[tuple[int, int, int] | None, str | None]:
+    """(rank, world size, local rank) of the launcher's world this process is a rank of, else None; and why that
+    cannot be told, where it cannot (ranks/world.py)."""
+    if settings.world.value == "none":
+        return None, None
+    try:
+        return world_from_environment(os.environ), None
+    except WorldError as exc:
+        return None, f"{exc} ({settings.world.source}: --gb-world=none runs this process as one node's own run)"

@@ -18,6 +18,10 @@ if TYPE_CHECKING:
     from pytest_gbvalidate.compare import AllowedRegression
 
 LAST: Literal["last"] = "last"  # --gb-compare=last: the node's latest report in the --gb-history directory
+# --gb-world: `auto`, a launcher's task variables say whether this process is a rank of a world (ranks/world.py);
+# `none`, it is one node's own run whatever a launcher set (a per-node check launched on every node at once).
+World = Literal["auto", "none"]
+WORLDS: tuple[World, ...] = ("auto", "none")
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
 
@@ -162,3 +166,11 @@ def parse_command(raw: str, base: Path) -> tuple[str, ...]:
     if shutil.which(program) is None:
         raise SettingError(f"no program {program!r} on PATH")
     return words
+
+
+def parse_world(raw: str, _base: Path) -> World:
+    word = raw.strip().lower()
+    for world in WORLDS:
+        if word == world:
+            return world
+    raise SettingError(f"expected one of {', '.join(WORLDS)}")

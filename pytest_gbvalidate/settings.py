@@ -13,6 +13,7 @@ from pytest_gbvalidate.levels import DEFAULT_LEVEL, LEVELS, Level
 from pytest_gbvalidate.setting_values import (
     LAST,
     SettingError,
+    World,
     ancestors,
     parse_allowed_regression,
     parse_bool,
@@ -25,6 +26,7 @@ from pytest_gbvalidate.setting_values import (
     parse_prometheus_path,
     parse_sku,
     parse_timeout,
+    parse_world,
 )
 
 if TYPE_CHECKING:
@@ -77,6 +79,7 @@ class Settings:
     # The command the NeMo engines' driver runs under, in place of this interpreter: the NeMo image's python, or a
     # launcher ending in one (`srun --container-image=... python`). None: the baseline's, else this interpreter.
     engine_python: Setting[tuple[str, ...] | None]
+    world: Setting[World]  # whether a launcher's variables make this process a rank of a world (ranks/world.py)
     record: Setting[Path | None]  # command line only: a one-off action, not a standing configuration
     list_skus: Setting[bool]
     # Missing directories that writing the report or the recorded baseline will create, as pytest's --junitxml
@@ -311,6 +314,15 @@ TABLE: tuple[SettingSpec, ...] = (
         "or 'srun --container-image=nvcr.io/nvidia/nemo:25.04 python'). Default: the baseline's "
         "pretrain.engine_python, else this interpreter.",
         "COMMAND",
+    ),
+    SettingSpec(
+        "world",
+        parse_world,
+        lambda: AUTO,
+        "auto: under torchrun or srun this process is one rank of the launcher's world (srun's tasks, not a batch "
+        "script); none: it is one node's own run whatever a launcher set (e.g. per-node checks started on every "
+        "node by one srun). Default: auto.",
+        "WORLD",
     ),
     SettingSpec(
         "record",

@@ -1,28 +1,91 @@
 #!/bin/bash
 # pytest-gbvalidate's quick node health check for Slurm: one script for Prolog=, Epilog= and HealthCheckProgram=
 # (README.md beside it has the slurm.conf lines). It runs
-#   python -m pytest_gbvalidate.healthcheck slurm [--drain] --deadline-s S [--keep-report P] -- [pytest arguments]
-# prints its one line (LBNL NHC's: `ERROR:  gbvalidate:  Health check failed:  CATEGORY: CHECK`), sends it to
-# syslog and exits with its status: 0 healthy, 1 a check failed, 142 past the deadline, 10 no verdict.
+#   python -m pytest_gbvalidate.healthcheck slurm [--drain] [--deadline-s S] [--keep-report P] -- [pytest arguments]
+# prints its one line (LBNL NHC's: `ERROR:  gbvalidate:  Health check failed:  CATEGORY: CHECK`), logs it and exits
+# with its status: 0 healthy, 1 a check failed, 142 past the deadline, 10 no verdict. As a Prolog or Epilog, where
+# Slurm drains the node on any other status than 0, "no verdict" (our own failure: a setting, the interpreter, a
+# report we cannot read) exits 0: it says nothing of the node, and nothing is drained for it.
 #
-# Settings, from the environment (slurmd passes its own) or edited here:
+# Settings: slurmd passes none of its environment to Prolog, Epilog or HealthCheckProgram, so they are read from
+# the file beside this script with .conf for .sh (e.g. /etc/slurm/gbvalidate-healthcheck.conf), one KEY=VALUE a
+# line, `#` comments. The file is read, never run, and must be writable by its owner only (root, or the user this
+# runs as). A variable set in the environment (a run by hand) wins over the file.
 #   GBVALIDATE_PYTHON        the Python with pytest-gbvalidate installed            (default: python3)
 #   GBVALIDATE_DRAIN         1: a failed node drains itself through scontrol; 0: the exit status only (default: 1)
-#   GBVALIDATE_DEADLINE_S    seconds the checks may take (default: 90). HealthCheckProgram: below
-#                            HealthCheckTimeout less 20 s (Slurm before 26.05 kills it at 60 s)
+#   GBVALIDATE_DEADLINE_S    seconds the checks may take (default: 90; as HealthCheckProgram, slurmd's limit less
+#                            20 s: 40 before Slurm 26.05, whose HealthCheckTimeout raises it)
 #   GBVALIDATE_KEEP_REPORT   keep the last run's JSON report here (default: none)
 #   GBVALIDATE_PYTEST_ARGS   more pytest arguments, split at spaces, e.g. "--gb-sku=ND_GB200_v6"
+#   GBVALIDATE_LOG_FILE      also append each line, dated, to this file (default: none)
 #   GBVALIDATE_SYSLOG        1: also send the line to syslog with logger(1) (default: 1)
 set -u
 
 # slurmd runs Prolog, Epilog and HealthCheckProgram without a search path (Slurm's prolog_epilog guide).
 export PATH="${PATH:+$PATH:}/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-python="${GBVALIDATE_PYTHON:-python3}"
-args=(slurm --deadline-s "${GBVALIDATE_DEADLINE_S:-90}")
-if [[ "${GBVALIDATE_DRAIN:-1}" == "1" ]]; then
-    args+=(--drain)
+SETTINGS=(GBVALIDATE_PYTHON GBVALIDATE_DRAIN GBVALIDATE_DEADLINE_S GBVALIDATE_KEEP_REPORT GBVALIDATE_PYTEST_ARGS
+    GBVALIDATE_LOG_FILE GBVALIDATE_SYSLOG)
+conf="${GBVALIDATE_CONF:-${0%.sh}.conf}"
+
+# The line, printed and logged; the status, with "no verdict" made 0 where Slurm would drain for it.
+finish() {
+    local line status=$2
+    line="$(printf '%s' "$1" | tr -c '[:print:]' ' ' | cut -c1-1000)"
+    echo "$line"
+    if [[ -n "${GBVALIDATE_LOG_FILE:-}" ]]; then
+        echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) ${SLURMD_NODENAME:-$(hostname -s)} $line" >>"$GBVALIDATE_LOG_FILE" 2>/dev/null
+    fi
+    if [[ "${GBVALIDATE_SYSLOG:-1}" == "1" ]]; then
+        logger -t gbvalidate-healthcheck -- "$line" 2>/dev/null || true
+    fi
+    case "${SLURM_SCRIPT_CONTEXT:-}:$status" in
+        prolog_slurmd:0 | prolog_slurmd:1 | prolog_slurmd:142 | epilog_slurmd:0 | epilog_slurmd:1 | epilog_slurmd:142) ;;
+        prolog_slurmd:* | epilog_slurmd:*) status=0 ;;
+    esac
+    exit "$status"
+}
+
+no_verdict() {
+    finish "ERROR:  gbvalidate:  Health check could not run:  $1" 10
+}
+
+# The settings file: owned by root or by us, writable by its owner only, KEY=VALUE lines of known keys.
+if [[ -e "$conf" ]]; then
+    read -r owner mode < <(stat -L -c '%u %a' -- "$conf" 2>/dev/null) || no_verdict "$conf: cannot be read"
+    if [[ "$owner" != 0 && "$owner" != "$(id -u)" ]] || (((8#$mode & 8#022) != 0)); then
+        no_verdict "$conf: owned by uid $owner with mode $mode: it must be writable by root (or uid $(id -u)) only"
+    fi
+    number=0
+    while IFS= read -r text || [[ -n "$text" ]]; do
+        number=$((number + 1))
+        [[ "$text" =~ ^[[:space:]]*(#.*)?$ ]] && continue
+        if ! [[ "$text" =~ ^[[:space:]]*([A-Z_]+)=(.*)$ ]]; then
+            no_verdict "$conf: line $number: not KEY=VALUE"
+        fi
+        key="${BASH_REMATCH[1]}" value="${BASH_REMATCH[2]}"
+        if ! [[ " ${SETTINGS[*]} " == *" $key "* ]]; then
+            no_verdict "$conf: line $number: unknown setting $key (known: ${SETTINGS[*]})"
+        fi
+        if [[ "$value" =~ ^\"(.*)\"$ || "$value" =~ ^\'(.*)\'$ ]]; then
+            value="${BASH_REMATCH[1]}"
+        fi
+        if [[ -z "${!key+set}" ]]; then
+            declare "$key=$value"
+        fi
+    done <"$conf"
 fi
+
+python="${GBVALIDATE_PYTHON:-python3}"
+args=(slurm)
+if [[ -n "${GBVALIDATE_DEADLINE_S:-}" ]]; then
+    args+=(--deadline-s "$GBVALIDATE_DEADLINE_S")
+fi
+case "${GBVALIDATE_DRAIN:-1}" in
+    1) args+=(--drain) ;;
+    0) ;;
+    *) no_verdict "GBVALIDATE_DRAIN=${GBVALIDATE_DRAIN}: expected 1 or 0" ;;
+esac
 if [[ -n "${GBVALIDATE_KEEP_REPORT:-}" ]]; then
     args+=(--keep-report "$GBVALIDATE_KEEP_REPORT")
 fi
@@ -33,14 +96,11 @@ case "${SLURM_SCRIPT_CONTEXT:-}" in
     prolog_slurmd | epilog_slurmd) unset CUDA_VISIBLE_DEVICES ;;
 esac
 
-line="$("$python" -m pytest_gbvalidate.healthcheck "${args[@]}" -- ${extra[@]+"${extra[@]}"})"
+output="$("$python" -m pytest_gbvalidate.healthcheck "${args[@]}" -- ${extra[@]+"${extra[@]}"} 2>&1)"
 status=$?
-if [[ -z "$line" ]]; then
-    line="ERROR:  gbvalidate:  Health check could not run:  $python -m pytest_gbvalidate.healthcheck exited $status"
-    status=10
+line="$(grep -E '^(ERROR:  )?gbvalidate:  ' <<<"$output" | tail -n 1)"
+if [[ -z "$line" ]]; then # the command did not run: what it said last names the cause
+    said="$(grep -v '^[[:space:]]*$' <<<"$output" | tail -n 1)"
+    no_verdict "$python -m pytest_gbvalidate.healthcheck exited $status: ${said:-no output} (GBVALIDATE_PYTHON in $conf)"
 fi
-echo "$line"
-if [[ "${GBVALIDATE_SYSLOG:-1}" == "1" ]]; then
-    logger -t gbvalidate-healthcheck -- "$line" 2>/dev/null || true
-fi
-exit "$status"
+finish "$line" "$status"

@@ -20,8 +20,17 @@ from pytest_gbvalidate.levels import BUDGET_S, Level
 
 PROG = "python -m pytest_gbvalidate.healthcheck"
 LEVEL: Level = "quick"
-# Half again what the quick level may take on the SKU it is made for (a 4-GPU node: levels.BUDGET_S).
+# Half again what the quick level may take on the SKU it is made for (a 4-GPU node: levels.BUDGET_S); as Slurm's
+# HealthCheckProgram, what slurmd's kill leaves (slurm.py).
 DEFAULT_DEADLINE_S = 1.5 * BUDGET_S[LEVEL]
+# Below this no run reaches its checks: Python, torch and pytest start, the suites are collected and the node's
+# GPUs opened before the first check (about 4 s on a 2-vCPU VM, more where CUDA starts). A deadline under it would
+# turn our own start-up into a verdict on the node.
+MIN_DEADLINE_S = 20.0
+MAX_DEADLINE_S = 24 * 3600.0
+# Passed to pytest last: a health check is this node's own, whatever launched it (srun -N2 ... healthcheck on two
+# nodes is two checks, not one world of two).
+NODE_ONLY = "--gb-world=none"
 
 DESCRIPTION = f"""\
 Run the {LEVEL} level of the shipped suites (pytest --pyargs pytest_gbvalidate.suites --gb-level={LEVEL}) in a
@@ -62,12 +71,17 @@ def build_parser() -> argparse.ArgumentParser:
         sub = modes.add_parser(
             mode, help=summary, description=DESCRIPTION, epilog=epilog, formatter_class=argparse.RawTextHelpFormatter
         )
+        default = f"{DEFAULT_DEADLINE_S:g}" + (
+            f"; as HealthCheckProgram, slurmd's limit (60 s before Slurm 26.05) less {slurm.RESERVE_S:g}"
+            if mode == "slurm"
+            else ""
+        )
         sub.add_argument(
             "--deadline-s",
-            type=_positive,
-            default=DEFAULT_DEADLINE_S,
+            type=_deadline,
             metavar="SECONDS",
-            help=f"kill the checks after SECONDS (SIGTERM, then SIGKILL 5 s later; default {DEFAULT_DEADLINE_S:g})",
+            help=f"kill the checks after SECONDS, {MIN_DEADLINE_S:g} to {MAX_DEADLINE_S:g} (SIGTERM, then SIGKILL "
+            f"5 s later; default {default})",
         )
         sub.add_argument(
             "--keep-report", type=Path, metavar="PATH", help="also keep the run's JSON report at PATH (replaced)"
@@ -110,21 +124,47 @@ def _slurm(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> i
         node, why = slurm.node_name(args.node, env, hostname)
         if node is None:
             return _say(slurm.error_line(f"refusing to drain:  {why}"), slurm.EXIT_NOT_RUN)
+    deadline_s, unmeetable = _slurm_deadline(args.deadline_s, env)
+    if unmeetable is not None:
+        return _say(slurm.error_line(f"usage:  {unmeetable}"), slurm.EXIT_NOT_RUN)
+    if node is not None:  # HealthCheckProgram runs on drained nodes too: theirs is someone's word already
+        state = slurm.node_state(node, env)
+        if state is not None and state.out_of_service:
+            return _say(slurm.not_checked_line(node, state), slurm.EXIT_OK)
     try:
-        run, not_kept = run_checks(LEVEL, args.deadline_s, args.pytest_args, args.keep_report)
+        run, not_kept = run_checks(LEVEL, deadline_s, [*args.pytest_args, NODE_ONLY], args.keep_report)
     except Stopped as stop:
         return _say(slurm.stopped_by(stop.signum), slurm.signal_exit_code(stop.signum))
     verdict = judge(run)
     notes = [not_kept or ""]
     reason = slurm.drain_reason(verdict)  # FAIL and TIMEOUT only
     if node is not None and reason is not None:
-        notes.append(slurm.drain(node, reason))
+        notes.append(slurm.drain(node, reason, env))
     return _say(slurm.line(verdict, *notes), slurm.exit_code(verdict))
 
 
+def _slurm_deadline(given: float | None, env: Mapping[str, str]) -> tuple[float, str | None]:
+    """The checks' deadline, and why it cannot be kept where it cannot: as HealthCheckProgram it must end, with its
+    start-up, report and scontrol calls, before slurmd kills it."""
+    if not slurm.is_health_check_program(env):
+        return (DEFAULT_DEADLINE_S if given is None else given), None
+    limit_s = slurm.health_check_limit_s()
+    room_s = limit_s - slurm.RESERVE_S
+    if given is None:
+        given = min(DEFAULT_DEADLINE_S, room_s)
+    if given > room_s or given < MIN_DEADLINE_S:
+        return given, (
+            f"--deadline-s {given:g}: as HealthCheckProgram slurmd kills the check after {limit_s:g} s "
+            f"(HealthCheckTimeout, 60 before Slurm 26.05), so the checks get {room_s:g} s at most ({slurm.RESERVE_S:g} "
+            f"s are start-up, the report and scontrol) and at least {MIN_DEADLINE_S:g}: raise HealthCheckTimeout"
+        )
+    return given, None
+
+
 def _npd(args: argparse.Namespace) -> int:
+    deadline_s = DEFAULT_DEADLINE_S if args.deadline_s is None else args.deadline_s
     try:
-        run, not_kept = run_checks(LEVEL, args.deadline_s, args.pytest_args, args.keep_report)
+        run, not_kept = run_checks(LEVEL, deadline_s, [*args.pytest_args, NODE_ONLY], args.keep_report)
     except Stopped as stop:
         return _say(npd.one_line(f"unknown: stopped by {stop}", args.max_output_length), npd.EXIT_UNKNOWN)
     verdict = judge(run)
@@ -137,13 +177,16 @@ def _say(line: str, code: int) -> int:
     return code
 
 
-def _positive(text: str) -> float:
+def _deadline(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{printable(text)!r} is not a number of seconds") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"{printable(text)!r} is not a positive number of seconds")
+        value = math.nan
+    if not MIN_DEADLINE_S <= value <= MAX_DEADLINE_S:  # NaN too
+        raise argparse.ArgumentTypeError(
+            f"{printable(text)!r} is not a number of seconds from {MIN_DEADLINE_S:g} (the checks' start-up) "
+            f"to {MAX_DEADLINE_S:g}"
+        )
     return value
 
 

@@ -4,7 +4,8 @@
 -p no:cacheprovider -q [extra pytest arguments]`, in a private temporary directory (mode 0700) that holds the
 report, pytest's output and whatever else the run writes beside its report; removed afterwards. Running there
 means no conftest.py, ini file or package in the caller's current directory (slurmd's, NPD's) joins the run, and
-no report left by an earlier run can be read as this one's.
+no report left by an earlier run can be read as this one's. The directory is locked while the run lives; one left
+by a killed run (slurmd and NPD kill with SIGKILL) is removed by the next run.
 
 The run is its own process group (the gang's ranks with it). At the deadline the group gets SIGTERM, which the
 plugin turns into an interrupted run that still writes its report (signals.py), then SIGKILL after KILL_GRACE_S.
@@ -17,9 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -36,6 +39,9 @@ from pytest_gbvalidate.report import schema
 from pytest_gbvalidate.report.records import RunReportRecord
 
 SUITES_PACKAGE = "pytest_gbvalidate.suites"
+DIRECTORY_PREFIX = "gbvalidate-healthcheck-"
+HELD = ".held"  # the lock file that says a run's directory is in use
+UNLOCKED_GRACE_S = 600.0
 KILL_GRACE_S = 5.0  # after SIGTERM, for the interrupted run to write its report
 OUTPUT_TAIL_BYTES = 64 * 1024  # of pytest's output, read for its last line
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -59,7 +65,9 @@ def run_checks(
 ) -> tuple[Run, str | None]:
     """Run the checks and read their report; with `keep_report`, copy the report there (files.py's rules) and
     say why not where it could not be. Raises Stopped (after killing the run) on SIGTERM, SIGINT or SIGHUP."""
-    directory = Path(tempfile.mkdtemp(prefix="gbvalidate-healthcheck-"))
+    remove_abandoned(Path(tempfile.gettempdir()))
+    directory = Path(tempfile.mkdtemp(prefix=DIRECTORY_PREFIX))
+    held = _hold(directory)
     try:
         report_path, output_path = directory / "report.json", directory / "output.log"
         command = pytest_command(report_path, level, pytest_args)
@@ -78,6 +86,66 @@ def run_checks(
         return Run(level, returncode, timed_out, deadline_s, duration_s, report, problem), not_kept
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+        os.close(held)
+
+
+def _hold(directory: Path) -> int:
+    """Lock the run's directory for as long as this process lives (the kernel drops the lock when it dies, killed
+    or not); the descriptor."""
+    fd = os.open(directory / HELD, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd
+
+
+def remove_abandoned(parent: Path) -> list[Path]:
+    """Remove the run directories in `parent` that a killed health check left (slurmd kills an overrunning
+    HealthCheckProgram with SIGKILL 10 ms after SIGTERM, NPD with SIGKILL: no clean-up runs), and end the processes
+    still working in them. A directory is
+    abandoned when it is this user's and nobody holds its lock; one without a lock is left alone unless it is
+    older than UNLOCKED_GRACE_S (caught between its making and its locking). The ones removed."""
+    removed = [directory for directory in parent.glob(f"{DIRECTORY_PREFIX}*") if _abandoned(directory)]
+    if removed:
+        _kill_working_in(removed)
+    for directory in removed:
+        shutil.rmtree(directory, ignore_errors=True)
+    return removed
+
+
+def _kill_working_in(directories: list[Path]) -> None:
+    """SIGKILL the processes a killed run left working in its directory (its ranks, or whatever its checks
+    started that outlived pytest): the run's processes are the ones whose working directory is in it."""
+    import psutil
+
+    roots = [str(d.resolve()) for d in directories]
+    for process in psutil.process_iter():
+        try:
+            cwd = process.cwd()
+            if any(cwd == root or cwd.startswith(root + os.sep) for root in roots):
+                process.kill()
+        except (psutil.Error, OSError):
+            continue
+
+
+def _abandoned(directory: Path) -> bool:
+    try:
+        info = directory.lstat()
+    except OSError:
+        return False
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        return False
+    try:
+        fd = os.open(directory / HELD, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return time.time() - info.st_mtime > UNLOCKED_GRACE_S
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # refused while the run that made it lives
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return True
 
 
 def read_report(path: Path) -> tuple[RunReportRecord | None, str | None]:

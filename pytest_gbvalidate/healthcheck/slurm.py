@@ -14,16 +14,24 @@ signal included. We drain only with --drain, and only on a failed check or the d
 node's problem, as NHC's watchdog holds); never when no verdict could be made (exit 10: no report, a broken one,
 pytest's usage or internal error, every check skipped), since that says nothing of the node, and never on a signal,
 which comes from outside (slurmd's own timeout, an operator). NHC leaves alone a node that is already down or that
-someone else drained, which needs `sinfo`; we do not look (Slurm keeps the first reason of a node already
-drained: src/slurmctld/node_mgr.c, _drain_node). NHC's node-mark-online resumes nodes it drained once they pass;
-we never resume a node."""
+someone else drained; so do we, and we do not check such a node either: HealthCheckProgram runs on drained nodes
+too, and `scontrol update state=drain reason=...` would replace the reason someone else gave. slurmd 26.11 tells
+its HealthCheckProgram (SLURM_NODE_IS_HEALTHY=no); before it we ask `scontrol show node`. NHC's node-mark-online
+resumes nodes it drained once they pass; we never resume a node.
+
+Slurm's limits: slurmd kills HealthCheckProgram after 60 s (src/common/run_command.c: SIGTERM to its process group,
+SIGKILL 10 ms later), up to Slurm 25.11; from 26.05 after HealthCheckTimeout (slurm.conf, default 60). As
+HealthCheckProgram (slurmd gives it SLURMD_NODENAME and no SLURM_SCRIPT_CONTEXT) the deadline must leave room for
+start-up, the interrupted run's report and the two scontrol calls within that limit: RESERVE_S."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import signal
 import subprocess
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from pytest_gbvalidate.healthcheck.verdict import FAIL, OK, TIMEOUT, Verdict
 from pytest_gbvalidate.labels import printable
@@ -33,8 +41,18 @@ NAME = "gbvalidate"
 EXIT_OK, EXIT_FAILED, EXIT_NOT_RUN, EXIT_TIMEOUT = 0, 1, 10, 142
 # The fleet summary's bound (fleet/summary.py): `sinfo -R` shows 20 characters by default, Slurm stores any length.
 REASON_MAX_CHARS = 120
-SCONTROL_TIMEOUT_S = 10.0
+SCONTROL_TIMEOUT_S = 5.0
 LINE_MAX_CHARS = 1000
+# slurmd's kill of HealthCheckProgram before HealthCheckTimeout existed (Slurm 26.05), and its default since.
+HEALTH_CHECK_KILL_S = 60.0
+# Of that limit, what is not the checks': Python's start-up, two scontrol calls (SCONTROL_TIMEOUT_S each), the
+# interrupted run's report (run.KILL_GRACE_S) and a margin.
+RESERVE_S = 20.0
+# Node states and flags of a node out of service (scontrol's State=, e.g. IDLE+DRAIN, DOWN+NOT_RESPONDING).
+OUT_OF_SERVICE = frozenset({"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "MAINT", "REBOOT_ISSUED"})
+# What slurmd 26.11 says of such a node to HealthCheckProgram: unhealthy (down, drained, draining, failing or in
+# maintenance), without which.
+UNHEALTHY = "SLURM_NODE_IS_HEALTHY=no"
 
 
 def exit_code(verdict: Verdict) -> int:
@@ -92,12 +110,83 @@ def drain_reason(verdict: Verdict) -> str | None:
     return None if reason is None else reason_text(reason, REASON_MAX_CHARS)
 
 
+def is_health_check_program(env: Mapping[str, str]) -> bool:
+    """slurmd runs HealthCheckProgram with SLURMD_NODENAME and without the SLURM_SCRIPT_CONTEXT of a Prolog or
+    Epilog (src/slurmd/slurmd/slurmd.c, run_script_health_check)."""
+    return "SLURMD_NODENAME" in env and "SLURM_SCRIPT_CONTEXT" not in env
+
+
+def health_check_limit_s() -> float:
+    """Seconds slurmd lets HealthCheckProgram run: HealthCheckTimeout where `scontrol show config` has one (Slurm
+    26.05 and later), else 60."""
+    said = _scontrol("show", "config")
+    found = re.search(r"^HealthCheckTimeout\s*=\s*(\d+)", said or "", re.MULTILINE)
+    return float(found[1]) if found else HEALTH_CHECK_KILL_S
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """What slurmctld says of a node: its state (`IDLE+DRAIN`) and the reason it was taken out, if any."""
+
+    state: str
+    reason: str | None
+
+    @property
+    def out_of_service(self) -> bool:
+        return self.state == UNHEALTHY or bool(OUT_OF_SERVICE & set(self.state.upper().split("+")))
+
+    def shown(self) -> str:
+        reason = "" if self.reason is None else f", reason {printable(self.reason)!r}"
+        return f"state {printable(self.state)}{reason}"
+
+
+def parse_node_state(text: str) -> NodeState | None:
+    """`scontrol show node -o NAME`'s line: State= and Reason= (free text, then ` [user@time]`), or None."""
+    state = re.search(r"(?:^|\s)State=(\S+)", text)
+    if state is None:
+        return None
+    reason = re.search(r"(?:^|\s)Reason=(.*?)(?:\s+\[[^\]]*@[^\]]*\])?\s*$", text.strip())
+    return NodeState(state[1], reason[1] if reason else None)
+
+
+def node_state(node: str, env: Mapping[str, str]) -> NodeState | None:
+    """The node's state: SLURM_NODE_IS_HEALTHY=no from slurmd (26.11 and later) says it is out already; else
+    scontrol's word. None where neither says (no scontrol, no answer): the check goes on."""
+    if env.get("SLURM_NODE_IS_HEALTHY") == "no":
+        return NodeState(UNHEALTHY, None)
+    said = _scontrol("show", "node", "-o", node)
+    return None if said is None else parse_node_state(said)
+
+
+def _scontrol(*args: str) -> str | None:
+    """scontrol's output, or None where it could not answer."""
+    scontrol = shutil.which("scontrol")
+    if scontrol is None:
+        return None
+    try:
+        done = subprocess.run(
+            [scontrol, *args], capture_output=True, text=True, errors="replace", timeout=SCONTROL_TIMEOUT_S
+        )
+    except (subprocess.TimeoutExpired, OSError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def not_checked_line(node: str, state: NodeState) -> str:
+    """The line of a node already out of service: not checked, nothing changed."""
+    return one_line(f"{NAME}:  Node Health Check skipped:  {node} is out of service already ({state.shown()})")
+
+
 def drain_argv(node: str, reason: str) -> list[str]:
     return ["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"]
 
 
-def drain(node: str, reason: str) -> str:
-    """Run scontrol (from PATH) to drain `node`; what happened, in a few words."""
+def drain(node: str, reason: str, env: Mapping[str, str]) -> str:
+    """Run scontrol (from PATH) to drain `node`, unless it is out of service already (its reason, someone else's
+    perhaps, is kept: scontrol would replace it); what happened, in a few words."""
+    state = node_state(node, env)
+    if state is not None and state.out_of_service:
+        return f"not drained: {node} is out of service already ({state.shown()}), kept as it is"
     scontrol = shutil.which("scontrol")
     if scontrol is None:
         return "not drained: scontrol is not on PATH"

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 
 __all__ = [
     "DeviceChoiceError",
+    "WorldError",
     "cuda_device_index",
     "node_rank_from_environment",
     "number_gpus_by_pci_bus",
@@ -18,13 +19,51 @@ __all__ = [
 ]
 
 
+class WorldError(ValueError):
+    """The launcher's variables contradict each other: whether this process is a rank, and of what, is unknown."""
+
+
 def world_from_environment(env: Mapping[str, str]) -> tuple[int, int, int] | None:
-    """(rank, world_size, local_rank) when this process is a rank of torchrun's or srun's world, else None."""
-    if _under_torchrun(env):
-        return int(env["RANK"]), int(env["WORLD_SIZE"]), _local_rank(env)[1]
-    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env and int(env["SLURM_NTASKS"]) > 1:
-        return int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), _local_rank(env)[1]
+    """(rank, world_size, local_rank) when this process is one task of a launcher's world of two or more, else
+    None. A world is what a launcher says of its tasks, and only that:
+    - torchrun's ranks carry RANK and WORLD_SIZE (together, always);
+    - srun's tasks carry the step's variables (SLURM_STEP_NUM_TASKS, ...) beside SLURM_PROCID. An sbatch batch
+      script or an salloc shell has SLURM_PROCID=0 and the job's SLURM_NTASKS, but it is no task of a step: a
+      world formed from those would wait for ranks that never come.
+    Raises WorldError where the variables contradict each other (one of torchrun's pair alone, a rank outside its
+    world, a count that is no number): a guess would either wait forever or join the wrong world."""
+    if "RANK" in env or "WORLD_SIZE" in env:
+        missing = [name for name in ("RANK", "WORLD_SIZE") if name not in env]
+        if missing:
+            present = "RANK" if missing == ["WORLD_SIZE"] else "WORLD_SIZE"
+            raise WorldError(
+                f"{present}={_shown(env[present])} is set without {missing[0]}: torchrun sets both for each rank; "
+                f"unset {present}, or run under torchrun"
+            )
+        return _world(env, "RANK", "WORLD_SIZE", _local_rank(env)[1])
+    if "SLURM_STEP_NUM_TASKS" in env:  # a task of an srun step
+        if "SLURM_PROCID" not in env:
+            raise WorldError("SLURM_STEP_NUM_TASKS is set without SLURM_PROCID: srun sets both for each task")
+        return _world(env, "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", _local_rank(env)[1])
     return None
+
+
+def _world(env: Mapping[str, str], rank_name: str, size_name: str, local_rank: int) -> tuple[int, int, int] | None:
+    rank, size = _count(env, rank_name), _count(env, size_name)
+    if size < 1 or rank >= size:
+        raise WorldError(f"{rank_name}={rank} is no rank of a world of {size_name}={size}")
+    return (rank, size, local_rank) if size > 1 else None
+
+
+def _count(env: Mapping[str, str], name: str) -> int:
+    text = env[name]
+    if not (text.isascii() and text.isdecimal()):
+        raise WorldError(f"{name}={_shown(text)} is not a whole number")
+    return int(text)
+
+
+def _shown(text: str) -> str:
+    return ascii(text[:40]) if not (text.isascii() and text.isprintable()) or len(text) > 40 else text
 
 
 def _under_torchrun(env: Mapping[str, str]) -> bool:
@@ -35,7 +74,7 @@ def _under_torchrun(env: Mapping[str, str]) -> bool:
 def _local_rank(env: Mapping[str, str]) -> tuple[str, int]:
     """The variable that says this rank's place on its node, and its value (0 when unset)."""
     name = "LOCAL_RANK" if _under_torchrun(env) or "SLURM_PROCID" not in env else "SLURM_LOCALID"
-    return name, int(env.get(name, "0"))
+    return name, _count(env, name) if name in env else 0
 
 
 def _ranks_on_this_node(env: Mapping[str, str]) -> tuple[str, int] | None:
@@ -109,8 +148,9 @@ def rendezvous_problem(env: Mapping[str, str]) -> str | None:
     if not missing:
         return None
     return (
-        f"{' and '.join(missing)} not set: under srun export MASTER_ADDR (the first node of the job, e.g. "
-        "$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n1)) and MASTER_PORT (a free port) for every task"
+        f"{' and '.join(missing)} not set: under srun export MASTER_ADDR (the address of the step's first node: "
+        "its NodeAddr in `scontrol show node`, not its NodeName) and MASTER_PORT (a free port) for every task, as "
+        "contrib/slurm/gbvalidate-world.sbatch does"
     )
 
 

@@ -6,16 +6,21 @@ through contrib/slurm's script: e2e/test_contrib_slurm.py; verdicts on reports m
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
 
 import psutil
 
+from pytest_gbvalidate.healthcheck.run import remove_abandoned
 from tests.helpers.healthcheck import run_env, scontrol_calls, stub_scontrol
 
 
@@ -83,29 +88,46 @@ def pytest_configure(config):
 """
 
 
-def test_a_run_past_its_deadline_is_killed_with_its_process_group(tmp_path: Path) -> None:
-    """NPD: Unknown (as NPD's own timeout); Slurm: exit 142 and drained, as NHC's watchdog. Nothing stays behind."""
-    (tmp_path / "hang_plugin.py").write_text(HANG)
-    mark = uuid.uuid4().hex
-    args = ("npd", "--deadline-s", "3", "--", "--gb-sku=cpu", "-p", "hang_plugin")
-    hung = tmp_path / "hung"
-    done = healthcheck(tmp_path, *args, GBVALIDATE_TEST_MARK=mark, PYTHONPATH=str(tmp_path), HUNG_FILE=str(hung))
-    assert (done.returncode, done.stdout) == (2, "unknown: timeout: the quick checks did not finish within 3 s\n")
-    assert hung.exists(), "the run was killed before it hung: nothing shows the SIGKILL reached its process group"
-    assert not psutil.pid_exists(int(hung.read_text())) or psutil.Process(int(hung.read_text())).status() == "zombie"
-    assert processes_with(mark) == [] and list((tmp_path / "tmp").iterdir()) == []
+HUNG_RUN = ("--gb-sku=cpu", "-p", "hang_plugin")
 
-    calls = stub_scontrol(tmp_path)
-    done = healthcheck(
-        tmp_path, "slurm", "--drain", "--deadline-s", "1", "--", "--gb-sku=cpu", SLURMD_NODENAME="gpu-017"
+
+def test_a_run_past_its_deadline_is_killed_with_its_process_group(tmp_path: Path) -> None:
+    """NPD: Unknown (as NPD's own timeout); Slurm: exit 142 and drained, as NHC's watchdog. Nothing stays behind.
+    The shortest deadline there is (a shorter one is a usage error), both modes at once."""
+    (tmp_path / "hang_plugin.py").write_text(HANG)
+    calls, mark = stub_scontrol(tmp_path), uuid.uuid4().hex
+    hung = {mode: tmp_path / f"hung-{mode}" for mode in ("npd", "slurm")}
+    runs = {
+        mode: subprocess.Popen(
+            [sys.executable, "-m", "pytest_gbvalidate.healthcheck", *args, "--deadline-s", "20", "--", *HUNG_RUN],
+            cwd=tmp_path,
+            env=run_env(tmp_path, GBVALIDATE_TEST_MARK=mark, PYTHONPATH=str(tmp_path), HUNG_FILE=str(hung[mode]))
+            | ({"SLURMD_NODENAME": "gpu-017"} if mode == "slurm" else {}),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for mode, args in (
+            ("npd", ["npd", "--deadline-s", "20"]),
+            ("slurm", ["slurm", "--drain", "--deadline-s", "20"]),
+        )
+    }
+    out = {mode: run.communicate(timeout=120)[0] for mode, run in runs.items()}
+    assert (runs["npd"].returncode, out["npd"]) == (
+        2,
+        "unknown: timeout: the quick checks did not finish within 20 s\n",
     )
-    assert done.returncode == 142, done.stdout + done.stderr
-    assert done.stdout == (
-        "ERROR:  gbvalidate:  Health check failed:  timeout: the quick checks did not finish within 1 s; "
-        "killed at the 1 s deadline; drained gpu-017\n"
+    assert runs["slurm"].returncode == 142, out["slurm"]
+    assert out["slurm"] == (
+        "ERROR:  gbvalidate:  Health check failed:  timeout: the quick checks did not finish within 20 s; "
+        "killed at the 20 s deadline; drained gpu-017\n"
     )
-    reason = "reason=gbvalidate: timeout: the quick checks did not finish within 1 s"
+    reason = "reason=gbvalidate: timeout: the quick checks did not finish within 20 s"
     assert scontrol_calls(calls) == [["update", "nodename=gpu-017", "state=drain", reason]]
+    for path in hung.values():
+        assert path.exists(), "the run was killed before it hung: nothing shows the SIGKILL reached its process group"
+        pid = int(path.read_text())
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+    assert processes_with(mark) == [] and list((tmp_path / "tmp").iterdir()) == []
 
 
 def test_a_stop_from_outside_kills_the_run_and_drains_nothing(tmp_path: Path) -> None:
@@ -114,7 +136,7 @@ def test_a_stop_from_outside_kills_the_run_and_drains_nothing(tmp_path: Path) ->
     calls, hung, mark = stub_scontrol(tmp_path), tmp_path / "hung", uuid.uuid4().hex
     command = [sys.executable, "-m", "pytest_gbvalidate.healthcheck", "slurm", "--drain", "--deadline-s", "60"]
     env = run_env(tmp_path, GBVALIDATE_TEST_MARK=mark, PYTHONPATH=str(tmp_path), HUNG_FILE=str(hung))
-    env["SLURMD_NODENAME"] = "gpu-017"
+    env |= {"SLURMD_NODENAME": "gpu-017", "SLURM_SCRIPT_CONTEXT": "prolog_slurmd"}  # a Prolog: no 60 s kill
     with subprocess.Popen(
         [*command, "--", "--gb-sku=cpu", "-p", "hang_plugin"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True
     ) as process:
@@ -129,3 +151,38 @@ def test_a_stop_from_outside_kills_the_run_and_drains_nothing(tmp_path: Path) ->
     assert out == "ERROR:  gbvalidate:  Health check failed:  Terminated by signal SIGTERM.\n"
     assert scontrol_calls(calls) == [] and processes_with(mark) == []
     assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_a_kill_by_slurmd_leaves_a_directory_the_next_run_removes(tmp_path: Path) -> None:
+    """slurmd ends an overrunning HealthCheckProgram as its run_command() does: SIGTERM to the process group, SIGKILL
+    10 ms later. No clean-up runs; the run's pytest dies with it (parent-death signal); its directory stays until
+    the next run removes it, and a run in progress keeps its own."""
+    (tmp_path / "hang_plugin.py").write_text(HANG)
+    hung, mark = tmp_path / "hung", uuid.uuid4().hex
+    env = run_env(tmp_path, GBVALIDATE_TEST_MARK=mark, PYTHONPATH=str(tmp_path), HUNG_FILE=str(hung))
+    command = [sys.executable, "-m", "pytest_gbvalidate.healthcheck", "slurm", "--", *HUNG_RUN]
+    with subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, start_new_session=True) as run:
+        for _ in range(600):
+            if hung.exists() and hung.read_text():
+                break
+            time.sleep(0.1)
+        assert hung.exists(), "the run did not hang within 60 s"
+        os.killpg(run.pid, signal.SIGTERM)
+        time.sleep(0.01)
+        os.killpg(run.pid, signal.SIGKILL)
+    (left,) = (tmp_path / "tmp").iterdir()
+    assert left.name.startswith("gbvalidate-healthcheck-")
+    assert processes_with(mark) != []  # the hung check's own process, which ignores SIGTERM, outlived pytest
+
+    in_progress = Path(tempfile.mkdtemp(prefix="gbvalidate-healthcheck-", dir=tmp_path / "tmp"))
+    held = os.open(in_progress / ".held", os.O_CREAT | os.O_RDWR)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    try:
+        assert remove_abandoned(tmp_path / "tmp") == [left]
+    finally:
+        os.close(held)
+    assert list((tmp_path / "tmp").iterdir()) == [in_progress]
+    deadline = time.monotonic() + 10
+    while processes_with(mark) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert processes_with(mark) == []

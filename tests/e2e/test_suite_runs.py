@@ -137,7 +137,7 @@ CHECK = "def test_x(gb_expect):\n    gb_expect('host_copy_bandwidth_gbps', 11.0)
     ("env", "writes"),
     [
         ({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}, False),
-        ({"SLURM_PROCID": "3", "SLURM_NTASKS": "4"}, False),
+        ({"SLURM_PROCID": "3", "SLURM_STEP_NUM_TASKS": "4", "SLURM_NTASKS": "4"}, False),
         ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, True),
     ],
 )

@@ -15,14 +15,29 @@ FAULT: dict[str, Any] = {"category": "gpu_hardware", "title": "GPU hardware faul
 FAULT |= {"action": "replace the GPU (drain the node, open a hardware ticket)", "why": "a GPU is missing"}
 
 
-def stub_scontrol(directory: Path, status: int = 0, say: str = "") -> Path:
-    """An executable `scontrol` in `directory` that appends its arguments (a JSON list a line) to the file returned,
-    writes `say` to stderr and exits `status`."""
+# What Slurm 22.05's `scontrol show node -o NODE` prints (one line; Reason= last, then who set it and when).
+NODE_LINE = (
+    "NodeName={node} Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUTot=2 NodeAddr=10.0.0.17 NodeHostName={node} "
+    "Version=22.05.8 RealMemory=1 Sockets=2 Boards=1 State={state} ThreadsPerCore=1 Partitions=debug{reason}"
+)
+
+
+def stub_scontrol(
+    directory: Path, status: int = 0, say: str = "", state: str = "IDLE", reason: str | None = None, config: str = ""
+) -> Path:
+    """An executable `scontrol` in `directory` that appends its arguments (a JSON list a line) to the file returned.
+    `show node -o NODE` prints the node in `state` (with `reason`), `show config` prints `config`, as Slurm 22.05
+    does; `update` writes `say` to stderr and exits `status`."""
     calls = directory / "scontrol.calls"
     script = directory / "scontrol"
+    shown = "" if reason is None else f" Reason={reason} [root@2026-11-27T02:54:03]"
+    line = NODE_LINE.format(node="{node}", state=state, reason=shown)
     script.write_text(
         f"#!{sys.executable}\nimport json, sys\n"
         f"with open({str(calls)!r}, 'a') as f:\n    f.write(json.dumps(sys.argv[1:]) + '\\n')\n"
+        "if sys.argv[1:3] == ['show', 'node']:\n"
+        f"    print({line!r}.format(node=sys.argv[-1]))\n    sys.exit(0)\n"
+        f"if sys.argv[1:3] == ['show', 'config']:\n    print({config!r})\n    sys.exit(0)\n"
         f"sys.stderr.write({say!r})\nsys.exit({status})\n"
     )
     script.chmod(0o755)
@@ -30,6 +45,12 @@ def stub_scontrol(directory: Path, status: int = 0, say: str = "") -> Path:
 
 
 def scontrol_calls(calls: Path) -> list[list[str]]:
+    """The calls that change something (`update`): what was drained."""
+    return [call for call in scontrol_asked(calls) if call[:1] == ["update"]]
+
+
+def scontrol_asked(calls: Path) -> list[list[str]]:
+    """Every call, questions (`show`) included."""
     return [json.loads(line) for line in calls.read_text().splitlines()] if calls.exists() else []
 
 

@@ -16,7 +16,12 @@ import pytest
 
 from pytest_gbvalidate.ranks import hang as gang_module
 from pytest_gbvalidate.ranks.gang import GangError, LocalGang, NodeResult, remove_dead_gang_dirs, run_on_local_rank
-from pytest_gbvalidate.ranks.world import node_rank_from_environment, rendezvous_problem, world_from_environment
+from pytest_gbvalidate.ranks.world import (
+    WorldError,
+    node_rank_from_environment,
+    rendezvous_problem,
+    world_from_environment,
+)
 from tests.helpers import gang_functions as f
 
 REPO = Path(__file__).resolve().parents[2]
@@ -104,12 +109,39 @@ def test_ranks_do_not_outlive_a_killed_parent() -> None:
     [
         ({}, None),
         ({"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "3"}, (3, 8, 3)),
-        ({"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1"}, (5, 8, 1)),
-        ({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}, None),  # a one-task allocation is no world to join
+        ({"SLURM_PROCID": "5", "SLURM_STEP_NUM_TASKS": "8", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1"}, (5, 8, 1)),
+        ({"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "1", "SLURM_NTASKS": "1"}, None),  # one task: no world
+        # An sbatch -n2 batch script and an salloc -n2 shell: the job's task count, but no task of a step.
+        ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0", "SLURM_JOB_ID": "7"}, None),
+        ({"SLURM_NTASKS": "2", "SLURM_JOB_ID": "7"}, None),
+        # srun -n1 inside an sbatch -n4 script: the step's count, not the job's.
+        ({"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "1", "SLURM_NTASKS": "4"}, None),
+        ({"RANK": "0", "WORLD_SIZE": "1"}, None),
     ],
 )
 def test_world_from_environment(env: dict[str, str], world: tuple[int, int, int] | None) -> None:
     assert world_from_environment(env) == world
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"RANK": "1"}, "RANK=1 is set without WORLD_SIZE: torchrun sets both for each rank; unset RANK"),
+        ({"WORLD_SIZE": "4"}, "WORLD_SIZE=4 is set without RANK: torchrun sets both"),
+        ({"RANK": "4", "WORLD_SIZE": "4"}, "RANK=4 is no rank of a world of WORLD_SIZE=4"),
+        ({"RANK": "one", "WORLD_SIZE": "4"}, "RANK=one is not a whole number"),
+        ({"RANK": "0", "WORLD_SIZE": "\u0664"}, "WORLD_SIZE='\\u0664' is not a whole number"),  # Arabic-Indic 4
+        ({"SLURM_STEP_NUM_TASKS": "2"}, "SLURM_STEP_NUM_TASKS is set without SLURM_PROCID"),
+        ({"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "-1"}, "SLURM_PROCID=-1 is not a whole number"),
+        ({"SLURM_STEP_NUM_TASKS": "0", "SLURM_PROCID": "0"}, "SLURM_PROCID=0 is no rank of a world of"),
+    ],
+)
+def test_launcher_variables_that_contradict_each_other_are_an_error_never_a_wait(
+    env: dict[str, str], message: str
+) -> None:
+    with pytest.raises(WorldError) as info:
+        world_from_environment(env)
+    assert str(info.value).startswith(message)
 
 
 # --- what multi-node and per-GPU measurements need ------------------------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 
 from pytest_gbvalidate.healthcheck import slurm
 from pytest_gbvalidate.healthcheck.verdict import Run, Verdict, judge
-from tests.helpers.healthcheck import FAULT, record, report_with, scontrol_calls, stub_scontrol
+from tests.helpers.healthcheck import FAULT, NODE_LINE, record, report_with, scontrol_calls, stub_scontrol
 
 
 def verdict_of(tests: list[dict[str, object]] | None, returncode: int = 0, timed_out: bool = False) -> Verdict:
@@ -85,7 +85,7 @@ def test_a_name_that_is_not_one_node_is_refused(
 def test_the_drain_runs_scontrol_from_path_with_one_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = stub_scontrol(tmp_path)
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert slurm.drain("gpu-017", "gbvalidate: gpu_hardware: test_gpu_count") == "drained gpu-017"
+    assert slurm.drain("gpu-017", "gbvalidate: gpu_hardware: test_gpu_count", {}) == "drained gpu-017"
     assert scontrol_calls(calls) == [
         ["update", "nodename=gpu-017", "state=drain", "reason=gbvalidate: gpu_hardware: test_gpu_count"]
     ]
@@ -94,7 +94,41 @@ def test_the_drain_runs_scontrol_from_path_with_one_node(tmp_path: Path, monkeyp
 
 def test_a_drain_that_fails_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert slurm.drain("gpu-017", "r") == "not drained: scontrol is not on PATH"
+    assert slurm.drain("gpu-017", "r", {}) == "not drained: scontrol is not on PATH"
     stub_scontrol(tmp_path, status=1, say="slurm_update error: Invalid node name specified\n")
-    said = slurm.drain("gpu-017", "r")
+    said = slurm.drain("gpu-017", "r", {})
     assert said == "not drained: scontrol exit status 1: slurm_update error: Invalid node name specified"
+
+
+@pytest.mark.parametrize(
+    ("line", "state", "reason"),
+    [
+        (NODE_LINE.format(node="n1", state="IDLE", reason=""), "IDLE", None),
+        (
+            NODE_LINE.format(node="n1", state="IDLE+DRAIN", reason=" Reason=admin: fan, [x] pending [root@2026-11-27]"),
+            "IDLE+DRAIN",
+            "admin: fan, [x] pending",
+        ),
+        (
+            "NodeName=n1 State=DOWN+NOT_RESPONDING Reason=Not responding [slurm@2026-11-27T02:54:03]",
+            "DOWN+NOT_RESPONDING",
+            "Not responding",
+        ),
+    ],
+)
+def test_scontrol_s_node_line_gives_its_state_and_reason(line: str, state: str, reason: str | None) -> None:
+    assert slurm.parse_node_state(line) == slurm.NodeState(state, reason)
+
+
+def test_out_of_service_is_any_drain_down_or_fail_flag() -> None:
+    out = ["IDLE+DRAIN", "MIXED+DRAIN", "DOWN", "DOWN+NOT_RESPONDING", "IDLE+FAIL", "ALLOCATED+MAINT", "idle+drain"]
+    assert all(slurm.NodeState(state, None).out_of_service for state in out)
+    assert not any(slurm.NodeState(s, None).out_of_service for s in ["IDLE", "MIXED", "ALLOCATED+COMPLETING"])
+
+
+def test_an_unreadable_node_state_is_none_and_the_check_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert slurm.node_state("gpu-017", {}) is None  # no scontrol
+    assert slurm.health_check_limit_s() == slurm.HEALTH_CHECK_KILL_S

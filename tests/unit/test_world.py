@@ -21,9 +21,14 @@ from pytest_gbvalidate.ranks.world_gang import WorldGang
 # The environments of one task, as the launchers set them (only the variables the choice reads, and a few it
 # must not be misled by).
 SRUN = {"SLURM_PROCID": "2", "SLURM_LOCALID": "2", "SLURM_NTASKS": "4", "SLURM_NODEID": "0"}
-SRUN |= {"SLURM_STEP_TASKS_PER_NODE": "4", "SLURM_TASKS_PER_NODE": "4"}
+SRUN |= {"SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_TASKS_PER_NODE": "4", "SLURM_TASKS_PER_NODE": "4"}
 SRUN_2_NODES = {"SLURM_PROCID": "13", "SLURM_LOCALID": "5", "SLURM_NTASKS": "16", "SLURM_NODEID": "1"}
-SRUN_2_NODES |= {"SLURM_STEP_TASKS_PER_NODE": "8(x2)", "SLURM_TASKS_PER_NODE": "8(x2)", "SLURM_NTASKS_PER_NODE": "8"}
+SRUN_2_NODES |= {
+    "SLURM_STEP_NUM_TASKS": "16",
+    "SLURM_STEP_TASKS_PER_NODE": "8(x2)",
+    "SLURM_TASKS_PER_NODE": "8(x2)",
+    "SLURM_NTASKS_PER_NODE": "8",
+}
 TORCHRUN = {"RANK": "11", "WORLD_SIZE": "16", "LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "8", "GROUP_RANK": "1"}
 # torchrun started by srun, one task (one torchrun agent) per node: Slurm's variables describe the agent.
 TORCHRUN_IN_SRUN = TORCHRUN | {"LOCAL_RANK": "6", "SLURM_PROCID": "1", "SLURM_LOCALID": "0", "SLURM_NTASKS": "2"}

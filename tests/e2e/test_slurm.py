@@ -1,0 +1,294 @@
+"""Against a real Slurm (tests/helpers/slurm.py: munged, slurmctld and a slurmd per node on this machine), exactly
+what an operator runs: contrib/slurm/'s files as written (the slurm.conf lines of its README, the health check script
+and its settings file as Prolog, Epilog and HealthCheckProgram, the sbatch recipes), srun and sbatch worlds, and the
+fleet summary's scontrol lines run as printed; drains read back with sinfo. What a real Slurm here cannot show (a
+scontrol that hangs or fails) stays with the stub in test_contrib_slurm.py and the unit tests."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.fleet_reports import write
+from tests.helpers.healthcheck import FAULT, record, report_with
+from tests.helpers.runs import REPO
+from tests.helpers.slurm import SKIP_REASON, SlurmCluster, free_ports, slurm_cluster
+
+pytestmark = pytest.mark.skipif(bool(SKIP_REASON), reason=SKIP_REASON)
+
+CONTRIB = REPO / "contrib" / "slurm"
+HEALTHY = "--gb-sku=cpu -k test_numa_nodes_hold_every_cpu"  # one quick check that passes on any machine
+# A site's own check at the quick level, failing.
+SITE_CHECK = (
+    "import pytest\n\n\n@pytest.mark.gb_level('quick')\ndef test_site_fan():\n    assert False, 'fan 3 stopped'\n"
+)
+
+
+def recipe_lines() -> str:
+    """The slurm.conf lines of contrib/slurm/README.md, as an operator copies them."""
+    readme = (CONTRIB / "README.md").read_text()
+    section = readme.split("## slurm.conf", 1)[1]
+    return section.split("```", 2)[1].lstrip("\n")
+
+
+def install_recipe(cluster: SlurmCluster, **settings: str) -> Path:
+    """contrib/slurm/ installed as its README says, at /etc/slurm on every node, the settings file edited as an
+    operator edits it; the log file its lines go to."""
+    script = cluster.etc / "gbvalidate-healthcheck.sh"
+    script.write_bytes((CONTRIB / "gbvalidate-healthcheck.sh").read_bytes())
+    script.chmod(0o755)
+    log = cluster.root / "healthcheck.log"
+    chosen = {"GBVALIDATE_PYTHON": sys.executable, "GBVALIDATE_LOG_FILE": str(log), "GBVALIDATE_SYSLOG": "0"}
+    chosen |= settings
+    conf = cluster.etc / "gbvalidate-healthcheck.conf"
+    conf.write_text(
+        (CONTRIB / "gbvalidate-healthcheck.conf").read_text() + "".join(f"{k}={v}\n" for k, v in chosen.items())
+    )
+    conf.chmod(0o644)
+    return log
+
+
+def logged(log: Path) -> list[str]:
+    """The health check's lines, without the date and the node's name."""
+    return [line.split(" ", 2)[2] for line in log.read_text().splitlines()] if log.exists() else []
+
+
+@pytest.fixture(scope="module")
+def recipe(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """One node whose slurm.conf ends with the recipe's lines as written, the recipe installed, a healthy node's
+    settings: slurmd ran the check once when it started (HealthCheckProgram)."""
+    root = tmp_path_factory.mktemp("slurm-recipe")
+    cluster = SlurmCluster(root, ("gpu-017",), recipe_lines())
+    (root / "etc").mkdir()
+    install_recipe(cluster, GBVALIDATE_PYTEST_ARGS=HEALTHY)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def test_the_recipe_s_lines_load_and_a_healthy_node_passes_when_slurmd_starts(recipe: SlurmCluster) -> None:
+    """The slurm.conf lines as written parse on Slurm 22.05 (no HealthCheckTimeout there); the settings file
+    reaches the script, which slurmd runs with no environment of its own; the node is checked and stays in."""
+    log = recipe.root / "healthcheck.log"
+    recipe.wait_until(lambda: logged(log), "health check line", timeout=60)
+    (line,) = logged(log)
+    assert line.startswith("gbvalidate:  Node Health Check completed successfully ("), line
+    assert line.endswith("quick level, 1 passed, 0 skipped")
+    assert recipe.state("gpu-017") == "IDLE" and recipe.reasons() == {}
+
+
+@pytest.fixture
+def prolog_node(recipe: SlurmCluster) -> Iterator[SlurmCluster]:
+    """The recipe's node back in service, its log empty, after the test."""
+    yield recipe
+    recipe.run("scancel", "--full", "--user=root")
+    if recipe.state("gpu-017") != "IDLE":
+        recipe.scontrol("update", "nodename=gpu-017", "state=resume")
+    install_recipe(recipe, GBVALIDATE_PYTEST_ARGS=HEALTHY)
+
+
+def run_job(cluster: SlurmCluster) -> tuple[str, int]:
+    """`sbatch --wait` of a one-line job on the node: what it printed and sbatch's exit status."""
+    out = cluster.root / "job.out"
+    out.unlink(missing_ok=True)
+    done = cluster.run("sbatch", "--wait", "-N1", f"--output={out}", "--wrap", "echo the job ran", timeout=120)
+    return (out.read_text() if out.exists() else ""), done.returncode
+
+
+def test_prolog_and_epilog_check_a_healthy_node_around_a_job(prolog_node: SlurmCluster) -> None:
+    log = prolog_node.root / "healthcheck.log"
+    before = len(logged(log))
+    printed, status = run_job(prolog_node)
+    assert (printed, status) == ("the job ran\n", 0)
+    prolog_node.wait_until(lambda: len(logged(log)) == before + 2, "Prolog and Epilog lines", timeout=60)
+    assert all(line.startswith("gbvalidate:  Node Health Check completed successfully") for line in logged(log)[-2:])
+    assert prolog_node.reasons() == {}
+
+
+def test_a_failing_node_drains_itself_in_the_prolog_and_resumes_as_documented(prolog_node: SlurmCluster) -> None:
+    """The Prolog's check fails: the node drains with the failed check as the reason, the job does not run there;
+    the Epilog that follows finds the node out of service and leaves its reason alone."""
+    site = prolog_node.root / "site" / "test_site.py"
+    site.parent.mkdir(exist_ok=True)
+    site.write_text(SITE_CHECK)
+    log = install_recipe(prolog_node, GBVALIDATE_PYTEST_ARGS=f"--gb-sku=cpu {site} -k test_site")
+    before = len(logged(log))
+    out = prolog_node.root / "failing.out"
+    submitted = prolog_node.run("sbatch", "-N1", f"--output={out}", "--wrap", "echo the job ran")
+    assert submitted.returncode == 0, submitted.stderr
+    prolog_node.wait_until(lambda: len(logged(log)) >= before + 2, "Prolog and Epilog lines", timeout=90)
+    prolog, epilog = logged(log)[before:]
+    assert prolog.startswith("ERROR:  gbvalidate:  Health check failed:  unclassified: test_site_fan; action: ")
+    assert prolog.endswith("; drained gpu-017")
+    assert epilog.startswith("gbvalidate:  Node Health Check skipped:  gpu-017 is out of service already (state ")
+    assert prolog_node.reasons() == {"gpu-017": "gbvalidate: unclassified: test_site_fan"}
+    assert "DRAIN" in prolog_node.state("gpu-017")
+    assert not out.exists()  # the job did not run on the failed node (Slurm requeues and holds it)
+
+    # The documented resume brings it back.
+    prolog_node.run("scancel", "--full", "--user=root")
+    prolog_node.scontrol("update", "nodename=gpu-017", "state=resume")
+    prolog_node.wait_until(lambda: prolog_node.state("gpu-017") == "IDLE", "resume")
+
+
+@pytest.mark.parametrize(
+    ("settings", "cause"),
+    [
+        pytest.param(
+            {"GBVALIDATE_PYTHON": "/usr/bin/python3-missing"},
+            "/usr/bin/python3-missing -m pytest_gbvalidate.healthcheck exited 127: ",
+            id="no-interpreter",
+        ),
+        pytest.param(
+            {"GBVALIDATE_PYTHON": sys.executable, "GBVALIDATE_DEADLINE_S": "0.5"},
+            "usage:  argument --deadline-s: '0.5' is not a number of seconds from 20",
+            id="impossible-deadline",
+        ),
+        pytest.param({"GBVALIDATE_DRAIN": "yes"}, "GBVALIDATE_DRAIN=yes: expected 1 or 0", id="bad-setting"),
+    ],
+)
+def test_our_own_failure_in_the_prolog_drains_nothing_and_the_job_runs(
+    prolog_node: SlurmCluster, settings: dict[str, str], cause: str
+) -> None:
+    log = install_recipe(prolog_node, GBVALIDATE_PYTEST_ARGS=HEALTHY, **settings)
+    printed, status = run_job(prolog_node)
+    assert (printed, status) == ("the job ran\n", 0)
+    assert prolog_node.reasons() == {} and prolog_node.state("gpu-017") == "IDLE"
+    line = logged(log)[-1]
+    assert line.startswith("ERROR:  gbvalidate:  ") and cause in line, line
+
+
+def test_a_node_someone_else_drained_is_not_checked_and_keeps_its_reason(prolog_node: SlurmCluster) -> None:
+    """HealthCheckProgram runs on drained nodes too (here: when slurmd restarts); a check that would fail must not
+    replace the operator's reason."""
+    site = prolog_node.root / "site" / "test_site.py"
+    site.parent.mkdir(exist_ok=True)
+    site.write_text(SITE_CHECK)
+    log = install_recipe(prolog_node, GBVALIDATE_PYTEST_ARGS=f"--gb-sku=cpu {site} -k test_site")
+    reason = "admin: fan replaced, burn-in pending"
+    prolog_node.scontrol("update", "nodename=gpu-017", "state=drain", f"reason={reason}")
+    before = len(logged(log))
+    prolog_node.stop_slurmd("gpu-017")
+    prolog_node.start_slurmd("gpu-017")
+    prolog_node.wait_until(lambda: len(logged(log)) > before, "health check line", timeout=60)
+    assert logged(log)[-1].startswith(
+        "gbvalidate:  Node Health Check skipped:  gpu-017 is out of service already (state IDLE+DRAIN"
+    )
+    assert prolog_node.reasons() == {"gpu-017": reason}
+
+
+# --- worlds: what srun's tasks are, and what a batch script is not ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    with slurm_cluster(tmp_path_factory.mktemp("slurm-two"), ("node1", "node2")) as cluster:
+        yield cluster
+
+
+GANG_CHECK = """\
+def test_ranks(gb_gang, gb_expect):
+    assert gb_gang.world_size >= 1
+"""
+
+
+def test_a_batch_script_is_no_world_and_drains_nothing(two_nodes: SlurmCluster, tmp_path: Path) -> None:
+    """sbatch -n2: the batch script has SLURM_PROCID=0 and SLURM_NTASKS=2 but is no task of a step. pytest there
+    is one node's run (it waited for a rank that never came), and the health check there drains nothing."""
+    (tmp_path / "test_gang.py").write_text(GANG_CHECK)
+    script = tmp_path / "job.sh"
+    script.write_text(
+        "#!/bin/bash\n"
+        f"{sys.executable} -m pytest -p no:cacheprovider -q test_gang.py --gb-sku=cpu --gb-report=batch.json\n"
+        f"echo pytest=$?\n{sys.executable} -m pytest_gbvalidate.healthcheck slurm --drain -- {HEALTHY}\n"
+        "echo healthcheck=$?\n"
+    )
+    done = two_nodes.run(
+        "sbatch", "--wait", "-n2", "-N1", "--output=job.out", "--time=3", str(script), cwd=tmp_path, timeout=200
+    )
+    printed = (tmp_path / "job.out").read_text()
+    assert done.returncode == 0, printed
+    assert "pytest=0" in printed and "healthcheck=0" in printed, printed
+    report = json.loads((tmp_path / "batch.json").read_text())
+    assert report["gang"]["kind"] == "local" and "world" not in report
+    assert two_nodes.reasons() == {}
+
+
+def test_health_checks_started_by_one_srun_are_one_check_per_node(two_nodes: SlurmCluster, tmp_path: Path) -> None:
+    done = two_nodes.run(
+        *("srun", "-N2", "--ntasks-per-node=1", "--time=3", "--label", sys.executable, "-m"),
+        *("pytest_gbvalidate.healthcheck", "slurm", "--drain", "--", *HEALTHY.split()),
+        cwd=tmp_path,
+        timeout=200,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = sorted(done.stdout.splitlines())
+    assert len(lines) == 2 and all("Node Health Check completed successfully" in line for line in lines), lines
+    assert two_nodes.reasons() == {}
+
+
+def test_the_world_recipe_runs_one_world_across_the_nodes(two_nodes: SlurmCluster, tmp_path: Path) -> None:
+    """contrib/slurm/gbvalidate-world.sbatch: MASTER_ADDR is the first node's NodeAddr (its NodeName resolves on
+    no other node here, as on clusters whose NodeNames are not host names)."""
+    env = {"GBVALIDATE_PYTHON": sys.executable, "GBVALIDATE_OUT": str(tmp_path / "out")}
+    env["MASTER_PORT"] = str(free_ports(1)[0])  # clusters of other test workers run jobs with the same ids
+    done = two_nodes.run(
+        *("sbatch", "--wait", "-N2", "--ntasks-per-node=1", "--time=3", "--output=world.out"),
+        *(str(CONTRIB / "gbvalidate-world.sbatch"), "--gb-sku=cpu", "-k", "test_all_reduce_one_size"),
+        env=env,
+        cwd=tmp_path,
+        timeout=200,
+    )
+    printed = (tmp_path / "world.out").read_text()
+    assert done.returncode == 0, printed
+    (report_path,) = (tmp_path / "out").glob("gbvalidate-world-*.json")
+    report = json.loads(report_path.read_text())
+    assert report["world"] == {"world_size": 2} and report["gang"]["kind"] == "world"
+    assert [h["hostname"] for h in report["gang"]["hosts"]] == ["node1", "node2"]
+    assert [t["outcome"] for t in report["tests"] if t["when"] == "call"] == ["passed"]
+
+
+def test_the_per_node_recipe_writes_one_report_per_node(two_nodes: SlurmCluster, tmp_path: Path) -> None:
+    env = {"GBVALIDATE_PYTHON": sys.executable, "GBVALIDATE_OUT": str(tmp_path / "out")}
+    done = two_nodes.run(
+        *("sbatch", "--wait", "-N2", "--time=3", "--output=per-node.out"),
+        *(str(CONTRIB / "gbvalidate-per-node.sbatch"), *HEALTHY.split()),
+        env=env,
+        cwd=tmp_path,
+        timeout=200,
+    )
+    printed = (tmp_path / "per-node.out").read_text()
+    reports = sorted(p.name for p in (tmp_path / "out").glob("*.json"))
+    assert reports == ["node1.json", "node2.json"], printed
+    for name in reports:
+        report = json.loads((tmp_path / "out" / name).read_text())
+        assert report["node"]["hostname"] == name.removesuffix(".json") and report["exit_status"] == 0
+        assert report["gang"]["kind"] == "local" if "gang" in report else "world" not in report
+    assert (tmp_path / "out" / "summary" / "summary.md").exists(), printed
+    assert done.returncode in (0, 1), printed  # the summary's verdict: two nodes are too few for outliers
+
+
+def test_the_fleet_summary_s_scontrol_lines_drain_as_printed(two_nodes: SlurmCluster, tmp_path: Path) -> None:
+    reports = []
+    for host in ("node1", "node2", "node3", "node4"):
+        outcome = "failed" if host == "node2" else "passed"
+        tests = [record("t.py::test_gpu_count", outcome, fault=FAULT if outcome == "failed" else None)]
+        report = report_with(tests, node={"hostname": host, "torch": "2.13.0"}, exit_status=int(host == "node2"))
+        reports.append(str(write(tmp_path, f"{host}.json", report)))
+    done = two_nodes.run(
+        sys.executable, "-m", "pytest_gbvalidate.fleet", "summary", "--out", str(tmp_path / "summary"), *reports
+    )
+    lines = [line.strip() for line in done.stdout.splitlines() if line.strip().startswith("scontrol ")]
+    assert lines == [line for line in lines if "nodename=node2 " in line] and lines, done.stdout
+    for line in lines:
+        ran = two_nodes.run("bash", "-c", line)
+        assert ran.returncode == 0, ran.stderr
+    reason = two_nodes.reasons()["node2"]
+    assert reason == "gbvalidate: gpu_hardware: test_gpu_count"
+    two_nodes.scontrol("update", "nodename=node2", "state=resume")
