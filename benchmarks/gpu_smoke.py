@@ -124,8 +124,9 @@ def train_engine(device_type: str, layers: int, mbs: int, gbs: int, peak: float 
     from pytest_gbvalidate.workloads.llama import memory
     from pytest_gbvalidate.workloads.llama.config import LLAMA3_8B, LLAMA3_TINY
     from pytest_gbvalidate.workloads.llama.parallel import Layout
+    from pytest_gbvalidate.workloads.llama.request import EngineOptions, TrainRequest
     from pytest_gbvalidate.workloads.llama.results import pretrain_result
-    from pytest_gbvalidate.workloads.llama.train import EngineOptions, TrainRequest, train
+    from pytest_gbvalidate.workloads.llama.train import train
 
     base = LLAMA3_8B if device_type == "cuda" else LLAMA3_TINY
     cfg = dataclasses.replace(base, name=f"{base.name}_{layers}layers", n_layers=layers)

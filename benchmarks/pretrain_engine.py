@@ -47,14 +47,8 @@ from pytest_gbvalidate.workloads.llama.config import LLAMA3_8B, LLAMA3_TINY, Lla
 from pytest_gbvalidate.workloads.llama.data import SyntheticTokens
 from pytest_gbvalidate.workloads.llama.model import build, loss_fn
 from pytest_gbvalidate.workloads.llama.parallel import Layout
-from pytest_gbvalidate.workloads.llama.train import (
-    ADAMW_BETAS,
-    WEIGHT_DECAY,
-    EngineOptions,
-    Trainer,
-    TrainRequest,
-    memory_peak,
-)
+from pytest_gbvalidate.workloads.llama.request import EngineOptions, TrainRequest
+from pytest_gbvalidate.workloads.llama.train import ADAMW_BETAS, WEIGHT_DECAY, Trainer, memory_peak
 
 LR = 3e-4
 

@@ -12,6 +12,7 @@ import pytest
 from pytest_gbvalidate.metrics import CATALOG, MetricSpec
 from pytest_gbvalidate.payload import payload
 from pytest_gbvalidate.report.junit import junit_properties
+from pytest_gbvalidate.report.records import RECORDED, SKIP
 from pytest_gbvalidate.report.writer import json_safe, utc_now
 
 if TYPE_CHECKING:
@@ -58,12 +59,12 @@ class Expect:
             pytest.fail(reason, pytrace=False)
         if ref is None or not ref.has_reference:
             if self.gb.settings.record.value is not None:
-                self._store(record | {"verdict": "recorded", "message": "recorded, no baseline to compare with"})
+                self._store(record | {"verdict": RECORDED, "message": "recorded, no baseline to compare with"})
                 _fail_with(regressed)
                 return None
             reason = _no_reference_reason(target, metric, scope, ref)
             strict = self.gb.settings.strict.value
-            self._store(record | {"verdict": bl.FAIL if strict else "skip", "message": reason})
+            self._store(record | {"verdict": bl.FAIL if strict else SKIP, "message": reason})
             _fail_with(f"{reason} (--gb-strict)" if strict else None, regressed)
             # Reported at the test's own location, as a skip marker would be, not at this line.
             raise pytest.skip.Exception(reason, _use_item_location=True)

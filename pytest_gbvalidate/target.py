@@ -11,14 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_gbvalidate.ranks import CPU_RANKS
 from pytest_gbvalidate.settings import AUTO, Settings
 
 if TYPE_CHECKING:
     from pytest_gbvalidate import baselines as bl
     from pytest_gbvalidate.ranks.gang import Gang
     from pytest_gbvalidate.sku import Detection
-
-CPU_RANKS = 2  # ranks of a gang on a CPU-only SKU: enough for every collective and PP=2, cheap on 2 cores
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,9 @@ from pytest_gbvalidate.target import Target
 from pytest_gbvalidate.workloads.llama import memory
 from pytest_gbvalidate.workloads.llama.nemo import EnginePython
 from pytest_gbvalidate.workloads.llama.parallel import Layout, LayoutError, check_world, engine_mismatch, weak_scaled
+from pytest_gbvalidate.workloads.llama.request import EngineOptions, TrainRequest
 from pytest_gbvalidate.workloads.llama.results import PretrainResult, summarize
-from pytest_gbvalidate.workloads.llama.train import EngineOptions, TrainRequest, train_worker
+from pytest_gbvalidate.workloads.llama.train import train_worker
 
 pytestmark = pytest.mark.gb_level("full")
 

@@ -1,14 +1,14 @@
 """Silent data corruption: the same seeded computation on every GPU of the node (on `cpu`, on the gang's ranks),
 bit-identical across them and between two passes, and within tolerance of a CPU reference
-(pytest_gbvalidate/bench/sdc.py). Fails naming the GPU that is off."""
+(pytest_gbvalidate/workloads/sdc.py). Fails naming the GPU that is off."""
 
 from __future__ import annotations
 
 import pytest
 
-from pytest_gbvalidate.bench import sdc
 from pytest_gbvalidate.ranks.gang import Gang
 from pytest_gbvalidate.target import Target, rank_labels
+from pytest_gbvalidate.workloads import sdc
 
 pytestmark = pytest.mark.gb_level("standard")
 

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_gbvalidate.baselines.model import Reference, _better
+from pytest_gbvalidate.report.records import FAIL, INFO, PASS, WARN
+from pytest_gbvalidate.report.records import Verdict as VerdictWord
 
-PASS, WARN, FAIL = "pass", "warn", "fail"
-INFO = "info"  # measured and reported, compared with nothing (a size of a sweep that no baseline gates)
+__all__ = ["FAIL", "INFO", "PASS", "WARN", "Verdict", "compare"]
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,7 @@ class Verdict:
     expected: float | None
     fail_limit: float | None
     warn_limit: float | None
-    verdict: str
+    verdict: VerdictWord
     status: str
     provenance: str
 
@@ -75,6 +76,7 @@ def compare(ref: Reference, value: float, scope: str) -> Verdict:
     """The verdict for `value` measured at `scope`. A value that is not a finite number always fails."""
     fail_limit, warn_limit = ref.fail_limit, ref.warn_limit
     worse = _better("lower" if ref.direction == "higher" else "higher")
+    verdict: VerdictWord
     if not math.isfinite(value) or (fail_limit is not None and worse(value, fail_limit)):
         verdict = FAIL
     elif warn_limit is not None and worse(value, warn_limit):

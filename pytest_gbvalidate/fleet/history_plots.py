@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pytest_gbvalidate.baselines.verdicts import FAIL
 from pytest_gbvalidate.files import atomic_write_bytes
 from pytest_gbvalidate.fleet.history import NodeHistory, Trend
 from pytest_gbvalidate.labels import printable
+from pytest_gbvalidate.report.records import FAIL
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -35,9 +35,17 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
-from pytest_gbvalidate.baselines.verdicts import FAIL, INFO, PASS, WARN
 from pytest_gbvalidate.files import atomic_write_bytes
-from pytest_gbvalidate.report.records import MeasurementRecord, RunReportRecord, TestRecord, measurement_key
+from pytest_gbvalidate.report.records import (
+    FAIL,
+    INFO,
+    PASS,
+    WARN,
+    MeasurementRecord,
+    RunReportRecord,
+    TestRecord,
+    measurement_key,
+)
 
 PREFIX = "gbvalidate"
 VERDICTS = (PASS, WARN, FAIL, INFO)

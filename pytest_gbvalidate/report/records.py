@@ -9,7 +9,7 @@ field does not change it, so a reader ignores fields it does not know. Version 1
 
 # No `from __future__ import annotations` here: TypedDict reads NotRequired from evaluated annotations only.
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from typing_extensions import NotRequired, TypedDict
 
@@ -74,6 +74,18 @@ class TestRecord(TypedDict):
     level: NotRequired[Level]  # the level the check belongs to (levels.py)
 
 
+# A measurement's verdict, as every reader of the report takes it (the terminal, the page, JUnit, Prometheus, the
+# fleet): pass, warn or fail against its baseline's limits (baselines/verdicts.py decides which); info, measured
+# and gated by nothing; skip, no reference to compare with; recorded, measured for a --gb-record with no baseline.
+Verdict = Literal["pass", "warn", "fail", "info", "skip", "recorded"]
+PASS: Final = "pass"  # noqa: S105 (a verdict, not a password)
+WARN: Final = "warn"
+FAIL: Final = "fail"
+INFO: Final = "info"
+SKIP: Final = "skip"
+RECORDED: Final = "recorded"
+
+
 class MeasurementCompareRecord(TypedDict):
     """With --gb-compare: the measurement against the same one in the node's earlier report."""
 
@@ -97,7 +109,7 @@ class MeasurementRecord(TypedDict):
     unit: str
     direction: Literal["higher", "lower"]
     details: dict[str, Any]  # what the check adds: sizes, times, tool, placement, per-rank figures
-    verdict: str  # pass, warn, fail, info, skip, recorded
+    verdict: Verdict
     message: str
     expected: NotRequired[float | None]
     limit: NotRequired[float | None]

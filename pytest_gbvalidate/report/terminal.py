@@ -59,7 +59,7 @@ def terminal_table(records: Sequence[MeasurementRecord]) -> list[str]:
 
 def gated(records: Sequence[MeasurementRecord]) -> list[MeasurementRecord]:
     """The measurements a baseline gates (not `info`): the ones the verdict rests on."""
-    from pytest_gbvalidate.baselines.verdicts import INFO
+    from pytest_gbvalidate.report.records import INFO
 
     return [m for m in records if m["verdict"] != INFO]
 

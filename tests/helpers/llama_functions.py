@@ -9,7 +9,8 @@ import pytest
 
 from pytest_gbvalidate.ranks.gang import RankContext
 from pytest_gbvalidate.workloads.llama.parallelize import build_groups
-from pytest_gbvalidate.workloads.llama.train import Trainer, TrainRequest, torch_release
+from pytest_gbvalidate.workloads.llama.request import TrainRequest
+from pytest_gbvalidate.workloads.llama.train import Trainer, torch_release
 
 # torch 2.9's pipeline schedule cannot run over gloo: the trainer refuses it, saying why
 # (test_llama_parallel.py::test_pipelining_over_gloo_on_torch_2_9_fails_saying_why); tests that train a PP layout

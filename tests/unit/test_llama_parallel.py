@@ -23,15 +23,9 @@ from pytest_gbvalidate.workloads.llama.config import LLAMA3_TINY
 from pytest_gbvalidate.workloads.llama.model import Transformer, build
 from pytest_gbvalidate.workloads.llama.parallel import Layout
 from pytest_gbvalidate.workloads.llama.parallelize import context_parallel_positions, keep_stage
+from pytest_gbvalidate.workloads.llama.request import EngineOptions, TrainRequest
 from pytest_gbvalidate.workloads.llama.results import MemoryPeak, PretrainResult, RankResult, summarize
-from pytest_gbvalidate.workloads.llama.train import (
-    EngineOptions,
-    Trainer,
-    TrainRequest,
-    torch_release,
-    train,
-    train_worker,
-)
+from pytest_gbvalidate.workloads.llama.train import Trainer, torch_release, train, train_worker
 from tests.helpers import llama_functions as f
 
 STEPS = 3  # the third step's loss depends on two optimizer updates made from averaged gradients

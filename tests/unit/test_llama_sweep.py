@@ -13,8 +13,8 @@ from pytest_gbvalidate.ranks.gang import GangError
 from pytest_gbvalidate.workloads.llama import sweep
 from pytest_gbvalidate.workloads.llama.config import LLAMA3_TINY
 from pytest_gbvalidate.workloads.llama.parallel import Layout
+from pytest_gbvalidate.workloads.llama.request import TrainRequest
 from pytest_gbvalidate.workloads.llama.results import MemoryPeak, PretrainResult, pretrain_result
-from pytest_gbvalidate.workloads.llama.train import TrainRequest
 
 GRID = {"mbs": [1, 2, 4], "tp": [1, 2], "pp": [1], "cp": [1]}
 
@@ -113,3 +113,15 @@ def test_invalid_layouts_say_why_without_training() -> None:
 )
 def test_out_of_memory_is_told_apart_from_other_failures(error: Exception, oom: bool) -> None:
     assert sweep.is_oom(error) is oom
+
+
+def test_the_command_line_is_an_application_of_its_own(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m pytest_gbvalidate.layout_sweep`: a baseline without a pretrain section is refused before any rank
+    starts (what the sweep trains comes from the SKU's baseline)."""
+    from pytest_gbvalidate.layout_sweep.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["--sku", "ND_H100_v5", "--out", str(tmp_path)])
+    assert info.value.code == 2
+    assert "the ND_H100_v5 baseline has no pretrain section" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

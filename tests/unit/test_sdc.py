@@ -1,11 +1,11 @@
-"""The silent data corruption check's verdict (pytest_gbvalidate/bench/sdc.py): on a node of many GPUs, the one
+"""The silent data corruption check's verdict (pytest_gbvalidate/workloads/sdc.py): on a node of many GPUs, the one
 that differs bit for bit is named by the majority. (The check end to end: e2e/test_sdc_suite.py.)"""
 
 from __future__ import annotations
 
 import torch
 
-from pytest_gbvalidate.bench import sdc
+from pytest_gbvalidate.workloads import sdc
 
 
 def test_on_a_node_of_many_gpus_the_one_that_differs_bit_for_bit_is_named() -> None:

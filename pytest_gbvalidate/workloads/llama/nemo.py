@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_gbvalidate.workloads.llama.nemo_drivers import ENGINES, driver_source
+from pytest_gbvalidate.workloads.llama.request import TrainRequest
 from pytest_gbvalidate.workloads.llama.results import GIB, MemoryPeak, PretrainResult, pretrain_result
-from pytest_gbvalidate.workloads.llama.train import TrainRequest
 
 if TYPE_CHECKING:
     from pytest_gbvalidate.baselines import PretrainSpec

@@ -16,7 +16,7 @@ from pytest_gbvalidate.workloads.llama import flops
 from pytest_gbvalidate.workloads.llama.parallel import Layout
 
 if TYPE_CHECKING:
-    from pytest_gbvalidate.workloads.llama.train import TrainRequest
+    from pytest_gbvalidate.workloads.llama.request import TrainRequest
 
 # The loss must end (mean of the last LOSS_TAIL_STEPS steps) more than this far below the first step's loss.
 # Shrinking the initial random logits alone brings the loss down to about ln(vocab), a few percent; learning

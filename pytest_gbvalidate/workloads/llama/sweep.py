@@ -1,21 +1,14 @@
-"""Sweep mode: train every valid layout of a grid of MBS, TP, PP and CP on the same ranks, record what each
+"""The layout sweep: train every valid layout of a grid of MBS, TP, PP and CP on the same ranks, record what each
 measured -- or that it ran out of memory, or why it cannot run -- and name the fastest. Writes a table
 (Markdown and CSV), the points as JSON and, with matplotlib installed (the `plots` extra), one PNG per
-parameter plotting step time, peak memory, GPU utilization and SM clock against it.
-
-    python -m pytest_gbvalidate.workloads.llama.sweep --sku ND_GB200_v6 --out sweep/
-    python -m pytest_gbvalidate.workloads.llama.sweep --sku cpu --mbs 1,2 --tp 1,2 --pp 1,2 --cp 1 --out sweep/
-
-The SKU's baseline `pretrain` section gives the model, sequence length, GBS, precision and step counts; the
-grid defaults to MBS 1-16 and TP, PP, CP 1-4 in powers of two. Every point trains with the built-in engine.
+parameter plotting step time, peak memory, GPU utilization and SM clock against it. Every point trains with the
+built-in engine. Its command line, which reads a SKU's baseline: `python -m pytest_gbvalidate.layout_sweep`.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import csv
-import dataclasses
 import itertools
 import json
 import math
@@ -254,8 +247,9 @@ def native_trainer(
 ) -> Callable[[Layout], PretrainResult]:
     """Trains one sweep point with the built-in engine on `gang`; `peak` (TFLOPS per GPU) for the MFU;
     `compile_blocks` as the baseline's `pretrain.compile` says."""
+    from pytest_gbvalidate.workloads.llama.request import EngineOptions, TrainRequest
     from pytest_gbvalidate.workloads.llama.results import summarize
-    from pytest_gbvalidate.workloads.llama.train import EngineOptions, TrainRequest, train_worker
+    from pytest_gbvalidate.workloads.llama.train import train_worker
 
     def train(layout: Layout) -> PretrainResult:
         options = EngineOptions(compile=compile_blocks)
@@ -280,55 +274,3 @@ def node_samplers(gpu: bool) -> Iterator[Callable[[], AbstractContextManager[Any
         yield lambda: telemetry.Sampler([*gpus, telemetry.CpuSource()])
     finally:
         nvml.shutdown()
-
-
-# --- command line ---------------------------------------------------------------------------------------------
-
-
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x.strip()]
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--sku", required=True, help="SKU whose baseline's pretrain section sets the workload")
-    parser.add_argument("--baselines", type=Path, default=None, help="baselines directory (default: bundled)")
-    parser.add_argument("--out", type=Path, required=True, help="directory for the table and plots")
-    for name in PARAMETERS:
-        default = ",".join(map(str, DEFAULT_GRID[name]))
-        parser.add_argument(f"--{name}", type=_ints, default=DEFAULT_GRID[name], help=f"values (default {default})")
-    args = parser.parse_args(argv)
-
-    from pytest_gbvalidate import baselines as bl
-    from pytest_gbvalidate.ranks.gang import LocalGang
-    from pytest_gbvalidate.settings import bundled_baselines
-    from pytest_gbvalidate.target import CPU_RANKS
-
-    baseline = bl.load_baseline(bl.baseline_path(args.baselines or bundled_baselines(), args.sku))
-    spec = baseline.pretrain
-    if spec is None:
-        parser.error(f"the {args.sku} baseline has no pretrain section")
-    gpu_count = baseline.detect.gpu_count
-    world_size = gpu_count or CPU_RANKS
-    gang = LocalGang(world_size, device_type="cpu" if gpu_count == 0 else "cuda")
-
-    peak = spec.peak_tflops_per_gpu
-    train = native_trainer(
-        gang, spec.config, spec.warmup_steps, spec.timed_steps, spec.learning_rate, peak, spec.compile
-    )
-    grid = {name: getattr(args, name) for name in PARAMETERS}
-    fixed = dataclasses.asdict(spec.layout)
-    fixed = {k: fixed[k] for k in ("precision", "activation_checkpointing")}
-    try:
-        with node_samplers(gpu=gpu_count != 0) as sample:
-            points = sweep(spec.config, world_size, spec.layout.gbs, grid, train, sample, **fixed)
-    finally:
-        gang.close()
-    for path in write_outputs(points, args.out):
-        print(f"wrote {path}")
-    print(markdown_table(points), end="")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

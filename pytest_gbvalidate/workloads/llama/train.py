@@ -14,7 +14,6 @@ import socket
 import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -24,11 +23,10 @@ from torch.distributed.tensor import DTensor
 
 from pytest_gbvalidate.bench.timing import Stopwatch, time_op_s
 from pytest_gbvalidate.ranks.gang import RankContext
-from pytest_gbvalidate.workloads.llama.config import LlamaConfig
 from pytest_gbvalidate.workloads.llama.data import SyntheticTokens
 from pytest_gbvalidate.workloads.llama.loss import linear_cross_entropy, softmax_grad
 from pytest_gbvalidate.workloads.llama.model import call_block, loss_fn
-from pytest_gbvalidate.workloads.llama.parallel import Layout, LayoutError, validate
+from pytest_gbvalidate.workloads.llama.parallel import LayoutError, validate
 from pytest_gbvalidate.workloads.llama.parallelize import (
     RankGroups,
     average_gradients,
@@ -36,6 +34,7 @@ from pytest_gbvalidate.workloads.llama.parallelize import (
     build_rank_model,
     context_parallel_positions,
 )
+from pytest_gbvalidate.workloads.llama.request import TrainRequest
 from pytest_gbvalidate.workloads.llama.results import GIB, MemoryPeak, RankResult
 
 if TYPE_CHECKING:
@@ -43,35 +42,6 @@ if TYPE_CHECKING:
 
 ADAMW_BETAS = (0.9, 0.95)
 WEIGHT_DECAY = 0.1
-
-
-@dataclass(frozen=True)
-class EngineOptions:
-    """The engine's speed levers (benchmarks/pretrain_engine.py measures each against the others off)."""
-
-    # torch.compile each transformer block (its recomputation too); the warm-up steps absorb the compilation.
-    # Off unless asked for: the suite compiles where the SKU's baseline says so (`pretrain.compile`).
-    compile: bool = False
-    # torch.compile's backend: Inductor's generated kernels. Dynamo's tracing, guards and recompile accounting
-    # are the same whatever the backend; the tests that check those choose "eager", which compiles in seconds.
-    compile_backend: str = "inductor"
-    chunked_loss: bool = True  # the head and the cross entropy chunk by chunk (loss.py): no whole logits
-    fused_adamw: bool = True  # AdamW's single fused kernel rather than its multi-tensor (foreach) ones
-
-
-@dataclass(frozen=True)
-class TrainRequest:
-    cfg: LlamaConfig
-    layout: Layout
-    warmup_steps: int
-    timed_steps: int
-    learning_rate: float
-    seed: int = 0
-    options: EngineOptions = EngineOptions()
-
-    @property
-    def steps(self) -> int:
-        return self.warmup_steps + self.timed_steps
 
 
 class Trainer:
