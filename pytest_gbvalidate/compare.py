@@ -271,11 +271,8 @@ def gpus_of_this_node(is_gpu: bool) -> tuple[GpuIdentity, ...] | str | None:
     from pytest_gbvalidate.node import nvml
 
     try:
-        nvml.init()
-        try:
+        with nvml.session():
             inventory = nvml.read_inventory()
-        finally:
-            nvml.shutdown()
     except nvml.NvmlError as exc:
         return f"NVML: {exc}"
     return tuple(GpuIdentity(g.index, g.pci_bus_id, g.uuid, g.serial) for g in inventory.gpus.values())

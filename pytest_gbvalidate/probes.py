@@ -65,20 +65,14 @@ def node_gpus(gb: GbSession) -> Iterator[NodeGpus]:
     if not target.is_gpu:
         yield NodeGpus(target, nvml.Inventory(0, {}, {}, {}), None)
         return
-    started = False
-    try:
-        nvml.init()
-        started = True
-        gpus = NodeGpus(target, nvml.read_inventory(), None)
-    except nvml.NvmlError as exc:
-        gpus = NodeGpus(target, None, str(exc))
-    gb.set_report_section("gpus", gpus.as_dict())
-    try:
+    with contextlib.ExitStack() as started:
+        try:
+            started.enter_context(nvml.session())
+            gpus = NodeGpus(target, nvml.read_inventory(), None)
+        except nvml.NvmlError as exc:
+            gpus = NodeGpus(target, None, str(exc))
+        gb.set_report_section("gpus", gpus.as_dict())
         yield gpus
-    finally:
-        if started:
-            with contextlib.suppress(nvml.NvmlError):  # a driver that died mid-run: its tests have failed already
-                nvml.shutdown()
 
 
 class Gpu:
@@ -158,15 +152,10 @@ def _none(target: Target, needs: str) -> Any:
 
 def _nvml_gpu_count() -> int:
     try:
-        nvml.init()
+        with nvml.session():
+            return max(nvml.gpu_count(), 1)
     except nvml.NvmlError:
         return 1
-    try:
-        return max(nvml.gpu_count(), 1)
-    except nvml.NvmlError:
-        return 1
-    finally:
-        nvml.shutdown()
 
 
 # --- the NUMA map ------------------------------------------------------------------------------------------

@@ -99,7 +99,7 @@ def gang_section(gang: Gang, in_world: bool, device_type: str) -> GangRecord:
         "device_type": device_type,
         "nodes": len(gang.hosts),
         "hosts": [{"node_rank": rank, "hostname": host} for rank, host in sorted(gang.hosts.items())],
-        "failed_starts": list(getattr(gang, "failed_starts", [])),
+        "failed_starts": list(gang.failed_starts),
     }
 
 

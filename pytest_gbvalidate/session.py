@@ -186,7 +186,7 @@ class GbSession:
         """The JSON report's `gang` section, sent to the controller like any section (the gang lives in an xdist
         worker under -n), and sent again whenever a start-up of the ranks failed and was retried."""
         gang = self._gang
-        if gang is None or self._gang_reported == len(getattr(gang, "failed_starts", [])):
+        if gang is None or self._gang_reported == len(gang.failed_starts):
             return
         from pytest_gbvalidate.run_sections import gang_section
 

@@ -97,19 +97,17 @@ def nvml_gpu_names() -> list[str] | None:
     """Names of the GPUs NVML sees; None when there is no NVIDIA driver. Any other NVML error is raised."""
     import pynvml
 
+    from pytest_gbvalidate.node import nvml
+
     try:
-        pynvml.nvmlInit()
-    except (pynvml.NVMLError_LibraryNotFound, pynvml.NVMLError_DriverNotLoaded):
-        return None
-    except pynvml.NVMLError as exc:
-        raise DetectionError(f"NVML failed to start: {exc}; pass --gb-sku to check this node") from None
-    try:
-        count = pynvml.nvmlDeviceGetCount()
-        return [str(pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))) for i in range(count)]
-    except pynvml.NVMLError as exc:
-        raise DetectionError(f"NVML failed while listing GPUs: {exc}; pass --gb-sku to check this node") from None
-    finally:
-        pynvml.nvmlShutdown()
+        with nvml.session():
+            return [str(nvml.call("nvmlDeviceGetName", nvml.handle(i))) for i in range(nvml.gpu_count())]
+    except nvml.NvmlError as exc:
+        no_driver = (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+        if exc.call == "nvmlInit" and exc.code in no_driver:
+            return None
+        doing = "to start" if exc.call == "nvmlInit" else "while listing GPUs"
+        raise DetectionError(f"NVML failed {doing}: {exc.text}; pass --gb-sku to check this node") from None
 
 
 def nvidia_pci_devices(pci_dir: Path) -> list[str]:

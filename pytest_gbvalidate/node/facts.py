@@ -32,20 +32,18 @@ def _dist_version(name: str) -> str:
 
 
 def _gpu_stack() -> dict[str, str]:
-    import pynvml
     import torch
+
+    from pytest_gbvalidate.node import nvml
 
     facts = {"cuda_runtime": str(torch.version.cuda or "")}
     if torch.cuda.is_available():
         facts["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))  # type: ignore[no-untyped-call]
     try:
-        pynvml.nvmlInit()
-        try:
-            facts["driver"] = str(pynvml.nvmlSystemGetDriverVersion())
-            cuda = int(pynvml.nvmlSystemGetCudaDriverVersion())
+        with nvml.session():
+            facts["driver"] = str(nvml.call("nvmlSystemGetDriverVersion"))
+            cuda = int(nvml.call("nvmlSystemGetCudaDriverVersion"))
             facts["cuda_driver"] = f"{cuda // 1000}.{cuda % 1000 // 10}"
-        finally:
-            pynvml.nvmlShutdown()
-    except pynvml.NVMLError as exc:
-        facts["driver"] = f"unknown (NVML: {exc})"
+    except nvml.NvmlError as exc:
+        facts["driver"] = f"unknown (NVML: {exc.text})"
     return facts

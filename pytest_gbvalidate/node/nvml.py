@@ -10,7 +10,9 @@ telemetry.py's `sensors` is the sampler's reading of a GPU.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,13 +75,17 @@ def _text(value: Any) -> str:
 # --- the session -------------------------------------------------------------------------------------------
 
 
-def init() -> None:
-    """Start NVML (reference-counted by NVML: pair every init with a shutdown)."""
+@contextlib.contextmanager
+def session() -> Iterator[None]:
+    """NVML started for the block, and shut down after it whatever the block raises: NVML counts its starts, so
+    every start needs its shutdown. A start that fails raises NvmlError and runs nothing. A shutdown that fails is
+    not raised: the block's readings stand, and a driver that died mid-run has failed its checks already."""
     call("nvmlInit")
-
-
-def shutdown() -> None:
-    call("nvmlShutdown")
+    try:
+        yield
+    finally:
+        with contextlib.suppress(NvmlError):
+            call("nvmlShutdown")
 
 
 def gpu_count() -> int:

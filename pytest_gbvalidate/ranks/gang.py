@@ -69,6 +69,7 @@ class GangError(RuntimeError):
 class Gang(Protocol):
     world_size: int
     hosts: dict[int, str]  # node rank -> hostname: one node for a local gang, each node of a torchrun / srun world
+    failed_starts: list[str]  # why each start-up of the ranks that failed and was tried again failed, in order
 
     def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None) -> list[Any]:
         """`fn(ctx, *args)` on every rank; the results in rank order. `fn` must be a module-level function.

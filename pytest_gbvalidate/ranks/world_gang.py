@@ -47,6 +47,7 @@ class WorldGang:
         env: Mapping[str, str] | None = None,
     ) -> None:
         self.world_size = world_size
+        self.failed_starts: list[str] = []  # the launcher starts the ranks, once: nothing here is tried again
         number_gpus_by_pci_bus()  # before device_count() below initialises CUDA
         if device_type == "cpu":
             self.device = torch.device("cpu")

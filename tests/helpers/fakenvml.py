@@ -130,11 +130,17 @@ class FakeNvmlLib:
     driver_version: str = "570.133.20"
     cuda_driver_version: int = 12080
     init_error: int = SUCCESS  # e.g. pynvml.NVML_ERROR_DRIVER_NOT_LOADED
+    started: int = 0  # NVML's reference count of starts: each successful init, less each shutdown
 
     def nvmlInitWithFlags(self, flags: Any) -> int:
+        if self.init_error == SUCCESS:
+            self.started += 1
         return self.init_error
 
     def nvmlShutdown(self) -> int:
+        if self.started == 0:
+            return int(pynvml.NVML_ERROR_UNINITIALIZED)
+        self.started -= 1
         return SUCCESS
 
     def nvmlSystemGetDriverVersion(self, buf: Any, size: Any) -> int:

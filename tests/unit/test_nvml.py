@@ -18,18 +18,14 @@ def lib(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeNvmlLib]:
     """A started NVML over a fake library; a test puts its GPUs in `lib.gpus`."""
     fake = FakeNvmlLib([])
     install(monkeypatch, fake)
-    nvml.init()
-    yield fake
-    nvml.shutdown()
+    with nvml.session():
+        yield fake
 
 
 def test_inventory_of_a_gb200_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     install(monkeypatch, nd_gb200_v6().nvml())
-    nvml.init()
-    try:
+    with nvml.session():
         inventory = nvml.read_inventory()
-    finally:
-        nvml.shutdown()
     assert (inventory.count, sorted(inventory.gpus), inventory.failed) == (4, [0, 1, 2, 3], {})
     gpu = inventory.gpus[3]
     assert gpu == nvml.GpuInfo(
@@ -93,8 +89,9 @@ def test_a_gpu_that_does_not_answer_is_listed_with_its_error(lib: FakeNvmlLib) -
 
 def test_without_a_driver_init_raises_nvml_own_words(monkeypatch: pytest.MonkeyPatch) -> None:
     install(monkeypatch, None)
+    session = nvml.session()
     with pytest.raises(nvml.NvmlError, match=r"^nvmlInit: NVML Shared Library Not Found$") as caught:
-        nvml.init()
+        session.__enter__()
     assert caught.value.code == pynvml.NVML_ERROR_LIBRARY_NOT_FOUND
 
 
@@ -149,11 +146,8 @@ def test_the_fabric_s_result_counts_once_registered_and_its_health_mask_is_read(
         FakeGpu(fabric_state=pynvml.NVML_GPU_FABRIC_STATE_COMPLETED, fabric_status=pynvml.NVML_ERROR_NOT_READY),
     ]
     install(monkeypatch, FakeNvmlLib(gpus=gpus))
-    nvml.init()
-    try:
+    with nvml.session():
         inventory = nvml.read_inventory()
-    finally:
-        nvml.shutdown()
     assert inventory.failed == {}
     seen = [(g.fabric_state, g.fabric_status, g.fabric_degraded_bandwidth) for g in inventory.gpus.values()]
     assert seen == [
@@ -191,3 +185,19 @@ def test_the_fabric_places_each_gpu_in_a_cluster_and_clique(lib: FakeNvmlLib) ->
     h = nvml.handle(0)
     assert nvml.fabric(h) == FabricInfo("completed", "Success", None, "1e6c5a7d-2b3f-4c8e-9a01-5d2f7b9c4e60", 7)
     assert nvml.c2c_enabled(h) is False
+
+
+def test_a_session_shuts_nvml_down_whatever_its_block_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVML counts its starts: a start left without its shutdown keeps NVML open for the whole process."""
+    fake = FakeNvmlLib([FakeGpu()])
+    install(monkeypatch, fake)
+    seen = []
+
+    def block() -> None:
+        with nvml.session():
+            seen.append(fake.started)
+            raise ZeroDivisionError
+
+    with pytest.raises(ZeroDivisionError):
+        block()
+    assert (seen, fake.started) == ([1], 0)

@@ -130,8 +130,7 @@ def test_cpu_utilization_stays_a_percentage_when_counters_step_back(monkeypatch:
 def test_nvml_source_reads_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     gpu = FakeGpu(utilization_pct=87, power_usage_mw=612_500, clocks_event_reasons=SW_POWER_CAP)
     install(monkeypatch, FakeNvmlLib([gpu]))
-    nvml.init()
-    try:
+    with nvml.session():
         source = telemetry.NvmlSource(0, nvml.handle(0))
         assert source.read() == {
             "gpu0.utilization_pct": 87.0,
@@ -144,5 +143,3 @@ def test_nvml_source_reads_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
         }
         gpu.clocks_event_reasons = HW_THERMAL_SLOWDOWN
         assert source.read()["gpu0.slowdown"] == 1.0
-    finally:
-        nvml.shutdown()

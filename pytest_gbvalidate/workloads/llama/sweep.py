@@ -268,9 +268,6 @@ def node_samplers(gpu: bool) -> Iterator[Callable[[], AbstractContextManager[Any
     if not gpu:
         yield lambda: telemetry.Sampler([telemetry.CpuSource()])
         return
-    nvml.init()
-    try:
+    with nvml.session():
         gpus: list[telemetry.Source] = [telemetry.NvmlSource(i, nvml.handle(i)) for i in range(nvml.gpu_count())]
         yield lambda: telemetry.Sampler([*gpus, telemetry.CpuSource()])
-    finally:
-        nvml.shutdown()
