@@ -124,11 +124,12 @@ def _slurm(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> i
         node, why = slurm.node_name(args.node, env, hostname)
         if node is None:
             return _say(slurm.error_line(f"refusing to drain:  {why}"), slurm.EXIT_NOT_RUN)
-    deadline_s, unmeetable = _slurm_deadline(args.deadline_s, env)
+    scontrol = slurm.Scontrol()
+    deadline_s, unmeetable = _slurm_deadline(args.deadline_s, env, scontrol)
     if unmeetable is not None:
         return _say(slurm.error_line(f"usage:  {unmeetable}"), slurm.EXIT_NOT_RUN)
     if node is not None:  # HealthCheckProgram runs on drained nodes too: theirs is someone's word already
-        state = slurm.node_state(node, env)
+        state = scontrol.node_state(node, env)
         if state is not None and state.out_of_service:
             return _say(slurm.not_checked_line(node, state), slurm.EXIT_OK)
     try:
@@ -139,16 +140,16 @@ def _slurm(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> i
     notes = [not_kept or ""]
     reason = slurm.drain_reason(verdict)  # FAIL and TIMEOUT only
     if node is not None and reason is not None:
-        notes.append(slurm.drain(node, reason, env))
+        notes.append(scontrol.drain(node, reason, env))
     return _say(slurm.line(verdict, *notes), slurm.exit_code(verdict))
 
 
-def _slurm_deadline(given: float | None, env: Mapping[str, str]) -> tuple[float, str | None]:
+def _slurm_deadline(given: float | None, env: Mapping[str, str], scontrol: slurm.Scontrol) -> tuple[float, str | None]:
     """The checks' deadline, and why it cannot be kept where it cannot: as HealthCheckProgram it must end, with its
     start-up, report and scontrol calls, before slurmd kills it."""
     if not slurm.is_health_check_program(env):
         return (DEFAULT_DEADLINE_S if given is None else given), None
-    limit_s = slurm.health_check_limit_s()
+    limit_s = scontrol.health_check_limit_s()
     room_s = limit_s - slurm.RESERVE_S
     if given is None:
         given = min(DEFAULT_DEADLINE_S, room_s)

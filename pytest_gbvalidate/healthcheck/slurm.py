@@ -45,8 +45,8 @@ SCONTROL_TIMEOUT_S = 5.0
 LINE_MAX_CHARS = 1000
 # slurmd's kill of HealthCheckProgram before HealthCheckTimeout existed (Slurm 26.05), and its default since.
 HEALTH_CHECK_KILL_S = 60.0
-# Of that limit, what is not the checks': Python's start-up, two scontrol calls (SCONTROL_TIMEOUT_S each), the
-# interrupted run's report (run.KILL_GRACE_S) and a margin.
+# Of that limit, what is not the checks': Python's start-up (about 2 s), the interrupted run's report
+# (run.KILL_GRACE_S, 5 s), scontrol (two calls of SCONTROL_TIMEOUT_S at most: Scontrol) and a margin of 3 s.
 RESERVE_S = 20.0
 # Node states and flags of a node out of service (scontrol's State=, e.g. IDLE+DRAIN, DOWN+NOT_RESPONDING).
 OUT_OF_SERVICE = frozenset({"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "MAINT", "REBOOT_ISSUED"})
@@ -116,14 +116,6 @@ def is_health_check_program(env: Mapping[str, str]) -> bool:
     return "SLURMD_NODENAME" in env and "SLURM_SCRIPT_CONTEXT" not in env
 
 
-def health_check_limit_s() -> float:
-    """Seconds slurmd lets HealthCheckProgram run: HealthCheckTimeout where `scontrol show config` has one (Slurm
-    26.05 and later), else 60."""
-    said = _scontrol("show", "config")
-    found = re.search(r"^HealthCheckTimeout\s*=\s*(\d+)", said or "", re.MULTILINE)
-    return float(found[1]) if found else HEALTH_CHECK_KILL_S
-
-
 @dataclass(frozen=True)
 class NodeState:
     """What slurmctld says of a node: its state (`IDLE+DRAIN`) and the reason it was taken out, if any."""
@@ -149,58 +141,73 @@ def parse_node_state(text: str) -> NodeState | None:
     return NodeState(state[1], reason[1] if reason else None)
 
 
-def node_state(node: str, env: Mapping[str, str]) -> NodeState | None:
-    """The node's state: SLURM_NODE_IS_HEALTHY=no from slurmd (26.11 and later) says it is out already; else
-    scontrol's word. None where neither says (no scontrol, no answer): the check goes on."""
-    if env.get("SLURM_NODE_IS_HEALTHY") == "no":
-        return NodeState(UNHEALTHY, None)
-    said = _scontrol("show", "node", "-o", node)
-    return None if said is None else parse_node_state(said)
+def drain_argv(node: str, reason: str) -> list[str]:
+    return ["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"]
 
 
-def _scontrol(*args: str) -> str | None:
-    """scontrol's output, or None where it could not answer."""
-    scontrol = shutil.which("scontrol")
-    if scontrol is None:
-        return None
-    try:
-        done = subprocess.run(
-            [scontrol, *args], capture_output=True, text=True, errors="replace", timeout=SCONTROL_TIMEOUT_S
-        )
-    except (subprocess.TimeoutExpired, OSError):
-        return None
-    return done.stdout if done.returncode == 0 else None
+class Scontrol:
+    """scontrol from PATH, for one health check. Each call waits SCONTROL_TIMEOUT_S at most; once slurmctld has
+    left a question unanswered that long, no further question is asked (each would wait as long), so the command
+    spends two timeouts at most in scontrol (a question, then the drain), within RESERVE_S."""
+
+    def __init__(self) -> None:
+        self.unanswered = False
+
+    def health_check_limit_s(self) -> float:
+        """Seconds slurmd lets HealthCheckProgram run: HealthCheckTimeout where `scontrol show config` has one
+        (Slurm 26.05 and later), else 60."""
+        said = self._ask("show", "config")
+        found = re.search(r"^HealthCheckTimeout\s*=\s*(\d+)", said or "", re.MULTILINE)
+        return float(found[1]) if found else HEALTH_CHECK_KILL_S
+
+    def node_state(self, node: str, env: Mapping[str, str]) -> NodeState | None:
+        """The node's state: SLURM_NODE_IS_HEALTHY=no from slurmd (26.11 and later) says it is out already; else
+        scontrol's word. None where neither says (no scontrol, no answer): the check goes on."""
+        if env.get("SLURM_NODE_IS_HEALTHY") == "no":
+            return NodeState(UNHEALTHY, None)
+        said = self._ask("show", "node", "-o", node)
+        return None if said is None else parse_node_state(said)
+
+    def drain(self, node: str, reason: str, env: Mapping[str, str]) -> str:
+        """Drain `node`, unless it is out of service already (its reason, someone else's perhaps, is kept:
+        scontrol would replace it); what happened, in a few words."""
+        state = self.node_state(node, env)
+        if state is not None and state.out_of_service:
+            return f"not drained: {node} is out of service already ({state.shown()}), kept as it is"
+        done = self._run(*drain_argv(node, reason)[1:])
+        if isinstance(done, str):
+            return f"not drained: {done}"
+        if done.returncode != 0:
+            said = [text.strip() for text in (done.stderr + done.stdout).splitlines() if text.strip()]
+            return f"not drained: scontrol exit status {done.returncode}: {said[-1] if said else 'no output'}"
+        return f"drained {node}"
+
+    def _ask(self, *args: str) -> str | None:
+        """scontrol's answer to a question, or None where it gave none."""
+        if self.unanswered:
+            return None
+        done = self._run(*args)
+        return None if isinstance(done, str) or done.returncode != 0 else done.stdout
+
+    def _run(self, *args: str) -> subprocess.CompletedProcess[str] | str:
+        """What scontrol did, or why it did not run or finish."""
+        scontrol = shutil.which("scontrol")
+        if scontrol is None:
+            return "scontrol is not on PATH"
+        try:
+            return subprocess.run(
+                [scontrol, *args], capture_output=True, text=True, errors="replace", timeout=SCONTROL_TIMEOUT_S
+            )
+        except subprocess.TimeoutExpired:
+            self.unanswered = True
+            return f"scontrol did not finish within {SCONTROL_TIMEOUT_S:g} s"
+        except OSError as exc:
+            return f"scontrol: {exc.strerror or exc}"
 
 
 def not_checked_line(node: str, state: NodeState) -> str:
     """The line of a node already out of service: not checked, nothing changed."""
     return one_line(f"{NAME}:  Node Health Check skipped:  {node} is out of service already ({state.shown()})")
-
-
-def drain_argv(node: str, reason: str) -> list[str]:
-    return ["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"]
-
-
-def drain(node: str, reason: str, env: Mapping[str, str]) -> str:
-    """Run scontrol (from PATH) to drain `node`, unless it is out of service already (its reason, someone else's
-    perhaps, is kept: scontrol would replace it); what happened, in a few words."""
-    state = node_state(node, env)
-    if state is not None and state.out_of_service:
-        return f"not drained: {node} is out of service already ({state.shown()}), kept as it is"
-    scontrol = shutil.which("scontrol")
-    if scontrol is None:
-        return "not drained: scontrol is not on PATH"
-    argv = [scontrol, *drain_argv(node, reason)[1:]]
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=SCONTROL_TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired:
-        return f"not drained: scontrol did not finish within {SCONTROL_TIMEOUT_S:g} s"
-    except OSError as exc:
-        return f"not drained: scontrol: {exc.strerror or exc}"
-    if done.returncode != 0:
-        said = [text.strip() for text in (done.stderr + done.stdout).splitlines() if text.strip()]
-        return f"not drained: scontrol exit status {done.returncode}: {said[-1] if said else 'no output'}"
-    return f"drained {node}"
 
 
 def stopped_by(signum: int) -> str:

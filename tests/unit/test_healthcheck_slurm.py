@@ -3,6 +3,7 @@ stub `scontrol` on PATH."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -85,7 +86,7 @@ def test_a_name_that_is_not_one_node_is_refused(
 def test_the_drain_runs_scontrol_from_path_with_one_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = stub_scontrol(tmp_path)
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert slurm.drain("gpu-017", "gbvalidate: gpu_hardware: test_gpu_count", {}) == "drained gpu-017"
+    assert slurm.Scontrol().drain("gpu-017", "gbvalidate: gpu_hardware: test_gpu_count", {}) == "drained gpu-017"
     assert scontrol_calls(calls) == [
         ["update", "nodename=gpu-017", "state=drain", "reason=gbvalidate: gpu_hardware: test_gpu_count"]
     ]
@@ -94,9 +95,9 @@ def test_the_drain_runs_scontrol_from_path_with_one_node(tmp_path: Path, monkeyp
 
 def test_a_drain_that_fails_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert slurm.drain("gpu-017", "r", {}) == "not drained: scontrol is not on PATH"
+    assert slurm.Scontrol().drain("gpu-017", "r", {}) == "not drained: scontrol is not on PATH"
     stub_scontrol(tmp_path, status=1, say="slurm_update error: Invalid node name specified\n")
-    said = slurm.drain("gpu-017", "r", {})
+    said = slurm.Scontrol().drain("gpu-017", "r", {})
     assert said == "not drained: scontrol exit status 1: slurm_update error: Invalid node name specified"
 
 
@@ -130,5 +131,32 @@ def test_an_unreadable_node_state_is_none_and_the_check_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert slurm.node_state("gpu-017", {}) is None  # no scontrol
-    assert slurm.health_check_limit_s() == slurm.HEALTH_CHECK_KILL_S
+    assert slurm.Scontrol().node_state("gpu-017", {}) is None  # no scontrol
+    assert slurm.Scontrol().health_check_limit_s() == slurm.HEALTH_CHECK_KILL_S
+
+
+HANGING_SCONTROL = """#!{python}
+import sys, time
+with open({asked!r}, "a") as f:
+    f.write(" ".join(sys.argv[1:]) + "\\n")
+time.sleep(30)
+"""
+
+
+def test_a_controller_that_does_not_answer_costs_two_timeouts_at_most(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """slurmctld down: its first question waits SCONTROL_TIMEOUT_S; no other question is asked, and the drain is
+    still tried (the node failed its check), so the command stays within slurmd's limit (RESERVE_S)."""
+    (tmp_path / "scontrol").write_text(HANGING_SCONTROL.format(python=sys.executable, asked=str(tmp_path / "asked")))
+    (tmp_path / "scontrol").chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(slurm, "SCONTROL_TIMEOUT_S", 0.5)
+    scontrol = slurm.Scontrol()
+    assert scontrol.health_check_limit_s() == slurm.HEALTH_CHECK_KILL_S
+    assert scontrol.node_state("gpu-017", {}) is None
+    assert scontrol.drain("gpu-017", "r", {}) == "not drained: scontrol did not finish within 0.5 s"
+    assert (tmp_path / "asked").read_text().splitlines() == [
+        "show config",
+        "update nodename=gpu-017 state=drain reason=r",
+    ]
