@@ -10,15 +10,14 @@ from typing import TYPE_CHECKING, Any, cast
 import pytest
 
 from pytest_gbvalidate.metrics import CATALOG, MetricSpec
-from pytest_gbvalidate.payload import payload
-from pytest_gbvalidate.report.junit import junit_properties
+from pytest_gbvalidate.report.junit_properties import junit_properties
 from pytest_gbvalidate.report.records import RECORDED, SKIP
 from pytest_gbvalidate.report.writer import json_safe, utc_now
 
 if TYPE_CHECKING:
     from pytest_gbvalidate import baselines as bl
     from pytest_gbvalidate.report.records import MeasurementRecord
-    from pytest_gbvalidate.session import GbSession
+    from pytest_gbvalidate.run.session import GbSession
     from pytest_gbvalidate.target import Target
 
 
@@ -185,7 +184,7 @@ class Expect:
         """Keep a measurement's record: `_record`'s fields, the verdict's and the message. Built up in steps, so
         typed here; the plugin's tests hold every report they make to the strict schema of the records."""
         record = cast("MeasurementRecord", fields)
-        payload(self.item).measurements.append(record)
+        self.gb.add_measurement(self.item, record)
         self.item.user_properties.extend(junit_properties(record))
 
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from pytest_gbvalidate.node.topology import NumaMap
     from pytest_gbvalidate.probes import Expected, Gpu, NodeGpus, Telemetry
     from pytest_gbvalidate.ranks.gang import Gang
-    from pytest_gbvalidate.session import GbSession
+    from pytest_gbvalidate.run.session import GbSession
     from pytest_gbvalidate.sku import Detection
     from pytest_gbvalidate.target import ReferenceTools, Target
     from pytest_gbvalidate.workloads.llama.nemo import EnginePython
@@ -80,8 +80,8 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from pytest_gbvalidate import markers
-    from pytest_gbvalidate.session import GbSession
+    from pytest_gbvalidate.run import markers
+    from pytest_gbvalidate.run.session import GbSession
 
     markers.register(config)
     gb = GbSession(config, _settings(config))
@@ -89,11 +89,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SESSION] = gb
     config.pluginmanager.register(gb, "gbvalidate-session")
     if config.getoption("htmlpath", None):  # pytest-html writes a page
-        from pytest_gbvalidate import html_page
+        from pytest_gbvalidate.run import html_page
 
         html_page.register(config, gb)
     if gb.settings.explicit:
-        _ = gb.target  # asked for explicitly: a bad SKU or baseline stops the run before collection
+        gb.engage()  # asked for explicitly: a bad SKU or baseline stops the run before collection
 
 
 @pytest.hookimpl(trylast=True)
@@ -106,11 +106,11 @@ def pytest_gbvalidate_detect_sku(config: pytest.Config, baselines: list[Baseline
 @pytest.fixture(scope="session")
 def gb_target(request: pytest.FixtureRequest) -> Target:
     """The SKU this run checks, where that came from, and its baseline."""
-    return request.config.stash[SESSION].target
+    return request.config.stash[SESSION].engage()
 
 
 @pytest.fixture
-def gb_expect(request: pytest.FixtureRequest) -> Expect:
+def gb_expect(request: pytest.FixtureRequest, gb_target: Target) -> Expect:
     """Compare a measurement with the SKU's baseline: ``gb_expect("h2d_bandwidth_gbps", 49.2, scope="gpu3")``."""
     from pytest_gbvalidate.expect import Expect
 
@@ -183,7 +183,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if per_gpu or "gb_gpu_pair" in metafunc.fixturenames:
         from pytest_gbvalidate.probes import parametrize_gpus
 
-        parametrize_gpus(metafunc, metafunc.config.stash[SESSION].target, per_gpu=per_gpu)
+        parametrize_gpus(metafunc, metafunc.config.stash[SESSION].engage(), per_gpu=per_gpu)
 
 
 def _is_ours(metafunc: pytest.Metafunc, name: str) -> bool:

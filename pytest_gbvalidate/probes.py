@@ -17,7 +17,7 @@ from pytest_gbvalidate.node import nvml, telemetry
 
 if TYPE_CHECKING:
     from pytest_gbvalidate.node.topology import NumaMap
-    from pytest_gbvalidate.session import GbSession
+    from pytest_gbvalidate.run.session import GbSession
     from pytest_gbvalidate.target import Target
 
 T = TypeVar("T")

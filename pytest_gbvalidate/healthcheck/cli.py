@@ -13,7 +13,7 @@ from typing import NoReturn
 
 from pytest_gbvalidate.files import unwritable
 from pytest_gbvalidate.healthcheck import npd, slurm
-from pytest_gbvalidate.healthcheck.run import Stopped, run_checks
+from pytest_gbvalidate.healthcheck.level_run import Stopped, run_checks
 from pytest_gbvalidate.healthcheck.verdict import judge
 from pytest_gbvalidate.labels import printable
 from pytest_gbvalidate.levels import BUDGET_S, Level

@@ -17,7 +17,7 @@ from pathlib import Path
 from pytest_gbvalidate import baselines as bl
 from pytest_gbvalidate.ranks import CPU_RANKS
 from pytest_gbvalidate.settings import bundled_baselines
-from pytest_gbvalidate.workloads.llama.sweep import (
+from pytest_gbvalidate.workloads.llama.layout_grid import (
     DEFAULT_GRID,
     PARAMETERS,
     markdown_table,

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pytest_gbvalidate.levels import LEVELS
+from pytest_gbvalidate.report.collective_tables import number, sweep_records, sweep_tables
 from pytest_gbvalidate.report.records import MeasurementCompareRecord, MeasurementRecord, RunReportRecord, TestRecord
-from pytest_gbvalidate.report.sweeps import number, sweep_records, sweep_tables
 
 Section = tuple[str, list[str]]  # a section's title, and its lines
 SKIPPED_PREFIX = "Skipped: "  # pytest's words before a skip's reason

@@ -15,7 +15,7 @@ import yaml
 
 from pytest_gbvalidate.fleet.commands import FAULT_KEY
 from pytest_gbvalidate.healthcheck.cli import build_parser
-from pytest_gbvalidate.healthcheck.run import KILL_GRACE_S
+from pytest_gbvalidate.healthcheck.level_run import KILL_GRACE_S
 from tests.helpers.runs import REPO
 
 KUBERNETES_VERSION = "1.33.0"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from pytest_gbvalidate.healthcheck.run import remove_abandoned
+from pytest_gbvalidate.healthcheck.level_run import remove_abandoned
 from tests.helpers.healthcheck import run_env, scontrol_calls, stub_scontrol
 
 

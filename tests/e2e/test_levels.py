@@ -121,7 +121,7 @@ def _documented_levels() -> dict[str, str]:
 
 
 PROBE = """\
-from pytest_gbvalidate.markers import check_level
+from pytest_gbvalidate.run.markers import check_level
 
 
 def pytest_collection_finish(session):

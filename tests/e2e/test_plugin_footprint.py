@@ -40,10 +40,10 @@ def test_an_unrelated_test_run_does_nothing(pytester: pytest.Pytester, monkeypat
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["OURS: True HEAVY: []"])
     # Only what deciding to do nothing takes: no target, baselines, report, metrics or Llama configs.
-    loaded = "'pytest_gbvalidate.hooks', 'pytest_gbvalidate.junitxml', 'pytest_gbvalidate.levels', "
-    loaded += "'pytest_gbvalidate.markers', 'pytest_gbvalidate.payload', "
-    loaded += "'pytest_gbvalidate.plugin', 'pytest_gbvalidate.ranks', 'pytest_gbvalidate.ranks.world', "
-    loaded += "'pytest_gbvalidate.session', 'pytest_gbvalidate.setting_values', 'pytest_gbvalidate.settings'"
+    loaded = "'pytest_gbvalidate.hooks', 'pytest_gbvalidate.levels', 'pytest_gbvalidate.plugin', "
+    loaded += "'pytest_gbvalidate.ranks', 'pytest_gbvalidate.ranks.world', 'pytest_gbvalidate.run', "
+    loaded += "'pytest_gbvalidate.run.junit_hooks', 'pytest_gbvalidate.run.markers', 'pytest_gbvalidate.run.payload', "
+    loaded += "'pytest_gbvalidate.run.session', 'pytest_gbvalidate.setting_values', 'pytest_gbvalidate.settings'"
     result.stdout.fnmatch_lines([f"MODULES: [[]{loaded}[]]"])
     result.stdout.no_fnmatch_line("gbvalidate*")
     assert "gb_sku" not in (pytester.path / "r.xml").read_text()

@@ -1,4 +1,4 @@
-"""pytest_gbvalidate/healthcheck/run.py without a run: the pytest command, the report read (a bad one is one line
+"""pytest_gbvalidate/healthcheck/level_run.py without a run: the pytest command, the report read (a bad one is one line
 naming the file and the field), pytest's words when it wrote none. (Real runs: e2e/test_healthcheck.py.)"""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gbvalidate.healthcheck.run import last_line, pytest_command, read_report
+from pytest_gbvalidate.healthcheck.level_run import last_line, pytest_command, read_report
 from tests.helpers.reports import minimal_report, report_text
 
 

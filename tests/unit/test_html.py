@@ -1,4 +1,4 @@
-"""The HTML page's fragments (report/html.py): the node's verdict and a test's figures, every text escaped."""
+"""The HTML page's fragments (report/html_fragments.py): the node's verdict and a test's figures, every text escaped."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pytest_gbvalidate.report import html
+from pytest_gbvalidate.report import html_fragments
 from pytest_gbvalidate.report.records import RunReportRecord
 from tests.helpers.reports import minimal_report
 
@@ -60,7 +60,7 @@ def failed_run() -> RunReportRecord:
 
 
 def test_the_verdict_names_the_node_and_its_faults_and_escapes_them() -> None:
-    fragment = html.verdict_html(failed_run())
+    fragment = html_fragments.verdict_html(failed_run())
     page = Page(fragment)
     assert page.tags.count("script") == 0  # the hostile texts stay text
     text = page.all_text
@@ -75,7 +75,7 @@ def test_the_verdict_names_the_node_and_its_faults_and_escapes_them() -> None:
 
 def test_a_passed_run_is_pass() -> None:
     report: Any = minimal_report()
-    page = Page(html.verdict_html(report))
+    page = Page(html_fragments.verdict_html(report))
     assert "gbvalidate: node PASS" in page.all_text and "Failures" not in page.all_text
 
 
@@ -114,29 +114,29 @@ def test_a_tests_extras_are_its_rows_its_telemetry_and_its_pictures() -> None:
             "series": {},
         }
     ]
-    (rows, busbw) = html.test_extras("t.py::test_sweep", report)
+    (rows, busbw) = html_fragments.test_extras("t.py::test_sweep", report)
     assert rows.name == "measurements" and rows.html is not None
     page = Page(rows.html)
     assert "script" not in page.tags and f"1KiB{EVIL}" in page.all_text
     assert page.tags.count("tr") == 3  # a header, two sizes
     assert busbw.name == "busbw" and (busbw.png or b"").startswith(PNG_MAGIC)
 
-    (rows, telemetry, loss) = html.test_extras("t.py::test_train", report)
+    (rows, telemetry, loss) = html_fragments.test_extras("t.py::test_train", report)
     assert telemetry.html is not None
     summary = Page(telemetry.html)
     assert "20 samples over 2.0 s, every 0.1 s" in summary.all_text and f"nvml: {EVIL}" in summary.all_text
     assert "cpu.utilization_pct501090" in summary.all_text  # mean, p5, p95
     assert "script" not in summary.tags
     assert loss.name == "loss curve" and (loss.png or b"").startswith(PNG_MAGIC)
-    assert html.test_extras("t.py::test_none", report) == []
+    assert html_fragments.test_extras("t.py::test_none", report) == []
 
 
 @pytest.mark.parametrize("curve", [["a", "b"], [], "1,2", [True, 1.0], None])
 def test_a_loss_curve_that_is_not_numbers_is_not_drawn(curve: Any) -> None:
     report: Any = minimal_report()
     report["measurements"][0]["details"] = {"loss_curve": curve}
-    assert html.loss_curve(report["measurements"][0]) is None
-    assert [e.name for e in html.test_extras("t.py::test_x", report)] == ["measurements"]
+    assert html_fragments.loss_curve(report["measurements"][0]) is None
+    assert [e.name for e in html_fragments.test_extras("t.py::test_x", report)] == ["measurements"]
 
 
 def test_without_matplotlib_the_pictures_are_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -144,4 +144,4 @@ def test_without_matplotlib_the_pictures_are_left_out(monkeypatch: pytest.Monkey
     monkeypatch.setitem(sys.modules, "matplotlib.backends.backend_agg", None)
     report: Any = minimal_report()
     report["measurements"] += [sweep(1024, "1KiB")]
-    assert [e.name for e in html.test_extras("t.py::test_sweep", report)] == ["measurements"]
+    assert [e.name for e in html_fragments.test_extras("t.py::test_sweep", report)] == ["measurements"]

@@ -18,7 +18,7 @@ from torch._dynamo.utils import counters
 
 from pytest_gbvalidate.bench.timing import MIN_TIMED_ITERATIONS
 from pytest_gbvalidate.ranks.gang import GangError, LocalGang, RankContext
-from pytest_gbvalidate.workloads.llama import sweep
+from pytest_gbvalidate.workloads.llama import layout_grid
 from pytest_gbvalidate.workloads.llama.config import LLAMA3_TINY
 from pytest_gbvalidate.workloads.llama.model import Transformer, build
 from pytest_gbvalidate.workloads.llama.parallel import Layout
@@ -277,10 +277,10 @@ def test_a_loss_that_does_not_go_down_fails_the_loss_check(losses: list[float]) 
 
 @f.needs_pipelining_over_gloo
 def test_a_reduced_sweep_on_cpu_trains_each_layout_and_plots_it(gang: LocalGang, tmp_path: Path) -> None:
-    train = sweep.native_trainer(gang, LLAMA3_TINY, warmup_steps=1, timed_steps=10, learning_rate=3e-3, peak=0.5)
+    train = layout_grid.native_trainer(gang, LLAMA3_TINY, warmup_steps=1, timed_steps=10, learning_rate=3e-3, peak=0.5)
     grid = {"mbs": [2], "tp": [1], "pp": [1, 2, 4], "cp": [1]}
-    with sweep.node_samplers(gpu=False) as sample:
-        points = sweep.sweep(LLAMA3_TINY, 2, 8, grid, train, sample, precision="fp32")
+    with layout_grid.node_samplers(gpu=False) as sample:
+        points = layout_grid.sweep(LLAMA3_TINY, 2, 8, grid, train, sample, precision="fp32")
     assert [(p.pp, p.dp, p.status) for p in points] == [(1, 2, "ok"), (2, 1, "ok"), (4, None, "invalid")]
     for p in points[:2]:
         assert p.result is not None
@@ -288,7 +288,7 @@ def test_a_reduced_sweep_on_cpu_trains_each_layout_and_plots_it(gang: LocalGang,
         assert p.telemetry is not None
         assert "cpu.utilization_pct" in p.telemetry  # the host is sampled; a CPU node has no GPU series
         assert p.telemetry_mean("utilization_pct") is None
-    written = sweep.write_outputs(points, tmp_path)
+    written = layout_grid.write_outputs(points, tmp_path)
     assert {p.name for p in written} >= {"sweep.md", "sweep_pp.png", "sweep_mbs.png"}
     assert "Best layout: native-fp32-mbs2-gbs8-" in (tmp_path / "sweep.md").read_text()
 

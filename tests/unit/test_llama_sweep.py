@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pytest_gbvalidate.ranks.gang import GangError
-from pytest_gbvalidate.workloads.llama import sweep
+from pytest_gbvalidate.workloads.llama import layout_grid
 from pytest_gbvalidate.workloads.llama.config import LLAMA3_TINY
 from pytest_gbvalidate.workloads.llama.parallel import Layout
 from pytest_gbvalidate.workloads.llama.request import TrainRequest
@@ -47,7 +47,7 @@ class FakeSampler:
 
 
 def test_a_sweep_records_every_point_and_names_the_fastest(tmp_path: Path) -> None:
-    points = sweep.sweep(LLAMA3_TINY, 4, 16, GRID, fake_train, sample=FakeSampler)
+    points = layout_grid.sweep(LLAMA3_TINY, 4, 16, GRID, fake_train, sample=FakeSampler)
     status = {(p.mbs, p.tp): p.status for p in points}
     assert status == {
         (1, 1): "ok",
@@ -61,12 +61,12 @@ def test_a_sweep_records_every_point_and_names_the_fastest(tmp_path: Path) -> No
     assert (
         oom.reason == "GangError: rank 1 raised: train_worker: torch.OutOfMemoryError: CUDA out of memory. Tried to ..."
     )
-    winner = sweep.best(points)
+    winner = layout_grid.best(points)
     assert winner is not None and (winner.mbs, winner.tp, winner.dp) == (2, 1, 4)
     assert winner.telemetry_mean("utilization_pct") == 80.0  # GPUs only, not the host
     assert winner.telemetry_mean("sm_clock_mhz") == 1900.0
 
-    written = sweep.write_outputs(points, tmp_path)
+    written = layout_grid.write_outputs(points, tmp_path)
     assert [p.name for p in written] == [
         "sweep.md",
         "sweep.csv",
@@ -94,10 +94,10 @@ def test_invalid_layouts_say_why_without_training() -> None:
         raise AssertionError(f"trained {layout}")
 
     grid = {"mbs": [3], "tp": [4], "pp": [3], "cp": [1]}
-    (point,) = sweep.sweep(LLAMA3_TINY, 6, 16, grid, never)
+    (point,) = layout_grid.sweep(LLAMA3_TINY, 6, 16, grid, never)
     assert point.status == "invalid"
     assert point.reason == "TP*PP*CP = 4*3*1 = 12 does not divide the world of 6 ranks"
-    (point,) = sweep.sweep(LLAMA3_TINY, 3, 16, {"mbs": [3], "tp": [1], "pp": [3], "cp": [1]}, never)
+    (point,) = layout_grid.sweep(LLAMA3_TINY, 3, 16, {"mbs": [3], "tp": [1], "pp": [3], "cp": [1]}, never)
     assert point.reason == (
         "4 layers do not split into PP=3 equal pipeline stages; GBS 16 is not divisible by MBS*DP = 3*1"
     )
@@ -112,7 +112,7 @@ def test_invalid_layouts_say_why_without_training() -> None:
     ],
 )
 def test_out_of_memory_is_told_apart_from_other_failures(error: Exception, oom: bool) -> None:
-    assert sweep.is_oom(error) is oom
+    assert layout_grid.is_oom(error) is oom
 
 
 def test_the_command_line_is_an_application_of_its_own(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

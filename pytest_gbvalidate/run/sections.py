@@ -107,13 +107,13 @@ def attach_busbw_plot(report: RunReport, base: Path | None, sku: str) -> str | N
     """A PNG of busbw against size next to `base` (the JSON report, else the JUnit XML), named in the report.
     Where one could not be written, why (for the terminal), else None. A plot not drawn because matplotlib is
     absent is no fault: the report's `plot_note` says how to get one; with no report to put it beside, none."""
-    from pytest_gbvalidate.report import sweeps
+    from pytest_gbvalidate.report import collective_tables
 
-    if base is None or not sweeps.sweep_records(report.measurements):
+    if base is None or not collective_tables.sweep_records(report.measurements):
         return None
     path = base.with_name(f"{base.stem}.busbw.png")
     try:
-        sweeps.busbw_plot(report.measurements, path, f"{sku}: bus bandwidth per message size")
+        collective_tables.busbw_plot(report.measurements, path, f"{sku}: bus bandwidth per message size")
     except OSError as exc:  # OutputError: the plot is a picture of the report, not evidence: noted
         report.data["plot_note"] = note = f"busbw plot NOT written: {exc}"
         return note

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_gbvalidate import junitxml, markers
 from pytest_gbvalidate.levels import Level
-from pytest_gbvalidate.payload import PAYLOAD, payload
 from pytest_gbvalidate.ranks.world import WorldError, number_gpus_by_pci_bus, world_from_environment
+from pytest_gbvalidate.run import junit_hooks, markers
+from pytest_gbvalidate.run.payload import PAYLOAD, payload
 from pytest_gbvalidate.settings import Setting, Settings
 
 if TYPE_CHECKING:
@@ -76,11 +76,11 @@ class GbSession:
         self.output_notes: list[str] = []  # where they went, or why not: for the terminal summary
 
     def check_outputs(self) -> None:
-        """Before anything runs, when gbvalidate was asked for: the run's files (run_files.py)."""
+        """Before anything runs, when gbvalidate was asked for: the run's files (paths.py)."""
         if self.settings.explicit:
-            from pytest_gbvalidate import run_files
+            from pytest_gbvalidate.run import paths
 
-            self.history_dir = run_files.check_outputs(self.config, self.settings, keeps_history=self.is_controller)
+            self.history_dir = paths.check_outputs(self.config, self.settings, keeps_history=self.is_controller)
 
     @property
     def report(self) -> RunReport:
@@ -97,11 +97,14 @@ class GbSession:
     def engaged(self) -> bool:
         return self._target is not None
 
-    @property
-    def target(self) -> Target:
+    def engage(self) -> Target:
+        """Engage gbvalidate for this run, once (the first call; later ones return the same target): resolve the
+        SKU and its baseline and the earlier report --gb-compare names, take the NCCL environment, end the run as
+        Ctrl-C does on SIGTERM and SIGHUP, and describe the run in the report. Called where a run first needs it:
+        at start-up when gbvalidate was asked for, else at collection or by the first fixture of ours."""
         if self._target is None:
             from pytest_gbvalidate import baselines as bl
-            from pytest_gbvalidate import run_files, run_sections, signals
+            from pytest_gbvalidate.run import paths, sections, signals
             from pytest_gbvalidate.target import resolve_target
 
             if self.world_problem is not None:
@@ -110,11 +113,11 @@ class GbSession:
             # (its driver reads the order once); the ranks we start inherit it.
             number_gpus_by_pci_bus()
             target = resolve_target(self.config, self.settings)
-            self._comparison, self.compare_note = run_files.earlier_report(self.settings, target, self.world)
+            self._comparison, self.compare_note = paths.earlier_report(self.settings, target, self.world)
             self._target = target
             self._signal_handlers = signals.stop_on_termination_signals()
             try:
-                self.nccl_env = run_sections.nccl_environment(target, os.environ)
+                self.nccl_env = sections.nccl_environment(target, os.environ)
             except bl.BaselineError as exc:
                 raise pytest.UsageError(f"bad baseline: {exc}") from None
             if self.is_controller:
@@ -122,14 +125,21 @@ class GbSession:
         return self._target
 
     @property
+    def target(self) -> Target:
+        """The engaged run's target: the SKU it checks and its baseline."""
+        if self._target is None:
+            raise RuntimeError("gbvalidate is not engaged yet: GbSession.engage() first")
+        return self._target
+
+    @property
     def comparison(self) -> tuple[EarlierReport, SameNode] | None:
         """--gb-compare: the node's earlier report, checked to be this node's, and what changed since."""
-        _ = self.target
+        self.engage()
         return self._comparison
 
     def _describe_run(self, target: Target) -> None:
         from pytest_gbvalidate.node.facts import software_facts
-        from pytest_gbvalidate.run_sections import describe_run
+        from pytest_gbvalidate.run.sections import describe_run
 
         self.node_facts = software_facts(gpu=target.is_gpu)
         world_size = None if self.world is None else self.world[1]
@@ -188,7 +198,7 @@ class GbSession:
         gang = self._gang
         if gang is None or self._gang_reported == len(gang.failed_starts):
             return
-        from pytest_gbvalidate.run_sections import gang_section
+        from pytest_gbvalidate.run.sections import gang_section
 
         section = gang_section(gang, self.world is not None, self.target.device_type)
         self._gang_reported = len(section["failed_starts"])
@@ -230,12 +240,13 @@ class GbSession:
         every rank would otherwise write the same path. Only when gbvalidate was asked for explicitly, so an
         unrelated test suite launched by torchrun keeps its own behaviour."""
         if self.world_rank not in (None, 0) and self.settings.explicit:
-            junitxml.stop_writing(self.config)
+            junit_hooks.stop_writing(self.config)
 
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         if not self.settings.explicit and not any(ENGAGING_FIXTURES & set(_fixturenames(i)) for i in items):
             return
-        markers.select(config, items, self.settings.level.value, None if self.target.is_gpu else self.target.sku)
+        target = self.engage()
+        markers.select(config, items, self.settings.level.value, None if target.is_gpu else target.sku)
 
     def pytest_report_collectionfinish(self) -> list[str]:
         return self.header_lines()
@@ -260,12 +271,12 @@ class GbSession:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if not self.is_controller:
             return
-        if report.when == "teardown" and not junitxml.has_testcase_properties(self.config):
+        if report.when == "teardown" and not junit_hooks.has_testcase_properties(self.config):
             report.user_properties = [(k, v) for k, v in report.user_properties if not k.startswith("gb_")]
         data: dict[str, Any] = getattr(report, "gb_payload", {})
         level: Level | None = getattr(report, "gb_level", None)
         if data or level is not None:
-            _ = self.target  # a worker measured: resolve here too, for the report's header
+            self.engage()  # a worker measured: resolve here too, for the report's header
         if report.when == "call" or report.outcome != "passed":
             self._unreported_tests.append(self._test_record(report, data.get("fault"), level))
         if not self.engaged:  # kept, for a run that engages later (under xdist, when a worker first measures)
@@ -289,7 +300,7 @@ class GbSession:
             self.report.write()
 
     def _test_record(self, report: pytest.TestReport, fault: FaultRecord | None, level: Level | None) -> TestRecord:
-        message, text = (None, None) if report.passed else junitxml.failure_text(report)
+        message, text = (None, None) if report.passed else junit_hooks.failure_text(report)
         test: TestRecord = {
             "test_id": report.nodeid,
             "when": report.when,
@@ -302,7 +313,7 @@ class GbSession:
             test["level"] = level
         if fault is not None:
             summary = f"{fault['category']} ({fault['disposition']}): {fault['action']}"
-            junitxml.add_suite_properties(self.config, {f"fault[{report.nodeid}]": summary})
+            junit_hooks.add_suite_properties(self.config, {f"fault[{report.nodeid}]": summary})
             test["fault"] = fault
         return test
 
@@ -311,7 +322,7 @@ class GbSession:
         and the testcase's JUnit properties (xunit1; the controller adds them to the suite's for xunit2)."""
         from pytest_gbvalidate import faults
 
-        message, _ = junitxml.failure_text(report)
+        message, _ = junit_hooks.failure_text(report)
         verdicts = {r["verdict"] for r in records} | {r["compare"]["verdict"] for r in records if "compare" in r}
         fault = faults.load().classify(report.nodeid, message, {v for v in verdicts if v}).as_dict()
         item.user_properties += [("gb_fault_category", fault["category"]), ("gb_fault_action", fault["action"])]
@@ -321,26 +332,26 @@ class GbSession:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if not self.is_controller or not self.engaged:
             return
-        from pytest_gbvalidate import run_sections
+        from pytest_gbvalidate.run import sections
 
         t = self.target
         suite = {"sku": t.sku, "sku_source": t.source, "level": self.settings.level.value, **self.node_facts}
-        junitxml.add_suite_properties(self.config, suite)
-        base = self.settings.report.value or junitxml.junit_path(self.config)
-        self.plot_note = run_sections.attach_busbw_plot(self.report, base, t.sku)
+        junit_hooks.add_suite_properties(self.config, suite)
+        base = self.settings.report.value or junit_hooks.junit_path(self.config)
+        self.plot_note = sections.attach_busbw_plot(self.report, base, t.sku)
         for plot in self.report.data.get("plots", []):
-            junitxml.add_suite_properties(self.config, {"busbw_plot": plot["path"]})
-        junitxml.add_suite_properties(self.config, {name: v["value"] for name, v in self.nccl_env.items()})
+            junit_hooks.add_suite_properties(self.config, {"busbw_plot": plot["path"]})
+        junit_hooks.add_suite_properties(self.config, {name: v["value"] for name, v in self.nccl_env.items()})
         if self.settings.record.value is not None:
             why_not = _incomplete(session, exitstatus)
             path = self.settings.record.value
-            self.record_error = run_sections.record_baseline(self.report, t, path, self.node_facts, why_not)
+            self.record_error = sections.record_baseline(self.report, t, path, self.node_facts, why_not)
         exitstatus = self._fail_on_lost_outputs(session, exitstatus)
         status: RunStatus = "interrupted" if exitstatus == pytest.ExitCode.INTERRUPTED else "finished"
         self.report.finish(int(exitstatus), status)
         if not self.config.option.collectonly:  # a run that measured nothing replaces no node's figures
             prometheus = self.settings.prometheus.value
-            self.output_notes, self.output_errors = run_sections.keep_report(self.report, self.history_dir, prometheus)
+            self.output_notes, self.output_errors = sections.keep_report(self.report, self.history_dir, prometheus)
             exitstatus = self._fail_on_lost_outputs(session, exitstatus)
             self.report.data["exit_status"] = int(exitstatus)  # a file lost fails the run, and the report says so
         self.report.write()
@@ -356,7 +367,7 @@ class GbSession:
 
     def pytest_unconfigure(self) -> None:
         if self._signal_handlers:  # set once engaged: an unrelated run never loads the module
-            from pytest_gbvalidate.signals import put_back
+            from pytest_gbvalidate.run.signals import put_back
 
             put_back(self._signal_handlers)
 
@@ -398,6 +409,10 @@ class GbSession:
     def add_report_record(self, item: pytest.Item, section: ListSection, record: Any) -> None:
         """A record of one test for a list section of the JSON report (`telemetry`, `suspects`)."""
         payload(item).records.append((section, record))
+
+    def add_measurement(self, item: pytest.Item, record: MeasurementRecord) -> None:
+        """One measurement of a test (gb_expect's), for the JSON report's `measurements`."""
+        payload(item).measurements.append(record)
 
 
 def _incomplete(session: pytest.Session, exitstatus: int) -> str | None:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
 
-from pytest_gbvalidate.report import sweeps
+from pytest_gbvalidate.report import collective_tables
 from pytest_gbvalidate.report.records import MeasurementRecord, RunReportRecord, TelemetryRecord
 from pytest_gbvalidate.report.terminal import faults_by_category, gated, level_lines, measured_rows, skipped_lines
 
@@ -101,12 +101,14 @@ def test_extras(test_id: str, report: RunReportRecord) -> list[Extra]:
 def _pictures(test_id: str, measurements: Sequence[MeasurementRecord]) -> list[Extra]:
     """The busbw plot of a collective sweep and the loss curve of a pretraining run; none without matplotlib."""
     name = test_id.rsplit("::", 1)[-1]
-    swept = [r for r in sweeps.sweep_records(list(measurements)) if isinstance(r["value"], (int, float))]
+    swept = [r for r in collective_tables.sweep_records(list(measurements)) if isinstance(r["value"], (int, float))]
     curves = [curve for m in measurements if (curve := loss_curve(m)) is not None]
     pictures = []
     try:
         if swept:
-            pictures.append(Extra("busbw", png=sweeps.busbw_png(swept, f"{name}: bus bandwidth per message size")))
+            pictures.append(
+                Extra("busbw", png=collective_tables.busbw_png(swept, f"{name}: bus bandwidth per message size"))
+            )
         pictures += [Extra("loss curve", png=loss_png(curve, f"{name}: loss per step")) for curve in curves[:1]]
     except ImportError:  # matplotlib is optional (the `plots` extra): the tables say it all
         return []
@@ -152,7 +154,7 @@ def _telemetry(record: TelemetryRecord) -> str:
     )
     rows: list[tuple[str, ...]] = [("series", "mean", "p5", "p95")]
     rows += [
-        (series, *(sweeps.number(figures.get(k)) for k in ("mean", "p5", "p95")))
+        (series, *(collective_tables.number(figures.get(k)) for k in ("mean", "p5", "p95")))
         for series, figures in record["summary"].items()
     ]
     errors = "".join(f"<p>error: {_text(e)}</p>" for e in record["errors"])

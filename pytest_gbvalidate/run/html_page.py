@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from pytest_gbvalidate.session import GbSession
+    from pytest_gbvalidate.run.session import GbSession
 
 
 def register(config: pytest.Config, gb: GbSession) -> None:
@@ -33,7 +33,7 @@ class HtmlPage:
             return
         from pytest_html import extras
 
-        from pytest_gbvalidate.report.html import test_extras
+        from pytest_gbvalidate.report.html_fragments import test_extras
 
         added = []
         for extra in test_extras(report.nodeid, self.gb.report.data):
@@ -50,6 +50,6 @@ class HtmlPage:
     ) -> None:
         if not self.gb.engaged:
             return
-        from pytest_gbvalidate.report.html import verdict_html
+        from pytest_gbvalidate.report.html_fragments import verdict_html
 
         prefix.append(verdict_html(self.gb.report.data))

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_gbvalidate import junitxml
+from pytest_gbvalidate.run import junit_hooks
 from pytest_gbvalidate.settings import Settings
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ def check_outputs(config: pytest.Config, s: Settings, keeps_history: bool) -> Pa
         )
     from pytest_gbvalidate.files import clashes
 
-    written = {s.report.source: s.report.value, "--junitxml on the command line": junitxml.junit_path(config)}
+    written = {s.report.source: s.report.value, "--junitxml on the command line": junit_hooks.junit_path(config)}
     written[s.prometheus.source] = s.prometheus.value
     written["--html on the command line"] = html_page_path(config)
     outputs = {k: v for k, v in written.items() if v is not None}
