@@ -1,0 +1,134 @@
+"""How noisy a measurement is, from the samples or passes that made it, and whether a difference between two figures
+holds against that noise. Pure functions on numbers: no torch, no pytest.
+
+A figure's noise is the robust spread of the samples it summarises: the scaled median absolute deviation (1.4826 x
+MAD, which estimates the standard deviation of normal data and ignores a few wild samples) in percent of their
+median. That is the spread of one sample, not the standard error of the median: run-to-run drift on a shared
+machine (a neighbour's job, the page cache, clocks) is far larger than what a median of 20 samples would suggest,
+and a gate must not fail a node for it. A difference between two figures is real only beyond NOISE_K times their
+combined noise.
+
+A capacity figure (bandwidth, TFLOPS, tokens/s) measured in several passes is the best pass (STREAM's rule, the
+storage check's): interference only slows a pass down, so a degraded node is slow in every pass and a busy one is
+not. Its noise is then the larger of the samples' spread and the passes' spread.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# 1 / 0.6745 (the 0.75 quantile of the standard normal): MAD x 1.4826 estimates the standard deviation.
+MAD_TO_SIGMA = 1.4826
+# How many combined robust spreads a difference must exceed to count: a healthy figure strays that far in well
+# under 1% of runs when its samples are near normal; the heavier tails of a shared machine still rarely get there.
+NOISE_K = 3.0
+# A figure whose noise alone allows this much change cannot be judged by a comparison: it says so instead.
+TOO_NOISY_PCT = 50.0
+
+MEDIAN, BEST_PASS = "median", "best_pass"
+
+
+@dataclass(frozen=True)
+class Noise:
+    """How a figure was summarised (`median` of its samples, or the best of its passes), from how many samples or
+    passes, and their robust spread in percent of the figure. `passes`: each pass's figure, where there were
+    several."""
+
+    summary: str
+    count: int
+    spread_pct: float
+    passes: tuple[float, ...] = ()
+
+    def as_record(self) -> dict[str, Any]:
+        record: dict[str, Any] = {"summary": self.summary, "count": self.count, "spread_pct": round(self.spread_pct, 3)}
+        if self.passes:
+            record["passes"] = [float(f"{p:.6g}") for p in self.passes]
+        return record
+
+    def describe(self) -> str:
+        how = f"best of {len(self.passes)} passes" if self.summary == BEST_PASS else f"median of {self.count}"
+        return f"{how}, spread {self.spread_pct:.1f}%"
+
+
+def spread_pct(values: Sequence[float]) -> float | None:
+    """The scaled MAD of `values` in percent of their median; None for fewer than 2 values, a median of 0 or a
+    value that is not a finite number."""
+    if len(values) < 2 or not all(math.isfinite(v) for v in values):
+        return None
+    center = statistics.median(values)
+    if center == 0:
+        return None
+    mad = statistics.median(abs(v - center) for v in values)
+    return MAD_TO_SIGMA * mad / abs(center) * 100.0
+
+
+def of_samples(samples: Sequence[float]) -> Noise | None:
+    """The noise of a figure that is the median of `samples` (None where they cannot say: see spread_pct)."""
+    spread = spread_pct(samples)
+    return None if spread is None else Noise(MEDIAN, len(samples), spread)
+
+
+def of_passes(passes: Sequence[float], within: Sequence[Noise | None] = ()) -> Noise | None:
+    """The noise of a figure that is the best of `passes`: the passes' spread, or the largest spread of the samples
+    `within` a pass where that is larger (two passes that happen to agree say little). The spread of two passes is
+    their half-difference scaled as a MAD would be."""
+    spreads = [n.spread_pct for n in within if n is not None]
+    between = spread_pct(passes)
+    if between is not None:
+        spreads.append(between)
+    if not spreads:
+        return None
+    return Noise(BEST_PASS, len(passes), max(spreads), tuple(passes))
+
+
+def from_details(details: Mapping[str, Any]) -> Noise | None:
+    """The noise of a measurement whose details carry its samples as `samples_<unit>` (a list of numbers, the
+    figure their median) and, where it is the best of several passes, each pass's figure as `passes`; None where
+    they carry neither."""
+    within = None
+    for key, value in details.items():
+        if key.startswith("samples_") and isinstance(value, list) and all(_is_number(v) for v in value):
+            within = of_samples([float(v) for v in value])
+            break
+    passes = details.get("passes")
+    if isinstance(passes, list) and len(passes) >= 2 and all(_is_number(p) for p in passes):
+        return of_passes([float(p) for p in passes], [within])
+    return within
+
+
+def from_record(record: object) -> Noise | None:
+    """A report's `noise` field read back (reports are untrusted input: None where it is missing or malformed)."""
+    if not isinstance(record, dict):
+        return None
+    summary, count, spread = record.get("summary"), record.get("count"), record.get("spread_pct")
+    passes = record.get("passes", [])
+    if not isinstance(summary, str) or not isinstance(count, int) or not isinstance(spread, (int, float)):
+        return None
+    if not _is_number(spread) or spread < 0:
+        return None
+    if not isinstance(passes, list) or not all(_is_number(p) for p in passes):
+        return None
+    return Noise(summary, count, float(spread), tuple(float(p) for p in passes))
+
+
+def margin_pct(*noises: Noise | None) -> float:
+    """How far apart (in percent) figures with these noises may be by chance: NOISE_K times their combined spread
+    (figures without a known noise add none)."""
+    return NOISE_K * math.sqrt(sum(n.spread_pct**2 for n in noises if n is not None))
+
+
+def worse_pct(value: float, reference: float, direction: str) -> float:
+    """How much worse `value` is than `reference`, in percent of |reference| (positive when worse, by the
+    metric's direction); inf where the reference is 0 and the value worse."""
+    worse = reference - value if direction == "higher" else value - reference
+    if reference == 0:
+        return math.copysign(math.inf, worse) if worse else 0.0
+    return worse / abs(reference) * 100.0
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
