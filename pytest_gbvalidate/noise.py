@@ -10,7 +10,7 @@ combined noise.
 
 A capacity figure (bandwidth, TFLOPS, tokens/s) measured in several passes is the best pass (STREAM's rule, the
 storage check's): interference only slows a pass down, so a degraded node is slow in every pass and a busy one is
-not. Its noise is then the larger of the samples' spread and the passes' spread.
+not. Its noise is then the larger of the samples' spread and the passes' half-range.
 """
 
 from __future__ import annotations
@@ -73,13 +73,15 @@ def of_samples(samples: Sequence[float]) -> Noise | None:
 
 
 def of_passes(passes: Sequence[float], within: Sequence[Noise | None] = ()) -> Noise | None:
-    """The noise of a figure that is the best of `passes`: the passes' spread, or the largest spread of the samples
-    `within` a pass where that is larger (two passes that happen to agree say little). The spread of two passes is
-    their half-difference scaled as a MAD would be."""
+    """The noise of a figure that is the best of `passes`: half the range of the passes in percent of their median
+    (not their MAD: the best of three passes moves as far as the passes disagree, and a pass that a neighbour
+    slowed says how far that is), or the largest spread of the samples `within` a pass where that is larger (two
+    passes that happen to agree say little)."""
     spreads = [n.spread_pct for n in within if n is not None]
-    between = spread_pct(passes)
-    if between is not None:
-        spreads.append(between)
+    finite = [p for p in passes if math.isfinite(p)]
+    center = statistics.median(finite) if finite else 0.0
+    if len(finite) >= 2 and center != 0:
+        spreads.append((max(finite) - min(finite)) / 2 / abs(center) * 100.0)
     if not spreads:
         return None
     return Noise(BEST_PASS, len(passes), max(spreads), tuple(passes))

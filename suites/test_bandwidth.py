@@ -6,11 +6,14 @@ GPU does the work while the others wait, so a hang or crash is bounded by --gb-t
 and under torchrun / srun every node measures its own GPUs and every rank reaches the same verdict.
 
 Sizes follow nvbandwidth's defaults (512 MiB buffers) unless the baseline's `params` say otherwise; timing is
-device events on GPUs (the host clock on the CPU), warm-up excluded, the median of >= 10 iterations.
+device events on GPUs (the host clock on the CPU), warm-up excluded, the median of >= 10 iterations. A figure about
+to fail, warn or regress is measured again before its verdict, and the better pass counts (`gb_expect.each`'s
+`again`): a busy node is fast in one of them, a degraded one in neither.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -58,25 +61,30 @@ def _details(result: NodeResult, **extra: Any) -> dict[str, Any]:
     return {"host": result.host, "rank": result.rank, **extra}
 
 
-def _expect_copies(gb_expect: Expect, metric: str, label: str, results: list[NodeResult]) -> None:
+def _copy_measurements(metric: str, label: str, results: list[NodeResult]) -> list[tuple[str, str, float, Any]]:
+    return [
+        (
+            metric,
+            _scope(label, r, results),
+            r.value.bandwidth_gbps,
+            _details(
+                r,
+                size_bytes=r.value.size_bytes,
+                iterations=r.value.iterations,
+                samples_gbps=r.value.samples_gbps,
+                src=r.value.src_device,
+                dst=r.value.dst_device,
+                host_binding=r.value.host_binding,
+            ),
+        )
+        for r in results
+    ]
+
+
+def _expect_copies(gb_expect: Expect, metric: str, label: str, measure: Callable[[], list[NodeResult]]) -> None:
     gb_expect.each(
-        [
-            (
-                metric,
-                _scope(label, r, results),
-                r.value.bandwidth_gbps,
-                _details(
-                    r,
-                    size_bytes=r.value.size_bytes,
-                    iterations=r.value.iterations,
-                    samples_gbps=r.value.samples_gbps,
-                    src=r.value.src_device,
-                    dst=r.value.dst_device,
-                    host_binding=r.value.host_binding,
-                ),
-            )
-            for r in results
-        ],
+        _copy_measurements(metric, label, measure()),
+        again=lambda: _copy_measurements(metric, label, measure()),
     )
 
 
@@ -105,16 +113,21 @@ def _gemm_measurements(metric: str, label: str, results: list[NodeResult]) -> li
 def test_host_copy_bandwidth(gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
     metric = "host_copy_bandwidth_gbps"
     size, warmup, iterations = _copy_params(gb_target, metric, HOST_COPY_SIZE_BYTES)
-    results = run_on_local_rank(gb_gang, 0, copy_on_rank, "host", size, warmup, iterations)
-    _expect_copies(gb_expect, metric, "node", results)
+    _expect_copies(
+        gb_expect, metric, "node", lambda: run_on_local_rank(gb_gang, 0, copy_on_rank, "host", size, warmup, iterations)
+    )
 
 
 @pytest.mark.gb_level("quick")
 def test_host_gemm_bf16_tflops(gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
     metric = "host_gemm_bf16_tflops"
     m, n, k, warmup, iterations = _gemm_params(gb_target, metric, HOST_GEMM_SIZE)
-    results = run_on_local_rank(gb_gang, 0, host_gemm_on_rank, "bf16", m, n, k, warmup, iterations)
-    gb_expect.each(_gemm_measurements(metric, "node", results))
+
+    def measure() -> list[tuple[str, str, float, Any]]:
+        results = run_on_local_rank(gb_gang, 0, host_gemm_on_rank, "bf16", m, n, k, warmup, iterations)
+        return _gemm_measurements(metric, "node", results)
+
+    gb_expect.each(measure(), again=measure)
 
 
 # --- per GPU ---------------------------------------------------------------------------------------------------
@@ -122,8 +135,12 @@ def test_host_gemm_bf16_tflops(gb_target: Target, gb_gang: Gang, gb_expect: Expe
 
 def _device_copy(kind: str, metric: str, index: int, target: Target, gang: Gang, gb_expect: Expect) -> None:
     size, warmup, iterations = _copy_params(target, metric, DEVICE_COPY_SIZE_BYTES)
-    results = run_on_local_rank(gang, index, copy_on_rank, kind, size, warmup, iterations)
-    _expect_copies(gb_expect, metric, gpu_label(index), results)
+    _expect_copies(
+        gb_expect,
+        metric,
+        gpu_label(index),
+        lambda: run_on_local_rank(gang, index, copy_on_rank, kind, size, warmup, iterations),
+    )
 
 
 def _gemm(dtype: str, metric: str, index: int, target: Target, gang: Gang) -> list[NodeResult]:
@@ -159,8 +176,12 @@ def test_p2p_bandwidth(gb_gpu_pair: tuple[int, int], gb_target: Target, gb_gang:
     metric = "p2p_bandwidth_gbps"
     src, dst = gb_gpu_pair
     size, warmup, iterations = _copy_params(gb_target, metric, DEVICE_COPY_SIZE_BYTES)
-    results = run_on_local_rank(gb_gang, src, p2p_on_rank, dst, size, warmup, iterations)
-    _expect_copies(gb_expect, metric, gpu_pair_label(src, dst), results)
+    _expect_copies(
+        gb_expect,
+        metric,
+        gpu_pair_label(src, dst),
+        lambda: run_on_local_rank(gb_gang, src, p2p_on_rank, dst, size, warmup, iterations),
+    )
 
 
 @pytest.mark.gb_level("quick")
@@ -169,7 +190,13 @@ def test_gemm_bf16_tflops(
 ) -> None:
     results = _gemm("bf16", "gemm_bf16_tflops", gpu.index, gb_target, gb_gang)
     bf16_gemms.update({_scope(gpu.label, r, results): r.value for r in results})
-    gb_expect.each(_gemm_measurements("gemm_bf16_tflops", gpu.label, results))
+
+    def again() -> list[tuple[str, str, float, Any]]:
+        return _gemm_measurements(
+            "gemm_bf16_tflops", gpu.label, _gemm("bf16", "gemm_bf16_tflops", gpu.index, gb_target, gb_gang)
+        )
+
+    gb_expect.each(_gemm_measurements("gemm_bf16_tflops", gpu.label, results), again=again)
 
 
 def test_gemm_fp8_tflops(

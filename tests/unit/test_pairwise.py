@@ -94,11 +94,48 @@ def test_suspects_are_measured_again_beside_a_node_that_passed() -> None:
     assert recheck_pairs(rows({(0, 1): 40.0, (2, 3): 40.0, (1, 2): 40.0, (3, 0): 40.0}), ONE_RANK_PER_NODE, 10) == []
 
 
+def test_each_suspect_is_measured_again_beside_distinct_partners_where_enough_passed() -> None:
+    # Six nodes, node1 and node4 slow, node0 and node3 wrong: two passed (node2, node5). Taken in one turn shared by
+    # the suspects, node1 got node2 twice and node4 node5 twice.
+    wrong = {(0, 1): {0: 1}, (5, 0): {0: 1}, (2, 3): {3: 1}, (3, 4): {3: 1}}
+    six = rows({(0, 1): 4.0, (2, 3): 40.0, (4, 5): 4.0, (1, 2): 4.1, (3, 4): 4.2, (5, 0): 40.0}, wrong)
+    rounds = recheck_pairs(six, [0, 1, 2, 3, 4, 5], 10)
+    assert _partners(rounds) == {1: [2, 5], 4: [5, 2]}
+    for pairs in rounds:  # and a round still holds disjoint pairs
+        members = [n for pair in pairs for n in pair]
+        assert len(members) == len(set(members))
+    # four passed: each suspect's partners differ, and the suspects start at different ones
+    quiet = rows({(0, 1): 4.0, (2, 3): 40.0, (4, 5): 4.0, (1, 2): 4.1, (3, 4): 4.2, (5, 0): 40.0})
+    assert _partners(recheck_pairs(quiet, [0, 1, 2, 3, 4, 5], 10)) == {1: [0, 2], 4: [2, 3]}
+
+
+def _partners(rounds: list[list[tuple[int, int]]]) -> dict[int, list[int]]:
+    found: dict[int, list[int]] = {}
+    for pairs in rounds:
+        for suspect, partner in pairs:
+            found.setdefault(suspect, []).append(partner)
+    return found
+
+
+def test_a_pair_slow_within_its_own_samples_noise_is_not_slow() -> None:
+    # node2's pairs 15% below the rest: slow when its samples agree, not when they spread 20% (a noisy moment)
+    quiet = rows({(0, 1): 40.0, (2, 3): 34.0, (1, 2): 34.0, (3, 0): 40.0})
+    assert list(blame(quiet, ONE_RANK_PER_NODE, slow_pct=10).nodes) == [2]
+    noisy = [PairRow(r.nodes, r.busbw_gbps, {}, 20.0 if 2 in r.nodes else 1.0) for r in quiet]
+    assert blame(noisy, ONE_RANK_PER_NODE, slow_pct=10).nodes == {}
+    # a slow node is slow in every sample: far beyond that noise
+    slow = [PairRow(r.nodes, 4.0 if 2 in r.nodes else r.busbw_gbps, {}, 3.0) for r in quiet]
+    assert list(blame(slow, ONE_RANK_PER_NODE, slow_pct=10).nodes) == [2]
+
+
 def test_a_suspect_fast_beside_a_node_that_passed_is_cleared() -> None:
     again = rows({(0, 2): 0.81, (1, 2): 0.051}) + rows({(0, 2): 0.77, (1, 2): 0.049})
     found = blame(SEEN, ONE_RANK_PER_NODE, 10, again)
     assert sorted(found.nodes) == [1, 3]
-    assert found.nodes[1].endswith("and again beside a node that passed (node2: 0.051 GB/s, node2: 0.049 GB/s)")
+    assert found.nodes[1].endswith(
+        "and again beside a node that passed (node2: 0.051 GB/s, node2: 0.049 GB/s; 1 node(s) passed to pair it "
+        "with, so a partner was measured more than once)"
+    )
     # slow once of twice beside a node that passed: one noisy moment more, not the node
     assert 0 not in blame(SEEN, ONE_RANK_PER_NODE, 10, rows({(0, 2): 0.5, (1, 2): 0.05}) + rows({(0, 2): 0.8})).nodes
     # no node passed to pair a suspect with: named on the first pass alone, saying so
