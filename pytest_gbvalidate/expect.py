@@ -199,6 +199,46 @@ class Expect:
         if skip is not None and not compared:
             raise skip
 
+    def siblings(
+        self,
+        metric: str,
+        figures: Mapping[str, tuple[float, Mapping[str, Any]]],
+        of: str = "GPU",
+        again: Callable[[], Mapping[str, tuple[float, Mapping[str, Any]]]] | None = None,
+    ) -> None:
+        """Each device's figure of `metric` (label -> (value, details), the devices of one node) against its
+        siblings': fails naming every device worse than their median by the fleet's outlier rule (fleet/stats.py:
+        far in robust terms, beyond the practical margin, and beyond the figures' noise, from the details'
+        samples), whatever the baseline says -- on day one most figures have no baseline value, and a GPU 25%
+        behind its seven siblings is a GPU to look at. Fewer than three devices: no verdict (one of two may be
+        the slow one). `again` measures every device once more before a device is named: each figure is then the
+        better of its two passes (best_of_passes), both kept in its `passes`."""
+        from pytest_gbvalidate.fleet import stats
+
+        if len(figures) < stats.MIN_NODES:
+            pytest.skip(f"{metric}: {len(figures)} {of}(s) measured; telling one apart needs {stats.MIN_NODES}")
+        values = {label: float(value) for label, (value, _) in figures.items()}
+        noises = {label: nz.from_details(dict(details)) for label, (_, details) in figures.items()}
+        direction = self._direction(metric, next(iter(figures)))
+        found = stats.outliers(values, direction, noises=noises)
+        if found and again is not None:
+            first = [(metric, label, value, details) for label, (value, details) in figures.items()]
+            second = [(metric, label, value, details) for label, (value, details) in again().items()]
+            merged = best_of_passes(first, second, {metric: direction})
+            values = {label: float(value) for _, label, value, _ in merged}
+            noises = {label: nz.from_details(dict(details)) for _, label, _, details in merged}
+            found = stats.outliers(values, direction, noises=noises)
+        center = stats.spread(list(values.values())).median
+        unit = (CATALOG.get(metric) or MetricSpec(metric, "", direction, "", "")).unit
+        shown = ", ".join(f"{label} {value:.4g}" for label, value in values.items())
+        if found:
+            lines = [
+                f"{metric} [{o.host}]: {o.value:.4g} {unit}, {o.worse_pct or 0:.1f}% worse than the median of the "
+                f"node's {len(values)} {of}s, {center:.4g} {unit} ({'; '.join(o.rules)})"
+                for o in found
+            ]
+            pytest.fail("\n".join([*lines, f"every {of}: {shown} {unit}"]), pytrace=False)
+
     def _direction(self, metric: str, scope: str) -> str:
         spec = CATALOG.get(metric) or _spec_from(self.gb.target.reference(metric, scope))
         return "higher" if spec is None else spec.direction

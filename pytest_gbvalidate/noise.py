@@ -23,9 +23,11 @@ from typing import Any
 
 # 1 / 0.6745 (the 0.75 quantile of the standard normal): MAD x 1.4826 estimates the standard deviation.
 MAD_TO_SIGMA = 1.4826
-# How many combined robust spreads a difference must exceed to count: a healthy figure strays that far in well
-# under 1% of runs when its samples are near normal; the heavier tails of a shared machine still rarely get there.
-NOISE_K = 3.0
+# How many combined robust spreads a difference must exceed to count. The spreads are those of one sample; the
+# median of the >= 10 samples a figure summarises is several times tighter (about 0.28 of a sample's spread for
+# 20), so two medians 2 sample spreads apart are about 5 of their own standard deviations apart: only a node that
+# changed between them, or a neighbour that held on for the whole of one, gets there.
+NOISE_K = 2.0
 # A figure whose noise alone allows this much change cannot be judged by a comparison: it says so instead.
 TOO_NOISY_PCT = 50.0
 

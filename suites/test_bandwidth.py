@@ -199,6 +199,57 @@ def test_gemm_bf16_tflops(
     gb_expect.each(_gemm_measurements("gemm_bf16_tflops", gpu.label, results), again=again)
 
 
+# The per-GPU figures a GPU must keep up with its siblings in, with or without a baseline value (most of ND GB200
+# v6's are provisional: no public figure gates them on day one). DCGM 4.5 flags GPUs whose clocks or power stray
+# from the node's average; these are the figures that matter. metric -> (what measures it, its kind).
+SIBLING_CHECKS = {
+    "h2d_bandwidth_gbps": ("copy", "h2d"),
+    "d2h_bandwidth_gbps": ("copy", "d2h"),
+    "d2d_bandwidth_gbps": ("copy", "d2d"),
+    "gemm_bf16_tflops": ("gemm", "bf16"),
+}
+
+
+@pytest.mark.gb_gpu
+@pytest.mark.parametrize("metric", list(SIBLING_CHECKS))
+def test_gpus_keep_up_with_their_siblings(metric: str, gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
+    """Every GPU of the node measured one after the other; fails naming a GPU whose figure is far below its
+    siblings' median by the fleet's outlier rule (robust, beyond 10%, beyond the figures' own noise). Each node
+    of a torchrun / srun world is judged on its own GPUs."""
+    how, kind = SIBLING_CHECKS[metric]
+
+    def measure() -> dict[int, dict[str, tuple[float, Any]]]:
+        by_node: dict[int, dict[str, tuple[float, Any]]] = {}
+        for index in range(gb_target.gpu_count or 0):
+            if how == "copy":
+                size, warmup, iterations = _copy_params(gb_target, metric, DEVICE_COPY_SIZE_BYTES)
+                results = run_on_local_rank(gb_gang, index, copy_on_rank, kind, size, warmup, iterations)
+                measured = _copy_measurements(metric, gpu_label(index), results)
+            else:
+                results = _gemm(kind, metric, index, gb_target, gb_gang)
+                measured = _gemm_measurements(metric, gpu_label(index), results)
+            for r, (_, _, value, details) in zip(results, measured, strict=True):
+                by_node.setdefault(r.node_rank, {})[gpu_label(index)] = (value, details)
+        return by_node
+
+    first: dict[int, dict[str, tuple[float, Any]]] = measure()
+    second: dict[int, dict[str, tuple[float, Any]]] = {}
+
+    def again(node: int) -> dict[str, tuple[float, Any]]:
+        if not second:
+            second.update(measure())  # once for every node, when the first node needs it
+        return second[node]
+
+    failures = []
+    for node in sorted(first):
+        try:
+            gb_expect.siblings(metric, first[node], again=lambda node=node: again(node))  # type: ignore[misc]
+        except pytest.fail.Exception as exc:
+            failures.append(str(exc.msg) if len(first) == 1 else f"node{node}: {exc.msg}")
+    if failures:
+        pytest.fail("\n".join(failures), pytrace=False)
+
+
 def test_gemm_fp8_tflops(
     gpu: Gpu, gb_target: Target, gb_gang: Gang, gb_expect: Expect, bf16_gemms: dict[str, GemmResult]
 ) -> None:

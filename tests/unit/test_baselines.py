@@ -507,7 +507,7 @@ def test_a_recording_rounds_and_widens_the_bands_to_the_noise_it_saw(tmp_path: P
     # The noise a 2-core machine showed: 6% spread; a 5% warn band would warn on the next run.
     doc = bl.recorded_baseline("cpu", None, [_copy(10.8734, 6.0)], "measured on vm1")
     entry = doc["metrics"]["host_copy_bandwidth_gbps"]
-    assert entry["expected"] == 10.9 and (entry["warn"], entry["fail"]) == ("18%", "36%")
+    assert entry["expected"] == 10.9 and (entry["warn"], entry["fail"]) == ("12%", "24%")
     assert (
         entry["provenance"]
         == "measured on vm1; spread seen: up to 6.0% (median of 20, spread 6.0%) over 1 measurement(s)"
@@ -515,7 +515,7 @@ def test_a_recording_rounds_and_widens_the_bands_to_the_noise_it_saw(tmp_path: P
     (tmp_path / "cpu.yaml").write_text(bl.dump_baseline(doc))
     ref = bl.load_baseline(tmp_path / "cpu.yaml").metrics["host_copy_bandwidth_gbps"].default
     # a figure of the same node within its noise passes, without a warning
-    assert bl.compare(ref, 10.8734 * 0.85, "node").verdict == bl.PASS
+    assert bl.compare(ref, 10.8734 * 0.9, "node").verdict == bl.PASS
     # a quiet figure keeps the defaults; a very noisy one keeps a positive fail limit
     quiet = bl.recorded_baseline("cpu", None, [_copy(10.0, 0.5)], "m")["metrics"]["host_copy_bandwidth_gbps"]
     assert (quiet["warn"], quiet["fail"]) == ("5%", "10%")

@@ -1,0 +1,42 @@
+"""A device that runs at a fraction of its speed, for the plugin's tests and the false-alarm benchmark, never a
+real run: every timed call of the measurement code (bench/timing.py's time_op_s, as the copies and GEMMs call
+it) is followed by a sleep that stretches it to 1 / speed of its time, inside the timed interval, as a GPU held
+down by its clocks or a slow link would take longer."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from pytest_gbvalidate.bench import copy, gemm, timing
+
+NAME = "time_op_s"
+
+
+@contextlib.contextmanager
+def slowed(speed: float) -> Iterator[None]:
+    """While inside, the copies and GEMMs measured in this process run at `speed` (0.75: 25% slower)."""
+    if not 0 < speed <= 1:
+        raise ValueError(f"speed must be in (0, 1], got {speed}")
+    real = timing.time_op_s
+
+    def slow_time_op_s(device: Any, op: Callable[[], object], **kwargs: Any) -> list[float]:
+        def slow_op() -> object:
+            start = time.perf_counter()
+            result = op()
+            time.sleep((time.perf_counter() - start) * (1 / speed - 1))
+            return result
+
+        return real(device, slow_op, **kwargs)
+
+    modules = (copy, gemm)  # each imported time_op_s by name: replaced where it is called
+    saved = [getattr(m, NAME) for m in modules]
+    for m in modules:
+        setattr(m, NAME, slow_time_op_s)
+    try:
+        yield
+    finally:
+        for m, fn in zip(modules, saved, strict=True):
+            setattr(m, NAME, fn)
