@@ -180,8 +180,8 @@ class Expect:
         fail, warn or regress (and always with --gb-record, which must see the node's spread): each figure is then
         the better of the two passes (interference only slows a pass; a degraded node is slow in both), both
         passes kept in its details' `passes`."""
-        if again is not None and (self.gb.settings.record.value is not None or self._any_flagged(measurements)):
-            directions = {m: self._direction(m, scope) for m, scope, _, _ in measurements}
+        if again is not None and self.wants_again(measurements):
+            directions = {m: self.direction(m, scope) for m, scope, _, _ in measurements}
             measurements = best_of_passes(measurements, again(), directions)
         failures = list(problems)
         skip: BaseException | None = None
@@ -219,7 +219,7 @@ class Expect:
             pytest.skip(f"{metric}: {len(figures)} {of}(s) measured; telling one apart needs {stats.MIN_NODES}")
         values = {label: float(value) for label, (value, _) in figures.items()}
         noises = {label: nz.from_details(dict(details)) for label, (_, details) in figures.items()}
-        direction = self._direction(metric, next(iter(figures)))
+        direction = self.direction(metric, next(iter(figures)))
         found = stats.outliers(values, direction, noises=noises)
         if found and again is not None:
             first = [(metric, label, value, details) for label, (value, details) in figures.items()]
@@ -239,7 +239,13 @@ class Expect:
             ]
             pytest.fail("\n".join([*lines, f"every {of}: {shown} {unit}"]), pytrace=False)
 
-    def _direction(self, metric: str, scope: str) -> str:
+    def wants_again(self, measurements: Sequence[tuple[str, str, float, Mapping[str, Any]]]) -> bool:
+        """Whether to measure again before the verdicts: with --gb-record (the recording must see the node's
+        spread), or where any measurement would fail, warn or regress."""
+        return self.gb.settings.record.value is not None or self._any_flagged(measurements)
+
+    def direction(self, metric: str, scope: str) -> str:
+        """Which way the metric is better: the catalog's, else the baseline's (higher where neither says)."""
         spec = CATALOG.get(metric) or _spec_from(self.gb.target.reference(metric, scope))
         return "higher" if spec is None else spec.direction
 

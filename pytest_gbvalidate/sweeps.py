@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_gbvalidate.expect import Expect
+from pytest_gbvalidate.expect import Expect, best_of_passes
 from pytest_gbvalidate.labels import parse_size_label, size_label
 from pytest_gbvalidate.target import Target
 
@@ -77,23 +77,29 @@ def expect_sweep(
     """Report every size of a sweep -- (label, value, details) -- gate the sizes the plan gates, one by one, and
     fail with every problem (wrong data, a gate missed, a gated size not run) in one message. Sizes not gated
     are recorded only. A size whose details carry `not_run` (the reason) was not measured. `again` measures the
-    gated sizes once more (gb_expect.each's `again`: the better pass counts); a problem it finds (wrong data)
-    is appended to `problems`, which is read after it ran."""
+    sweep once more: called before any verdict where a size would fail, warn or regress (gated or not: a size no
+    baseline gates is still compared with --gb-compare's report), each size then the better of its two passes
+    (gb_expect.each's rule); a problem it finds (wrong data) is appended to `problems`."""
     failures = problems if problems is not None else []
-    measured = []
-    for label, value, details in rows:
-        gated = label in plan.gates
+    measured = [(metric, label, value, details) for label, value, details in rows if "not_run" not in details]
+    if again is not None and gb_expect.wants_again(measured):
+        second = [(metric, label, value, details) for label, value, details in again() if "not_run" not in details]
+        measured = best_of_passes(measured, second, {metric: gb_expect.direction(metric, plan_scope(plan))})
+    figures = {label: (value, details) for _, label, value, details in measured}
+    gated = []
+    for label, _, details in rows:
+        in_gates = label in plan.gates
         if "not_run" in details:
-            gb_expect.not_measured(metric, label, str(details["not_run"]), gated=gated, details=details)
-            if gated:
+            gb_expect.not_measured(metric, label, str(details["not_run"]), gated=in_gates, details=details)
+            if in_gates:
                 failures.append(f"{metric} at {label}: not run ({details['not_run']})")
-        elif gated:
-            measured.append((metric, label, value, details))
+        elif in_gates:
+            gated.append((metric, label, *figures[label]))
         else:
-            gb_expect.record(metric, value, label, details=details)
+            gb_expect.record(metric, figures[label][0], label, details=figures[label][1])
+    gb_expect.each(gated, failures)
 
-    def gated_again() -> list[tuple[str, str, float, Mapping[str, Any]]]:
-        assert again is not None
-        return [(metric, label, v, d) for label, v, d in again() if label in plan.gates and "not_run" not in d]
 
-    gb_expect.each(measured, failures, again=None if again is None else gated_again)
+def plan_scope(plan: SweepPlan) -> str:
+    """A scope label of the plan, for what the baseline says of the metric as a whole (its direction)."""
+    return min(plan.gates) if plan.gates else size_label(plan.max_bytes)
