@@ -71,7 +71,7 @@ class Expect:
             _fail_with(f"{reason} (--gb-strict)" if strict else None, regressed)
             # Reported at the test's own location, as a skip marker would be, not at this line.
             raise pytest.skip.Exception(reason, _use_item_location=True)
-        verdict = bl.compare(ref, value, scope, _margin(record))
+        verdict = bl.compare(ref, value, scope, _margin(record, ref))
         self._store(record | verdict.as_dict() | {"value": json_safe(value)})
         _fail_with(verdict.message if verdict.verdict == bl.FAIL else None, regressed)
         if verdict.verdict == bl.WARN:
@@ -264,7 +264,7 @@ class Expect:
             if (
                 ref is not None
                 and ref.has_reference
-                and bl.compare(ref, float(value), scope, _margin(record)).verdict != bl.PASS
+                and bl.compare(ref, float(value), scope, _margin(record, ref)).verdict != bl.PASS
             ):
                 return True
             comparison = self.gb.comparison
@@ -291,9 +291,11 @@ def _fail_with(*messages: str | None) -> None:
         pytest.fail(text, pytrace=False)
 
 
-def _margin(record: Mapping[str, Any]) -> float:
-    """The change a measurement's own noise allows (0 where it has no known noise)."""
-    return nz.margin_pct(nz.from_record(record.get("noise")))
+def _margin(record: Mapping[str, Any], ref: bl.Reference | None) -> float:
+    """The change a measurement's own noise and the spread its baseline recorded allow together (0 where neither
+    is known)."""
+    recorded = None if ref is None or ref.spread_pct is None else nz.Noise(nz.MEDIAN, 0, ref.spread_pct)
+    return nz.margin_pct(nz.from_record(record.get("noise")), recorded)
 
 
 def best_of_passes(

@@ -63,6 +63,8 @@ def recorded_baseline(
             entry.update(unit=unit, direction=direction, scope=kind)
         seen = _noisiest(records)
         entry.update(status="measured", provenance=provenance + _seen_note(seen, len(records)))
+        if seen is not None:
+            entry["spread_pct"] = round(seen.spread_pct, 1)
         if kind in PER_LABEL_SCOPE_KINDS:
             labels: dict[str, list[float]] = {}
             for r in records:

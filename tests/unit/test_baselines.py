@@ -507,13 +507,14 @@ def test_a_recording_rounds_and_widens_the_bands_to_the_noise_it_saw(tmp_path: P
     # The noise a 2-core machine showed: 6% spread; a 5% warn band would warn on the next run.
     doc = bl.recorded_baseline("cpu", None, [_copy(10.8734, 6.0)], "measured on vm1")
     entry = doc["metrics"]["host_copy_bandwidth_gbps"]
-    assert entry["expected"] == 10.9 and (entry["warn"], entry["fail"]) == ("12%", "24%")
+    assert entry["expected"] == 10.9 and (entry["warn"], entry["fail"]) == ("12%", "24%") and entry["spread_pct"] == 6.0
     assert (
         entry["provenance"]
         == "measured on vm1; spread seen: up to 6.0% (median of 20, spread 6.0%) over 1 measurement(s)"
     )
     (tmp_path / "cpu.yaml").write_text(bl.dump_baseline(doc))
     ref = bl.load_baseline(tmp_path / "cpu.yaml").metrics["host_copy_bandwidth_gbps"].default
+    assert ref.spread_pct == 6.0  # read back: verdicts allow for it as for the measurement's own noise
     # a figure of the same node within its noise passes, without a warning
     assert bl.compare(ref, 10.8734 * 0.9, "node").verdict == bl.PASS
     # a quiet figure keeps the defaults; a very noisy one keeps a positive fail limit
@@ -521,6 +522,14 @@ def test_a_recording_rounds_and_widens_the_bands_to_the_noise_it_saw(tmp_path: P
     assert (quiet["warn"], quiet["fail"]) == ("5%", "10%")
     wild = bl.recorded_baseline("cpu", None, [_copy(10.0, 40.0)], "m")["metrics"]["host_copy_bandwidth_gbps"]
     assert (wild["warn"], wild["fail"]) == ("45%", "90%")
+
+
+def test_a_recorded_spread_must_be_a_percentage(tmp_path: Path) -> None:
+    doc = bl.recorded_baseline("cpu", None, [_copy(10.0, 3.0)], "m")
+    doc["metrics"]["host_copy_bandwidth_gbps"]["spread_pct"] = "wide"
+    (tmp_path / "cpu.yaml").write_text(bl.dump_baseline(doc))
+    with pytest.raises(bl.BaselineError, match=r"metrics.host_copy_bandwidth_gbps.spread_pct: must be a number"):
+        bl.load_baseline(tmp_path / "cpu.yaml")
 
 
 def test_a_recording_keeps_a_floor_only_metric_floor_only_and_old_limits_narrower_than_the_noise_widen(
