@@ -143,14 +143,17 @@ def test_a_suspect_fast_beside_a_node_that_passed_is_cleared() -> None:
     assert alone.nodes[1].endswith("not measured again: no node that passed to pair it with")
 
 
-def noisy_fleet(rng: random.Random, nodes: int, slow: int, dip_p: float) -> Callable[[tuple[int, int]], float]:
-    """A pair's busbw in a fleet with one node at a tenth of the speed: a few percent of jitter, and in a fraction
+def noisy_fleet(rng: random.Random, nodes: int, slow: int, dip_p: float) -> Callable[[tuple[int, int]], PairRow]:
+    """A pair's row in a fleet with one node at a tenth of the speed: a few percent of jitter, and in a fraction
     `dip_p` of measurements a dip to 20-70% (what a busy machine did to a healthy pair above: 0.5668 against the
-    other healthy pair's 1.4965)."""
+    other healthy pair's 1.4965). A dip shows in the pair's own samples as a spread of 0 to 40% (a neighbour that
+    held on for every sample shows none); a steady pair spreads 1-4%."""
 
-    def measure(pair: tuple[int, int]) -> float:
+    def measure(pair: tuple[int, int]) -> PairRow:
         gbps = 40.0 * (0.1 if slow in pair else 1.0) * rng.lognormvariate(0, 0.03)
-        return gbps * (rng.uniform(0.2, 0.7) if rng.random() < dip_p else 1.0)
+        if rng.random() < dip_p:
+            return PairRow(pair, gbps * rng.uniform(0.2, 0.7), {}, rng.uniform(0.0, 40.0))
+        return PairRow(pair, gbps, {}, rng.uniform(1.0, 4.0))
 
     return measure
 
@@ -163,17 +166,19 @@ def test_over_many_noisy_rounds_only_the_slow_node_is_named(nodes: int) -> None:
     for _ in range(rounds):
         slow = rng.randrange(nodes)
         measure = noisy_fleet(rng, nodes, slow, dip_p)
-        first = [PairRow(pair, measure(pair), {}) for pairs in node_pairs(nodes) for pair in pairs]
+        first = [measure(pair) for pairs in node_pairs(nodes) for pair in pairs]
         rank_nodes = list(range(nodes))
-        again = [PairRow(p, measure(p), {}) for ps in recheck_pairs(first, rank_nodes, 10) for p in ps]
+        again = [measure(p) for ps in recheck_pairs(first, rank_nodes, 10) for p in ps]
         named = set(blame(first, rank_nodes, 10, again).nodes)
-        named_healthy_first_pass += bool(set(blame(first, rank_nodes, 10).nodes) - {slow})
+        bare = [PairRow(r.nodes, r.busbw_gbps, {}) for r in first]  # the same figures, their noise unknown
+        named_healthy_first_pass += bool(set(blame(bare, rank_nodes, 10).nodes) - {slow})
         named_healthy += bool(named - {slow})
         missed += slow not in named
-    # The first pass alone names a healthy node in 12-22% of the rounds (a neighbour of the slow node whose other
-    # pair dipped); with the second pass that takes RECHECKS more dips in a row: at most 0.5% (seen: 0.05-0.2%).
+    # The first pass alone, blind to the noise, names a healthy node in 12-22% of the rounds (a neighbour of the
+    # slow node whose other pair dipped); with each pair's noise and the second pass, which takes RECHECKS more dips
+    # in a row beside distinct partners: at most 0.25% (seen: 0-0.1%). The slow node is never missed.
     assert named_healthy_first_pass > rounds * 0.1, named_healthy_first_pass
-    assert named_healthy <= rounds * 0.005, (named_healthy, named_healthy_first_pass)
+    assert named_healthy <= rounds * 0.0025, (named_healthy, named_healthy_first_pass)
     assert missed == 0
 
 
