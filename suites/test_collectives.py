@@ -142,6 +142,7 @@ def test_pairwise_all_reduce_busbw(gb_target: Target, gb_gang: Gang, gb_expect: 
             "size": size_label(size_bytes),
             "size_bytes": size_bytes,
             "wrong_by_rank": {str(rank): n for rank, n in row.wrong_by_rank.items()},
+            "spread_pct": round(row.spread_pct, 3),  # of its slowest rank's samples: a slow pair must exceed it
         }
         ref = gb_target.reference(metric, scope)
         if ref is not None and ref.has_reference:
