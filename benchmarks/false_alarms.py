@@ -15,7 +15,7 @@ slow_device.py, in every process of the run through a sitecustomize this script 
    when the run fails; named when the fleet of the healthy reports and it drains exactly it;
 5. a slowed node: four torchrun nodes on this machine run the pairwise all_reduce (one rank each), one of them
    slowed, `--pairwise-runs` times, and as many times with none slowed: named when exactly that node is;
-6. a slowed GPU of a four-device fake: four devices measured one after the other (host copies of 64 MiB, the
+6. a slowed GPU of a four-device fake: four devices measured one after the other (host copies of 256 MiB, the
    measurement code a GPU's copy runs), one slowed, judged by the siblings rule `gb_expect.siblings` applies
    (measured again before naming), `--sibling-trials` times, and as many with none slowed.
 

@@ -17,7 +17,7 @@ from pytest_gbvalidate.report.writer import json_safe, utc_now
 
 if TYPE_CHECKING:
     from pytest_gbvalidate import baselines as bl
-    from pytest_gbvalidate.report.records import MeasurementRecord
+    from pytest_gbvalidate.report.records import MeasurementCompareRecord, MeasurementRecord
     from pytest_gbvalidate.session import GbSession
     from pytest_gbvalidate.target import Target
 
@@ -151,6 +151,16 @@ class Expect:
     def _compare(self, record: dict[str, Any], ref: bl.Reference | None) -> str | None:
         """With --gb-compare: the measurement against the same one in the node's earlier report, kept in the
         record's `compare` section. The message when it regressed beyond what is allowed, else None."""
+        from pytest_gbvalidate import compare as cmp
+
+        section = self._compare_section(record, ref)
+        if section is None:
+            return None
+        record["compare"] = section
+        return str(section["message"]) if section["verdict"] == cmp.REGRESSED else None
+
+    def _compare_section(self, record: Mapping[str, Any], ref: bl.Reference | None) -> MeasurementCompareRecord | None:
+        """The record against --gb-compare's earlier report (None without one, or where it lacks the measurement)."""
         comparison = self.gb.comparison
         if comparison is None:
             return None
@@ -159,11 +169,7 @@ class Expect:
         earlier, same_node = comparison
         band = None if ref is None else cmp.warn_band_pct(ref.expected, ref.warn_limit)
         allowed = self.gb.settings.compare_fail.value or cmp.AllowedRegression()
-        section = cmp.compare_one(earlier, record, allowed, band, same_node, utc_now())
-        if section is None:
-            return None
-        record["compare"] = section
-        return str(section["message"]) if section["verdict"] == cmp.REGRESSED else None
+        return cmp.compare_one(earlier, record, allowed, band, same_node, utc_now())
 
     def each(
         self,
@@ -267,13 +273,9 @@ class Expect:
                 and bl.compare(ref, float(value), scope, _margin(record, ref)).verdict != bl.PASS
             ):
                 return True
-            comparison = self.gb.comparison
-            if comparison is not None:
-                band = None if ref is None else cmp.warn_band_pct(ref.expected, ref.warn_limit)
-                allowed = self.gb.settings.compare_fail.value or cmp.AllowedRegression()
-                section = cmp.compare_one(comparison[0], record, allowed, band, comparison[1], utc_now())
-                if section is not None and section["verdict"] == cmp.REGRESSED:
-                    return True
+            section = self._compare_section(record, ref)
+            if section is not None and section["verdict"] == cmp.REGRESSED:
+                return True
         return False
 
     def _store(self, fields: dict[str, Any]) -> None:

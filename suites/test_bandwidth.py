@@ -13,6 +13,7 @@ to fail, warn or regress is measured again before its verdict, and the better pa
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -243,7 +244,7 @@ def test_gpus_keep_up_with_their_siblings(metric: str, gb_target: Target, gb_gan
     failures = []
     for node in sorted(first):
         try:
-            gb_expect.siblings(metric, first[node], again=lambda node=node: again(node))  # type: ignore[misc]
+            gb_expect.siblings(metric, first[node], again=functools.partial(again, node))
         except pytest.fail.Exception as exc:
             failures.append(str(exc.msg) if len(first) == 1 else f"node{node}: {exc.msg}")
     if failures:
