@@ -305,16 +305,22 @@ def best_of_passes(
     second: Sequence[tuple[str, str, float, Mapping[str, Any]]],
     directions: Mapping[str, str],
 ) -> list[tuple[str, str, float, Mapping[str, Any]]]:
-    """Each (metric, scope) measured twice as the better pass (by the metric's direction in `directions`), its
-    details the better pass's with `passes` (both figures, in order) added; a figure the second pass lacks stays as
-    it was."""
-    again = {(metric, scope): (value, details) for metric, scope, value, details in second}
+    """Each measurement of `first` that `second` measured again (the same metric and scope, and in a sweep the same
+    placement and tool: records.measurement_key) as the better pass by the metric's direction in `directions`, its
+    details the better pass's with `passes` (both figures, in order) added; in `first`'s order, one for each. A
+    figure the second pass lacks stays as it was."""
+    from pytest_gbvalidate.report.records import measurement_key
+
+    def key(metric: str, scope: str, details: Mapping[str, Any]) -> tuple[str, str, str, str]:
+        return measurement_key({"metric": metric, "scope": scope, "details": details})
+
+    again = {key(metric, scope, details): (value, details) for metric, scope, value, details in second}
     merged = []
     for metric, scope, value, details in first:
-        if (metric, scope) not in again:
+        if key(metric, scope, details) not in again:
             merged.append((metric, scope, value, details))
             continue
-        value2, details2 = again[(metric, scope)]
+        value2, details2 = again[key(metric, scope, details)]
         higher = directions.get(metric, "higher") == "higher"
         second_better = value2 > value if higher else value2 < value
         best, best_details = (value2, details2) if second_better else (value, details)

@@ -10,7 +10,7 @@ combined noise.
 
 A capacity figure (bandwidth, TFLOPS, tokens/s) measured in several passes is the best pass (STREAM's rule, the
 storage check's): interference only slows a pass down, so a degraded node is slow in every pass and a busy one is
-not. Its noise is then the larger of the samples' spread and the passes' half-range.
+not. Its noise is then its samples' spread, and the passes' robust spread where there are three or more.
 """
 
 from __future__ import annotations
@@ -75,15 +75,19 @@ def of_samples(samples: Sequence[float]) -> Noise | None:
 
 
 def of_passes(passes: Sequence[float], within: Sequence[Noise | None] = ()) -> Noise | None:
-    """The noise of a figure that is the best of `passes`: half the range of the passes in percent of their median
-    (not their MAD: the best of three passes moves as far as the passes disagree, and a pass that a neighbour
-    slowed says how far that is), or the largest spread of the samples `within` a pass where that is larger (two
-    passes that happen to agree say little)."""
+    """The noise of a figure that is the best of `passes`: the largest spread of the samples `within` the passes,
+    and, from three passes on, the passes' own robust spread. Not the spread of two passes: interference only slows
+    a pass, so the slower of two says how disturbed it was, not how far the best one is from the node's figure; a
+    robust spread of three or more ignores one such pass. Two passes with nothing known within them: their
+    half-difference in percent of their median, as nothing better is known."""
     spreads = [n.spread_pct for n in within if n is not None]
     finite = [p for p in passes if math.isfinite(p)]
-    center = statistics.median(finite) if finite else 0.0
-    if len(finite) >= 2 and center != 0:
-        spreads.append((max(finite) - min(finite)) / 2 / abs(center) * 100.0)
+    if len(finite) >= 3:
+        between = spread_pct(finite)
+        if between is not None:
+            spreads.append(between)
+    elif len(finite) == 2 and not spreads and statistics.median(finite) != 0:
+        spreads.append(abs(finite[0] - finite[1]) / 2 / abs(statistics.median(finite)) * 100.0)
     if not spreads:
         return None
     return Noise(BEST_PASS, len(passes), max(spreads), tuple(passes))

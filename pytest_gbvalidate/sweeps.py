@@ -85,7 +85,7 @@ def expect_sweep(
     if again is not None and gb_expect.wants_again(measured):
         second = [(metric, label, value, details) for label, value, details in again() if "not_run" not in details]
         measured = best_of_passes(measured, second, {metric: gb_expect.direction(metric, plan_scope(plan))})
-    figures = {label: (value, details) for _, label, value, details in measured}
+    taken = iter(measured)  # best_of_passes keeps the rows' order, one for each measured row
     gated = []
     for label, _, details in rows:
         in_gates = label in plan.gates
@@ -93,10 +93,12 @@ def expect_sweep(
             gb_expect.not_measured(metric, label, str(details["not_run"]), gated=in_gates, details=details)
             if in_gates:
                 failures.append(f"{metric} at {label}: not run ({details['not_run']})")
-        elif in_gates:
-            gated.append((metric, label, *figures[label]))
+            continue
+        measurement = next(taken)
+        if in_gates:
+            gated.append(measurement)
         else:
-            gb_expect.record(metric, figures[label][0], label, details=figures[label][1])
+            gb_expect.record(metric, measurement[2], label, details=measurement[3])
     gb_expect.each(gated, failures)
 
 

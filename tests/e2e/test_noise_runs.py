@@ -65,7 +65,8 @@ def test_a_figure_about_to_fail_is_measured_again_and_the_better_pass_counts(lab
     by_test = {m["test_id"].rsplit("::", 1)[-1]: m for m in report(lab.path / "r.json")["measurements"]}
     busy, degraded, quiet = by_test["test_busy"], by_test["test_degraded"], by_test["test_quiet"]
     assert (busy["value"], busy["verdict"], busy["details"]["passes"]) == (10.0, "pass", [8.0, 10.0])
-    assert busy["noise"] == {"summary": "best_pass", "count": 2, "spread_pct": 11.111, "passes": [8.0, 10.0]}
+    # the better pass's samples say how far it may be off; the slower pass says only that it was disturbed
+    assert busy["noise"] == {"summary": "best_pass", "count": 2, "spread_pct": 1.483, "passes": [8.0, 10.0]}
     assert (degraded["value"], degraded["verdict"], degraded["noise"]["passes"]) == (7.1, "fail", [7.0, 7.1])
     assert "measured 7.1 GB/s" in (junit_cases(lab.path / "r.xml")["test_degraded"]["message"] or "")
     assert quiet["noise"] == {"summary": "median", "count": 3, "spread_pct": 1.483}

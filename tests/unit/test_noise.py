@@ -27,12 +27,15 @@ def test_details_give_the_noise_of_a_median_or_of_the_best_pass() -> None:
     assert median is not None and median.summary == "median" and median.count == 4
     best = noise.from_details({"samples_gbps": [10.0, 10.0, 11.0, 9.0], "passes": [7.0, 10.0]})
     assert best is not None and best.summary == "best_pass" and best.passes == (7.0, 10.0)
-    # two passes 30% apart: their half-range in percent of their median, larger than the samples' spread
-    assert best.spread_pct == pytest.approx(1.5 / 8.5 * 100)
-    assert best.as_record() == {"summary": "best_pass", "count": 2, "spread_pct": 17.647, "passes": [7.0, 10.0]}
-    # three passes, one slowed by a neighbour: as far as they disagree, however the other two agree
+    # two passes 30% apart: the slower was disturbed; the best one's samples say how far it may be off
+    assert best.spread_pct == median.spread_pct
+    assert best.as_record() == {"summary": "best_pass", "count": 2, "spread_pct": 7.413, "passes": [7.0, 10.0]}
+    # nothing known within two passes: their half-difference
+    two = noise.of_passes([7.0, 10.0])
+    assert two is not None and two.spread_pct == pytest.approx(1.5 / 8.5 * 100)
+    # three passes, one slowed by a neighbour: their robust spread, which ignores it
     storage = noise.of_passes([1.79, 0.68, 1.83])
-    assert storage is not None and storage.spread_pct == pytest.approx((1.83 - 0.68) / 2 / 1.79 * 100)
+    assert storage is not None and storage.spread_pct == pytest.approx(1.4826 * 0.04 / 1.79 * 100)
 
 
 def test_a_report_s_noise_is_read_back_and_a_malformed_one_is_none() -> None:
