@@ -228,7 +228,7 @@ def compare_one(
     worse_pct = -delta_pct if record["direction"] == "higher" else delta_pct
     noises = (noise.from_record(old.get("noise")), noise.from_record(record.get("noise")))
     margin = noise.margin_pct(*noises) if any(noises) else None
-    if not math.isfinite(value) or (worse_pct > pct and (margin is None or worse_pct > margin)):
+    if not math.isfinite(value) or (worse_pct > pct and (margin is None or noise.beyond(value, old_value, margin))):
         verdict, why = REGRESSED, ""
     elif worse_pct > pct:
         verdict = WITHIN_NOISE

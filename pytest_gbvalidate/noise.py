@@ -129,13 +129,14 @@ def margin_pct(*noises: Noise | None) -> float:
     return NOISE_K * math.sqrt(sum(n.spread_pct**2 for n in noises if n is not None))
 
 
-def worse_pct(value: float, reference: float, direction: str) -> float:
-    """How much worse `value` is than `reference`, in percent of |reference| (positive when worse, by the
-    metric's direction); inf where the reference is 0 and the value worse."""
-    worse = reference - value if direction == "higher" else value - reference
-    if reference == 0:
-        return math.copysign(math.inf, worse) if worse else 0.0
-    return worse / abs(reference) * 100.0
+def beyond(value: float, reference: float, margin_pct: float) -> bool:
+    """Whether `value` and `reference` are further apart than `margin_pct` allows, as a ratio: the spreads are
+    relative, so a figure ten times off is beyond any spread a figure's samples can show (in percent, a 90% drop
+    would be within two 45% spreads), while for small changes the ratio and the percentage agree. Figures that
+    are not both above 0 are compared in percent of |reference|."""
+    if value > 0 and reference > 0:
+        return abs(math.log(value / reference)) * 100.0 > margin_pct
+    return reference == 0 or abs(value - reference) / abs(reference) * 100.0 > margin_pct
 
 
 def _is_number(value: object) -> bool:

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_gbvalidate import noise
 from pytest_gbvalidate.baselines.model import Reference, _better
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
@@ -85,7 +86,7 @@ def compare(ref: Reference, value: float, scope: str, noise_margin_pct: float = 
         return limit is not None and worse(value, limit)
 
     def beyond(limit: float | None) -> bool:
-        return limit is not None and crossed(limit) and _worse_pct(value, limit, ref.direction) > noise_margin_pct
+        return limit is not None and crossed(limit) and noise.beyond(value, limit, noise_margin_pct)
 
     note = ""
     if not math.isfinite(value) or beyond(fail_limit):
@@ -112,11 +113,6 @@ def compare(ref: Reference, value: float, scope: str, noise_margin_pct: float = 
         provenance=ref.provenance,
         noise_note=note,
     )
-
-
-def _worse_pct(value: float, limit: float, direction: str) -> float:
-    worse = limit - value if direction == "higher" else value - limit
-    return math.inf if limit == 0 else worse / abs(limit) * 100.0
 
 
 def _round(x: float | None) -> float | None:

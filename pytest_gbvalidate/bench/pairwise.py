@@ -130,9 +130,8 @@ class PairRow:
 
     def slow_below(self, floor_gbps: float, reference_gbps: float) -> bool:
         """Below `floor_gbps`, and further below `reference_gbps` than the noise of its own samples allows."""
-        worse_pct = noise.worse_pct(self.busbw_gbps, reference_gbps, "higher")
         allowed_pct = noise.margin_pct(noise.Noise(noise.MEDIAN, 0, self.spread_pct))
-        return self.busbw_gbps < floor_gbps and worse_pct > allowed_pct
+        return self.busbw_gbps < floor_gbps and noise.beyond(self.busbw_gbps, reference_gbps, allowed_pct)
 
 
 @dataclass(frozen=True)

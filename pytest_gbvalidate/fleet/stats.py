@@ -115,7 +115,7 @@ def outliers(
         margin = nz.margin_pct(noises.get(host), typical)
         if z is not None and abs(z) <= mad_k:
             continue
-        if worse_pct <= max(pct, noise_floor_pct, margin):
+        if worse_pct <= max(pct, noise_floor_pct) or not nz.beyond(value, s.median, margin):
             continue
         rules = [
             "the value of more than half the nodes differs" if z is None else f"{abs(z):.1f} scaled MADs > {mad_k:g}"

@@ -129,7 +129,9 @@ def test_a_change_within_the_noise_of_the_two_figures_is_not_a_regression() -> N
     assert _against(_busbw(0.53, None), _busbw(0.474, None))["verdict"] == "regressed"
     assert "noise_margin_pct" not in _against(_busbw(0.53, None), _busbw(0.474, None))
     # A figure too noisy to judge says so, and a malformed noise field is no noise.
-    assert "too noisy to judge" in _against(_busbw(0.53, 20.0), _busbw(0.3, 20.0))["message"]
+    assert "too noisy to judge" in _against(_busbw(0.53, 20.0), _busbw(0.35, 20.0))["message"]
+    # and a figure ten times off is beyond any spread: the noise is compared as a ratio
+    assert _against(_busbw(5.3, 40.0), _busbw(0.53, 40.0))["verdict"] == "regressed"
     bad = _busbw(0.53, None) | {"noise": {"summary": "median", "count": 20, "spread_pct": "x"}}
     assert _against(bad, _busbw(0.474, None))["verdict"] == "regressed"
 
