@@ -2,7 +2,9 @@
 
 The earlier run's JSON report is read once; the run first checks it is the same node (hostname, and each GPU's
 serial and UUID by PCI bus id), then every measurement is also compared with the one of the same metric and scope
-in that report. A regression beyond the allowed percentage fails the test that made the measurement.
+in that report. A regression beyond the allowed percentage, and beyond what the two figures' own noise allows
+(noise.py: the spread of the samples or passes each report keeps beside its figure), fails the test that made the
+measurement; a change within that noise is `within_noise`, and says so.
 
 pytest-benchmark's convention, mirrored rather than reused: `--benchmark-compare` / `--benchmark-compare-fail=
 mean:5%` compare pytest-benchmark's own saved timing statistics of functions it timed itself; our measurements are
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_gbvalidate import noise
 from pytest_gbvalidate.files import InputError, read_json
 from pytest_gbvalidate.metrics import CATALOG
 from pytest_gbvalidate.report import schema
@@ -36,7 +39,7 @@ from pytest_gbvalidate.report.records import (
 # GPU measurements we have seen (bf16 GEMM 784.6 vs 786.6 TFLOPS, d2d 1488 vs 1488 GB/s on one H100).
 DEFAULT_ALLOWED_PCT = 5.0
 
-REGRESSED, OK, GPU_REPLACED = "regressed", "ok", "gpu_replaced"
+REGRESSED, OK, WITHIN_NOISE, GPU_REPLACED = "regressed", "ok", "within_noise", "gpu_replaced"
 
 
 class CompareError(Exception):
@@ -223,14 +226,27 @@ def compare_one(
         delta_pct = math.copysign(math.inf, value) if value else 0.0
     pct, source = allowed.for_metric(metric, warn_band_pct)
     worse_pct = -delta_pct if record["direction"] == "higher" else delta_pct
-    verdict = REGRESSED if not math.isfinite(value) or worse_pct > pct else OK
+    noises = (noise.from_record(old.get("noise")), noise.from_record(record.get("noise")))
+    margin = noise.margin_pct(*noises) if any(noises) else None
+    if not math.isfinite(value) or (worse_pct > pct and (margin is None or noise.beyond(value, old_value, margin))):
+        verdict, why = REGRESSED, ""
+    elif worse_pct > pct:
+        verdict = WITHIN_NOISE
+        assert margin is not None
+        judge = "too noisy to judge" if margin >= noise.TOO_NOISY_PCT else "within the noise of the two figures"
+        why = f"; {judge}: their spread allows {margin:.1f}%"
+    else:
+        verdict, why = OK, ""
     message = (
         f"{metric} [{scope}]: {_fmt(value)} {unit} now ({now}) against {_fmt(old_value)} {unit} in the earlier "
         f"report ({earlier.date}), delta {delta_pct:+.1f}%, {record['direction']} is better, allowed {pct:g}% "
-        f"({source}) -> {verdict.upper()}"
+        f"({source}){why} -> {verdict.upper()}"
     )
     shown_delta = round(delta_pct, 3) if math.isfinite(delta_pct) else str(delta_pct)
-    return _compared(old_value, earlier.date, now, shown_delta, pct, verdict, message)
+    section = _compared(old_value, earlier.date, now, shown_delta, pct, verdict, message)
+    if margin is not None:
+        section["noise_margin_pct"] = round(margin, 3)
+    return section
 
 
 def _compared(

@@ -4,11 +4,12 @@ the reports whatever the verdict."""
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
+from pytest_gbvalidate import noise as nz
 from pytest_gbvalidate.metrics import CATALOG, MetricSpec
 from pytest_gbvalidate.report.junit_properties import junit_properties
 from pytest_gbvalidate.report.records import RECORDED, SKIP
@@ -16,7 +17,7 @@ from pytest_gbvalidate.report.writer import json_safe, utc_now
 
 if TYPE_CHECKING:
     from pytest_gbvalidate import baselines as bl
-    from pytest_gbvalidate.report.records import MeasurementRecord
+    from pytest_gbvalidate.report.records import MeasurementCompareRecord, MeasurementRecord
     from pytest_gbvalidate.run.session import GbSession
     from pytest_gbvalidate.target import Target
 
@@ -29,7 +30,9 @@ class Expect:
     """`gb_expect(metric, value, scope=...)`: compare a measurement with the SKU baseline inside the test that
     measured it. Fails the test below the fail limit, warns in the warn band, skips (or, with --gb-strict,
     fails) when the baseline has no reference for it. Every call is recorded in the reports, whatever the
-    verdict."""
+    verdict, with its noise (noise.py: given, or from the `samples_<unit>` / `passes` of its details); a value
+    beyond a limit, or regressed against --gb-compare's report, by no more than that noise allows does not get
+    that verdict."""
 
     def __init__(self, gb: GbSession, item: pytest.Item) -> None:
         self.gb = gb
@@ -43,13 +46,14 @@ class Expect:
         *,
         spec: MetricSpec | None = None,
         details: Mapping[str, Any] | None = None,
+        noise: nz.Noise | None = None,
     ) -> bl.Verdict | None:
         from pytest_gbvalidate import baselines as bl
 
         target = self.gb.target
         ref = target.reference(metric, scope)
         value = float(value)
-        spec, record = self._record(metric, value, scope, spec, ref, details)
+        spec, record = self._record(metric, value, scope, spec, ref, details, noise)
         regressed = self._compare(record, ref)
         if ref is not None and (ref.unit, ref.direction) != (spec.unit, spec.direction):
             reason = f"{metric}: measured in {spec.unit} ({spec.direction} is better) but the baseline says "
@@ -67,7 +71,7 @@ class Expect:
             _fail_with(f"{reason} (--gb-strict)" if strict else None, regressed)
             # Reported at the test's own location, as a skip marker would be, not at this line.
             raise pytest.skip.Exception(reason, _use_item_location=True)
-        verdict = bl.compare(ref, value, scope)
+        verdict = bl.compare(ref, value, scope, _margin(record, ref))
         self._store(record | verdict.as_dict() | {"value": json_safe(value)})
         _fail_with(verdict.message if verdict.verdict == bl.FAIL else None, regressed)
         if verdict.verdict == bl.WARN:
@@ -123,6 +127,7 @@ class Expect:
         spec: MetricSpec | None,
         ref: bl.Reference | None,
         details: Mapping[str, Any] | None,
+        noise: nz.Noise | None = None,
     ) -> tuple[MetricSpec, dict[str, Any]]:
         """The metric's spec (built-in, given, or the baseline's) and the measurement's report record."""
         spec = spec or CATALOG.get(metric) or _spec_from(ref)
@@ -138,11 +143,24 @@ class Expect:
             "direction": spec.direction,
             "details": dict(details or {}),
         }
+        noise = noise or nz.from_details(dict(details or {}))
+        if noise is not None and value is not None:
+            record["noise"] = noise.as_record()
         return spec, record
 
     def _compare(self, record: dict[str, Any], ref: bl.Reference | None) -> str | None:
         """With --gb-compare: the measurement against the same one in the node's earlier report, kept in the
         record's `compare` section. The message when it regressed beyond what is allowed, else None."""
+        from pytest_gbvalidate import compare as cmp
+
+        section = self._compare_section(record, ref)
+        if section is None:
+            return None
+        record["compare"] = section
+        return str(section["message"]) if section["verdict"] == cmp.REGRESSED else None
+
+    def _compare_section(self, record: Mapping[str, Any], ref: bl.Reference | None) -> MeasurementCompareRecord | None:
+        """The record against --gb-compare's earlier report (None without one, or where it lacks the measurement)."""
         comparison = self.gb.comparison
         if comparison is None:
             return None
@@ -151,19 +169,26 @@ class Expect:
         earlier, same_node = comparison
         band = None if ref is None else cmp.warn_band_pct(ref.expected, ref.warn_limit)
         allowed = self.gb.settings.compare_fail.value or cmp.AllowedRegression()
-        section = cmp.compare_one(earlier, record, allowed, band, same_node, utc_now())
-        if section is None:
-            return None
-        record["compare"] = section
-        return str(section["message"]) if section["verdict"] == cmp.REGRESSED else None
+        return cmp.compare_one(earlier, record, allowed, band, same_node, utc_now())
 
     def each(
-        self, measurements: Sequence[tuple[str, str, float, Mapping[str, Any]]], problems: Sequence[str] = ()
+        self,
+        measurements: Sequence[tuple[str, str, float, Mapping[str, Any]]],
+        problems: Sequence[str] = (),
+        again: Callable[[], Sequence[tuple[str, str, float, Mapping[str, Any]]]] | None = None,
     ) -> None:
         """`gb_expect(metric, value, scope=..., details=...)` for every (metric, scope, value, details), all
         recorded before the test fails with the `problems` the caller found (wrong data, a port that could not be
         measured) and every missed gate in one message. Without a failure it skips only when no measurement had a
-        reference to be compared with: a provisional metric beside a gated one does not hide the gated one."""
+        reference to be compared with: a provisional metric beside a gated one does not hide the gated one.
+
+        `again` measures the same figures once more. It is called before any verdict where a measurement would
+        fail, warn or regress (and always with --gb-record, which must see the node's spread): each figure is then
+        the better of the two passes (interference only slows a pass; a degraded node is slow in both), both
+        passes kept in its details' `passes`."""
+        if again is not None and self.wants_again(measurements):
+            directions = {m: self.direction(m, scope) for m, scope, _, _ in measurements}
+            measurements = best_of_passes(measurements, again(), directions)
         failures = list(problems)
         skip: BaseException | None = None
         compared = False
@@ -180,6 +205,79 @@ class Expect:
         if skip is not None and not compared:
             raise skip
 
+    def siblings(
+        self,
+        metric: str,
+        figures: Mapping[str, tuple[float, Mapping[str, Any]]],
+        of: str = "GPU",
+        again: Callable[[], Mapping[str, tuple[float, Mapping[str, Any]]]] | None = None,
+    ) -> None:
+        """Each device's figure of `metric` (label -> (value, details), the devices of one node) against its
+        siblings': fails naming every device worse than their median by the fleet's outlier rule (fleet/stats.py:
+        far in robust terms, beyond the practical margin, and beyond the figures' noise, from the details'
+        samples), whatever the baseline says -- on day one most figures have no baseline value, and a GPU 25%
+        behind its seven siblings is a GPU to look at. Fewer than three devices: no verdict (one of two may be
+        the slow one). `again` measures every device once more before a device is named: each figure is then the
+        better of its two passes (best_of_passes), both kept in its `passes`."""
+        from pytest_gbvalidate.fleet import stats
+
+        if len(figures) < stats.MIN_NODES:
+            pytest.skip(f"{metric}: {len(figures)} {of}(s) measured; telling one apart needs {stats.MIN_NODES}")
+        values = {label: float(value) for label, (value, _) in figures.items()}
+        noises = {label: nz.from_details(dict(details)) for label, (_, details) in figures.items()}
+        direction = self.direction(metric, next(iter(figures)))
+        found = stats.outliers(values, direction, noises=noises)
+        if found and again is not None:
+            first = [(metric, label, value, details) for label, (value, details) in figures.items()]
+            second = [(metric, label, value, details) for label, (value, details) in again().items()]
+            merged = best_of_passes(first, second, {metric: direction})
+            values = {label: float(value) for _, label, value, _ in merged}
+            noises = {label: nz.from_details(dict(details)) for _, label, _, details in merged}
+            found = stats.outliers(values, direction, noises=noises)
+        center = stats.spread(list(values.values())).median
+        unit = (CATALOG.get(metric) or MetricSpec(metric, "", direction, "", "")).unit
+        shown = ", ".join(f"{label} {value:.4g}" for label, value in values.items())
+        if found:
+            lines = [
+                f"{metric} [{o.host}]: {o.value:.4g} {unit}, {o.worse_pct or 0:.1f}% worse than the median of the "
+                f"node's {len(values)} {of}s, {center:.4g} {unit} ({'; '.join(o.rules)})"
+                for o in found
+            ]
+            pytest.fail("\n".join([*lines, f"every {of}: {shown} {unit}"]), pytrace=False)
+
+    def wants_again(self, measurements: Sequence[tuple[str, str, float, Mapping[str, Any]]]) -> bool:
+        """Whether to measure again before the verdicts: with --gb-record (the recording must see the node's
+        spread), or where any measurement would fail, warn or regress."""
+        return self.gb.settings.record.value is not None or self._any_flagged(measurements)
+
+    def direction(self, metric: str, scope: str) -> str:
+        """Which way the metric is better: the catalog's, else the baseline's (higher where neither says)."""
+        spec = CATALOG.get(metric) or _spec_from(self.gb.target.reference(metric, scope))
+        return "higher" if spec is None else spec.direction
+
+    def _any_flagged(self, measurements: Sequence[tuple[str, str, float, Mapping[str, Any]]]) -> bool:
+        """Whether any of `measurements` would fail or warn against the baseline, or regress against --gb-compare's
+        report (nothing recorded)."""
+        from pytest_gbvalidate import baselines as bl
+        from pytest_gbvalidate import compare as cmp
+
+        for metric, scope, value, details in measurements:
+            ref = self.gb.target.reference(metric, scope)
+            spec = CATALOG.get(metric) or _spec_from(ref)
+            if spec is None:
+                continue
+            _, record = self._record(metric, float(value), scope, spec, ref, details)
+            if (
+                ref is not None
+                and ref.has_reference
+                and bl.compare(ref, float(value), scope, _margin(record, ref)).verdict != bl.PASS
+            ):
+                return True
+            section = self._compare_section(record, ref)
+            if section is not None and section["verdict"] == cmp.REGRESSED:
+                return True
+        return False
+
     def _store(self, fields: dict[str, Any]) -> None:
         """Keep a measurement's record: `_record`'s fields, the verdict's and the message. Built up in steps, so
         typed here; the plugin's tests hold every report they make to the strict schema of the records."""
@@ -193,6 +291,41 @@ def _fail_with(*messages: str | None) -> None:
     text = "\n".join(m for m in messages if m)
     if text:
         pytest.fail(text, pytrace=False)
+
+
+def _margin(record: Mapping[str, Any], ref: bl.Reference | None) -> float:
+    """The change a measurement's own noise and the spread its baseline recorded allow together (0 where neither
+    is known)."""
+    recorded = None if ref is None or ref.spread_pct is None else nz.Noise(nz.MEDIAN, 0, ref.spread_pct)
+    return nz.margin_pct(nz.from_record(record.get("noise")), recorded)
+
+
+def best_of_passes(
+    first: Sequence[tuple[str, str, float, Mapping[str, Any]]],
+    second: Sequence[tuple[str, str, float, Mapping[str, Any]]],
+    directions: Mapping[str, str],
+) -> list[tuple[str, str, float, Mapping[str, Any]]]:
+    """Each measurement of `first` that `second` measured again (the same metric and scope, and in a sweep the same
+    placement and tool: records.measurement_key) as the better pass by the metric's direction in `directions`, its
+    details the better pass's with `passes` (both figures, in order) added; in `first`'s order, one for each. A
+    figure the second pass lacks stays as it was."""
+    from pytest_gbvalidate.report.records import measurement_key
+
+    def key(metric: str, scope: str, details: Mapping[str, Any]) -> tuple[str, str, str, str]:
+        return measurement_key({"metric": metric, "scope": scope, "details": details})
+
+    again = {key(metric, scope, details): (value, details) for metric, scope, value, details in second}
+    merged = []
+    for metric, scope, value, details in first:
+        if key(metric, scope, details) not in again:
+            merged.append((metric, scope, value, details))
+            continue
+        value2, details2 = again[key(metric, scope, details)]
+        higher = directions.get(metric, "higher") == "higher"
+        second_better = value2 > value if higher else value2 < value
+        best, best_details = (value2, details2) if second_better else (value, details)
+        merged.append((metric, scope, best, {**best_details, "passes": [value, value2]}))
+    return merged
 
 
 def _spec_from(ref: bl.Reference | None) -> MetricSpec | None:

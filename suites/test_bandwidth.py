@@ -6,11 +6,15 @@ GPU does the work while the others wait, so a hang or crash is bounded by --gb-t
 and under torchrun / srun every node measures its own GPUs and every rank reaches the same verdict.
 
 Sizes follow nvbandwidth's defaults (512 MiB buffers) unless the baseline's `params` say otherwise; timing is
-device events on GPUs (the host clock on the CPU), warm-up excluded, the median of >= 10 iterations.
+device events on GPUs (the host clock on the CPU), warm-up excluded, the median of >= 10 iterations. A figure about
+to fail, warn or regress is measured again before its verdict, and the better pass counts (`gb_expect.each`'s
+`again`): a busy node is fast in one of them, a degraded one in neither.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -58,25 +62,30 @@ def _details(result: NodeResult, **extra: Any) -> dict[str, Any]:
     return {"host": result.host, "rank": result.rank, **extra}
 
 
-def _expect_copies(gb_expect: Expect, metric: str, label: str, results: list[NodeResult]) -> None:
+def _copy_measurements(metric: str, label: str, results: list[NodeResult]) -> list[tuple[str, str, float, Any]]:
+    return [
+        (
+            metric,
+            _scope(label, r, results),
+            r.value.bandwidth_gbps,
+            _details(
+                r,
+                size_bytes=r.value.size_bytes,
+                iterations=r.value.iterations,
+                samples_gbps=r.value.samples_gbps,
+                src=r.value.src_device,
+                dst=r.value.dst_device,
+                host_binding=r.value.host_binding,
+            ),
+        )
+        for r in results
+    ]
+
+
+def _expect_copies(gb_expect: Expect, metric: str, label: str, measure: Callable[[], list[NodeResult]]) -> None:
     gb_expect.each(
-        [
-            (
-                metric,
-                _scope(label, r, results),
-                r.value.bandwidth_gbps,
-                _details(
-                    r,
-                    size_bytes=r.value.size_bytes,
-                    iterations=r.value.iterations,
-                    samples_gbps=r.value.samples_gbps,
-                    src=r.value.src_device,
-                    dst=r.value.dst_device,
-                    host_binding=r.value.host_binding,
-                ),
-            )
-            for r in results
-        ],
+        _copy_measurements(metric, label, measure()),
+        again=lambda: _copy_measurements(metric, label, measure()),
     )
 
 
@@ -105,16 +114,21 @@ def _gemm_measurements(metric: str, label: str, results: list[NodeResult]) -> li
 def test_host_copy_bandwidth(gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
     metric = "host_copy_bandwidth_gbps"
     size, warmup, iterations = _copy_params(gb_target, metric, HOST_COPY_SIZE_BYTES)
-    results = run_on_local_rank(gb_gang, 0, copy_on_rank, "host", size, warmup, iterations)
-    _expect_copies(gb_expect, metric, "node", results)
+    _expect_copies(
+        gb_expect, metric, "node", lambda: run_on_local_rank(gb_gang, 0, copy_on_rank, "host", size, warmup, iterations)
+    )
 
 
 @pytest.mark.gb_level("quick")
 def test_host_gemm_bf16_tflops(gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
     metric = "host_gemm_bf16_tflops"
     m, n, k, warmup, iterations = _gemm_params(gb_target, metric, HOST_GEMM_SIZE)
-    results = run_on_local_rank(gb_gang, 0, host_gemm_on_rank, "bf16", m, n, k, warmup, iterations)
-    gb_expect.each(_gemm_measurements(metric, "node", results))
+
+    def measure() -> list[tuple[str, str, float, Any]]:
+        results = run_on_local_rank(gb_gang, 0, host_gemm_on_rank, "bf16", m, n, k, warmup, iterations)
+        return _gemm_measurements(metric, "node", results)
+
+    gb_expect.each(measure(), again=measure)
 
 
 # --- per GPU ---------------------------------------------------------------------------------------------------
@@ -122,8 +136,12 @@ def test_host_gemm_bf16_tflops(gb_target: Target, gb_gang: Gang, gb_expect: Expe
 
 def _device_copy(kind: str, metric: str, index: int, target: Target, gang: Gang, gb_expect: Expect) -> None:
     size, warmup, iterations = _copy_params(target, metric, DEVICE_COPY_SIZE_BYTES)
-    results = run_on_local_rank(gang, index, copy_on_rank, kind, size, warmup, iterations)
-    _expect_copies(gb_expect, metric, gpu_label(index), results)
+    _expect_copies(
+        gb_expect,
+        metric,
+        gpu_label(index),
+        lambda: run_on_local_rank(gang, index, copy_on_rank, kind, size, warmup, iterations),
+    )
 
 
 def _gemm(dtype: str, metric: str, index: int, target: Target, gang: Gang) -> list[NodeResult]:
@@ -159,8 +177,12 @@ def test_p2p_bandwidth(gb_gpu_pair: tuple[int, int], gb_target: Target, gb_gang:
     metric = "p2p_bandwidth_gbps"
     src, dst = gb_gpu_pair
     size, warmup, iterations = _copy_params(gb_target, metric, DEVICE_COPY_SIZE_BYTES)
-    results = run_on_local_rank(gb_gang, src, p2p_on_rank, dst, size, warmup, iterations)
-    _expect_copies(gb_expect, metric, gpu_pair_label(src, dst), results)
+    _expect_copies(
+        gb_expect,
+        metric,
+        gpu_pair_label(src, dst),
+        lambda: run_on_local_rank(gb_gang, src, p2p_on_rank, dst, size, warmup, iterations),
+    )
 
 
 @pytest.mark.gb_level("quick")
@@ -169,7 +191,64 @@ def test_gemm_bf16_tflops(
 ) -> None:
     results = _gemm("bf16", "gemm_bf16_tflops", gpu.index, gb_target, gb_gang)
     bf16_gemms.update({_scope(gpu.label, r, results): r.value for r in results})
-    gb_expect.each(_gemm_measurements("gemm_bf16_tflops", gpu.label, results))
+
+    def again() -> list[tuple[str, str, float, Any]]:
+        return _gemm_measurements(
+            "gemm_bf16_tflops", gpu.label, _gemm("bf16", "gemm_bf16_tflops", gpu.index, gb_target, gb_gang)
+        )
+
+    gb_expect.each(_gemm_measurements("gemm_bf16_tflops", gpu.label, results), again=again)
+
+
+# The per-GPU figures a GPU must keep up with its siblings in, with or without a baseline value (most of ND GB200
+# v6's are provisional: no public figure gates them on day one). DCGM 4.5 flags GPUs whose clocks or power stray
+# from the node's average; these are the figures that matter. metric -> (what measures it, its kind).
+SIBLING_CHECKS = {
+    "h2d_bandwidth_gbps": ("copy", "h2d"),
+    "d2h_bandwidth_gbps": ("copy", "d2h"),
+    "d2d_bandwidth_gbps": ("copy", "d2d"),
+    "gemm_bf16_tflops": ("gemm", "bf16"),
+}
+
+
+@pytest.mark.gb_gpu
+@pytest.mark.parametrize("metric", list(SIBLING_CHECKS))
+def test_gpus_keep_up_with_their_siblings(metric: str, gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
+    """Every GPU of the node measured one after the other; fails naming a GPU whose figure is far below its
+    siblings' median by the fleet's outlier rule (robust, beyond 10%, beyond the figures' own noise). Each node
+    of a torchrun / srun world is judged on its own GPUs."""
+    how, kind = SIBLING_CHECKS[metric]
+
+    def measure() -> dict[int, dict[str, tuple[float, Any]]]:
+        by_node: dict[int, dict[str, tuple[float, Any]]] = {}
+        for index in range(gb_target.gpu_count or 0):
+            if how == "copy":
+                size, warmup, iterations = _copy_params(gb_target, metric, DEVICE_COPY_SIZE_BYTES)
+                results = run_on_local_rank(gb_gang, index, copy_on_rank, kind, size, warmup, iterations)
+                measured = _copy_measurements(metric, gpu_label(index), results)
+            else:
+                results = _gemm(kind, metric, index, gb_target, gb_gang)
+                measured = _gemm_measurements(metric, gpu_label(index), results)
+            for r, (_, _, value, details) in zip(results, measured, strict=True):
+                by_node.setdefault(r.node_rank, {})[gpu_label(index)] = (value, details)
+        return by_node
+
+    first: dict[int, dict[str, tuple[float, Any]]] = measure()
+    second: dict[int, dict[str, tuple[float, Any]]] = {}
+
+    def again(node: int) -> dict[str, tuple[float, Any]]:
+        if not second:
+            second.update(measure())  # once for every node, when the first node needs it
+        return second[node]
+
+    failures = []
+    for node in sorted(first):
+        try:
+            gb_expect.siblings(metric, first[node], again=functools.partial(again, node))
+        except pytest.fail.Exception as exc:
+            failures.append(str(exc.msg) if len(first) == 1 else f"node{node}: {exc.msg}")
+    if failures:
+        pytest.fail("\n".join(failures), pytrace=False)
 
 
 def test_gemm_fp8_tflops(

@@ -41,6 +41,7 @@ def _triad_details(host: str, rank: int, r: TriadResult) -> dict[str, Any]:
         "threads": r.threads,
         "median_gbps": r.median_gbps,
         "samples_gbps": r.samples_gbps,
+        "passes": r.samples_gbps,  # the figure is the best of them: their spread is its noise (noise.py)
         "binding": r.binding,
         "rule": "STREAM: best of the timed runs, 3 arrays counted per element, first run excluded",
     }
@@ -53,11 +54,12 @@ def test_host_memory_triad(gb_target: Target, gb_gang: Gang, gb_expect: Expect) 
     array_bytes = int(params["array_bytes"]) if "array_bytes" in params else None
     warmup = int(params.get("warmup", TRIAD_WARMUP))
     iterations = int(params.get("iterations", TRIAD_ITERATIONS))
-    results = run_on_local_rank(gb_gang, 0, triads_on_rank, array_bytes, warmup, iterations)
-    if not any(r.value for r in results):
-        pytest.fail("no NUMA node with CPUs this process may run on: nothing to measure")
-    gb_expect.each(
-        [
+
+    def measure() -> list[tuple[str, str, float, dict[str, Any]]]:
+        results = run_on_local_rank(gb_gang, 0, triads_on_rank, array_bytes, warmup, iterations)
+        if not any(r.value for r in results):
+            pytest.fail("no NUMA node with CPUs this process may run on: nothing to measure")
+        return [
             (
                 metric,
                 _node_prefix(r.node_rank, len(results)) + numa_label(t.numa_node),
@@ -67,7 +69,10 @@ def test_host_memory_triad(gb_target: Target, gb_gang: Gang, gb_expect: Expect) 
             for r in results
             for t in r.value
         ]
-    )
+
+    # A neighbour streaming memory for the whole of the timed runs slows every one of them: measured again
+    # before a verdict against it (gb_expect.each's `again`), the better pass counting.
+    gb_expect.each(measure(), again=measure)
 
 
 @pytest.mark.gb_gpu

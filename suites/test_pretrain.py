@@ -74,7 +74,10 @@ def test_pretrain(
         if value is None:
             continue  # MFU without a peak in the baseline
         refuse_other_engines(gb_target, metric, run)
-        checks.append((metric, run.scope, value, details if metric.endswith("step_time_s") else {}))
+        # Each figure comes from the timed steps: their spread is its noise (noise.py), the same in percent for
+        # the step time and the rates made from it.
+        noise_of = {"samples_step_time_s": run.step_times_s}
+        checks.append((metric, run.scope, value, details | noise_of if metric.endswith("step_time_s") else noise_of))
     # All recorded before any verdict: a figure the baseline has no value for yet must not hide the others.
     gb_expect.each(checks)
 

@@ -7,6 +7,7 @@ below. The files are removed afterwards, whatever happened."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,45 +29,52 @@ def _size(target: Target, metric: str, default: dict[str, int]) -> int:
 
 def test_scratch_throughput(gb_target: Target, gb_expect: Expect, gb_scratch: Path) -> None:
     size = _size(gb_target, "scratch_write_gbps", SEQUENTIAL_BYTES)
-    try:
-        passes = storage.sequential_passes(gb_scratch, size)
-    except storage.StorageError as exc:
-        pytest.fail(f"scratch {gb_scratch}: {exc}", pytrace=False)
-    details = {
-        "directory": str(gb_scratch),
-        "size_bytes": passes[0].size_bytes,
-        "direct_io": all(p.direct_io for p in passes),
-        "rule": f"best of {len(passes)} passes",
-        "write_gbps_passes": [p.write_gbps for p in passes],
-        "read_gbps_passes": [p.read_gbps for p in passes],
-    }
-    gb_expect.each(
-        [
-            ("scratch_write_gbps", "node", max(p.write_gbps for p in passes), details),
-            ("scratch_read_gbps", "node", max(p.read_gbps for p in passes), details),
+
+    def measure() -> list[tuple[str, str, float, dict[str, Any]]]:
+        try:
+            passes = storage.sequential_passes(gb_scratch, size)
+        except storage.StorageError as exc:
+            pytest.fail(f"scratch {gb_scratch}: {exc}", pytrace=False)
+        write, read = [p.write_gbps for p in passes], [p.read_gbps for p in passes]
+        details: dict[str, Any] = {
+            "directory": str(gb_scratch),
+            "size_bytes": passes[0].size_bytes,
+            "direct_io": all(p.direct_io for p in passes),
+            "rule": f"best of {len(passes)} passes",
+            "write_gbps_passes": write,
+            "read_gbps_passes": read,
+        }
+        # `passes`: each pass's figure of this metric, whose spread is the figure's noise (noise.py)
+        return [
+            ("scratch_write_gbps", "node", max(write), details | {"passes": write}),
+            ("scratch_read_gbps", "node", max(read), details | {"passes": read}),
         ]
-    )
+
+    gb_expect.each(measure(), again=measure)  # about to fail or regress: as many passes again, the best counting
 
 
 def test_checkpoint_write_and_read(gb_target: Target, gb_expect: Expect, gb_scratch: Path) -> None:
     size = _size(gb_target, "checkpoint_write_s", CHECKPOINT_BYTES)
-    try:
-        passes = storage.checkpoint_passes(gb_scratch, size)
-    except storage.StorageError as exc:
-        pytest.fail(f"scratch {gb_scratch}: {exc}", pytrace=False)
-    details = {
-        "directory": str(gb_scratch),
-        "size_bytes": passes[0].size_bytes,
-        "rule": f"best of {len(passes)} passes",
-        "write_s_passes": [p.write_s for p in passes],
-        "read_s_passes": [p.read_s for p in passes],
-    }
-    gb_expect.each(
-        [
-            ("checkpoint_write_s", "node", min(p.write_s for p in passes), details),
-            ("checkpoint_read_s", "node", min(p.read_s for p in passes), details),
+
+    def measure() -> list[tuple[str, str, float, dict[str, Any]]]:
+        try:
+            passes = storage.checkpoint_passes(gb_scratch, size)
+        except storage.StorageError as exc:
+            pytest.fail(f"scratch {gb_scratch}: {exc}", pytrace=False)
+        write, read = [p.write_s for p in passes], [p.read_s for p in passes]
+        details: dict[str, Any] = {
+            "directory": str(gb_scratch),
+            "size_bytes": passes[0].size_bytes,
+            "rule": f"best of {len(passes)} passes",
+            "write_s_passes": write,
+            "read_s_passes": read,
+        }
+        return [
+            ("checkpoint_write_s", "node", min(write), details | {"passes": write}),
+            ("checkpoint_read_s", "node", min(read), details | {"passes": read}),
         ]
-    )
+
+    gb_expect.each(measure(), again=measure)
 
 
 def test_fio_scratch_throughput(

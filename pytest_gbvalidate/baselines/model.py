@@ -58,6 +58,9 @@ class Reference:
     warn: Limit | None
     provenance: str
     params: dict[str, Any] = field(default_factory=dict)
+    # The spread the node's samples showed when this was recorded (noise.py), in percent: a verdict against the
+    # expected value allows for it as for the measurement's own.
+    spread_pct: float | None = None
 
     @property
     def fail_limit(self) -> float | None:

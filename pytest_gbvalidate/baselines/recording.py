@@ -1,13 +1,19 @@
-"""Recording: a baseline written from a run's measurements, each expected value the median measured, the
-limits kept from the previous baseline where there was one."""
+"""Recording: a baseline written from a run's measurements, each expected value the median measured (rounded to
+three significant digits), with limits the same node passes run after run: the previous baseline's where they are
+wider than the node's own noise allows, else bands from that noise (noise.py: NOISE_K times the largest spread its
+samples or passes showed, at least the defaults). A floor-only metric (a fail limit and nothing else: figures that
+differ tenfold between machines) stays floor-only, with no warn band. Each metric's provenance says what spread was
+seen."""
 
 from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_gbvalidate import noise
 from pytest_gbvalidate.baselines.model import (
     _WHOLE_UNITS,
     SCHEMA_VERSION,
@@ -21,9 +27,13 @@ from pytest_gbvalidate.baselines.model import (
 from pytest_gbvalidate.baselines.verdicts import INFO
 from pytest_gbvalidate.metrics import CATALOG, PER_LABEL_SCOPE_KINDS
 
-# Limits a recorded metric gets when no earlier baseline gave one: SuperBench's rule for its published
-# baselines fails 10% below the reference; warn halfway there.
-DEFAULT_FAIL, DEFAULT_WARN = Limit(relative_pct=10.0), Limit(relative_pct=5.0)
+# Limits a recorded metric gets at least when no earlier baseline gave one: SuperBench's rule for its published
+# baselines fails 10% below the reference; warn halfway there. A noisier figure gets wider bands: warn at the
+# change its noise allows (noise.margin_pct), fail at twice that.
+DEFAULT_FAIL_PCT, DEFAULT_WARN_PCT = 10.0, 5.0
+DEFAULT_FAIL, DEFAULT_WARN = Limit(relative_pct=DEFAULT_FAIL_PCT), Limit(relative_pct=DEFAULT_WARN_PCT)
+# A higher-is-better limit 90% below the expected value is the widest that stays a positive number.
+MAX_HIGHER_FAIL_PCT = 90.0
 
 
 def recorded_baseline(
@@ -51,19 +61,23 @@ def recorded_baseline(
             # The catalog says these for its metrics; a site's own metric says them here. (One measured against
             # a spec that disagrees with the catalog keeps them, and the loader refuses the recording.)
             entry.update(unit=unit, direction=direction, scope=kind)
-        entry.update(status="measured", provenance=provenance)
+        seen = _noisiest(records)
+        entry.update(status="measured", provenance=provenance + _seen_note(seen, len(records)))
+        if seen is not None:
+            entry["spread_pct"] = round(seen.spread_pct, 1)
         if kind in PER_LABEL_SCOPE_KINDS:
             labels: dict[str, list[float]] = {}
             for r in records:
                 labels.setdefault(r["scope"], []).append(r["value"])
             worst = min if direction == "higher" else max
-            anchor = worst(statistics.median(v) for v in labels.values())  # limits must fit every label's value
-            entry.update(_limits(old.default if old else None, anchor, direction, unit))
-            entry["values"] = {label: {"expected": statistics.median(v)} for label, v in labels.items()}
+            expected_by_label = {label: _rounded(statistics.median(v)) for label, v in labels.items()}
+            anchor = worst(expected_by_label.values())  # limits must fit every label's value
+            entry.update(_limits(old.default if old else None, anchor, direction, unit, seen))
+            entry["values"] = {label: {"expected": value} for label, value in expected_by_label.items()}
         else:
-            expected = statistics.median(r["value"] for r in records)
+            expected = _rounded(statistics.median(r["value"] for r in records))
             entry["expected"] = expected
-            entry.update(_limits(old.default if old else None, expected, direction, unit))
+            entry.update(_limits(old.default if old else None, expected, direction, unit, seen))
         if old is not None and old.default.params:
             entry["params"] = dict(old.default.params)
         metrics[name] = entry
@@ -108,17 +122,63 @@ def left_out(measurements: list[dict[str, Any]]) -> list[str]:
     ]
 
 
-def _limits(old: Reference | None, expected: float, direction: str, unit: str) -> dict[str, Any]:
-    """The old limits where they still order fail < warn < expected around the new value (as loading checks
-    it: <= in a whole-number unit), else the defaults."""
-    fail = old.fail if old is not None and old.fail is not None else DEFAULT_FAIL
-    warn = old.warn if old is not None and old.warn is not None else DEFAULT_WARN
+def _limits(
+    old: Reference | None, expected: float, direction: str, unit: str, seen: noise.Noise | None
+) -> dict[str, Any]:
+    """Limits around the new value that the node's own noise (`seen`) cannot cross: the old limits where they
+    order fail < warn < expected (as loading checks it: <= in a whole-number unit) and are at least as wide as the
+    noise bands, else the noise bands. A floor-only old reference keeps its floor alone."""
+    bands = _noise_bands(seen, direction)
+    if old is not None and old.fail is not None and old.warn is None and old.expected is None:
+        floor = old.fail.threshold(expected, direction)
+        if not _better(direction)(floor, expected):
+            return {"fail": _limit_value(old.fail)}
+        return {"fail": _limit_value(bands[0])}
+    fail = old.fail if old is not None and old.fail is not None else bands[0]
+    warn = old.warn if old is not None and old.warn is not None else bands[1]
+    if _narrower(fail, bands[0], expected, direction):
+        fail = bands[0]
+    if _narrower(warn, bands[1], expected, direction):
+        warn = bands[1]
     better = _better(direction)
     fail_at, warn_at = fail.threshold(expected, direction), warn.threshold(expected, direction)
     misordered = better(fail_at, warn_at) or better(warn_at, expected)
     if misordered or (unit not in _WHOLE_UNITS and (fail_at == warn_at or warn_at == expected)):
-        fail, warn = DEFAULT_FAIL, DEFAULT_WARN
+        fail, warn = bands
     return {"fail": _limit_value(fail), "warn": _limit_value(warn)}
+
+
+def _noise_bands(seen: noise.Noise | None, direction: str) -> tuple[Limit, Limit]:
+    """(fail, warn) as percentages of the expected value: warn at the change the noise allows, fail at twice that,
+    at least the defaults (a higher-is-better fail band at most MAX_HIGHER_FAIL_PCT)."""
+    warn_pct = max(DEFAULT_WARN_PCT, float(math.ceil(noise.margin_pct(seen))))
+    fail_pct = max(DEFAULT_FAIL_PCT, 2 * warn_pct)
+    if direction == "higher":
+        fail_pct = min(fail_pct, MAX_HIGHER_FAIL_PCT)
+        warn_pct = min(warn_pct, fail_pct / 2)
+    return Limit(relative_pct=fail_pct), Limit(relative_pct=warn_pct)
+
+
+def _narrower(limit: Limit, band: Limit, expected: float, direction: str) -> bool:
+    """Whether `limit` is closer to `expected` than `band`."""
+    return abs(limit.threshold(expected, direction) - expected) < abs(band.threshold(expected, direction) - expected)
+
+
+def _noisiest(records: Sequence[dict[str, Any]]) -> noise.Noise | None:
+    """The largest noise among the records' (each as its report gives it), or None where none gives one."""
+    found = [n for n in (noise.from_record(r.get("noise")) for r in records) if n is not None]
+    return max(found, key=lambda n: n.spread_pct) if found else None
+
+
+def _seen_note(seen: noise.Noise | None, measurements: int) -> str:
+    if seen is None:
+        return ""
+    return f"; spread seen: up to {seen.spread_pct:.1f}% ({seen.describe()}) over {measurements} measurement(s)"
+
+
+def _rounded(value: float) -> float:
+    """Three significant digits: more than the node repeats, and a file a person can read."""
+    return float(f"{value:.3g}")
 
 
 def _limit_value(limit: Limit) -> str | float:

@@ -26,7 +26,7 @@ from pytest_gbvalidate.baselines.model import (
 from pytest_gbvalidate.labels import parse_size_label
 from pytest_gbvalidate.metrics import CATALOG, DIRECTIONS, SCOPE_KINDS, UNITS
 
-_OVERRIDE_KEYS = {"status", "expected", "fail", "warn", "provenance", "params"}
+_OVERRIDE_KEYS = {"status", "expected", "fail", "warn", "provenance", "params", "spread_pct"}
 _KIND_KEYS = ("unit", "direction", "scope")  # what the catalog fixes for its metrics
 _METRIC_KEYS = _OVERRIDE_KEYS | {*_KIND_KEYS, "values"}
 
@@ -120,6 +120,14 @@ def _overrides(f: Fields, m: _Mapping, base: Reference, fp: str, *, check: bool)
             raise f.error(m, "expected", f"{fp}.expected", f"must be a finite number, got {_shown(expected)}")
         expected = float(expected)
         _check_figure(f, m, "expected", fp, expected, base)
+    spread_pct = base.spread_pct
+    if "spread_pct" in m:
+        spread_pct = m["spread_pct"]
+        if not _is_number(spread_pct) or not 0 <= spread_pct <= 1000:
+            raise f.error(
+                m, "spread_pct", f"{fp}.spread_pct", f"must be a number from 0 to 1000, got {_shown(spread_pct)}"
+            )
+        spread_pct = float(spread_pct)
     params = m.get("params", base.params)
     if not isinstance(params, dict):
         raise f.error(m, "params", f"{fp}.params", "must be a mapping")
@@ -137,6 +145,7 @@ def _overrides(f: Fields, m: _Mapping, base: Reference, fp: str, *, check: bool)
         warn=_limit(f, m, "warn", fp, base) if "warn" in m else base.warn,
         provenance=provenance,
         params=dict(params),
+        spread_pct=spread_pct,
     )
     if check:
         _check(f, m, ref, fp)

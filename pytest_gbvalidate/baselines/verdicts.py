@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_gbvalidate import noise
 from pytest_gbvalidate.baselines.model import Reference, _better
 from pytest_gbvalidate.report.records import FAIL, INFO, PASS, WARN
 from pytest_gbvalidate.report.records import Verdict as VerdictWord
@@ -29,6 +30,8 @@ class Verdict:
     verdict: VerdictWord
     status: str
     provenance: str
+    # Why a value beyond a limit did not get that limit's verdict: within the noise its own samples show.
+    noise_note: str = ""
 
     @property
     def delta_pct(self) -> float | None:
@@ -49,7 +52,7 @@ class Verdict:
         if self.delta_pct is not None:
             parts.append(f"delta {self.delta_pct:+.1f}%")
         parts.append(f"{self.direction} is better")
-        text = ", ".join(parts) + f" -> {self.verdict.upper()}"
+        text = ", ".join(parts) + self.noise_note + f" -> {self.verdict.upper()}"
         if self.verdict != PASS:
             text += f" ({self.status} baseline: {self.provenance})"
         return text
@@ -72,15 +75,30 @@ class Verdict:
         }
 
 
-def compare(ref: Reference, value: float, scope: str) -> Verdict:
-    """The verdict for `value` measured at `scope`. A value that is not a finite number always fails."""
+def compare(ref: Reference, value: float, scope: str, noise_margin_pct: float = 0.0) -> Verdict:
+    """The verdict for `value` measured at `scope`. A value that is not a finite number always fails. A value
+    beyond a limit by no more than `noise_margin_pct` percent of it (the change its own noise allows, noise.py)
+    does not hold that limit's verdict: within the fail limit's noise it warns, within the warn limit's it passes,
+    and the message says so."""
     fail_limit, warn_limit = ref.fail_limit, ref.warn_limit
     worse = _better("lower" if ref.direction == "higher" else "higher")
     verdict: VerdictWord
-    if not math.isfinite(value) or (fail_limit is not None and worse(value, fail_limit)):
+
+    def crossed(limit: float | None) -> bool:
+        return limit is not None and worse(value, limit)
+
+    def beyond(limit: float | None) -> bool:
+        return limit is not None and crossed(limit) and noise.beyond(value, limit, noise_margin_pct)
+
+    note = ""
+    if not math.isfinite(value) or beyond(fail_limit):
         verdict = FAIL
-    elif warn_limit is not None and worse(value, warn_limit):
+    elif crossed(fail_limit):
+        verdict, note = WARN, f", within the noise of the fail limit (its samples allow {noise_margin_pct:.1f}%)"
+    elif beyond(warn_limit):
         verdict = WARN
+    elif crossed(warn_limit):
+        verdict, note = PASS, f", within the noise of the warn limit (its samples allow {noise_margin_pct:.1f}%)"
     else:
         verdict = PASS
     return Verdict(
@@ -95,6 +113,7 @@ def compare(ref: Reference, value: float, scope: str) -> Verdict:
         verdict=verdict,
         status=ref.status,
         provenance=ref.provenance,
+        noise_note=note,
     )
 
 

@@ -212,6 +212,7 @@ class SizeRow:
     wrong_by_rank: dict[int, int]
     not_run: str | None = None  # why this size was not measured; its times and bandwidths are then NaN
     peak_memory_bytes: int | None = None  # the largest of the ranks' device-memory high-water marks
+    samples_busbw_gbps: tuple[float, ...] = ()  # each timed iteration's busbw: the figure is their median
 
     def details(self) -> dict[str, object]:
         """What a report keeps of this row besides busbw itself."""
@@ -229,6 +230,7 @@ class SizeRow:
             "time_us": round(self.time_s * 1e6, 3),
             "algbw_gbps": self.algbw_gbps,
             "wrong": self.wrong,
+            "samples_busbw_gbps": [float(f"{b:.6g}") for b in self.samples_busbw_gbps],
         }
         if self.peak_memory_bytes is not None:
             details["peak_memory_bytes"] = self.peak_memory_bytes
@@ -325,6 +327,7 @@ def summarize(collective: str, placement: str, per_rank: Sequence[Sequence[RankS
                 wrong_by_rank={rank: r.wrong for rank, r in enumerate(by_rank) if r.wrong},
                 not_run=first.not_run,
                 peak_memory_bytes=max(peaks) if peaks else None,
+                samples_busbw_gbps=tuple(algbw_gbps(size, s) * factor for s in per_iteration if s > 0),
             )
         )
     return rows

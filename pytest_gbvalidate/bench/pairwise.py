@@ -3,8 +3,11 @@ joins. The nodes are paired even/odd (0-1, 2-3, ...), then shifted by one (1-2, 
 Google's cluster-health-scanner pair them; the pairs of a round run at the same time, rounds one after the other.
 A node slow in one pair only may have a slow partner; slow in every pair, it is a suspect -- but a healthy node
 paired once with the slow node and once in a noisy moment is slow in every pair too. So, as cluster-health-scanner's
-second pass does, each suspect is measured again, paired with a node that passed: it is named only if that pair is
-slow as well, evidence no slow partner can fake.
+second pass does, each suspect is measured again, RECHECKS times, each time beside another node that passed: it
+is named only if every such pair is slow as well, evidence no slow partner can fake. Where fewer nodes passed than
+RECHECKS, the partners are taken again in turn (one node that passed is measured beside the suspect RECHECKS
+times), and the verdict says so. A pair is slow only beyond the noise its own samples show (noise.py): a pair
+measured in a noisy moment spreads widely, a pair with a slow node is slow in every sample.
 
 Bus bandwidth as nccl-tests computes it for all_reduce over the pair's ranks (bench/collectives.py)."""
 
@@ -18,6 +21,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from pytest_gbvalidate import noise
 from pytest_gbvalidate.bench.collectives import COLLECTIVES, DTYPE, ELEMENT_BYTES, algbw_gbps
 from pytest_gbvalidate.bench.timing import median, time_op_s
 from pytest_gbvalidate.ranks.gang import RankContext
@@ -57,6 +61,7 @@ class PairResult:
     busbw_gbps: float
     time_s: float
     wrong: int  # elements of this rank's result that differ from the expected sum
+    spread_pct: float = 0.0  # of this rank's timed samples (noise.spread_pct; 0 where they cannot say)
 
 
 def pairwise_on_rank(
@@ -113,7 +118,7 @@ def _measure(
     samples = time_op_s(ctx.device, lambda: dist.all_reduce(data, group=group), warmup=warmup, iterations=iterations)
     time_s = median(samples)
     busbw = algbw_gbps(count * ELEMENT_BYTES, time_s) * COLLECTIVES["all_reduce"].busbw_factor(len(members))
-    return PairResult(nodes, round_, ctx.rank, busbw, time_s, wrong)
+    return PairResult(nodes, round_, ctx.rank, busbw, time_s, wrong, noise.spread_pct(samples) or 0.0)
 
 
 @dataclass(frozen=True)
@@ -121,6 +126,12 @@ class PairRow:
     nodes: tuple[int, int]
     busbw_gbps: float  # the pair's slowest rank
     wrong_by_rank: dict[int, int]
+    spread_pct: float = 0.0  # the largest of its ranks' sample spreads
+
+    def slow_below(self, floor_gbps: float, reference_gbps: float) -> bool:
+        """Below `floor_gbps`, and further below `reference_gbps` than the noise of its own samples allows."""
+        allowed_pct = noise.margin_pct(noise.Noise(noise.MEDIAN, 0, self.spread_pct))
+        return self.busbw_gbps < floor_gbps and noise.beyond(self.busbw_gbps, reference_gbps, allowed_pct)
 
 
 @dataclass(frozen=True)
@@ -137,7 +148,12 @@ def pair_rows(results: list[PairResult]) -> list[PairRow]:
     for r in results:
         by_pair.setdefault((r.round, r.nodes), []).append(r)
     return [
-        PairRow(pair, min(r.busbw_gbps for r in rs), {r.rank: r.wrong for r in rs if r.wrong})
+        PairRow(
+            pair,
+            min(r.busbw_gbps for r in rs),
+            {r.rank: r.wrong for r in rs if r.wrong},
+            max(r.spread_pct for r in rs),
+        )
         for (_, pair), rs in sorted(by_pair.items())
     ]
 
@@ -167,7 +183,8 @@ def first_pass(
 ) -> tuple[dict[int, str], dict[int, Suspect]]:
     """The nodes every pair of which returned wrong data (on its own ranks or its partner's: a node that corrupts
     what it sends shows on the other side), node -> why; and the suspects of slowness: every pair of which was more
-    than `slow_pct` below the median of the pairs it was not in (a reference the slow node cannot pull down). A
+    than `slow_pct` below the median of the pairs it was not in (a reference the slow node cannot pull down), and
+    further below it than the pair's own samples' noise allows (PairRow.slow_below). A
     node needs MIN_PAIRS pairs of its own, and the slowness verdict MIN_PAIRS pairs without it: with two nodes
     nobody is named, with three nobody is named slow."""
     joined: dict[int, list[PairRow]] = {}
@@ -189,25 +206,25 @@ def first_pass(
             continue
         reference_gbps = statistics.median(others)
         floor_gbps = reference_gbps * (1 - slow_pct / 100)
-        if all(p.busbw_gbps < floor_gbps for p in pairs):
+        if all(p.slow_below(floor_gbps, reference_gbps) for p in pairs):
             suspects[node] = Suspect(pairs, reference_gbps, floor_gbps)
     return wrong, suspects
 
 
 def recheck_pairs(rows: list[PairRow], node_of_rank: list[int], slow_pct: float) -> list[list[tuple[int, int]]]:
     """The second pass: each suspect paired RECHECKS times with a node that passed (neither a suspect nor wrong),
-    the partners taken in turn, in rounds of disjoint pairs. None where nothing is suspect or nothing passed."""
+    each time another one where enough passed (suspect i's partners start at the i-th node that passed and go on in
+    turn, so suspects spread over the partners; with fewer than RECHECKS the turn comes round again), in rounds of
+    disjoint pairs. None where nothing is suspect or nothing passed."""
     wrong, suspects = first_pass(rows, node_of_rank, slow_pct)
     nodes = sorted({node for row in rows for node in row.nodes})
     passed = [n for n in nodes if n not in suspects and n not in wrong]
     if not passed:
         return []
     rounds: list[list[tuple[int, int]]] = []
-    turn = 0
-    for _ in range(RECHECKS):
-        for suspect in sorted(suspects):
-            pair = (suspect, passed[turn % len(passed)])
-            turn += 1
+    for turn in range(RECHECKS):
+        for i, suspect in enumerate(sorted(suspects)):
+            pair = (suspect, passed[(i + turn) % len(passed)])
             free = [r for r in rounds if not {n for p in r for n in p} & set(pair)]  # no node twice in a round
             if free:
                 free[0].append(pair)
@@ -234,8 +251,11 @@ def blame(
         again = [r for r in rechecks or [] if node in r.nodes]
         if not again:
             slow[node] = f"{why}; not measured again: no node that passed to pair it with"
-        elif all(r.busbw_gbps < suspect.floor_gbps for r in again):
+        elif all(r.slow_below(suspect.floor_gbps, suspect.reference_gbps) for r in again):
             partners = ", ".join(f"node{r.nodes[1]}: {r.busbw_gbps:.4g} GB/s" for r in again)
+            distinct = len({r.nodes[1] for r in again})
+            if distinct < len(again):
+                partners += f"; {distinct} node(s) passed to pair it with, so a partner was measured more than once"
             slow[node] = f"{why}, and again beside a node that passed ({partners})"
     pairs_wrong = {}
     for row in rows:

@@ -26,12 +26,14 @@ cordon`, `kubectl taint nodes NODE gbvalidate/fault=CATEGORY:NoSchedule` and `ku
 gbvalidate/fault=CATEGORY` lines (printed, never run; each names one node, validated).
 
 Outliers: per metric (metric, scope, and placement and reference tool where given; gated measurements only),
-a node is flagged when it is worse than the fleet median (by the metric's direction) by more than K scaled MADs
--- the modified z-score of Iglewicz & Hoaglin, 0.6745*(x-median)/MAD -- or by more than PCT% of the median, even
-when it passed its baseline. Where MAD is 0 (more than half of the nodes report the same value) the z-score is
-undefined and only the PCT rule flags. With few nodes a small MAD makes small dips many MADs:
---noise-floor-pct makes the MAD rule also require a deviation above that percent. Needs at least
-{stats.MIN_NODES} nodes with a finished report. Pass inf to switch the K or the PCT rule off.
+a node is flagged when it is worse than the fleet median (by the metric's direction) by all of: more than K scaled
+MADs -- the modified z-score of Iglewicz & Hoaglin, 0.6745*(x-median)/MAD -- (far from its peers in robust terms;
+where MAD is 0 any deviation is), more than PCT% of the median (beyond the practical margin), and more than the
+figures' noise allows: each report gives its figures' spread beside them, and a node's dip must exceed 3 times its
+own spread and the fleet's typical spread combined (a metric noisy on every node drains nobody). It is flagged even
+when it passed its baseline. --noise-floor-pct adds a percent every dip must exceed, for reports that do not give
+their noise. Needs at least {stats.MIN_NODES} nodes with a finished report. Pass 0 to switch the K or the PCT rule
+off.
 
 Reports: one per hostname counts, the latest by start_time (earlier ones are listed as superseded). Reports of
 another SKU than the fleet's (--sku, else the most common) are listed and left out. A corrupt report (not JSON,
@@ -58,26 +60,26 @@ def build_parser() -> argparse.ArgumentParser:
     summary.add_argument("--sku", help="the fleet's SKU (default: the most common among the reports)")
     summary.add_argument(
         "--mad-k",
-        type=_positive,
+        type=_not_negative,
         default=stats.DEFAULT_MAD_K,
         metavar="K",
-        help=f"outlier when worse than the median by more than K scaled MADs (default {stats.DEFAULT_MAD_K:g}, "
+        help=f"outlier only when worse than the median by more than K scaled MADs (default {stats.DEFAULT_MAD_K:g}, "
         "Iglewicz & Hoaglin's recommendation)",
     )
     summary.add_argument(
         "--below-median-pct",
-        type=_positive,
+        type=_not_negative,
         default=stats.DEFAULT_PCT,
         metavar="PCT",
-        help=f"outlier when worse than the median by more than PCT%% of it (default {stats.DEFAULT_PCT:g})",
+        help=f"outlier only when worse than the median by more than PCT%% of it (default {stats.DEFAULT_PCT:g})",
     )
     summary.add_argument(
         "--noise-floor-pct",
         type=_not_negative,
         default=0.0,
         metavar="PCT",
-        help="the K rule flags only deviations above PCT%% of the median too (default 0: off); set it to the "
-        "metric's run-to-run noise on one node",
+        help="outlier only when worse than the median by more than PCT%% of it too (default 0: off); set it to "
+        "the metric's run-to-run noise on one node where the reports do not give their noise",
     )
     summary.add_argument(
         "--plots", action="store_true", help="also draw plots/fleet.png (about a second more: importing matplotlib)"
@@ -105,13 +107,6 @@ directory's name), is listed with why and left out; a partial one (the run was i
 Exit status: 0 when every report was read; 1 when one is corrupt or another node's, or there is no finished one;
 2 on a usage error.
 """
-
-
-def _positive(text: str) -> float:
-    value = _number(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be above 0 (inf switches the rule off)")
-    return value
 
 
 def _not_negative(text: str) -> float:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_gbvalidate import noise
 from pytest_gbvalidate.fleet import stats
 from pytest_gbvalidate.fleet.reports import Report
 from pytest_gbvalidate.fleet.text import one_line
@@ -161,6 +162,7 @@ def metric_stats(
     """Per metric key across `reports`: the gated measurements (verdict not `info`) with a numeric value. Where a
     report has the same key twice, its worse value counts."""
     values: dict[MetricKey, dict[str, float]] = {}
+    noises: dict[MetricKey, dict[str, noise.Noise | None]] = {}
     meta: dict[MetricKey, dict[str, Any]] = {}
     expected: dict[MetricKey, Counter[float]] = {}
     for report in reports:
@@ -174,6 +176,7 @@ def metric_stats(
             by_host = values.setdefault(key, {})
             if host not in by_host or stats.worse_by(value, by_host[host], first["direction"]) > 0:
                 by_host[host] = value
+                noises.setdefault(key, {})[host] = noise.from_record(m.get("noise"))
             reference = m.get("expected")
             if reference is not None and stats.is_number(reference):
                 expected.setdefault(key, Counter())[float(reference)] += 1
@@ -189,7 +192,7 @@ def metric_stats(
                 by_host,
                 common.most_common(1)[0][0] if common else None,
                 stats.spread(list(by_host.values())),
-                stats.outliers(by_host, direction, mad_k, pct, noise_floor_pct),
+                stats.outliers(by_host, direction, mad_k, pct, noise_floor_pct, noises.get(key)),
             )
         )
     return found

@@ -4,6 +4,7 @@ scaling (summary.md, terminal). render.py puts them in its documents."""
 
 from __future__ import annotations
 
+from pytest_gbvalidate import noise
 from pytest_gbvalidate.fleet import stats
 from pytest_gbvalidate.fleet.findings import MetricStats, failed_checks
 from pytest_gbvalidate.fleet.markup import checks_cell, md, md_table, num
@@ -15,8 +16,9 @@ def rules_text(summary: Summary) -> str:
     floor = f" and by more than {summary.noise_floor_pct:g}% of the median" if summary.noise_floor_pct else ""
     return (
         f"worse than the fleet median by more than {summary.mad_k:g} scaled MADs (modified z-score "
-        f"0.6745*(x-median)/MAD){floor} or by more than {summary.pct:g}% of the median; where MAD is 0 only the "
-        f"percent rule applies; at least {stats.MIN_NODES} nodes"
+        f"0.6745*(x-median)/MAD), and by more than {summary.pct:g}% of the median{floor}, and by more than the "
+        f"figures' noise allows ({noise.NOISE_K:g} times the node's and the fleet's typical spread combined, where "
+        f"the reports give it); where MAD is 0 any deviation is far in robust terms; at least {stats.MIN_NODES} nodes"
     )
 
 

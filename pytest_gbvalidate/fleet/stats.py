@@ -1,18 +1,22 @@
 """Robust statistics of one metric across the nodes of a fleet: median, spread, and the nodes that are worse than
 the fleet median by too much. Pure functions on numbers, no I/O.
 
-A node is an outlier of a metric when it is worse than the fleet median (direction-aware) by
+A node is an outlier of a metric when it is worse than the fleet median (direction-aware) by all of
 
-- more than `mad_k` scaled MADs: the modified z-score of Iglewicz & Hoaglin, 0.6745 * (x - median) / MAD, where
-  MAD is the median absolute deviation from the median ("How to Detect and Handle Outliers", ASQC Basic
-  References in Quality Control vol. 16, 1993, which recommends flagging |z| > 3.5), or
-- more than `pct` percent of the median.
+- more than `mad_k` scaled MADs: far from its peers in robust terms, the modified z-score of Iglewicz & Hoaglin,
+  0.6745 * (x - median) / MAD, where MAD is the median absolute deviation from the median ("How to Detect and
+  Handle Outliers", ASQC Basic References in Quality Control vol. 16, 1993, which recommends flagging |z| > 3.5);
+- more than `pct` percent of the median: beyond the practical margin (a node a few percent slow is a node);
+- more than the noise of the figures allows (noise.margin_pct): the node's own noise, as its report gives it beside
+  the figure, combined with the fleet's typical noise (the median of the nodes' noises). A metric noisy on every
+  node drains nobody; a node whose own figure is noisy is not drained for a dip its own samples explain.
 
+Each rule alone drains healthy nodes: the percent rule any metric noisier than `pct` (four reports of one healthy
+machine were all drained by it), the MAD rule a dip of 2% where a few nodes happen to agree closely.
 MAD == 0 (more than half of the nodes report the very same value, as quantised readings do): the modified
-z-score is undefined there (any deviation at all would be infinitely many MADs), so only the percent rule flags.
-A MAD close to 0 has the same problem in a milder form (a few nodes that happen to agree closely make a 2%
-dip many MADs): `noise_floor_pct` (default 0, off) makes the MAD rule also require the deviation to exceed that
-percent of the median; set it to the metric's run-to-run noise on one node.
+z-score is undefined there (any deviation at all is infinitely many MADs), so the MAD rule holds for any deviation.
+`noise_floor_pct` (default 0, off) also requires the deviation to exceed that percent of the median: the metric's
+run-to-run noise on one node, for reports that do not give their own.
 Only deviations to the worse side count: a node faster than the rest is no reason to drain it.
 """
 
@@ -23,6 +27,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeGuard
+
+from pytest_gbvalidate import noise as nz
 
 # 0.6745 is the 0.75 quantile of the standard normal: MAD / 0.6745 estimates the standard deviation of normal data.
 MAD_TO_Z = 0.6745
@@ -87,29 +93,37 @@ def outliers(
     mad_k: float = DEFAULT_MAD_K,
     pct: float = DEFAULT_PCT,
     noise_floor_pct: float = 0.0,
+    noises: Mapping[str, nz.Noise | None] | None = None,
 ) -> list[Outlier]:
-    """The hosts of `values` (host -> value) worse than their median by more than `mad_k` scaled MADs (and more
-    than `noise_floor_pct` percent of the median) or by more than `pct` percent of the median, in the order of
-    `values`. No outliers among fewer than MIN_NODES values or for a direction other than higher/lower (nothing
-    says which side is worse)."""
+    """The hosts of `values` (host -> value) worse than their median by more than `mad_k` scaled MADs, by more than
+    `pct` and `noise_floor_pct` percent of the median, and by more than their noise allows (`noises`: host -> the
+    noise its report gives, where it gives one), in the order of `values`. No outliers among fewer than MIN_NODES
+    values or for a direction other than higher/lower (nothing says which side is worse)."""
     if len(values) < MIN_NODES or direction not in (HIGHER, LOWER):
         return []
     s = spread(list(values.values()))
+    noises = noises or {}
+    known = [n.spread_pct for n in noises.values() if n is not None]
+    typical = nz.Noise(nz.MEDIAN, len(known), statistics.median(known)) if known else None
     found = []
     for host, value in values.items():
         worse = worse_by(value, s.median, direction)
         if worse <= 0:
             continue
         z = modified_z(value, s.median, s.mad)
-        worse_pct = None if s.median == 0 else worse / abs(s.median) * 100.0
-        rules = []
-        above_noise = worse_pct is None or worse_pct > noise_floor_pct
-        if z is not None and abs(z) > mad_k and above_noise:
-            rules.append(f"{abs(z):.1f} scaled MADs > {mad_k:g}")
-        if worse_pct is not None and worse_pct > pct:
-            rules.append(f"{worse_pct:.1f}% of the median > {pct:g}%")
-        if rules:
-            found.append(Outlier(host, value, worse_pct, z, tuple(rules)))
+        worse_pct = math.inf if s.median == 0 else worse / abs(s.median) * 100.0
+        margin = nz.margin_pct(noises.get(host), typical)
+        if z is not None and abs(z) <= mad_k:
+            continue
+        if worse_pct <= max(pct, noise_floor_pct) or not nz.beyond(value, s.median, margin):
+            continue
+        rules = [
+            "the value of more than half the nodes differs" if z is None else f"{abs(z):.1f} scaled MADs > {mad_k:g}"
+        ]
+        rules.append(f"{worse_pct:.1f}% of the median > {max(pct, noise_floor_pct):g}%")
+        if margin:
+            rules.append(f"beyond the {margin:.1f}% the figures' noise allows")
+        found.append(Outlier(host, value, None if s.median == 0 else worse_pct, z, tuple(rules)))
     return found
 
 

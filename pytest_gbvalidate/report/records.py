@@ -94,8 +94,22 @@ class MeasurementCompareRecord(TypedDict):
     date: str
     delta_pct: Number | None
     allowed_pct: float | None
-    verdict: str  # ok, regressed, gpu replaced
+    verdict: str  # ok, regressed, within_noise, gpu_replaced
     message: str
+    # The change the two figures' own noise allows (noise.margin_pct), where either report knows its noise: a
+    # change beyond allowed_pct but within it is `within_noise`, not a regression.
+    noise_margin_pct: NotRequired[float]
+
+
+class NoiseRecord(TypedDict):
+    """How a figure was summarised and how much its samples spread (noise.py): `median` of `count` samples, or
+    `best_pass` of `count` passes (each pass's figure in `passes`); `spread_pct` is their scaled MAD in percent of
+    the figure."""
+
+    summary: str
+    count: int
+    spread_pct: float
+    passes: NotRequired[list[float]]
 
 
 class MeasurementRecord(TypedDict):
@@ -118,6 +132,7 @@ class MeasurementRecord(TypedDict):
     status: NotRequired[str]  # the baseline's: measured or provisional
     provenance: NotRequired[str]
     compare: NotRequired[MeasurementCompareRecord]
+    noise: NotRequired[NoiseRecord]  # where the figure came from samples or passes
 
 
 def measurement_key(record: Mapping[str, Any]) -> tuple[str, str, str, str]:

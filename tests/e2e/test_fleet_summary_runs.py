@@ -49,12 +49,14 @@ def real_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def node(real: dict[str, Any], host: str, factor: float = 1.0, **changes: Any) -> dict[str, Any]:
-    """A copy of `real` as `host`'s report, every numeric value scaled by `factor`."""
+    """A copy of `real` as `host`'s report, every numeric value scaled by `factor`, each with a spread of 1% (this
+    machine's own spread would make the outlier rule's noise margin depend on how busy it was)."""
     report = copy.deepcopy(real)
     report["node"]["hostname"] = host
     for m in report["measurements"]:
         if isinstance(m["value"], float):
             m["value"] *= factor
+            m["noise"] = {"summary": "median", "count": 20, "spread_pct": 1.0}
     report.update(changes)
     return report
 

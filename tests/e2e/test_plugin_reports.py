@@ -133,8 +133,9 @@ def test_suites_run_on_the_cpu_sku_end_to_end(pytester: pytest.Pytester) -> None
     suites = [str(SUITES / f"test_{name}.py") for name in ("bandwidth", "collectives", "reference_tools")]
     result = pytester.runpytest(*suites, "--gb-sku=cpu", *XUNIT1, "--gb-report=r.json", "-p", "no:cacheprovider", "-rs")
     # host copy, host GEMM, the quick level's all_reduce and 7 collective sweeps; per-GPU checks and reference tools
-    # do not apply to cpu, pairs of nodes need several nodes, NVLS and multi-node NVLink need NCCL
-    result.assert_outcomes(passed=10, skipped=18)
+    # (each GPU's own and against its siblings) do not apply to cpu, pairs of nodes need several nodes, NVLS and
+    # multi-node NVLink need NCCL
+    result.assert_outcomes(passed=10, skipped=22)
     result.stdout.fnmatch_lines(
         ["SKIPPED [[]*[]] *test_bandwidth.py*: needs NVIDIA GPUs; this run checks the cpu SKU, which has none"]
     )
@@ -174,7 +175,7 @@ def test_suites_run_on_the_cpu_sku_end_to_end(pytester: pytest.Pytester) -> None
     result.stdout.fnmatch_lines(
         [
             "*gbvalidate: cpu run*",
-            "skipped: 14 checks: needs NVIDIA GPUs; this run checks the cpu SKU, which has none",
+            "skipped: 18 checks: needs NVIDIA GPUs; this run checks the cpu SKU, which has none",
             "JSON report: */r.json",
             "busbw plot: */r.busbw.png",
             "*gbvalidate: cpu measured vs baseline*",
@@ -207,13 +208,13 @@ def test_record_on_cpu_then_pass_against_the_recording(pytester: pytest.Pytester
         "host_copy or all_reduce_busbw",
     ]
     first = pytester.runpytest(*some, "--gb-sku=cpu", "--gb-baselines=b", "--gb-record=b/golden.yaml")
-    first.assert_outcomes(passed=2, skipped=3, deselected=14)  # pairs of nodes, NVLS, MNNVL: skipped here
+    first.assert_outcomes(passed=2, skipped=3, deselected=18)  # pairs of nodes, NVLS, MNNVL: skipped here
     first.stdout.fnmatch_lines(["recorded baseline: *golden.yaml"])
     text = (pytester.path / "b" / "golden.yaml").read_text()
     assert "sku: golden" in text and "status: measured" in text and "measured on " in text
     assert "      1MiB:" in text and "      4MiB:" in text and "2MiB" not in text  # the gated sizes only
     second = pytester.runpytest(*some, "--gb-sku=golden", "--gb-baselines=b", "--gb-report=r.json")
-    second.assert_outcomes(passed=2, skipped=3, deselected=14)
+    second.assert_outcomes(passed=2, skipped=3, deselected=18)
     gated = [m for m in json.loads((pytester.path / "r.json").read_text())["measurements"] if m["verdict"] != "info"]
     assert [m["scope"] for m in gated] == ["node", "1MiB", "4MiB"]
     for m in gated:  # compared with the recording (a busy machine may land in the warn band; never below fail)

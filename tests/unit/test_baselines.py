@@ -491,6 +491,61 @@ def test_recording_replaces_limits_that_no_longer_fit(tmp_path: Path, value: flo
     assert (str(ref.fail), str(ref.warn)) == ("10%", "5%")
 
 
+def _copy(value: float, spread_pct: float, scope: str = "node", **noise: object) -> dict[str, object]:
+    return {
+        "metric": "host_copy_bandwidth_gbps",
+        "scope": scope,
+        "scope_kind": "node",
+        "unit": "GB/s",
+        "direction": "higher",
+        "value": value,
+        "noise": {"summary": "median", "count": 20, "spread_pct": spread_pct, **noise},
+    }
+
+
+def test_a_recording_rounds_and_widens_the_bands_to_the_noise_it_saw(tmp_path: Path) -> None:
+    # The noise a 2-core machine showed: 6% spread; a 5% warn band would warn on the next run.
+    doc = bl.recorded_baseline("cpu", None, [_copy(10.8734, 6.0)], "measured on vm1")
+    entry = doc["metrics"]["host_copy_bandwidth_gbps"]
+    assert entry["expected"] == 10.9 and (entry["warn"], entry["fail"]) == ("12%", "24%") and entry["spread_pct"] == 6.0
+    assert (
+        entry["provenance"]
+        == "measured on vm1; spread seen: up to 6.0% (median of 20, spread 6.0%) over 1 measurement(s)"
+    )
+    (tmp_path / "cpu.yaml").write_text(bl.dump_baseline(doc))
+    ref = bl.load_baseline(tmp_path / "cpu.yaml").metrics["host_copy_bandwidth_gbps"].default
+    assert ref.spread_pct == 6.0  # read back: verdicts allow for it as for the measurement's own noise
+    # a figure of the same node within its noise passes, without a warning
+    assert bl.compare(ref, 10.8734 * 0.9, "node").verdict == bl.PASS
+    # a quiet figure keeps the defaults; a very noisy one keeps a positive fail limit
+    quiet = bl.recorded_baseline("cpu", None, [_copy(10.0, 0.5)], "m")["metrics"]["host_copy_bandwidth_gbps"]
+    assert (quiet["warn"], quiet["fail"]) == ("5%", "10%")
+    wild = bl.recorded_baseline("cpu", None, [_copy(10.0, 40.0)], "m")["metrics"]["host_copy_bandwidth_gbps"]
+    assert (wild["warn"], wild["fail"]) == ("45%", "90%")
+
+
+def test_a_recorded_spread_must_be_a_percentage(tmp_path: Path) -> None:
+    doc = bl.recorded_baseline("cpu", None, [_copy(10.0, 3.0)], "m")
+    doc["metrics"]["host_copy_bandwidth_gbps"]["spread_pct"] = "wide"
+    (tmp_path / "cpu.yaml").write_text(bl.dump_baseline(doc))
+    with pytest.raises(bl.BaselineError, match=r"metrics.host_copy_bandwidth_gbps.spread_pct: must be a number"):
+        bl.load_baseline(tmp_path / "cpu.yaml")
+
+
+def test_a_recording_keeps_a_floor_only_metric_floor_only_and_old_limits_narrower_than_the_noise_widen(
+    tmp_path: Path,
+) -> None:
+    old = bl.load_baseline(REPO / "baselines" / "cpu.yaml")
+    triad = {**_copy(44.61, 8.0, scope="numa0"), "metric": "host_memory_triad_gbps", "scope_kind": "numa"}
+    doc = bl.recorded_baseline("cpu", old, [triad, _copy(10.87, 3.0)], "measured on vm1")
+    entry = doc["metrics"]["host_memory_triad_gbps"]
+    assert entry["expected"] == 44.6 and entry["fail"] == 2 and "warn" not in entry  # no 5% band added
+    copy = doc["metrics"]["host_copy_bandwidth_gbps"]
+    assert (copy["fail"], copy["warn"]) == ("95%", "50%")  # the old bands are wider than the noise: kept
+    (tmp_path / "cpu.yaml").write_text(bl.dump_baseline(doc))
+    assert bl.load_baseline(tmp_path / "cpu.yaml").metrics["host_memory_triad_gbps"].default.warn is None
+
+
 # --- the health and topology sections ------------------------------------------------------------------------
 
 SECTIONS = GOOD.replace(

@@ -94,6 +94,48 @@ def test_from_zero_only_a_change_for_the_worse_regresses() -> None:
     assert verdict(0, 3, "higher") == "ok"
 
 
+def _busbw(value: float, spread_pct: float | None) -> Any:
+    record: dict[str, Any] = {
+        "metric": "reduce_scatter_busbw_gbps",
+        "scope": "1MiB",
+        "value": value,
+        "unit": "GB/s",
+        "direction": "higher",
+        "details": {},
+    }
+    if spread_pct is not None:
+        record["noise"] = {"summary": "median", "count": 20, "spread_pct": spread_pct}
+    return record
+
+
+def _against(before: Any, now: Any) -> Any:
+    earlier = cmp.EarlierReport(
+        Path("e.json"), "then", "finished", "cpu", "n1", None, {measurement_key(before): before}
+    )
+    section = cmp.compare_one(earlier, now, cmp.AllowedRegression(), None, cmp.SameNode({}, ()), "now")
+    assert section is not None
+    return section
+
+
+def test_a_change_within_the_noise_of_the_two_figures_is_not_a_regression() -> None:
+    # A healthy 2-core machine a minute apart: -10.5%, each figure's samples spreading 6%.
+    section = _against(_busbw(0.53, 6.0), _busbw(0.474, 6.0))
+    assert section["verdict"] == "within_noise" and section["noise_margin_pct"] == pytest.approx(16.971, abs=0.01)
+    assert "within the noise of the two figures: their spread allows 17.0% -> WITHIN_NOISE" in section["message"]
+    # The same change between quiet figures is one; so is a change far beyond the noise.
+    assert _against(_busbw(0.53, 1.0), _busbw(0.474, 1.0))["verdict"] == "regressed"
+    assert _against(_busbw(0.53, 6.0), _busbw(0.3, 6.0))["verdict"] == "regressed"
+    # Without a known noise (a version-2 report from before) the allowed percentage alone decides, as it did.
+    assert _against(_busbw(0.53, None), _busbw(0.474, None))["verdict"] == "regressed"
+    assert "noise_margin_pct" not in _against(_busbw(0.53, None), _busbw(0.474, None))
+    # A figure too noisy to judge says so, and a malformed noise field is no noise.
+    assert "too noisy to judge" in _against(_busbw(0.53, 20.0), _busbw(0.35, 20.0))["message"]
+    # and a figure ten times off is beyond any spread: the noise is compared as a ratio
+    assert _against(_busbw(5.3, 40.0), _busbw(0.53, 40.0))["verdict"] == "regressed"
+    bad = _busbw(0.53, None) | {"noise": {"summary": "median", "count": 20, "spread_pct": "x"}}
+    assert _against(bad, _busbw(0.474, None))["verdict"] == "regressed"
+
+
 def test_an_earlier_report_with_a_malformed_gpu_is_a_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "e.json"
     path.write_text(report_text({"gpus": {"devices": [{"index": 0}]}}))

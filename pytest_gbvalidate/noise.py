@@ -1,0 +1,143 @@
+"""How noisy a measurement is, from the samples or passes that made it, and whether a difference between two figures
+holds against that noise. Pure functions on numbers: no torch, no pytest.
+
+A figure's noise is the robust spread of the samples it summarises: the scaled median absolute deviation (1.4826 x
+MAD, which estimates the standard deviation of normal data and ignores a few wild samples) in percent of their
+median. That is the spread of one sample, not the standard error of the median: run-to-run drift on a shared
+machine (a neighbour's job, the page cache, clocks) is far larger than what a median of 20 samples would suggest,
+and a gate must not fail a node for it. A difference between two figures is real only beyond NOISE_K times their
+combined noise.
+
+A capacity figure (bandwidth, TFLOPS, tokens/s) measured in several passes is the best pass (STREAM's rule, the
+storage check's): interference only slows a pass down, so a degraded node is slow in every pass and a busy one is
+not. Its noise is then its samples' spread, and the passes' robust spread where there are three or more.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# 1 / 0.6745 (the 0.75 quantile of the standard normal): MAD x 1.4826 estimates the standard deviation.
+MAD_TO_SIGMA = 1.4826
+# How many combined robust spreads a difference must exceed to count. The spreads are those of one sample; the
+# median of the >= 10 samples a figure summarises is several times tighter (about 0.28 of a sample's spread for
+# 20), so two medians 2 sample spreads apart are about 5 of their own standard deviations apart: only a node that
+# changed between them, or a neighbour that held on for the whole of one, gets there.
+NOISE_K = 2.0
+# A figure whose noise alone allows this much change cannot be judged by a comparison: it says so instead.
+TOO_NOISY_PCT = 50.0
+
+MEDIAN, BEST_PASS = "median", "best_pass"
+
+
+@dataclass(frozen=True)
+class Noise:
+    """How a figure was summarised (`median` of its samples, or the best of its passes), from how many samples or
+    passes, and their robust spread in percent of the figure. `passes`: each pass's figure, where there were
+    several."""
+
+    summary: str
+    count: int
+    spread_pct: float
+    passes: tuple[float, ...] = ()
+
+    def as_record(self) -> dict[str, Any]:
+        record: dict[str, Any] = {"summary": self.summary, "count": self.count, "spread_pct": round(self.spread_pct, 3)}
+        if self.passes:
+            record["passes"] = [float(f"{p:.6g}") for p in self.passes]
+        return record
+
+    def describe(self) -> str:
+        how = f"best of {len(self.passes)} passes" if self.summary == BEST_PASS else f"median of {self.count}"
+        return f"{how}, spread {self.spread_pct:.1f}%"
+
+
+def spread_pct(values: Sequence[float]) -> float | None:
+    """The scaled MAD of `values` in percent of their median; None for fewer than 2 values, a median of 0 or a
+    value that is not a finite number."""
+    if len(values) < 2 or not all(math.isfinite(v) for v in values):
+        return None
+    center = statistics.median(values)
+    if center == 0:
+        return None
+    mad = statistics.median(abs(v - center) for v in values)
+    return MAD_TO_SIGMA * mad / abs(center) * 100.0
+
+
+def of_samples(samples: Sequence[float]) -> Noise | None:
+    """The noise of a figure that is the median of `samples` (None where they cannot say: see spread_pct)."""
+    spread = spread_pct(samples)
+    return None if spread is None else Noise(MEDIAN, len(samples), spread)
+
+
+def of_passes(passes: Sequence[float], within: Sequence[Noise | None] = ()) -> Noise | None:
+    """The noise of a figure that is the best of `passes`: the largest spread of the samples `within` the passes,
+    and, from three passes on, the passes' own robust spread. Not the spread of two passes: interference only slows
+    a pass, so the slower of two says how disturbed it was, not how far the best one is from the node's figure; a
+    robust spread of three or more ignores one such pass. Two passes with nothing known within them: their
+    half-difference in percent of their median, as nothing better is known."""
+    spreads = [n.spread_pct for n in within if n is not None]
+    finite = [p for p in passes if math.isfinite(p)]
+    if len(finite) >= 3:
+        between = spread_pct(finite)
+        if between is not None:
+            spreads.append(between)
+    elif len(finite) == 2 and not spreads and statistics.median(finite) != 0:
+        spreads.append(abs(finite[0] - finite[1]) / 2 / abs(statistics.median(finite)) * 100.0)
+    if not spreads:
+        return None
+    return Noise(BEST_PASS, len(passes), max(spreads), tuple(passes))
+
+
+def from_details(details: Mapping[str, Any]) -> Noise | None:
+    """The noise of a measurement whose details carry its samples as `samples_<unit>` (a list of numbers, the
+    figure their median) and, where it is the best of several passes, each pass's figure as `passes`; None where
+    they carry neither."""
+    within = None
+    for key, value in details.items():
+        if key.startswith("samples_") and isinstance(value, list) and all(_is_number(v) for v in value):
+            within = of_samples([float(v) for v in value])
+            break
+    passes = details.get("passes")
+    if isinstance(passes, list) and len(passes) >= 2 and all(_is_number(p) for p in passes):
+        return of_passes([float(p) for p in passes], [within])
+    return within
+
+
+def from_record(record: object) -> Noise | None:
+    """A report's `noise` field read back (reports are untrusted input: None where it is missing or malformed)."""
+    if not isinstance(record, dict):
+        return None
+    summary, count, spread = record.get("summary"), record.get("count"), record.get("spread_pct")
+    passes = record.get("passes", [])
+    if not isinstance(summary, str) or not isinstance(count, int) or not isinstance(spread, (int, float)):
+        return None
+    if not _is_number(spread) or spread < 0:
+        return None
+    if not isinstance(passes, list) or not all(_is_number(p) for p in passes):
+        return None
+    return Noise(summary, count, float(spread), tuple(float(p) for p in passes))
+
+
+def margin_pct(*noises: Noise | None) -> float:
+    """How far apart (in percent) figures with these noises may be by chance: NOISE_K times their combined spread
+    (figures without a known noise add none)."""
+    return NOISE_K * math.sqrt(sum(n.spread_pct**2 for n in noises if n is not None))
+
+
+def beyond(value: float, reference: float, margin_pct: float) -> bool:
+    """Whether `value` and `reference` are further apart than `margin_pct` allows, as a ratio: the spreads are
+    relative, so a figure ten times off is beyond any spread a figure's samples can show (in percent, a 90% drop
+    would be within two 45% spreads), while for small changes the ratio and the percentage agree. Figures that
+    are not both above 0 are compared in percent of |reference|."""
+    if value > 0 and reference > 0:
+        return abs(math.log(value / reference)) * 100.0 > margin_pct
+    return reference == 0 or abs(value - reference) / abs(reference) * 100.0 > margin_pct
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -1,0 +1,150 @@
+"""No false alarms, end to end through pytester: a figure about to fail is measured again and the better pass counts;
+a node passes the baseline it recorded; a change within the noise of two runs is not a regression; a device far
+behind its siblings is named, and only it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch  # noqa: F401 -- in-process pytester runs drop modules they imported, and torch cannot load twice
+import yaml
+
+from tests.helpers.runs import junit_cases
+
+BASELINE = """\
+schema_version: 1
+sku: LAB
+description: a CPU-only lab SKU for the plugin's tests
+detect: {gpu_count: 0}
+metrics:
+  host_copy_bandwidth_gbps: {status: measured, expected: 10, fail: 10%, warn: 5%, provenance: the plugin's tests}
+"""
+ARGS = ["--gb-sku=LAB", "--gb-baselines=baselines", "--junitxml=r.xml", "--gb-report=r.json", "-p", "no:cacheprovider"]
+
+
+def report(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+@pytest.fixture
+def lab(pytester: pytest.Pytester) -> pytest.Pytester:
+    (pytester.path / "baselines").mkdir()
+    (pytester.path / "baselines" / "LAB.yaml").write_text(BASELINE)
+    return pytester
+
+
+def test_a_figure_about_to_fail_is_measured_again_and_the_better_pass_counts(lab: pytest.Pytester) -> None:
+    lab.makepyfile(
+        """
+        import pytest
+
+        def passes(*values):
+            figures = iter(values)
+            def measure():
+                v = next(figures)
+                return [("host_copy_bandwidth_gbps", "node", v, {"samples_gbps": [v * 0.99, v, v * 1.01]})]
+            return measure
+
+        def test_busy(gb_expect):  # a neighbour in the first pass, the node as it is in the second
+            measure = passes(8.0, 10.0)
+            gb_expect.each(measure(), again=measure)
+
+        def test_degraded(gb_expect):  # slow in both
+            measure = passes(7.0, 7.1)
+            gb_expect.each(measure(), again=measure)
+
+        def test_quiet(gb_expect):  # nothing to decide twice
+            gb_expect.each(passes(10.2)(), again=lambda: pytest.fail("measured again"))
+        """
+    )
+    lab.runpytest(*ARGS).assert_outcomes(passed=2, failed=1)
+    by_test = {m["test_id"].rsplit("::", 1)[-1]: m for m in report(lab.path / "r.json")["measurements"]}
+    busy, degraded, quiet = by_test["test_busy"], by_test["test_degraded"], by_test["test_quiet"]
+    assert (busy["value"], busy["verdict"], busy["details"]["passes"]) == (10.0, "pass", [8.0, 10.0])
+    # the better pass's samples say how far it may be off; the slower pass says only that it was disturbed
+    assert busy["noise"] == {"summary": "best_pass", "count": 2, "spread_pct": 1.483, "passes": [8.0, 10.0]}
+    assert (degraded["value"], degraded["verdict"], degraded["noise"]["passes"]) == (7.1, "fail", [7.0, 7.1])
+    assert "measured 7.1 GB/s" in (junit_cases(lab.path / "r.xml")["test_degraded"]["message"] or "")
+    assert quiet["noise"] == {"summary": "median", "count": 3, "spread_pct": 1.483}
+
+
+# A figure whose samples spread 6% (scaled MAD): 10 GB/s, 4.047% either side.
+CHECK = """
+import os
+
+def test_copy(gb_expect):
+    v = float(os.environ["COPY_GBPS"])
+    gb_expect("host_copy_bandwidth_gbps", v, details={"samples_gbps": [v * (1 - 0.04047), v, v * (1 + 0.04047)]})
+"""
+
+
+def test_a_node_passes_the_baseline_it_recorded_and_the_noise_of_two_runs_is_no_regression(
+    lab: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lab.makepyfile(CHECK)
+    (lab.path / "recorded").mkdir()
+    monkeypatch.setenv("COPY_GBPS", "10.0123")
+    lab.runpytest(*ARGS, "--gb-record=recorded/LAB.yaml").assert_outcomes(passed=1)
+    entry = yaml.safe_load((lab.path / "recorded" / "LAB.yaml").read_text())["metrics"]["host_copy_bandwidth_gbps"]
+    # rounded, and bands the node's 6% spread cannot cross (the old 5% warn band would warn on the next run)
+    assert (entry["expected"], entry["warn"], entry["fail"]) == (10.0, "12%", "24%")
+    assert entry["provenance"].endswith("spread seen: up to 6.0% (median of 3, spread 6.0%) over 1 measurement(s)")
+
+    # 10% below the recording, a minute later: within the node's noise, no warning
+    monkeypatch.setenv("COPY_GBPS", "9.0")
+    result = lab.runpytest(*ARGS, "--gb-baselines=recorded")
+    result.assert_outcomes(passed=1)
+    assert "GbValidateWarning" not in result.stdout.str()
+    (lab.path / "r.json").rename(lab.path / "before.json")
+
+    # compared with that run: 11% down is within the noise of the two figures; 44% down is a regression
+    monkeypatch.setenv("COPY_GBPS", "8.0")
+    lab.runpytest(*ARGS, "--gb-compare=before.json").assert_outcomes(passed=1)
+    (measured,) = report(lab.path / "r.json")["measurements"]
+    assert measured["compare"]["verdict"] == "within_noise" and measured["compare"]["noise_margin_pct"] > 11
+    monkeypatch.setenv("COPY_GBPS", "5.0")
+    lab.runpytest(*ARGS, "--gb-compare=before.json").assert_outcomes(failed=1)
+    (measured,) = report(lab.path / "r.json")["measurements"]
+    assert measured["compare"]["verdict"] == "regressed"
+
+
+# Four devices' figures with 2% spread; gpu2 at 75% of the others. (The benchmark measures them: a noisy machine
+# decides whether 25% is beyond the noise; here the wiring is checked, so the figures are given.)
+SIBLINGS = """
+import pytest
+
+
+def devices(slow, again=False):
+    figures = {}
+    for index, value in enumerate([10.0, 10.2, 9.9, 10.1]):
+        value *= 0.75 if index == slow else 1.0
+        samples = [value * (1 - 0.0135), value, value * (1 + 0.0135)]
+        figures[f"gpu{index}"] = (value, {"samples_gbps": samples})
+    return figures
+
+
+@pytest.mark.parametrize("slow", [None, 2])
+def test_devices(gb_expect, slow):
+    gb_expect.siblings("h2d_bandwidth_gbps", devices(slow), again=lambda: devices(slow, again=True))
+
+
+def test_two_devices_cannot_tell(gb_expect):
+    gb_expect.siblings("h2d_bandwidth_gbps", {"gpu0": (10.0, {}), "gpu1": (5.0, {})})
+"""
+
+
+def test_a_device_far_behind_its_siblings_is_named_and_only_it(lab: pytest.Pytester) -> None:
+    lab.makepyfile(SIBLINGS)
+    lab.runpytest(*ARGS).assert_outcomes(passed=1, failed=1, skipped=1)
+    cases = junit_cases(lab.path / "r.xml")
+    message = cases["test_devices[2]"]["message"] or ""
+    assert message.startswith(
+        "Failed: h2d_bandwidth_gbps [gpu2]: 7.425 GB/s, 26.1% worse than the median of the node's 4 GPUs, 10.05 GB/s ("
+    )
+    assert "[gpu0]" not in message and "[gpu1]" not in message and "every GPU: gpu0 10, gpu1 10.2" in message
+    assert "beyond the 5.7% the figures' noise allows" in message
+    assert "telling one apart needs 3" in (cases["test_two_devices_cannot_tell"]["message"] or "")

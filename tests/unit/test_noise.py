@@ -1,0 +1,81 @@
+"""A figure's noise (pytest_gbvalidate/noise.py), and a limit's verdict that holds against it
+(baselines/verdicts.py)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from pytest_gbvalidate import baselines as bl
+from pytest_gbvalidate import noise
+
+
+def test_the_spread_is_the_scaled_mad_in_percent_of_the_median_and_ignores_a_wild_sample() -> None:
+    samples = [10.0, 10.2, 9.8, 10.1, 9.9, 2.0]  # one sample taken while a neighbour ran
+    found = noise.of_samples(samples)
+    assert found is not None and (found.summary, found.count) == ("median", 6)
+    # median 9.95, |deviations| 0.05 0.25 0.15 0.15 0.05 7.95 -> MAD 0.15
+    assert found.spread_pct == pytest.approx(1.4826 * 0.15 / 9.95 * 100)
+    assert noise.of_samples([1.0]) is None and noise.of_samples([0.0, 0.0]) is None
+    assert noise.of_samples([1.0, math.nan]) is None
+
+
+def test_details_give_the_noise_of_a_median_or_of_the_best_pass() -> None:
+    assert noise.from_details({"size_bytes": 8}) is None
+    median = noise.from_details({"samples_gbps": [10.0, 10.0, 11.0, 9.0]})
+    assert median is not None and median.summary == "median" and median.count == 4
+    best = noise.from_details({"samples_gbps": [10.0, 10.0, 11.0, 9.0], "passes": [7.0, 10.0]})
+    assert best is not None and best.summary == "best_pass" and best.passes == (7.0, 10.0)
+    # two passes 30% apart: the slower was disturbed; the best one's samples say how far it may be off
+    assert best.spread_pct == median.spread_pct
+    assert best.as_record() == {"summary": "best_pass", "count": 2, "spread_pct": 7.413, "passes": [7.0, 10.0]}
+    # nothing known within two passes: their half-difference
+    two = noise.of_passes([7.0, 10.0])
+    assert two is not None and two.spread_pct == pytest.approx(1.5 / 8.5 * 100)
+    # three passes, one slowed by a neighbour: their robust spread, which ignores it
+    storage = noise.of_passes([1.79, 0.68, 1.83])
+    assert storage is not None and storage.spread_pct == pytest.approx(1.4826 * 0.04 / 1.79 * 100)
+
+
+def test_a_report_s_noise_is_read_back_and_a_malformed_one_is_none() -> None:
+    record = {"summary": "median", "count": 20, "spread_pct": 3.5}
+    assert noise.from_record(record) == noise.Noise("median", 20, 3.5)
+    bad: object
+    for bad in (None, [], record | {"spread_pct": -1}, record | {"spread_pct": "3"}, record | {"count": "20"}):
+        assert noise.from_record(bad) is None
+    assert noise.from_record(record | {"passes": [1, "x"]}) is None
+
+
+def test_the_margin_combines_the_figures_noises() -> None:
+    a, b = noise.Noise("median", 20, 3.0), noise.Noise("median", 20, 4.0)
+    assert noise.margin_pct(a, b) == pytest.approx(noise.NOISE_K * 5.0)
+    assert noise.margin_pct(a, None) == pytest.approx(noise.NOISE_K * 3.0)
+    assert noise.margin_pct() == 0.0
+
+
+def _ref(expected: float, fail_pct: float, warn_pct: float) -> bl.Reference:
+    return bl.Reference(
+        "host_copy_bandwidth_gbps",
+        "GB/s",
+        "higher",
+        "node",
+        "measured",
+        expected,
+        bl.Limit(relative_pct=fail_pct),
+        bl.Limit(relative_pct=warn_pct),
+        "test",
+    )
+
+
+def test_a_value_past_a_limit_within_its_own_noise_does_not_get_that_limit_s_verdict() -> None:
+    ref = _ref(10.0, 10.0, 5.0)  # fail below 9, warn below 9.5
+    assert bl.compare(ref, 8.8, "node").verdict == bl.FAIL
+    within = bl.compare(ref, 8.8, "node", noise_margin_pct=6.0)  # 2.2% below the fail limit, noise allows 6%
+    assert within.verdict == bl.WARN
+    assert "within the noise of the fail limit (its samples allow 6.0%) -> WARN" in within.message
+    assert bl.compare(ref, 9.3, "node", noise_margin_pct=6.0).verdict == bl.PASS
+    assert "within the noise of the warn limit" in bl.compare(ref, 9.3, "node", noise_margin_pct=6.0).message
+    # far past the limit, or not a number, whatever the noise
+    assert bl.compare(ref, 5.0, "node", noise_margin_pct=6.0).verdict == bl.FAIL
+    assert bl.compare(ref, math.nan, "node", noise_margin_pct=60.0).verdict == bl.FAIL
