@@ -160,23 +160,25 @@ def sibling_trial(slow: int | None, speed: float) -> dict[str, Any]:
 
     from pytest_gbvalidate import noise
     from pytest_gbvalidate.bench.copy import copy_bandwidth
-    from pytest_gbvalidate.expect import best_of_passes
+    from pytest_gbvalidate.expect import Measured, best_of_passes
     from pytest_gbvalidate.fleet import stats
     from tests.helpers.slow_device import slowed
 
     cpu = torch.device("cpu")
 
-    def measure() -> list[tuple[str, str, float, dict[str, Any]]]:
+    def measure() -> list[Measured]:
         figures = []
         for index in range(4):
             with slowed(speed if index == slow else 1.0):
                 r = copy_bandwidth(cpu, cpu, SIBLING_BYTES, warmup=3, iterations=20)
-            figures.append(("h2d_bandwidth_gbps", f"gpu{index}", r.bandwidth_gbps, {"samples_gbps": r.samples_gbps}))
+            figures.append(
+                Measured("h2d_bandwidth_gbps", r.bandwidth_gbps, f"gpu{index}", {"samples_gbps": r.samples_gbps})
+            )
         return figures
 
-    def judge(figures: Sequence[tuple[str, str, float, Mapping[str, Any]]]) -> list[str]:
-        values = {label: value for _, label, value, _ in figures}
-        noises = {label: noise.from_details(details) for _, label, _, details in figures}
+    def judge(figures: Sequence[Measured]) -> list[str]:
+        values = {m.scope: m.value for m in figures}
+        noises = {m.scope: noise.from_details(m.details) for m in figures}
         return [o.host for o in stats.outliers(values, "higher", noises=noises)]
 
     first = measure()

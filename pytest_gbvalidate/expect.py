@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import pytest
 
@@ -20,6 +20,15 @@ if TYPE_CHECKING:
     from pytest_gbvalidate.report.records import MeasurementCompareRecord, MeasurementRecord
     from pytest_gbvalidate.run.session import GbSession
     from pytest_gbvalidate.target import Target
+
+
+class Measured(NamedTuple):
+    """One measurement handed to `gb_expect.each`, in gb_expect's own order: metric, value, scope, details."""
+
+    metric: str
+    value: float
+    scope: str
+    details: Mapping[str, Any]
 
 
 class GbValidateWarning(UserWarning):
@@ -99,7 +108,7 @@ class Expect:
         self._store(record | {"verdict": INFO, "message": "measured; not gated at this scope"})
 
     def not_measured(
-        self, metric: str, scope: str, reason: str, *, gated: bool, details: Mapping[str, Any] | None = None
+        self, metric: str, reason: str, scope: str = "node", *, gated: bool, details: Mapping[str, Any] | None = None
     ) -> None:
         """Keep, in the reports, a measurement that was planned but not taken (a sweep size too large for the
         free memory): verdict `fail` where the scope is gated (the caller fails the test), else `info`."""
@@ -173,11 +182,11 @@ class Expect:
 
     def each(
         self,
-        measurements: Sequence[tuple[str, str, float, Mapping[str, Any]]],
+        measurements: Sequence[Measured],
         problems: Sequence[str] = (),
-        again: Callable[[], Sequence[tuple[str, str, float, Mapping[str, Any]]]] | None = None,
+        again: Callable[[], Sequence[Measured]] | None = None,
     ) -> None:
-        """`gb_expect(metric, value, scope=..., details=...)` for every (metric, scope, value, details), all
+        """`gb_expect(metric, value, scope=..., details=...)` for every Measured(metric, value, scope, details), all
         recorded before the test fails with the `problems` the caller found (wrong data, a port that could not be
         measured) and every missed gate in one message. Without a failure it skips only when no measurement had a
         reference to be compared with: a provisional metric beside a gated one does not hide the gated one.
@@ -186,13 +195,14 @@ class Expect:
         fail, warn or regress (and always with --gb-record, which must see the node's spread): each figure is then
         the better of the two passes (interference only slows a pass; a degraded node is slow in both), both
         passes kept in its details' `passes`."""
+        measurements = [_measured(m) for m in measurements]
         if again is not None and self.wants_again(measurements):
-            directions = {m: self.direction(m, scope) for m, scope, _, _ in measurements}
+            directions = {m.metric: self.direction(m.metric, m.scope) for m in measurements}
             measurements = best_of_passes(measurements, again(), directions)
         failures = list(problems)
         skip: BaseException | None = None
         compared = False
-        for metric, scope, value, details in measurements:
+        for metric, value, scope, details in measurements:
             try:
                 self(metric, value, scope, details=details)
                 compared = True
@@ -228,11 +238,11 @@ class Expect:
         direction = self.direction(metric, next(iter(figures)))
         found = stats.outliers(values, direction, noises=noises)
         if found and again is not None:
-            first = [(metric, label, value, details) for label, (value, details) in figures.items()]
-            second = [(metric, label, value, details) for label, (value, details) in again().items()]
+            first = [Measured(metric, value, label, details) for label, (value, details) in figures.items()]
+            second = [Measured(metric, value, label, details) for label, (value, details) in again().items()]
             merged = best_of_passes(first, second, {metric: direction})
-            values = {label: float(value) for _, label, value, _ in merged}
-            noises = {label: nz.from_details(dict(details)) for _, label, _, details in merged}
+            values = {m.scope: float(m.value) for m in merged}
+            noises = {m.scope: nz.from_details(dict(m.details)) for m in merged}
             found = stats.outliers(values, direction, noises=noises)
         center = stats.spread(list(values.values())).median
         unit = (CATALOG.get(metric) or MetricSpec(metric, "", direction, "", "")).unit
@@ -245,7 +255,7 @@ class Expect:
             ]
             pytest.fail("\n".join([*lines, f"every {of}: {shown} {unit}"]), pytrace=False)
 
-    def wants_again(self, measurements: Sequence[tuple[str, str, float, Mapping[str, Any]]]) -> bool:
+    def wants_again(self, measurements: Sequence[Measured]) -> bool:
         """Whether to measure again before the verdicts: with --gb-record (the recording must see the node's
         spread), or where any measurement would fail, warn or regress."""
         return self.gb.settings.record.value is not None or self._any_flagged(measurements)
@@ -255,13 +265,13 @@ class Expect:
         spec = CATALOG.get(metric) or _spec_from(self.gb.target.reference(metric, scope))
         return "higher" if spec is None else spec.direction
 
-    def _any_flagged(self, measurements: Sequence[tuple[str, str, float, Mapping[str, Any]]]) -> bool:
+    def _any_flagged(self, measurements: Sequence[Measured]) -> bool:
         """Whether any of `measurements` would fail or warn against the baseline, or regress against --gb-compare's
         report (nothing recorded)."""
         from pytest_gbvalidate import baselines as bl
         from pytest_gbvalidate import compare as cmp
 
-        for metric, scope, value, details in measurements:
+        for metric, value, scope, details in measurements:
             ref = self.gb.target.reference(metric, scope)
             spec = CATALOG.get(metric) or _spec_from(ref)
             if spec is None:
@@ -301,10 +311,10 @@ def _margin(record: Mapping[str, Any], ref: bl.Reference | None) -> float:
 
 
 def best_of_passes(
-    first: Sequence[tuple[str, str, float, Mapping[str, Any]]],
-    second: Sequence[tuple[str, str, float, Mapping[str, Any]]],
+    first: Sequence[Measured],
+    second: Sequence[Measured],
     directions: Mapping[str, str],
-) -> list[tuple[str, str, float, Mapping[str, Any]]]:
+) -> list[Measured]:
     """Each measurement of `first` that `second` measured again (the same metric and scope, and in a sweep the same
     placement and tool: records.measurement_key) as the better pass by the metric's direction in `directions`, its
     details the better pass's with `passes` (both figures, in order) added; in `first`'s order, one for each. A
@@ -314,18 +324,32 @@ def best_of_passes(
     def key(metric: str, scope: str, details: Mapping[str, Any]) -> tuple[str, str, str, str]:
         return measurement_key({"metric": metric, "scope": scope, "details": details})
 
-    again = {key(metric, scope, details): (value, details) for metric, scope, value, details in second}
+    again = {key(metric, scope, details): (value, details) for metric, value, scope, details in second}
     merged = []
-    for metric, scope, value, details in first:
+    for measured in first:
+        metric, value, scope, details = measured
         if key(metric, scope, details) not in again:
-            merged.append((metric, scope, value, details))
+            merged.append(measured)
             continue
         value2, details2 = again[key(metric, scope, details)]
         higher = directions.get(metric, "higher") == "higher"
         second_better = value2 > value if higher else value2 < value
         best, best_details = (value2, details2) if second_better else (value, details)
-        merged.append((metric, scope, best, {**best_details, "passes": [value, value2]}))
+        merged.append(Measured(metric, best, scope, {**best_details, "passes": [value, value2]}))
     return merged
+
+
+def _measured(given: Sequence[Any]) -> Measured:
+    """`given` as a Measured: a site's check may hand plain tuples, in the same order. A tuple in another order
+    (scope before value, as `each` once took them) is a TypeError that says so, never a measurement of a size
+    label."""
+    shown = ", ".join(repr(x) for x in list(given)[:3])
+    if len(given) != 4 or not isinstance(given[0], str) or not isinstance(given[2], str):
+        raise TypeError(f"gb_expect.each takes Measured(metric, value, scope, details), not ({shown}, ...)")
+    metric, value, scope, details = given
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"gb_expect.each takes Measured(metric, value, scope, details): ({shown}, ...) has no value")
+    return Measured(metric, float(value), scope, details)
 
 
 def _spec_from(ref: bl.Reference | None) -> MetricSpec | None:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_gbvalidate.expect import Expect, best_of_passes
+from pytest_gbvalidate.expect import Expect, Measured, best_of_passes
 from pytest_gbvalidate.labels import parse_size_label, size_label
 from pytest_gbvalidate.target import Target
 
@@ -81,16 +81,18 @@ def expect_sweep(
     baseline gates is still compared with --gb-compare's report), each size then the better of its two passes
     (gb_expect.each's rule); a problem it finds (wrong data) is appended to `problems`."""
     failures = problems if problems is not None else []
-    measured = [(metric, label, value, details) for label, value, details in rows if "not_run" not in details]
+    measured = [Measured(metric, value, label, details) for label, value, details in rows if "not_run" not in details]
     if again is not None and gb_expect.wants_again(measured):
-        second = [(metric, label, value, details) for label, value, details in again() if "not_run" not in details]
+        second = [
+            Measured(metric, value, label, details) for label, value, details in again() if "not_run" not in details
+        ]
         measured = best_of_passes(measured, second, {metric: gb_expect.direction(metric, plan_scope(plan))})
     taken = iter(measured)  # best_of_passes keeps the rows' order, one for each measured row
     gated = []
     for label, _, details in rows:
         in_gates = label in plan.gates
         if "not_run" in details:
-            gb_expect.not_measured(metric, label, str(details["not_run"]), gated=in_gates, details=details)
+            gb_expect.not_measured(metric, str(details["not_run"]), label, gated=in_gates, details=details)
             if in_gates:
                 failures.append(f"{metric} at {label}: not run ({details['not_run']})")
             continue
@@ -98,7 +100,7 @@ def expect_sweep(
         if in_gates:
             gated.append(measurement)
         else:
-            gb_expect.record(metric, measurement[2], label, details=measurement[3])
+            gb_expect.record(metric, measurement.value, label, details=measurement.details)
     gb_expect.each(gated, failures)
 
 

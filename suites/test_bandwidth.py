@@ -21,7 +21,7 @@ import pytest
 
 from pytest_gbvalidate.bench.gemm import GemmResult, fp8_speedup_x
 from pytest_gbvalidate.bench.on_rank import copy_on_rank, gemm_on_rank, has_fp8_on_rank, host_gemm_on_rank, p2p_on_rank
-from pytest_gbvalidate.expect import Expect
+from pytest_gbvalidate.expect import Expect, Measured
 from pytest_gbvalidate.labels import gpu_label, gpu_pair_label
 from pytest_gbvalidate.probes import Gpu
 from pytest_gbvalidate.ranks.gang import Gang, NodeResult, run_on_local_rank
@@ -62,12 +62,12 @@ def _details(result: NodeResult, **extra: Any) -> dict[str, Any]:
     return {"host": result.host, "rank": result.rank, **extra}
 
 
-def _copy_measurements(metric: str, label: str, results: list[NodeResult]) -> list[tuple[str, str, float, Any]]:
+def _copy_measurements(metric: str, label: str, results: list[NodeResult]) -> list[Measured]:
     return [
-        (
+        Measured(
             metric,
-            _scope(label, r, results),
             r.value.bandwidth_gbps,
+            _scope(label, r, results),
             _details(
                 r,
                 size_bytes=r.value.size_bytes,
@@ -89,12 +89,12 @@ def _expect_copies(gb_expect: Expect, metric: str, label: str, measure: Callable
     )
 
 
-def _gemm_measurements(metric: str, label: str, results: list[NodeResult]) -> list[tuple[str, str, float, Any]]:
+def _gemm_measurements(metric: str, label: str, results: list[NodeResult]) -> list[Measured]:
     return [
-        (
+        Measured(
             metric,
-            _scope(label, r, results),
             r.value.tflops,
+            _scope(label, r, results),
             _details(
                 r,
                 shape=[r.value.m, r.value.n, r.value.k],
@@ -124,7 +124,7 @@ def test_host_gemm_bf16_tflops(gb_target: Target, gb_gang: Gang, gb_expect: Expe
     metric = "host_gemm_bf16_tflops"
     m, n, k, warmup, iterations = _gemm_params(gb_target, metric, HOST_GEMM_SIZE)
 
-    def measure() -> list[tuple[str, str, float, Any]]:
+    def measure() -> list[Measured]:
         results = run_on_local_rank(gb_gang, 0, host_gemm_on_rank, "bf16", m, n, k, warmup, iterations)
         return _gemm_measurements(metric, "node", results)
 
@@ -192,7 +192,7 @@ def test_gemm_bf16_tflops(
     results = _gemm("bf16", "gemm_bf16_tflops", gpu.index, gb_target, gb_gang)
     bf16_gemms.update({_scope(gpu.label, r, results): r.value for r in results})
 
-    def again() -> list[tuple[str, str, float, Any]]:
+    def again() -> list[Measured]:
         return _gemm_measurements(
             "gemm_bf16_tflops", gpu.label, _gemm("bf16", "gemm_bf16_tflops", gpu.index, gb_target, gb_gang)
         )
@@ -229,7 +229,7 @@ def test_gpus_keep_up_with_their_siblings(metric: str, gb_target: Target, gb_gan
             else:
                 results = _gemm(kind, metric, index, gb_target, gb_gang)
                 measured = _gemm_measurements(metric, gpu_label(index), results)
-            for r, (_, _, value, details) in zip(results, measured, strict=True):
+            for r, (_, value, _, details) in zip(results, measured, strict=True):
                 by_node.setdefault(r.node_rank, {})[gpu_label(index)] = (value, details)
         return by_node
 
@@ -267,5 +267,5 @@ def test_gemm_fp8_tflops(
         speedup = fp8_speedup_x(bf16, fp8)
         if bf16 is not None and speedup is not None:
             details = _details(r, shape=[fp8.m, fp8.n, fp8.k], fp8_tflops=fp8.tflops, bf16_tflops=bf16.tflops)
-            measurements.append(("gemm_fp8_speedup_x", scope, speedup, details))
+            measurements.append(Measured("gemm_fp8_speedup_x", speedup, scope, details))
     gb_expect.each(measurements)

@@ -24,7 +24,7 @@ import pytest
 from pytest_gbvalidate.bench import nccl_log, pairwise
 from pytest_gbvalidate.bench.collectives import COLLECTIVES, IN_PLACE, MIN_RANKS, SizeRow, summarize, sweep_on_rank
 from pytest_gbvalidate.bench.nccl_case import MNNVL_METRIC, NVLS_METRIC, RankCase, sweep_with_nccl_log_on_rank
-from pytest_gbvalidate.expect import Expect
+from pytest_gbvalidate.expect import Expect, Measured
 from pytest_gbvalidate.labels import size_label
 from pytest_gbvalidate.ranks.gang import Gang
 from pytest_gbvalidate.ranks.world_gang import WorldGang
@@ -146,7 +146,7 @@ def test_pairwise_all_reduce_busbw(gb_target: Target, gb_gang: Gang, gb_expect: 
         }
         ref = gb_target.reference(metric, scope)
         if ref is not None and ref.has_reference:
-            measured.append((metric, scope, row.busbw_gbps, details))
+            measured.append(Measured(metric, row.busbw_gbps, scope, details))
         else:
             gb_expect.record(metric, row.busbw_gbps, scope, details=details)
     gb_expect.each(measured, [f"pairwise all_reduce: {p}" for p in problems])

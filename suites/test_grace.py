@@ -14,7 +14,7 @@ import pytest
 
 from pytest_gbvalidate.bench.aggregate import aggregate, concurrent_h2d_on_rank
 from pytest_gbvalidate.bench.triad import TriadResult, triads_on_rank
-from pytest_gbvalidate.expect import Expect
+from pytest_gbvalidate.expect import Expect, Measured
 from pytest_gbvalidate.labels import numa_label
 from pytest_gbvalidate.ranks.gang import Gang, run_on_local_rank
 from pytest_gbvalidate.target import Target
@@ -55,15 +55,15 @@ def test_host_memory_triad(gb_target: Target, gb_gang: Gang, gb_expect: Expect) 
     warmup = int(params.get("warmup", TRIAD_WARMUP))
     iterations = int(params.get("iterations", TRIAD_ITERATIONS))
 
-    def measure() -> list[tuple[str, str, float, dict[str, Any]]]:
+    def measure() -> list[Measured]:
         results = run_on_local_rank(gb_gang, 0, triads_on_rank, array_bytes, warmup, iterations)
         if not any(r.value for r in results):
             pytest.fail("no NUMA node with CPUs this process may run on: nothing to measure")
         return [
-            (
+            Measured(
                 metric,
-                _node_prefix(r.node_rank, len(results)) + numa_label(t.numa_node),
                 t.bandwidth_gbps,
+                _node_prefix(r.node_rank, len(results)) + numa_label(t.numa_node),
                 _triad_details(r.host, r.rank, t),
             )
             for r in results
@@ -87,10 +87,10 @@ def test_h2d_aggregate_bandwidth(gb_target: Target, gb_gang: Gang, gb_expect: Ex
     nodes = aggregate(copies)
     gb_expect.each(
         [
-            (
+            Measured(
                 metric,
-                "node" if len(nodes) == 1 else f"node{n.node_rank}",
                 n.bandwidth_gbps,
+                "node" if len(nodes) == 1 else f"node{n.node_rank}",
                 {
                     "gpus": n.gpus,
                     "size_bytes": size,

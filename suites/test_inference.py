@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pytest_gbvalidate.expect import Expect
+from pytest_gbvalidate.expect import Expect, Measured
 from pytest_gbvalidate.ranks.gang import Gang
 from pytest_gbvalidate.target import Target, rank_labels
 from pytest_gbvalidate.workloads.llama.generate import InferenceRequest, inference_on_rank
@@ -36,13 +36,13 @@ def test_inference_tokens_per_s(gb_target: Target, gb_gang: Gang, gb_expect: Exp
         str(params["precision"]),
     )
 
-    def measure() -> list[tuple[str, str, float, dict[str, Any]]]:
+    def measure() -> list[Measured]:
         results = gb_gang.run(inference_on_rank, request)
         return [
-            (
+            Measured(
                 METRIC,
-                label,
                 r.tokens_per_s,
+                label,
                 {
                     **vars(request),
                     "prefill_tokens_per_s": r.prefill_tokens_per_s,

@@ -15,7 +15,7 @@ import pytest
 
 from pytest_gbvalidate.baselines import PretrainSpec
 from pytest_gbvalidate.bench.timing import MIN_TIMED_ITERATIONS
-from pytest_gbvalidate.expect import Expect
+from pytest_gbvalidate.expect import Expect, Measured
 from pytest_gbvalidate.probes import NodeGpus, Telemetry
 from pytest_gbvalidate.ranks.gang import Gang
 from pytest_gbvalidate.target import Target
@@ -77,7 +77,9 @@ def test_pretrain(
         # Each figure comes from the timed steps: their spread is its noise (noise.py), the same in percent for
         # the step time and the rates made from it.
         noise_of = {"samples_step_time_s": run.step_times_s}
-        checks.append((metric, run.scope, value, details | noise_of if metric.endswith("step_time_s") else noise_of))
+        checks.append(
+            Measured(metric, value, run.scope, details | noise_of if metric.endswith("step_time_s") else noise_of)
+        )
     # All recorded before any verdict: a figure the baseline has no value for yet must not hide the others.
     gb_expect.each(checks)
 

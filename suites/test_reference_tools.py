@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gbvalidate.expect import Expect
+from pytest_gbvalidate.expect import Expect, Measured
 from pytest_gbvalidate.reference_tools import nccl_tests, nvbandwidth, runner
 from pytest_gbvalidate.sweeps import expect_sweep, sweep_plan
 from pytest_gbvalidate.target import ReferenceTools, Target
@@ -88,4 +88,4 @@ def test_nvbandwidth(metric: str, nvbandwidth_measurements: list[runner.Measurem
     found = [m for m in nvbandwidth_measurements if m.metric == metric]
     if not found:
         pytest.fail(f"nvbandwidth reported nothing for {metric}", pytrace=False)
-    gb_expect.each([(m.metric, m.scope, m.value, m.details) for m in found])
+    gb_expect.each([Measured(m.metric, m.value, m.scope, m.details) for m in found])

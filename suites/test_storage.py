@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from pytest_gbvalidate.bench import storage
-from pytest_gbvalidate.expect import Expect
+from pytest_gbvalidate.expect import Expect, Measured
 from pytest_gbvalidate.reference_tools import fio, runner
 from pytest_gbvalidate.target import ReferenceTools, Target
 
@@ -30,7 +30,7 @@ def _size(target: Target, metric: str, default: dict[str, int]) -> int:
 def test_scratch_throughput(gb_target: Target, gb_expect: Expect, gb_scratch: Path) -> None:
     size = _size(gb_target, "scratch_write_gbps", SEQUENTIAL_BYTES)
 
-    def measure() -> list[tuple[str, str, float, dict[str, Any]]]:
+    def measure() -> list[Measured]:
         try:
             passes = storage.sequential_passes(gb_scratch, size)
         except storage.StorageError as exc:
@@ -46,8 +46,8 @@ def test_scratch_throughput(gb_target: Target, gb_expect: Expect, gb_scratch: Pa
         }
         # `passes`: each pass's figure of this metric, whose spread is the figure's noise (noise.py)
         return [
-            ("scratch_write_gbps", "node", max(write), details | {"passes": write}),
-            ("scratch_read_gbps", "node", max(read), details | {"passes": read}),
+            Measured("scratch_write_gbps", max(write), "node", details | {"passes": write}),
+            Measured("scratch_read_gbps", max(read), "node", details | {"passes": read}),
         ]
 
     gb_expect.each(measure(), again=measure)  # about to fail or regress: as many passes again, the best counting
@@ -56,7 +56,7 @@ def test_scratch_throughput(gb_target: Target, gb_expect: Expect, gb_scratch: Pa
 def test_checkpoint_write_and_read(gb_target: Target, gb_expect: Expect, gb_scratch: Path) -> None:
     size = _size(gb_target, "checkpoint_write_s", CHECKPOINT_BYTES)
 
-    def measure() -> list[tuple[str, str, float, dict[str, Any]]]:
+    def measure() -> list[Measured]:
         try:
             passes = storage.checkpoint_passes(gb_scratch, size)
         except storage.StorageError as exc:
@@ -70,8 +70,8 @@ def test_checkpoint_write_and_read(gb_target: Target, gb_expect: Expect, gb_scra
             "read_s_passes": read,
         }
         return [
-            ("checkpoint_write_s", "node", min(write), details | {"passes": write}),
-            ("checkpoint_read_s", "node", min(read), details | {"passes": read}),
+            Measured("checkpoint_write_s", min(write), "node", details | {"passes": write}),
+            Measured("checkpoint_read_s", min(read), "node", details | {"passes": read}),
         ]
 
     gb_expect.each(measure(), again=measure)
@@ -96,7 +96,7 @@ def test_fio_scratch_throughput(
                 command = fio.fio_command(binary, str(directory / "fio.bin"), size_bytes=size, rw=rw, direct=direct)
                 text = runner.run(command, env={}, timeout_s=gb_reference_tools.timeout_s)
                 details = {"tool": fio.FIO, "directory": str(gb_scratch), "size_bytes": size, "direct_io": direct}
-                measured.append((metric, "node", fio.parse_fio(text, rw), details))
+                measured.append(Measured(metric, fio.parse_fio(text, rw), "node", details))
     except (storage.StorageError, runner.ToolError) as exc:
         pytest.fail(f"scratch {gb_scratch}: {exc}", pytrace=False)
     gb_expect.each(measured)

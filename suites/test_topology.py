@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gbvalidate.expect import Expect
+from pytest_gbvalidate.expect import Expect, Measured
 from pytest_gbvalidate.node.topology import Nic, NumaMap, format_cpulist
 from pytest_gbvalidate.probes import Expected, Gpu, NodeGpus
 from pytest_gbvalidate.reference_tools import perftest, runner
@@ -123,7 +123,7 @@ def test_infiniband_write_bandwidth(
             continue
         details = {"tool": "perftest ib_write_bw", "size_bytes": size, "cuda_device": cuda, "rate_gbps": port.rate_gbps}
         details["read_from"] = "json" if as_json else "text"
-        measured.append((IB_WRITE_METRIC, f"{nic.name}:{port.port}", value, details))
+        measured.append(Measured(IB_WRITE_METRIC, value, f"{nic.name}:{port.port}", details))
     gb_expect.each(measured, problems)
 
 

@@ -42,11 +42,13 @@ def test_a_figure_about_to_fail_is_measured_again_and_the_better_pass_counts(lab
         """
         import pytest
 
+        from pytest_gbvalidate.expect import Measured
+
         def passes(*values):
             figures = iter(values)
             def measure():
                 v = next(figures)
-                return [("host_copy_bandwidth_gbps", "node", v, {"samples_gbps": [v * 0.99, v, v * 1.01]})]
+                return [Measured("host_copy_bandwidth_gbps", v, "node", {"samples_gbps": [v * 0.99, v, v * 1.01]})]
             return measure
 
         def test_busy(gb_expect):  # a neighbour in the first pass, the node as it is in the second

@@ -104,11 +104,13 @@ def test_strict_fails_what_the_baseline_lacks(lab: pytest.Pytester) -> None:
 
 
 EACH = """\
+from pytest_gbvalidate.expect import Measured
+
 def test_gated_and_provisional(gb_expect):
-    gb_expect.each([("host_copy_bandwidth_gbps", "node", 101.5, {}), ("step_time_s", "node", 1.5, {})])
+    gb_expect.each([Measured("host_copy_bandwidth_gbps", 101.5, "node", {}), Measured("step_time_s", 1.5, "node", {})])
 
 def test_provisional_only(gb_expect):
-    gb_expect.each([("step_time_s", "node", 1.5, {})])
+    gb_expect.each([Measured("step_time_s", 1.5, "node", {})])
 """
 
 

@@ -167,13 +167,15 @@ def test_an_unrelated_suite_under_torchrun_keeps_its_junit_on_every_rank(
 # --- the plot -------------------------------------------------------------------------------------------------
 
 SWEEP = """\
+from pytest_gbvalidate.expect import Measured
+
 def test_sweep(gb_expect):
     for size, label in ((2**20, "1MiB"), (2**21, "2MiB"), (2**22, "4MiB")):
         details = {"collective": "all_reduce", "placement": "in_place", "size_bytes": size, "wrong": 0}
         if label == "2MiB":
             gb_expect.record("all_reduce_busbw_gbps", 95.0, label, details=details)
         else:
-            gb_expect.each([("all_reduce_busbw_gbps", label, 99.0, details)])
+            gb_expect.each([Measured("all_reduce_busbw_gbps", 99.0, label, details)])
 """
 
 
@@ -197,18 +199,27 @@ def test_without_matplotlib_the_plot_is_left_out_quietly(lab: pytest.Pytester, m
 def test_each_reports_every_failure_in_one_message(lab: pytest.Pytester) -> None:
     lab.makepyfile(
         """
+        from pytest_gbvalidate.expect import Measured
+
         def test_many(gb_expect):
             gb_expect.each([
-                ("all_reduce_busbw_gbps", "1MiB", 50.0, {}),
-                ("all_reduce_busbw_gbps", "2MiB", 50.0, {}),  # no reference: would skip on its own
-                ("all_reduce_busbw_gbps", "4MiB", 60.0, {}),
+                Measured("all_reduce_busbw_gbps", 50.0, "1MiB", {}),
+                Measured("all_reduce_busbw_gbps", 50.0, "2MiB", {}),  # no reference: would skip on its own
+                Measured("all_reduce_busbw_gbps", 60.0, "4MiB", {}),
             ])
         def test_one_unreferenced(gb_expect):
-            gb_expect.each([("all_reduce_busbw_gbps", "2MiB", 50.0, {}), ("host_copy_bandwidth_gbps", "node", 9.0, {})])
+            unreferenced = Measured("all_reduce_busbw_gbps", 50.0, "2MiB", {})
+            gb_expect.each([unreferenced, Measured("host_copy_bandwidth_gbps", 9.0, "node", {})])
+        def test_the_old_order(gb_expect):
+            gb_expect.each([("host_copy_bandwidth_gbps", "node", 9.0, {})])
         """
     )
     result = lab.runpytest(*ARGS)
-    result.assert_outcomes(failed=1, passed=1)  # a gate that passed is not hidden by a measurement without one
+    result.assert_outcomes(failed=2, passed=1)  # a gate that passed is not hidden by a measurement without one
+    assert (
+        "TypeError: gb_expect.each takes Measured(metric, value, scope, details), not ('host_copy_bandwidth_gbps',"
+        in result.stdout.str()
+    )
     message = junit_cases(lab.path / "r.xml")["test_many"]["message"] or ""
     assert "[1MiB]: measured 50 GB/s" in message and "[4MiB]: measured 60 GB/s" in message
     verdicts = [m["verdict"] for m in json.loads((lab.path / "r.json").read_text())["measurements"]]
