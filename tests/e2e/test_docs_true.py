@@ -1,0 +1,89 @@
+"""What the documentation states that the code can check, checked, so that it cannot drift: the example run of the
+README and the docs' front page (every suite's tests, file by file), the levels page's counts, the health check's
+line, and the report page's sections against the report's schema. (The settings table: unit/test_settings.py; the
+levels of each check: e2e/test_levels.py.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections import Counter
+from typing import cast
+
+import pytest
+
+from pytest_gbvalidate.levels import LEVELS, Level, runs
+from tests.helpers.runs import REPO, SUITES
+
+PROBE = """\
+from pytest_gbvalidate.run.markers import check_level
+
+
+def pytest_collection_finish(session):
+    for item in session.items:
+        print("ITEM", item.path.name, check_level(item))
+"""
+
+EXAMPLE_PAGES = ("README.md", "docs/index.md")
+
+
+@pytest.fixture(scope="module")
+def suite_items(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, str]]:
+    """(file, level) of every test the shipped suites collect on the cpu SKU, in order."""
+    directory = tmp_path_factory.mktemp("collect")
+    (directory / "items_probe.py").write_text(PROBE)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GBVALIDATE_", "PYTEST_"))}
+    command = [sys.executable, "-m", "pytest", str(SUITES), "--gb-sku=cpu", "-p", "items_probe", "--collect-only"]
+    command += ["-q", "-p", "no:cacheprovider"]
+    done = subprocess.run(
+        command, cwd=directory, env=env | {"PYTHONPATH": str(directory)}, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = [line.split() for line in done.stdout.splitlines() if line.startswith("ITEM ")]
+    return [(file, level) for _, file, level in lines]
+
+
+@pytest.mark.parametrize("page", EXAMPLE_PAGES)
+def test_the_example_run_shows_every_test_of_every_suite(page: str, suite_items: list[tuple[str, str]]) -> None:
+    text = (REPO / page).read_text()
+    example = text.split("```", 2)[1]
+    collected = re.search(r"^collected (\d+) items$", example, re.MULTILINE)
+    assert collected is not None and int(collected[1]) == len(suite_items), f"{page}: 'collected N items'"
+    per_file = {m[1]: len(m[2]) for m in re.finditer(r"^suites/(test_\w+\.py) ([.sFE]+)\s", example, re.MULTILINE)}
+    assert per_file == dict(Counter(file for file, _ in suite_items)), f"{page}: the progress lines, file by file"
+    summary = re.search(r" (\d+) passed, (\d+) skipped", example)
+    assert summary is not None and int(summary[1]) + int(summary[2]) == len(suite_items), f"{page}: the last line"
+    assert int(summary[2]) == sum(line.count("s") for line in re.findall(r"^suites/\S+ ([.sFE]+)", example, re.M))
+
+
+def test_the_levels_page_counts_each_level_s_tests(suite_items: list[tuple[str, str]]) -> None:
+    page = (REPO / "docs" / "levels.md").read_text()
+    rows = dict(re.findall(r"^\| (quick|standard|full) \| [^|]+ \| [^|]+ \| (\d+) \|$", page, re.MULTILINE))
+    counted = {level: sum(1 for _, own in suite_items if runs(level, cast(Level, own))) for level in LEVELS}
+    assert {level: int(n) for level, n in rows.items()} == counted
+
+
+def test_the_health_check_s_documented_line_counts_the_quick_level(suite_items: list[tuple[str, str]]) -> None:
+    quick = sum(1 for _, own in suite_items if runs("quick", cast(Level, own)))
+    for page in ("docs/integrations.md", "contrib/slurm/README.md"):
+        for passed, skipped in re.findall(r"quick level, (\d+) passed, (\d+) skipped", (REPO / page).read_text()):
+            assert int(passed) + int(skipped) == quick, f"{page}: {passed} passed, {skipped} skipped"
+
+
+def test_the_report_page_names_every_section_of_the_schema_and_no_other() -> None:
+    schema = json.loads((REPO / "pytest_gbvalidate" / "report" / "report.schema.json").read_text())
+    page = (REPO / "docs" / "report.md").read_text()
+    tables = page.split("## Top-level sections", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"^\| `(\w+)` \|", tables, re.MULTILINE))
+    header_row = re.search(r"^\| run header \|(.*)$", tables, re.MULTILINE)
+    assert header_row is not None
+    header = set(re.findall(r"`(\w+)`", header_row[1])) & set(schema["properties"])
+    assert named | header == set(schema["properties"]), "docs/report.md: the sections, as the schema has them"
+    for dotted in re.findall(r"`(\w+)\.(\w+)`", page):
+        section, field = dotted
+        if section in schema["properties"] and "$ref" in schema["properties"][section]:
+            record = schema["$defs"][schema["properties"][section]["$ref"].rsplit("/", 1)[-1]]
+            assert field in record.get("properties", {}), f"docs/report.md: `{section}.{field}` is no field"
