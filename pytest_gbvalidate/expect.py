@@ -5,19 +5,20 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pytest
 
 from pytest_gbvalidate import noise as nz
 from pytest_gbvalidate.metrics import CATALOG, MetricSpec
 from pytest_gbvalidate.report.junit_properties import junit_properties
-from pytest_gbvalidate.report.records import RECORDED, SKIP
+from pytest_gbvalidate.report.records import INFO, RECORDED, SKIP, MeasurementRecord
 from pytest_gbvalidate.report.writer import json_safe, utc_now
 
 if TYPE_CHECKING:
     from pytest_gbvalidate import baselines as bl
-    from pytest_gbvalidate.report.records import MeasurementCompareRecord, MeasurementRecord
+    from pytest_gbvalidate.report.records import MeasurementCompareRecord
+    from pytest_gbvalidate.report.records import Verdict as VerdictWord
     from pytest_gbvalidate.run.session import GbSession
     from pytest_gbvalidate.target import Target
 
@@ -67,21 +68,21 @@ class Expect:
         if ref is not None and (ref.unit, ref.direction) != (spec.unit, spec.direction):
             reason = f"{metric}: measured in {spec.unit} ({spec.direction} is better) but the baseline says "
             reason += f"{ref.unit} ({ref.direction} is better) in {target.baseline_file}"
-            self._store(record | {"verdict": bl.FAIL, "message": reason})
+            self._store(record, bl.FAIL, reason)
             pytest.fail(reason, pytrace=False)
         if ref is None or not ref.has_reference:
             if self.gb.settings.record.value is not None:
-                self._store(record | {"verdict": RECORDED, "message": "recorded, no baseline to compare with"})
+                self._store(record, RECORDED, "recorded, no baseline to compare with")
                 _fail_with(regressed)
                 return None
             reason = _no_reference_reason(target, metric, scope, ref)
             strict = self.gb.settings.strict.value
-            self._store(record | {"verdict": bl.FAIL if strict else SKIP, "message": reason})
+            self._store(record, bl.FAIL if strict else SKIP, reason)
             _fail_with(f"{reason} (--gb-strict)" if strict else None, regressed)
             # Reported at the test's own location, as a skip marker would be, not at this line.
             raise pytest.skip.Exception(reason, _use_item_location=True)
         verdict = bl.compare(ref, value, scope, _margin(record, ref))
-        self._store(record | verdict.as_dict() | {"value": json_safe(value)})
+        self._store(record, verdict.verdict, verdict.message, verdict)
         _fail_with(verdict.message if verdict.verdict == bl.FAIL else None, regressed)
         if verdict.verdict == bl.WARN:
             # Attributed to the test itself, however deep the helper that measured it sits.
@@ -105,7 +106,7 @@ class Expect:
         ref = self.gb.target.reference(metric, scope)
         _, record = self._record(metric, float(value), scope, spec, ref, details)
         self._compare(record, ref)  # reported, never failing: the baseline does not gate this scope
-        self._store(record | {"verdict": INFO, "message": "measured; not gated at this scope"})
+        self._store(record, INFO, "measured; not gated at this scope")
 
     def not_measured(
         self, metric: str, reason: str, scope: str = "node", *, gated: bool, details: Mapping[str, Any] | None = None
@@ -116,7 +117,7 @@ class Expect:
 
         ref = self.gb.target.reference(metric, scope)
         _, record = self._record(metric, None, scope, None, ref, details)
-        self._store(record | {"verdict": bl.FAIL if gated else bl.INFO, "message": f"not run: {reason}"})
+        self._store(record, bl.FAIL if gated else INFO, f"not run: {reason}")
 
     def suspect(self, host: str, why: str) -> None:
         """A node of a multi-node run that this check finds at fault, for the report's `suspects` section, with
@@ -137,27 +138,30 @@ class Expect:
         ref: bl.Reference | None,
         details: Mapping[str, Any] | None,
         noise: nz.Noise | None = None,
-    ) -> tuple[MetricSpec, dict[str, Any]]:
-        """The metric's spec (built-in, given, or the baseline's) and the measurement's report record."""
+    ) -> tuple[MetricSpec, MeasurementRecord]:
+        """The metric's spec (built-in, given, or the baseline's) and the measurement's report record, its verdict
+        `info` until _store gives it the one it gets."""
         spec = spec or CATALOG.get(metric) or _spec_from(ref)
         if spec is None:
             raise TypeError(f"{metric!r} is not a built-in metric: pass spec=MetricSpec(...) to say its unit")
-        record = {
-            "test_id": self.item.nodeid,
-            "metric": metric,
-            "scope": scope,
-            "scope_kind": spec.scope_kind,
-            "value": None if value is None else json_safe(value),
-            "unit": spec.unit,
-            "direction": spec.direction,
-            "details": dict(details or {}),
-        }
+        record = MeasurementRecord(
+            test_id=self.item.nodeid,
+            metric=metric,
+            scope=scope,
+            scope_kind=spec.scope_kind,
+            value=None if value is None else json_safe(value),
+            unit=spec.unit,
+            direction="lower" if spec.direction == "lower" else "higher",
+            details=dict(details or {}),
+            verdict=INFO,
+            message="",
+        )
         noise = noise or nz.from_details(dict(details or {}))
         if noise is not None and value is not None:
             record["noise"] = noise.as_record()
         return spec, record
 
-    def _compare(self, record: dict[str, Any], ref: bl.Reference | None) -> str | None:
+    def _compare(self, record: MeasurementRecord, ref: bl.Reference | None) -> str | None:
         """With --gb-compare: the measurement against the same one in the node's earlier report, kept in the
         record's `compare` section. The message when it regressed beyond what is allowed, else None."""
         from pytest_gbvalidate import compare as cmp
@@ -288,12 +292,20 @@ class Expect:
                 return True
         return False
 
-    def _store(self, fields: dict[str, Any]) -> None:
-        """Keep a measurement's record: `_record`'s fields, the verdict's and the message. Built up in steps, so
-        typed here; the plugin's tests hold every report they make to the strict schema of the records."""
-        record = cast("MeasurementRecord", fields)
-        self.gb.add_measurement(self.item, record)
-        self.item.user_properties.extend(junit_properties(record))
+    def _store(
+        self, record: MeasurementRecord, verdict: VerdictWord, message: str, judged: bl.Verdict | None = None
+    ) -> None:
+        """Keep a measurement's record (_record's) with its verdict and message, and, where its reference judged
+        it, the reference's figures: expected, limits, delta, status and provenance."""
+        stored = record.copy()
+        stored["verdict"], stored["message"] = verdict, message
+        if judged is not None:
+            stored["expected"] = judged.expected
+            stored["limit"], stored["warn_limit"] = judged.limits()
+            stored["delta_pct"] = judged.rounded_delta_pct()
+            stored["status"], stored["provenance"] = judged.status, judged.provenance
+        self.gb.add_measurement(self.item, stored)
+        self.item.user_properties.extend(junit_properties(stored))
 
 
 def _fail_with(*messages: str | None) -> None:

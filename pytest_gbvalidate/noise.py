@@ -19,7 +19,10 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_gbvalidate.report.records import NoiseRecord
 
 # 1 / 0.6745 (the 0.75 quantile of the standard normal): MAD x 1.4826 estimates the standard deviation.
 MAD_TO_SIGMA = 1.4826
@@ -45,8 +48,8 @@ class Noise:
     spread_pct: float
     passes: tuple[float, ...] = ()
 
-    def as_record(self) -> dict[str, Any]:
-        record: dict[str, Any] = {"summary": self.summary, "count": self.count, "spread_pct": round(self.spread_pct, 3)}
+    def as_record(self) -> NoiseRecord:
+        record: NoiseRecord = {"summary": self.summary, "count": self.count, "spread_pct": round(self.spread_pct, 3)}
         if self.passes:
             record["passes"] = [float(f"{p:.6g}") for p in self.passes]
         return record

@@ -57,6 +57,13 @@ class Verdict:
             text += f" ({self.status} baseline: {self.provenance})"
         return text
 
+    def limits(self) -> tuple[float | None, float | None]:
+        """The fail and warn limits as the report keeps them (six significant digits)."""
+        return _round(self.fail_limit), _round(self.warn_limit)
+
+    def rounded_delta_pct(self) -> float | None:
+        return None if self.delta_pct is None else round(self.delta_pct, 3)
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "metric": self.metric,
@@ -65,9 +72,9 @@ class Verdict:
             "unit": self.unit,
             "direction": self.direction,
             "expected": self.expected,
-            "limit": _round(self.fail_limit),
-            "warn_limit": _round(self.warn_limit),
-            "delta_pct": None if self.delta_pct is None else round(self.delta_pct, 3),
+            "limit": self.limits()[0],
+            "warn_limit": self.limits()[1],
+            "delta_pct": self.rounded_delta_pct(),
             "verdict": self.verdict,
             "status": self.status,
             "provenance": self.provenance,
