@@ -5,17 +5,22 @@
 
 Healthy, as an operator tries a gate on one unchanged machine:
 1. `--gb-record` a baseline of this machine (over the bundled cpu baseline's limits);
-2. `--runs` runs against that recording, each with `--gb-compare` against the run before it; per run: failed tests,
+2. `--first-runs` runs against that recording, as a node's first runs are: each kept in the node's history
+   (`--gb-history`) and compared with the one before (`--gb-compare=last`), while the history is still too short
+   to show the node's run-to-run spread (noise.MIN_RUNS kept runs); their false alarms are printed apart;
+3. `--runs` runs more, the same way, now with the node's history behind each comparison; per run: failed tests,
    WARNs, compare regressions (and changes within the noise, shown, not failed);
-3. those reports as a fleet of `--runs` nodes (each relabelled node-01, ...): the nodes the fleet summary drains.
+4. those `--runs` reports as a fleet of as many nodes (each relabelled node-01, ...): the nodes the fleet summary
+   drains.
 
 Degraded (`--speed` 0.75: every timed copy, GEMM, collective and training step 25% slower; tests/helpers/
 slow_device.py, in every process of the run through a sitecustomize this script writes):
-4. a slowed run, `--degraded-runs` times, against the recording and `--gb-compare` the last healthy run: caught
-   when the run fails; named when the fleet of the healthy reports and it drains exactly it;
-5. a slowed node: four torchrun nodes on this machine run the pairwise all_reduce (one rank each), one of them
+5. a slowed run, `--degraded-runs` times, against the recording and the last healthy run (`--gb-compare=last`,
+   on a copy of the healthy history): caught when the run fails; named when the fleet of the healthy reports and
+   it drains exactly it;
+6. a slowed node: four torchrun nodes on this machine run the pairwise all_reduce (one rank each), one of them
    slowed, `--pairwise-runs` times, and as many times with none slowed: named when exactly that node is;
-6. a slowed GPU of a four-device fake: four devices measured one after the other (host copies of 256 MiB, the
+7. a slowed GPU of a four-device fake: four devices measured one after the other (host copies of 256 MiB, the
    measurement code a GPU's copy runs), one slowed, judged by the siblings rule `gb_expect.siblings` applies
    (measured again before naming), `--sibling-trials` times, and as many with none slowed.
 
@@ -62,6 +67,7 @@ class RunCount:
 
 @dataclass
 class Figures:
+    first_runs: list[RunCount] = field(default_factory=list)
     healthy_runs: list[RunCount] = field(default_factory=list)
     healthy_fleet_drained: list[str] = field(default_factory=list)
     slowed_runs: list[dict[str, Any]] = field(default_factory=list)
@@ -192,7 +198,8 @@ def sibling_trial(slow: int | None, speed: float) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="where the runs' files go (emptied first)")
-    parser.add_argument("--runs", type=int, default=10, help="healthy runs after the recording (default 10)")
+    parser.add_argument("--first-runs", type=int, default=4, help="a node's first runs, kept (default 4)")
+    parser.add_argument("--runs", type=int, default=10, help="healthy runs after those (default 10)")
     parser.add_argument("--degraded-runs", type=int, default=3, help="slowed runs (default 3)")
     parser.add_argument("--pairwise-runs", type=int, default=3, help="4-node pairwise rounds, each way (default 3)")
     parser.add_argument("--sibling-trials", type=int, default=10, help="4-device trials, each way (default 10)")
@@ -209,24 +216,23 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
 
     healthy_env = environment(hook, None)
-    record = run_suites(
-        out / "healthy", "record", [f"--gb-record={out / 'baselines' / 'cpu.yaml'}"], healthy_env, args.select
-    )
+    history = out / "history"
+    keep = [f"--gb-history={history}", "--gb-compare=last"]
+    record_to = f"--gb-record={out / 'baselines' / 'cpu.yaml'}"
+    record = run_suites(out / "healthy", "record", [record_to, *keep], healthy_env, args.select)
     print(
         f"recorded: exit {record.exit_status}, {len(record.failed_tests)} failed test(s), {len(record.warns)} WARN(s)"
     )
-    previous = Path(record.report)
-    against = [f"--gb-baselines={out / 'baselines'}"]
-    for i in range(1, args.runs + 1):
-        run = run_suites(
-            out / "healthy", f"run{i:02d}", [*against, f"--gb-compare={previous}"], healthy_env, args.select
-        )
-        figures.healthy_runs.append(run)
-        previous = Path(run.report)
+    against = [f"--gb-baselines={out / 'baselines'}", *keep]
+    for i in range(1, args.first_runs + args.runs + 1):
+        first = i <= args.first_runs
+        name = f"first{i:02d}" if first else f"run{i - args.first_runs:02d}"
+        run = run_suites(out / "healthy", name, against, healthy_env, args.select)
+        (figures.first_runs if first else figures.healthy_runs).append(run)
         print(
-            f"healthy run {i}: exit {run.exit_status}, failed {len(run.failed_tests)}, WARN {len(run.warns)}, "
-            f"regressed {len(run.regressed)} (and {run.regressed_ungated} ungated sizes), within the noise "
-            f"{run.within_noise}"
+            f"{'first' if first else 'healthy'} run {name}: exit {run.exit_status}, failed {len(run.failed_tests)}, "
+            f"WARN {len(run.warns)}, regressed {len(run.regressed)} (and {run.regressed_ungated} ungated sizes), "
+            f"within the noise {run.within_noise}"
         )
         for line in [*run.failed_tests, *run.warns, *run.regressed]:
             print(f"    {line}")
@@ -238,7 +244,11 @@ def main(argv: list[str] | None = None) -> int:
 
     slowed_env = environment(hook, args.speed)
     for i in range(1, args.degraded_runs + 1):
-        run = run_suites(out / "slowed", f"slowed{i}", [*against, f"--gb-compare={previous}"], slowed_env, args.select)
+        copied = shutil.copytree(
+            history, out / "slowed" / f"history{i}"
+        )  # the healthy history, not the last slowed run
+        slowed_args = [f"--gb-baselines={out / 'baselines'}", f"--gb-history={copied}", "--gb-compare=last"]
+        run = run_suites(out / "slowed", f"slowed{i}", slowed_args, slowed_env, args.select)
         fleet_dir = out / "slowed" / f"fleet{i}"
         fleet_dir.mkdir()
         paths = [shutil.copy(p, fleet_dir / p.name) for p in healthy_nodes]
@@ -274,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def summarize(f: Figures, speed: float, elapsed_s: float) -> list[str]:
+    first_alarms = sum(1 for r in f.first_runs if r.failed_tests or r.warns or r.regressed)
     n = len(f.healthy_runs)
     failing = sum(1 for r in f.healthy_runs if r.failed_tests)
     warns = sum(len(r.warns) for r in f.healthy_runs)
@@ -289,6 +300,8 @@ def summarize(f: Figures, speed: float, elapsed_s: float) -> list[str]:
     return [
         "",
         f"== false alarms and detection ({elapsed_s / 60:.1f} min) ==",
+        f"a node's first runs (history too short for its run-to-run spread): {len(f.first_runs)}; with a false "
+        f"alarm: {first_alarms}",
         f"healthy runs: {n}; with a false alarm (failed test, WARN or compare regression): {alarms}",
         f"  runs with a failed test: {failing}; WARNs: {warns}; compare regressions: {regressed} (and {ungated} "
         f"of sweep sizes no baseline gates, reported, never failing); changes within the noise: {noisy}",

@@ -4,7 +4,9 @@ The earlier run's JSON report is read once; the run first checks it is the same 
 serial and UUID by PCI bus id), then every measurement is also compared with the one of the same metric and scope
 in that report. A regression beyond the allowed percentage, and beyond what the two figures' own noise allows
 (noise.py: the spread of the samples or passes each report keeps beside its figure), fails the test that made the
-measurement; a change within that noise is `within_noise`, and says so.
+measurement; a change within that noise is `within_noise`, and says so. With the node's kept history
+(`--gb-history`, from noise.MIN_RUNS runs on) a regression must also be an outlier among the node's own runs:
+drift between runs is within one run's samples' agreement, and only the history shows it.
 
 pytest-benchmark's convention, mirrored rather than reused: `--benchmark-compare` / `--benchmark-compare-fail=
 mean:5%` compare pytest-benchmark's own saved timing statistics of functions it timed itself; our measurements are
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,6 +111,8 @@ class EarlierReport:
     hostname: str | None
     gpus: tuple[GpuIdentity, ...] | None  # None: the earlier run did not read the inventory
     measurements: Mapping[tuple[str, str, str, str], MeasurementRecord]
+    # With --gb-history: each figure across the node's kept runs (noise.of_runs), where there are enough of them.
+    run_to_run: Mapping[tuple[str, str, str, str], noise.RunToRun] = field(default_factory=dict)
 
 
 def load_earlier(path: Path) -> EarlierReport:
@@ -124,8 +128,9 @@ def load_earlier(path: Path) -> EarlierReport:
     report: RunReportRecord = data
     measurements: dict[tuple[str, str, str, str], MeasurementRecord] = {}
     for record in report["measurements"]:
-        if isinstance(record["value"], (int, float)):
-            measurements[measurement_key(record)] = record
+        value = noise.finite(record["value"])
+        if value is not None:  # a later measurement of the same figure replaces an earlier one
+            measurements[measurement_key(record)] = record | {"value": value}
     gpus_section = report.get("gpus")
     devices = gpus_section.get("devices") if isinstance(gpus_section, dict) else None
     gpus = None
@@ -148,6 +153,30 @@ def load_earlier(path: Path) -> EarlierReport:
         gpus=gpus,
         measurements=measurements,
     )
+
+
+def node_runs(paths: Sequence[Path], sku: str, hostname: str) -> dict[tuple[str, str, str, str], noise.RunToRun]:
+    """Each figure across this node's kept reports `paths` (oldest first, future-dated ones left out already): of
+    the last noise.MAX_RUNS that read as reports of this node and SKU, where enough of them measured it. A report
+    that cannot be read, or is another node's or SKU's, is no run of this node."""
+    values: dict[tuple[str, str, str, str], list[float]] = {}
+    runs = 0
+    for path in reversed(paths):
+        if runs == noise.MAX_RUNS:
+            break
+        try:
+            earlier = load_earlier(path)
+        except CompareError:
+            continue
+        if (earlier.hostname, earlier.sku) != (hostname, sku):
+            continue
+        runs += 1
+        for key, record in earlier.measurements.items():
+            value = record["value"]
+            assert isinstance(value, float)  # load_earlier keeps finite floats only
+            values.setdefault(key, []).insert(0, value)
+    found = {key: noise.of_runs(figures) for key, figures in values.items()}
+    return {key: runs for key, runs in found.items() if runs is not None}
 
 
 @dataclass(frozen=True)
@@ -228,13 +257,21 @@ def compare_one(
     worse_pct = -delta_pct if record["direction"] == "higher" else delta_pct
     noises = (noise.from_record(old.get("noise")), noise.from_record(record.get("noise")))
     margin = noise.margin_pct(*noises) if any(noises) else None
-    if not math.isfinite(value) or (worse_pct > pct and (margin is None or noise.beyond(value, old_value, margin))):
+    runs = earlier.run_to_run.get(measurement_key(record))
+    # How far the figure lies among the node's own runs, to the worse side (+: worse).
+    runs_z = None if runs is None else runs.z(value) * (-1 if record["direction"] == "higher" else 1)
+    if not math.isfinite(value):
         verdict, why = REGRESSED, ""
-    elif worse_pct > pct:
+    elif worse_pct > pct and margin is not None and not noise.beyond(value, old_value, margin):
         verdict = WITHIN_NOISE
-        assert margin is not None
         judge = "too noisy to judge" if margin >= noise.TOO_NOISY_PCT else "within the noise of the two figures"
         why = f"; {judge}: their spread allows {margin:.1f}%"
+    elif worse_pct > pct and runs is not None and runs_z is not None and runs_z <= noise.OUTLIER_Z:
+        # Drift between runs that one run cannot see: the node has been here before.
+        verdict = WITHIN_NOISE
+        why = f"; within the node's run-to-run spread ({runs.describe(value)}, an outlier beyond {noise.OUTLIER_Z})"
+    elif worse_pct > pct:
+        verdict, why = REGRESSED, "" if runs is None else f" ({runs.describe(value)})"
     else:
         verdict, why = OK, ""
     message = (
@@ -246,6 +283,8 @@ def compare_one(
     section = _compared(old_value, earlier.date, now, shown_delta, pct, verdict, message)
     if margin is not None:
         section["noise_margin_pct"] = round(margin, 3)
+    if runs is not None:
+        section["run_to_run"] = runs.as_record(value)
     return section
 
 

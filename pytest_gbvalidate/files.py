@@ -29,6 +29,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pytest_gbvalidate.labels import text_safe
+
 # The kinds of file os.lstat can report, for messages.
 _KINDS = (
     (stat.S_ISDIR, "a directory"),
@@ -93,7 +95,8 @@ def _refuse_constant(name: str) -> Any:
 
 
 def _odd_value(doc: Any) -> str | None:
-    """What no report holds: nesting past MAX_JSON_DEPTH, or a lone surrogate (which no file can be written with)."""
+    """What no report holds: nesting past MAX_JSON_DEPTH, a lone surrogate (which no file can be written with), or
+    an integer beyond float range (which passes every "is a number" check and then breaks the arithmetic)."""
     stack = [(doc, "the document", 0)]
     while stack:
         value, where, depth = stack.pop()
@@ -109,6 +112,11 @@ def _odd_value(doc: Any) -> str | None:
                 value.encode("utf-8")
             except UnicodeEncodeError:
                 return f"{where} holds a lone surrogate ({ascii(value)[:60]}), which is no text"
+        elif isinstance(value, int) and not isinstance(value, bool):
+            try:  # JSON integers have no bound; every reader does float arithmetic on a report's numbers
+                float(value)
+            except OverflowError:
+                return f"{where} is an integer of {value.bit_length()} bits, beyond any float"
     return None
 
 
@@ -130,6 +138,43 @@ def unwritable(path: Path) -> str | None:
     if path.suffix == ".py":
         return "is a Python file (the suites' and tests' modules are inputs of a run)"
     return None
+
+
+def writable_by_others(path: Path) -> str | None:
+    """Who besides root and the running user could change what `path` holds, in one line naming the file or
+    directory; None where nobody can. As sudo and ssh check their files: the file and every directory above it
+    (symbolic links followed) must be owned by root or this user and writable by no one else. A directory others
+    may write in passes with its sticky bit (/tmp): they can add names there, not replace or remove ours; one its
+    owner's private group may write in passes too (_private_group)."""
+    me = os.geteuid()
+    real = Path(os.path.realpath(path))
+    for part in [real, *real.parents]:
+        try:
+            st = os.stat(part)
+        except OSError as exc:
+            return f"{part}: cannot look at it: {exc.strerror or exc}"
+        if st.st_uid not in (0, me):
+            return f"{part} is owned by uid {st.st_uid}, neither root nor this user (uid {me})"
+        sticky = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX and part != real
+        mode = st.st_mode & ~0o020 if _private_group(st) else st.st_mode
+        if mode & 0o022 and not sticky:
+            who = {0o022: "its group and everyone", 0o020: "its group", 0o002: "everyone"}[mode & 0o022]
+            return f"{part} is writable by {who} (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def _private_group(st: os.stat_result) -> bool:
+    """Whether the group of a file is its owner's private group (the owner's primary group, no other members), as
+    on systems whose users' umask is 002: writable by that group is writable by the owner alone (Debian's OpenSSH
+    accepts it, user-group-modes)."""
+    import grp
+    import pwd
+
+    try:
+        owner, group = pwd.getpwuid(st.st_uid), grp.getgrgid(st.st_gid)
+    except KeyError:
+        return False
+    return owner.pw_gid == st.st_gid and set(group.gr_mem) <= {owner.pw_name} and group.gr_name == owner.pw_name
 
 
 def same_file(a: Path, b: Path) -> bool:
@@ -156,7 +201,7 @@ def atomic_write_text(path: Path, text: str) -> None:
     """Write `text` to `path` (see the module's rules). The file keeps the mode of the one it replaces; a new file
     gets the usual 0666 less the umask, as open() would give it (not mkstemp's 0600, which would hide a committed
     baseline or a report from a collector running as another user)."""
-    atomic_write_bytes(path, text.encode("utf-8"))
+    atomic_write_bytes(path, text_safe(text).encode("utf-8"))
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+import socket
 
 _UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
 _SIZE = re.compile(r"^\s*(\d+)\s*(B|KiB|MiB|GiB|TiB)\s*$")
@@ -56,3 +57,23 @@ def printable(text: str) -> str:
     ASCII, else with every other character escaped (`\\x1b`, `\\n`, `\\u0430` for a Cyrillic a that passes for a
     Latin one), so a name read from a file cannot move the cursor, break a line or pass for another name."""
     return text if text.isascii() and text.isprintable() else ascii(text)[1:-1]
+
+
+def text_safe(text: str) -> str:
+    """`text` as any UTF-8 file can hold it: unchanged, except lone surrogates (bytes that were not UTF-8, as the OS
+    hands over a hostname, a file name or an environment variable) become `\\xff` escapes of the bytes they stood
+    for, or `\\ud800` where they stood for none."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def hostname() -> str:
+    """This node's hostname, as every file the run writes can hold it (text_safe: the kernel allows any bytes)."""
+    return text_safe(socket.gethostname())

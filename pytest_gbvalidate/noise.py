@@ -8,6 +8,12 @@ machine (a neighbour's job, the page cache, clocks) is far larger than what a me
 and a gate must not fail a node for it. A difference between two figures is real only beyond NOISE_K times their
 combined noise.
 
+Within one run the samples agree more than runs do: the page cache, a VM's neighbours, clocks and thermals drift
+between runs and hold still within one (a healthy 2-core VM: inference 7-35%, a checkpoint read 24-38% slower than
+the run a minute before, in both passes). A comparison of two runs therefore also asks the node's own history:
+from MIN_RUNS kept runs on, a figure counts as changed only where it is an outlier among them too (RunToRun: the
+fleet's modified z-score, over time instead of over nodes).
+
 A capacity figure (bandwidth, TFLOPS, tokens/s) measured in several passes is the best pass (STREAM's rule, the
 storage check's): interference only slows a pass down, so a degraded node is slow in every pass and a busy one is
 not. Its noise is then its samples' spread, and the passes' robust spread where there are three or more.
@@ -22,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pytest_gbvalidate.report.records import NoiseRecord
+    from pytest_gbvalidate.report.records import NoiseRecord, RunToRunRecord
 
 # 1 / 0.6745 (the 0.75 quantile of the standard normal): MAD x 1.4826 estimates the standard deviation.
 MAD_TO_SIGMA = 1.4826
@@ -35,6 +41,13 @@ NOISE_K = 2.0
 TOO_NOISY_PCT = 50.0
 
 MEDIAN, BEST_PASS = "median", "best_pass"
+# Iglewicz & Hoaglin's cut-off for the modified z-score 0.6745 (x - median) / MAD ("How to Detect and Handle
+# Outliers", 1993): a value beyond it is an outlier of the values the median and MAD are taken from.
+OUTLIER_Z = 3.5
+# Kept runs needed before their spread is believed: the MAD of three runs is one run's distance from the middle one.
+MIN_RUNS = 5
+# The node's most recent runs the run-to-run spread is taken from: recent enough to be the node as it is now.
+MAX_RUNS = 20
 
 
 @dataclass(frozen=True)
@@ -126,6 +139,43 @@ def from_record(record: object) -> Noise | None:
     return Noise(summary, count, float(spread), tuple(float(p) for p in passes))
 
 
+@dataclass(frozen=True)
+class RunToRun:
+    """One figure across a node's earlier runs: how many, their median, and their robust spread in percent of it."""
+
+    runs: int
+    median: float
+    spread_pct: float
+
+    def z(self, value: float) -> float:
+        """The modified z-score of `value` among the runs (spread_pct is 1.4826 x MAD in percent of the median):
+        signed, + above the median; infinite where the runs agree exactly and `value` does not."""
+        sigma = self.spread_pct / 100.0 * abs(self.median)
+        if sigma == 0:
+            return 0.0 if value == self.median else math.copysign(math.inf, value - self.median)
+        return (value - self.median) / sigma
+
+    def as_record(self, value: float) -> RunToRunRecord:
+        z = self.z(value)
+        shown_z: float | str = round(z, 3) if math.isfinite(z) else str(z)
+        median = float(f"{self.median:.6g}")
+        return {"runs": self.runs, "median": median, "spread_pct": round(self.spread_pct, 3), "z": shown_z}
+
+    def describe(self, value: float) -> str:
+        return (
+            f"the node's last {self.runs} runs: median {self.median:.4g}, spread {self.spread_pct:.1f}%, "
+            f"modified z {self.z(value):+.1f}"
+        )
+
+
+def of_runs(values: Sequence[float]) -> RunToRun | None:
+    """One figure's run-to-run spread from its values in the node's earlier runs, oldest first (the last MAX_RUNS
+    count); None with fewer than MIN_RUNS finite values or a median of 0."""
+    recent = [v for v in values if math.isfinite(v)][-MAX_RUNS:]
+    spread = spread_pct(recent) if len(recent) >= MIN_RUNS else None
+    return None if spread is None else RunToRun(len(recent), statistics.median(recent), spread)
+
+
 def margin_pct(*noises: Noise | None) -> float:
     """How far apart (in percent) figures with these noises may be by chance: NOISE_K times their combined spread
     (figures without a known noise add none)."""
@@ -142,5 +192,17 @@ def beyond(value: float, reference: float, margin_pct: float) -> bool:
     return reference == 0 or abs(value - reference) / abs(reference) * 100.0 > margin_pct
 
 
+def finite(value: object) -> float | None:
+    """`value` as a finite float where it is a number that is one, else None: not a bool, not NaN or infinity, and
+    not an integer beyond float range (JSON and YAML integers have no bound, and float arithmetic refuses those)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
 def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return finite(value) is not None

@@ -270,8 +270,8 @@ TABLE: tuple[SettingSpec, ...] = (
         "timeout",
         parse_timeout,
         _none,
-        "seconds one call on the ranks may take before the gang is torn down and the test fails. "
-        "Default: 300 on GPU SKUs, 30 on cpu.",
+        "seconds one call on the ranks may take before the gang is torn down and the test fails, 1 to 604800 (a "
+        "week). Default: 300 on GPU SKUs, 30 on cpu.",
         "SECONDS",
     ),
     SettingSpec(

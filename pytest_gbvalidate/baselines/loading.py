@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     import yaml
 
 from pytest_gbvalidate.baselines.fields import _Mapping
-from pytest_gbvalidate.baselines.model import Baseline, BaselineError, _shown, baseline_path, known_skus
+from pytest_gbvalidate.baselines.model import Baseline, BaselineError, _shown, baseline_path, known_skus, nccl_env
 from pytest_gbvalidate.baselines.schema import baseline_from
 
 # The most nodes the aliases (*name) of one baseline may stand for, counted as expanded: a value an alias
@@ -89,14 +89,34 @@ def strict_yaml(text: str) -> Any:
 
 
 def load_baseline(path: Path) -> Baseline:
-    """Read and validate one baseline file. Raises BaselineError naming the file, line and field."""
-    from pytest_gbvalidate.files import InputError, read_input
+    """Read and validate one baseline file. Raises BaselineError naming the file, line and field, and where the
+    file says what runs (runs_what) but others than root and this user could have written it."""
+    from pytest_gbvalidate.files import InputError, read_input, writable_by_others
 
     try:
         data = read_input(path, MAX_BASELINE_BYTES)
     except InputError as exc:
         raise BaselineError(str(exc)) from None
-    return parse_baseline(path, data)
+    baseline = parse_baseline(path, data)
+    decides = runs_what(baseline)
+    if decides and (problem := writable_by_others(path)) is not None:
+        # As a Slurm Prolog or HealthCheckProgram the run is root on every node: whoever can write this file
+        # would choose what root executes.
+        raise BaselineError(
+            f"{path}: {decides} says what the run executes or loads, and only a file that root or this user alone "
+            f"can write may say that: {problem} (give it on the command line instead, or fix the permissions)"
+        )
+    return baseline
+
+
+def runs_what(baseline: Baseline) -> str | None:
+    """The fields of `baseline` that choose what the run executes or loads (a command, a library NCCL loads
+    through its environment), or None."""
+    fields = []
+    if baseline.pretrain is not None and baseline.pretrain.engine_python is not None:
+        fields.append("pretrain.engine_python")
+    fields += [f"{metric}'s params.nccl_env {name}" for name, (_, metric) in nccl_env(baseline).items()]
+    return ", ".join(fields) or None
 
 
 def parse_baseline(path: Path, data: bytes) -> Baseline:

@@ -4,11 +4,11 @@ recording and messages share. No YAML, no pytest."""
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_gbvalidate import noise
 from pytest_gbvalidate.workloads.llama import parallel as llama_parallel
 from pytest_gbvalidate.workloads.llama.config import CONFIGS as LLAMA_CONFIGS
 from pytest_gbvalidate.workloads.llama.config import LlamaConfig
@@ -230,7 +230,7 @@ def _better(direction: str) -> Any:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return noise.finite(value) is not None
 
 
 def _names(items: Any) -> str:
@@ -245,7 +245,7 @@ class _Shown(Exception):
 
 
 def _shown(value: Any) -> str:
-    """`value` as an error message echoes it: its repr, cut to SHOWN_WIDTH characters with an ellipsis. Built
+    """`value` as an error message echoes it: its repr in ASCII, cut to SHOWN_WIDTH characters with an ellipsis. Built
     piece by piece and stopped there, so a value that aliases nest a billion times over costs no more."""
     out: list[str] = []
     room = SHOWN_WIDTH + 1
@@ -269,7 +269,8 @@ def _shown(value: Any) -> str:
                 walk(item)
             put("}" if isinstance(v, dict) else "]")
         else:
-            put(repr(v[: SHOWN_WIDTH + 1] if isinstance(v, str) else v))
+            # ascii(): a Cyrillic letter that passes for a Latin one is shown as \u0430, a terminal escape as \x1b
+            put(ascii(v[: SHOWN_WIDTH + 1] if isinstance(v, str) else v))
 
     try:
         walk(value)

@@ -110,7 +110,7 @@ def recorded_baseline(
 def _recordable(value: Any) -> bool:
     """A measured value that can be an expected one: a finite, positive number (a failed measurement comes as
     None or text, a broken one as 0; the loader refuses either as an expected value)."""
-    return _is_number(value) and math.isfinite(value) and value > 0
+    return _is_number(value) and value > 0
 
 
 def left_out(measurements: list[dict[str, Any]]) -> list[str]:

@@ -6,8 +6,10 @@ its entry may leave them out, and one that gives them must agree. A site's own m
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import math
+import re
 from typing import Any
 
 from pytest_gbvalidate.baselines.fields import Fields, _Mapping
@@ -43,10 +45,24 @@ _PARAM_BOUNDS: dict[str, tuple[float, float]] = {
     "new_tokens": (1, 2**20),
 }
 _FRACTIONAL_PARAMS = frozenset({"slow_pct"})
+# What a metric name is made of: the bundled metrics' names are, and Prometheus and JUnit carry them as they are.
+_METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# difflib's similarity of a site metric's name to a bundled one at or above which it is taken for a misspelling:
+# one letter wrong, missing or doubled in a name of 10 or more (`h2d_bandwith_gbps`: 0.97; a suffix such as
+# `h2d_bandwidth_gbps_numa1` against its bundled stem: 0.86).
+NEAR_MISS = 0.9
 
 
 def metric(f: Fields, metrics_doc: _Mapping, name: str) -> MetricBaseline:
     fp = f"metrics.{name}"
+    if not (isinstance(name, str) and _METRIC_NAME.fullmatch(name)):
+        raise f.error(metrics_doc, name, f"metrics.{_shown(name)}", "a metric name is ASCII letters, digits and '_'")
+    if name not in CATALOG:
+        near = difflib.get_close_matches(name, list(CATALOG), n=1, cutoff=NEAR_MISS)
+        if near:  # a site's own metric needs a name of its own: a misspelt bundled one would leave that ungated
+            raise f.error(
+                metrics_doc, name, fp, f"is not a bundled metric, and a letter or two away from {near[0]!r}: misspelt?"
+            )
     m = f.mapping(metrics_doc[name], metrics_doc, name, fp, _METRIC_KEYS)
     unit, direction, scope_kind = _kind(f, m, name, fp)
     if "status" not in m:

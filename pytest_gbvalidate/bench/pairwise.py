@@ -13,7 +13,6 @@ Bus bandwidth as nccl-tests computes it for all_reduce over the pair's ranks (be
 
 from __future__ import annotations
 
-import socket
 import statistics
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from pytest_gbvalidate import noise
+from pytest_gbvalidate import labels, noise
 from pytest_gbvalidate.bench.collectives import COLLECTIVES, DTYPE, ELEMENT_BYTES, algbw_gbps
 from pytest_gbvalidate.bench.timing import median, time_op_s
 from pytest_gbvalidate.ranks.gang import RankContext
@@ -71,7 +70,7 @@ def pairwise_on_rank(
     for the round to end before the next one starts. Then every rank learns every pair's figure, and the
     suspects are measured again beside nodes that passed (`recheck_pairs`): the same decision on every rank."""
     node_of_rank: list[Any] = [None] * ctx.world_size
-    dist.all_gather_object(node_of_rank, (ctx.node_rank, socket.gethostname()))
+    dist.all_gather_object(node_of_rank, (ctx.node_rank, labels.hostname()))
     hosts = {node: host for node, host in node_of_rank}
     ranks_of: dict[int, list[int]] = {}
     for rank, (node, _) in enumerate(node_of_rank):

@@ -63,15 +63,16 @@ def build_parser() -> argparse.ArgumentParser:
         type=_not_negative,
         default=stats.DEFAULT_MAD_K,
         metavar="K",
-        help=f"outlier only when worse than the median by more than K scaled MADs (default {stats.DEFAULT_MAD_K:g}, "
-        "Iglewicz & Hoaglin's recommendation)",
+        help="outlier only when worse than the median by more than K (0 or more) scaled MADs (default "
+        f"{stats.DEFAULT_MAD_K:g}, Iglewicz & Hoaglin's recommendation)",
     )
     summary.add_argument(
         "--below-median-pct",
         type=_not_negative,
         default=stats.DEFAULT_PCT,
         metavar="PCT",
-        help=f"outlier only when worse than the median by more than PCT%% of it (default {stats.DEFAULT_PCT:g})",
+        help="outlier only when worse than the median by more than PCT%% (0 or more) of it (default "
+        f"{stats.DEFAULT_PCT:g})",
     )
     summary.add_argument(
         "--noise-floor-pct",

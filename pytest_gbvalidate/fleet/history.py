@@ -6,7 +6,8 @@ Every report is read as the fleet summary reads one (reports.read: the report's 
 believed), and the same rules apply: a corrupt report, or another node's (its `node.hostname` is not the
 directory's name), is listed with why and fails the command (exit 1), its figures left out; a partial report (the
 run was interrupted) is listed and its figures left out, as the fleet summary leaves a partial node's out of its
-statistics. A measurement is the same one across runs when its metric, scope, placement and tool are (as
+statistics; a run of another SKU than the node's latest is listed and left out (a trend compares like with
+like). A measurement is the same one across runs when its metric, scope, placement and tool are (as
 --gb-compare matches them); a run that measured it twice counts its later value, as --gb-compare does.
 """
 
@@ -27,6 +28,7 @@ from pytest_gbvalidate.report import history as kept
 
 PARTIAL = "partial"
 OTHER_NODE = "another node's"
+OTHER_SKU = "another SKU's"
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,7 @@ class NodeHistory:
     @property
     def exit_code(self) -> int:
         """1 where a report could not be read or is another node's, or there is none: the history is not whole."""
-        bad = any(r.kind != PARTIAL for r in self.left_out)
+        bad = any(r.kind not in (PARTIAL, OTHER_SKU) for r in self.left_out)
         return 1 if bad or not self.runs else 0
 
 
@@ -97,6 +99,14 @@ def read_history(directory: Path) -> NodeHistory:
         else:
             runs.append(report)
     runs.sort(key=lambda r: (r.start_time, r.order))
+    if runs:  # one SKU's figures make a trend: the node's latest SKU (a node checked as another SKU is not merged)
+        sku = runs[-1].sku
+        left_out += [
+            NotMerged(r.path, OTHER_SKU, f"checked the {r.sku} SKU; the node's latest run checked {sku}", r.hostname)
+            for r in runs
+            if r.sku != sku
+        ]
+        runs = [r for r in runs if r.sku == sku]
     return NodeHistory(directory, hostname, runs, left_out, _trends(runs))
 
 

@@ -5,8 +5,8 @@ Which report counts as what, in this order:
 
 1. corrupt: unreadable, not JSON, not a report of this `report_version` whose every field has its declared type
    (report/records.py: the first field that does not is named), without `node.hostname`, or with a `start_time`
-   that cannot be read or lies in the future (beyond CLOCK_SKEW): the latest report counts, so such a date would
-   hide every later one. Such a node has not shown it is healthy: the summary fails (exit 1).
+   that cannot be read or lies in the future (report.history.in_future): the latest report counts, so such a
+   date would hide every later one. Such a node has not shown it is healthy: the summary fails (exit 1).
 
 Hostnames are shown escaped where they hold anything but printable ASCII (labels.printable).
 2. another SKU: its `sku.name` is not the fleet's (`--sku`, else the most common among the finished reports).
@@ -33,7 +33,7 @@ from typing import Any, cast
 
 from pytest_gbvalidate.files import InputError, read_json
 from pytest_gbvalidate.labels import printable
-from pytest_gbvalidate.report import schema
+from pytest_gbvalidate.report import history, schema
 from pytest_gbvalidate.report.records import HostRecord, MeasurementRecord, RunReportRecord, TestRecord
 
 FINISHED = "finished"
@@ -148,10 +148,6 @@ def read(path: Path, order: int, now: dt.datetime | None = None) -> Report | Not
     return Report(path, report, order)
 
 
-# Clocks of a fleet's nodes differ a little (NTP keeps them within milliseconds; a node without it drifts).
-CLOCK_SKEW = dt.timedelta(minutes=5)
-
-
 def _problem(data: dict[str, Any], hostname: str | None, now: dt.datetime | None) -> str | None:
     """Why the report cannot count, or None. The latest report of a node counts: one without a readable start time,
     or one from the future (a node's clock set wrong, a file edited), would hide every later failure of the node."""
@@ -164,7 +160,7 @@ def _problem(data: dict[str, Any], hostname: str | None, now: dt.datetime | None
     if start is None:
         return f"start_time {printable(str(data.get('start_time')))!r} is not an ISO 8601 time: undated"
     now = now or dt.datetime.now(dt.timezone.utc)
-    if start > now + CLOCK_SKEW:
+    if history.in_future(start, now):
         return f"start_time {start.isoformat()} is in the future (now {now.isoformat(timespec='seconds')})"
     return None
 
@@ -239,6 +235,14 @@ def _fleet_sku(reports: Sequence[Report], sku: str | None) -> tuple[str | None, 
     return name, f"the most common among the reports: {count} of {sum(counts.values())}"
 
 
-def natural_key(text: str) -> tuple[tuple[int, int | str], ...]:
-    """Sort key that puts node9 before node10."""
-    return tuple((0, int(part)) if part.isdecimal() else (1, part) for part in re.split(r"(\d+)", text) if part)
+def natural_key(text: str) -> tuple[tuple[int, int, str], ...]:
+    """Sort key that puts node9 before node10. A run of digits is compared by its length without leading zeros,
+    then as text: the same order as its number's, for runs of any length (int() refuses more than 4300 digits)."""
+    return tuple(_natural_part(part) for part in re.split(r"(\d+)", text) if part)
+
+
+def _natural_part(part: str) -> tuple[int, int, str]:
+    if part.isdecimal():
+        digits = part.lstrip("0") or "0"
+        return (0, len(digits), digits)
+    return (1, 0, part)

@@ -129,4 +129,4 @@ def outliers(
 
 def is_number(value: object) -> TypeGuard[float]:
     """A finite int or float (a report keeps a broken measurement's value as text, e.g. "nan")."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return nz.finite(value) is not None

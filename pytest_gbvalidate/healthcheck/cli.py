@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
                 type=_output_length,
                 default=npd.DEFAULT_MAX_OUTPUT_LENGTH,
                 metavar="N",
-                help="the plugin config's max_output_length",
+                help=f"the plugin config's max_output_length, {npd.MIN_OUTPUT_LENGTH} or more",
             )
     return parser
 
@@ -192,8 +192,8 @@ def _deadline(text: str) -> float:
 
 
 def _output_length(text: str) -> int:
-    if not text.isdecimal() or int(text) < npd.MIN_OUTPUT_LENGTH:
+    if not (text.isdecimal() and len(text) <= 9) or int(text) < npd.MIN_OUTPUT_LENGTH:  # int() refuses 4300+ digits
         raise argparse.ArgumentTypeError(
-            f"{printable(text)!r} is not a whole number of at least {npd.MIN_OUTPUT_LENGTH}"
+            f"{printable(text)[:40]!r} is not a whole number from {npd.MIN_OUTPUT_LENGTH} to 999999999"
         )
     return int(text)

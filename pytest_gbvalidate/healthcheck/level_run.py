@@ -83,6 +83,12 @@ def run_checks(
         elif problem is not None:  # name the file that stays, not the one about to go
             kept = keep_report is not None and not_kept is None
             problem = problem.replace(str(report_path), str(keep_report) if kept else "the run's report")
+        elif report is not None and report["status"] != "finished" and returncode >= 0 and not timed_out:
+            # pytest ended by itself, yet its report says it is still running: the last write failed (a full
+            # disk), and pytest's output says why
+            status = report["status"]
+            ended = f"pytest ended ({exit_meaning(returncode)}) with its report left {status}"
+            problem = f"{ended}: {last_line(output_path)}"
         return Run(level, returncode, timed_out, deadline_s, duration_s, report, problem), not_kept
     finally:
         shutil.rmtree(directory, ignore_errors=True)
@@ -170,8 +176,10 @@ def last_line(path: Path) -> str:
         return printable(f"{path}: {exc.strerror or exc}")
     lines = [line.strip() for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
     # pytest's usage error ends with its inifile and rootdir, a collection error with a summary: the line that
-    # says what went wrong is its last `error:` line, or the last `E   ` line of a traceback.
-    errors = [line for line in lines if "error:" in line.lower() or line.startswith(("E ", "INTERNALERROR>"))]
+    # says what went wrong is the run's own line for a file it could not write, else the last `error:` line, or
+    # the last `E   ` line of a traceback.
+    errors = [line for line in lines if "NOT written" in line]  # our own line for an output it could not write
+    errors = errors or [s for s in lines if "error:" in s.lower() or s.startswith(("E ", "INTERNALERROR>"))]
     said = errors or lines
     return shorten(printable(said[-1]), 200) if said else "no output"
 

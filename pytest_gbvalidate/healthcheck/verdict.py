@@ -24,7 +24,14 @@ OK, FAIL, TIMEOUT, UNKNOWN = "ok", "fail", "timeout", "unknown"
 # What a drain reason starts with, as the fleet summary's do: whose drain it is (NHC's start with "NHC:").
 LEADER = "gbvalidate: "
 # What pytest's exit statuses mean (pytest.ExitCode), for a line that says why there is no verdict.
-EXIT_MEANINGS = {1: "tests failed", 2: "interrupted", 3: "internal error", 4: "usage error", 5: "no tests collected"}
+EXIT_MEANINGS = {
+    0: "tests passed",
+    1: "tests failed",
+    2: "interrupted",
+    3: "internal error",
+    4: "usage error",
+    5: "no tests collected",
+}
 PROBLEM_MAX_CHARS = 300
 
 
@@ -138,7 +145,8 @@ def _cut_short(run: Run) -> str | None:
     if run.returncode < 0:
         return f"pytest was killed by signal {-run.returncode}"
     if run.report is not None and run.report["status"] != "finished":
-        return f"the report says the run is {run.report['status']} (pytest exit status {run.returncode})"
+        # run.problem: pytest's own line where it ended by itself, yet its report stayed unfinished (a full disk)
+        return run.problem or f"the report says the run is {run.report['status']} (pytest exit status {run.returncode})"
     return None
 
 

@@ -31,7 +31,15 @@ PROG = "python -m pytest_gbvalidate.layout_sweep"
 
 
 def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x.strip()]
+    """Comma-separated sizes of a layout: each a whole number from 1 to MAX_LAYOUT_SIZE."""
+    parts = [x.strip() for x in text.split(",") if x.strip()]
+    if not parts or not all(x.isdecimal() and len(x) <= 4 and 1 <= int(x) <= MAX_LAYOUT_SIZE for x in parts):
+        raise argparse.ArgumentTypeError(f"{text[:40]!r}: comma-separated whole numbers from 1 to {MAX_LAYOUT_SIZE}")
+    return [int(x) for x in parts]
+
+
+# Far above any layout the sweep can run on one node, and a bound that keeps a typo (10000) from starting one.
+MAX_LAYOUT_SIZE = 1024
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -41,7 +49,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="directory for the table and plots")
     for name in PARAMETERS:
         default = ",".join(map(str, DEFAULT_GRID[name]))
-        parser.add_argument(f"--{name}", type=_ints, default=DEFAULT_GRID[name], help=f"values (default {default})")
+        parser.add_argument(
+            f"--{name}",
+            type=_ints,
+            default=DEFAULT_GRID[name],
+            help=f"values, 1 to {MAX_LAYOUT_SIZE} (default {default})",
+        )
     args = parser.parse_args(argv)
 
     from pytest_gbvalidate.ranks.gang import LocalGang  # torch: only once the arguments are good

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import importlib.metadata
 import platform
-import socket
 
 import pytest_gbvalidate
+from pytest_gbvalidate import labels
 
 
 def software_facts(*, gpu: bool) -> dict[str, str]:
     """Versions that explain a measurement. The GPU stack (driver, CUDA, NCCL) is asked for only on a GPU SKU:
     it imports torch and NVML, which a `cpu` run does not need for its header."""
     facts = {
-        "hostname": socket.gethostname(),
+        "hostname": labels.hostname(),
         "machine": platform.machine(),
         "python": platform.python_version(),
         "pytest_gbvalidate": pytest_gbvalidate.__version__,

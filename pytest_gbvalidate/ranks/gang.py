@@ -23,7 +23,6 @@ import multiprocessing as mp
 import os
 import shutil
 import signal
-import socket
 import tempfile
 import time
 import traceback
@@ -37,6 +36,7 @@ from typing import Any, Protocol
 import torch
 import torch.distributed as dist
 
+from pytest_gbvalidate import labels
 from pytest_gbvalidate.ranks.hang import innermost_frame, waiting_for_a_peer
 from pytest_gbvalidate.ranks.world import number_gpus_by_pci_bus
 
@@ -158,7 +158,7 @@ class LocalGang:
         call_timeout_s: float = 600.0,
     ) -> None:
         self.world_size = world_size
-        self.hosts = {0: socket.gethostname()}
+        self.hosts = {0: labels.hostname()}
         self.device_type = device_type
         self.env = dict(env or {})
         self.start_timeout_s = start_timeout_s
@@ -370,4 +370,4 @@ def run_on_local_rank(
 def _on_local_rank(ctx: RankContext, local_rank: int, fn: Callable[..., Any], *args: Any) -> NodeResult | None:
     if ctx.local_rank != local_rank:
         return None
-    return NodeResult(ctx.node_rank, socket.gethostname(), ctx.rank, fn(ctx, *args))
+    return NodeResult(ctx.node_rank, labels.hostname(), ctx.rank, fn(ctx, *args))

@@ -8,7 +8,6 @@ so all ranks see the same results (and the same failures). The shared interface 
 from __future__ import annotations
 
 import os
-import socket
 import traceback
 from collections.abc import Callable, Mapping
 from datetime import timedelta
@@ -17,6 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from pytest_gbvalidate import labels
 from pytest_gbvalidate.ranks.gang import GangError, RankContext, _init_rank, _last_line, _name
 from pytest_gbvalidate.ranks.world import (
     DeviceChoiceError,
@@ -81,7 +81,7 @@ class WorldGang:
             # Every rank is in it: new_group returns the group itself (-100 or None only to ranks left out).
             self._control = control if isinstance(control, dist.ProcessGroup) else None
         placed: list[Any] = [None] * world_size
-        dist.all_gather_object(placed, (node_rank, socket.gethostname()), group=self._control)
+        dist.all_gather_object(placed, (node_rank, labels.hostname()), group=self._control)
         self.hosts = dict(sorted(placed))
 
     def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None) -> list[Any]:

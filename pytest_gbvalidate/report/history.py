@@ -37,6 +37,10 @@ _STAMP_FORMAT = "%Y%m%dT%H%M%SZ"
 _NAME = re.compile(r"(?P<stamp>\d{8}T\d{6}Z)(?:_(?P<seq>[1-9]\d{0,5}))?\.json")
 # More runs of one node starting within one second than this is no real history: something loops.
 MAX_SAME_SECOND = 1000
+# Clocks of a fleet's nodes differ a little (NTP keeps them within milliseconds; a node without it drifts). A report
+# dated later than now by more than this cannot count: the latest report is the one compared with and summarised,
+# so one dated 2099 (a clock set wrong, a file edited) would stand in for every later run.
+CLOCK_SKEW = dt.timedelta(minutes=5)
 
 
 class HistoryError(Exception):
@@ -61,10 +65,15 @@ def node_directory(root: Path, hostname: str) -> Path:
             f"letters, digits, '.', '_' and '-', not starting with '.' or '-', at most {MAX_HOSTNAME} characters"
         )
     directory = root / hostname
+    # Checked as a named path is, before the run rather than after it (then a report would be lost at the end).
+    if directory.is_symlink() and not directory.exists():
+        raise HistoryError(f"{directory} is a symbolic link to {os.readlink(directory)}, which does not exist")
     if directory.exists() and not directory.is_dir():
         raise HistoryError(f"{directory} is not a directory")
     if directory.is_dir() and not os.access(directory, os.W_OK | os.X_OK):  # found now, not after the run
         raise HistoryError(f"cannot create files in {directory} (no write permission)")
+    if not directory.exists() and root.is_dir() and not os.access(root, os.W_OK | os.X_OK):
+        raise HistoryError(f"cannot create {directory} (no write permission in {root})")
     return directory
 
 
@@ -94,6 +103,11 @@ def entries(directory: Path) -> list[Entry]:
     except OSError as exc:
         raise HistoryError(f"{directory}: cannot list it: {exc.strerror or exc}") from None
     return sorted(e for e in map(entry, names) if e is not None)
+
+
+def in_future(start: dt.datetime, now: dt.datetime | None = None) -> bool:
+    """Whether a run dated `start` lies beyond `now` (default: the clock) by more than CLOCK_SKEW."""
+    return start > (now or dt.datetime.now(dt.timezone.utc)) + CLOCK_SKEW
 
 
 def start_time(report: RunReportRecord) -> dt.datetime:

@@ -46,6 +46,7 @@ from pytest_gbvalidate.report.records import (
     TestRecord,
     measurement_key,
 )
+from pytest_gbvalidate.report.writer import text_safe_copy
 
 PREFIX = "gbvalidate"
 VERDICTS = (PASS, WARN, FAIL, INFO)
@@ -206,4 +207,4 @@ def exposition(report: RunReportRecord) -> bytes:
 def write(path: Path, report: RunReportRecord) -> None:
     """Write the file atomically (files.py): node_exporter reads the directory whenever it is scraped, and must see
     the old file or the new one, never half of one. Raises OutputError naming the path."""
-    atomic_write_bytes(path, exposition(report))
+    atomic_write_bytes(path, exposition(text_safe_copy(report)))  # its client encodes UTF-8 strictly

@@ -86,6 +86,24 @@ SKIP: Final = "skip"
 RECORDED: Final = "recorded"
 
 
+class WritableInputRecord(TypedDict):
+    """An input that decides verdicts, and who besides root and the running user could have written it."""
+
+    input: str  # what it is: `the baseline`, `the earlier report`
+    path: str
+    problem: str  # the file or directory on its path others can write, and how
+
+
+class RunToRunRecord(TypedDict):
+    """One figure across the node's last `runs` kept runs: their median, robust spread (scaled MAD, percent of the
+    median) and the figure's modified z-score among them (a string for an infinite one)."""
+
+    runs: int
+    median: float
+    spread_pct: float
+    z: Number
+
+
 class MeasurementCompareRecord(TypedDict):
     """With --gb-compare: the measurement against the same one in the node's earlier report."""
 
@@ -99,6 +117,9 @@ class MeasurementCompareRecord(TypedDict):
     # The change the two figures' own noise allows (noise.margin_pct), where either report knows its noise: a
     # change beyond allowed_pct but within it is `within_noise`, not a regression.
     noise_margin_pct: NotRequired[float]
+    # With --gb-history, from noise.MIN_RUNS kept runs of the node on: the figure among them. A change beyond the
+    # allowed percentage and the two figures' noise is still `within_noise` where |z| <= noise.OUTLIER_Z.
+    run_to_run: NotRequired[RunToRunRecord]
 
 
 class NoiseRecord(TypedDict):
@@ -246,6 +267,9 @@ class RunReportRecord(TypedDict):
     node: NotRequired[NodeRecord]  # once the run resolved its SKU
     settings: dict[str, SettingRecord]  # every setting, by name
     created_directories: NotRequired[list[CreatedDirectory]]
+    # The inputs that decide verdicts (the baseline, the earlier report) which others than root and the running
+    # user could have written (files.writable_by_others): who could have set the limits a node was judged by.
+    writable_inputs: NotRequired[list[WritableInputRecord]]
     tests: list[TestRecord]
     measurements: list[MeasurementRecord]
     nccl_env: NotRequired[dict[str, NcclVariableRecord]]

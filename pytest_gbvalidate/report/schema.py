@@ -47,6 +47,15 @@ def problem(data: Any) -> str | None:
     return _problem(data, RunReportRecord, "")
 
 
+def field_problem(field: str, value: Any, item: int | None = None) -> str | None:
+    """What does not fit in `value` as the report's top-level `field` (with `item`: as that item of the list
+    `field`), or None: the writer's check of each record it keeps, against the same records its readers use."""
+    hint = _fields(RunReportRecord)[0][field]
+    if item is not None:
+        return _problem(value, _args(hint)[0], f"{field}[{item}]")
+    return _problem(value, hint, field)
+
+
 # --- the walk over the records' types ------------------------------------------------------------------------
 
 _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null"}

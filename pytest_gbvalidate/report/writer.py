@@ -1,5 +1,6 @@
 """The JSON run report, rewritten atomically as results arrive, so a crash loses nothing already measured. It is
-built only through the records of records.py."""
+built only through the records of records.py, and each record is checked against them as it is kept (schema.py, as
+every reader checks the report): a report its own readers refuse drops its node out of every fleet summary."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pytest_gbvalidate.files import OutputError, atomic_write_text
+from pytest_gbvalidate.labels import text_safe
+from pytest_gbvalidate.report import schema
 from pytest_gbvalidate.report.records import (
     REPORT_VERSION,
     MeasurementRecord,
@@ -33,8 +36,24 @@ def json_safe(value: float) -> float | str:
 
 
 def as_json(data: RunReportRecord) -> str:
-    """The report's text, as every copy of it is written (--gb-report, the node's history)."""
-    return json.dumps(data, indent=1, default=str, allow_nan=False) + "\n"
+    """The report's text, as every copy of it is written (--gb-report, the node's history). Text from the system
+    that is not UTF-8 (lone surrogates) is written as escapes (labels.text_safe): the readers refuse a report that
+    holds any."""
+    text = json.dumps(data, indent=1, default=str, allow_nan=False) + "\n"
+    if "\\ud" in text:  # only then: a surrogate escape, of a lone surrogate or of a pair (a valid emoji)
+        text = json.dumps(text_safe_copy(data), indent=1, default=str, allow_nan=False) + "\n"
+    return text
+
+
+def text_safe_copy(value: Any) -> Any:
+    """`value` (JSON-like data) with every text in it, keys too, as labels.text_safe writes it."""
+    if isinstance(value, str):
+        return text_safe(value)
+    if isinstance(value, dict):
+        return {text_safe(str(k)): text_safe_copy(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [text_safe_copy(v) for v in value]
+    return value
 
 
 class RunReport:
@@ -43,6 +62,7 @@ class RunReport:
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self.write_error: str | None = None  # the first write that failed
+        self.misfit: str | None = None  # the first record kept that does not fit the report's records: a bug
         self.data: RunReportRecord = {
             "report_version": REPORT_VERSION,
             "status": "running",
@@ -60,18 +80,28 @@ class RunReport:
         return list(self.data["measurements"])
 
     def add_test(self, test: TestRecord) -> None:
+        self._check(schema.field_problem("tests", test, len(self.data["tests"])))
         self.data["tests"].append(test)
 
     def add_measurements(self, records: list[MeasurementRecord]) -> None:
-        self.data["measurements"].extend(records)
+        for record in records:
+            self._check(schema.field_problem("measurements", record, len(self.data["measurements"])))
+            self.data["measurements"].append(record)
 
     def set_section(self, name: NodeSection, value: Any) -> None:
         """A section about the whole node or run (`gpus`, `numa_map`, `gang`): the latest value wins."""
+        self._check(schema.field_problem(name, value))
         self.data[name] = value
 
     def add_record(self, section: ListSection, record: Any) -> None:
         """A record in a list section (`telemetry`: one per sampler; `suspects`), created on first use."""
-        self.data.setdefault(section, []).append(record)
+        found = self.data.setdefault(section, [])
+        self._check(schema.field_problem(section, record, len(found)))
+        found.append(record)
+
+    def _check(self, problem: str | None) -> None:
+        """Keep the first misfit: the record is kept as made (nothing measured is dropped), and the run says so."""
+        self.misfit = self.misfit or problem
 
     def finish(self, exit_status: int, status: RunStatus) -> None:
         self.data["status"], self.data["exit_status"], self.data["end_time"] = status, exit_status, utc_now()

@@ -8,6 +8,7 @@ hook, a test's figures as its extras (PNGs as base64, embedded in a self-contain
 from __future__ import annotations
 
 import base64
+import html
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -20,6 +21,9 @@ def register(config: pytest.Config, gb: GbSession) -> None:
     """Where pytest-html is enabled and this process writes its page (`--html` given: plugin.py asks)."""
     if gb.is_controller and config.pluginmanager.hasplugin("html"):
         config.pluginmanager.register(HtmlPage(gb), "gbvalidate-html")
+
+
+ID_CELL = '<td class="col-testId">'  # pytest-html's cell of the test id (basereport.py)
 
 
 class HtmlPage:
@@ -43,6 +47,15 @@ class HtmlPage:
                 added.append(extras.html(extra.html) | {"name": extra.name})  # named: told apart on the page
         if added:
             report.extras = [*getattr(report, "extras", []), *added]  # type: ignore[attr-defined]
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_html_results_table_row(self, report: pytest.TestReport, cells: list[str]) -> None:
+        """The test id as text: pytest-html puts it in its row as markup, and a parameter's id (`test_x[<img
+        src=x onerror=...>]`) would run in the page."""
+        test_id = report.nodeid if report.when == "call" else f"{report.nodeid}::{report.when}"
+        for index, cell in enumerate(cells):
+            if cell.startswith(ID_CELL):
+                cells[index] = f"{ID_CELL}{html.escape(test_id)}</td>"
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_html_results_summary(

@@ -26,8 +26,10 @@ def add_suite_properties(config: pytest.Config, properties: Mapping[str, str]) -
 
     xml = config.stash.get(xml_key, None)
     if xml is not None:
-        for name, value in properties.items():
-            xml.add_global_property(f"gb_{name}", value)
+        from pytest_gbvalidate.labels import text_safe
+
+        for name, value in properties.items():  # text from the system may hold bytes that were not UTF-8
+            xml.add_global_property(text_safe(f"gb_{name}"), text_safe(value) if isinstance(value, str) else value)
 
 
 def stop_writing(config: pytest.Config) -> None:

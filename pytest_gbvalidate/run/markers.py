@@ -25,16 +25,35 @@ def register(config: pytest.Config) -> None:
 
 def check_level(item: pytest.Item) -> Level:
     """The level of a check: its `gb_level` marker's (the closest one: a test's own, else its class's or
-    module's), else full. A marker naming no level is a usage error: the check would silently never run."""
+    module's), else full. Only for items collected (level_problems refuses the others at collection)."""
     marker = item.get_closest_marker(MARKER)
     if marker is None:
         return DEFAULT_LEVEL
     given = marker.args[0] if len(marker.args) == 1 and not marker.kwargs else None
-    try:
-        return parse_level(given)
-    except LevelError as exc:
-        written = ", ".join([*map(repr, marker.args), *(f"{k}={v!r}" for k, v in marker.kwargs.items())])
-        raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.{MARKER}({written}): {exc}") from None
+    return parse_level(given)
+
+
+def level_problems(nodes: list[pytest.Item | pytest.Collector]) -> str | None:
+    """One line per collected check whose `gb_level` marker names no level (the check would silently never run),
+    or None. Found where the checks are collected, it fails that collection: in pytest-xdist's workers too, whose
+    collection errors the controller shows as its own, while a usage error raised there is an INTERNALERROR."""
+    found = []
+    for item in nodes:
+        if not isinstance(item, pytest.Item):
+            continue
+        try:
+            check_level(item)
+        except LevelError as exc:
+            marker = item.get_closest_marker(MARKER)
+            assert marker is not None
+            written = ", ".join([*map(repr, marker.args), *(f"{k}={v!r}" for k, v in marker.kwargs.items())])
+            found.append(f"{item.nodeid}: @pytest.mark.{MARKER}({written}): {exc}")
+    return "\n".join(found) or None
+
+
+def is_level_problem(longrepr: str) -> bool:
+    """Whether a collection error is level_problems' (as the controller receives a worker's: its text)."""
+    return f": @pytest.mark.{MARKER}(" in longrepr
 
 
 def select(config: pytest.Config, items: list[pytest.Item], run_level: Level, gpu_sku: str | None) -> None:

@@ -5,19 +5,21 @@ usage error naming the setting."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
-import socket
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
+from pytest_gbvalidate import labels
 from pytest_gbvalidate.run import junit_hooks
 from pytest_gbvalidate.settings import Settings
 
 if TYPE_CHECKING:
     from pytest_gbvalidate.compare import EarlierReport, SameNode
     from pytest_gbvalidate.report.history import Entry
+    from pytest_gbvalidate.report.records import WritableInputRecord
     from pytest_gbvalidate.target import Target
 
 
@@ -61,7 +63,7 @@ def node_history(s: Settings) -> tuple[Path, list[Entry]]:
     root = s.history.value
     assert root is not None  # settings.resolve refuses --gb-compare=last without a history
     try:
-        directory = history.node_directory(root, socket.gethostname())
+        directory = history.node_directory(root, labels.hostname())
         return directory, history.entries(directory)
     except history.HistoryError as exc:
         raise pytest.UsageError(f"{s.history.source}: {exc}") from None
@@ -82,18 +84,41 @@ def earlier_report(
             f"{setting.source}: compares a node with its own earlier single-node run; under torchrun / srun "
             "each node is compared in its own run, or the fleet summary compares the nodes"
         )
-    path = setting.value
-    if not isinstance(path, Path):  # `last`: this node's latest report, chosen before this run keeps its own
-        directory, kept = node_history(s)
-        if not kept:  # a first run has nothing to regress from: it is judged on its baseline alone
-            return None, f"no earlier report of this node in {directory} yet: nothing compared"
-        path = kept[-1].path
+    from pytest_gbvalidate.report import history
+
+    hostname = labels.hostname()
+    # The node's kept runs that count: not dated in the future (history.in_future), chosen before this run keeps
+    # its own. With --gb-history they also give each figure's run-to-run spread (compare.node_runs).
+    kept: list[Path] = []
+    if s.history.value is not None:
+        directory, entries = node_history(s)
+        kept = [e.path for e in entries if not history.in_future(e.start)]
     try:
-        earlier = cmp.load_earlier(path)
-        same = cmp.check_same_node(earlier, target.sku, socket.gethostname(), cmp.gpus_of_this_node(target.is_gpu))
+        if isinstance(setting.value, Path):
+            earlier = cmp.load_earlier(setting.value)
+        else:  # `last`: this node's latest report of this SKU
+            latest = _latest_of_sku(kept, target.sku)
+            if latest is None:  # a first run has nothing to regress from: it is judged on its baseline alone
+                return None, f"no earlier report of this node and SKU in {directory} yet: nothing compared"
+            earlier = latest
+        same = cmp.check_same_node(earlier, target.sku, hostname, cmp.gpus_of_this_node(target.is_gpu))
     except cmp.CompareError as exc:
         raise pytest.UsageError(f"{setting.source}: {exc}") from None
-    return (earlier, same), None
+    runs = cmp.node_runs(kept, target.sku, hostname)
+    return (dataclasses.replace(earlier, run_to_run=runs), same), None
+
+
+def _latest_of_sku(kept: list[Path], sku: str) -> EarlierReport | None:
+    """The newest of the node's kept reports `kept` (oldest first) that checked `sku`. One that cannot be read is
+    a usage error naming it (compare.CompareError), not passed over: the node's last evidence is unreadable, and
+    the operator has to say what it means. Another SKU's run (the node checked as something else) is passed over."""
+    from pytest_gbvalidate import compare as cmp
+
+    for path in reversed(kept):
+        earlier = cmp.load_earlier(path)
+        if earlier.sku == sku:
+            return earlier
+    return None
 
 
 def html_page_path(config: pytest.Config) -> Path | None:
@@ -102,3 +127,19 @@ def html_page_path(config: pytest.Config) -> Path | None:
     if not given:
         return None
     return Path(config.invocation_params.dir) / os.path.expanduser(os.path.expandvars(str(given)))
+
+
+def writable_inputs(target: Target, earlier: EarlierReport | None) -> list[WritableInputRecord]:
+    """The inputs that decide this run's verdicts which others than root and this user could have written: the
+    baseline (its limits) and the earlier report --gb-compare reads (what a regression is measured from). They
+    are used, and the report says so: a shared baselines directory is common, and refusing it would stop every
+    gate that uses one. (A baseline that says what runs is refused instead: baselines.load_baseline.)"""
+    from pytest_gbvalidate.files import writable_by_others
+
+    inputs = [("the baseline", target.baseline_file), ("the earlier report", None if earlier is None else earlier.path)]
+    found: list[WritableInputRecord] = []
+    for what, path in inputs:
+        problem = None if path is None else writable_by_others(path)
+        if path is not None and problem is not None:
+            found.append({"input": what, "path": str(path), "problem": problem})
+    return found

@@ -7,6 +7,7 @@ fixtures. An unrelated test run in the same environment never detects anything n
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Generator
 from pathlib import Path
@@ -70,6 +71,7 @@ class GbSession:
         self._signal_handlers: dict[int, Any] = {}  # replaced while the session runs (SIGTERM, SIGHUP)
         self._comparison: tuple[EarlierReport, SameNode] | None = None  # --gb-compare, checked with the target
         self._level_times: dict[Level, LevelTimeRecord] = {}  # what each level's checks took, on the controller
+        self.suite_error = False  # a check's gb_level marker names no level (markers.level_problems)
         self.compare_note: str | None = None  # --gb-compare=last with no earlier report in the history yet
         self.history_dir: Path | None = None  # --gb-history: this node's directory in it (the controller's)
         self.output_errors: list[str] = []  # --gb-history and --gb-prometheus files that could not be written
@@ -139,6 +141,7 @@ class GbSession:
 
     def _describe_run(self, target: Target) -> None:
         from pytest_gbvalidate.node.facts import software_facts
+        from pytest_gbvalidate.run import paths
         from pytest_gbvalidate.run.sections import describe_run
 
         self.node_facts = software_facts(gpu=target.is_gpu)
@@ -147,6 +150,9 @@ class GbSession:
         describe_run(
             self.report, target, self.settings, self.timeout, node, self.nccl_env, self._comparison, world_size
         )
+        writable = paths.writable_inputs(target, None if self._comparison is None else self._comparison[0])
+        if writable:
+            self.report.data["writable_inputs"] = writable
         self.report.write()
 
     # --- ranks: timeout, reference tools, the gang -----------------------------------------------------------
@@ -228,6 +234,11 @@ class GbSession:
             lines.append(f"gbvalidate: comparing with {earlier.path} ({source}): {'; '.join(same.notes)}")
         if self.compare_note is not None:
             lines.append(f"gbvalidate: {self.settings.compare.source}: {self.compare_note}")
+        for found in self.report.data.get("writable_inputs", []):
+            lines.append(
+                f"gbvalidate: {found['input']} {found['path']} decides verdicts, and others could have written it: "
+                f"{found['problem']}"
+            )
         return lines
 
     # --- pytest hooks ---------------------------------------------------------------------------------------
@@ -241,6 +252,16 @@ class GbSession:
         unrelated test suite launched by torchrun keeps its own behaviour."""
         if self.world_rank not in (None, 0) and self.settings.explicit:
             junit_hooks.stop_writing(self.config)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_make_collect_report(
+        self, collector: pytest.Collector
+    ) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+        report = yield
+        problem = markers.level_problems(report.result) if report.passed else None
+        if problem is not None:  # a collection error: shown the same with and without pytest-xdist
+            report.outcome, report.longrepr, report.result = "failed", problem, []
+        return report
 
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         if not self.settings.explicit and not any(ENGAGING_FIXTURES & set(_fixturenames(i)) for i in items):
@@ -301,11 +322,20 @@ class GbSession:
 
     def _test_record(self, report: pytest.TestReport, fault: FaultRecord | None, level: Level | None) -> TestRecord:
         message, text = (None, None) if report.passed else junit_hooks.failure_text(report)
+        when, outcome = report.when, report.outcome
+        if when not in ("setup", "call", "teardown") or outcome not in ("passed", "failed", "skipped"):
+            # pytest-xdist's report of a worker that died under a test (the OOM killer, a driver's segfault, a
+            # signal) says when "???": the test failed by crashing, which the node's record must say in its terms.
+            when, outcome = "call", "failed"
+            said = [line for line in report.longreprtext.splitlines() if "crashed" in line]  # xdist's own line
+            message = f"crashed: {said[-1].strip() if said else 'the process running the test ended without a report'}"
+            text = text or message
+            fault = fault or self._crash_fault(report.nodeid, message)
         test: TestRecord = {
             "test_id": report.nodeid,
-            "when": report.when,
-            "outcome": report.outcome,
-            "duration_s": round(report.duration, 6),
+            "when": when,
+            "outcome": outcome,
+            "duration_s": round(report.duration, 6) if math.isfinite(report.duration) else 0.0,
             "message": message,
             "text": text,
         }
@@ -316,6 +346,11 @@ class GbSession:
             junit_hooks.add_suite_properties(self.config, {f"fault[{report.nodeid}]": summary})
             test["fault"] = fault
         return test
+
+    def _crash_fault(self, test_id: str, message: str) -> FaultRecord:
+        from pytest_gbvalidate import faults
+
+        return faults.load().classify(test_id, message, set()).as_dict()
 
     def _fault(self, item: pytest.Item, report: pytest.TestReport, records: list[MeasurementRecord]) -> FaultRecord:
         """The failed test's fault category and the operator's action, from the fault table: for the JSON report
@@ -328,8 +363,15 @@ class GbSession:
         item.user_properties += [("gb_fault_category", fault["category"]), ("gb_fault_action", fault["action"])]
         return fault
 
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        """On the controller, a worker's collection errors too: a check's bad marker is the suite's mistake."""
+        if report.failed and markers.is_level_problem(str(report.longrepr)):
+            self.suite_error = True
+
     @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.suite_error:  # no verdict about the node: a usage error, as pytest's own for a bad -m or option
+            session.exitstatus = exitstatus = pytest.ExitCode.USAGE_ERROR
         if not self.is_controller or not self.engaged:
             return
         from pytest_gbvalidate.run import sections
@@ -363,6 +405,8 @@ class GbSession:
         lost = self.report.write_error or self.record_error or self.output_errors
         if exitstatus == pytest.ExitCode.OK and lost:
             session.exitstatus = exitstatus = pytest.ExitCode.TESTS_FAILED
+        elif exitstatus == pytest.ExitCode.OK and self.report.misfit:  # our own failure: no verdict on the node
+            session.exitstatus = exitstatus = pytest.ExitCode.INTERNAL_ERROR
         return exitstatus
 
     def pytest_unconfigure(self) -> None:
@@ -388,6 +432,11 @@ class GbSession:
             if self.report.write_error is None
             else [f"JSON report NOT written: {self.report.write_error}; the run fails"]
         )
+        if self.report.misfit is not None:
+            notes.append(
+                f"the JSON report does not fit its own schema ({self.report.misfit}): a bug of pytest-gbvalidate, "
+                "please report it; its readers will refuse the report (exit 3 where the checks passed: no verdict)"
+            )
         notes += [note for note in (self.plot_note, None if recorded is None else recorded["note"]) if note]
         notes += self.output_notes
         given = terminal.SummaryInput(

@@ -60,7 +60,7 @@ def test_each_run_is_kept_exported_and_compared_with_the_one_before(pytester: py
     assert first.ret == pytest.ExitCode.OK, first.stdout.str()
     first.stdout.fnmatch_lines(
         [
-            f"gbvalidate: --gb-compare on the command line: no earlier report of this node in {node_dir} yet: "
+            f"gbvalidate: --gb-compare on the command line: no earlier report of this node and SKU in {node_dir} yet: "
             "nothing compared",
             f"report kept in the history: {node_dir}/*Z.json",
             f"Prometheus file: {pytester.path}/metrics/node.prom",

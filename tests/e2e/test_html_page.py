@@ -137,8 +137,14 @@ def html_text(fragment: str) -> str:
 
 
 CHECKS = f"""
+import pytest
+
 def test_copy(gb_expect):
     gb_expect("host_copy_bandwidth_gbps", 11.0)
+
+@pytest.mark.parametrize("tag", ["<img src=x onerror=alert(1)>"])
+def test_named(tag):
+    pass
 
 def test_sweep(gb_expect):
     for size, label in ((2**20, "1MiB"), (2**21, "2MiB")):
@@ -158,7 +164,7 @@ def test_a_browser_shows_the_verdict_and_the_figures_offline(
 ) -> None:
     monkeypatch.setattr("socket.gethostname", lambda: f"node{EVIL}")
     pytester.makepyfile(test_checks=CHECKS)
-    pytester.runpytest(*HTML_ARGS).assert_outcomes(passed=2, failed=1)
+    pytester.runpytest(*HTML_ARGS).assert_outcomes(passed=3, failed=1)
     # Headless, no network (every host name resolves to nothing), a profile of its own; the DOM after the
     # page's script has built the results table.
     command = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -174,6 +180,8 @@ def test_a_browser_shows_the_verdict_and_the_figures_offline(
     assert f"test_checks.py::test_evil: AssertionError: {EVIL}" in verdict
     rows = dom.text("col-testId")  # the results table, built by the page's script
     assert all(f"test_checks.py::test_{name}" in rows for name in ("copy", "sweep", "evil"))
+    assert "test_checks.py::test_named[<img src=x onerror=alert(1)>]" in rows  # a test id is text too
+    assert not any(t == "img" and a.get("src") == "x" for t, a in dom.tags)
     assert "Measurements" in dom.text("extraHTML") and "1MiB" in dom.text("extraHTML")
     assert EVIL in dom.text("log")
     assert any(t == "img" and (a.get("src") or "").startswith("data:image/png;base64,") for t, a in dom.tags)

@@ -78,14 +78,26 @@ def test_the_default_level_is_full_and_runs_every_check(pytester: pytest.Pyteste
     assert {t["test_id"].rsplit("::", 1)[-1]: t["level"] for t in report["tests"]}["test_unmarked"] == "full"
 
 
-def test_a_marker_that_names_no_level_is_a_usage_error_naming_the_check(pytester: pytest.Pytester) -> None:
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["alone", "xdist"])
+def test_a_marker_that_names_no_level_fails_collection_naming_the_check(
+    pytester: pytest.Pytester, xdist: list[str]
+) -> None:
+    """The same one line and exit status with and without pytest-xdist (whose workers collect: a usage error raised
+    there was an INTERNALERROR naming nothing). A usage error: the suite's mistake is no verdict about the node."""
     pytester.makepyfile(
         test_checks='import pytest\n\n@pytest.mark.gb_level("quik")\ndef test_x(gb_target):\n    pass\n'
+        "pytestmark = []\n\n@pytest.mark.gb_level()\ndef test_y():\n    pass\n"
     )
-    assert_usage_error(
-        pytester.runpytest("--gb-sku=cpu", "--gb-level=quick"),
-        "ERROR: test_checks.py::test_x: @pytest.mark.gb_level('quik'): not a level: one of quick, standard, full",
+    result = pytester.runpytest_subprocess("--gb-sku=cpu", "--gb-level=quick", "-p", "no:cacheprovider", *xdist)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR collecting test_checks.py*",
+            "test_checks.py::test_x: @pytest.mark.gb_level('quik'): not a level: one of quick, standard, full",
+            "test_checks.py::test_y: @pytest.mark.gb_level(): not a level: one of quick, standard, full",
+        ]
     )
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
 
 
 def test_a_setting_that_names_no_level_is_a_usage_error_naming_where_it_came_from(pytester: pytest.Pytester) -> None:

@@ -114,6 +114,52 @@ def test_a_node_passes_the_baseline_it_recorded_and_the_noise_of_two_runs_is_no_
     assert measured["compare"]["verdict"] == "regressed"
 
 
+QUIET_CHECK = """
+import os
+
+
+def test_copy(gb_expect):
+    v = float(os.environ["COPY_GBPS"])
+    gb_expect("host_copy_bandwidth_gbps", v, details={"samples_gbps": [v * 0.99, v, v * 1.01]})
+"""
+
+
+def test_drift_the_node_s_own_history_has_shown_is_no_regression_and_a_fall_beyond_it_is(
+    lab: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each run's samples agree within 1%, its runs within about 7%: the run before was a lucky one, and the next is
+    7% below it. Only the node's kept runs show that this is how the node is."""
+    lab.makepyfile(QUIET_CHECK)
+    keep = [*ARGS, "--gb-history=h", "--gb-compare=last", "--gb-compare-fail=5%"]
+    for figure in ["9.0", "9.5", "10.5", "10.0", "11.0"]:
+        monkeypatch.setenv("COPY_GBPS", figure)
+        lab.runpytest(*keep).assert_outcomes(passed=1)
+    (node_dir,) = (lab.path / "h").iterdir()
+    # Kept reports that cannot count for the comparison: one dated 2099 (a clock set wrong) and another SKU's.
+    last = report(sorted(node_dir.iterdir())[-1])
+    future = last | {"start_time": "2099-01-01T00:00:00+00:00"}
+    future["measurements"] = [m | {"value": 100.0} for m in last["measurements"]]
+    (node_dir / "20990101T000000Z.json").write_text(json.dumps(future))
+
+    monkeypatch.setenv("COPY_GBPS", "10.2")
+    lab.runpytest(*keep).assert_outcomes(passed=1)
+    (measured,) = report(lab.path / "r.json")["measurements"]
+    compared = measured["compare"]
+    assert compared["earlier_value"] == 11.0  # not the future report's 100
+    assert compared["verdict"] == "within_noise" and compared["noise_margin_pct"] < 7.3
+    assert compared["run_to_run"] == {"runs": 5, "median": 10.0, "spread_pct": 7.413, "z": 0.27}
+    assert "within the node's run-to-run spread (the node's last 5 runs: median 10, spread 7.4%" in compared["message"]
+
+    # Without the history it was a regression: -7.3% against the run before, beyond its 2.9% of noise.
+    earlier = str(sorted(node_dir.iterdir())[-3])  # the run of 11.0 (the newest two: 10.2's and the 2099 one)
+    lab.runpytest(*ARGS, f"--gb-compare={earlier}", "--gb-compare-fail=5%").assert_outcomes(failed=1)
+
+    monkeypatch.setenv("COPY_GBPS", "7.0")  # far below every run the node has made
+    lab.runpytest(*keep).assert_outcomes(failed=1)
+    (measured,) = report(lab.path / "r.json")["measurements"]
+    assert measured["compare"]["verdict"] == "regressed" and measured["compare"]["run_to_run"]["z"] < -3.5
+
+
 # Four devices' figures with 2% spread; gpu2 at 75% of the others. (The benchmark measures them: a noisy machine
 # decides whether 25% is beyond the noise; here the wiring is checked, so the figures are given.)
 SIBLINGS = """

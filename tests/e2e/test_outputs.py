@@ -160,3 +160,68 @@ def test_a_baseline_that_is_not_a_file_says_so_not_unknown_sku(lab: pytest.Pytes
     result = lab.runpytest_inprocess(*ARGS)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*bad baseline: */baselines/LAB.yaml: is a FIFO, not a regular file*"])
+
+
+CRASHING = """
+import os
+import signal
+
+
+def test_copy(gb_expect):
+    gb_expect("host_copy_bandwidth_gbps", 101.0)
+
+
+def test_killed(gb_expect):
+    gb_expect("host_copy_bandwidth_gbps", 99.0)
+    os.kill(os.getpid(), signal.SIGKILL)  # the OOM killer, as the worker meets it
+"""
+
+
+def test_a_worker_killed_under_a_check_is_a_failed_test_that_says_it_crashed_and_drains_the_node(
+    lab: pytest.Pytester,
+) -> None:
+    from pytest_gbvalidate.fleet.summary import summarize
+    from pytest_gbvalidate.report import schema
+
+    lab.makepyfile(test_checks=CRASHING)
+    result = lab.runpytest_subprocess(*ARGS, "-n", "1", "--gb-report=r.json", "--junitxml=r.xml", "-p", "no:randomly")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    report: dict[str, Any] = json.loads((lab.path / "r.json").read_text())
+    assert schema.problem(report) is None  # every reader takes it
+    (crashed,) = [t for t in report["tests"] if t["outcome"] == "failed"]
+    assert crashed["test_id"] == "test_checks.py::test_killed" and crashed["when"] == "call"
+    assert crashed["message"].startswith("crashed: worker 'gw0' crashed while running 'test_checks.py::test_killed'")
+    assert crashed["fault"]["category"] == "crashed" and crashed["fault"]["disposition"] == "REBOOT"
+    (node,) = summarize([lab.path / "r.json"]).drained
+    assert "crashed: test_killed" in node.drain_reason()
+
+
+def test_a_hostname_that_is_not_utf8_is_written_escaped_in_every_file(
+    lab: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kernel allows any bytes in a hostname; Python hands those that are not UTF-8 over as lone surrogates,
+    which no UTF-8 writer can encode. Every file is written, with the bytes as escapes, and read back."""
+    from pytest_gbvalidate.files import read_json
+
+    monkeypatch.setattr("socket.gethostname", lambda: "node\udcff7")
+    outputs = ["--gb-report=r.json", "--junitxml=r.xml", "--gb-prometheus=node.prom"]
+    lab.runpytest(*ARGS, *outputs).assert_outcomes(passed=1)
+    assert read_json(lab.path / "r.json")["node"]["hostname"] == "node\\xff7"
+    assert 'gb_hostname" value="node\\xff7"' in (lab.path / "r.xml").read_text(encoding="utf-8")
+    assert 'hostname="node\\\\xff7"' in (lab.path / "node.prom").read_text(encoding="utf-8")
+
+
+def test_a_baseline_others_could_have_written_is_used_and_the_report_says_who(lab: pytest.Pytester) -> None:
+    """A shared baselines directory is common: its limits are used (refusing it would stop the gate), and the
+    header and the report say who besides root and this user could have set them."""
+    (lab.path / "baselines").chmod(0o777)
+    result = lab.runpytest(*ARGS, "--gb-report=r.json")
+    result.assert_outcomes(passed=1)
+    baseline = lab.path / "baselines" / "LAB.yaml"
+    result.stdout.fnmatch_lines(
+        [f"gbvalidate: the baseline {baseline} decides verdicts, and others could have written it: *(mode 0777)"]
+    )
+    report: dict[str, Any] = json.loads((lab.path / "r.json").read_text())
+    (found,) = report["writable_inputs"]
+    assert found["input"] == "the baseline" and found["path"] == str(baseline)
+    assert found["problem"].startswith(f"{baseline.parent} is writable by")

@@ -199,6 +199,19 @@ def test_verdict_message_triages_itself(tmp_path: Path) -> None:
             ("detect: {azure_vm_sizes: [Standard_X], gpu_name_contains: X1, gpu_count: 2}", "detect: [1]"),
             ":4: detect: must be a mapping, got list",
         ),
+        # Look-alikes: a Cyrillic letter, a misspelt bundled metric (either would leave the real check ungated),
+        # a SKU that reads the same as its file name; and a number no float holds.
+        (
+            ("  h2d_bandwidth_gbps:\n", "  h2d_bandwidth_gb\u0440s:\n"),
+            ":6: metrics.'h2d_bandwidth_gb\\u0440s': a metric name is ASCII letters, digits and '_'",
+        ),
+        (
+            ("  h2d_bandwidth_gbps:\n", "  h2d_bandwith_gbps:\n"),
+            ":6: metrics.h2d_bandwith_gbps: is not a bundled metric, and a letter or two away from "
+            "'h2d_bandwidth_gbps': misspelt?",
+        ),
+        (("sku: TEST", "sku: T\u0415ST"), ":2: sku: 'T\\u0415ST' does not match the file name 'TEST.yaml'"),
+        (("    expected: 50\n", "    expected: " + "9" * 400 + "\n"), "expected: must be a finite number, got 9999"),
     ],
 )
 def test_schema_errors_name_file_line_and_field(tmp_path: Path, change: tuple[str, str], expected_error: str) -> None:

@@ -3,14 +3,16 @@ sweeps matched by placement, and an earlier report that is malformed. (End to en
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pytest_gbvalidate import compare as cmp
+from pytest_gbvalidate import noise
 from pytest_gbvalidate.report.records import measurement_key
-from tests.helpers.reports import report_text
+from tests.helpers.reports import minimal_report, report_text
 
 
 def test_allowed_regressions_parse_and_pick_the_most_specific() -> None:
@@ -141,3 +143,63 @@ def test_an_earlier_report_with_a_malformed_gpu_is_a_clear_error(tmp_path: Path)
     path.write_text(report_text({"gpus": {"devices": [{"index": 0}]}}))
     with pytest.raises(cmp.CompareError, match=r"e.json: a GPU of its `gpus` section lacks index, pci_bus_id or uuid"):
         cmp.load_earlier(path)
+
+
+def _with_runs(before: Any, now: Any, figures: list[float]) -> Any:
+    runs = noise.of_runs(figures)
+    assert runs is not None
+    earlier = cmp.EarlierReport(
+        Path("e.json"),
+        "then",
+        "finished",
+        "cpu",
+        "n1",
+        None,
+        {measurement_key(before): before},
+        {measurement_key(before): runs},
+    )
+    section = cmp.compare_one(earlier, now, cmp.AllowedRegression(), None, cmp.SameNode({}, ()), "now")
+    assert section is not None
+    return section
+
+
+def test_a_change_the_node_s_own_runs_have_shown_before_is_not_a_regression() -> None:
+    # The run before was a lucky one (0.55, its samples within 1%); the node's five runs spread about 7%.
+    figures = [0.45, 0.475, 0.525, 0.5, 0.55]
+    assert _against(_busbw(0.55, 1.0), _busbw(0.51, 1.0))["verdict"] == "regressed"  # without the history
+    section = _with_runs(_busbw(0.55, 1.0), _busbw(0.51, 1.0), figures)
+    assert section["verdict"] == "within_noise"
+    assert (
+        "within the node's run-to-run spread (the node's last 5 runs: median 0.5, spread 7.4%, modified z +0.3"
+        in (section["message"])
+    )
+    assert section["run_to_run"] == {"runs": 5, "median": 0.5, "spread_pct": 7.413, "z": 0.27}
+    # far below every run the node has made: a regression, the history shown beside it
+    section = _with_runs(_busbw(0.55, 1.0), _busbw(0.35, 1.0), figures)
+    assert section["verdict"] == "regressed" and "modified z -4.0)" in section["message"]
+    # lower is better: a figure far above the node's runs is the worse side
+    slow = _busbw(0.55, 1.0) | {"metric": "step_time_s", "direction": "lower"}
+    assert _with_runs(slow, slow | {"value": 0.7}, figures)["verdict"] == "regressed"
+    assert _with_runs(slow, slow | {"value": 0.35}, figures)["verdict"] == "ok"
+
+
+def test_the_node_s_runs_are_read_from_its_kept_reports_of_this_node_and_sku(tmp_path: Path) -> None:
+    def kept(name: str, value: object, hostname: str = "n1", sku: str = "cpu") -> Path:
+        report: Any = minimal_report() | {"sku": {"name": sku, "source": "default", "baseline_file": None}}
+        report["node"]["hostname"] = hostname
+        report["measurements"][0]["value"] = value
+        path = tmp_path / name
+        path.write_text(json.dumps(report) if value != "corrupt" else "{")
+        return path
+
+    paths = [kept(f"{i}.json", v) for i, v in enumerate([0.45, 0.475, 0.525, 0.5])]
+    assert cmp.node_runs(paths, "cpu", "n1") == {}  # four runs: not enough
+    paths += [
+        kept("other-node.json", 9.0, hostname="n2"),
+        kept("other-sku.json", 9.0, sku="LAB"),
+        kept("corrupt.json", "corrupt"),
+        kept("huge.json", 10**400),  # a JSON integer no float holds: no figure
+        kept("last.json", 0.55),
+    ]
+    ((key, runs),) = cmp.node_runs(paths, "cpu", "n1").items()
+    assert key == measurement_key(minimal_report()["measurements"][0]) and (runs.runs, runs.median) == (5, 0.5)

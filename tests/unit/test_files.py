@@ -140,12 +140,13 @@ def test_a_recording_the_loader_would_refuse_is_not_written(tmp_path: Path, monk
         ('{"a": NaN}', "not JSON: NaN is no JSON number"),
         ('{"a": -Infinity}', "not JSON: -Infinity is no JSON number"),
         ('{"a": ' + "1" * 5000 + "}", "not JSON: Exceeds the limit"),
+        ('{"a": [' + "9" * 400 + "]}", "the document.a[0] is an integer of 1329 bits, beyond any float"),
         ('{"a": "\\ud800"}', "the document.a holds a lone surrogate"),
         ("[" * 100 + "]" * 100, "nested deeper than 64 levels"),
         ("[" * 100_000 + "]" * 100_000, "nested too deep"),
         (b"\xff\xfe{}", "not UTF-8 text (at byte 0)"),
     ],
-    ids=["nan", "infinity", "huge-int", "surrogate", "deep", "deeper-than-the-stack", "not-utf8"],
+    ids=["nan", "infinity", "huge-int", "beyond-float", "surrogate", "deep", "deeper-than-the-stack", "not-utf8"],
 )
 def test_json_no_report_holds_is_one_line_naming_the_file(tmp_path: Path, content: str | bytes, problem: str) -> None:
     path = tmp_path / "r.json"
@@ -195,3 +196,27 @@ def test_a_new_file_is_created_where_the_file_system_has_no_hard_links(
     with pytest.raises(FileExistsError):
         files.atomic_create_bytes(path, b"again\n")
     assert path.read_bytes() == b"{}\n" and [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+def test_who_besides_root_and_this_user_could_change_a_file(tmp_path: Path) -> None:
+    directory = tmp_path / "d"
+    directory.mkdir(mode=0o755)
+    path = directory / "f.yaml"
+    path.write_text("x")
+    path.chmod(0o644)
+    assert files.writable_by_others(path) is None
+    link = tmp_path / "link.yaml"
+    link.symlink_to(path)
+    assert files.writable_by_others(link) is None  # the file it names is checked
+    path.chmod(0o646)
+    assert files.writable_by_others(link) == f"{path} is writable by everyone (mode 0646)"
+    path.chmod(0o644)
+    directory.chmod(0o775)
+    if os.geteuid() == 0:  # a group of others (root's own group is root's private one: writable by root alone)
+        os.chown(directory, -1, 4242)
+        assert files.writable_by_others(path) == f"{directory} is writable by its group (mode 0775)"
+    directory.chmod(0o1777)
+    assert files.writable_by_others(path) is None
+    if os.geteuid() == 0:  # only root can give a file away
+        os.chown(path, 4242, -1)
+        assert files.writable_by_others(path) == f"{path} is owned by uid 4242, neither root nor this user (uid 0)"

@@ -77,6 +77,17 @@ def test_a_bad_report_is_named_in_one_line_and_left_out(node7: Path, capsys: pyt
     assert "Traceback" not in out
 
 
+def test_a_run_of_another_sku_is_listed_and_left_out_of_the_trends(node7: Path) -> None:
+    other = keep(
+        node7, "2026-11-21T18:00:00+00:00", 99.0, sku={"name": "LAB", "source": "default", "baseline_file": None}
+    )
+    node = read_history(node7)
+    assert [(r.path, r.kind) for r in node.left_out] == [(other, "another SKU's")]
+    assert [p.value for p in node.trends[0].points] == [10.0, 12.5, 5.0]
+    assert "checked the LAB SKU; the node's latest run checked" in node.left_out[0].reason
+    assert node.exit_code == 0  # not a broken history: the node was checked as something else once
+
+
 def test_a_partial_run_alone_does_not_fail_and_an_empty_history_does(tmp_path: Path) -> None:
     directory = tmp_path / "node7"
     keep(directory, "2026-11-24T12:00:00+00:00", 10.0)

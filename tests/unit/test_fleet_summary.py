@@ -11,7 +11,7 @@ import pytest
 from pytest_gbvalidate import noise
 from pytest_gbvalidate.fleet import stats
 from pytest_gbvalidate.fleet.cli import main
-from pytest_gbvalidate.fleet.reports import CORRUPT, NotMerged, read
+from pytest_gbvalidate.fleet.reports import CORRUPT, NotMerged, natural_key, read
 from tests.helpers.fleet_reports import write
 from tests.helpers.reports import minimal_report, report_text
 
@@ -121,3 +121,9 @@ def test_a_metric_noisy_on_every_node_drains_nobody_and_a_quiet_one_names_the_sl
 def test_fewer_than_three_nodes_or_no_direction_give_no_outliers() -> None:
     assert stats.outliers({"a": 1.0, "b": 100.0}, "higher") == []
     assert stats.outliers({"a": 1.0, "b": 100.0, "c": 100.0}, "sideways") == []
+
+
+def test_hostnames_sort_naturally_whatever_the_length_of_their_numbers() -> None:
+    huge = "node" + "9" * 5000  # int() refuses more than 4300 digits
+    names = [huge, "node10", "node9", "node010", "gpu-a2", "node" + "1" + "0" * 4999]
+    assert sorted(names, key=natural_key) == ["gpu-a2", "node9", "node10", "node010", names[-1], huge]

@@ -34,6 +34,7 @@ def nothing_runs(monkeypatch: pytest.MonkeyPatch) -> None:
         (["slurm", "--deadline-s", "nan"], "ERROR:  gbvalidate:  usage:  argument --deadline-s: 'nan'", 10),
         (["slurm", "--dran"], "ERROR:  gbvalidate:  usage:  unrecognized arguments: --dran", 10),
         (["npd", "--max-output-length", "5"], "unknown: usage: argument --max-output-length: '5' is not a", 2),
+        (["npd", "--max-output-length", "9" * 5000], "unknown: usage: argument --max-output-length: '999", 2),
         (["npd", "--drain"], "unknown: usage: unrecognized arguments: --drain", 2),
         (["nhc"], "unknown: usage: argument MODE: invalid choice: 'nhc'", 2),
         ([], "unknown: usage: the following arguments are required: MODE", 2),

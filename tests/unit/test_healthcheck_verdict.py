@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from pytest_gbvalidate.healthcheck.verdict import FAIL, OK, TIMEOUT, UNKNOWN, Run, judge
+from pytest_gbvalidate.healthcheck.verdict import FAIL, OK, TIMEOUT, UNKNOWN, Run, exit_meaning, judge
 from pytest_gbvalidate.report.schema import problem
 from tests.helpers.healthcheck import FAULT, record, report_with
 
@@ -77,13 +77,21 @@ def test_a_run_past_its_deadline_without_a_failure_is_a_timeout() -> None:
         (report_with(HEALTHY), 1, "pytest exit status 1 (tests failed) without a failed check"),
         (report_with([], exit_status=5), 5, "pytest exit status 5 (no tests collected) without a failed check"),
         (report_with(HEALTHY[1:]), 0, "no check passed (1 skipped): nothing shows the node healthy"),
+        (report_with(HEALTHY, status="running", exit_status=None), 1, "pytest ended (exit status 1, tests failed)"),
     ],
 )
 def test_no_verdict_is_unknown_and_says_why(report: Any, returncode: int, detail: str) -> None:
     why = "pytest wrote no report (exit status 4, usage error): error: unrecognized arguments"
-    verdict = judge(run(report, returncode=returncode, why=why if report is None else None))
+    if report is not None and report["status"] == "running" and returncode >= 0:  # level_run's line: a full disk
+        why = "pytest ended (exit status 1, tests failed) with its report left running: JSON report NOT written: ..."
+    verdict = judge(run(report, returncode=returncode, why=why if report is None or "ended" in why else None))
     assert verdict.state == UNKNOWN and verdict.detail.startswith(detail), verdict.detail
     assert verdict.drain_reason(120) is None
+
+
+def test_every_exit_status_of_pytest_has_its_meaning() -> None:
+    assert exit_meaning(0) == "exit status 0, tests passed" and exit_meaning(-9) == "killed by signal 9"
+    assert exit_meaning(77) == "exit status 77, unknown"
 
 
 def test_what_a_report_says_reaches_a_line_printable_and_bounded() -> None:

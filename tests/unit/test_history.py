@@ -61,6 +61,17 @@ def test_a_node_s_directory_it_may_not_write_in_is_refused(tmp_path: Path, monke
         history.node_directory(tmp_path, "node7")
 
 
+def test_a_node_s_directory_that_is_a_dangling_link_or_cannot_be_made_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "node7").symlink_to(tmp_path / "gone")
+    with pytest.raises(history.HistoryError, match=r"node7 is a symbolic link to .*gone, which does not exist$"):
+        history.node_directory(tmp_path, "node7")
+    monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != tmp_path)
+    with pytest.raises(history.HistoryError, match=r"cannot create .*node8 \(no write permission in .*\)$"):
+        history.node_directory(tmp_path, "node8")
+
+
 def report_starting(start: str) -> RunReportRecord:
     report: Any = minimal_report()
     report["start_time"] = start

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import textwrap
 from pathlib import Path
 
@@ -249,3 +250,23 @@ def test_step_times_recorded_with_another_engine_are_not_compared() -> None:
     assert engine_mismatch("m", [nemo, native], native) is None
     assert engine_mismatch("m", [], native) is None  # nothing recorded: the usual no-reference skip
     assert engine_mismatch("m", ["native-fp32-mbs1-gbs8-tp1-pp1-cp1-dp4-seq64"], native) is None  # ditto
+
+
+def test_a_baseline_that_says_what_runs_must_be_one_only_root_or_this_user_can_write(tmp_path: Path) -> None:
+    """As a Slurm Prolog the run is root on every node: whoever can write the baseline would choose what root runs.
+    Refused in one line naming the file and what others can write; loaded once the permissions are fixed."""
+    text = BASELINE.replace("engine: native", "engine: nemo\n  engine_python: /bin/sh -c 'touch /pwned'")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    path = write(shared, text)
+    shared.chmod(0o777)  # a shared baselines directory anyone can write in
+    with pytest.raises(bl.BaselineError) as info:
+        bl.load_baseline(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: pretrain.engine_python says what the run executes or loads")
+    assert re.search(f"{shared} is writable by (its group and )?everyone \\(mode 0777\\)", message)
+    assert "\n" not in message
+    shared.chmod(0o755)
+    assert bl.load_baseline(path).pretrain is not None
+    shared.chmod(0o1777)  # /tmp's mode: others may add names, not replace ours
+    assert bl.load_baseline(path).pretrain is not None

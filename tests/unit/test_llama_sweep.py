@@ -125,3 +125,8 @@ def test_the_command_line_is_an_application_of_its_own(tmp_path: Path, capsys: p
     assert info.value.code == 2
     assert "the ND_H100_v5 baseline has no pretrain section" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+    for sizes in ("0", "1,-2", "x", "9" * 5000):  # no layout of any node: refused before the baseline is read
+        with pytest.raises(SystemExit) as info:
+            main(["--sku", "cpu", "--out", str(tmp_path), "--tp", sizes])
+        assert info.value.code == 2
+        assert "argument --tp: " in (err := capsys.readouterr().err) and "whole numbers from 1 to 1024" in err

@@ -79,3 +79,20 @@ def test_a_value_past_a_limit_within_its_own_noise_does_not_get_that_limit_s_ver
     # far past the limit, or not a number, whatever the noise
     assert bl.compare(ref, 5.0, "node", noise_margin_pct=6.0).verdict == bl.FAIL
     assert bl.compare(ref, math.nan, "node", noise_margin_pct=60.0).verdict == bl.FAIL
+
+
+def test_a_figure_among_the_node_s_runs_is_its_modified_z_score_from_five_runs_on() -> None:
+    assert noise.of_runs([10.0, 11.0, 9.0, 10.5]) is None  # four runs: their MAD says too little
+    runs = noise.of_runs([9.0, 9.5, 10.5, 10.0, 11.0])
+    # median 10, |deviations| 1 .5 .5 0 1 -> MAD .5: sigma 1.4826 x .5
+    assert runs is not None and (runs.runs, runs.median) == (5, 10.0)
+    assert runs.spread_pct == pytest.approx(1.4826 * 0.5 / 10 * 100)
+    assert runs.z(7.0) == pytest.approx(-3 / (1.4826 * 0.5))
+    assert runs.as_record(7.0) == {"runs": 5, "median": 10.0, "spread_pct": 7.413, "z": -4.047}
+    # only the last MAX_RUNS count, and only finite figures
+    many = noise.of_runs([100.0] * 30 + [10.0] * noise.MAX_RUNS + [math.nan])
+    assert many is not None and (many.runs, many.median) == (noise.MAX_RUNS, 10.0)
+    # runs that agree exactly: any other figure is infinitely far out
+    same = noise.of_runs([4.0] * 5)
+    assert same is not None and same.z(4.0) == 0.0 and same.z(3.9) == -math.inf
+    assert same.as_record(3.9)["z"] == "-inf"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import gc
 import resource
-import socket
 import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -21,6 +20,7 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.distributed.tensor import DTensor
 
+from pytest_gbvalidate import labels
 from pytest_gbvalidate.bench.timing import Stopwatch, time_op_s
 from pytest_gbvalidate.ranks.gang import RankContext
 from pytest_gbvalidate.workloads.llama.data import SyntheticTokens
@@ -207,7 +207,7 @@ def train_worker(ctx: RankContext, request: TrainRequest) -> RankResult:
     gc.collect()
     groups = build_groups(request.layout, ctx.device) if request.layout.world_size > 1 else None
     result = train(request, ctx.device, groups)
-    return dataclasses.replace(result, node=f"node{ctx.node_rank} ({socket.gethostname()})")
+    return dataclasses.replace(result, node=f"node{ctx.node_rank} ({labels.hostname()})")
 
 
 def memory_peak(device: torch.device) -> MemoryPeak:
