@@ -28,10 +28,17 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from pytest_gbvalidate.workloads.llama.flops import Peak
+
 SKU = "SMOKE"
-# Public dense bf16 peaks per GPU (TFLOPS), matched on the CUDA device name: NVIDIA's spec sheets as quoted by
-# dgxc-benchmarking's llama3.1 README (H100, GB200) and the Blackwell architecture whitepaper (B200).
-DENSE_BF16_PEAK_TFLOPS = {"GB200": 2450.0, "B200": 2250.0, "H200": 989.0, "H100": 989.0, "A100": 312.0}
+# Public dense bf16 peaks per GPU (TFLOPS), matched on the CUDA device name, and where each is quoted from.
+DENSE_BF16_PEAK_TFLOPS = {
+    "GB200": (2450.0, "NVIDIA's spec sheet as quoted by dgxc-benchmarking's llama3.1 README"),
+    "B200": (2250.0, "NVIDIA's Blackwell architecture whitepaper"),
+    "H200": (989.0, "NVIDIA's spec sheet"),
+    "H100": (989.0, "NVIDIA's spec sheet as quoted by dgxc-benchmarking's llama3.1 README"),
+    "A100": (312.0, "NVIDIA's spec sheet"),
+}
 
 
 def seed_baseline(gpu_names: list[str]) -> str:
@@ -45,13 +52,14 @@ def seed_baseline(gpu_names: list[str]) -> str:
     return f"schema_version: 1\nsku: {SKU}\ndescription: {json.dumps(description)}\ndetect: {detect}\nmetrics: {{}}\n"
 
 
-def peak_tflops(gpu_name: str) -> float | None:
+def peak_tflops(gpu_name: str) -> Peak | None:
     """The SXM part's peak; None for a PCIe or NVL card ("NVIDIA H100 PCIe", "NVIDIA H200 NVL"), whose clocks and
     power give it a lower dense peak than the table's SXM figure (no public figure for them is at hand here): the
     run asks for --peak-tflops rather than report an MFU against the wrong peak."""
     if "PCIe" in gpu_name or re.search(r"\bNVL\b", gpu_name):
         return None
-    return next((tflops for key, tflops in DENSE_BF16_PEAK_TFLOPS.items() if key in gpu_name), None)
+    found = next((figure for key, figure in DENSE_BF16_PEAK_TFLOPS.items() if key in gpu_name), None)
+    return None if found is None else Peak(found[0], f"dense bf16, {found[1]}")
 
 
 def sweep_memory_lines(report: dict[str, Any]) -> list[str]:
@@ -115,7 +123,7 @@ def outcome_counts(report: dict[str, Any]) -> str:
     return ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items())) or "no tests"
 
 
-def train_engine(device_type: str, layers: int, mbs: int, gbs: int, peak: float | None) -> list[str]:
+def train_engine(device_type: str, layers: int, mbs: int, gbs: int, peak: Peak | None) -> list[str]:
     """The built-in engine on one device at Llama 3 8B's layer shape (tiny model on the CPU)."""
     import dataclasses
 
@@ -143,7 +151,7 @@ def train_engine(device_type: str, layers: int, mbs: int, gbs: int, peak: float 
         f"engine: {cfg.name} (dim {cfg.dim}, seq {cfg.seq_len}, vocab {cfg.vocab_size}), {result.scope}",
         f"step time {result.step_time_s:.4f} s (median of {len(rank.step_times_s)}), "
         f"{result.tokens_per_s_per_gpu:,.0f} tokens/s, {result.model_tflops_per_gpu:.4g} model TFLOPS",
-        f"MFU: {mfu or f'{result.mfu_pct:.1f}% of {peak:g} TFLOPS dense bf16'}",
+        f"MFU: {mfu or f'{result.mfu_pct:.1f}% of {peak.describe() if peak else None}'}",
         f"peak memory: {rank.memory.gib:.1f} GiB ({rank.memory.what}); the engine's estimate: {estimate.line()}",
         f"loss: {result.losses[0]:.4f} -> {result.losses[-1]:.4f}",
     ]
@@ -185,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(sweep_memory_lines(report)))
 
     print("\n== built-in engine ==")
-    peak = args.peak_tflops or (peak_tflops(gpu_names[0]) if gpu_names else None)
+    given = None if args.peak_tflops is None else Peak(args.peak_tflops, "--peak-tflops")
+    peak = given or (peak_tflops(gpu_names[0]) if gpu_names else None)
     try:
         print("\n".join(train_engine(args.device, args.layers, args.mbs, args.gbs, peak)))
         engine_ok = True

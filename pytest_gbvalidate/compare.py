@@ -27,8 +27,9 @@ from typing import Any
 
 from pytest_gbvalidate import noise
 from pytest_gbvalidate.files import InputError, read_json
+from pytest_gbvalidate.labels import printable
 from pytest_gbvalidate.metrics import CATALOG
-from pytest_gbvalidate.report import schema
+from pytest_gbvalidate.report import history, schema
 from pytest_gbvalidate.report.records import (
     MeasurementCompareRecord,
     MeasurementRecord,
@@ -74,17 +75,17 @@ def parse_allowed(text: str) -> AllowedRegression:
     for part in text.replace(",", " ").split():
         metric, _, pct_text = part.rpartition(":")
         if not pct_text.endswith("%"):
-            raise ValueError(f"{part!r}: expected [METRIC:]PCT%, e.g. 5% or all_reduce_busbw_gbps:3%")
+            raise ValueError(f"{part!a}: expected [METRIC:]PCT%, e.g. 5% or all_reduce_busbw_gbps:3%")
         try:
             pct = float(pct_text[:-1])
         except ValueError:
             pct = math.nan
         if not math.isfinite(pct) or pct < 0:
-            raise ValueError(f"{part!r}: the percentage must be a number >= 0")
+            raise ValueError(f"{part!a}: the percentage must be a number >= 0")
         if metric and metric not in CATALOG:  # a misspelt name would silently compare nothing
             close = difflib.get_close_matches(metric, CATALOG, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
-            raise ValueError(f"{part!r}: no metric {metric!a}{hint}; the metrics are those in metrics.CATALOG")
+            raise ValueError(f"{part!a}: no metric {metric!a}{hint}; the metrics are those in metrics.CATALOG")
         if metric:
             by_metric[metric] = pct
         else:
@@ -126,6 +127,10 @@ def load_earlier(path: Path) -> EarlierReport:
     if problem is not None:
         raise CompareError(f"{path} is not a pytest-gbvalidate report of this version: {problem}")
     report: RunReportRecord = data
+    try:  # the date every line about the comparison shows: a time, as the fleet's readers require
+        history.start_time(report)
+    except ValueError:
+        raise CompareError(f"{path}: start_time {report['start_time'][:40]!a} is not an ISO 8601 time") from None
     measurements: dict[tuple[str, str, str, str], MeasurementRecord] = {}
     for record in report["measurements"]:
         value = noise.finite(record["value"])
@@ -198,9 +203,10 @@ def check_same_node(
     GPUs, the reason they could not be read, or None on a SKU without GPUs."""
     where = f"--gb-compare {earlier.path}"
     if earlier.hostname != hostname:
-        raise CompareError(f"{where} is node {earlier.hostname!r}'s report; this is {hostname!r}")
+        shown = "no node" if earlier.hostname is None else f"node '{printable(earlier.hostname)}'"
+        raise CompareError(f"{where} is {shown}'s report; this is '{printable(hostname)}'")
     if earlier.sku != sku:
-        raise CompareError(f"{where} checked the {earlier.sku} SKU; this run checks {sku}")
+        raise CompareError(f"{where} checked the {printable(str(earlier.sku))} SKU; this run checks {sku}")
     notes = [f"same node {hostname}, earlier run of {earlier.date}"]
     if earlier.status != "finished":
         notes.append(f"the earlier run did not finish (status {earlier.status}): compared where it measured")

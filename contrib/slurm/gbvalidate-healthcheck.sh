@@ -2,7 +2,7 @@
 # pytest-gbvalidate's quick node health check for Slurm: one script for Prolog=, Epilog= and HealthCheckProgram=
 # (README.md beside it has the slurm.conf lines). It runs
 #   python -m pytest_gbvalidate.healthcheck slurm [--drain] [--deadline-s S] [--keep-report P] -- [pytest arguments]
-# prints its one line (LBNL NHC's: `ERROR:  gbvalidate:  Health check failed:  CATEGORY: CHECK`), logs it and exits
+# prints its one line (LBNL NHC's: `ERROR:  gbvalidate:  Health check failed:  CATEGORY (N checks); action: ...; checks: CATEGORY: CHECK`), logs it and exits
 # with its status: 0 healthy, 1 a check failed, 142 past the deadline, 10 no verdict. As a Prolog or Epilog, where
 # Slurm drains the node on any other status than 0, "no verdict" (our own failure: a setting, the interpreter, a
 # report we cannot read) exits 0: it says nothing of the node, and nothing is drained for it.

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 from pytest_gbvalidate.baselines.fields import _Mapping
 from pytest_gbvalidate.baselines.model import Baseline, BaselineError, _shown, baseline_path, known_skus, nccl_env
 from pytest_gbvalidate.baselines.schema import baseline_from
+from pytest_gbvalidate.labels import printable
 
 # The most nodes the aliases (*name) of one baseline may stand for, counted as expanded: a value an alias
 # repeats counts every time, with everything inside it. A baseline uses a few aliases or none (cpu.yaml: 3
@@ -145,7 +146,38 @@ def parse_baseline(path: Path, data: bytes) -> Baseline:
         raise BaselineError(f"{path}:{line}:{column}: YAML does not allow the character {char}") from None
     except yaml.YAMLError as exc:
         raise BaselineError(f"{path}: YAML error: {' '.join(str(exc).split())}") from None
+    control = _control_character(doc)
+    if control is not None:
+        raise BaselineError(f"{path}: {control}: a baseline holds text, not terminal or direction controls")
     return baseline_from(path, doc)
+
+
+# Besides line breaks and tabs, what a baseline's text may not hold, though YAML lets a quoted string spell it
+# ("\e[2J"): C0 and C1 controls (an escape sequence reaches the run's terminal), and the Unicode direction
+# overrides and isolates that make a text read other than it is.
+_CONTROLS = frozenset(
+    [
+        *(chr(c) for c in range(0x20) if chr(c) not in "\t\n"),
+        *map(chr, range(0x7F, 0xA0)),
+        *"\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069",
+    ]
+)
+
+
+def _control_character(doc: Any) -> str | None:
+    """Where the loaded `doc` first holds a control character (`metrics.x.provenance holds U+001B`), or None."""
+    stack: list[tuple[Any, str]] = [(doc, "")]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                stack.append((key, f"{where} (a key)"))
+                stack.append((item, f"{where}.{key}" if where else str(key)))
+        elif isinstance(value, list):
+            stack += [(item, f"{where}[{i}]") for i, item in enumerate(value)]
+        elif isinstance(value, str) and (found := next((c for c in value if c in _CONTROLS), None)) is not None:
+            return f"{printable(where) if where else 'the document'} holds U+{ord(found):04X}"
+    return None
 
 
 def load_all(directory: Path) -> list[Baseline]:

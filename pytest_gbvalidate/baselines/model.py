@@ -12,6 +12,7 @@ from pytest_gbvalidate import noise
 from pytest_gbvalidate.workloads.llama import parallel as llama_parallel
 from pytest_gbvalidate.workloads.llama.config import CONFIGS as LLAMA_CONFIGS
 from pytest_gbvalidate.workloads.llama.config import LlamaConfig
+from pytest_gbvalidate.workloads.llama.flops import Peak
 
 SCHEMA_VERSION = 1
 STATUSES = ("measured", "provisional")
@@ -178,6 +179,11 @@ class PretrainSpec:
     @property
     def config(self) -> LlamaConfig:
         return dataclasses.replace(LLAMA_CONFIGS[self.model], seq_len=self.seq_len)
+
+    @property
+    def peak(self) -> Peak | None:
+        """What the MFU divides by, with its source; None where the baseline gives no peak."""
+        return None if self.peak_tflops_per_gpu is None else Peak(self.peak_tflops_per_gpu, self.peak_tflops_source)
 
     def as_doc(self) -> dict[str, Any]:
         """The section as it is written in a baseline file."""

@@ -1,5 +1,6 @@
 """The command line: `python -m pytest_gbvalidate.fleet summary REPORT.json... --out DIR`, and
-`python -m pytest_gbvalidate.fleet history DIR/<hostname> [--plots OUT]`."""
+`python -m pytest_gbvalidate.fleet history DIR/<hostname> [--plots OUT]`, and the nodes that fail again and again:
+`python -m pytest_gbvalidate.fleet offenders DIR [--failed K --of N]`."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from pytest_gbvalidate.files import atomic_write_text, clashes, unwritable
 from pytest_gbvalidate.fleet import junit, render, stats
+from pytest_gbvalidate.fleet.history import DEFAULT_FAILED, DEFAULT_OF
 from pytest_gbvalidate.fleet.summary import Summary, summarize
 
 PROG = "python -m pytest_gbvalidate.fleet"
@@ -85,6 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
     summary.add_argument(
         "--plots", action="store_true", help="also draw plots/fleet.png (about a second more: importing matplotlib)"
     )
+    summary.add_argument(
+        "--history",
+        type=Path,
+        metavar="DIR",
+        help="also name the fleet's nodes that fail again and again in this --gb-history root (see `offenders`)",
+    )
+    add_repeat_options(summary)
     node = commands.add_parser(
         "history",
         help="one node's runs over time, from the reports --gb-history kept",
@@ -93,7 +102,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     node.add_argument("directory", type=Path, metavar="DIR/HOSTNAME", help="the node's directory in --gb-history")
     node.add_argument("--plots", type=Path, metavar="OUT", help="also draw OUT/<metric>.png, one per metric (created)")
+    offenders = commands.add_parser(
+        "offenders",
+        help="the nodes that fail again and again, from the reports --gb-history kept",
+        description=OFFENDERS_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    offenders.add_argument("root", type=Path, metavar="DIR", help="the history's root: DIR/<hostname>/ per node")
+    add_repeat_options(offenders)
     return parser
+
+
+def add_repeat_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--failed",
+        type=_count,
+        default=DEFAULT_FAILED,
+        metavar="K",
+        help=f"a node that failed in at least K (1 or more) of its last N runs (default {DEFAULT_FAILED})",
+    )
+    parser.add_argument(
+        "--of", type=_count, default=DEFAULT_OF, metavar="N", help=f"its last N (1 or more) runs (default {DEFAULT_OF})"
+    )
 
 
 HISTORY_HELP = """\
@@ -108,6 +138,21 @@ directory's name), is listed with why and left out; a partial one (the run was i
 Exit status: 0 when every report was read; 1 when one is corrupt or another node's, or there is no finished one;
 2 on a usage error.
 """
+
+
+OFFENDERS_HELP = """\
+The nodes that fail again and again: for each node directory DIR/<hostname>/ the history keeps (`pytest
+--gb-history DIR`), its last N finished runs of its latest SKU, read as `history` reads them; a node that failed in
+at least K of them is named, with its failed checks' fault categories over those runs, most failures first.
+
+Exit status: 0 when no node is named; 1 when one is; 2 on a usage error.
+"""
+
+
+def _count(text: str) -> int:
+    if not (text.isdecimal() and len(text) <= 6 and int(text) >= 1):
+        raise argparse.ArgumentTypeError(f"{text[:40]!a}: a whole number from 1 to 999999")
+    return int(text)
 
 
 def _not_negative(text: str) -> float:
@@ -132,6 +177,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "history":
         return node_history(parser, args.directory, args.plots)
+    if args.command == "offenders":
+        return offenders(parser, args.root, args.failed, args.of)
     out: Path = args.out
     if out.exists() and not out.is_dir():
         parser.error(f"--out {out}: not a directory")
@@ -142,13 +189,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     refused += clashes(outputs, {f"the report {path}": path for path in args.reports})
     if refused:
         parser.error("; ".join(refused))
+    if args.history is not None and not args.history.is_dir():
+        parser.error(f"--history {args.history}: not a directory (the root of a --gb-history)")
     summary = summarize(args.reports, args.sku, args.mad_k, args.below_median_pct, args.noise_floor_pct)
     try:
         lines = write(summary, out, plots=args.plots)
     except OSError as exc:  # OutputError names the file
         parser.error(str(exc))
+    if args.history is not None:
+        lines += ["", *fleet_offenders(parser, summary, args.history, args.failed, args.of)]
     print("\n".join(lines))
     return summary.exit_code
+
+
+def fleet_offenders(parser: argparse.ArgumentParser, summary: Summary, root: Path, failed: int, of: int) -> list[str]:
+    """The summary's nodes that are repeat offenders in the history `root`: marked, for the drain list's reader."""
+    from pytest_gbvalidate.fleet.history import render_offenders, repeat_offenders
+    from pytest_gbvalidate.report.history import HistoryError
+
+    try:
+        found, _ = repeat_offenders(root, failed, of)
+    except HistoryError as exc:
+        parser.error(str(exc))
+    hostnames = {n.hostname for n in summary.nodes}
+    ours = [o for o in found if o.hostname in hostnames]
+    return ["repeat offenders among this fleet's nodes:", *render_offenders(root, ours, len(hostnames), failed, of)]
 
 
 def write(summary: Summary, out: Path, plots: bool = False) -> list[str]:
@@ -199,3 +264,19 @@ def node_history(parser: argparse.ArgumentParser, directory: Path, plots: Path |
         lines += ["", *(f"plot: {path}" for path in paths), *([note] if note else [])]
     print("\n".join(lines))
     return history.exit_code
+
+
+def offenders(parser: argparse.ArgumentParser, root: Path, failed: int, of: int) -> int:
+    from pytest_gbvalidate.fleet.history import render_offenders, repeat_offenders
+    from pytest_gbvalidate.report.history import HistoryError
+
+    if not root.is_dir():
+        parser.error(f"{root}: not a directory (the root of a --gb-history, DIR)")
+    if failed > of:
+        parser.error(f"--failed {failed} is more than --of {of}: no node could fail that often")
+    try:
+        found, nodes = repeat_offenders(root, failed, of)
+    except HistoryError as exc:
+        parser.error(str(exc))
+    print("\n".join(render_offenders(root, found, nodes, failed, of)))
+    return 1 if found else 0

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import datetime as dt
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pytest_gbvalidate.fleet.findings import MetricKey, metric_key
+from pytest_gbvalidate.fleet.findings import MetricKey, failed_checks, metric_key
 from pytest_gbvalidate.fleet.markup import columns, num
 from pytest_gbvalidate.fleet.reports import NotMerged, Report, read
 from pytest_gbvalidate.fleet.stats import is_number
@@ -158,3 +159,57 @@ def render(history: NodeHistory) -> list[str]:
     if not history.runs:
         lines.append(f"no finished report of node {shown} in {history.directory}")
     return lines
+
+
+# --- repeat offenders: the nodes of a history root that fail again and again ------------------------------------
+
+# Nodes that failed in at least this many of their last OF runs (defaults of `fleet offenders`): a node that fails
+# twice in five runs is back in service only to fail again. A choice of ours, not a published figure: the public
+# data say that few nodes cause most exclusions (3 of 63 nodes, more than half of them, on one B200 cluster), not
+# where to draw the line.
+DEFAULT_FAILED, DEFAULT_OF = 2, 5
+
+
+@dataclass(frozen=True)
+class Offender:
+    """A node that failed in `failed` of its last `runs` finished runs (of its latest SKU)."""
+
+    hostname: str
+    failed: int
+    runs: int
+    last_failed: dt.datetime
+    categories: dict[str, int]  # the failed checks' fault categories over those runs, most first
+
+    def describe(self) -> str:
+        found = ", ".join(f"{category} {n}" for category, n in self.categories.items()) or "no category"
+        when = self.last_failed.astimezone(dt.timezone.utc).isoformat(timespec="seconds")
+        return (
+            f"{printable(self.hostname)}: failed {self.failed} of its last {self.runs} runs (the latest at {when}): "
+            f"{found}"
+        )
+
+
+def repeat_offenders(root: Path, failed: int = DEFAULT_FAILED, of: int = DEFAULT_OF) -> tuple[list[Offender], int]:
+    """The nodes under the history root `root` (`root/<hostname>/`) that failed in at least `failed` of their last
+    `of` finished runs, most failures first; and how many node directories were read. Raises
+    history.HistoryError where `root` cannot be listed."""
+    try:
+        directories = sorted(d for d in root.iterdir() if d.is_dir())
+    except OSError as exc:
+        raise kept.HistoryError(f"{root}: cannot list it: {exc.strerror or exc}") from None
+    found = []
+    for directory in directories:
+        last = read_history(directory).runs[-of:]
+        failing = [r for r in last if r.verdict == "fail"]
+        if len(failing) >= failed:
+            categories = Counter(c.category or "unclassified" for r in failing for c in failed_checks(r))
+            start = failing[-1].start_time
+            assert start is not None  # reports.read refuses a report without one
+            found.append(Offender(directory.name, len(failing), len(last), start, dict(categories.most_common())))
+    found.sort(key=lambda o: (-o.failed / o.runs, -o.failed, o.hostname))
+    return found, len(directories)
+
+
+def render_offenders(root: Path, offenders: Sequence[Offender], nodes: int, failed: int, of: int) -> list[str]:
+    lines = [f"{len(offenders)} of {nodes} node(s) in {root} failed in at least {failed} of their last {of} runs"]
+    return lines + [f"  {o.describe()}" for o in offenders]

@@ -11,7 +11,7 @@ import re
 import xml.etree.ElementTree as ET
 
 from pytest_gbvalidate.fleet.findings import Suspect, failed_checks
-from pytest_gbvalidate.fleet.reports import CORRUPT, Report
+from pytest_gbvalidate.fleet.reports import CORRUPT, NO_VERDICT, Report
 from pytest_gbvalidate.fleet.summary import Summary
 from pytest_gbvalidate.fleet.text import one_line
 from pytest_gbvalidate.report.records import TestRecord
@@ -71,7 +71,9 @@ def _report_suite(name: str, report: Report, root: ET.Element | None = None) -> 
         _test_case(suite, test_id, records)
     if any(c.test_id == "(session)" for c in failed_checks(report)):
         case = _case(suite, "fleet.report", "pytest session")
-        ET.SubElement(case, "failure", message=f"pytest exit status {report.data.get('exit_status')}")
+        # An error, not a failure, where the run's own failure left no verdict on the node (reports.NO_VERDICT).
+        kind = "error" if report.verdict == NO_VERDICT else "failure"
+        ET.SubElement(case, kind, message=f"pytest exit status {report.data.get('exit_status')}")
     if not report.finished:
         case = _case(suite, "fleet.report", "report finished")
         ET.SubElement(case, "failure", message=f"status {report.status}: the run did not finish")

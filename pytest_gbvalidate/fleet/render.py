@@ -33,7 +33,7 @@ from pytest_gbvalidate.fleet.render_stats import (
     outliers_terminal,
     rules_text,
 )
-from pytest_gbvalidate.fleet.reports import CORRUPT, NotMerged
+from pytest_gbvalidate.fleet.reports import CORRUPT, NO_VERDICT, NotMerged
 from pytest_gbvalidate.fleet.summary import SOFTWARE, Node, Summary
 from pytest_gbvalidate.fleet.text import shorten
 
@@ -87,7 +87,7 @@ def terminal(summary: Summary, written: Sequence[Path], plot_note: str | None) -
 
 def headline(summary: Summary) -> str:
     counts = Counter(n.verdict for n in summary.nodes)
-    verdicts = ", ".join(f"{counts[v]} {v}" for v in ("pass", "fail", "partial") if counts[v])
+    verdicts = ", ".join(f"{counts[v]} {v}" for v in ("pass", "fail", "partial", NO_VERDICT) if counts[v])
     outlying = sum(1 for n in summary.nodes if n.outliers)
     failures = summary.failures()
     outcome = "FAIL (exit 1): " + "; ".join(failures) if failures else "PASS (exit 0)"

@@ -38,6 +38,8 @@ from pytest_gbvalidate.report.records import HostRecord, MeasurementRecord, RunR
 
 FINISHED = "finished"
 PARTIAL_STATUSES = ("running", "interrupted")
+# pytest's exit statuses that are the run's own failure, not the node's: internal error, usage error, no tests.
+NO_VERDICT, NO_VERDICT_STATUSES = "no verdict", (3, 4, 5)
 CORRUPT, OTHER_SKU, SUPERSEDED = "corrupt", "other SKU", "superseded"
 
 
@@ -98,11 +100,15 @@ class Report:
 
     @property
     def verdict(self) -> str:
-        """pass, fail (pytest's exit status not 0, or a failed test), or partial (the run did not finish)."""
+        """pass, fail (a failed test, or pytest's exit status 1: a run whose evidence was lost), partial (the run
+        did not finish), or no verdict (NO_VERDICT: pytest's own failure without a failed test -- an internal or
+        usage error, nothing collected -- which says nothing of the node)."""
         if not self.finished:
             return "partial"
-        failed = any(t.get("outcome") == "failed" for t in self.tests)
-        return "fail" if failed or self.data.get("exit_status") != 0 else "pass"
+        if any(t.get("outcome") == "failed" for t in self.tests):
+            return "fail"
+        status = self.data.get("exit_status")
+        return "pass" if status == 0 else NO_VERDICT if status in NO_VERDICT_STATUSES else "fail"
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from pytest_gbvalidate.fleet.findings import (
     metric_stats,
     suspects,
 )
-from pytest_gbvalidate.fleet.reports import CORRUPT, NotMerged, Report, Sorted, sort_reports
+from pytest_gbvalidate.fleet.reports import CORRUPT, NO_VERDICT, NotMerged, Report, Sorted, sort_reports
 from pytest_gbvalidate.fleet.scaling import WeakScaling, weak_scaling
 from pytest_gbvalidate.fleet.text import join_within
 
@@ -60,7 +60,10 @@ class Node:
     @property
     def drain(self) -> bool:
         """Out of service until fixed: failed, partial (not shown healthy), an outlier, found at fault by a
-        multi-node run, or short of checks its peers ran (it has not shown what they showed)."""
+        multi-node run, or short of checks its peers ran (it has not shown what they showed); never a node whose
+        run gave no verdict (its own usage or internal error), which is listed instead."""
+        if self.verdict == NO_VERDICT:  # the run's own failure: the node is not judged, nor drained
+            return False
         return self.verdict != "pass" or bool(self.outliers) or bool(self.suspected) or bool(self.lacks)
 
     def drain_reason(self) -> str:
@@ -144,6 +147,8 @@ class Summary:
             why.append(f"{short} node(s) ran less than their peers")
         if counts["partial"]:
             why.append(f"{counts['partial']} node(s) have a partial report (the run did not finish)")
+        if counts[NO_VERDICT]:
+            why.append(f"{counts[NO_VERDICT]} node(s) gave no verdict (pytest's own error: see their reports)")
         corrupt = sum(1 for r in self.not_merged if r.kind == CORRUPT)
         if corrupt:
             why.append(f"{corrupt} report(s) are corrupt")

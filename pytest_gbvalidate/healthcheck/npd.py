@@ -33,8 +33,8 @@ def line(verdict: Verdict, max_chars: int, *notes: str) -> str:
     """The condition's message, printable ASCII (so bytes and characters agree), at most `max_chars`."""
     if verdict.state == OK:
         text = f"{verdict.level} GPU node checks pass"
-    elif verdict.state == FAIL:
-        text = "; ".join(verdict.findings())
+    elif verdict.state == FAIL:  # the categories first: the message is cut at max_chars (80 by default)
+        text = "; ".join([verdict.categories(), *verdict.findings()])
     elif verdict.state == TIMEOUT:
         text = "unknown: " + "; ".join(verdict.findings())
     else:

@@ -70,10 +70,15 @@ def line(verdict: Verdict, *notes: str) -> str:
             f"{NAME}:  Node Health Check completed successfully ({verdict.duration_s:.0f}s): {verdict.level} level,"
             f" {verdict.passed} passed, {verdict.skipped} skipped"
         )
-    elif verdict.state in (FAIL, TIMEOUT):
+    elif verdict.state == FAIL:
+        # What an operator acts on first, the list of failed checks last: the line is cut at LINE_MAX_CHARS, and
+        # with many failures the list alone would fill it, leaving out the action and whether the node drained.
         actions = [f"action: {'; '.join(verdict.actions())}"] if verdict.actions() else []
-        found = [part for part in (*verdict.findings(), verdict.detail, *actions) if part]
-        text = f"ERROR:  {NAME}:  Health check failed:  " + "; ".join(found)
+        checks = [f"checks: {'; '.join(verdict.findings())}"]
+        found = [verdict.categories(), *actions, verdict.detail, *notes, *checks]
+        return one_line(f"ERROR:  {NAME}:  Health check failed:  " + "; ".join(part for part in found if part))
+    elif verdict.state == TIMEOUT:
+        text = f"ERROR:  {NAME}:  Health check failed:  " + "; ".join([*verdict.findings(), verdict.detail])
     else:
         text = f"ERROR:  {NAME}:  Health check could not run:  {verdict.detail}"
     return one_line("; ".join(part for part in (text, *notes) if part))

@@ -81,6 +81,15 @@ class Verdict:
             by_category.setdefault(f.category, []).append(f.name)
         return [f"{category}: {','.join(names)}" for category, names in by_category.items()]
 
+    def categories(self) -> str:
+        """The failed checks' fault categories with their counts, most first: `link (2 checks), gpu_hardware (1
+        check)`; empty where none failed."""
+        counts: dict[str, int] = {}
+        for f in self.failures:
+            counts[f.category] = counts.get(f.category, 0) + 1
+        ranked = sorted(counts.items(), key=lambda kv: -kv[1])
+        return ", ".join(f"{category} ({n} check{'' if n == 1 else 's'})" for category, n in ranked)
+
     def actions(self) -> list[str]:
         """What the operator does, per fault category of the failed checks (the fault table's), each once."""
         return list(dict.fromkeys(f"{f.category}: {f.action}" for f in self.failures if f.action))

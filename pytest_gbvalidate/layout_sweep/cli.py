@@ -67,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     world_size = gpu_count or CPU_RANKS
     gang = LocalGang(world_size, device_type="cpu" if gpu_count == 0 else "cuda")
 
-    peak = spec.peak_tflops_per_gpu
+    peak = spec.peak
     train = native_trainer(
         gang, spec.config, spec.warmup_steps, spec.timed_steps, spec.learning_rate, peak, spec.compile
     )

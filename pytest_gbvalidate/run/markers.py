@@ -8,6 +8,9 @@ import pytest
 from pytest_gbvalidate.levels import DEFAULT_LEVEL, LEVELS, MARKER, Level, LevelError, parse_level, runs
 
 GPU_MARKER = "gb_gpu"
+# How our collection errors begin (a check's bad marker, a usage error met where the checks are collected): the
+# controller of pytest-xdist receives a worker's as text, and ends the run as a usage error on seeing it.
+USAGE_ERROR = "gbvalidate usage error: "
 
 
 def register(config: pytest.Config) -> None:
@@ -49,11 +52,6 @@ def level_problems(nodes: list[pytest.Item | pytest.Collector]) -> str | None:
             written = ", ".join([*map(repr, marker.args), *(f"{k}={v!r}" for k, v in marker.kwargs.items())])
             found.append(f"{item.nodeid}: @pytest.mark.{MARKER}({written}): {exc}")
     return "\n".join(found) or None
-
-
-def is_level_problem(longrepr: str) -> bool:
-    """Whether a collection error is level_problems' (as the controller receives a worker's: its text)."""
-    return f": @pytest.mark.{MARKER}(" in longrepr
 
 
 def select(config: pytest.Config, items: list[pytest.Item], run_level: Level, gpu_sku: str | None) -> None:

@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 # NVML), node facts and the report code are imported where they are first used, once gbvalidate is engaged.
 
 ENGAGING_FIXTURES = frozenset({"gb_expect", "gb_target", "gb_gang", "gb_gpu_pair"})
+# A test's phases and outcomes as the report's records have them (TestRecord). pytest-xdist reports a worker that
+# died under a test with the phase "???"; pytest-rerunfailures an attempt it runs again with the outcome "rerun".
+PHASES, OUTCOMES = ("setup", "call", "teardown"), ("passed", "failed", "skipped")
 # How long one call on the ranks may take (--gb-timeout overrides): a GPU sweep to 16 GiB, or NCCL setting up
 # its communicators on many nodes, takes minutes at worst; the CPU smoke run finishes in seconds.
 DEFAULT_TIMEOUT_S = {"gpu": 300.0, "cpu": 30.0}
@@ -71,7 +74,7 @@ class GbSession:
         self._signal_handlers: dict[int, Any] = {}  # replaced while the session runs (SIGTERM, SIGHUP)
         self._comparison: tuple[EarlierReport, SameNode] | None = None  # --gb-compare, checked with the target
         self._level_times: dict[Level, LevelTimeRecord] = {}  # what each level's checks took, on the controller
-        self.suite_error = False  # a check's gb_level marker names no level (markers.level_problems)
+        self.suite_error = False  # a usage error found where the checks were collected (markers.USAGE_ERROR)
         self.compare_note: str | None = None  # --gb-compare=last with no earlier report in the history yet
         self.history_dir: Path | None = None  # --gb-history: this node's directory in it (the controller's)
         self.output_errors: list[str] = []  # --gb-history and --gb-prometheus files that could not be written
@@ -258,9 +261,17 @@ class GbSession:
         self, collector: pytest.Collector
     ) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
         report = yield
-        problem = markers.level_problems(report.result) if report.passed else None
+        if not report.passed:
+            return report
+        problem = markers.level_problems(report.result)
+        items = [node for node in report.result if isinstance(node, pytest.Item)]
+        if problem is None and any(ENGAGING_FIXTURES & set(_fixturenames(i)) for i in items):
+            try:  # where the checks are collected (in pytest-xdist's workers too): a bad setting or SKU
+                self.engage()
+            except pytest.UsageError as exc:
+                problem = str(exc)
         if problem is not None:  # a collection error: shown the same with and without pytest-xdist
-            report.outcome, report.longrepr, report.result = "failed", problem, []
+            report.outcome, report.longrepr, report.result = "failed", f"{markers.USAGE_ERROR}{problem}", []
         return report
 
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -298,7 +309,8 @@ class GbSession:
         level: Level | None = getattr(report, "gb_level", None)
         if data or level is not None:
             self.engage()  # a worker measured: resolve here too, for the report's header
-        if report.when == "call" or report.outcome != "passed":
+        replaced = report.outcome not in OUTCOMES and report.when in PHASES  # pytest-rerunfailures' "rerun"
+        if (report.when == "call" or report.outcome != "passed") and not replaced:
             self._unreported_tests.append(self._test_record(report, data.get("fault"), level))
         if not self.engaged:  # kept, for a run that engages later (under xdist, when a worker first measures)
             return
@@ -323,7 +335,7 @@ class GbSession:
     def _test_record(self, report: pytest.TestReport, fault: FaultRecord | None, level: Level | None) -> TestRecord:
         message, text = (None, None) if report.passed else junit_hooks.failure_text(report)
         when, outcome = report.when, report.outcome
-        if when not in ("setup", "call", "teardown") or outcome not in ("passed", "failed", "skipped"):
+        if when not in PHASES:
             # pytest-xdist's report of a worker that died under a test (the OOM killer, a driver's segfault, a
             # signal) says when "???": the test failed by crashing, which the node's record must say in its terms.
             when, outcome = "call", "failed"
@@ -364,8 +376,8 @@ class GbSession:
         return fault
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
-        """On the controller, a worker's collection errors too: a check's bad marker is the suite's mistake."""
-        if report.failed and markers.is_level_problem(str(report.longrepr)):
+        """On the controller, a worker's collection errors too: a bad marker or setting is no verdict on the node."""
+        if report.failed and str(report.longrepr).startswith(markers.USAGE_ERROR):
             self.suite_error = True
 
     @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file

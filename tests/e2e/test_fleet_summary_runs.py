@@ -240,16 +240,23 @@ def test_the_latest_report_of_a_host_speaks_for_it_even_when_partial(
     assert summary.metrics == []  # a partial report's measurements stay out of the statistics
 
 
-def test_a_non_zero_exit_status_without_a_failed_test_fails_the_node(
+def test_a_non_zero_exit_status_without_a_failed_test_fails_the_node_or_gives_no_verdict(
     real_report: dict[str, Any], tmp_path: Path
 ) -> None:
+    """Exit status 1 without a failed test (a run whose evidence was lost) fails the node; the run's own failure
+    (3 internal error, 4 usage error, 5 nothing collected) says nothing of the node: listed, not drained."""
     paths = healthy_fleet(real_report, tmp_path)
-    paths.append(write(tmp_path, "usage.json", node(real_report, "node-09", exit_status=4)))
+    paths.append(write(tmp_path, "lost.json", node(real_report, "node-08", exit_status=1)))
+    paths += [write(tmp_path, f"own{s}.json", node(real_report, f"node-{s + 6:02d}", exit_status=s)) for s in (3, 4, 5)]
     summary = summarize(paths)
     (bad,) = [n for n in summary.nodes if n.verdict == "fail"]
-    assert bad.hostname == "node-09" and [c.message for c in bad.failed] == [
-        "pytest exited with status 4 and no failed test"
+    assert bad.hostname == "node-08" and [c.message for c in bad.failed] == [
+        "pytest exited with status 1 and no failed test"
     ]
+    assert [n.hostname for n in summary.drained] == ["node-08"]
+    own = [n.hostname for n in summary.nodes if n.verdict == "no verdict"]
+    assert own == ["node-09", "node-10", "node-11"]
+    assert "3 node(s) gave no verdict (pytest's own error: see their reports)" in summary.failures()
 
 
 def test_a_missing_report_is_corrupt_and_fails_the_fleet(real_report: dict[str, Any], tmp_path: Path) -> None:

@@ -93,7 +93,8 @@ def test_a_marker_that_names_no_level_fails_collection_naming_the_check(
     result.stdout.fnmatch_lines(
         [
             "*ERROR collecting test_checks.py*",
-            "test_checks.py::test_x: @pytest.mark.gb_level('quik'): not a level: one of quick, standard, full",
+            "gbvalidate usage error: test_checks.py::test_x: @pytest.mark.gb_level('quik'): not a level: one of quick, "
+            "standard, full",
             "test_checks.py::test_y: @pytest.mark.gb_level(): not a level: one of quick, standard, full",
         ]
     )
@@ -167,3 +168,18 @@ def test_a_baseline_is_recorded_only_from_every_check(pytester: pytest.Pytester)
         "--gb-level on the command line asks for quick",
     )
     assert (pytester.path / "b" / "cpu.yaml").read_text() == before
+
+
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["alone", "xdist"])
+def test_a_usage_error_met_where_the_checks_are_collected_is_one_line_under_xdist_too(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, xdist: list[str]
+) -> None:
+    """A run that no option engaged engages where a check first needs it, at collection: under pytest-xdist in a
+    worker, where a usage error was an INTERNALERROR. Here torchrun's RANK without its WORLD_SIZE."""
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    pytester.makepyfile(test_checks="def test_x(gb_target):\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *xdist)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stdout.fnmatch_lines(["gbvalidate usage error: RANK=1 is set without WORLD_SIZE: *"])
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()

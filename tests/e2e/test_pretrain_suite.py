@@ -46,7 +46,7 @@ def test_the_cpu_pretrain_check_reports_step_time_throughput_mfu_and_loss(pytest
     curve = json.loads(junit["gb_loss_curve"])
     assert len(curve) == 12
     assert curve[-1] < 0.9 * curve[0]
-    assert float(junit["gb_mfu_pct"]) > 0
+    assert float(junit["gb_mfu_pct"]) > 0 and junit["gb_mfu_peak"].startswith("0.48 TFLOPS per GPU (")
 
     measured = {m["metric"]: m for m in report["measurements"]}
     assert list(measured) == METRICS
@@ -61,6 +61,10 @@ def test_the_cpu_pretrain_check_reports_step_time_throughput_mfu_and_loss(pytest
     tflops = measured["llama3_tiny_model_tflops_per_gpu"]["value"]
     assert tflops == pytest.approx(details["flops_per_token"] * tokens_per_s / 1e12)
     assert measured["llama3_tiny_mfu_pct"]["value"] == pytest.approx(100 * tflops / details["peak_tflops_per_gpu"])
+    # The MFU says against what: the peak it divides by and that peak's source, beside it.
+    mfu_details = measured["llama3_tiny_mfu_pct"]["details"]
+    assert mfu_details["peak_tflops_per_gpu"] == details["peak_tflops_per_gpu"] == 0.48
+    assert mfu_details["peak_tflops_source"] == details["peak_tflops_source"] != ""
     assert [m["what"] for m in details["peak_memory"]] == ["host RSS peak", "host RSS peak"]
     assert all(0 < m["gib"] < 64 for m in details["peak_memory"])
     # Telemetry sampled through the run: in the step time's details, the report's telemetry list and JUnit.

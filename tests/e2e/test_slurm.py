@@ -124,8 +124,8 @@ def test_a_failing_node_drains_itself_in_the_prolog_and_resumes_as_documented(pr
     assert submitted.returncode == 0, submitted.stderr
     prolog_node.wait_until(lambda: len(logged(log)) >= before + 2, "Prolog and Epilog lines", timeout=90)
     prolog, epilog = logged(log)[before:]
-    assert prolog.startswith("ERROR:  gbvalidate:  Health check failed:  unclassified: test_site_fan; action: ")
-    assert prolog.endswith("; drained gpu-017")
+    assert prolog.startswith("ERROR:  gbvalidate:  Health check failed:  unclassified (1 check); action: ")
+    assert prolog.endswith("; drained gpu-017; checks: unclassified: test_site_fan")
     assert epilog.startswith("gbvalidate:  Node Health Check skipped:  gpu-017 is out of service already (state ")
     assert prolog_node.reasons() == {"gpu-017": "gbvalidate: unclassified: test_site_fan"}
     assert "DRAIN" in prolog_node.state("gpu-017")
@@ -157,11 +157,14 @@ def test_our_own_failure_in_the_prolog_drains_nothing_and_the_job_runs(
     prolog_node: SlurmCluster, settings: dict[str, str], cause: str
 ) -> None:
     log = install_recipe(prolog_node, GBVALIDATE_PYTEST_ARGS=HEALTHY, **settings)
+    before = len(logged(log))
     printed, status = run_job(prolog_node)
     assert (printed, status) == ("the job ran\n", 0)
+    # sbatch --wait returns when the job ends, maybe before the Epilog has written its line: wait for both.
+    prolog_node.wait_until(lambda: len(logged(log)) >= before + 2, "Prolog and Epilog lines", timeout=60)
     assert prolog_node.reasons() == {} and prolog_node.state("gpu-017") == "IDLE"
-    line = logged(log)[-1]
-    assert line.startswith("ERROR:  gbvalidate:  ") and cause in line, line
+    for line in logged(log)[before:]:
+        assert line.startswith("ERROR:  gbvalidate:  ") and cause in line, line
 
 
 def test_a_node_someone_else_drained_is_not_checked_and_keeps_its_reason(prolog_node: SlurmCluster) -> None:

@@ -289,6 +289,22 @@ def test_a_control_character_is_a_one_line_error(tmp_path: Path) -> None:
     assert str(excinfo.value) == f"{path}:3:15: YAML does not allow the character U+0000"
 
 
+@pytest.mark.parametrize(
+    ("escaped", "shown"),
+    [("\\e[2J", "U+001B"), ("\\x9b", "U+009B"), ("\\u202e", "U+202E")],
+    ids=["escape", "c1", "direction"],
+)
+def test_a_control_character_a_quoted_string_spells_is_refused(tmp_path: Path, escaped: str, shown: str) -> None:
+    """YAML refuses a raw control character, not one a double-quoted string spells: it would reach the terminal."""
+    path = write(tmp_path, GOOD.replace("provenance: golden node", f'provenance: "golden{escaped} node"'))
+    with pytest.raises(bl.BaselineError) as excinfo:
+        bl.load_baseline(path)
+    assert str(excinfo.value) == (
+        f"{path}: metrics.h2d_bandwidth_gbps.provenance holds {shown}: a baseline holds text, not terminal or "
+        "direction controls"
+    )
+
+
 def test_yaml_is_never_executed(tmp_path: Path) -> None:
     path = write(tmp_path, "!!python/object/apply:os.system ['echo pwned']\n")
     with pytest.raises(bl.BaselineError, match="could not determine a constructor"):

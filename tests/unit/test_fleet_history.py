@@ -10,7 +10,7 @@ from typing import Any, cast
 import pytest
 
 from pytest_gbvalidate.fleet.cli import main as fleet_main
-from pytest_gbvalidate.fleet.history import read_history, render
+from pytest_gbvalidate.fleet.history import read_history, render, repeat_offenders
 from pytest_gbvalidate.report import history
 from pytest_gbvalidate.report.records import RunReportRecord
 from tests.helpers.reports import minimal_report
@@ -123,3 +123,43 @@ def test_the_history_s_root_is_named_for_a_node_s_directory(node7: Path, capsys:
         fleet_main(["history", str(node7.parent)])
     assert info.value.code == 2
     assert f"error: {node7.parent}: no reports here; name a node's directory: {node7}, ..." in capsys.readouterr().err
+
+
+def failing(directory: Path, start: str, category: str, hostname: str) -> Path:
+    """A finished run of `hostname` whose one check failed with a fault of `category`."""
+    fault = {"category": category, "title": category, "action": "act", "disposition": "ISOLATE", "why": "w"}
+    test = {"test_id": "t.py::test_x", "when": "call", "outcome": "failed", "duration_s": 0.5}
+    test |= {"message": "boom", "text": "boom", "fault": fault}
+    return keep(directory, start, 10.0, tests=[test], exit_status=1, node={"hostname": hostname})
+
+
+def test_repeat_offenders_are_the_nodes_that_failed_in_k_of_their_last_n_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "h"
+    for day, category in ((20, "link"), (21, None), (22, "link"), (23, "gpu_hardware")):  # 3 of its last 4
+        start = f"2026-11-{day}T12:00:00+00:00"
+        if category is None:
+            keep(root / "node7", start, 10.0)
+        else:
+            failing(root / "node7", start, category, "node7")
+    failing(root / "node8", "2026-11-10T12:00:00+00:00", "link", "node8")  # once, long ago
+    for day in range(20, 26):
+        keep(root / "node8", f"2026-11-{day}T12:00:00+00:00", 10.0, node={"hostname": "node8"})
+    failing(root / "node9", "2026-11-24T12:00:00+00:00", "link", "node9")  # once: not a repeat
+
+    found, nodes = repeat_offenders(root, failed=2, of=5)
+    assert nodes == 3 and [o.describe() for o in found] == [
+        "node7: failed 3 of its last 4 runs (the latest at 2026-11-23T12:00:00+00:00): link 2, gpu_hardware 1"
+    ]
+    assert [o.hostname for o in repeat_offenders(root, failed=1, of=5)[0]] == ["node9", "node7"]  # by rate
+
+    assert fleet_main(["offenders", str(root)]) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        f"1 of 3 node(s) in {root} failed in at least 2 of their last 5 runs",
+        "  node7: failed 3 of its last 4 runs (the latest at 2026-11-23T12:00:00+00:00): link 2, gpu_hardware 1",
+    ]
+    assert fleet_main(["offenders", str(root), "--failed", "4"]) == 0
+    with pytest.raises(SystemExit):
+        fleet_main(["offenders", str(root), "--failed", "6", "--of", "5"])
+    assert "--failed 6 is more than --of 5" in capsys.readouterr().err

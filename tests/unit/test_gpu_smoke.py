@@ -31,8 +31,10 @@ def test_the_seed_baseline_names_the_gpus_and_holds_no_figures(
 
 
 def test_mfu_peaks_are_matched_on_the_device_name(smoke: ModuleType) -> None:
-    assert smoke.peak_tflops("NVIDIA H100 80GB HBM3") == 989.0
-    assert smoke.peak_tflops("NVIDIA GB200") == 2450.0  # not B200's, which its name also contains
+    h100 = smoke.peak_tflops("NVIDIA H100 80GB HBM3")
+    assert h100 is not None and h100.tflops_per_gpu == 989.0 and "dgxc-benchmarking" in h100.source
+    gb200 = smoke.peak_tflops("NVIDIA GB200")
+    assert gb200 is not None and gb200.tflops_per_gpu == 2450.0  # not B200's, which its name also contains
     assert smoke.peak_tflops("NVIDIA RTX 6000 Ada Generation") is None
     assert smoke.peak_tflops("NVIDIA H100 PCIe") is None  # lower peaks than the SXM parts': asked for
     assert smoke.peak_tflops("NVIDIA H100 NVL") is None and smoke.peak_tflops("NVIDIA H200 NVL") is None

@@ -141,7 +141,7 @@ def test_the_deadline_fits_slurmd_s_limit_for_its_health_check_program(
     runs = captured_run(monkeypatch)
     assert cli.main(["slurm", *argv, "--", "--gb-sku=cpu"], env=env, hostname="h") == 1
     assert runs == [(deadline_s, ["--gb-sku=cpu", "--gb-world=none"])]  # a health check is this node's own
-    assert capsys.readouterr().out.startswith("ERROR:  gbvalidate:  Health check failed:  gpu_hardware: ")
+    assert capsys.readouterr().out.startswith("ERROR:  gbvalidate:  Health check failed:  gpu_hardware (1 check); ")
 
 
 @pytest.mark.usefixtures("nothing_runs")
@@ -206,6 +206,6 @@ def test_a_node_someone_drains_while_the_check_runs_keeps_their_reason(
     out = capsys.readouterr().out
     assert out.endswith(
         "; not drained: gpu-017 is out of service already (state MIXED+DRAIN, reason 'maintenance window'), kept as "
-        "it is\n"
+        "it is; checks: gpu_hardware: test_gpu_count\n"
     )
     assert len(runs) == 1 and scontrol_calls(tmp_path / "scontrol.calls") == []

@@ -28,7 +28,7 @@ def test_exit_codes_are_the_protocols() -> None:
 
 def test_lines_say_the_verdict_without_what_changes_between_runs() -> None:
     assert npd.line(PASSED, 80) == "quick GPU node checks pass"
-    assert npd.line(FAILED, 80) == "gpu_hardware: test_gpu_count"
+    assert npd.line(FAILED, 80) == "gpu_hardware (1 check); gpu_hardware: test_gpu_count"
     assert npd.line(TIMED_OUT, 80) == "unknown: timeout: the quick checks did not finish within 100 s"
     assert npd.line(BROKEN, 80) == "unknown: /tmp/x/report.json: tests[0].outcome is 'odd', not one of 'passed',..."
     assert npd.line(PASSED, 80, "report not kept: /x: is a directory") == (

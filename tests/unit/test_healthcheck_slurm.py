@@ -34,8 +34,8 @@ def test_lines_are_nhcs() -> None:
         "gbvalidate:  Node Health Check completed successfully (12s): quick level, 1 passed, 1 skipped"
     )
     assert slurm.line(FAILED, "drained gpu-017") == (
-        "ERROR:  gbvalidate:  Health check failed:  gpu_hardware: test_gpu_count; "
-        f"action: gpu_hardware: {FAULT['action']}; drained gpu-017"
+        "ERROR:  gbvalidate:  Health check failed:  gpu_hardware (1 check); "
+        f"action: gpu_hardware: {FAULT['action']}; drained gpu-017; checks: gpu_hardware: test_gpu_count"
     )
     assert slurm.line(TIMED_OUT) == (
         "ERROR:  gbvalidate:  Health check failed:  timeout: the quick checks did not finish within 90 s; "
@@ -46,6 +46,19 @@ def test_lines_are_nhcs() -> None:
     )
     assert slurm.stopped_by(15) == "ERROR:  gbvalidate:  Health check failed:  Terminated by signal SIGTERM."
     assert slurm.one_line("a\nb\x1b" + "x" * 2000).startswith("a b\\x1b") and len(slurm.one_line("x" * 2000)) == 1000
+
+
+def test_a_line_at_its_length_limit_keeps_the_verdict_the_action_and_the_drain() -> None:
+    """Many failed checks: the list is what the 1000-character line cuts, not the action or the drain's result."""
+    link = FAULT | {"category": "link", "action": "check the cable or port", "disposition": "ISOLATE"}
+    tests = [record(f"s/t.py::test_ib_port_{i:03d}_{'x' * 30}", "failed", fault=link) for i in range(60)]
+    many = verdict_of([*tests, record("s/t.py::test_gpu_count", "failed", fault=FAULT)], returncode=1)
+    text = slurm.line(many, "drained gpu-017")
+    assert len(text) == slurm.LINE_MAX_CHARS and text.endswith("...")
+    assert text.startswith(
+        "ERROR:  gbvalidate:  Health check failed:  link (60 checks), gpu_hardware (1 check); action: link: check "
+        f"the cable or port; gpu_hardware: {FAULT['action']}; drained gpu-017; checks: link: test_ib_port_000_"
+    )
 
 
 def test_only_a_failure_or_a_timeout_has_a_drain_reason() -> None:

@@ -101,7 +101,9 @@ def test_flops_per_token_is_6n_plus_attention() -> None:
     assert flops.param_count(cfg) == count_params(cfg) == 1352
     assert flops.train_flops_per_token(cfg) == 6 * 1272 + 12 * 2 * 8 * 4
     assert flops.train_flops_per_token(LLAMA3_8B) / 1e9 == pytest.approx(57.91, abs=0.01)
-    assert flops.mfu_pct(flops.model_tflops_per_gpu(cfg, 1e12 / 8400), 2.0) == pytest.approx(50.0)
+    peak = flops.Peak(2.0, "a test's peak")
+    assert flops.mfu_pct(flops.model_tflops_per_gpu(cfg, 1e12 / 8400), peak) == pytest.approx(50.0)
+    assert peak.describe() == "2 TFLOPS per GPU (a test's peak)"
 
 
 def test_the_tiny_model_maps_tokens_to_logits() -> None:

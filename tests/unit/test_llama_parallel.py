@@ -20,6 +20,7 @@ from pytest_gbvalidate.bench.timing import MIN_TIMED_ITERATIONS
 from pytest_gbvalidate.ranks.gang import GangError, LocalGang, RankContext
 from pytest_gbvalidate.workloads.llama import layout_grid
 from pytest_gbvalidate.workloads.llama.config import LLAMA3_TINY
+from pytest_gbvalidate.workloads.llama.flops import Peak
 from pytest_gbvalidate.workloads.llama.model import Transformer, build
 from pytest_gbvalidate.workloads.llama.parallel import Layout
 from pytest_gbvalidate.workloads.llama.parallelize import context_parallel_positions, keep_stage
@@ -224,7 +225,7 @@ def test_the_straggler_shows_in_the_work_before_the_gradient_sync() -> None:
         rank_result(0, [2.0, 2.1, 2.0], [5.0] * 4, 0, node="node0 (a)", compute_times_s=[1.0, 1.1, 1.0]),
         rank_result(1, [2.0, 2.1, 2.0], [5.0] * 4, 0, node="node1 (b)", compute_times_s=[1.9, 2.0, 1.9]),
     ]
-    summary = summarize(req, results, peak_tflops_per_gpu=None)
+    summary = summarize(req, results, peak=None)
     assert summary.per_node_step_time_s == {"node0 (a)": 2.0, "node1 (b)": 2.0}
     assert summary.per_node_compute_s == {"node0 (a)": 1.0, "node1 (b)": 1.9}
     assert summary.rank_spread_pct == pytest.approx(90.0)
@@ -237,7 +238,7 @@ def test_summary_takes_the_slowest_rank_per_step_and_the_median_step() -> None:
         rank_result(0, [1.0, 4.0, 2.0], None),
         rank_result(1, [3.0, 1.0, 2.5], [6.0, 5.0, 4.0, 3.0]),
     ]
-    summary = summarize(req, results, peak_tflops_per_gpu=2.0)
+    summary = summarize(req, results, peak=Peak(2.0, "a test's peak"))
     assert summary.step_times_s == [3.0, 4.0, 2.5]
     assert summary.step_time_s == 3.0
     # 16 sequences of 64 tokens per step, over 3 s, on 2 ranks
@@ -252,7 +253,7 @@ def test_summary_takes_the_slowest_rank_per_step_and_the_median_step() -> None:
         {"rank": 0, "what": "host RSS peak", "gib": 0.5},
         {"rank": 1, "what": "host RSS peak", "gib": 1.5},
     ]
-    assert summarize(req, results, peak_tflops_per_gpu=None).mfu_pct is None
+    assert summarize(req, results, peak=None).mfu_pct is None
 
 
 @pytest.mark.parametrize(
@@ -277,7 +278,9 @@ def test_a_loss_that_does_not_go_down_fails_the_loss_check(losses: list[float]) 
 
 @f.needs_pipelining_over_gloo
 def test_a_reduced_sweep_on_cpu_trains_each_layout_and_plots_it(gang: LocalGang, tmp_path: Path) -> None:
-    train = layout_grid.native_trainer(gang, LLAMA3_TINY, warmup_steps=1, timed_steps=10, learning_rate=3e-3, peak=0.5)
+    train = layout_grid.native_trainer(
+        gang, LLAMA3_TINY, warmup_steps=1, timed_steps=10, learning_rate=3e-3, peak=Peak(0.5, "a test's peak")
+    )
     grid = {"mbs": [2], "tp": [1], "pp": [1, 2, 4], "cp": [1]}
     with layout_grid.node_samplers(gpu=False) as sample:
         points = layout_grid.sweep(LLAMA3_TINY, 2, 8, grid, train, sample, precision="fp32")

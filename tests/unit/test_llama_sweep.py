@@ -12,6 +12,7 @@ import pytest
 from pytest_gbvalidate.ranks.gang import GangError
 from pytest_gbvalidate.workloads.llama import layout_grid
 from pytest_gbvalidate.workloads.llama.config import LLAMA3_TINY
+from pytest_gbvalidate.workloads.llama.flops import Peak
 from pytest_gbvalidate.workloads.llama.parallel import Layout
 from pytest_gbvalidate.workloads.llama.request import TrainRequest
 from pytest_gbvalidate.workloads.llama.results import MemoryPeak, PretrainResult, pretrain_result
@@ -27,7 +28,7 @@ def fake_train(layout: Layout) -> PretrainResult:
         raise GangError(0, "timed out", "train_worker did not finish within 60 s")
     request = TrainRequest(LLAMA3_TINY, layout, warmup_steps=1, timed_steps=10, learning_rate=1e-3)
     memory = [MemoryPeak("device max allocated", 10.0 * layout.mbs)]
-    return pretrain_result(request, [1.0 / layout.mbs] * 10, [6.0, 5.0], memory, peak_tflops_per_gpu=1.0)
+    return pretrain_result(request, [1.0 / layout.mbs] * 10, [6.0, 5.0], memory, peak=Peak(1.0, "a test's peak"))
 
 
 class FakeSampler:

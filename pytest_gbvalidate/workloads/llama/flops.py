@@ -20,6 +20,8 @@ For Llama 3 8B at S = 8192: N = 7.50e9, 6N = 45.0e9, 12LDS = 12.9e9, about 57.9 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from pytest_gbvalidate.workloads.llama.config import LlamaConfig
 
 
@@ -49,6 +51,18 @@ def model_tflops_per_gpu(cfg: LlamaConfig, tokens_per_s_per_gpu: float) -> float
     return train_flops_per_token(cfg) * tokens_per_s_per_gpu / 1e12
 
 
-def mfu_pct(model_tflops: float, peak_tflops_per_gpu: float) -> float:
+@dataclass(frozen=True)
+class Peak:
+    """The dense peak per GPU an MFU divides by, and where that figure comes from: public peaks differ (GB200's
+    dense bf16 is 2,500 TFLOPS in NVIDIA's datasheet, 2,450 in dgxc-benchmarking), so an MFU says against what."""
+
+    tflops_per_gpu: float
+    source: str
+
+    def describe(self) -> str:
+        return f"{self.tflops_per_gpu:g} TFLOPS per GPU ({self.source})"
+
+
+def mfu_pct(model_tflops: float, peak: Peak) -> float:
     """Model FLOPs utilisation, percent of the dense peak."""
-    return 100.0 * model_tflops / peak_tflops_per_gpu
+    return 100.0 * model_tflops / peak.tflops_per_gpu

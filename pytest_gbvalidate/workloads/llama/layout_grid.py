@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_gbvalidate.workloads.llama.config import LlamaConfig
+from pytest_gbvalidate.workloads.llama.flops import Peak
 from pytest_gbvalidate.workloads.llama.parallel import Layout, LayoutError, for_world, problems
 from pytest_gbvalidate.workloads.llama.results import PretrainResult
 
@@ -131,6 +132,7 @@ def best(points: Sequence[SweepPoint]) -> SweepPoint | None:
 
 COLUMNS = (
     *("mbs", "tp", "pp", "cp", "dp", "status", "step_time_s", "tokens_per_s_per_gpu", "mfu_pct"),
+    *("mfu_peak_tflops", "mfu_peak_source"),  # what the MFU divides by, beside it
     *("peak_memory_gib", "gpu_utilization_pct", "sm_clock_mhz", "reason"),
 )
 
@@ -147,6 +149,8 @@ def row(p: SweepPoint) -> dict[str, Any]:
         "step_time_s": None if r is None else r.step_time_s,
         "tokens_per_s_per_gpu": None if r is None else r.tokens_per_s_per_gpu,
         "mfu_pct": None if r is None else r.mfu_pct,
+        "mfu_peak_tflops": None if r is None or r.peak is None else r.peak.tflops_per_gpu,
+        "mfu_peak_source": None if r is None or r.peak is None else r.peak.source,
         "peak_memory_gib": p.peak_memory_gib,
         "gpu_utilization_pct": p.telemetry_mean("utilization_pct"),
         "sm_clock_mhz": p.telemetry_mean("sm_clock_mhz"),
@@ -242,10 +246,10 @@ def native_trainer(
     warmup_steps: int,
     timed_steps: int,
     learning_rate: float,
-    peak: float | None,
+    peak: Peak | None,
     compile_blocks: bool = False,
 ) -> Callable[[Layout], PretrainResult]:
-    """Trains one sweep point with the built-in engine on `gang`; `peak` (TFLOPS per GPU) for the MFU;
+    """Trains one sweep point with the built-in engine on `gang`; `peak` for the MFU;
     `compile_blocks` as the baseline's `pretrain.compile` says."""
     from pytest_gbvalidate.workloads.llama.request import EngineOptions, TrainRequest
     from pytest_gbvalidate.workloads.llama.results import summarize

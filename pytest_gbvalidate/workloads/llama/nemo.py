@@ -290,7 +290,7 @@ def result_from_log(spec: PretrainSpec, text: str) -> PretrainResult:
         [s.step_time_s for s in logged[spec.warmup_steps :]],
         [x for x in losses if x is not None],
         logged_memory(engine, text, logged),
-        spec.peak_tflops_per_gpu,
+        spec.peak,
     )
 
 

@@ -64,7 +64,7 @@ class PretrainResult:
     model_tflops_per_gpu: float
     flops_per_token: int
     mfu_pct: float | None  # None where the baseline gives no peak
-    peak_tflops_per_gpu: float | None
+    peak: flops.Peak | None  # what mfu_pct divides by
     losses: list[float]
     vocab_size: int
     memory: list[MemoryPeak] = field(default_factory=list)  # per rank; empty where the engine reports none
@@ -107,6 +107,12 @@ class PretrainResult:
             f"{math.log(self.vocab_size):.3f}; loss per step: {curve}"
         )
 
+    def peak_details(self) -> dict[str, Any]:
+        """The peak the MFU divides by, as every output that shows the MFU carries it."""
+        if self.peak is None:
+            return {"peak_tflops_per_gpu": None}
+        return {"peak_tflops_per_gpu": self.peak.tflops_per_gpu, "peak_tflops_source": self.peak.source}
+
     def details(self) -> dict[str, Any]:
         """Everything a report keeps about the run."""
         return {
@@ -130,7 +136,7 @@ class PretrainResult:
             "model_tflops_per_gpu": self.model_tflops_per_gpu,
             "flops_per_token": self.flops_per_token,
             "mfu_pct": self.mfu_pct,
-            "peak_tflops_per_gpu": self.peak_tflops_per_gpu,
+            **self.peak_details(),
             "loss_curve": self.losses,
             "loss_drop_pct": self.loss_drop_pct,
             "peak_memory": [{"rank": i, "what": m.what, "gib": m.gib} for i, m in enumerate(self.memory)],
@@ -142,11 +148,11 @@ class PretrainResult:
         }
 
 
-def summarize(request: TrainRequest, results: list[RankResult], peak_tflops_per_gpu: float | None) -> PretrainResult:
+def summarize(request: TrainRequest, results: list[RankResult], peak: flops.Peak | None) -> PretrainResult:
     """The run's figures from every rank's results (in rank order): a step takes as long as its slowest rank."""
     per_step = [max(steps) for steps in zip(*(r.step_times_s for r in results), strict=True)]
     losses = next(r.losses for r in results if r.losses is not None)
-    result = pretrain_result(request, per_step, losses, [r.memory for r in results], peak_tflops_per_gpu)
+    result = pretrain_result(request, per_step, losses, [r.memory for r in results], peak)
     per_rank = [statistics.median(r.step_times_s) for r in results]
     per_rank_compute = [statistics.median(r.compute_times_s) for r in results if r.compute_times_s]
     if len(per_rank_compute) != len(results):
@@ -181,7 +187,7 @@ def pretrain_result(
     step_times_s: list[float],
     losses: list[float],
     memory: list[MemoryPeak],
-    peak_tflops_per_gpu: float | None,
+    peak: flops.Peak | None,
 ) -> PretrainResult:
     """The figures of a run whose timed steps took `step_times_s`, whatever engine ran it."""
     layout, cfg = request.layout, request.cfg
@@ -201,8 +207,8 @@ def pretrain_result(
         tokens_per_s_per_gpu=tokens_per_s_per_gpu,
         model_tflops_per_gpu=tflops,
         flops_per_token=flops.train_flops_per_token(cfg),
-        mfu_pct=None if peak_tflops_per_gpu is None else flops.mfu_pct(tflops, peak_tflops_per_gpu),
-        peak_tflops_per_gpu=peak_tflops_per_gpu,
+        mfu_pct=None if peak is None else flops.mfu_pct(tflops, peak),
+        peak=peak,
         losses=losses,
         vocab_size=cfg.vocab_size,
         memory=memory,
