@@ -162,6 +162,10 @@ def _problem(data: dict[str, Any], hostname: str | None, now: dt.datetime | None
         return printable(problem)
     if hostname is None:
         return "no node.hostname"
+    if len(data["node"]["hostname"]) > history.MAX_HOSTNAME:
+        return (
+            f"node.hostname of {len(data['node']['hostname'])} characters: a hostname is {history.MAX_HOSTNAME} at most"
+        )
     start = _start_time(data)
     if start is None:
         return f"start_time {printable(str(data.get('start_time')))!r} is not an ISO 8601 time: undated"

@@ -31,6 +31,14 @@ from tests.helpers.reports import minimal_report, report_text
         ),
         (report_text({"suspects": ["not a record"]}), "suspects[0] is text, not an object"),
         ('{"a": NaN}', "not JSON: NaN is no JSON number"),
+        (
+            report_text({"node": {"hostname": "9" * 5000}}),
+            "node.hostname of 5000 characters: a hostname is 253 at most",
+        ),
+        (
+            report_text({"measurements": [minimal_report()["measurements"][0] | {"value": int("9" * 400)}]}),
+            "the document.measurements[0].value is an integer of 1329 bits, beyond any float",
+        ),
     ],
 )
 @pytest.mark.broken_reports
