@@ -1,6 +1,7 @@
 """A GPU's NVLink fabric registration (multi-node NVLink, GB200 on) as NVML's versioned fabric info struct holds it:
-the registration's state, its result once completed, whether the health mask says the NVLink bandwidth is
-degraded, and the NVLink domain the fabric manager placed the GPU in (cluster UUID and clique id). Decoding only:
+the registration's state, its result once completed, what the health mask reports wrong (degraded bandwidth, a
+route recovering or unhealthy, an access timeout recovery, an incorrect configuration, the global fabric manager
+disconnected), and the NVLink domain the fabric manager placed the GPU in (cluster UUID and clique id). Decoding only:
 nvml.py makes the call (`nvmlDeviceGetGpuFabricInfoV`) and fills the struct."""
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ class FabricInfo:
     degraded_bandwidth: bool | None  # None: the health mask does not report it
     cluster_uuid: str
     clique_id: int
+    # What the health mask reports wrong, in words (`a route unhealthy`); empty where nothing is.
+    health_faults: tuple[str, ...] = ()
 
 
 def fabric_reading(info: Any) -> FabricInfo | None:
@@ -37,15 +40,67 @@ def fabric_reading(info: Any) -> FabricInfo | None:
     status = None
     if state == "completed":
         status = str(pynvml.NVMLError(int(info.status))) if info.status else "Success"
-    width = (1 << pynvml.NVML_GPU_FABRIC_HEALTH_MASK_WIDTH_DEGRADED_BW) - 1
-    degraded = (int(info.healthMask) >> pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_DEGRADED_BW) & width
+    health = health_fields(int(info.healthMask))
+    degraded = health.get("DEGRADED_BW")
     return FabricInfo(
         state=state,
         status=status,
-        degraded_bandwidth={
-            pynvml.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_TRUE: True,
-            pynvml.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_FALSE: False,
-        }.get(degraded),
+        degraded_bandwidth={"TRUE": True, "FALSE": False}.get(degraded or ""),
         cluster_uuid=str(uuid.UUID(bytes=bytes(info.clusterUuid))),
         clique_id=int(info.cliqueId),
+        health_faults=tuple(
+            f"{what}: {value.lower().replace('_', ' ')}" if value not in ("TRUE", "DISCONNECTED") else what
+            for field, what, faults in HEALTH_FAULTS
+            if (value := health.get(field)) is not None and value in faults
+        ),
     )
+
+
+# The health mask's fields that say something is wrong, what that is, and the values that say so. Every field the
+# installed NVML defines is read (health_fields); these are gated. PARTITION_ASSIGNED is read, not gated: which
+# partition a GPU is in is the clique check's (test_nvlink_fabric_clique).
+HEALTH_FAULTS = (
+    ("DEGRADED_BW", "the GPU's NVLink bandwidth degraded", {"TRUE"}),
+    ("ROUTE_RECOVERY", "a route recovery in progress", {"TRUE"}),
+    ("ROUTE_UNHEALTHY", "a route unhealthy", {"TRUE"}),
+    ("ACCESS_TIMEOUT_RECOVERY", "an access timeout recovery in progress", {"TRUE"}),
+    (
+        "INCORRECT_CONFIGURATION",
+        "an incorrect configuration",
+        {"INCORRECT_SYSGUID", "INCORRECT_CHASSIS_SN", "NO_PARTITION", "INSUFFICIENT_NVLINKS", "INCOMPATIBLE_GPU_FW"}
+        | {"INVALID_LOCATION", "GPU_STATE_INVALID"},
+    ),
+    ("GFM_STATE", "the global fabric manager disconnected", {"DISCONNECTED"}),
+)
+
+
+def health_fields(mask: int) -> dict[str, str]:
+    """Each field of a fabric health mask the installed NVML defines, by its value's name (`TRUE`,
+    `NOT_SUPPORTED`, `INCORRECT_CHASSIS_SN`, ...; the number where NVML names none). As nvml.h's
+    NVML_GPU_FABRIC_HEALTH_GET(var, type) reads one: (mask >> SHIFT) & WIDTH, the WIDTH being the field's bit
+    mask (0x3), not a count of bits."""
+    import pynvml
+
+    prefix = "NVML_GPU_FABRIC_HEALTH_MASK_"
+    shifts = {
+        name.removeprefix(f"{prefix}SHIFT_"): int(getattr(pynvml, name))
+        for name in dir(pynvml)
+        if name.startswith(f"{prefix}SHIFT_")
+    }
+    ordered = sorted(shifts.items(), key=lambda item: item[1])
+    found = {}
+    for (field, shift), after in zip(ordered, [*ordered[1:], None], strict=True):
+        width = getattr(pynvml, f"{prefix}WIDTH_{field}", None)
+        if not isinstance(width, int):
+            continue
+        # Up to the next field: some vendored copies of nvml.h give DEGRADED_BW a stale WIDTH of 0x11, which
+        # would read the next field's bit as this one's.
+        bits = width if after is None else (1 << (after[1] - shift)) - 1
+        value = (mask >> shift) & bits
+        names = [
+            n.removeprefix(f"{prefix}{field}_")
+            for n in dir(pynvml)
+            if n.startswith(f"{prefix}{field}_") and getattr(pynvml, n) == value
+        ]
+        found[field] = min(names, key=len) if names else str(value)  # the shortest of NVML's aliases
+    return found

@@ -44,7 +44,7 @@ def measured_rows(records: Sequence[MeasurementRecord]) -> list[tuple[str, ...]]
             number(r.get("limit")),
             r["unit"],
             "" if r.get("delta_pct") is None else f"{r['delta_pct']:+.1f}%",
-            r["verdict"].upper(),
+            _verdict(r),
         )
         rows.append(row + ((_versus_earlier(r.get("compare")),) if compared else ()))
     return rows
@@ -151,6 +151,15 @@ def fault_lines(tests: Sequence[TestRecord]) -> list[str]:
         lines.append(f"{category} ({fault['disposition']}): {fault['action']}")
         lines += [f"  {t['test_id']}: {t['message']}" for t in failed]
     return lines
+
+
+def _verdict(record: MeasurementRecord) -> str:
+    """What the row's measurement did to its test: its baseline verdict, or REGRESSED where it passed its baseline
+    but failed the test against the earlier report (the `vs earlier` column says by how much)."""
+    compared = record.get("compare")
+    if compared is not None and compared["verdict"] == "regressed" and record["verdict"] in ("pass", "warn"):
+        return f"REGRESSED ({record['verdict'].upper()} vs baseline)"
+    return record["verdict"].upper()
 
 
 def _versus_earlier(section: MeasurementCompareRecord | None) -> str:

@@ -16,6 +16,9 @@ FABRIC_CHECKS = ("-k", "fabric or imex or c2c or nvlink_errors")
 DEGRADED_BW = (
     pynvml.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_TRUE << pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_DEGRADED_BW
 )
+ROUTE_UNHEALTHY = (
+    pynvml.NVML_GPU_FABRIC_HEALTH_MASK_ROUTE_UNHEALTHY_TRUE << pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ROUTE_UNHEALTHY
+)
 
 
 def test_each_fabric_fault_fails_the_right_check_on_the_right_gpu(
@@ -26,7 +29,7 @@ def test_each_fabric_fault_fails_the_right_check_on_the_right_gpu(
     gpu0.fabric_state = pynvml.NVML_GPU_FABRIC_STATE_IN_PROGRESS
     gpu1.fabric_clique_id = 7
     gpu2.c2c_enabled = False
-    gpu2.fabric_health_mask = DEGRADED_BW
+    gpu2.fabric_health_mask = DEGRADED_BW | ROUTE_UNHEALTHY
     assert gpu3.nvlink_errors is not None
     gpu3.nvlink_errors[(5, pynvml.NVML_NVLINK_ERROR_DL_REPLAY)] = 3
     gpu3.nvlink_errors[(11, pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA)] = 1
@@ -42,7 +45,10 @@ def test_each_fabric_fault_fails_the_right_check_on_the_right_gpu(
             "gpu1 is in clique 7 of cluster 1e6c5a7d-2b3f-4c8e-9a01-5d2f7b9c4e60: the node's other GPUs are in "
             "clique 32766 of cluster 1e6c5a7d-2b3f-4c8e-9a01-5d2f7b9c4e60"
         ),
-        "test_nvlink_fabric[gpu2]": "gpu2 (00000018:01:00.0): the fabric reports the GPU's NVLink bandwidth degraded",
+        "test_nvlink_fabric[gpu2]": (
+            "gpu2 (00000018:01:00.0): the fabric reports the GPU's NVLink bandwidth degraded; the fabric reports a "
+            "route unhealthy"
+        ),
         "test_c2c_enabled[gpu2]": "gpu2 (00000018:01:00.0): NVLink-C2C to the Grace CPU is disabled",
         "test_nvlink_errors[gpu3]": (
             "gpu3 (00000019:01:00.0): NVLink errors: link 5 replay 3, limit 0; link 11 crc_data 1, limit 0"

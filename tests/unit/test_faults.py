@@ -26,6 +26,30 @@ def test_every_health_and_topology_check_has_a_category(suite: str) -> None:
         assert fault.category.name != faults.UNCLASSIFIED, name
 
 
+# How any bundled check can fail whatever it measures, as the run records it: below its limit, regressed, its
+# process killed under it (pytest-xdist's worker), one of its ranks dead or hung (the gang's messages).
+ANY_CHECK_FAILS: list[tuple[str, tuple[str, ...], str | None]] = [
+    ("all_reduce_busbw_gbps [1GiB]: 10 GB/s, expected 400 -> FAIL", ("fail",), None),  # the check's own, else
+    ("... -> REGRESSED", ("pass", "regressed"), None),  # performance
+    ("crashed: worker 'gw0' crashed while running 'suites/t.py::test_x'", (), "crashed"),
+    ("GangError: rank 1 crashed: during copy_on_rank: process exited with code -9", (), "crashed"),
+    ("GangError: gang timed out: copy_on_rank did not finish within 30 s (rank 0 at a; rank 1 at b)", (), "hung"),
+    ("GangError: rank 1 timed out: gemm_on_rank did not finish within 300 s (rank 1 at sync)", (), "hung"),
+]
+
+
+@pytest.mark.parametrize("suite", sorted(p.name for p in SUITES.glob("test_*.py")))
+def test_every_bundled_check_s_common_failures_have_a_category_with_an_action(suite: str) -> None:
+    """The fault-table walk: each check of each bundled suite, failing in each way any check can, maps to a category
+    whose action says what to do; `unclassified` is left for a site's own checks."""
+    for name in check_names(SUITES / suite):
+        for message, verdicts, expected in ANY_CHECK_FAILS:
+            fault = TABLE.classify(f"suites/{suite}::{name}", message, verdicts)
+            found = fault.category.name
+            assert found == expected if expected else found != faults.UNCLASSIFIED, (name, message, found)
+            assert fault.category.action
+
+
 @pytest.mark.parametrize(
     ("test", "message", "verdicts", "category"),
     [

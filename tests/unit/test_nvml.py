@@ -158,6 +158,44 @@ def test_the_fabric_s_result_counts_once_registered_and_its_health_mask_is_read(
     ]
 
 
+def test_every_field_of_the_fabric_health_mask_nvml_defines_is_read() -> None:
+    """As nvml.h's NVML_GPU_FABRIC_HEALTH_GET reads a field: (mask >> SHIFT) & WIDTH, the WIDTH a bit mask. Read
+    as a count of bits it took route recovery's bit for degraded bandwidth's: a GPU whose bandwidth is not
+    degraded while a route recovers read as "not reported"."""
+    from pytest_gbvalidate.node.fabric import fabric_reading, health_fields
+
+    def field(name: str, value: str) -> int:
+        shift = getattr(pynvml, f"NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_{name}")
+        return int(getattr(pynvml, f"NVML_GPU_FABRIC_HEALTH_MASK_{name}_{value}")) << int(shift)
+
+    mask = field("DEGRADED_BW", "FALSE") | field("ROUTE_RECOVERY", "TRUE") | field("ROUTE_UNHEALTHY", "TRUE")
+    mask |= field("ACCESS_TIMEOUT_RECOVERY", "FALSE") | field("INCORRECT_CONFIGURATION", "INCORRECT_CHASSIS_SN")
+    mask |= field("PARTITION_ASSIGNED", "FALSE") | field("GFM_STATE", "DISCONNECTED")
+    assert health_fields(mask) == {
+        "DEGRADED_BW": "FALSE",
+        "ROUTE_RECOVERY": "TRUE",
+        "ROUTE_UNHEALTHY": "TRUE",
+        "ACCESS_TIMEOUT_RECOVERY": "FALSE",
+        "INCORRECT_CONFIGURATION": "INCORRECT_CHASSIS_SN",
+        "PARTITION_ASSIGNED": "FALSE",
+        "GFM_STATE": "DISCONNECTED",
+    }
+    info = pynvml.c_nvmlGpuFabricInfo_v2_t()
+    info.state, info.status, info.healthMask = pynvml.NVML_GPU_FABRIC_STATE_COMPLETED, 0, mask
+    reading = fabric_reading(info)
+    assert reading is not None and reading.degraded_bandwidth is False
+    assert reading.health_faults == (
+        "a route recovery in progress",
+        "a route unhealthy",
+        "an incorrect configuration: incorrect chassis sn",
+        "the global fabric manager disconnected",
+    )
+    healthy = field("DEGRADED_BW", "FALSE") | field("INCORRECT_CONFIGURATION", "NONE") | field("GFM_STATE", "CONNECTED")
+    info.healthMask = healthy
+    again = fabric_reading(info)
+    assert again is not None and again.health_faults == ()
+
+
 def test_nvlink_error_counters_are_read_per_link_and_counter(lib: FakeNvmlLib) -> None:
     """Every counter of every link the GPU has; a counter NVML does not keep on this GPU reads as None."""
     gpu = FakeGpu(nvlinks=[True, True], nvlink_errors={(1, pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT): 7})

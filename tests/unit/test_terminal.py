@@ -155,3 +155,16 @@ def test_no_measurements_says_so() -> None:
         "gbvalidate: cpu measured vs baseline",
         ["no measurements a baseline gates"],
     )
+
+
+def test_a_row_says_what_failed_its_test_the_baseline_or_the_earlier_report() -> None:
+    compared = {"earlier_value": 12.0, "earlier_date": "then", "date": "now", "delta_pct": -30.0, "allowed_pct": 5.0}
+    passed: Any = minimal_report()["measurements"][0]
+    regressed = passed | {"compare": compared | {"verdict": "regressed", "message": "-> REGRESSED"}}
+    within = passed | {"compare": compared | {"verdict": "within_noise", "message": "-> WITHIN_NOISE"}}
+    ungated: Any = sweep("1MiB", 2**20) | {"compare": compared | {"verdict": "regressed", "message": "-> REGRESSED"}}
+    rows = terminal.measured_rows([regressed, within, ungated])
+    assert rows[0][-2:] == ("verdict", "vs earlier")
+    assert rows[1][-2:] == ("REGRESSED (PASS vs baseline)", "-30.0% REGRESSED")  # what failed the test
+    assert rows[2][-2:] == ("PASS", "-30.0% WITHIN_NOISE")
+    assert rows[3][-2:] == ("INFO", "-30.0% REGRESSED")  # gated by nothing: reported, never failing
