@@ -102,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     node.add_argument("directory", type=Path, metavar="DIR/HOSTNAME", help="the node's directory in --gb-history")
     node.add_argument("--plots", type=Path, metavar="OUT", help="also draw OUT/<metric>.png, one per metric (created)")
+    node.add_argument("--all", action="store_true", help="also the measurements no baseline gates (sweep sizes)")
     offenders = commands.add_parser(
         "offenders",
         help="the nodes that fail again and again, from the reports --gb-history kept",
@@ -128,8 +129,10 @@ def add_repeat_options(parser: argparse.ArgumentParser) -> None:
 
 HISTORY_HELP = """\
 One node's runs over time, from the JSON reports `pytest --gb-history DIR` kept in DIR/<hostname>/ (named by their
-UTC start time). Prints, per measurement (metric and scope, and placement and tool in sweeps), a table of its runs:
-time, value, verdict, the change from the run before and from the median of all the runs. With --plots OUT, draws
+UTC start time). Prints first the gated figures that moved most in the latest run, then, per measurement a
+baseline gates (metric and scope, sizes in numeric order; with --all every measurement), a table of its runs:
+time, value, the verdict the run gave it (`regressed` where it failed against the run before), the change from
+the run before and from the median of all the runs. With --plots OUT, draws
 OUT/<metric>.png for each metric (needs matplotlib; skipped with a note without it).
 
 Reports: each is read as the fleet summary reads one. A corrupt one, or another node's (node.hostname is not the
@@ -176,7 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "history":
-        return node_history(parser, args.directory, args.plots)
+        return node_history(parser, args.directory, args.plots, args.all)
     if args.command == "offenders":
         return offenders(parser, args.root, args.failed, args.of)
     out: Path = args.out
@@ -237,7 +240,7 @@ def write(summary: Summary, out: Path, plots: bool = False) -> list[str]:
     return render.terminal(summary, [*files, *plot_paths], plot_note)
 
 
-def node_history(parser: argparse.ArgumentParser, directory: Path, plots: Path | None) -> int:
+def node_history(parser: argparse.ArgumentParser, directory: Path, plots: Path | None, everything: bool) -> int:
     from pytest_gbvalidate.fleet.history import read_history, render
     from pytest_gbvalidate.report.history import HistoryError
 
@@ -253,7 +256,7 @@ def node_history(parser: argparse.ArgumentParser, directory: Path, plots: Path |
     nodes = sorted(d.name for d in directory.iterdir() if d.is_dir()) if empty else []
     if nodes:  # the history's root: its nodes' directories are below it
         parser.error(f"{directory}: no reports here; name a node's directory: {directory / nodes[0]}, ...")
-    lines = render(history)
+    lines = render(history, everything)
     if plots is not None:
         from pytest_gbvalidate.fleet.history_plots import plot_history  # imports matplotlib only when it draws
 

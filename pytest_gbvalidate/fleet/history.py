@@ -19,13 +19,15 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pytest_gbvalidate.fleet.findings import MetricKey, failed_checks, metric_key
 from pytest_gbvalidate.fleet.markup import columns, num
-from pytest_gbvalidate.fleet.reports import NotMerged, Report, read
+from pytest_gbvalidate.fleet.reports import NotMerged, Report, natural_key, read
 from pytest_gbvalidate.fleet.stats import is_number
-from pytest_gbvalidate.labels import printable
+from pytest_gbvalidate.labels import parse_size_label, printable
 from pytest_gbvalidate.report import history as kept
+from pytest_gbvalidate.report.records import MeasurementRecord
 
 PARTIAL = "partial"
 OTHER_NODE = "another node's"
@@ -122,8 +124,25 @@ def _trends(runs: Sequence[Report]) -> list[Trend]:
             value, expected = m["value"], m.get("expected")
             shown = "-" if value is None else (num(value) if is_number(value) else str(value))
             number = value if is_number(value) else None
-            trend.points.append(Point(start, number, shown, m["verdict"], expected))
-    return sorted(trends.values(), key=lambda t: (t.key.metric, t.key.scope, t.key.placement or "", t.key.tool or ""))
+            trend.points.append(Point(start, number, shown, _run_verdict(m), expected))
+    return sorted(trends.values(), key=lambda t: _order(t.key))
+
+
+def _run_verdict(m: MeasurementRecord) -> str:
+    """The measurement's verdict as its run had it: `regressed` where it passed its baseline but failed its test
+    against the earlier report (report/terminal.py's rows say the same)."""
+    compared = m.get("compare")
+    regressed = compared is not None and compared["verdict"] == "regressed"
+    return "regressed" if regressed and m["verdict"] in ("pass", "warn") else m["verdict"]
+
+
+def _order(key: MetricKey) -> tuple[Any, ...]:
+    """Metric, then scope in numeric order (message sizes by bytes, gpu2 before gpu10), placement, tool."""
+    try:
+        scope: tuple[Any, ...] = (0, parse_size_label(key.scope))
+    except ValueError:
+        scope = (1, natural_key(key.scope))
+    return (key.metric, scope, key.placement or "", key.tool or "")
 
 
 def _pct(value: float | None, reference: float | None) -> float | None:
@@ -136,11 +155,32 @@ def _signed(pct: float | None) -> str:
     return "-" if pct is None else f"{pct:+.1f}%"
 
 
-def render(history: NodeHistory) -> list[str]:
-    """The terminal text: a headline, then per measurement a table of its runs, then the reports left out."""
+# What a run's verdicts gate: a trend whose every point is one of the others (`info`, `skip`, `recorded`) is a
+# figure no baseline gates, shown with --all.
+GATED = frozenset({"pass", "warn", "fail", "regressed"})
+# How many of the figures that moved most, from the median of their runs, the headline names.
+MOVED_MOST = 5
+
+
+def render(history: NodeHistory, everything: bool = False) -> list[str]:
+    """The terminal text: a headline and the gated figures that moved most in the latest run, then per gated
+    measurement a table of its runs (with `everything`, every measurement's), then the reports left out."""
     shown = printable(history.hostname)
     lines = [f"node {shown}: {len(history.runs)} finished run(s) in {history.directory}"]
-    for trend in history.trends:
+    gated = [t for t in history.trends if any(p.verdict in GATED for p in t.points)]
+    moved = sorted(
+        ((abs(last), t.key.label, last) for t in gated if (last := t.deltas()[-1][1]) is not None and last != 0),
+        reverse=True,
+    )[:MOVED_MOST]
+    if moved:
+        lines.append(
+            "moved most in the latest run, from their median: "
+            + ", ".join(f"{printable(label)} {_signed(pct)}" for _, label, pct in moved)
+        )
+    hidden = len(history.trends) - len(gated)
+    if hidden and not everything:
+        lines.append(f"{hidden} measurement(s) no baseline gates not shown (--all shows them)")
+    for trend in history.trends if everything else gated:
         measured = sum(p.value is not None for p in trend.points)
         about = (
             f"{printable(trend.unit)}, {trend.direction} is better; median {num(trend.median)} over {measured} run(s)"

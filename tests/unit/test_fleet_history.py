@@ -163,3 +163,33 @@ def test_repeat_offenders_are_the_nodes_that_failed_in_k_of_their_last_n_runs(
     with pytest.raises(SystemExit):
         fleet_main(["offenders", str(root), "--failed", "6", "--of", "5"])
     assert "--failed 6 is more than --of 5" in capsys.readouterr().err
+
+
+def test_the_trends_show_the_gated_figures_in_numeric_order_the_run_s_verdicts_and_what_moved_most(
+    tmp_path: Path,
+) -> None:
+    directory = tmp_path / "h" / "node7"
+    sizes = ["2MiB", "16B", "1GiB", "128KiB"]
+    for day, factor in ((20, 1.0), (21, 1.0), (22, 0.5)):
+        report: Any = minimal_report()
+        report["start_time"] = f"2026-11-{day}T12:00:00+00:00"
+        copy = report["measurements"][0]
+        copy |= {"value": 10.0 * factor, "verdict": "pass"}
+        if factor != 1.0:  # the latest run: passed its baseline, failed against the run before
+            copy["compare"] = {"earlier_value": 10.0, "earlier_date": "then", "date": "now", "delta_pct": -50.0}
+            copy["compare"] |= {"allowed_pct": 5.0, "verdict": "regressed", "message": "-> REGRESSED"}
+        sweep = {"metric": "all_reduce_busbw_gbps", "scope_kind": "message_size", "unit": "GB/s"}
+        sweep |= {"direction": "higher", "verdict": "info", "message": "", "test_id": "t.py::test_sweep"}
+        report["measurements"] += [sweep | {"scope": s, "value": 1.0, "details": {"size_bytes": 1}} for s in sizes]
+        history.keep(directory, cast(RunReportRecord, report))
+    node = read_history(directory)
+    (copy_trend,) = [t for t in node.trends if t.key.metric == "host_copy_bandwidth_gbps"]
+    assert [p.verdict for p in copy_trend.points] == ["pass", "pass", "regressed"]  # as its runs had them
+    swept = [t.key.scope for t in node.trends if t.key.metric == "all_reduce_busbw_gbps"]
+    assert swept == ["16B", "128KiB", "2MiB", "1GiB"]  # by bytes, not as text
+    lines = render(node)
+    assert lines[1] == "moved most in the latest run, from their median: host_copy_bandwidth_gbps [node] -50.0%"
+    assert lines[2] == "4 measurement(s) no baseline gates not shown (--all shows them)"
+    assert not any(line.startswith("all_reduce_busbw_gbps [") for line in lines)
+    assert sum(line.startswith("all_reduce_busbw_gbps [") for line in render(node, everything=True)) == 4
+    assert "  2026-11-22T12:00:00+00:00  5      regressed  -50.0%       -50.0%" in lines
