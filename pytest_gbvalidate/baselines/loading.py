@@ -100,9 +100,10 @@ def load_baseline(path: Path) -> Baseline:
         raise BaselineError(str(exc)) from None
     baseline = parse_baseline(path, data)
     decides = runs_what(baseline)
-    if decides and (problem := writable_by_others(path)) is not None:
-        # As a Slurm Prolog or HealthCheckProgram the run is root on every node: whoever can write this file
-        # would choose what root executes.
+    # As a Slurm Prolog or HealthCheckProgram the run is root on every node: whoever can write this file would
+    # choose what root executes. Unless they can already change the code reading it: then refusing protects
+    # nothing (and a checkout under a shared directory would lose its bundled baselines).
+    if decides and (problem := writable_by_others(path)) is not None and writable_by_others(Path(__file__)) is None:
         raise BaselineError(
             f"{path}: {decides} says what the run executes or loads, and only a file that root or this user alone "
             f"can write may say that: {problem} (give it on the command line instead, or fix the permissions)"
