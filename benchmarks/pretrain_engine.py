@@ -212,10 +212,13 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{case}: {sample} at {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
     cfg = shape.cfg
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    # The MFU says against what: the peak given, and that it is the one given on the command line.
+    peak_given = None if args.peak_tflops is None else flops.Peak(args.peak_tflops, "--peak-tflops")
     print(
         f"{cfg.name} ({cfg.n_layers} layers, dim {cfg.dim}, vocab {cfg.vocab_size}, seq {cfg.seq_len}), MBS "
         f"{shape.mbs}, GBS {shape.gbs}, {shape.precision}, on {name}, torch {torch.__version__}; {warmup} warm-up + "
-        f"{timed} timed steps; median of {args.rounds} round(s) ({time.perf_counter() - started:.0f} s)"
+        f"{timed} timed steps; median of {args.rounds} round(s) ({time.perf_counter() - started:.0f} s); MFU "
+        f"against {'no peak (pass --peak-tflops)' if peak_given is None else peak_given.describe()}"
     )
     columns = (
         ("first", 7),
@@ -234,8 +237,8 @@ def main(argv: list[str] | None = None) -> None:
     for case, runs in samples.items():
         step_s = statistics.median(s.step_s for s in runs)
         mfu = "-"
-        if args.peak_tflops:
-            mfu = f"{flops.mfu_pct(flops.model_tflops_per_gpu(cfg, tokens / step_s), args.peak_tflops):.1f}%"
+        if peak_given is not None:
+            mfu = f"{flops.mfu_pct(flops.model_tflops_per_gpu(cfg, tokens / step_s), peak_given):.1f}%"
         peak, estimate = runs[-1].peak_gib, runs[-1].estimate_gib
         vs = f"{(step_s / reference - 1) * 100:+.1f}%" if reference else "-"
         error = "-" if peak is None or estimate is None else f"{(estimate / peak - 1) * 100:+.1f}%"

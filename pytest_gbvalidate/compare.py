@@ -180,8 +180,8 @@ def node_runs(paths: Sequence[Path], sku: str, hostname: str) -> dict[tuple[str,
             value = record["value"]
             assert isinstance(value, float)  # load_earlier keeps finite floats only
             values.setdefault(key, []).insert(0, value)
-    found = {key: noise.of_runs(figures) for key, figures in values.items()}
-    return {key: runs for key, runs in found.items() if runs is not None}
+    spreads = {key: noise.of_runs(figures) for key, figures in values.items()}
+    return {key: spread for key, spread in spreads.items() if spread is not None}
 
 
 @dataclass(frozen=True)
@@ -264,15 +264,13 @@ def compare_one(
     noises = (noise.from_record(old.get("noise")), noise.from_record(record.get("noise")))
     margin = noise.margin_pct(*noises) if any(noises) else None
     runs = earlier.run_to_run.get(measurement_key(record))
-    # How far the figure lies among the node's own runs, to the worse side (+: worse).
-    runs_z = None if runs is None else runs.z(value) * (-1 if record["direction"] == "higher" else 1)
     if not math.isfinite(value):
         verdict, why = REGRESSED, ""
     elif worse_pct > pct and margin is not None and not noise.beyond(value, old_value, margin):
         verdict = WITHIN_NOISE
         judge = "too noisy to judge" if margin >= noise.TOO_NOISY_PCT else "within the noise of the two figures"
         why = f"; {judge}: their spread allows {margin:.1f}%"
-    elif worse_pct > pct and runs is not None and runs_z is not None and runs_z <= noise.OUTLIER_Z:
+    elif worse_pct > pct and runs is not None and runs.worse_z(value, record["direction"]) <= noise.OUTLIER_Z:
         # Drift between runs that one run cannot see: the node has been here before.
         verdict = WITHIN_NOISE
         why = f"; within the node's run-to-run spread ({runs.describe(value)}, an outlier beyond {noise.OUTLIER_Z})"

@@ -6,6 +6,7 @@ equal)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import types
@@ -66,6 +67,7 @@ def _is_typeddict(tp: Any) -> bool:
     return typing_extensions.is_typeddict(tp)
 
 
+@functools.cache  # the records are fixed: their hints are worked out once, not for every record checked
 def _fields(td: Any) -> tuple[dict[str, Any], frozenset[str]]:
     hints = typing_extensions.get_type_hints(td, vars(records))
     return hints, frozenset(td.__required_keys__)
