@@ -23,7 +23,10 @@ def register(config: pytest.Config, gb: GbSession) -> None:
         config.pluginmanager.register(HtmlPage(gb), "gbvalidate-html")
 
 
-ID_CELL = '<td class="col-testId">'  # pytest-html's cell of the test id (basereport.py)
+ID_CELL = '<td class="col-testId">'  # pytest-html's cells of the test id and the result (basereport.py)
+RESULT_CELL = '<td class="col-result">'
+WARN_STYLE = "color: #9a6700; font-weight: bold"  # amber, as a warning is in the terminal
+WARN_TITLE = "passed, with a measurement past its warn limit (WARN): see its figures"
 
 
 class HtmlPage:
@@ -51,11 +54,24 @@ class HtmlPage:
     @pytest.hookimpl(optionalhook=True)
     def pytest_html_results_table_row(self, report: pytest.TestReport, cells: list[str]) -> None:
         """The test id as text: pytest-html puts it in its row as markup, and a parameter's id (`test_x[<img
-        src=x onerror=...>]`) would run in the page."""
+        src=x onerror=...>]`) would run in the page. A passed test whose measurement warned has its result cell
+        marked apart (amber, with a title saying why): pytest-html knows only passed, and a WARN row looked like
+        every PASS row."""
         test_id = report.nodeid if report.when == "call" else f"{report.nodeid}::{report.when}"
+        warned = (
+            self.gb.engaged
+            and report.passed
+            and any(
+                m["test_id"] == report.nodeid and m["verdict"] == "warn" for m in self.gb.report.data["measurements"]
+            )
+        )
         for index, cell in enumerate(cells):
             if cell.startswith(ID_CELL):
                 cells[index] = f"{ID_CELL}{html.escape(test_id)}</td>"
+            elif cell.startswith(RESULT_CELL) and warned:
+                # The text stays "Passed": pytest-html reads the cell back as the row's result, which its filters
+                # and sorting know by name (another word would hide the row).
+                cells[index] = f'{RESULT_CELL[:-1]} style="{WARN_STYLE}" title="{WARN_TITLE}">Passed</td>'
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_html_results_summary(

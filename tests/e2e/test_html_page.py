@@ -146,6 +146,9 @@ def test_copy(gb_expect):
 def test_named(tag):
     pass
 
+def test_slowish(gb_expect):
+    gb_expect("host_copy_bandwidth_gbps", 3.0)  # below the cpu baseline's warn limit, above its fail limit
+
 def test_sweep(gb_expect):
     for size, label in ((2**20, "1MiB"), (2**21, "2MiB")):
         details = {{"collective": "all_reduce", "placement": "in_place", "size_bytes": size, "wrong": 0}}
@@ -164,7 +167,7 @@ def test_a_browser_shows_the_verdict_and_the_figures_offline(
 ) -> None:
     monkeypatch.setattr("socket.gethostname", lambda: f"node{EVIL}")
     pytester.makepyfile(test_checks=CHECKS)
-    pytester.runpytest(*HTML_ARGS).assert_outcomes(passed=3, failed=1)
+    pytester.runpytest(*HTML_ARGS).assert_outcomes(passed=4, failed=1)
     # Headless, no network (every host name resolves to nothing), a profile of its own; the DOM after the
     # page's script has built the results table.
     command = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -182,6 +185,10 @@ def test_a_browser_shows_the_verdict_and_the_figures_offline(
     assert all(f"test_checks.py::test_{name}" in rows for name in ("copy", "sweep", "evil"))
     assert "test_checks.py::test_named[<img src=x onerror=alert(1)>]" in rows  # a test id is text too
     assert not any(t == "img" and a.get("src") == "x" for t, a in dom.tags)
+    # A WARN is marked apart from the PASS rows, in its result cell: the one amber cell, for the one warning.
+    # (Its text stays pytest-html's "Passed": another word hid the row, as the page's filters know results by name.)
+    marked = [a for t, a in dom.tags if t == "td" and "#9a6700" in (a.get("style") or "")]
+    assert len(marked) == 1 and (marked[0].get("title") or "").startswith("passed, with a measurement past its warn")
     assert "Measurements" in dom.text("extraHTML") and "1MiB" in dom.text("extraHTML")
     assert EVIL in dom.text("log")
     assert any(t == "img" and (a.get("src") or "").startswith("data:image/png;base64,") for t, a in dom.tags)
