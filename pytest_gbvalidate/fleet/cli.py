@@ -146,7 +146,8 @@ Exit status: 0 when every report was read; 1 when one is corrupt or another node
 OFFENDERS_HELP = """\
 The nodes that fail again and again: for each node directory DIR/<hostname>/ the history keeps (`pytest
 --gb-history DIR`), its last N finished runs of its latest SKU, read as `history` reads them; a node that failed in
-at least K of them is named, with its failed checks' fault categories over those runs, most failures first.
+at least K of them is named, with its failed checks' fault categories over those runs, the largest share of
+failed runs first.
 
 Exit status: 0 when no node is named; 1 when one is; 2 on a usage error.
 """

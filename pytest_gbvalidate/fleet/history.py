@@ -231,7 +231,8 @@ class Offender:
 
 def repeat_offenders(root: Path, failed: int = DEFAULT_FAILED, of: int = DEFAULT_OF) -> tuple[list[Offender], int]:
     """The nodes under the history root `root` (`root/<hostname>/`) that failed in at least `failed` of their last
-    `of` finished runs, most failures first; and how many node directories were read. Raises
+    `of` finished runs, the largest share of failed runs first (then the most failures); and how many node
+    directories were read. Raises
     history.HistoryError where `root` cannot be listed."""
     try:
         directories = sorted(d for d in root.iterdir() if d.is_dir())
