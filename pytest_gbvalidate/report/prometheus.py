@@ -9,6 +9,8 @@ The families (docs/prometheus.md shows a file):
 - `gbvalidate_measurement_verdict{..., verdict}`: 1 for the measurement's verdict, 0 for the others (pass, warn,
   fail, info): one series per state, kube-state-metrics' `kube_pod_status_phase` encoding, so an alert is
   `gbvalidate_measurement_verdict{verdict="fail"} == 1`;
+- `gbvalidate_measurement_mfu_peak_flops{..., source}`: for each MFU, the dense peak per GPU it divides by (FLOP/s)
+  and where that figure comes from;
 - `gbvalidate_test_outcome{test, outcome}`: the same one-hot encoding of each test's outcome (passed, failed,
   skipped; failed where any phase failed);
 - `gbvalidate_run_status{status}` (one-hot), `gbvalidate_run_exit_code` (pytest's: 0 is a passed gate),
@@ -152,6 +154,25 @@ class _RunCollector:
             _one_hot(verdict, list(key), VERDICTS, record["verdict"])
         yield from families.values()
         yield verdict
+        yield self._mfu_peaks()
+
+    def _mfu_peaks(self) -> Metric:
+        """What each MFU divides by, and where that figure comes from: public peaks differ, so an MFU series says
+        against what (one series per MFU measurement; the source is a bounded label, one per baseline)."""
+        family = GaugeMetricFamily(
+            f"{PREFIX}_measurement_mfu_peak_flops",
+            "The dense peak per GPU an MFU measurement divides by, in FLOP/s, and its source.",
+            labels=[*MEASUREMENT_LABELS, "source"],
+        )
+        peaks = {}
+        for record in self.report["measurements"]:
+            details: Mapping[str, Any] = record["details"]
+            peak, source = _number(details.get("peak_tflops_per_gpu")), details.get("peak_tflops_source")
+            if record["metric"].endswith("_mfu_pct") and peak is not None and isinstance(source, str):
+                peaks[measurement_key(record)] = (peak * 1e12, source)
+        for key, (flops, source) in peaks.items():
+            family.add_metric([*key, source], flops)
+        return family
 
     def _tests(self) -> Iterator[Metric]:
         family = GaugeMetricFamily(

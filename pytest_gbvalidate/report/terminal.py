@@ -86,12 +86,24 @@ def verdict_sections(sku: str, report: RunReportRecord, given: SummaryInput) -> 
     measurements = report["measurements"]
     shown = gated(measurements)
     table = terminal_table(shown) if shown else ["no measurements a baseline gates"]
+    table += mfu_peak_lines(shown)
     hidden = _hidden_line(report, len(measurements) - len(shown), given)
     sections.append((f"gbvalidate: {sku} measured vs baseline", table + ([hidden] if hidden else [])))
     faults = fault_lines(report["tests"])
     if faults:
         sections.append(("gbvalidate: failures by fault category, with the operator's action", faults))
     return sections
+
+
+def mfu_peak_lines(records: Sequence[MeasurementRecord]) -> list[str]:
+    """Under the table, what each MFU in it divides by: `MFU (llama3_8b_mfu_pct) against 2450 TFLOPS per GPU
+    (source)`; public peaks differ, so an MFU says against what."""
+    lines = []
+    for r in records:
+        peak, source = r["details"].get("peak_tflops_per_gpu"), r["details"].get("peak_tflops_source")
+        if r["metric"].endswith("_mfu_pct") and isinstance(peak, (int, float)) and isinstance(source, str):
+            lines.append(f"MFU ({r['metric']} [{r['scope']}]) against {peak:g} TFLOPS per GPU ({source})")
+    return list(dict.fromkeys(lines))
 
 
 def _hidden_line(report: RunReportRecord, ungated: int, given: SummaryInput) -> str | None:

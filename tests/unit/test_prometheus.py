@@ -183,3 +183,17 @@ def test_the_file_is_written_atomically_and_only_over_a_regular_file(tmp_path: P
     with pytest.raises(OutputError, match=r"link\.prom: is a symbolic link"):
         prometheus.write(link, a_report())
     assert path.read_bytes() == before
+
+
+def test_an_mfu_carries_the_peak_it_divides_by_and_that_peak_s_source() -> None:
+    report = a_report()
+    source = "dense bf16, dgxc-benchmarking"
+    peak = {"peak_tflops_per_gpu": 2450.0, "peak_tflops_source": source}
+    mfu = measurement("llama3_8b_mfu_pct", 53.3, "%", expected=55.0, details=peak)
+    report["measurements"] = [mfu, measurement("host_copy_bandwidth_gbps", 10.0, "GB/s", expected=10.0)]
+    _, samples = parsed(report)
+    key = labels(metric="llama3_8b_mfu_pct", scope="node", placement="", tool="", source=source)
+    assert samples[("gbvalidate_measurement_mfu_peak_flops", key)] == pytest.approx(2450e12)
+    assert [k for k in samples if k[0] == "gbvalidate_measurement_mfu_peak_flops"] == [
+        ("gbvalidate_measurement_mfu_peak_flops", key)
+    ]  # the copy has no peak: no series

@@ -168,3 +168,11 @@ def test_a_row_says_what_failed_its_test_the_baseline_or_the_earlier_report() ->
     assert rows[1][-2:] == ("REGRESSED (PASS vs baseline)", "-30.0% REGRESSED")  # what failed the test
     assert rows[2][-2:] == ("PASS", "-30.0% WITHIN_NOISE")
     assert rows[3][-2:] == ("INFO", "-30.0% REGRESSED")  # gated by nothing: reported, never failing
+
+
+def test_an_mfu_in_the_table_says_what_it_divides_by() -> None:
+    mfu: Any = minimal_report()["measurements"][0] | {"metric": "llama3_8b_mfu_pct", "scope": "l", "unit": "%"}
+    mfu["details"] = {"peak_tflops_per_gpu": 2450.0, "peak_tflops_source": "dense bf16, dgxc-benchmarking"}
+    assert terminal.mfu_peak_lines([mfu, minimal_report()["measurements"][0]]) == [
+        "MFU (llama3_8b_mfu_pct [l]) against 2450 TFLOPS per GPU (dense bf16, dgxc-benchmarking)"
+    ]
