@@ -7,7 +7,6 @@ figures as Measurements in our terms. Pure Python.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import reprlib
@@ -17,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pytest_gbvalidate import noise
 
 
 class ToolError(RuntimeError):
@@ -139,14 +140,7 @@ class ToolJson:
 
     def number_or_none(self) -> float | None:
         """A JSON number as a float; None for anything else, a bool, or a number past a double's range."""
-        value = self.value
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return None
-        try:
-            number = float(value)
-        except OverflowError:
-            return None
-        return number if math.isfinite(number) else None
+        return noise.finite(self.value)
 
     def integer(self) -> int:
         """An integer, or a whole double or a string holding one (nccl-tests writes `nwrong` and `root` so)."""

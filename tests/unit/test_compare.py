@@ -110,9 +110,13 @@ def _busbw(value: float, spread_pct: float | None) -> Any:
     return record
 
 
-def _against(before: Any, now: Any) -> Any:
+def _against(before: Any, now: Any, runs: list[float] | None = None) -> Any:
+    """The compare section of `now` against `before`; `runs`: the figure in the node's kept runs, oldest first."""
+    key = measurement_key(before)
+    spread = None if runs is None else noise.of_runs(runs)
+    assert runs is None or spread is not None
     earlier = cmp.EarlierReport(
-        Path("e.json"), "then", "finished", "cpu", "n1", None, {measurement_key(before): before}
+        Path("e.json"), "then", "finished", "cpu", "n1", None, {key: before}, {} if spread is None else {key: spread}
     )
     section = cmp.compare_one(earlier, now, cmp.AllowedRegression(), None, cmp.SameNode({}, ()), "now")
     assert section is not None
@@ -145,29 +149,11 @@ def test_an_earlier_report_with_a_malformed_gpu_is_a_clear_error(tmp_path: Path)
         cmp.load_earlier(path)
 
 
-def _with_runs(before: Any, now: Any, figures: list[float]) -> Any:
-    runs = noise.of_runs(figures)
-    assert runs is not None
-    earlier = cmp.EarlierReport(
-        Path("e.json"),
-        "then",
-        "finished",
-        "cpu",
-        "n1",
-        None,
-        {measurement_key(before): before},
-        {measurement_key(before): runs},
-    )
-    section = cmp.compare_one(earlier, now, cmp.AllowedRegression(), None, cmp.SameNode({}, ()), "now")
-    assert section is not None
-    return section
-
-
 def test_a_change_the_node_s_own_runs_have_shown_before_is_not_a_regression() -> None:
     # The run before was a lucky one (0.55, its samples within 1%); the node's five runs spread about 7%.
     figures = [0.45, 0.475, 0.525, 0.5, 0.55]
     assert _against(_busbw(0.55, 1.0), _busbw(0.51, 1.0))["verdict"] == "regressed"  # without the history
-    section = _with_runs(_busbw(0.55, 1.0), _busbw(0.51, 1.0), figures)
+    section = _against(_busbw(0.55, 1.0), _busbw(0.51, 1.0), figures)
     assert section["verdict"] == "within_noise"
     assert (
         "within the node's run-to-run spread (the node's last 5 runs: median 0.5, spread 7.4%, modified z +0.3"
@@ -175,12 +161,12 @@ def test_a_change_the_node_s_own_runs_have_shown_before_is_not_a_regression() ->
     )
     assert section["run_to_run"] == {"runs": 5, "median": 0.5, "spread_pct": 7.413, "z": 0.27}
     # far below every run the node has made: a regression, the history shown beside it
-    section = _with_runs(_busbw(0.55, 1.0), _busbw(0.35, 1.0), figures)
+    section = _against(_busbw(0.55, 1.0), _busbw(0.35, 1.0), figures)
     assert section["verdict"] == "regressed" and "modified z -4.0)" in section["message"]
     # lower is better: a figure far above the node's runs is the worse side
     slow = _busbw(0.55, 1.0) | {"metric": "step_time_s", "direction": "lower"}
-    assert _with_runs(slow, slow | {"value": 0.7}, figures)["verdict"] == "regressed"
-    assert _with_runs(slow, slow | {"value": 0.35}, figures)["verdict"] == "ok"
+    assert _against(slow, slow | {"value": 0.7}, figures)["verdict"] == "regressed"
+    assert _against(slow, slow | {"value": 0.35}, figures)["verdict"] == "ok"
 
 
 def test_the_node_s_runs_are_read_from_its_kept_reports_of_this_node_and_sku(tmp_path: Path) -> None:
