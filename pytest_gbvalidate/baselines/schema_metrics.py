@@ -196,6 +196,15 @@ def _check_nccl_env(f: Fields, m: _Mapping, params: dict[str, Any], fp: str) -> 
             raise f.error(
                 m, "params", f"{fp}.params.nccl_env.{name}", "must be an NCCL_* variable with a string or number"
             )
+        if name in _NODE_OWN_NCCL_VARIABLES:
+            raise f.error(m, "params", f"{fp}.params.nccl_env.{name}", _NODE_OWN_NCCL_VARIABLES[name])
+
+
+# NCCL variables that say which node a process is, never how a SKU is measured: one value given to every node of
+# a fleet would make NCCL take them all for one host (shared memory and P2P between machines).
+_NODE_OWN_NCCL_VARIABLES = {
+    "NCCL_HOSTID": "names a node, not a SKU: each node's own environment sets it, never a baseline",
+}
 
 
 def _limit(f: Fields, m: _Mapping, key: str, fp: str, base: Reference) -> Limit:

@@ -411,11 +411,12 @@ def _free_bytes_on_every_rank(ctx: RankContext) -> int:
 
 
 def _free_bytes(ctx: RankContext) -> int:
-    if ctx.device.type == "cpu":  # a CPU gang's ranks share the host's memory
-        return int(psutil.virtual_memory().available) // ctx.world_size
-    # CUDA-only: torch 2.9 has no torch.accelerator.get_memory_info.
-    free, _total = torch.cuda.mem_get_info(ctx.device)
-    return int(free)
+    """This rank's share of the memory free where its buffers live (the ranks sharing it allocate at once)."""
+    if ctx.device.type == "cpu":
+        free = int(psutil.virtual_memory().available)
+    else:  # CUDA-only: torch 2.9 has no torch.accelerator.get_memory_info.
+        free, _total = torch.cuda.mem_get_info(ctx.device)
+    return int(free) // ctx.device_sharers
 
 
 def _reset_peak_memory(device: torch.device) -> None:

@@ -26,7 +26,7 @@ import signal
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from multiprocessing.connection import Connection, wait
@@ -53,6 +53,27 @@ class RankContext:
     device: torch.device
     backend: str
     node_rank: int = 0  # which node of the world this rank is on (0 for a local gang)
+    # How many ranks of the world hold their buffers in this rank's memory (its own included): a CPU gang's ranks
+    # share their host's; ranks share one GPU only where a launcher put them there (several torchrun "nodes" of
+    # one machine, each its own NCCL host). What a rank may take is the free memory divided among them.
+    device_sharers: int = 1
+
+
+def device_sharers(keys: Sequence[str], rank: int) -> int:
+    """How many ranks share rank `rank`'s memory, from every rank's device key (device_key's), in rank order."""
+    return sum(1 for key in keys if key == keys[rank])
+
+
+def device_key(device: torch.device, hostname: str, rank: int) -> str:
+    """What names the memory a rank's buffers live in, alike on the ranks that share it: the host's memory for a
+    CPU rank; a GPU's UUID for a GPU rank. Where the UUID cannot be read, a key of the rank's own: a guess that
+    two ranks share a GPU would shrink every collective's sizes, and the gated ones would then fail."""
+    if device.type == "cpu":
+        return f"{hostname}:host-memory"
+    try:  # CUDA-only: the UUID names the GPU whatever CUDA_VISIBLE_DEVICES numbered it
+        return f"{device.type}:{torch.cuda.get_device_properties(device).uuid}"
+    except (AssertionError, RuntimeError, AttributeError):
+        return f"{hostname}:{device}:rank{rank}"
 
 
 class GangError(RuntimeError):
@@ -119,7 +140,7 @@ def _rank_main(
     except BaseException:
         conn.send(("raised", traceback.format_exc()))
         return
-    ctx = RankContext(rank, world_size, rank, device, backend)
+    ctx = RankContext(rank, world_size, rank, device, backend, device_sharers=world_size if device_type == "cpu" else 1)
     conn.send(("ok", None))
     while True:
         if not conn.poll(_PARENT_CHECK_S):

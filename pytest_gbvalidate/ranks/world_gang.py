@@ -17,7 +17,15 @@ import torch
 import torch.distributed as dist
 
 from pytest_gbvalidate import labels
-from pytest_gbvalidate.ranks.gang import GangError, RankContext, _init_rank, _last_line, _name
+from pytest_gbvalidate.ranks.gang import (
+    GangError,
+    RankContext,
+    _init_rank,
+    _last_line,
+    _name,
+    device_key,
+    device_sharers,
+)
 from pytest_gbvalidate.ranks.world import (
     DeviceChoiceError,
     cuda_device_index,
@@ -72,7 +80,6 @@ class WorldGang:
             _init_rank(self.device, rank, world_size, "env://", timeout_s)
         node_rank = node_rank_from_environment(os.environ, rank)
         backend = dist.get_backend()
-        self.ctx = RankContext(rank, world_size, local_rank, self.device, backend, node_rank)
         # Results and verdicts travel on a gloo group of their own (over TCP, on the host): a dead or hung peer
         # fails the gather with an exception on every survivor, whatever state NCCL's communicators are in.
         self._control: dist.ProcessGroup | None = None
@@ -80,9 +87,14 @@ class WorldGang:
             control = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
             # Every rank is in it: new_group returns the group itself (-100 or None only to ranks left out).
             self._control = control if isinstance(control, dist.ProcessGroup) else None
+        hostname = labels.hostname()
         placed: list[Any] = [None] * world_size
-        dist.all_gather_object(placed, (node_rank, labels.hostname()), group=self._control)
-        self.hosts = dict(sorted(placed))
+        dist.all_gather_object(
+            placed, (node_rank, hostname, device_key(self.device, hostname, rank)), group=self._control
+        )
+        self.hosts = {node: host for node, host, _ in sorted(placed)}
+        sharers = device_sharers([key for _, _, key in placed], rank)
+        self.ctx = RankContext(rank, world_size, local_rank, self.device, backend, node_rank, sharers)
 
     def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None) -> list[Any]:
         try:

@@ -212,6 +212,12 @@ def test_verdict_message_triages_itself(tmp_path: Path) -> None:
         ),
         (("sku: TEST", "sku: T\u0415ST"), ":2: sku: 'T\\u0415ST' does not match the file name 'TEST.yaml'"),
         (("    expected: 50\n", "    expected: " + "9" * 400 + "\n"), "expected: must be a finite number, got 9999"),
+        # A host's identity is its own: one NCCL_HOSTID for a fleet would make NCCL take the nodes for one host.
+        (
+            ("    provenance: nccl-tests\n", "    provenance: nccl-tests\n    params: {nccl_env: {NCCL_HOSTID: n1}}\n"),
+            ":30: metrics.all_reduce_busbw_gbps.params.nccl_env.NCCL_HOSTID: names a node, not a SKU: each node's own "
+            "environment sets it, never a baseline",
+        ),
     ],
 )
 def test_schema_errors_name_file_line_and_field(tmp_path: Path, change: tuple[str, str], expected_error: str) -> None:

@@ -4,24 +4,15 @@ compiled-equals-eager test covers compilation."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "pretrain_engine.py"
+from tests.helpers.scripts import script
 
 
-def test_the_benchmark_prints_each_case_side_by_side(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    spec = importlib.util.spec_from_file_location("pretrain_engine", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "pretrain_engine", module)  # its dataclasses look themselves up there
-    spec.loader.exec_module(module)
+def test_the_benchmark_prints_each_case_side_by_side(capsys: pytest.CaptureFixture[str]) -> None:
+    module = script("pretrain_engine")
     cases = ["plain", "off", "fused-adamw", "chunked-loss", "all-selective-ac", "all-fp8"]
     module.main(
         [

@@ -1,6 +1,6 @@
 """A rank of a torchrun / srun world: which GPU is its own, from the environment the launcher gives it and the GPUs
-it sees; and CUDA's device order, set before a world rank touches CUDA. (The plugin's own process:
-e2e/test_cuda_device_order.py.)"""
+it sees; how many ranks share its memory; and CUDA's device order, set before a world rank touches CUDA. (The
+plugin's own process: e2e/test_cuda_device_order.py.)"""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from pytest_gbvalidate.ranks import world_gang as gang_module
-from pytest_gbvalidate.ranks.gang import GangError
+from pytest_gbvalidate.ranks.gang import GangError, RankContext, device_key, device_sharers
 from pytest_gbvalidate.ranks.world import DeviceChoiceError, cuda_device_index, world_from_environment
 from pytest_gbvalidate.ranks.world_gang import WorldGang
 
@@ -227,3 +227,43 @@ def test_under_nccl_results_travel_on_a_gloo_group_and_a_dead_peer_is_reported(m
     assert seen == {"error handling at init": gang_module.NCCL_CLEAN_UP_ONLY}
     assert made == ["gloo"] and gathers == [control] * 2
     assert excinfo.value.cause == "lost a peer" and "Connection closed by peer" in str(excinfo.value)
+
+
+# --- ranks that share one device ------------------------------------------------------------------------------
+
+
+def test_ranks_share_a_device_where_its_key_is_the_same() -> None:
+    """Several torchrun "nodes" of one machine, each its own NCCL host, may put their ranks on one GPU: what a
+    rank may allocate is the free memory divided among the ranks whose buffers live there."""
+    keys = ["cuda:GPU-aa", "cuda:GPU-aa", "cuda:GPU-bb", "cuda:GPU-aa"]
+    assert [device_sharers(keys, rank) for rank in range(4)] == [3, 3, 1, 3]
+    assert device_key(torch.device("cpu"), "node-7", 3) == "node-7:host-memory"
+
+
+def test_a_gpu_is_named_by_its_uuid_and_an_unreadable_one_is_the_rank_s_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """srun --gpus-per-task=1 shows every task its GPU as cuda:0: only the UUID tells whether two are one. Where
+    it cannot be read, no sharing is assumed: a wrong guess would shrink every sweep and fail its gated sizes."""
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: mock.Mock(uuid="GPU-5f2e"))
+    assert device_key(torch.device("cuda", 0), "node-7", 0) == device_key(torch.device("cuda", 0), "node-7", 1)
+    assert device_key(torch.device("cuda", 0), "node-7", 0) == "cuda:GPU-5f2e"
+
+    def unreadable(device: torch.device) -> object:
+        raise RuntimeError("Found no NVIDIA driver on your system")
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", unreadable)
+    keys = [device_key(torch.device("cuda", 0), "node-7", rank) for rank in range(2)]
+    assert keys[0] != keys[1] and device_sharers(keys, 0) == 1
+
+
+@pytest.mark.parametrize(("device", "sharers", "free"), [("cpu", 4, 8 * 2**30), ("cuda", 2, 70 * 2**30)])
+def test_a_rank_s_free_memory_is_its_share_of_the_device_s(
+    monkeypatch: pytest.MonkeyPatch, device: str, sharers: int, free: int
+) -> None:
+    import psutil
+
+    from pytest_gbvalidate.bench import collectives
+
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: mock.Mock(available=free))
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (free, 80 * 2**30))
+    ctx = RankContext(0, 4, 0, torch.device(device, 0) if device == "cuda" else torch.device("cpu"), "x", 0, sharers)
+    assert collectives._free_bytes(ctx) == free // sharers
