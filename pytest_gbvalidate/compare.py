@@ -18,12 +18,14 @@ No pytest here.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pytest_gbvalidate import noise
 from pytest_gbvalidate.files import InputError, read_json
@@ -33,6 +35,7 @@ from pytest_gbvalidate.report import history, schema
 from pytest_gbvalidate.report.records import (
     MeasurementCompareRecord,
     MeasurementRecord,
+    RunPaceRecord,
     RunReportRecord,
     measurement_key,
 )
@@ -112,7 +115,9 @@ class EarlierReport:
     hostname: str | None
     gpus: tuple[GpuIdentity, ...] | None  # None: the earlier run did not read the inventory
     measurements: Mapping[tuple[str, str, str, str], MeasurementRecord]
-    # With --gb-history: each figure across the node's kept runs (noise.of_runs), where there are enough of them.
+    # With --gb-history: the node's kept runs of this SKU (each figure's value, oldest first), and each figure
+    # across them (noise.of_runs), where there are enough of them.
+    runs: tuple[Mapping[tuple[str, str, str, str], float], ...] = ()
     run_to_run: Mapping[tuple[str, str, str, str], noise.RunToRun] = field(default_factory=dict)
 
 
@@ -160,14 +165,13 @@ def load_earlier(path: Path) -> EarlierReport:
     )
 
 
-def node_runs(paths: Sequence[Path], sku: str, hostname: str) -> dict[tuple[str, str, str, str], noise.RunToRun]:
-    """Each figure across this node's kept reports `paths` (oldest first, future-dated ones left out already): of
-    the last noise.MAX_RUNS that read as reports of this node and SKU, where enough of them measured it. A report
-    that cannot be read, or is another node's or SKU's, is no run of this node."""
-    values: dict[tuple[str, str, str, str], list[float]] = {}
-    runs = 0
+def node_runs(paths: Sequence[Path], sku: str, hostname: str) -> tuple[dict[tuple[str, str, str, str], float], ...]:
+    """This node's kept reports `paths` (oldest first, future-dated ones left out already) as runs, oldest first:
+    the last noise.MAX_RUNS that read as reports of this node and SKU, each figure's value. A report that cannot
+    be read, or is another node's or SKU's, is no run of this node."""
+    runs: list[dict[tuple[str, str, str, str], float]] = []
     for path in reversed(paths):
-        if runs == noise.MAX_RUNS:
+        if len(runs) == noise.MAX_RUNS:
             break
         try:
             earlier = load_earlier(path)
@@ -175,13 +179,62 @@ def node_runs(paths: Sequence[Path], sku: str, hostname: str) -> dict[tuple[str,
             continue
         if (earlier.hostname, earlier.sku) != (hostname, sku):
             continue
-        runs += 1
-        for key, record in earlier.measurements.items():
-            value = record["value"]
-            assert isinstance(value, float)  # load_earlier keeps finite floats only
-            values.setdefault(key, []).insert(0, value)
+        values = {key: noise.finite(record["value"]) for key, record in earlier.measurements.items()}
+        runs.insert(0, {key: value for key, value in values.items() if value is not None})
+    return tuple(runs)
+
+
+def with_history(earlier: EarlierReport, runs: Sequence[Mapping[tuple[str, str, str, str], float]]) -> EarlierReport:
+    """`earlier` with the node's kept `runs` (node_runs') behind it: each figure's run-to-run spread from them."""
+    values: dict[tuple[str, str, str, str], list[float]] = {}
+    for run in runs:
+        for key, value in run.items():
+            values.setdefault(key, []).append(value)
     spreads = {key: noise.of_runs(figures) for key, figures in values.items()}
-    return {key: spread for key, spread in spreads.items() if spread is not None}
+    run_to_run = {key: spread for key, spread in spreads.items() if spread is not None}
+    return dataclasses.replace(earlier, runs=tuple(runs), run_to_run=run_to_run)
+
+
+def run_pace(
+    earlier: EarlierReport, measurements: Sequence[MeasurementRecord], allowed: AllowedRegression
+) -> RunPaceRecord | None:
+    """The run as a whole against the node's kept runs (noise.pace): regressed where its pace is an outlier among
+    theirs (beyond noise.OUTLIER_Z of their robust spread) and its figures are, at the median, worse by more than
+    the regression allowed (`--gb-compare-fail`'s default, else DEFAULT_ALLOWED_PCT): a node slower across the
+    board, each figure still within its own run-to-run spread. None without a history that can say (fewer than
+    noise.MIN_RUNS + 1 kept runs, or figures)."""
+    now: dict[tuple[str, str, str, str], float] = {}
+    directions: dict[tuple[str, str, str, str], str] = {}
+    for record in measurements:
+        value = noise.finite(record["value"])
+        if value is not None:
+            now[measurement_key(record)] = value
+            directions[measurement_key(record)] = record["direction"]
+    found = noise.pace(now, earlier.runs, directions)
+    z = None if found is None else found.z()
+    if found is None or z is None:
+        return None
+    pct = DEFAULT_ALLOWED_PCT if allowed.default_pct is None else allowed.default_pct
+    verdict: Literal["ok", "regressed"] = "regressed" if z > noise.OUTLIER_Z and found.worse_pct > pct else "ok"
+    shown_z = round(z, 3) if math.isfinite(z) else str(z)
+    center = statistics.median(found.earlier)
+    message = (
+        f"the node as a whole: {found.figures} figures, at the median {found.worse_pct:+.1f}% to the worse side of "
+        f"the node's last {len(earlier.runs)} runs (modified z {found.worse_z:+.2f}; their runs' own "
+        f"{center:+.2f} at the median), the run's modified z {z:+.1f} among them; allowed {pct:g}% and "
+        f"{noise.OUTLIER_Z} -> {verdict.upper()}"
+    )
+    return {
+        "figures": found.figures,
+        "runs": len(earlier.runs),
+        "worse_pct": round(found.worse_pct, 3),
+        "worse_z": round(found.worse_z, 3),
+        "earlier_worse_z": [round(p, 3) for p in found.earlier],
+        "z": shown_z,
+        "allowed_pct": pct,
+        "verdict": verdict,
+        "message": message,
+    }
 
 
 @dataclass(frozen=True)

@@ -180,6 +180,69 @@ def of_runs(values: Sequence[float]) -> RunToRun | None:
     return None if spread is None else RunToRun(len(recent), statistics.median(recent), spread)
 
 
+# The fewest figures a run's pace is taken over: the median of fewer says as little as one figure does.
+MIN_PACE_FIGURES = 5
+
+
+@dataclass(frozen=True)
+class Pace:
+    """A run as a whole against the node's history: of its figures that the node's runs give a spread for, the
+    median of how far each lies to the worse side of those runs (modified z) and by how much (percent of their
+    median). One figure's drift between runs says little; a node that lost pace is worse in most of its figures
+    at once -- copies, GEMMs, collectives and the training step together. `earlier`: the same median z of each of
+    the node's runs, each against the others, which says how far a healthy run's pace strays."""
+
+    figures: int
+    worse_z: float
+    worse_pct: float
+    earlier: tuple[float, ...]
+
+    def z(self) -> float | None:
+        """How far this run's pace lies beyond the earlier runs' (their modified z, + slower); None with fewer
+        than MIN_RUNS of them, or where theirs all agree and this one does too."""
+        if len(self.earlier) < MIN_RUNS:
+            return None
+        center = statistics.median(self.earlier)
+        sigma = MAD_TO_SIGMA * statistics.median(abs(p - center) for p in self.earlier)
+        if sigma == 0:
+            return None if self.worse_z == center else math.copysign(math.inf, self.worse_z - center)
+        return (self.worse_z - center) / sigma
+
+
+def pace(now: Mapping[Any, float], runs: Sequence[Mapping[Any, float]], directions: Mapping[Any, str]) -> Pace | None:
+    """The pace of the run that measured `now` (figure key -> value), against the node's earlier `runs` (oldest
+    first; the last MAX_RUNS count), `directions` saying which way each figure is better ("higher" or "lower").
+    Figures whose runs agree exactly (error counts that stay 0) say nothing of pace and are left out. None where
+    fewer than MIN_PACE_FIGURES figures have a spread."""
+    recent = list(runs)[-MAX_RUNS:]
+    figures = _figure_paces(now, recent, directions)
+    if len(figures) < MIN_PACE_FIGURES:
+        return None
+    earlier = []
+    for i, run in enumerate(recent):  # each earlier run against the others: how a healthy run's pace strays
+        theirs = _figure_paces(run, recent[:i] + recent[i + 1 :], directions)
+        if len(theirs) >= MIN_PACE_FIGURES:
+            earlier.append(statistics.median(z for z, _ in theirs))
+    worse_z = statistics.median(z for z, _ in figures)
+    worse_pct = statistics.median(pct for _, pct in figures)
+    return Pace(len(figures), worse_z, worse_pct, tuple(earlier))
+
+
+def _figure_paces(
+    now: Mapping[Any, float], runs: Sequence[Mapping[Any, float]], directions: Mapping[Any, str]
+) -> list[tuple[float, float]]:
+    """(modified z, percent), each + to the worse side, of every figure in `now` with a spread among `runs`."""
+    found = []
+    for key, value in now.items():
+        spread = of_runs([run[key] for run in runs if key in run])
+        if spread is None or spread.spread_pct == 0 or key not in directions or not math.isfinite(value):
+            continue
+        worse_pct = (value - spread.median) / abs(spread.median) * 100.0
+        sign = -1.0 if directions[key] == "higher" else 1.0
+        found.append((spread.worse_z(value, directions[key]), sign * worse_pct))
+    return found
+
+
 def margin_pct(*noises: Noise | None) -> float:
     """How far apart (in percent) figures with these noises may be by chance: NOISE_K times their combined spread
     (figures without a known noise add none)."""

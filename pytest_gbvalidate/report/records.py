@@ -173,6 +173,21 @@ class AllowedRegressionRecord(TypedDict):
     by_metric: dict[str, float]
 
 
+class RunPaceRecord(TypedDict):
+    """With --gb-compare and --gb-history (from noise.MIN_RUNS + 1 kept runs on): the run as a whole against the
+    node's kept runs (compare.run_pace). `regressed` fails the run's `gbvalidate::node_pace` test."""
+
+    figures: int  # the figures the node's runs give a spread for
+    runs: int  # the node's kept runs of this SKU they are judged against
+    worse_pct: float  # the figures' median change, + to the worse side
+    worse_z: float  # their median modified z among the runs, + to the worse side
+    earlier_worse_z: list[float]  # the same of each kept run, against the others
+    z: float | str  # this run's among those: "inf" where they all agree
+    allowed_pct: float
+    verdict: Literal["ok", "regressed"]
+    message: str
+
+
 class RunCompareRecord(TypedDict):
     """With --gb-compare: the earlier report this run is compared with, and what changed on the node since."""
 
@@ -184,6 +199,7 @@ class RunCompareRecord(TypedDict):
     allowed_source: str
     replaced_gpus: dict[str, str]  # gpuN -> what it was before
     notes: list[str]
+    pace: NotRequired[RunPaceRecord]
 
 
 class HostRecord(TypedDict):

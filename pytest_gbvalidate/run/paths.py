@@ -5,7 +5,6 @@ usage error naming the setting."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -104,8 +103,7 @@ def earlier_report(
         same = cmp.check_same_node(earlier, target.sku, hostname, cmp.gpus_of_this_node(target.is_gpu))
     except cmp.CompareError as exc:
         raise pytest.UsageError(f"{setting.source}: {exc}") from None
-    runs = cmp.node_runs(kept, target.sku, hostname)
-    return (dataclasses.replace(earlier, run_to_run=runs), same), None
+    return (cmp.with_history(earlier, cmp.node_runs(kept, target.sku, hostname)), same), None
 
 
 def _latest_of_sku(kept: list[Path], sku: str) -> EarlierReport | None:

@@ -400,6 +400,7 @@ class GbSession:
             why_not = _incomplete(session, exitstatus)
             path = self.settings.record.value
             self.record_error = sections.record_baseline(self.report, t, path, self.node_facts, why_not)
+        exitstatus = self._judge_pace(session, exitstatus)
         exitstatus = self._fail_on_lost_outputs(session, exitstatus)
         status: RunStatus = "interrupted" if exitstatus == pytest.ExitCode.INTERRUPTED else "finished"
         self.report.finish(int(exitstatus), status)
@@ -410,6 +411,36 @@ class GbSession:
             self.report.data["exit_status"] = int(exitstatus)  # a file lost fails the run, and the report says so
         self.report.write()
         self._fail_on_lost_outputs(session, exitstatus)  # the last write may be the one that failed
+
+    def _judge_pace(self, session: pytest.Session, exitstatus: int) -> int:
+        """With --gb-compare and the node's history: the run as a whole against the node's kept runs
+        (compare.run_pace), in the report's `compare.pace`. A run slower across the board than its history allows
+        fails the test PACE_TEST_ID, reported as the checks' tests are (the terminal, JUnit, the JSON report and
+        the page), with its fault category. Only for a run that ran its checks to the end: the pace of an
+        interrupted run is that of the checks it reached. The exit status the run ends with."""
+        if (
+            self._comparison is None
+            or self.config.option.collectonly
+            or exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
+        ):
+            return exitstatus
+        from pytest_gbvalidate import compare as cmp
+        from pytest_gbvalidate import faults
+
+        allowed = self.settings.compare_fail.value or cmp.AllowedRegression()
+        pace = cmp.run_pace(self._comparison[0], self.report.data["measurements"], allowed)
+        if pace is None:
+            return exitstatus
+        self.report.data["compare"]["pace"] = pace
+        if pace["verdict"] != cmp.REGRESSED:
+            return exitstatus
+        location = (PACE_TEST_ID.split("::")[0], None, PACE_TEST_ID.split("::")[1])
+        failed = pytest.TestReport(PACE_TEST_ID, location, {}, "failed", pace["message"], "call")
+        fault = faults.load().classify(PACE_TEST_ID, pace["message"], {cmp.REGRESSED})
+        failed.gb_payload = {"fault": fault.as_dict()}  # type: ignore[attr-defined]
+        self.config.hook.pytest_runtest_logreport(report=failed)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        return session.exitstatus
 
     def _fail_on_lost_outputs(self, session: pytest.Session, exitstatus: int) -> int:
         """A run whose report, recorded baseline, kept report or Prometheus file could not be written does not pass:
@@ -474,6 +505,11 @@ class GbSession:
     def add_measurement(self, item: pytest.Item, record: MeasurementRecord) -> None:
         """One measurement of a test (gb_expect's), for the JSON report's `measurements`."""
         payload(item).measurements.append(record)
+
+
+# The test a run slower across the board than the node's history fails (compare.run_pace): no check of a suite,
+# the run as a whole.
+PACE_TEST_ID = "gbvalidate::node_pace"
 
 
 def _incomplete(session: pytest.Session, exitstatus: int) -> str | None:

@@ -160,6 +160,68 @@ def test_drift_the_node_s_own_history_has_shown_is_no_regression_and_a_fall_beyo
     assert measured["compare"]["verdict"] == "regressed" and measured["compare"]["run_to_run"]["z"] < -3.5
 
 
+# Twelve figures of a node, each run drifting 3% from figure to figure (a seeded draw per run), samples within 5%;
+# LAB_SPEED scales them all, as a node that lost pace.
+PACE_CHECK = """
+import os
+import random
+
+
+from pytest_gbvalidate.expect import Measured
+
+
+def test_sweep(gb_expect):
+    drift = random.Random(int(os.environ["LAB_RUN"]))
+    speed = float(os.environ.get("LAB_SPEED", "1"))
+    measured = []
+    for size in [f"{2**k}KiB" for k in range(11)] + ["1GiB"]:  # 1GiB is gated, the others are not
+        v = 400.0 * speed * (1 + drift.gauss(0, 0.03))
+        measured.append(Measured("all_reduce_busbw_gbps", v, size, {"samples_gbps": [v * 0.95, v, v * 1.05]}))
+    gb_expect.each(measured)
+"""
+PACE_BASELINE = (
+    BASELINE
+    + """\
+  all_reduce_busbw_gbps:
+    {status: provisional, provenance: the plugin's tests, values: {1GiB: {expected: 400, fail: 10%}}}
+"""
+)
+
+
+def test_a_run_slower_across_the_board_fails_the_node_s_pace_though_no_figure_regresses(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Six kept runs, then one 8% slower in each of its twelve figures: every figure is within its noise and the
+    node's run-to-run spread (none regresses), the run as a whole is an outlier, and `gbvalidate::node_pace` fails
+    as a test does: the terminal, JUnit, the JSON report with its fault category, the exit status. A healthy run
+    passes it."""
+    (pytester.path / "baselines").mkdir()
+    (pytester.path / "baselines" / "LAB.yaml").write_text(PACE_BASELINE)
+    pytester.makepyfile(PACE_CHECK)
+    keep = [*ARGS, "--gb-history=h", "--gb-compare=last"]
+    for run in range(6):
+        monkeypatch.setenv("LAB_RUN", str(run))
+        pytester.runpytest(*keep).assert_outcomes(passed=1)
+    monkeypatch.setenv("LAB_RUN", "6")
+    pytester.runpytest(*keep).assert_outcomes(passed=1)  # a healthy seventh run
+    pace = report(pytester.path / "r.json")["compare"]["pace"]
+    assert pace["verdict"] == "ok" and pace["figures"] == 12 and pace["runs"] == 6
+
+    monkeypatch.setenv("LAB_RUN", "7")
+    monkeypatch.setenv("LAB_SPEED", "0.92")
+    result = pytester.runpytest(*keep)
+    result.assert_outcomes(passed=1, failed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["FAILED gbvalidate::node_pace - the node as a whole: 12 figures, at the median*"])
+    data = report(pytester.path / "r.json")
+    assert data["exit_status"] == 1 and data["compare"]["pace"]["verdict"] == "regressed"
+    assert {m["compare"]["verdict"] for m in data["measurements"]} <= {"ok", "within_noise"}  # none on its own
+    (failed,) = [t for t in data["tests"] if t["outcome"] == "failed"]
+    assert failed["test_id"] == "gbvalidate::node_pace" and failed["fault"]["category"] == "performance"
+    cases = junit_cases(pytester.path / "r.xml")
+    assert cases["node_pace"]["outcome"] == "failure" and "the node as a whole" in cases["node_pace"]["message"]
+
+
 # Four devices' figures with 2% spread; gpu2 at 75% of the others. (The benchmark measures them: a noisy machine
 # decides whether 25% is beyond the noise; here the wiring is checked, so the figures are given.)
 SIBLINGS = """

@@ -4,6 +4,7 @@ sweeps matched by placement, and an earlier report that is malformed. (End to en
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -110,14 +111,14 @@ def _busbw(value: float, spread_pct: float | None) -> Any:
     return record
 
 
+def _earlier(measurements: dict[Any, Any] | None = None) -> cmp.EarlierReport:
+    return cmp.EarlierReport(Path("e.json"), "then", "finished", "cpu", "n1", None, measurements or {})
+
+
 def _against(before: Any, now: Any, runs: list[float] | None = None) -> Any:
     """The compare section of `now` against `before`; `runs`: the figure in the node's kept runs, oldest first."""
     key = measurement_key(before)
-    spread = None if runs is None else noise.of_runs(runs)
-    assert runs is None or spread is not None
-    earlier = cmp.EarlierReport(
-        Path("e.json"), "then", "finished", "cpu", "n1", None, {key: before}, {} if spread is None else {key: spread}
-    )
+    earlier = cmp.with_history(_earlier({key: before}), [{key: value} for value in runs or []])
     section = cmp.compare_one(earlier, now, cmp.AllowedRegression(), None, cmp.SameNode({}, ()), "now")
     assert section is not None
     return section
@@ -179,7 +180,7 @@ def test_the_node_s_runs_are_read_from_its_kept_reports_of_this_node_and_sku(tmp
         return path
 
     paths = [kept(f"{i}.json", v) for i, v in enumerate([0.45, 0.475, 0.525, 0.5])]
-    assert cmp.node_runs(paths, "cpu", "n1") == {}  # four runs: not enough
+    assert cmp.with_history(_earlier(), cmp.node_runs(paths, "cpu", "n1")).run_to_run == {}  # four: not enough
     paths += [
         kept("other-node.json", 9.0, hostname="n2"),
         kept("other-sku.json", 9.0, sku="LAB"),
@@ -187,5 +188,36 @@ def test_the_node_s_runs_are_read_from_its_kept_reports_of_this_node_and_sku(tmp
         kept("huge.json", 10**400),  # a JSON integer no float holds: no figure
         kept("last.json", 0.55),
     ]
-    ((key, runs),) = cmp.node_runs(paths, "cpu", "n1").items()
-    assert key == measurement_key(minimal_report()["measurements"][0]) and (runs.runs, runs.median) == (5, 0.5)
+    runs = cmp.node_runs(paths, "cpu", "n1")
+    key = measurement_key(minimal_report()["measurements"][0])
+    assert runs == tuple({key: value} for value in [0.45, 0.475, 0.525, 0.5, 0.55])
+    ((key, spread),) = cmp.with_history(_earlier(), runs).run_to_run.items()
+    assert (spread.runs, spread.median) == (5, 0.5)
+
+
+def test_a_run_slower_across_the_board_than_the_node_s_runs_regresses_as_a_whole() -> None:
+    """Thirty figures over eight kept runs, each drifting 3% from run to run: a run 7% slower in all of them has
+    no figure that regresses on its own (each within its run-to-run spread), and is an outlier as a whole."""
+    drift = random.Random(7)
+    names = [f"bw{i}" for i in range(30)]
+    kept = [
+        {("reduce_scatter_busbw_gbps", n, "", ""): 10.0 * (1 + drift.gauss(0, 0.03)) for n in names} for _ in range(8)
+    ]
+
+    def records(speed: float) -> list[Any]:
+        return [_busbw(kept[-1][("reduce_scatter_busbw_gbps", n, "", "")] * speed, 1.0) | {"scope": n} for n in names]
+
+    earlier = cmp.with_history(_earlier(), kept)
+    slowed = cmp.run_pace(earlier, records(0.93), cmp.AllowedRegression())
+    assert slowed is not None and slowed["verdict"] == "regressed" and slowed["figures"] == 30 and slowed["runs"] == 8
+    assert slowed["worse_pct"] > 5 and isinstance(slowed["z"], float) and slowed["z"] > noise.OUTLIER_Z
+    assert (
+        slowed["message"].startswith("the node as a whole: 30 figures, at the median +")
+        and "-> REGRESSED" in (slowed["message"])
+    )
+    healthy = cmp.run_pace(earlier, records(1.0), cmp.AllowedRegression())
+    assert healthy is not None and healthy["verdict"] == "ok"
+    # slower as a whole, but by less than the regression allowed: a practical margin, as for each figure
+    assert cmp.run_pace(earlier, records(0.93), cmp.AllowedRegression(default_pct=10.0))["verdict"] == "ok"  # type: ignore[index]
+    # no history that can say: no pace
+    assert cmp.run_pace(cmp.with_history(_earlier(), kept[:5]), records(0.5), cmp.AllowedRegression()) is None

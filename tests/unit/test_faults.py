@@ -90,6 +90,13 @@ def test_every_bundled_check_s_common_failures_have_a_category_with_an_action(su
             "link",
         ),
         ("test_host_copy_bandwidth", "... -> REGRESSED", ("pass", "regressed"), "performance"),
+        # the run as a whole slower than the node's history (run/session.py's PACE_TEST_ID, no suite's check)
+        (
+            "node_pace",
+            "the node as a whole: 57 figures, at the median +24.1% ... -> REGRESSED",
+            ("regressed",),
+            "performance",
+        ),
         ("test_pretrain", "the NeMo engine is not installed", (), "software"),
         ("test_something_of_a_site", "AssertionError: no", ("pass",), "unclassified"),
     ],

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
@@ -96,3 +97,57 @@ def test_a_figure_among_the_node_s_runs_is_its_modified_z_score_from_five_runs_o
     same = noise.of_runs([4.0] * 5)
     assert same is not None and same.z(4.0) == 0.0 and same.z(3.9) == -math.inf
     assert same.as_record(3.9)["z"] == "-inf"
+
+
+# --- a run's pace against the node's runs -------------------------------------------------------------------------
+
+# Thirty figures of a node (24 bandwidths, higher better; 6 step times, lower better) over eight healthy runs, each
+# figure drifting from run to run by its own few percent, as a quiet node's do.
+DIRECTIONS = {f"bw{i}": "higher" for i in range(24)} | {f"step{i}": "lower" for i in range(6)}
+
+
+def _healthy_runs(count: int = 8) -> list[dict[str, float]]:
+    drift = random.Random(7)
+    return [{name: 100.0 * (1 + drift.gauss(0, 0.03)) for name in DIRECTIONS} for _ in range(count)]
+
+
+def _slowed(run: dict[str, float], speed: float) -> dict[str, float]:
+    """The run's figures with everything at `speed` of its pace: bandwidths times it, step times over it."""
+    return {name: v * speed if DIRECTIONS[name] == "higher" else v / speed for name, v in run.items()}
+
+
+def test_a_run_slower_in_every_figure_is_an_outlier_of_the_node_s_paces_though_its_typical_figure_is_not() -> None:
+    runs = _healthy_runs()
+    slowed = _slowed(runs[-1], 0.93)  # 7% slower: within 3.5 spreads of each figure's runs
+    found = noise.pace(slowed, runs, DIRECTIONS)
+    assert found is not None and found.figures == 30 and len(found.earlier) == 8
+    assert found.worse_z < noise.OUTLIER_Z  # the typical figure is within its own runs' spread
+    z = found.z()
+    assert z is not None and z > noise.OUTLIER_Z and found.worse_pct > 5
+    # a healthy run's pace lies among the others'
+    healthy = noise.pace(_healthy_runs(9)[-1], runs, DIRECTIONS)
+    assert healthy is not None and (healthy.z() or 0.0) < noise.OUTLIER_Z
+
+
+def test_one_figure_far_off_moves_no_pace_and_a_faster_run_is_no_slower_one() -> None:
+    runs = _healthy_runs()
+    one_off = dict(runs[-1]) | {"bw3": 10.0}  # one figure's own failure is its own test's verdict
+    found = noise.pace(one_off, runs, DIRECTIONS)
+    assert found is not None and (found.z() or 0.0) < noise.OUTLIER_Z
+    faster = noise.pace(_slowed(runs[-1], 1.15), runs, DIRECTIONS)
+    assert faster is not None and (faster.z() or 0.0) < 0 and faster.worse_pct < 0
+
+
+def test_a_pace_needs_enough_runs_and_figures_and_leaves_out_figures_that_never_move() -> None:
+    runs = _healthy_runs()
+    assert noise.pace(runs[-1], runs[:4], DIRECTIONS) is None  # no figure has a spread from four runs
+    few = {name: DIRECTIONS[name] for name in ("bw0", "bw1", "step0", "step1")}  # the others have no direction
+    assert noise.pace(runs[-1], runs, few) is None  # four figures: their median says little
+    # six runs: each earlier run has five others to be judged against, so six paces; five runs give none
+    assert noise.pace(runs[-1], runs[:6], DIRECTIONS) is not None
+    five = noise.pace(runs[-1], runs[:5], DIRECTIONS)
+    assert five is not None and five.earlier == () and five.z() is None
+    # an error count that stays 0 in every run says nothing of pace
+    counts = [r | {"xid": 0.0} for r in runs]
+    with_count = noise.pace(runs[-1] | {"xid": 3.0}, counts, DIRECTIONS | {"xid": "lower"})
+    assert with_count is not None and with_count.figures == 30
