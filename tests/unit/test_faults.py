@@ -90,6 +90,45 @@ def test_every_bundled_check_s_common_failures_have_a_category_with_an_action(su
             "link",
         ),
         ("test_host_copy_bandwidth", "... -> REGRESSED", ("pass", "regressed"), "performance"),
+        # every way the storage checks fail (bench/storage.py's StorageError, under the suite's `scratch DIR: `)
+        (
+            "test_scratch_throughput",
+            "Failed: scratch /s: cannot create a directory in /s: No space left on device",
+            (),
+            "configuration",
+        ),
+        ("test_scratch_throughput", "Failed: scratch /s: cannot open /s/f: Read-only file system", (), "configuration"),
+        (
+            "test_scratch_throughput",
+            "Failed: scratch /s: writing /s/f: a short write of 0 of 4 bytes (the device is full?)",
+            (),
+            "configuration",
+        ),
+        ("test_scratch_throughput", "Failed: scratch /s: reading /s/f back: Permission denied", (), "configuration"),
+        (
+            "test_scratch_throughput",
+            "Failed: scratch /s: flushing /s/f to its device: Input/output error",
+            (),
+            "storage",
+        ),
+        (
+            "test_scratch_throughput",
+            "Failed: scratch /s: writing /s/f failed after 8 of 64 MiB: Input/output error",
+            (),
+            "storage",
+        ),
+        (
+            "test_checkpoint_write_and_read",
+            "Failed: scratch /s: reading the checkpoint /s/c back failed: I/O error",
+            (),
+            "storage",
+        ),
+        (
+            "test_checkpoint_write_and_read",
+            "Failed: scratch /s: the checkpoint /s/c read back differs from what was written: w",
+            (),
+            "storage",
+        ),
         # the run as a whole slower than the node's history (run/session.py's PACE_TEST_ID, no suite's check)
         (
             "node_pace",
