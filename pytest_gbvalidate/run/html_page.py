@@ -74,6 +74,13 @@ class HtmlPage:
                 cells[index] = f'{RESULT_CELL[:-1]} style="{WARN_STYLE}" title="{WARN_TITLE}">Passed</td>'
 
     @pytest.hookimpl(optionalhook=True)
+    def pytest_html_results_table_html(self, report: pytest.TestReport, data: list[str]) -> None:
+        """A skipped test's log is its reason: pytest-html shows the skip's (path, line, reason) tuple as text, an
+        absolute path the reader has no use for."""
+        if report.skipped and isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:
+            data[:1] = [html.escape(str(report.longrepr[2])) + "\n"]
+
+    @pytest.hookimpl(optionalhook=True)
     def pytest_html_results_summary(
         self, prefix: list[str], summary: list[str], postfix: list[str], session: Any
     ) -> None:

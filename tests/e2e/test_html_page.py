@@ -127,6 +127,9 @@ def test_the_page_of_a_cpu_run_carries_the_verdict_and_each_tests_figures(
     evil = tests["test_evil.py::test_evil"]
     assert EVIL in Page(evil["log"]).text("") or EVIL in html_text(evil["log"])
     assert extras["test_bandwidth.py::test_h2d_bandwidth[nogpu]"] == {}  # skipped: nothing measured
+    # a skipped row's log is its reason, not the (path, line, reason) tuple pytest-html would show
+    skipped_log = html_text(tests["test_bandwidth.py::test_h2d_bandwidth[nogpu]"]["log"])
+    assert skipped_log.startswith("Skipped: needs NVIDIA GPUs") and str(pytester.path) not in skipped_log
 
 
 def html_text(fragment: str) -> str:
