@@ -71,6 +71,18 @@ def _gate(by_place: dict[str, MeasurementRecord]) -> str:
     return verdicts if expected is None else f"{verdicts} (expected {number(expected)})"
 
 
+def busbw_series(records: list[MeasurementRecord]) -> dict[tuple[str, str], list[tuple[int, float]]]:
+    """One collective's plotted lines: (tool, placement) -> (size in bytes, busbw) by size, one point per size --
+    the last measured, as the tables keep it (the quick level's one all_reduce size is measured again by the
+    sweep: two points at one size would draw the line back and forth)."""
+    lines: dict[tuple[str, str], dict[int, float]] = {}
+    for r in records:
+        d, value = r["details"], r["value"]
+        if isinstance(value, (int, float)):
+            lines.setdefault((d.get("tool", OUR_TOOL), d["placement"]), {})[d["size_bytes"]] = value
+    return {line: sorted(points.items()) for line, points in lines.items()}
+
+
 def busbw_plot(records: list[MeasurementRecord], path: Path, title: str) -> Path:
     """The busbw plot (busbw_png) written to `path`. Needs matplotlib: ImportError without it."""
     atomic_write_bytes(path, busbw_png(records, title))
@@ -93,12 +105,7 @@ def busbw_png(records: list[MeasurementRecord], title: str) -> bytes:
             by_metric.setdefault(r["metric"], []).append(r)
     fig, axes = plt.subplots(len(by_metric), 1, figsize=(9, 3.2 * len(by_metric)), squeeze=False)
     for ax, (metric, rs) in zip(axes[:, 0], sorted(by_metric.items()), strict=True):
-        lines: dict[tuple[str, str], list[tuple[int, float]]] = {}
-        for r in rs:
-            d, value = r["details"], r["value"]
-            if isinstance(value, (int, float)):
-                lines.setdefault((d.get("tool", OUR_TOOL), d["placement"]), []).append((d["size_bytes"], value))
-        for (tool, placement), points in sorted(lines.items()):
+        for (tool, placement), points in sorted(busbw_series(rs).items()):
             xs, ys = zip(*sorted(points), strict=True)
             ax.plot(xs, ys, marker=".", label=f"{tool} {placement}")
         expected = sorted({(r["details"]["size_bytes"], r["expected"]) for r in rs if r.get("expected") is not None})

@@ -4,6 +4,7 @@ busbw factors, and memory estimates that are the buffers a size really allocates
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -67,3 +68,19 @@ def test_in_place_the_smaller_buffer_is_this_rank_s_part_of_the_larger() -> None
     assert scatter.output.data_ptr() == scatter.input.data_ptr() + 2 * 256 * 4
     reduce = _Case(ctx, "all_reduce", IN_PLACE, 1024)
     assert reduce.input is reduce.output and reduce.input.numel() == 1024
+
+
+def test_the_busbw_plot_draws_one_point_per_size_the_last_measured() -> None:
+    """The quick level's one all_reduce size (1 MiB) and the sweep's own 1 MiB: one point there, the sweep's, so
+    the line does not go back and forth through two."""
+    from pytest_gbvalidate.report.collective_tables import OUR_TOOL, busbw_series
+
+    def record(size: int, busbw: float, placement: str = IN_PLACE) -> Any:
+        return {"value": busbw, "details": {"size_bytes": size, "placement": placement}}
+
+    one_size, sweep = [record(2**20, 1.9)], [record(2**19, 1.2), record(2**20, 1.5), record(2**21, 1.7)]
+    series = busbw_series([*one_size, *sweep, record(2**20, 1.1, "out_of_place")])
+    assert series == {
+        (OUR_TOOL, IN_PLACE): [(2**19, 1.2), (2**20, 1.5), (2**21, 1.7)],
+        (OUR_TOOL, "out_of_place"): [(2**20, 1.1)],
+    }
