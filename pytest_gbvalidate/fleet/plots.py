@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 BANDS_PER_PAGE = 40  # more metrics (a GPU node's per-GPU scopes) go on further pages: fleet-2.png, ...
-DPI = 72
+DPI = 120  # a 6-point label is 10 pixels high: read where the page shows the picture, without zooming
 BAND_HALF = 0.36  # of a band's height of 1, the rest is a gap
 BAND_IN = 0.3  # inches per band
 NODE_IN = 0.2  # inches per node along the x axis

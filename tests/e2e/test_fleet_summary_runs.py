@@ -11,6 +11,7 @@ import importlib.util
 import json
 import os
 import shlex
+import struct
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -129,7 +130,12 @@ def test_a_healthy_fleet_passes_with_every_output_written(real_report: dict[str,
     for name in ("summary.md", "nodes.csv", "metrics.csv", "fleet.xml"):
         assert (out / name).stat().st_size > 0
     if importlib.util.find_spec("matplotlib") is not None:
-        assert (out / "plots" / "fleet.png").read_bytes().startswith(b"\x89PNG")
+        png = (out / "plots" / "fleet.png").read_bytes()
+        assert png.startswith(b"\x89PNG")
+        # readable as it stands: each metric's band at least 30 pixels high (the IHDR chunk gives the size)
+        width, height = struct.unpack(">II", png[16:24])
+        metrics = len(read_csv(out / "metrics.csv"))
+        assert height >= 30 * metrics and width >= 360, (width, height, metrics)
 
     by_suite = suites(out / "fleet.xml")
     assert sorted(by_suite) == list(HEALTHY)
