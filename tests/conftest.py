@@ -45,6 +45,12 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "broken_reports: the test writes JSON reports that do not fit the schema on purpose (a reader's input)",
     )
+    config.addinivalue_line(
+        "markers",
+        "outside: the test meets a program outside Python (a real Slurm, Chromium, node_exporter, pip's resolver) "
+        "or checks files for one (Kubernetes): what it tests is that program's side, the same whatever torch, so "
+        "CI runs it on the newest torch only",
+    )
     for line in WARNING_FILTERS:  # in order: a later filter wins
         config.addinivalue_line("filterwarnings", line)
     share_the_cores_between_workers()

@@ -18,6 +18,8 @@ from pytest_gbvalidate.healthcheck.cli import build_parser
 from pytest_gbvalidate.healthcheck.level_run import KILL_GRACE_S
 from tests.helpers.runs import REPO
 
+pytestmark = pytest.mark.outside
+
 KUBERNETES_VERSION = "1.33.0"
 CONTRIB = REPO / "contrib" / "kubernetes"
 PLUGIN_CONFIG = CONTRIB / "gbvalidate-plugin-monitor.json"

@@ -15,6 +15,8 @@ import pytest
 from tests.helpers.healthcheck import run_env
 from tests.helpers.runs import REPO
 
+pytestmark = pytest.mark.outside
+
 SCRIPT = REPO / "contrib" / "slurm" / "gbvalidate-healthcheck.sh"
 
 # A stand-in for Python that says, in the health check's own line, what the script ran it with, and exits as told.

@@ -221,6 +221,7 @@ def test_only_global_rank_0_of_a_torchrun_world_keeps_and_exports(
 NODE_EXPORTER = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
 
 
+@pytest.mark.outside
 @pytest.mark.skipif(
     NODE_EXPORTER is None, reason="node_exporter not installed (apt-get install prometheus-node-exporter)"
 )

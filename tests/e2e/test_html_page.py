@@ -161,6 +161,7 @@ def test_sweep(gb_expect):
 """
 
 
+@pytest.mark.outside
 @pytest.mark.skipif(
     shutil.which("chromium") is None,
     reason="Chromium is not installed: the page is not rendered in a browser (apt-get install -y chromium)",

@@ -104,6 +104,7 @@ def dry_run_install(project: Path, torch_version: str, tmp_path: Path) -> subpro
     return pip(args, torch_version, tmp_path)
 
 
+@pytest.mark.outside
 @pytest.mark.parametrize("torch_version", NGC_TORCH_VERSIONS)
 def test_installing_keeps_the_torch_the_image_has(project: Path, torch_version: str, tmp_path: Path) -> None:
     done = dry_run_install(project, torch_version, tmp_path)
@@ -115,6 +116,7 @@ def test_installing_keeps_the_torch_the_image_has(project: Path, torch_version: 
     assert [item["metadata"]["name"] for item in proposed] == ["pytest-gbvalidate"]
 
 
+@pytest.mark.outside
 def test_a_torch_older_than_the_floor_is_one_pip_would_replace(project: Path, tmp_path: Path) -> None:
     """The control: the same dry run notices when the requirement refuses the installed torch."""
     done = dry_run_install(project, "2.8.0a0+5228986c39.nv25.06", tmp_path)
@@ -122,6 +124,7 @@ def test_a_torch_older_than_the_floor_is_one_pip_would_replace(project: Path, tm
     assert "No matching distribution found for torch" in done.stderr, done.stderr
 
 
+@pytest.mark.outside
 def test_pip_check_is_clean_beside_an_ngc_torch(project: Path, tmp_path: Path) -> None:
     target = tmp_path / "site"
     install = ["install", "--no-deps", "--no-index", "--no-build-isolation", "--target", str(target), str(project)]

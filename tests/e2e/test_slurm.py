@@ -18,7 +18,7 @@ from tests.helpers.healthcheck import FAULT, record, report_with
 from tests.helpers.runs import REPO
 from tests.helpers.slurm import SKIP_REASON, SlurmCluster, free_ports, slurm_cluster
 
-pytestmark = pytest.mark.skipif(bool(SKIP_REASON), reason=SKIP_REASON)
+pytestmark = [pytest.mark.outside, pytest.mark.skipif(bool(SKIP_REASON), reason=SKIP_REASON)]
 
 CONTRIB = REPO / "contrib" / "slurm"
 HEALTHY = "--gb-sku=cpu -k test_numa_nodes_hold_every_cpu"  # one quick check that passes on any machine
