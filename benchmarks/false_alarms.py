@@ -164,7 +164,6 @@ def sibling_trial(slow: int | None, speed: float) -> dict[str, Any]:
     """Four devices' host copies, device `slow` at `speed`; the siblings rule, measured again before naming."""
     import torch
 
-    from pytest_gbvalidate import noise
     from pytest_gbvalidate.bench.copy import copy_bandwidth
     from pytest_gbvalidate.expect import Measured, best_of_passes
     from pytest_gbvalidate.fleet import stats
@@ -183,9 +182,8 @@ def sibling_trial(slow: int | None, speed: float) -> dict[str, Any]:
         return figures
 
     def judge(figures: Sequence[Measured]) -> list[str]:
-        values = {m.scope: m.value for m in figures}
-        noises = {m.scope: noise.from_details(m.details) for m in figures}
-        return [o.host for o in stats.outliers(values, "higher", noises=noises)]
+        by_device = {m.scope: (m.value, m.details) for m in figures}
+        return [o.host for o in stats.sibling_outliers(by_device, "higher")]
 
     first = measure()
     named = judge(first)

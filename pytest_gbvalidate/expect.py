@@ -227,9 +227,10 @@ class Expect:
         again: Callable[[], Mapping[str, tuple[float, Mapping[str, Any]]]] | None = None,
     ) -> None:
         """Each device's figure of `metric` (label -> (value, details), the devices of one node) against its
-        siblings': fails naming every device worse than their median by the fleet's outlier rule (fleet/stats.py:
-        far in robust terms, beyond the practical margin, and beyond the figures' noise, from the details'
-        samples), whatever the baseline says -- on day one most figures have no baseline value, and a GPU 25%
+        siblings': fails naming every device worse than their median by the fleet's outlier rule (fleet/stats.py's
+        sibling_outliers: far in robust terms, beyond the practical margin, and beyond the error of the figures'
+        medians, from the details' samples: measured side by side, no drift between runs separates them),
+        whatever the baseline says -- on day one most figures have no baseline value, and a GPU 25%
         behind its seven siblings is a GPU to look at. Fewer than three devices: no verdict (one of two may be
         the slow one). `again` measures every device once more before a device is named: each figure is then the
         better of its two passes (best_of_passes), both kept in its `passes`."""
@@ -237,17 +238,14 @@ class Expect:
 
         if len(figures) < stats.MIN_NODES:
             pytest.skip(f"{metric}: {len(figures)} {of}(s) measured; telling one apart needs {stats.MIN_NODES}")
-        values = {label: float(value) for label, (value, _) in figures.items()}
-        noises = {label: nz.from_details(dict(details)) for label, (_, details) in figures.items()}
         direction = self.direction(metric, next(iter(figures)))
-        found = stats.outliers(values, direction, noises=noises)
+        found = stats.sibling_outliers(figures, direction)
         if found and again is not None:
             first = [Measured(metric, value, label, details) for label, (value, details) in figures.items()]
             second = [Measured(metric, value, label, details) for label, (value, details) in again().items()]
-            merged = best_of_passes(first, second, {metric: direction})
-            values = {m.scope: float(m.value) for m in merged}
-            noises = {m.scope: nz.from_details(dict(m.details)) for m in merged}
-            found = stats.outliers(values, direction, noises=noises)
+            figures = {m.scope: (m.value, m.details) for m in best_of_passes(first, second, {metric: direction})}
+            found = stats.sibling_outliers(figures, direction)
+        values = {label: float(value) for label, (value, _) in figures.items()}
         center = stats.spread(list(values.values())).median
         unit = (CATALOG.get(metric) or MetricSpec(metric, "", direction, "", "")).unit
         shown = ", ".join(f"{label} {value:.4g}" for label, value in values.items())

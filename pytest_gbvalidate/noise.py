@@ -124,6 +124,22 @@ def from_details(details: Mapping[str, Any]) -> Noise | None:
     return within
 
 
+# The standard error of the median of n samples from a normal spread sigma is about sqrt(pi / 2) sigma / sqrt(n).
+MEDIAN_ERROR = math.sqrt(math.pi / 2)
+
+
+def of_the_median(details: Mapping[str, Any]) -> Noise | None:
+    """The noise of a figure that is the median of its samples (`samples_<unit>` in `details`; where it is the
+    better of two passes, the better pass's) as the figure's own error: its standard error, the samples' spread
+    x MEDIAN_ERROR / sqrt(their count). For figures measured side by side in one run -- a node's GPUs against
+    each other -- which no drift between runs separates (that is what the spread of one sample allows for); a
+    burst of interference in one device's samples is what measuring again before naming it is for."""
+    within = from_details({k: v for k, v in details.items() if k != "passes"})
+    if within is None or within.summary != MEDIAN:
+        return None
+    return Noise(MEDIAN, within.count, within.spread_pct * MEDIAN_ERROR / math.sqrt(within.count))
+
+
 def from_record(record: object) -> Noise | None:
     """A report's `noise` field read back (reports are untrusted input: None where it is missing or malformed)."""
     if not isinstance(record, dict):

@@ -26,7 +26,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeGuard
+from typing import Any, TypeGuard
 
 from pytest_gbvalidate import noise as nz
 
@@ -130,3 +130,13 @@ def outliers(
 def is_number(value: object) -> TypeGuard[float]:
     """A finite int or float (a report keeps a broken measurement's value as text, e.g. "nan")."""
     return nz.finite(value) is not None
+
+
+def sibling_outliers(figures: Mapping[str, tuple[float, Mapping[str, Any]]], direction: str) -> list[Outlier]:
+    """The devices of one node (label -> (figure, details)) worse than their siblings by the fleet's rule (far in
+    robust terms, beyond PCT), beyond what each figure's own error allows: the siblings are measured side by side
+    in one run, so the error of a median (noise.of_the_median), not the spread of one sample, is what separates
+    them."""
+    values = {label: float(value) for label, (value, _) in figures.items()}
+    noises = {label: nz.of_the_median(details) for label, (_, details) in figures.items()}
+    return outliers(values, direction, noises=noises)

@@ -151,3 +151,37 @@ def test_a_pace_needs_enough_runs_and_figures_and_leaves_out_figures_that_never_
     counts = [r | {"xid": 0.0} for r in runs]
     with_count = noise.pace(runs[-1] | {"xid": 3.0}, counts, DIRECTIONS | {"xid": "lower"})
     assert with_count is not None and with_count.figures == 30
+
+
+# --- a node's GPUs against each other ------------------------------------------------------------------------------
+
+
+def test_a_median_s_own_error_is_its_samples_spread_over_the_root_of_their_count() -> None:
+    samples = [10.0 * (1 + 0.1 * math.sin(k)) for k in range(16)]
+    spread = noise.of_samples(samples)
+    found = noise.of_the_median({"samples_gbps": samples})
+    assert spread is not None and found is not None and (found.summary, found.count) == ("median", 16)
+    assert found.spread_pct == pytest.approx(spread.spread_pct * math.sqrt(math.pi / 2) / 4)
+    # the better of two passes: its own samples (the passes' figures are for drift, which siblings share)
+    assert noise.of_the_median({"samples_gbps": samples, "passes": [9.0, 10.0]}) == found
+    assert noise.of_the_median({"passes": [9.0, 10.0]}) is None and noise.of_the_median({}) is None
+
+
+def test_a_device_25_percent_behind_siblings_measured_beside_it_is_named_through_its_samples_spread() -> None:
+    """Four devices' copies, each the median of 20 samples spreading about 12% (a shared machine): one sample's
+    spread (margin about 34%) would hide a device 25% behind; the medians' error (about 9%) does not, and the
+    healthy three, within a few percent of each other, stay unnamed."""
+    from pytest_gbvalidate.fleet import stats
+
+    def device(value: float) -> tuple[float, dict[str, object]]:
+        samples = [value * (1 + 0.12 * math.sin(2.1 * k)) for k in range(20)]
+        return value, {"samples_gbps": samples}
+
+    healthy = {"gpu0": device(10.0), "gpu1": device(10.3), "gpu2": device(9.8), "gpu3": device(10.1)}
+    assert stats.sibling_outliers(healthy, "higher") == []
+    slow = healthy | {"gpu2": device(7.5)}
+    assert [o.host for o in stats.sibling_outliers(slow, "higher")] == ["gpu2"]
+    one_sample_margin = stats.outliers(
+        {k: v for k, (v, _) in slow.items()}, "higher", noises={k: noise.from_details(d) for k, (_, d) in slow.items()}
+    )
+    assert one_sample_margin == []  # what the rule said before: within one sample's spread
