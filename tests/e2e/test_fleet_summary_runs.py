@@ -134,8 +134,8 @@ def test_a_healthy_fleet_passes_with_every_output_written(real_report: dict[str,
         assert png.startswith(b"\x89PNG")
         # readable as it stands: each metric's band at least 30 pixels high (the IHDR chunk gives the size)
         width, height = struct.unpack(">II", png[16:24])
-        metrics = len(read_csv(out / "metrics.csv"))
-        assert height >= 30 * metrics and width >= 360, (width, height, metrics)
+        bands = len(read_csv(out / "metrics.csv"))
+        assert height >= 30 * bands and width >= 360, (width, height, bands)
 
     by_suite = suites(out / "fleet.xml")
     assert sorted(by_suite) == list(HEALTHY)
