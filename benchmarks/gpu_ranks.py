@@ -414,7 +414,9 @@ def worker(kind: str, out: Path, device: str) -> int:
     world = world_from_environment(os.environ)
     if world is None:
         raise SystemExit("--worker runs under torchrun: RANK and WORLD_SIZE are not set")
-    gang = WorldGang(*world, device_type=device, timeout_s=CALL_TIMEOUT_S)
+    # The process group's timeout bounds a rank waiting on its peer: the 8B case's first step compiles its blocks
+    # while the other stage waits, so the case's own bound, not one call's.
+    gang = WorldGang(*world, device_type=device, timeout_s=BOUND_S.get(kind, CALL_TIMEOUT_S))
     if kind == "memory":
         results = gang.run(_memory_on_rank, device)
         result: dict[str, Any] = {"held_bytes": results}
