@@ -416,8 +416,8 @@ class GbSession:
         """With --gb-compare and the node's history: the run as a whole against the node's kept runs
         (compare.run_pace), in the report's `compare.pace`. A run slower across the board than its history allows
         fails the test PACE_TEST_ID, reported as the checks' tests are (the terminal, JUnit, the JSON report and
-        the page), with its fault category. Only for a run that ran its checks to the end: the pace of an
-        interrupted run is that of the checks it reached. The exit status the run ends with."""
+        the page), with its fault category. Only for a run that passed or failed its checks: one interrupted, or
+        ended by a usage or internal error, has no verdict to add to. The exit status the run ends with."""
         if (
             self._comparison is None
             or self.config.option.collectonly
