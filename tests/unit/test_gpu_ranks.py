@@ -9,6 +9,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+import torch  # noqa: F401 -- in-process pytester runs drop modules they imported, and torch cannot load twice
 
 from pytest_gbvalidate import baselines as bl
 from tests.helpers.scripts import gpu_ranks
@@ -113,3 +114,25 @@ def test_a_case_past_its_bound_or_leaving_processes_is_a_defect(harness: ModuleT
     assert harness.judge_bounds(case, 10.0, False, []) is None
     assert "ran past its bound" in harness.judge_bounds(case, 300.0, True, [])
     assert harness.judge_bounds(case, 10.0, False, [4242]) == "left 1 process(es) behind: 4242"
+
+
+@pytest.mark.parametrize(
+    ("kind", "wanted"),
+    [
+        (
+            "collectives",
+            {f"test_{c}_busbw" for c in ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast")},
+        ),
+        ("pairwise", {"test_pairwise_all_reduce_busbw"}),
+        ("killed", {"test_all_reduce_busbw"}),
+        ("nvls", {"test_nvls_all_reduce_busbw", "test_mnnvl_all_reduce_busbw"}),
+    ],
+)
+def test_each_pytest_case_selects_exactly_its_checks(
+    harness: ModuleType, pytester: pytest.Pytester, kind: str, wanted: set[str]
+) -> None:
+    """The cases' -k expressions against the suite as collected: the sweeps' case once took the NVLS checks too."""
+    case = next(c for c in harness.cases([2], "cuda") if c.kind == kind)
+    result = pytester.runpytest_inprocess("--collect-only", "-q", "-p", "no:cacheprovider", *case.select)
+    names = {line.split("::")[-1].split("[")[0] for line in result.outlines if "::" in line}
+    assert names == wanted, result.outlines
