@@ -48,6 +48,7 @@ from typing import Any
 from pytest_gbvalidate.labels import size_label
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # tests.helpers: the kill fault and the search for processes left behind
 SKU = "RANKS"
 # Sweeps end here (NCCL's socket transport on loopback moves a few GB/s at most): a GPU run stays short.
 MAX_BYTES = {"cuda": 64 * 2**20, "cpu": 64 * 2**10}
@@ -333,7 +334,9 @@ def run_case(case: Case, out: Path, device: str, run_id: str) -> Row:
             agent.wait()
     seconds = time.monotonic() - start
     time.sleep(0.5)  # a rank the agent was still reaping
-    left = _processes_with_marker(marker)
+    from tests.helpers.rank_faults import processes_with_marker
+
+    left = processes_with_marker(f"GBVALIDATE_RANKS_CASE={marker}")
     for pid in left:
         _kill(pid)
     if case.select:
@@ -380,21 +383,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _processes_with_marker(marker: str) -> list[int]:
-    """Processes whose environment carries `marker`: what a case started and did not end."""
-    needle = f"GBVALIDATE_RANKS_CASE={marker}".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != os.getpid():
-            try:
-                with open(f"/proc/{entry}/environ", "rb") as f:
-                    if needle in f.read():
-                        found.append(int(entry))
-            except OSError:
-                continue
-    return found
 
 
 def _kill(pid: int) -> None:
