@@ -20,9 +20,9 @@ slow_device.py, in every process of the run through a sitecustomize this script 
    it drains exactly it;
 6. a slowed node: four torchrun nodes on this machine run the pairwise all_reduce (one rank each), one of them
    slowed, `--pairwise-runs` times, and as many times with none slowed: named when exactly that node is;
-7. a slowed GPU of a four-device fake: four devices measured one after the other (host copies of 256 MiB, the
-   measurement code a GPU's copy runs), one slowed, judged by the siblings rule `gb_expect.siblings` applies
-   (measured again before naming), `--sibling-trials` times, and as many with none slowed.
+7. a slowed GPU of a four-device fake: four devices measured in turns, as the suite's siblings check measures
+   GPUs (host copies of 256 MiB, the measurement code a GPU's copy runs), one slowed, judged by the siblings rule
+   `gb_expect.siblings` applies (measured again before naming), `--sibling-trials` times, and as many with none slowed.
 
 It prints the false alarms and the detection rate, and writes them to DIR/false_alarms.json. The goal on an idle
 2-core machine: no false alarm in 10 healthy runs, every degradation of 25% or more caught, naming exactly the
@@ -161,25 +161,30 @@ def pairwise_round(out: Path, hook: Path, speed: float | None, name: str) -> dic
 
 
 def sibling_trial(slow: int | None, speed: float) -> dict[str, Any]:
-    """Four devices' host copies, device `slow` at `speed`; the siblings rule, measured again before naming."""
+    """Four devices' host copies, device `slow` at `speed`, measured in turns as the suite's siblings check
+    measures its GPUs; the siblings rule, measured again before naming."""
     import torch
 
+    from pytest_gbvalidate import noise
     from pytest_gbvalidate.bench.copy import copy_bandwidth
+    from pytest_gbvalidate.bench.timing import MIN_TIMED_ITERATIONS
     from pytest_gbvalidate.expect import Measured, best_of_passes
     from pytest_gbvalidate.fleet import stats
+    from suites.test_bandwidth import SIBLING_ROUNDS
     from tests.helpers.slow_device import slowed
 
     cpu = torch.device("cpu")
 
     def measure() -> list[Measured]:
-        figures = []
-        for index in range(4):
-            with slowed(speed if index == slow else 1.0):
-                r = copy_bandwidth(cpu, cpu, SIBLING_BYTES, warmup=3, iterations=20)
-            figures.append(
-                Measured("h2d_bandwidth_gbps", r.bandwidth_gbps, f"gpu{index}", {"samples_gbps": r.samples_gbps})
-            )
-        return figures
+        rounds = []
+        for _ in range(SIBLING_ROUNDS):
+            figures = {}
+            for index in range(4):
+                with slowed(speed if index == slow else 1.0):
+                    r = copy_bandwidth(cpu, cpu, SIBLING_BYTES, warmup=3, iterations=MIN_TIMED_ITERATIONS)
+                figures[f"gpu{index}"] = (r.bandwidth_gbps, {"samples_gbps": r.samples_gbps})
+            rounds.append(figures)
+        return [Measured("h2d_bandwidth_gbps", v, label, d) for label, (v, d) in noise.in_rounds(rounds).items()]
 
     def judge(figures: Sequence[Measured]) -> list[str]:
         by_device = {m.scope: (m.value, m.details) for m in figures}

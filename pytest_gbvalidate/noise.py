@@ -140,6 +140,30 @@ def of_the_median(details: Mapping[str, Any]) -> Noise | None:
     return Noise(MEDIAN, within.count, within.spread_pct * MEDIAN_ERROR / math.sqrt(within.count))
 
 
+def in_rounds(
+    rounds: Sequence[Mapping[str, tuple[float, Mapping[str, Any]]]],
+) -> dict[str, tuple[float, dict[str, Any]]]:
+    """Devices measured in turn, round after round (each round: label -> (figure, details with its
+    `samples_<unit>`)), as one figure each: the median of all its rounds' samples, its details the first round's
+    with every sample and each round's figure (`rounds`). A node's bandwidth drifts over seconds (a VM's memory
+    10-20% between one device's pass and the next's; a GPU's clocks as it warms), so devices measured one after the
+    other differ by what drifted between them; taken in turns, every device's samples span the same seconds and
+    the drift moves them alike. A device whose details carry no samples keeps its first round's figure."""
+    merged: dict[str, tuple[float, dict[str, Any]]] = {}
+    for label in rounds[0] if rounds else {}:
+        value, details = rounds[0][label]
+        key = next((k for k in details if k.startswith("samples_")), None)
+        each = [r[label] for r in rounds if label in r]
+        samples = [float(s) for _, d in each for s in d.get(key, [])] if key else []
+        if key is None or not samples or not all(math.isfinite(s) for s in samples):
+            merged[label] = (value, dict(details))
+            continue
+        figures = [float(v) for v, _ in each]
+        extra = {"iterations": len(samples)} if "iterations" in details else {}
+        merged[label] = (statistics.median(samples), {**details, key: samples, **extra, "rounds": figures})
+    return merged
+
+
 def from_record(record: object) -> Noise | None:
     """A report's `noise` field read back (reports are untrusted input: None where it is missing or malformed)."""
     if not isinstance(record, dict):

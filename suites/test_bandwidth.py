@@ -19,8 +19,10 @@ from typing import Any
 
 import pytest
 
+from pytest_gbvalidate import noise
 from pytest_gbvalidate.bench.gemm import GemmResult, fp8_speedup_x
 from pytest_gbvalidate.bench.on_rank import copy_on_rank, gemm_on_rank, has_fp8_on_rank, host_gemm_on_rank, p2p_on_rank
+from pytest_gbvalidate.bench.timing import MIN_TIMED_ITERATIONS
 from pytest_gbvalidate.expect import Expect, Measured
 from pytest_gbvalidate.labels import gpu_label, gpu_pair_label
 from pytest_gbvalidate.probes import Gpu
@@ -144,8 +146,10 @@ def _device_copy(kind: str, metric: str, index: int, target: Target, gang: Gang,
     )
 
 
-def _gemm(dtype: str, metric: str, index: int, target: Target, gang: Gang) -> list[NodeResult]:
+def _gemm(dtype: str, metric: str, index: int, target: Target, gang: Gang, rounds: int = 1) -> list[NodeResult]:
+    """One GPU's GEMM; of a check measuring in `rounds`, one round's share of the iterations."""
     m, n, k, warmup, iterations = _gemm_params(target, metric, GEMM_SIZE)
+    iterations = iterations if rounds == 1 else _per_round(iterations, rounds)
     return run_on_local_rank(gang, index, gemm_on_rank, dtype, m, n, k, warmup, iterations)
 
 
@@ -211,27 +215,42 @@ SIBLING_CHECKS = {
 }
 
 
+# Rounds the siblings are measured in, every GPU in turn each round (noise.in_rounds): what drifts over the check's
+# seconds moves every GPU alike. Each round times its share of the planned iterations, at least as many as a
+# figure needs.
+SIBLING_ROUNDS = 3
+
+
+def _per_round(iterations: int, rounds: int) -> int:
+    return max(MIN_TIMED_ITERATIONS, iterations // rounds)
+
+
 @pytest.mark.gb_gpu
 @pytest.mark.parametrize("metric", list(SIBLING_CHECKS))
 def test_gpus_keep_up_with_their_siblings(metric: str, gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
-    """Every GPU of the node measured one after the other; fails naming a GPU whose figure is far below its
-    siblings' median by the fleet's outlier rule (robust, beyond 10%, beyond the figures' own noise). Each node
+    """Every GPU of the node measured in turn, SIBLING_ROUNDS times; fails naming a GPU whose figure is far below
+    its siblings' median by the fleet's outlier rule (robust, beyond 10%, beyond the figures' own noise). Each node
     of a torchrun / srun world is judged on its own GPUs."""
     how, kind = SIBLING_CHECKS[metric]
 
     def measure() -> dict[int, dict[str, tuple[float, Any]]]:
-        by_node: dict[int, dict[str, tuple[float, Any]]] = {}
-        for index in range(gb_target.gpu_count or 0):
-            if how == "copy":
-                size, warmup, iterations = _copy_params(gb_target, metric, DEVICE_COPY_SIZE_BYTES)
-                results = run_on_local_rank(gb_gang, index, copy_on_rank, kind, size, warmup, iterations)
-                measured = _copy_measurements(metric, gpu_label(index), results)
-            else:
-                results = _gemm(kind, metric, index, gb_target, gb_gang)
-                measured = _gemm_measurements(metric, gpu_label(index), results)
-            for r, (_, value, _, details) in zip(results, measured, strict=True):
-                by_node.setdefault(r.node_rank, {})[gpu_label(index)] = (value, details)
-        return by_node
+        rounds: dict[int, list[dict[str, tuple[float, Any]]]] = {}
+        for _ in range(SIBLING_ROUNDS):
+            by_node: dict[int, dict[str, tuple[float, Any]]] = {}
+            for index in range(gb_target.gpu_count or 0):
+                if how == "copy":
+                    size, warmup, iterations = _copy_params(gb_target, metric, DEVICE_COPY_SIZE_BYTES)
+                    iterations = _per_round(iterations, SIBLING_ROUNDS)
+                    results = run_on_local_rank(gb_gang, index, copy_on_rank, kind, size, warmup, iterations)
+                    measured = _copy_measurements(metric, gpu_label(index), results)
+                else:
+                    results = _gemm(kind, metric, index, gb_target, gb_gang, SIBLING_ROUNDS)
+                    measured = _gemm_measurements(metric, gpu_label(index), results)
+                for r, (_, value, _, details) in zip(results, measured, strict=True):
+                    by_node.setdefault(r.node_rank, {})[gpu_label(index)] = (value, details)
+            for node, figures in by_node.items():
+                rounds.setdefault(node, []).append(figures)
+        return {node: noise.in_rounds(figures) for node, figures in rounds.items()}
 
     first: dict[int, dict[str, tuple[float, Any]]] = measure()
     second: dict[int, dict[str, tuple[float, Any]]] = {}

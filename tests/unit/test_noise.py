@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
+from typing import Any
 
 import pytest
 
@@ -185,3 +187,35 @@ def test_a_device_25_percent_behind_siblings_measured_beside_it_is_named_through
         {k: v for k, (v, _) in slow.items()}, "higher", noises={k: noise.from_details(d) for k, (_, d) in slow.items()}
     )
     assert one_sample_margin == []  # what the rule said before: within one sample's spread
+
+
+def test_devices_measured_in_turns_share_the_drift_that_sets_one_after_the_other_apart() -> None:
+    """Four healthy devices measured 30 samples each, the node's bandwidth 30% lower for the last quarter of the
+    check (a VM's memory, a GPU's clocks): one after the other, the last device takes the whole dip and is named;
+    in three rounds of ten, the dip is spread over several devices' samples, nobody is named, and a device 25%
+    slower is, alone."""
+    from pytest_gbvalidate.fleet import stats
+
+    def measure(order: list[tuple[int, int]], slow: int | None = None) -> list[dict[str, tuple[float, dict[str, Any]]]]:
+        """`order`: (round, device) in the order measured, 10 samples each."""
+        rounds: list[dict[str, tuple[float, dict[str, Any]]]] = [{} for _ in range(max(r for r, _ in order) + 1)]
+        for step, (round_, device) in enumerate(order):
+            scale = 0.75 if device == slow else 1.0
+            node = 14.0 if step >= 9 else 20.0  # the last 3 of 12 passes
+            samples = [scale * node * (1 + 0.01 * (k % 3)) for k in range(10)]
+            rounds[round_][f"gpu{device}"] = (statistics.median(samples), {"samples_gbps": samples, "iterations": 10})
+        return rounds
+
+    def named(rounds: list[dict[str, tuple[float, dict[str, Any]]]]) -> list[str]:
+        return [o.host for o in stats.sibling_outliers(noise.in_rounds(rounds), "higher")]
+
+    one_after_the_other = [(r, d) for d in range(4) for r in range(3)]
+    in_turns = [(r, d) for r in range(3) for d in range(4)]
+    assert named(measure(one_after_the_other)) == ["gpu3"]
+    assert named(measure(in_turns)) == []
+    assert named(measure(in_turns, slow=1)) == ["gpu1"]
+    value, details = noise.in_rounds(measure(in_turns))["gpu0"]
+    assert len(details["samples_gbps"]) == details["iterations"] == 30 and len(details["rounds"]) == 3
+    assert value == statistics.median(details["samples_gbps"])
+    # a device without samples keeps its first round's figure
+    assert noise.in_rounds([{"gpu0": (5.0, {})}, {"gpu0": (4.0, {})}]) == {"gpu0": (5.0, {})}
