@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
@@ -111,16 +112,21 @@ def test_nvlink_fabric_clique(gpus: NodeGpus, gb_expected: Expected) -> None:
 
 
 @pytest.mark.gb_gpu
-def test_imex(gb_expected: Expected) -> None:
+def test_imex(gb_expected: Expected, record_property: Callable[[str, object], None]) -> None:
     """Multi-node NVLink needs IMEX: a channel device for processes to import memory of other nodes through,
-    and the node's nvidia-imex daemon READY to broker it."""
+    the node's nvidia-imex daemon READY to broker it, and this node READY and connected in the domain its daemon
+    sees (`nvidia-imex-ctl -N`). Another node down or one connection down is the domain's state, not this node's
+    fault: it passes, the domain's state in the JUnit property `imex_domain`."""
     if not gb_expected.require("health.multi_node_nvlink"):
         pytest.skip("the baseline says this node is in no multi-node NVLink domain: IMEX is not needed")
     channels = imex.read_channels(imex.CHANNELS_DIR)
     daemon = imex.daemon_state()
-    problems = [p for p in (channels.problem, daemon.problem) if p]
+    domain = imex.judge_domain(imex.domain_state(), imex.own_names()) if daemon.problem is None else None
+    problems = [p for p in (channels.problem, daemon.problem, domain and domain.problem) if p]
     if not channels.numbers and channels.problem is None:
         problems.insert(0, f"no IMEX channel device in {imex.CHANNELS_DIR}")
+    if domain is not None and domain.others:
+        record_property("imex_domain", domain.others)
     assert not problems, f"IMEX: {'; '.join(problems)}"
 
 

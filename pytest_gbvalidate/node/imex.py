@@ -2,16 +2,18 @@
 node of its NVLink domain through an IMEX channel (a character device /dev/nvidia-caps-imex-channels/channelN,
 made by the driver with NVreg_CreateImexChannel0=1 or by hand), and the node's nvidia-imex daemon brokers the
 mappings with the other nodes' daemons. `nvidia-imex-ctl -q` asks the daemon for its state: READY when it is
-connected and serving. No pytest here; the devices directory and the command runner are arguments, so tests give
+connected and serving; `nvidia-imex-ctl -N` asks it for the whole domain: each node's state and its connections.
+No pytest here; the devices directory and the command runner are arguments, so tests give
 their own."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,3 +104,128 @@ def daemon_state(run: Runner = run_command, timeout_s: float = QUERY_TIMEOUT_S) 
         known = "" if state in DAEMON_STATES else " (not a state nvidia-imex-ctl reports)"
         return Daemon(state[:80], f"the IMEX daemon is {state[:80]!r}{known}, not {READY}")
     return Daemon(state, None)
+
+
+# The IMEX domain as `nvidia-imex-ctl -N -j -H` prints it (NVIDIA DCGM reads the same command for its
+# DCGM_FI_IMEX_DOMAIN_STATUS): the domain's `status` (UP, DOWN or DEGRADED) and, for every node its nodes_config.cfg
+# lists, keyed by index, the node's daemon `status` (the states above), its `host` (the address the config lists),
+# its `hostName` (with -H) and its `connections` to each node (index -> {"host", "status": CONNECTED, ...}).
+DOMAIN_UP = "UP"
+DOMAIN_STATES = ("UP", "DOWN", "DEGRADED")
+CONNECTED = "CONNECTED"
+
+
+@dataclass(frozen=True)
+class DomainNode:
+    index: str
+    host: str  # its address in the domain's nodes_config.cfg
+    hostname: str  # "" where the output gives none
+    status: str  # its daemon's state, as the domain sees it
+    connections: dict[str, str]  # node index -> the state of its connection to that node
+
+
+@dataclass(frozen=True)
+class Domain:
+    status: str | None  # UP, DOWN, DEGRADED; None: no answer
+    nodes: tuple[DomainNode, ...]
+    problem: str | None  # why there is no answer
+
+
+def domain_state(run: Runner = run_command, timeout_s: float = QUERY_TIMEOUT_S) -> Domain:
+    """The IMEX domain as this node's daemon sees it (`nvidia-imex-ctl -N -j -H`). An answer that is not the JSON
+    the command prints is no answer, saying what is wrong with it."""
+    command = [CTL, "-N", "-j", "-H"]
+    shown = f"`{' '.join(command)}`"
+    try:
+        status, out, err = run(command, timeout_s)
+    except subprocess.TimeoutExpired:
+        return Domain(None, (), f"{shown} did not answer in {timeout_s:g} s")
+    except OSError as exc:
+        return Domain(None, (), f"cannot run {CTL}: {exc.strerror or exc} (is the nvidia-imex package installed?)")
+    if status != 0:
+        said = (err.strip() or out.strip() or "nothing").splitlines()[-1][:200]
+        return Domain(None, (), f"{shown} exited {status}: {said}")
+    try:
+        data = json.loads(out)
+    except ValueError as exc:
+        return Domain(None, (), f"{shown} printed no JSON ({exc})")
+    state = data.get("status") if isinstance(data, dict) else None
+    listed = data.get("nodes") if isinstance(data, dict) else None
+    if not isinstance(state, str) or not isinstance(listed, dict):
+        return Domain(None, (), f"{shown} printed no domain `status` and `nodes`")
+    nodes = []
+    for index, node in listed.items():
+        if (
+            not isinstance(node, dict)
+            or not isinstance(node.get("host"), str)
+            or not isinstance(node.get("status"), str)
+        ):
+            return Domain(None, (), f"{shown}: node {str(index)[:20]!r} has no `host` and `status`")
+        links = node.get("connections")
+        connections = {
+            str(peer): str(link.get("status", ""))
+            for peer, link in (links.items() if isinstance(links, dict) else ())
+            if isinstance(link, dict)
+        }
+        hostname = node.get("hostName")
+        name = hostname if isinstance(hostname, str) else ""
+        nodes.append(DomainNode(str(index), node["host"][:80], name[:80], node["status"][:40], connections))
+    return Domain(state[:40], tuple(nodes), None)
+
+
+@dataclass(frozen=True)
+class DomainVerdict:
+    problem: str | None  # what is wrong with this node in its domain
+    others: str | None  # what is wrong with the domain beyond this node: said, never failing this node
+
+
+def judge_domain(domain: Domain, own: Collection[str]) -> DomainVerdict:
+    """This node's place in its IMEX domain, found by its hostname or one of its addresses (`own`): its own entry
+    READY, and connected to at least one of the other READY nodes. A node down elsewhere, or one connection
+    down, is the domain's state, not this node's fault: it is said in `others` (the other node's own run names
+    it). A node that reaches none of the READY nodes is the one cut off."""
+    if domain.status is None:
+        return DomainVerdict(domain.problem, None)
+    mine = [n for n in domain.nodes if n.host in own or (n.hostname and n.hostname in own)]
+    if not mine:
+        listed = ", ".join(_name(n) for n in domain.nodes[:8]) or "none"
+        return DomainVerdict(
+            f"this node ({', '.join(sorted(own)[:4])}) is not among the IMEX domain's {len(domain.nodes)} nodes "
+            f"({listed}): /etc/nvidia-imex/nodes_config.cfg lists others",
+            None,
+        )
+    me = mine[0]
+    others = [n for n in domain.nodes if n is not me]
+    ready = [n for n in others if n.status == READY]
+    cut = [n for n in ready if me.connections.get(n.index) != CONNECTED]
+    problem = None
+    if me.status != READY:
+        problem = f"this node's daemon is {me.status!r} in its IMEX domain, not {READY}"
+    elif ready and len(cut) == len(ready):
+        shown = ", ".join(f"{_name(n)} {me.connections.get(n.index) or 'not listed'}" for n in cut)
+        problem = f"this node reaches none of the {len(ready)} other READY nodes of its IMEX domain ({shown})"
+    said = [f"{_name(n)} {n.status}" for n in others if n.status != READY]
+    if problem is None:
+        said += [f"no connection to {_name(n)} ({me.connections.get(n.index) or 'not listed'})" for n in cut]
+    if domain.status == DOMAIN_UP and not said:
+        return DomainVerdict(problem, None)
+    more = f"; {len(said) - 8} more" if len(said) > 8 else ""
+    return DomainVerdict(
+        problem, f"the IMEX domain is {domain.status}" + (f": {'; '.join(said[:8])}{more}" if said else "")
+    )
+
+
+def _name(node: DomainNode) -> str:
+    return node.hostname or node.host
+
+
+def own_names() -> set[str]:
+    """How the domain's nodes_config.cfg may list this node: its hostname (and the name before its first dot)
+    and the addresses of its interfaces."""
+    import socket
+
+    import psutil
+
+    name = socket.gethostname()
+    addresses = {a.address.split("%")[0] for nics in psutil.net_if_addrs().values() for a in nics}
+    return {name, name.split(".")[0]} | {a for a in addresses if a}

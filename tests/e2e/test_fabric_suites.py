@@ -10,7 +10,7 @@ import pynvml
 import pytest
 
 from tests.e2e.test_node_suites import HEALTH, NO_TELEMETRY, run_suites, with_outcome
-from tests.helpers.fakenode import nd96asr_v4, nd_gb200_v6
+from tests.helpers.fakenode import imex_domain_json, nd96asr_v4, nd_gb200_v6
 
 FABRIC_CHECKS = ("-k", "fabric or imex or c2c or nvlink_errors")
 DEGRADED_BW = (
@@ -81,6 +81,39 @@ def test_imex_channels_missing_or_a_daemon_not_ready_each_fail_naming_what(
         f"IMEX: {tmp_path}/dev/nvidia-caps-imex-channels does not exist: no IMEX channel was created; "
         "the IMEX daemon is 'WAITING_FOR_PEERS', not READY"
     ) in failed["test_imex"]
+
+
+@pytest.mark.parametrize(
+    ("domain", "outcome", "said"),
+    [
+        (
+            imex_domain_json("DEGRADED", ("READY", "UNAVAILABLE")),
+            "passed",
+            "the IMEX domain is DEGRADED: gb200-peer UNAVAILABLE",
+        ),
+        (
+            imex_domain_json("DEGRADED", ("READY", "READY"), ("CONNECTED", "DISCONNECTED")),
+            "failure",
+            "IMEX: this node reaches none of the 1 other READY nodes of its IMEX domain (gb200-peer DISCONNECTED)",
+        ),
+    ],
+    ids=["another-node-down", "this-node-cut-off"],
+)
+def test_the_imex_domain_fails_the_node_only_for_its_own_place_in_it(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, domain: str, outcome: str, said: str
+) -> None:
+    """The domain as this node's daemon sees it (`nvidia-imex-ctl -N`): another node UNAVAILABLE is said in the
+    JUnit property `imex_domain` and the node passes; this node connected to none of the READY nodes fails."""
+    node = nd_gb200_v6()
+    node.imex_domain = (0, domain)
+    node.install(monkeypatch, tmp_path)
+    _, cases, _ = run_suites(pytester, "ND_GB200_v6", "-k", "imex", suites=(HEALTH,))
+    case = cases["test_imex"]
+    assert case["outcome"] == outcome
+    if outcome == "passed":
+        assert ("imex_domain", said) in case["props"], case
+    else:
+        assert said in (case["message"] or ""), case
 
 
 def test_gpus_without_a_fabric_skip_saying_why_unless_the_baseline_asks_for_one(

@@ -53,6 +53,9 @@ class FakeNode:
     # status, what it prints: stdout when 0, else stderr); None: nvidia-imex-ctl is not installed.
     imex_channels: list[int] | None = None
     imex_ctl: tuple[int, str] | None = None
+    # What `nvidia-imex-ctl -N -j -H` answers (exit status, what it prints); None: a domain of this node and
+    # another, both READY and connected (imex_domain_json).
+    imex_domain: tuple[int, str] | None = None
 
     def nvml(self) -> FakeNvmlLib:
         return FakeNvmlLib(self.gpus)
@@ -117,11 +120,43 @@ class FakeNode:
                     (channels / f"channel{n}").touch()
                     monkeypatch.setattr(imex, "CHANNEL_FILE_TYPE", stat.S_IFREG)
         if self.imex_ctl is not None:
-            status, text = self.imex_ctl
             ctl = tmp_path / "node-bin" / imex.CTL
-            stream = 1 if status == 0 else 2
-            ctl.write_text(f"#!/bin/sh\nprintf '%s\\n' {shlex.quote(text)} >&{stream}\nexit {status}\n")
+            answers = [(self.imex_ctl, "-q"), (self.imex_domain or (0, imex_domain_json()), "-N")]
+            cases = "".join(
+                f"  {flag}) printf '%s\\n' {shlex.quote(text)} >&{1 if status == 0 else 2}; exit {status};;\n"
+                for (status, text), flag in answers
+            )
+            ctl.write_text(f'#!/bin/sh\ncase "$1" in\n{cases}esac\necho "unknown option $1" >&2\nexit 2\n')
             ctl.chmod(0o755)
+
+
+def imex_domain_json(
+    domain: str = "UP", states: tuple[str, str] = ("READY", "READY"), links: tuple[str, str] = ("CONNECTED",) * 2
+) -> str:
+    """What `nvidia-imex-ctl -N -j -H` prints for a domain of this node (index 0, by its hostname) and one
+    other, in the shape NVIDIA's IMEX prints it: every node of nodes_config.cfg keyed by index, each with its
+    own connections (`links`: this node's to itself and to the other)."""
+    import json
+    import socket
+
+    def node(host: str, name: str, state: str, connections: tuple[str, str]) -> dict[str, object]:
+        hosts = ("10.0.0.1", "10.0.0.2")
+        return {
+            "status": state,
+            "host": host,
+            "hostName": name,
+            "connections": {
+                str(i): {"host": hosts[i], "status": c, "changed": True} for i, c in enumerate(connections)
+            },
+            "changed": True,
+            "version": "570.133.20",
+        }
+
+    nodes = {
+        "0": node("10.0.0.1", socket.gethostname(), states[0], links),
+        "1": node("10.0.0.2", "gb200-peer", states[1], ("CONNECTED", "CONNECTED")),
+    }
+    return json.dumps({"nodes": nodes, "timestamp": "11/27/2026 10:00:00.000", "status": domain})
 
 
 def write_detection_sysfs(root: Path, nvidia_gpus: list[str]) -> None:

@@ -4,6 +4,7 @@ nvidia-imex-ctl, which this host does not have."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -33,9 +34,9 @@ def test_a_channel_that_is_no_device_or_a_missing_directory_is_a_problem(tmp_pat
     assert imex.read_channels(missing) == imex.Channels((), f"{missing} does not exist: no IMEX channel was created")
 
 
-def answers(status: int, out: str, err: str = "") -> imex.Runner:
+def answers(status: int, out: str, err: str = "", flags: Sequence[str] = ("-q",)) -> imex.Runner:
     def run(command: Sequence[str], timeout_s: float) -> tuple[int, str, str]:
-        assert list(command) == ["nvidia-imex-ctl", "-q"] and timeout_s == imex.QUERY_TIMEOUT_S
+        assert list(command) == ["nvidia-imex-ctl", *flags] and timeout_s == imex.QUERY_TIMEOUT_S
         return status, out, err
 
     return run
@@ -86,3 +87,81 @@ def test_the_real_runner_runs_the_command_with_its_timeout(tmp_path: Path) -> No
     assert imex.run_command(["sh", "-c", "echo READY; echo oops >&2; exit 3"], 5) == (3, "READY\n", "oops\n")
     with pytest.raises(subprocess.TimeoutExpired):
         imex.run_command(["sleep", "5"], 0.1)
+
+
+DOMAIN = ("-N", "-j", "-H")
+
+
+# `nvidia-imex-ctl -N -j -H` of a domain of three nodes, in the shape NVIDIA's IMEX prints it.
+def domain_json(states: Sequence[str], links: Sequence[str], domain: str = "UP") -> str:
+    """Node i: state states[i], host 10.0.0.{i+1}, hostname node-{i}; node 0's connections: links[i] to node i."""
+    hosts = [f"10.0.0.{i + 1}" for i in range(len(states))]
+
+    def connections(i: int) -> dict[str, object]:
+        return {str(j): {"host": h, "status": links[j] if i == 0 else "CONNECTED"} for j, h in enumerate(hosts)}
+
+    nodes = {
+        str(i): {"status": s, "host": hosts[i], "hostName": f"node-{i}", "connections": connections(i)}
+        for i, s in enumerate(states)
+    }
+    return json.dumps({"nodes": nodes, "timestamp": "11/27/2026 10:00:00.000", "status": domain})
+
+
+def judged(text: str, own: set[str] | None = None) -> imex.DomainVerdict:
+    return imex.judge_domain(imex.domain_state(answers(0, text, flags=DOMAIN)), own or {"node-0", "10.0.0.1"})
+
+
+def test_a_domain_up_with_this_node_ready_and_connected_is_fine() -> None:
+    domain = imex.domain_state(answers(0, domain_json(["READY"] * 3, ["CONNECTED"] * 3), flags=DOMAIN))
+    assert (domain.status, len(domain.nodes), domain.problem) == ("UP", 3, None)
+    assert domain.nodes[1] == imex.DomainNode("1", "10.0.0.2", "node-1", "READY", dict.fromkeys("012", "CONNECTED"))
+    assert judged(domain_json(["READY"] * 3, ["CONNECTED"] * 3)) == imex.DomainVerdict(None, None)
+    # found by an address where the output has no hostname (without -H)
+    assert judged(domain_json(["READY"] * 3, ["CONNECTED"] * 3), {"10.0.0.1"}).problem is None
+
+
+def test_another_node_down_or_one_link_down_is_said_and_never_this_node_s_fault() -> None:
+    peer_down = judged(domain_json(["READY", "UNAVAILABLE", "READY"], ["CONNECTED", "", "CONNECTED"], "DEGRADED"))
+    assert peer_down == imex.DomainVerdict(None, "the IMEX domain is DEGRADED: node-1 UNAVAILABLE")
+    one_link = judged(domain_json(["READY"] * 3, ["CONNECTED", "DISCONNECTED", "CONNECTED"]))
+    assert one_link == imex.DomainVerdict(None, "the IMEX domain is UP: no connection to node-1 (DISCONNECTED)")
+
+
+def test_this_node_not_ready_cut_off_or_not_listed_is_its_own_problem() -> None:
+    down = judged(domain_json(["WAITING_FOR_PEERS", "READY", "READY"], ["CONNECTED"] * 3, "DEGRADED"))
+    assert down.problem == "this node's daemon is 'WAITING_FOR_PEERS' in its IMEX domain, not READY"
+    cut = judged(domain_json(["READY"] * 3, ["CONNECTED", "DISCONNECTED", "DISCONNECTED"], "DEGRADED"))
+    assert cut.problem == (
+        "this node reaches none of the 2 other READY nodes of its IMEX domain (node-1 DISCONNECTED, "
+        "node-2 DISCONNECTED)"
+    )
+    assert cut.others == "the IMEX domain is DEGRADED"
+    elsewhere = judged(domain_json(["READY"] * 3, ["CONNECTED"] * 3), {"gpu-07", "10.1.0.7"})
+    assert elsewhere.problem == (
+        "this node (10.1.0.7, gpu-07) is not among the IMEX domain's 3 nodes (node-0, node-1, node-2): "
+        "/etc/nvidia-imex/nodes_config.cfg lists others"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        (
+            "Failed to read node configuration file",
+            "`nvidia-imex-ctl -N -j -H` printed no JSON (Expecting value: line 1 column 1 (char 0))",
+        ),
+        ("[]", "`nvidia-imex-ctl -N -j -H` printed no domain `status` and `nodes`"),
+        (
+            '{"status": "UP", "nodes": {"0": {"status": 5}}}',
+            "`nvidia-imex-ctl -N -j -H`: node '0' has no `host` and `status`",
+        ),
+    ],
+    ids=["not-json", "no-domain", "bad-node"],
+)
+def test_an_answer_that_is_not_the_domain_s_json_is_no_answer_saying_why(text: str, problem: str) -> None:
+    assert imex.domain_state(answers(0, text, flags=DOMAIN)) == imex.Domain(None, (), problem)
+    assert judged(text) == imex.DomainVerdict(problem, None)
+    refused = imex.domain_state(answers(1, "", "connect failed: Connection refused\n", flags=DOMAIN))
+    assert refused.problem == "`nvidia-imex-ctl -N -j -H` exited 1: connect failed: Connection refused"
+    hung = imex.domain_state(raises(subprocess.TimeoutExpired(["nvidia-imex-ctl"], 10)))
+    assert hung.problem == "`nvidia-imex-ctl -N -j -H` did not answer in 10 s"
