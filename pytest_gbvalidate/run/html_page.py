@@ -3,7 +3,8 @@
 Registered only where pytest-html is installed and enabled and this process writes the page (the xdist
 controller, global rank 0), so a run without it is untouched. The fragments are made by report/html.py from the
 JSON report's records; here they are handed to pytest-html: the verdict through its `pytest_html_results_summary`
-hook, a test's figures as its extras (PNGs as base64, embedded in a self-contained page)."""
+hook, a test's figures as its extras (its plots inline as base64 images, whether or not the page is
+self-contained); and the results table put in the order a person reads it."""
 
 from __future__ import annotations
 
@@ -27,6 +28,10 @@ ID_CELL = '<td class="col-testId">'  # pytest-html's cells of the test id and th
 RESULT_CELL = '<td class="col-result">'
 WARN_STYLE = "color: #9a6700; font-weight: bold"  # amber, as a warning is in the terminal
 WARN_TITLE = "passed, with a measurement past its warn limit (WARN): see its figures"
+PLOT_STYLE = 'style="display: block; max-width: 100%"'
+# The rows' order, read from the top: what failed, what warned, what passed, what did not run. pytest-html's own
+# ("result") puts the skipped before the passed and knows no WARN.
+ROW_ORDER = ("error", "failed", "rerun", "xpassed", "warned", "passed", "xfailed", "skipped")
 
 
 class HtmlPage:
@@ -44,10 +49,14 @@ class HtmlPage:
 
         added = []
         for extra in test_extras(report.nodeid, self.gb.report.data):
+            content = extra.html
             if extra.png is not None:
-                added.append(extras.png(base64.b64encode(extra.png).decode("ascii"), name=extra.name))
-            elif extra.html is not None:
-                added.append(extras.html(extra.html) | {"name": extra.name})  # named: told apart on the page
+                # Inline at its own size: pytest-html's image extras are 320x240 thumbnails, cropped, unreadable
+                # until clicked.
+                data = base64.b64encode(extra.png).decode("ascii")
+                content = f'<img alt="{html.escape(extra.name)}" src="data:image/png;base64,{data}" {PLOT_STYLE}>'
+            if content is not None:
+                added.append(extras.html(content) | {"name": extra.name})  # named: told apart on the page
         if added:
             report.extras = [*getattr(report, "extras", []), *added]  # type: ignore[attr-defined]
 
@@ -58,13 +67,7 @@ class HtmlPage:
         marked apart (amber, with a title saying why): pytest-html knows only passed, and a WARN row looked like
         every PASS row."""
         test_id = report.nodeid if report.when == "call" else f"{report.nodeid}::{report.when}"
-        warned = (
-            self.gb.engaged
-            and report.passed
-            and any(
-                m["test_id"] == report.nodeid and m["verdict"] == "warn" for m in self.gb.report.data["measurements"]
-            )
-        )
+        warned = report.passed and report.nodeid in self._warned()
         for index, cell in enumerate(cells):
             if cell.startswith(ID_CELL):
                 cells[index] = f"{ID_CELL}{html.escape(test_id)}</td>"
@@ -89,3 +92,42 @@ class HtmlPage:
         from pytest_gbvalidate.report.html_fragments import verdict_html
 
         prefix.append(verdict_html(self.gb.report.data))
+        self._arrange_rows(session.config)
+
+    def _warned(self) -> set[str]:
+        """The tests with a measurement past its warn limit."""
+        if not self.gb.engaged:
+            return set()
+        return {m["test_id"] for m in self.gb.report.data["measurements"] if m["verdict"] == "warn"}
+
+    def _arrange_rows(self, config: pytest.Config) -> None:
+        """The results table in ROW_ORDER, each group in the order the tests ran, unless the operator chose an
+        `initial_sort` (pytest-html sorts in the page from its data's `initialSort`: this sets its `original`, the
+        order of its data's `tests`); the skipped rows collapsed as the passed ones are, their reasons grouped in
+        the verdict on top, unless the operator chose a `render_collapsed`. pytest-html has no public way to its
+        data (its 4.x writer's ReportData, read just before it writes the page): where it is not as expected, the
+        page stays as pytest-html made it."""
+        from pytest_html.basereport import BaseReport  # the page's writer, registered without a name
+
+        page = next((p for p in config.pluginmanager.get_plugins() if isinstance(p, BaseReport)), None)
+        data = getattr(getattr(page, "_report", None), "data", None)
+        if not isinstance(data, dict):
+            return
+        tests = data.get("tests")
+        if "initial_sort" not in config.inicfg and isinstance(tests, dict):
+            warned = self._warned()
+
+            def place(item: tuple[str, Any]) -> int:
+                test_id, rows = item
+                results = {str(r.get("result", "")).lower() for r in rows if isinstance(r, dict)}
+                if test_id in warned and results <= {"passed"}:
+                    results = {"warned"}
+                return min((ROW_ORDER.index(r) for r in results if r in ROW_ORDER), default=len(ROW_ORDER))
+
+            if all(isinstance(rows, list) for rows in tests.values()):
+                ordered = sorted(tests.items(), key=place)  # stable: each group as the tests ran
+                tests.clear()
+                tests.update(ordered)
+                data["initialSort"] = "original"
+        if "render_collapsed" not in config.inicfg and data.get("renderCollapsed") == ["passed"]:
+            data["renderCollapsed"] = ["passed", "skipped"]

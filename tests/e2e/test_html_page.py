@@ -80,9 +80,11 @@ class Page(HTMLParser):
 
 
 def png_of(extra: dict[str, Any]) -> bytes:
+    """The picture of an extra: an image inline at its own size, not one of pytest-html's cropped thumbnails."""
     prefix = "data:image/png;base64,"
-    assert extra["content"].startswith(prefix)
-    return base64.b64decode(extra["content"][len(prefix) :], validate=True)
+    ((tag, attrs),) = Page(extra["content"]).tags
+    assert tag == "img" and (attrs.get("src") or "").startswith(prefix) and "max-width: 100%" in (attrs["style"] or "")
+    return base64.b64decode((attrs["src"] or "")[len(prefix) :], validate=True)
 
 
 @needs_pipelining_over_gloo  # the real pretraining check draws the loss curve
@@ -111,14 +113,18 @@ def test_the_page_of_a_cpu_run_carries_the_verdict_and_each_tests_figures(
     for row in ("test_all_reduce_busbw[in_place]all_reduce_busbw_gbps1MiB", "test_pretrainllama3_tiny_step_time_s"):
         assert row in verdict  # the measured-vs-baseline table, cell after cell
 
-    tests = {test_id: rows[0] for test_id, rows in page.results()["tests"].items()}
+    # failed, then passed, then skipped; the skipped rows collapsed like the passed (their reasons are on top)
+    data = page.results()
+    assert [rows[0]["result"] for rows in data["tests"].values()] == ["Failed"] + ["Passed"] * 2 + ["Skipped"] * 5
+    assert (data["initialSort"], data["renderCollapsed"]) == ("original", ["passed", "skipped"])
+    tests = {test_id: rows[0] for test_id, rows in data["tests"].items()}
     extras = {test_id: {(e["name"], e["format_type"]): e for e in t["extras"]} for test_id, t in tests.items()}
     reduce = extras["test_collectives.py::test_all_reduce_busbw[in_place]"]
     rows = Page(reduce[("measurements", "html")]["content"])
     assert rows.text("gbvalidate").startswith("Measurements") and rows.count("tr") == 21  # a header, 20 sizes
-    assert png_of(reduce[("busbw", "image")]).startswith(PNG_MAGIC)
+    assert png_of(reduce[("busbw", "html")]).startswith(PNG_MAGIC)
     pretrain = extras["test_pretrain.py::test_pretrain"]
-    assert png_of(pretrain[("loss curve", "image")]).startswith(PNG_MAGIC)
+    assert png_of(pretrain[("loss curve", "html")]).startswith(PNG_MAGIC)
     measured, telemetry = (
         Page(pretrain[(name, "html")]["content"]).text("gbvalidate") for name in ("measurements", "telemetry")
     )
@@ -157,6 +163,9 @@ def test_sweep(gb_expect):
         details = {{"collective": "all_reduce", "placement": "in_place", "size_bytes": size, "wrong": 0}}
         gb_expect.record("all_reduce_busbw_gbps", 1.6, label, details=details)
 
+def test_absent():
+    pytest.skip("nothing of the kind on this node")
+
 {EVIL_CHECK}
 """
 
@@ -171,7 +180,7 @@ def test_a_browser_shows_the_verdict_and_the_figures_offline(
 ) -> None:
     monkeypatch.setattr("socket.gethostname", lambda: f"node{EVIL}")
     pytester.makepyfile(test_checks=CHECKS)
-    pytester.runpytest(*HTML_ARGS).assert_outcomes(passed=4, failed=1)
+    pytester.runpytest(*HTML_ARGS).assert_outcomes(passed=4, failed=1, skipped=1)
     # Headless, no network (every host name resolves to nothing), a profile of its own; the DOM after the
     # page's script has built the results table.
     command = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -185,9 +194,11 @@ def test_a_browser_shows_the_verdict_and_the_figures_offline(
     assert "gbvalidate: node FAIL" in verdict and f"host node{EVIL}" in verdict
     assert "test_copyhost_copy_bandwidth_gbpsnode1110.9" in verdict  # the measured-vs-baseline table
     assert f"test_checks.py::test_evil: AssertionError: {EVIL}" in verdict
-    rows = dom.text("col-testId")  # the results table, built by the page's script
-    assert all(f"test_checks.py::test_{name}" in rows for name in ("copy", "sweep", "evil"))
-    assert "test_checks.py::test_named[<img src=x onerror=alert(1)>]" in rows  # a test id is text too
+    rows = dom.texts["col-testId"]  # the results table, built by the page's script, in its order
+    # read from the top: what failed, what warned, what passed (as they ran), what did not run
+    named = "test_checks.py::test_named[<img src=x onerror=alert(1)>]"  # a test id is text too
+    expected = ["evil", "slowish", "copy", named, "sweep", "absent"]
+    assert rows == [e if "::" in e else f"test_checks.py::test_{e}" for e in expected]
     assert not any(t == "img" and a.get("src") == "x" for t, a in dom.tags)
     # A WARN is marked apart from the PASS rows, in its result cell: the one amber cell, for the one warning.
     # (Its text stays pytest-html's "Passed": another word hid the row, as the page's filters know results by name.)
@@ -195,7 +206,9 @@ def test_a_browser_shows_the_verdict_and_the_figures_offline(
     assert len(marked) == 1 and (marked[0].get("title") or "").startswith("passed, with a measurement past its warn")
     assert "Measurements" in dom.text("extraHTML") and "1MiB" in dom.text("extraHTML")
     assert EVIL in dom.text("log")
-    assert any(t == "img" and (a.get("src") or "").startswith("data:image/png;base64,") for t, a in dom.tags)
+    # the busbw plot inline at its own size (up to the page's width), not one of pytest-html's cropped thumbnails
+    (plot,) = [a for t, a in dom.tags if t == "img" and (a.get("src") or "").startswith("data:image/png;base64,")]
+    assert plot.get("alt") == "busbw" and "max-width: 100%" in (plot.get("style") or "")
 
 
 def test_without_pytest_html_or_html_a_run_is_unaffected(pytester: pytest.Pytester) -> None:
@@ -221,3 +234,13 @@ def test_the_page_may_not_replace_the_json_report(pytester: pytest.Pytester) -> 
         "file of its own",
     )
     assert (pytester.path / "r.json").read_text() == "kept"
+
+
+def test_the_operator_s_own_sort_and_collapse_stand(pytester: pytest.Pytester) -> None:
+    """An `initial_sort` or `render_collapsed` the operator set in the ini file is pytest-html's to apply."""
+    pytester.makeini("[pytest]\ninitial_sort = duration\nrender_collapsed = failed\n")
+    pytester.makepyfile(test_checks="def test_a():\n    pass\n\ndef test_b():\n    raise AssertionError('b')\n")
+    pytester.runpytest(*HTML_ARGS).assert_outcomes(passed=1, failed=1)
+    data = Page((pytester.path / "node.html").read_text()).results()
+    assert (data["initialSort"], data["renderCollapsed"]) == ("duration", ["failed"])
+    assert list(data["tests"]) == ["test_checks.py::test_a", "test_checks.py::test_b"]
