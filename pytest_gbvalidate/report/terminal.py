@@ -72,7 +72,8 @@ def detail_sections(report: RunReportRecord, verbose: bool) -> list[Section]:
 
 def verdict_sections(sku: str, report: RunReportRecord, given: SummaryInput) -> list[Section]:
     """What comes after pytest's short test summary, the verdict last: the run (level times, skips, outputs),
-    then measured vs baseline, then the failures by fault category."""
+    then measured vs baseline (each WARN's message under the table: a WARN is the run's verdict, not a Python
+    warning in pytest's summary), then the failures by fault category."""
     run = [*level_lines(report), *skipped_lines(report["tests"])]
     run += [] if given.json_report is None else [f"JSON report: {given.json_report}"]
     run += [f"busbw plot: {plot['path']}" for plot in report.get("plots", [])]
@@ -87,6 +88,7 @@ def verdict_sections(sku: str, report: RunReportRecord, given: SummaryInput) -> 
     shown = gated(measurements)
     table = terminal_table(shown) if shown else ["no measurements a baseline gates"]
     table += mfu_peak_lines(shown)
+    table += [f"WARN {m['test_id']}: {m['message']}" for m in measurements if m["verdict"] == "warn"]
     hidden = _hidden_line(report, len(measurements) - len(shown), given)
     sections.append((f"gbvalidate: {sku} measured vs baseline", table + ([hidden] if hidden else [])))
     faults = fault_lines(report["tests"])

@@ -18,14 +18,13 @@ from tests.helpers.runs import COLLECTIVE_TESTS, REPO, SUITES, XUNIT1, by_test, 
 
 def test_verdicts_land_in_the_test_junit_and_json(lab: pytest.Pytester) -> None:
     result = lab.runpytest(*lab_args("-rfs"))
-    result.assert_outcomes(passed=2, failed=1, skipped=3, warnings=1)
+    result.assert_outcomes(passed=2, failed=1, skipped=3, warnings=0)  # a WARN is the run's verdict (below)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(
         [
             "gbvalidate: SKU LAB (--gb-sku on the command line); level full; baseline *LAB.yaml; *torch *",
             "host_copy_bandwidth_gbps [[]node[]]: measured 40 GB/s, expected 100 GB/s, fail limit 50 GB/s, "
             "warn limit 90 GB/s, delta -60.0%, higher is better -> FAIL (measured baseline: the plugin's tests)",
-            "*GbValidateWarning: host_copy_bandwidth_gbps [[]node[]]: measured 80 GB/s*-> WARN*",
             "FAILED test_checks.py::test_fail - Failed: host_copy_bandwidth_gbps*",
             "SKIPPED [[]1[]] test_checks.py:14: LAB baseline for step_time_s is provisional with no reference value *",
             "SKIPPED [[]1[]] test_checks.py:18: LAB baseline has no h2d_bandwidth_gbps",
@@ -44,10 +43,12 @@ def test_verdicts_land_in_the_test_junit_and_json(lab: pytest.Pytester) -> None:
             "*= gbvalidate: LAB measured vs baseline =*",
             "test *metric *scope *measured *verdict",
             "test_pass *host_copy_bandwidth_gbps *node *101.5 *100 *50 *GB/s *+1.5% *PASS",
+            "test_warn *host_copy_bandwidth_gbps *node *80 *100 *50 *GB/s *-20.0% *WARN",
+            "WARN test_checks.py::test_warn: host_copy_bandwidth_gbps [[]node[]]: measured 80 GB/s*-> WARN*",
             "*= gbvalidate: failures by fault category, with the operator's action =*",
             "performance (MONITOR): investigate performance *",
             "  test_checks.py::test_fail: Failed: host_copy_bandwidth_gbps [[]node[]]: measured 40 GB/s*",
-            "*= 1 failed, 2 passed, 3 skipped, 1 warning in *",
+            "*= 1 failed, 2 passed, 3 skipped in *",
         ]
     )
     assert result.outlines[-2].startswith("  test_checks.py::test_fail: ")
@@ -307,3 +308,15 @@ def test_the_report_is_valid_json_while_the_run_is_going(lab: pytest.Pytester) -
     )
     lab.runpytest(*lab_args()).assert_outcomes(passed=2)
     assert not [p for p in os.listdir(lab.path) if p.endswith(".tmp")]
+
+
+def test_a_warn_is_a_python_warning_only_where_the_operator_s_filters_name_it(lab: pytest.Pytester) -> None:
+    """`-W error::...GbValidateWarning` fails a test on a WARN; an ini file's filter naming it applies as written."""
+    strict = lab.runpytest(*lab_args("-k", "warn", "-W", "error::pytest_gbvalidate.expect.GbValidateWarning"))
+    strict.assert_outcomes(failed=1, deselected=5)
+    strict.stdout.fnmatch_lines(
+        ["E *.GbValidateWarning: host_copy_bandwidth_gbps [[]node[]]: measured 80 GB/s*-> WARN*"]
+    )
+    lab.makeini("[pytest]\nfilterwarnings = default::pytest_gbvalidate.expect.GbValidateWarning\n")
+    shown = lab.runpytest(*lab_args("-k", "warn"))
+    shown.assert_outcomes(passed=1, deselected=5, warnings=1)
