@@ -234,7 +234,7 @@ def test_gpus_keep_up_with_their_siblings(metric: str, gb_target: Target, gb_gan
     how, kind = SIBLING_CHECKS[metric]
 
     def measure() -> dict[int, dict[str, tuple[float, Any]]]:
-        rounds: dict[int, list[dict[str, tuple[float, Any]]]] = {}
+        node_rounds: dict[int, list[dict[str, tuple[float, Any]]]] = {}  # node -> its GPUs' figures, each round
         for _ in range(SIBLING_ROUNDS):
             by_node: dict[int, dict[str, tuple[float, Any]]] = {}
             for index in range(gb_target.gpu_count or 0):
@@ -249,8 +249,8 @@ def test_gpus_keep_up_with_their_siblings(metric: str, gb_target: Target, gb_gan
                 for r, (_, value, _, details) in zip(results, measured, strict=True):
                     by_node.setdefault(r.node_rank, {})[gpu_label(index)] = (value, details)
             for node, figures in by_node.items():
-                rounds.setdefault(node, []).append(figures)
-        return {node: noise.in_rounds(figures) for node, figures in rounds.items()}
+                node_rounds.setdefault(node, []).append(figures)
+        return {node: noise.in_rounds(rounds) for node, rounds in node_rounds.items()}
 
     first: dict[int, dict[str, tuple[float, Any]]] = measure()
     second: dict[int, dict[str, tuple[float, Any]]] = {}

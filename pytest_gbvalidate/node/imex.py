@@ -3,8 +3,7 @@ node of its NVLink domain through an IMEX channel (a character device /dev/nvidi
 made by the driver with NVreg_CreateImexChannel0=1 or by hand), and the node's nvidia-imex daemon brokers the
 mappings with the other nodes' daemons. `nvidia-imex-ctl -q` asks the daemon for its state: READY when it is
 connected and serving; `nvidia-imex-ctl -N` asks it for the whole domain: each node's state and its connections.
-No pytest here; the devices directory and the command runner are arguments, so tests give
-their own."""
+No pytest here; the devices directory and the command runner are arguments, so tests give their own."""
 
 from __future__ import annotations
 
@@ -111,7 +110,6 @@ def daemon_state(run: Runner = run_command, timeout_s: float = QUERY_TIMEOUT_S) 
 # lists, keyed by index, the node's daemon `status` (the states above), its `host` (the address the config lists),
 # its `hostName` (with -H) and its `connections` to each node (index -> {"host", "status": CONNECTED, ...}).
 DOMAIN_UP = "UP"
-DOMAIN_STATES = ("UP", "DOWN", "DEGRADED")
 CONNECTED = "CONNECTED"
 
 
@@ -183,16 +181,18 @@ def judge_domain(domain: Domain, own: Collection[str]) -> DomainVerdict:
     """This node's place in its IMEX domain, found by its hostname or one of its addresses (`own`): its own entry
     READY, and connected to at least one of the other READY nodes. A node down elsewhere, or one connection
     down, is the domain's state, not this node's fault: it is said in `others` (the other node's own run names
-    it). A node that reaches none of the READY nodes is the one cut off."""
+    it). A node that reaches none of the READY nodes is the one cut off. A node not found by its names (a
+    container's hostname and addresses are not the host's) is not judged: `others` says so; its daemon READY
+    (`-q`) is what says it is in its domain."""
     if domain.status is None:
         return DomainVerdict(domain.problem, None)
     mine = [n for n in domain.nodes if n.host in own or (n.hostname and n.hostname in own)]
     if not mine:
         listed = ", ".join(_name(n) for n in domain.nodes[:8]) or "none"
         return DomainVerdict(
-            f"this node ({', '.join(sorted(own)[:4])}) is not among the IMEX domain's {len(domain.nodes)} nodes "
-            f"({listed}): /etc/nvidia-imex/nodes_config.cfg lists others",
             None,
+            f"the IMEX domain is {domain.status}; this node was not found among its {len(domain.nodes)} nodes "
+            f"({listed}) by its hostname or addresses ({', '.join(sorted(own)[:4])}): its place in it not judged",
         )
     me = mine[0]
     others = [n for n in domain.nodes if n is not me]
@@ -209,10 +209,10 @@ def judge_domain(domain: Domain, own: Collection[str]) -> DomainVerdict:
         said += [f"no connection to {_name(n)} ({me.connections.get(n.index) or 'not listed'})" for n in cut]
     if domain.status == DOMAIN_UP and not said:
         return DomainVerdict(problem, None)
-    more = f"; {len(said) - 8} more" if len(said) > 8 else ""
-    return DomainVerdict(
-        problem, f"the IMEX domain is {domain.status}" + (f": {'; '.join(said[:8])}{more}" if said else "")
-    )
+    note = f"the IMEX domain is {domain.status}"
+    if said:
+        note += f": {'; '.join(said[:8])}" + (f"; {len(said) - 8} more" if len(said) > 8 else "")
+    return DomainVerdict(problem, note)
 
 
 def _name(node: DomainNode) -> str:
