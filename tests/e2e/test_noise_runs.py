@@ -4,7 +4,10 @@ behind its siblings is named, and only it."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +15,8 @@ import pytest
 import torch  # noqa: F401 -- in-process pytester runs drop modules they imported, and torch cannot load twice
 import yaml
 
-from tests.helpers.runs import junit_cases
+from pytest_gbvalidate import noise
+from tests.helpers.runs import SUITES, junit_cases
 
 BASELINE = """\
 schema_version: 1
@@ -259,3 +263,75 @@ def test_a_device_far_behind_its_siblings_is_named_and_only_it(lab: pytest.Pytes
     # the medians' own error: 2% samples, three of them, 1.45% each, 4.1% for two (one sample's spread: 5.7%)
     assert "beyond the 4.1% the figures' noise allows" in message
     assert "telling one apart needs 3" in (cases["test_two_devices_cannot_tell"]["message"] or "")
+
+
+# A SKU of four GPUs whose copies and GEMM are small enough for CPU ranks to stand in for them.
+FOUR_DEVICES = """schema_version: 1
+sku: LABGPU
+detect: {gpu_count: 4}
+metrics:
+  h2d_bandwidth_gbps: &small {status: provisional, fail: 0.000001, provenance: the plugin's tests,
+                              params: {size_bytes: 4194304, warmup: 1}}
+  d2h_bandwidth_gbps: *small
+  d2d_bandwidth_gbps: *small
+  gemm_bf16_tflops: {status: provisional, fail: 0.000000001, provenance: the plugin's tests,
+                     params: {m: 128, n: 128, k: 128, warmup: 1}}
+"""
+
+
+def test_the_siblings_check_measures_the_gpus_in_turns_and_names_the_slow_one(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The suite's siblings check end to end on a node of four "GPUs": CPU ranks run the copies and GEMMs (the
+    gang's device, not the SKU, is replaced), and what each rank's measurement returns is replaced by a GPU's
+    steady figures (samples within 2%, as a GPU's copies and GEMMs are; CPU ranks sharing two cores are not, and
+    would make this a test of their noise), GPU 2 at three quarters of its siblings' speed. Every metric is
+    measured in three rounds, each GPU in turn, each figure the median of every round's samples, and GPU 2 is
+    named, alone, in every metric. How often a healthy GPU is named, or a GPU 25% slower is not, on a noisy
+    machine is the false-alarm benchmark's to measure (docs/noise.md)."""
+    from pytest_gbvalidate.ranks import gang
+    from pytest_gbvalidate.target import Target
+
+    monkeypatch.setattr(Target, "device_type", property(lambda self: "cpu"))
+    (pytester.path / "baselines").mkdir()
+    (pytester.path / "baselines" / "LABGPU.yaml").write_text(FOUR_DEVICES)
+    seen: list[dict[str, tuple[float, Any]]] = []
+    real_in_rounds, real_run = noise.in_rounds, gang.run_on_local_rank
+
+    def in_rounds(rounds: Any) -> dict[str, tuple[float, dict[str, Any]]]:
+        merged = real_in_rounds(rounds)
+        seen.append(merged)
+        return merged
+
+    def run_on_local_rank(g: Any, local_rank: int, fn: Any, *args: Any, **kwargs: Any) -> list[gang.NodeResult]:
+        speed = 0.75 if local_rank == 2 else 1.0
+        return [
+            dataclasses.replace(r, value=_a_gpu(r.value, speed)) for r in real_run(g, local_rank, fn, *args, **kwargs)
+        ]
+
+    monkeypatch.setattr(noise, "in_rounds", in_rounds)
+    monkeypatch.setattr(gang, "run_on_local_rank", run_on_local_rank)  # the suite imports it by name, later
+    args = ["--gb-sku=LABGPU", "--gb-baselines=baselines", "-k", "siblings", "--junitxml=r.xml"]
+    result = pytester.runpytest(str(SUITES / "test_bandwidth.py"), *args, "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=4)
+    for case in junit_cases(pytester.path / "r.xml").values():
+        message = case["message"] or ""
+        assert re.search(r"\w+ \[gpu2\]: .* 25.0% worse than the median of the node's 4 GPUs", message), message
+        assert not re.search(r"\[gpu[013]\]", message), message
+    assert len(seen) == 8  # every metric: a first pass, and a second before GPU 2 is named
+    for merged in seen:
+        assert sorted(merged) == ["gpu0", "gpu1", "gpu2", "gpu3"]
+        for value, details in merged.values():
+            samples = next(v for k, v in details.items() if k.startswith("samples_"))
+            assert len(details["rounds"]) == 3 and len(samples) == 30 == details["iterations"]
+            assert value == statistics.median(samples)
+
+
+def _a_gpu(result: Any, speed: float) -> Any:
+    """A copy's or GEMM's result, as many samples, as a GPU at `speed` of its siblings would have measured:
+    50 GB/s or 500 TFLOPS at full speed, each sample within 2% of it."""
+    if hasattr(result, "samples_gbps"):
+        samples = [speed * 50.0 * (1 + 0.01 * (k % 5 - 2)) for k in range(len(result.samples_gbps))]
+        return dataclasses.replace(result, bandwidth_gbps=statistics.median(samples), samples_gbps=samples)
+    samples = [speed * 500.0 * (1 + 0.01 * (k % 5 - 2)) for k in range(len(result.samples_tflops))]
+    return dataclasses.replace(result, tflops=statistics.median(samples), samples_tflops=samples)
