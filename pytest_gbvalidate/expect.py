@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import pytest
 
 from pytest_gbvalidate import noise as nz
+from pytest_gbvalidate.hooks import GbValidateWarning as GbValidateWarning  # its documented place
 from pytest_gbvalidate.metrics import CATALOG, MetricSpec
 from pytest_gbvalidate.report.junit_properties import junit_properties
 from pytest_gbvalidate.report.records import INFO, RECORDED, SKIP, MeasurementRecord
@@ -30,24 +31,6 @@ class Measured(NamedTuple):
     value: float
     scope: str
     details: Mapping[str, Any]
-
-
-class GbValidateWarning(UserWarning):
-    """A measurement in its SKU's warn band: the test passes, the reports mark it."""
-
-
-WARNING_FILTER = "ignore::pytest_gbvalidate.expect.GbValidateWarning"
-
-
-def leave_warns_to_the_reports(config: pytest.Config) -> None:
-    """A WARN is the run's verdict -- the terminal's table and the message under it, the page's amber cell,
-    JUnit's gb_verdict, the JSON report -- not a Python warning in pytest's warnings summary with pytest's docs
-    link: GbValidateWarning is ignored unless the operator's filters name it. `-W
-    error::pytest_gbvalidate.expect.GbValidateWarning` fails a test on a WARN (pytest applies the command line's
-    filters after the ini file's); an ini file's `filterwarnings` naming it is left to apply."""
-    named = [*config.getini("filterwarnings"), *(config.getoption("pythonwarnings", None) or [])]
-    if not any("GbValidateWarning" in str(f) for f in named):
-        config.addinivalue_line("filterwarnings", WARNING_FILTER)
 
 
 class Expect:

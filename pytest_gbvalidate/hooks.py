@@ -1,4 +1,6 @@
-"""Hooks pytest-gbvalidate adds; a site plugin or conftest implements them to extend the tool."""
+"""Hooks pytest-gbvalidate adds; a site plugin or conftest implements them to extend the tool. And the warning
+category of a WARN, which a run's warning filters name (here, where the plugin is loaded anyway: pytest imports a
+filter's category for every test, of any run)."""
 
 from __future__ import annotations
 
@@ -19,3 +21,8 @@ def pytest_gbvalidate_detect_sku(config: pytest.Config, baselines: list[Baseline
     detector (Azure metadata, then NVML, then ``cpu``) runs last. Raise ``sku.DetectionError`` to stop the
     run with a usage error that names what was seen.
     """
+
+
+class GbValidateWarning(UserWarning):
+    """A measurement in its SKU's warn band: the test passes, the reports mark it (`pytest_gbvalidate.expect.
+    GbValidateWarning`, as the docs name it, is this class)."""

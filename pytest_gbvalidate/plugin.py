@@ -80,12 +80,11 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from pytest_gbvalidate.expect import leave_warns_to_the_reports
     from pytest_gbvalidate.run import markers
     from pytest_gbvalidate.run.session import GbSession
 
     markers.register(config)
-    leave_warns_to_the_reports(config)
+    markers.leave_warns_to_the_reports(config)
     gb = GbSession(config, _settings(config))
     gb.check_outputs()
     config.stash[SESSION] = gb

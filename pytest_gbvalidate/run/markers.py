@@ -8,6 +8,7 @@ import pytest
 from pytest_gbvalidate.levels import DEFAULT_LEVEL, LEVELS, MARKER, Level, LevelError, parse_level, runs
 
 GPU_MARKER = "gb_gpu"
+WARN_FILTER = "ignore::pytest_gbvalidate.hooks.GbValidateWarning"
 # How our collection errors begin (a check's bad marker, a usage error met where the checks are collected): the
 # controller of pytest-xdist receives a worker's as text, and ends the run as a usage error on seeing it.
 USAGE_ERROR = "gbvalidate usage error: "
@@ -24,6 +25,17 @@ def register(config: pytest.Config) -> None:
         f"{MARKER}(level): the level a check belongs to, one of {', '.join(LEVELS)}; --gb-level runs a level's "
         "checks and those of the levels below it (a check with no level is a full check)",
     )
+
+
+def leave_warns_to_the_reports(config: pytest.Config) -> None:
+    """A WARN is the run's verdict -- the terminal's table and the message under it, the page's amber cell,
+    JUnit's gb_verdict, the JSON report -- not a Python warning in pytest's warnings summary with pytest's docs
+    link: GbValidateWarning is ignored unless the operator's filters name it. `-W
+    error::pytest_gbvalidate.expect.GbValidateWarning` fails a test on a WARN (pytest applies the command line's
+    filters after the ini file's); an ini file's `filterwarnings` naming it is left to apply."""
+    named = [*config.getini("filterwarnings"), *(config.getoption("pythonwarnings", None) or [])]
+    if not any("GbValidateWarning" in str(f) for f in named):
+        config.addinivalue_line("filterwarnings", WARN_FILTER)
 
 
 def check_level(item: pytest.Item) -> Level:

@@ -5,6 +5,7 @@ behind its siblings is named, and only it."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import re
 import statistics
@@ -15,7 +16,6 @@ import pytest
 import torch  # noqa: F401 -- in-process pytester runs drop modules they imported, and torch cannot load twice
 import yaml
 
-from pytest_gbvalidate import noise
 from tests.helpers.runs import SUITES, junit_cases
 
 BASELINE = """\
@@ -289,28 +289,34 @@ def test_the_siblings_check_measures_the_gpus_in_turns_and_names_the_slow_one(
     measured in three rounds, each GPU in turn, each figure the median of every round's samples, and GPU 2 is
     named, alone, in every metric. How often a healthy GPU is named, or a GPU 25% slower is not, on a noisy
     machine is the false-alarm benchmark's to measure (docs/noise.md)."""
-    from pytest_gbvalidate.ranks import gang
-    from pytest_gbvalidate.target import Target
-
-    monkeypatch.setattr(Target, "device_type", property(lambda self: "cpu"))
+    # The modules as the inner run will find them (an earlier in-process run may have left a package's attribute
+    # naming a module object it then dropped from sys.modules).
+    gang = importlib.import_module("pytest_gbvalidate.ranks.gang")
+    noise = importlib.import_module("pytest_gbvalidate.noise")
+    target = importlib.import_module("pytest_gbvalidate.target")
+    monkeypatch.setattr(target.Target, "device_type", property(lambda self: "cpu"))
     (pytester.path / "baselines").mkdir()
     (pytester.path / "baselines" / "LABGPU.yaml").write_text(FOUR_DEVICES)
     seen: list[dict[str, tuple[float, Any]]] = []
-    real_in_rounds, real_run = noise.in_rounds, gang.run_on_local_rank
+    real_in_rounds, real_run = noise.in_rounds, gang.LocalGang.run
 
-    def in_rounds(rounds: Any) -> dict[str, tuple[float, dict[str, Any]]]:
+    def in_rounds(rounds: Any) -> Any:
         merged = real_in_rounds(rounds)
         seen.append(merged)
         return merged
 
-    def run_on_local_rank(g: Any, local_rank: int, fn: Any, *args: Any, **kwargs: Any) -> list[gang.NodeResult]:
-        speed = 0.75 if local_rank == 2 else 1.0
+    def run(self: Any, fn: Any, *args: Any, timeout_s: float | None = None) -> list[Any]:
+        """Each rank's measurement as a GPU's, the rank of GPU 2 at 3/4 of the others' speed."""
+        results = real_run(self, fn, *args, timeout_s=timeout_s)
         return [
-            dataclasses.replace(r, value=_a_gpu(r.value, speed)) for r in real_run(g, local_rank, fn, *args, **kwargs)
+            dataclasses.replace(r, value=_a_gpu(r.value, 0.75 if r.rank == 2 else 1.0))
+            if isinstance(r, gang.NodeResult)
+            else r
+            for r in results
         ]
 
     monkeypatch.setattr(noise, "in_rounds", in_rounds)
-    monkeypatch.setattr(gang, "run_on_local_rank", run_on_local_rank)  # the suite imports it by name, later
+    monkeypatch.setattr(gang.LocalGang, "run", run)  # the class: whatever module the suite's names come from
     args = ["--gb-sku=LABGPU", "--gb-baselines=baselines", "-k", "siblings", "--junitxml=r.xml"]
     result = pytester.runpytest(str(SUITES / "test_bandwidth.py"), *args, "-p", "no:cacheprovider")
     result.assert_outcomes(failed=4)
