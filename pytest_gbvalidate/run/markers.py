@@ -1,5 +1,6 @@
 """The plugin's markers, applied at collection: `gb_gpu` (a check that needs NVIDIA GPUs, skipped on a SKU without
-them) and `gb_level` (the level a check belongs to: --gb-level deselects the checks of the levels above)."""
+them) and `gb_level` (the level a check belongs to: --gb-level deselects the checks of the levels above); and the
+warning filter that leaves a WARN to the reports."""
 
 from __future__ import annotations
 
