@@ -40,7 +40,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -152,7 +152,8 @@ def fault_environment(case: Case) -> dict[str, str]:
 
 
 def torchrun_command(nodes: int, port: int, program: Sequence[str]) -> list[str]:
-    """One agent of `nodes` on this machine, one rank each, meeting on loopback `port`."""
+    """One agent of `nodes` on this machine, one rank each, meeting on loopback `port`, at the rendezvous store
+    the harness hosts there (rendezvous_store): no agent hosts it."""
     return [
         sys.executable,
         "-m",
@@ -161,9 +162,25 @@ def torchrun_command(nodes: int, port: int, program: Sequence[str]) -> list[str]
         "--nproc-per-node=1",
         "--rdzv-backend=c10d",
         f"--rdzv-endpoint=127.0.0.1:{port}",
+        "--rdzv-conf=is_host=false",
         "--max-restarts=0",
         *program,
     ]
+
+
+@contextlib.contextmanager
+def rendezvous_store(port: int) -> Iterator[None]:
+    """The agents' rendezvous store on loopback `port`, hosted by the harness while a case runs. Hosted by an
+    agent (the first to bind the port, by chance), it went down with that agent when its rank was the one the
+    killed case kills, and the surviving agent, its store gone, stopped its own rank before the report said
+    anything (once in CI on torch 2.14: 'no test ran')."""
+    from torch._C._distributed_c10d import TCPStore  # torch.distributed.TCPStore, where its type stubs are
+
+    store = TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False, multi_tenant=True)
+    try:
+        yield
+    finally:
+        del store
 
 
 def pytest_program(case: Case, out: Path, node: int) -> list[str]:
@@ -302,36 +319,37 @@ def run_case(case: Case, out: Path, device: str, run_id: str) -> Row:
     (out / case.name).mkdir(parents=True, exist_ok=True)
     port = _free_port()
     marker = f"{run_id}-{case.name}-{uuid.uuid4().hex[:8]}"
-    agents = []
-    start = time.monotonic()
-    for node in range(case.ranks):
-        program = pytest_program(case, out, node) if case.select else worker_program(case, out, device)
-        env = node_environment(os.environ, run_id, node, marker) | fault_environment(case)
-        log = (out / case.name / f"agent{node}.log").open("w")
-        agents.append(
-            subprocess.Popen(
-                torchrun_command(case.ranks, port, program),
-                cwd=out,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # the agent and its rank: one process group to kill at the bound
-            )
-        )
-        log.close()
     timed_out = False
     codes: list[int | None] = []
-    for agent in agents:
-        remaining = BOUND_S[case.kind] - (time.monotonic() - start)
-        try:
-            codes.append(agent.wait(timeout=max(remaining, 0.1)))
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            codes.append(None)
-    for agent in agents:
-        if agent.poll() is None:
-            os.killpg(agent.pid, signal.SIGKILL)
-            agent.wait()
+    with rendezvous_store(port):
+        agents = []
+        start = time.monotonic()
+        for node in range(case.ranks):
+            program = pytest_program(case, out, node) if case.select else worker_program(case, out, device)
+            env = node_environment(os.environ, run_id, node, marker) | fault_environment(case)
+            log = (out / case.name / f"agent{node}.log").open("w")
+            agents.append(
+                subprocess.Popen(
+                    torchrun_command(case.ranks, port, program),
+                    cwd=out,
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # the agent and its rank: one process group to kill at the bound
+                )
+            )
+            log.close()
+        for agent in agents:
+            remaining = BOUND_S[case.kind] - (time.monotonic() - start)
+            try:
+                codes.append(agent.wait(timeout=max(remaining, 0.1)))
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                codes.append(None)
+        for agent in agents:
+            if agent.poll() is None:
+                os.killpg(agent.pid, signal.SIGKILL)
+                agent.wait()
     seconds = time.monotonic() - start
     time.sleep(0.5)  # a rank the agent was still reaping
     from tests.helpers.rank_faults import processes_with_marker
