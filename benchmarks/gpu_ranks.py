@@ -430,6 +430,7 @@ def worker(kind: str, out: Path, device: str) -> int:
         result = {"line": _pretrain_8b4(gang)}
     else:
         raise SystemExit(f"--worker {kind}: memory or pretrain-8b4-pp2")
+    gang.close()  # as the plugin's session ends its gang
     if world[0] == 0:
         out.mkdir(parents=True, exist_ok=True)
         (out / "result.json").write_text(json.dumps(result))

@@ -64,7 +64,10 @@ class WorldGang:
                 self.device = torch.device(device_type, cuda_device_index(os.environ, torch.cuda.device_count()))
             except DeviceChoiceError as exc:
                 raise GangError(rank, "has no GPU of its own", str(exc)) from None
-        if not dist.is_initialized():
+        # Whether this gang made the process group (and so ends it, in close), or found it made.
+        self._made_group = not dist.is_initialized()
+        self._lost_peer = False
+        if self._made_group:
             problem = rendezvous_problem(os.environ)
             if problem is not None:
                 raise GangError(rank, "cannot join its world", problem)
@@ -105,6 +108,7 @@ class WorldGang:
         try:
             dist.all_gather_object(gathered, mine, group=self._control)
         except Exception as exc:  # a peer died or timed out: every surviving rank gets here
+            self._lost_peer = True
             raise GangError(None, "lost a peer", f"{_name(fn, args)}: {_last_line(str(exc))}") from exc
         for rank, (status, payload) in enumerate(gathered):
             if status == "raised":
@@ -112,4 +116,10 @@ class WorldGang:
         return [payload for _, payload in gathered]
 
     def close(self) -> None:
-        pass  # the world belongs to torchrun / srun; it is torn down when the processes exit
+        """The process group this gang made, ended: left to the process's exit, gloo's threads were at times
+        still running as it tore them down, and a rank whose run had finished aborted (SIGABRT, "terminate
+        called without an active exception", torch 2.14.1): torchrun and srun then fail the job of a healthy
+        node. Not after a peer was lost: a communicator waiting on a dead peer may not end, and the run has
+        failed already (its report is written either way). A group the gang found made is its maker's."""
+        if self._made_group and not self._lost_peer and dist.is_initialized():
+            dist.destroy_process_group()

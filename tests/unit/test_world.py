@@ -5,6 +5,7 @@ plugin's own process: e2e/test_cuda_device_order.py.)"""
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Iterator
 from typing import Any
 from unittest import mock
@@ -227,6 +228,35 @@ def test_under_nccl_results_travel_on_a_gloo_group_and_a_dead_peer_is_reported(m
     assert seen == {"error handling at init": gang_module.NCCL_CLEAN_UP_ONLY}
     assert made == ["gloo"] and gathers == [control] * 2
     assert excinfo.value.cause == "lost a peer" and "Connection closed by peer" in str(excinfo.value)
+    ended: list[bool] = []
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "destroy_process_group", lambda group=None: ended.append(True))
+    gang.close()
+    assert ended == []  # a communicator waiting on the dead peer may not end: left to the process's exit
+
+
+@pytest.mark.usefixtures("environ_restored")
+def test_a_world_gang_ends_the_process_group_it_made_and_leaves_one_it_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A world of one rank over gloo, in this process: the gang that made its process group ends it (left to
+    the process's exit, a finished rank aborted at times as gloo's threads were torn down, failing a healthy
+    node's job); a group made before the gang is its maker's."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    one = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": "0"}
+    for name, value in (one | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}).items():
+        monkeypatch.setenv(name, value)
+    gang = WorldGang(0, 1, 0, device_type="cpu", timeout_s=30)  # (a launcher's world has two ranks or more)
+    assert gang.run(lambda ctx: ctx.rank) == [0] and dist.is_initialized()
+    gang.close()
+    assert not dist.is_initialized()
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        found = WorldGang(0, 1, 0, device_type="cpu", timeout_s=30)
+        found.close()
+        assert dist.is_initialized()
+    finally:
+        dist.destroy_process_group()
 
 
 # --- ranks that share one device ------------------------------------------------------------------------------
