@@ -1,7 +1,7 @@
 """A pytest plugin the multi-node tests load (`-p tests.helpers.node_fault`) into one node's pytest under torchrun,
 never a real run: that node's all_reduce is slow (NODE_FAULT=slow: 20 ms more per call, as a node with a bad NIC
 or cable) or wrong (NODE_FAULT=wrong: its result is off by one, as tests/helpers/rank_faults.py corrupts a gang
-rank's), or its compute is slow (NODE_FAULT=slow_compute: 20 ms more per attention call, as a GPU held down by its
+rank's), or its compute is slow (NODE_FAULT=slow_compute: 40 ms more per attention call, as a GPU held down by its
 clocks), or the rank NODE_FAULT_RANK dies (NODE_FAULT=kill: SIGKILL once its NODE_FAULT_CALL-th all_reduce is under
 way, as a node that loses power mid-collective; every node loads the plugin, the rank that dies is chosen by its
 global rank). It writes the node rank torchrun gave it to NODE_FAULT_FILE where set, since the rendezvous, not the
@@ -24,6 +24,9 @@ import torch.nn.functional as F
 from tests.helpers.rank_faults import corrupted_collectives
 
 SLOW_S = 0.02
+# An attention call's extra time on the slow_compute node: large against what a busy 2-core machine adds to the
+# other node's work before the sync (20 ms a call showed 0.08 s of its 0.32 s a step there once).
+SLOW_COMPUTE_S = 0.04
 _active = contextlib.ExitStack()
 
 
@@ -39,16 +42,16 @@ def pytest_configure(config: pytest.Config) -> None:
     elif fault == "slow":
         _slow_down(dist, "all_reduce")
     elif fault == "slow_compute":
-        _slow_down(F, "scaled_dot_product_attention")
+        _slow_down(F, "scaled_dot_product_attention", SLOW_COMPUTE_S)
     else:
         raise ValueError(f"NODE_FAULT={fault!r}: slow, slow_compute, wrong or kill")
 
 
-def _slow_down(module: Any, name: str) -> None:
+def _slow_down(module: Any, name: str, seconds: float = SLOW_S) -> None:
     real = getattr(module, name)
 
     def slow(*args: Any, **kwargs: Any) -> Any:
-        time.sleep(SLOW_S)
+        time.sleep(seconds)
         return real(*args, **kwargs)
 
     _active.callback(setattr, module, name, real)
