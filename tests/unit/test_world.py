@@ -289,10 +289,10 @@ def test_a_gpu_is_named_by_its_uuid_and_an_unreadable_one_is_the_rank_s_own(monk
 def test_a_rank_s_free_memory_is_its_share_of_the_device_s(
     monkeypatch: pytest.MonkeyPatch, device: str, sharers: int, free: int
 ) -> None:
-    import psutil
-
     from pytest_gbvalidate.bench import collectives
 
+    # psutil as collectives holds it: an earlier in-process pytester run may have dropped the module it imported
+    psutil = vars(collectives)["psutil"]
     monkeypatch.setattr(psutil, "virtual_memory", lambda: mock.Mock(available=free))
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (free, 80 * 2**30))
     ctx = RankContext(0, 4, 0, torch.device(device, 0) if device == "cuda" else torch.device("cpu"), "x", 0, sharers)
