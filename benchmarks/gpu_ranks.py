@@ -33,6 +33,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -50,8 +51,9 @@ from pytest_gbvalidate.labels import size_label
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tests.helpers: the kill fault and the search for processes left behind
 SKU = "RANKS"
-# Sweeps end here (NCCL's socket transport on loopback moves a few GB/s at most): a GPU run stays short.
-MAX_BYTES = {"cuda": 64 * 2**20, "cpu": 64 * 2**10}
+# Sweeps end here (NCCL's socket transport on loopback moves a few GB/s at most): a GPU run stays short. At 64 MiB,
+# four ranks' sweeps took 174 s on an H200 (2026-11-27), two ranks' 46 s.
+MAX_BYTES = {"cuda": 16 * 2**20, "cpu": 64 * 2**10}
 PAIRWISE_BYTES = {"cuda": 16 * 2**20, "cpu": 64 * 2**10}
 # A collective that hangs ends the run after this (the gang's timeout; the process group's under a world).
 CALL_TIMEOUT_S = 60
@@ -148,6 +150,10 @@ def fault_environment(case: Case) -> dict[str, str]:
         "NODE_FAULT": "kill",
         "NODE_FAULT_RANK": str(case.ranks - 1),
         "NODE_FAULT_CALL": str(KILLED_IN_CALL),
+        # What NCCL and torch's watchdog say as the peer dies, in each agent's log: on an H200 (2026-11-27) the
+        # survivors of four ranks died by SIGABRT a minute after the kill, neither saying a word at their defaults.
+        "NCCL_DEBUG": "WARN",
+        "TORCH_CPP_LOG_LEVEL": "INFO",
     }
 
 
@@ -295,6 +301,28 @@ def judge_bounds(case: Case, seconds: float, timed_out: bool, left: Sequence[int
     return None
 
 
+def rank_exits(log_text: str) -> dict[int, int]:
+    """rank -> exit code (negative: the signal's number) from the failure summaries torchrun prints ("rank      :
+    2 (local_rank: 0)", then "exitcode  : -11 (pid: 1450)"): how each rank ended when the report cannot say."""
+    exits = {}
+    for found in re.finditer(r"^\s*rank\s*:\s*(\d+) \(local_rank.*\n\s*exitcode\s*:\s*(-?\d+)", log_text, re.M):
+        exits[int(found[1])] = int(found[2])
+    return exits
+
+
+def exits_line(exits: Mapping[int, int]) -> str:
+    """'ranks ended: 0 SIGABRT, 3 SIGKILL' (a plain exit status as 'exit 1')."""
+
+    def said(code: int) -> str:
+        if code >= 0:
+            return f"exit {code}"
+        with contextlib.suppress(ValueError):
+            return signal.Signals(-code).name
+        return f"signal {-code}"
+
+    return "ranks ended: " + ", ".join(f"{rank} {said(code)}" for rank, code in sorted(exits.items()))
+
+
 def _counts(outcomes: Mapping[str, str]) -> str:
     tally: dict[str, int] = {}
     for outcome in outcomes.values():
@@ -364,6 +392,10 @@ def run_case(case: Case, out: Path, device: str, run_id: str) -> Row:
     broken = judge_bounds(case, seconds, timed_out, left)
     if broken:
         seen, ok = f"{broken}; {seen}", False
+    if not ok:  # the ranks that died, and how: what a report left "running" cannot say
+        logs = "".join(log.read_text(errors="replace") for log in sorted((out / case.name).glob("agent*.log")))
+        if exits := rank_exits(logs):
+            seen = f"{seen}; {exits_line(exits)}"
     return Row(case.name, case.ranks, case.expect, seen, round(seconds, 1), ok)
 
 
@@ -511,9 +543,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = []
     for case in chosen:
         rows.append(run_case(case, out, args.device, run_id))
-        print(f"{case.name}: {'ok' if rows[-1].ok else 'DEFECT'} in {rows[-1].seconds} s", flush=True)
+        row = rows[-1]
+        # As each case ends, and what a defect saw: a run cut short still says what it found.
+        print(
+            f"{row.case}: {'ok' if row.ok else 'DEFECT'} in {row.seconds} s{'' if row.ok else ': ' + row.seen}",
+            flush=True,
+        )
+        (out / "gpu_ranks.json").write_text(json.dumps([asdict(r) for r in rows], indent=1))
     print("\n" + table(rows))
-    (out / "gpu_ranks.json").write_text(json.dumps([asdict(r) for r in rows], indent=1))
     return 0 if rows and all(r.ok for r in rows) else 1
 
 

@@ -54,6 +54,8 @@ def test_the_last_rank_dies_and_rank_0_lives_to_write_the_report(harness: Module
     env = harness.fault_environment(killed)
     assert env["PYTEST_PLUGINS"] == "tests.helpers.node_fault" and env["NODE_FAULT"] == "kill"
     assert env["NODE_FAULT_RANK"] == "3" and int(env["NODE_FAULT_CALL"]) > 1
+    # what NCCL and torch's watchdog do as the peer dies goes to the agents' logs
+    assert env["NCCL_DEBUG"] == "WARN" and env["TORCH_CPP_LOG_LEVEL"] == "INFO"
     assert harness.fault_environment(next(c for c in harness.cases([4], "cpu") if c.kind == "memory")) == {}
 
 
@@ -99,6 +101,36 @@ def test_a_pytest_case_is_judged_by_what_its_report_says(harness: ModuleType) ->
     assert harness.judge_pytest(case["killed"], [1, -9], _report(("t", "passed", "")))[1] is False
     interrupted = _report(("t", "failed", "lost a peer"), status="interrupted")
     assert harness.judge_pytest(case["killed"], [1, -9], interrupted)[1] is False
+
+
+# The end of a torchrun agent's log whose rank died by a signal (torch 2.11.0, an H200, the killed-4 case).
+TORCHRUN_SUMMARY = """torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+=====================================================
+pytest FAILED
+-----------------------------------------------------
+Failures:
+  <NO_OTHER_FAILURES>
+-----------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-27_13:20:50
+  host      : localhost
+  rank      : {rank} (local_rank: 0)
+  exitcode  : {code} (pid: 1448)
+  error_file: <N/A>
+  traceback : Signal 6 (SIGABRT) received by PID 1448
+=====================================================
+"""
+
+
+def test_how_each_rank_ended_is_read_from_torchrun_s_summaries(harness: ModuleType) -> None:
+    """A rank that died mid-test leaves rank 0's report "running" with nothing in it: the agents' logs say how
+    each rank ended."""
+    logs = "".join(TORCHRUN_SUMMARY.format(rank=r, code=c) for r, c in ((0, -6), (2, -11), (3, -9), (1, 1)))
+    exits = harness.rank_exits("Fatal Python error: Aborted\n" + logs)
+    assert exits == {0: -6, 1: 1, 2: -11, 3: -9}
+    assert harness.exits_line(exits) == "ranks ended: 0 SIGABRT, 1 exit 1, 2 SIGSEGV, 3 SIGKILL"
+    assert harness.rank_exits("rank 0 finished\n") == {}
 
 
 def test_memory_returns_when_no_later_sweep_holds_more_than_the_first(harness: ModuleType) -> None:
