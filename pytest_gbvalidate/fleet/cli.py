@@ -63,10 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
     summary.add_argument(
         "--mad-k",
         type=_not_negative,
-        default=stats.DEFAULT_MAD_K,
+        default=None,
         metavar="K",
-        help="outlier only when worse than the median by more than K (0 or more) scaled MADs (default "
-        f"{stats.DEFAULT_MAD_K:g}, Iglewicz & Hoaglin's recommendation)",
+        help="outlier only when worse than the median by more than K (0 or more) scaled MADs (default: per metric, "
+        "the family-wise cut-off: what a healthy node's worst figure stays within in 99%% of fleets of as many nodes "
+        f"and figures, at least {stats.DEFAULT_MAD_K:g}, Iglewicz & Hoaglin's recommendation for one figure)",
     )
     summary.add_argument(
         "--below-median-pct",

@@ -157,10 +157,11 @@ def failed_checks(report: Report) -> list[FailedCheck]:
 
 
 def metric_stats(
-    reports: Sequence[Report], mad_k: float, pct: float, noise_floor_pct: float = 0.0
+    reports: Sequence[Report], mad_k: float | None, pct: float, noise_floor_pct: float = 0.0
 ) -> list[MetricStats]:
     """Per metric key across `reports`: the gated measurements (verdict not `info`) with a numeric value. Where a
-    report has the same key twice, its worse value counts."""
+    report has the same key twice, its worse value counts. `mad_k` None: each metric's cut-off is the family-wise
+    one for its nodes and the fleet's figures (stats.family_mad_k)."""
     values: dict[MetricKey, dict[str, float]] = {}
     noises: dict[MetricKey, dict[str, noise.Noise | None]] = {}
     meta: dict[MetricKey, dict[str, Any]] = {}
@@ -192,7 +193,14 @@ def metric_stats(
                 by_host,
                 common.most_common(1)[0][0] if common else None,
                 stats.spread(list(by_host.values())),
-                stats.outliers(by_host, direction, mad_k, pct, noise_floor_pct, noises.get(key)),
+                stats.outliers(
+                    by_host,
+                    direction,
+                    stats.family_mad_k(len(by_host), len(values)) if mad_k is None else mad_k,
+                    pct,
+                    noise_floor_pct,
+                    noises.get(key),
+                ),
             )
         )
     return found

@@ -14,8 +14,14 @@ from pytest_gbvalidate.fleet.summary import Summary
 
 def rules_text(summary: Summary) -> str:
     floor = f" and by more than {summary.noise_floor_pct:g}% of the median" if summary.noise_floor_pct else ""
+    cut_off = (
+        f"{summary.mad_k:g} scaled MADs"
+        if summary.mad_k is not None
+        else "the family-wise number of scaled MADs (each metric's: what a healthy node's worst figure stays within "
+        f"in {1 - stats.FAMILY_LEVEL:.0%} of fleets of as many nodes and figures, at least {stats.DEFAULT_MAD_K:g})"
+    )
     return (
-        f"worse than the fleet median by more than {summary.mad_k:g} scaled MADs (modified z-score "
+        f"worse than the fleet median by more than {cut_off} (modified z-score "
         f"0.6745*(x-median)/MAD), and by more than {summary.pct:g}% of the median{floor}, and by more than the "
         f"figures' noise allows ({noise.NOISE_K:g} times the node's and the fleet's typical spread combined, where "
         f"the reports give it); where MAD is 0 any deviation is far in robust terms; at least {stats.MIN_NODES} nodes"

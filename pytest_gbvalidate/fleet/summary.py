@@ -89,7 +89,7 @@ class Summary:
     nodes: list[Node]
     metrics: list[MetricStats]
     scaling: list[WeakScaling]
-    mad_k: float
+    mad_k: float | None  # None: the family-wise cut-off of each metric (stats.family_mad_k)
     pct: float
     noise_floor_pct: float
     unreported_suspects: dict[str, list[Suspect]]  # host -> findings, for hosts without a node report here
@@ -167,7 +167,7 @@ class Summary:
 def summarize(
     paths: Sequence[Path],
     sku: str | None = None,
-    mad_k: float = stats.DEFAULT_MAD_K,
+    mad_k: float | None = None,
     pct: float = stats.DEFAULT_PCT,
     noise_floor_pct: float = 0.0,
 ) -> Summary:

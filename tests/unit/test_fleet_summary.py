@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pytest_gbvalidate import noise
@@ -86,7 +87,31 @@ def test_an_outlier_is_far_in_robust_terms_and_beyond_the_percent_margin_on_the_
     # higher is better: 100 is the best node; a is 2 below the median (66.7%) but only 1.35 scaled MADs
     assert stats.outliers(values, "higher", mad_k=3.5, pct=10) == []
     (low,) = stats.outliers(values, "higher", mad_k=0, pct=50)  # K 0: the percent rule alone
-    assert low.host == "a" and low.rules == ("1.3 scaled MADs > 0", "66.7% of the median > 50%")
+    assert low.host == "a" and low.rules == ("1.3 scaled MADs > 0.0", "66.7% of the median > 50%")
+
+
+def test_a_healthy_fleet_judged_on_many_figures_at_once_drains_nobody_and_a_broken_figure_still_stands_out() -> None:
+    """Ten healthy nodes, 150 figures each spread 4% from node to node (normal, seeded): at 3.5 scaled MADs per
+    figure, some figure of some node lies out by chance (10% below the median is only 2.5 of those spreads, so the
+    percent rule does not save it); at the family-wise cut-off for 10 nodes and 150 figures, none does. A figure of
+    one node 30% low where the nodes agree to 1% stands out at either."""
+    rng = np.random.default_rng(7)
+    fleet = [{f"n{i}": float(v) for i, v in enumerate(100.0 + 4.0 * rng.standard_normal(10))} for _ in range(150)]
+    family = stats.family_mad_k(10, 150)
+    assert 8.0 < family < 16.0  # the simulation's 99% point of a healthy node's worst figure (12.2)
+    assert sum(len(stats.outliers(values, "higher", mad_k=3.5, pct=10)) for values in fleet) > 0
+    assert sum(len(stats.outliers(values, "higher", mad_k=family, pct=10)) for values in fleet) == 0
+    broken = {f"n{i}": float(v) for i, v in enumerate(100.0 + 1.0 * rng.standard_normal(10))} | {"n3": 70.0}
+    assert [o.host for o in stats.outliers(broken, "higher", mad_k=family, pct=10)] == ["n3"]
+
+
+def test_the_family_wise_cut_off_rises_with_figures_falls_with_nodes_and_is_never_below_one_figure_s() -> None:
+    assert stats.family_mad_k(10, 150) > stats.family_mad_k(10, 10) > stats.DEFAULT_MAD_K - 1e-9
+    assert stats.family_mad_k(6, 150) > stats.family_mad_k(10, 150) > stats.family_mad_k(20, 150)
+    assert stats.family_mad_k(10, 1) == stats.DEFAULT_MAD_K  # one figure: Iglewicz & Hoaglin's 3.5 holds
+    # beyond the simulated sizes, the largest simulated one's: a bigger fleet is judged no less strictly
+    assert stats.family_mad_k(500, 150) == stats.family_mad_k(stats.MAX_SIMULATED_NODES, 150)
+    assert stats.family_mad_k(10, 150) == stats.family_mad_k(10, 150)  # seeded: the same every time
 
 
 def test_with_mad_zero_any_deviation_is_far_and_the_percent_rule_decides() -> None:
