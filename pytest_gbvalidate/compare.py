@@ -199,10 +199,10 @@ def run_pace(
     earlier: EarlierReport, measurements: Sequence[MeasurementRecord], allowed: AllowedRegression
 ) -> RunPaceRecord | None:
     """The run as a whole against the node's kept runs (noise.pace): regressed where its pace is an outlier among
-    theirs (beyond noise.OUTLIER_Z of their robust spread) and its figures are, at the median, worse by more than
-    the regression allowed (`--gb-compare-fail`'s default, else DEFAULT_ALLOWED_PCT): a node slower across the
-    board, each figure still within its own run-to-run spread. None without a history that can say (fewer than
-    noise.MIN_RUNS + 1 kept runs, or figures)."""
+    theirs (beyond noise.family_z for one figure against as many runs) and its figures are, at the median, worse
+    by more than the regression allowed (`--gb-compare-fail`'s default, else DEFAULT_ALLOWED_PCT): a node slower
+    across the board, each figure still within its own run-to-run spread. None without a history that can say
+    (fewer than noise.MIN_RUNS + 1 kept runs, or figures)."""
     now: dict[tuple[str, str, str, str], float] = {}
     directions: dict[tuple[str, str, str, str], str] = {}
     for record in measurements:
@@ -215,14 +215,16 @@ def run_pace(
     if found is None or z is None:
         return None
     pct = DEFAULT_ALLOWED_PCT if allowed.default_pct is None else allowed.default_pct
-    verdict: Literal["ok", "regressed"] = "regressed" if z > noise.OUTLIER_Z and found.worse_pct > pct else "ok"
+    # One figure (the run's pace) against a spread taken from a few runs' paces, the run not among them.
+    cutoff = noise.family_z(len(found.earlier), 1, apart=True)
+    verdict: Literal["ok", "regressed"] = "regressed" if z > cutoff and found.worse_pct > pct else "ok"
     shown_z = round(z, 3) if math.isfinite(z) else str(z)
     center = statistics.median(found.earlier)
     message = (
         f"the node as a whole: {found.figures} figures, at the median {found.worse_pct:+.1f}% to the worse side of "
         f"the node's last {len(earlier.runs)} runs (modified z {found.worse_z:+.2f}; their runs' own "
         f"{center:+.2f} at the median), the run's modified z {z:+.1f} among them; allowed {pct:g}% and "
-        f"{noise.OUTLIER_Z} -> {verdict.upper()}"
+        f"{cutoff:.1f} (the cut-off against {len(found.earlier)} runs) -> {verdict.upper()}"
     )
     return {
         "figures": found.figures,
@@ -323,10 +325,19 @@ def compare_one(
         verdict = WITHIN_NOISE
         judge = "too noisy to judge" if margin >= noise.TOO_NOISY_PCT else "within the noise of the two figures"
         why = f"; {judge}: their spread allows {margin:.1f}%"
-    elif worse_pct > pct and runs is not None and runs.worse_z(value, record["direction"]) <= noise.OUTLIER_Z:
-        # Drift between runs that one run cannot see: the node has been here before.
+    elif (
+        worse_pct > pct
+        and runs is not None
+        and runs.worse_z(value, record["direction"])
+        <= (cutoff := noise.family_z(runs.runs, len(earlier.run_to_run), apart=True))
+    ):
+        # Drift between runs that one run cannot see: the node has been here before. The run is judged on all its
+        # figures with a history at once, each against a spread taken from a few runs: the family-wise cut-off.
         verdict = WITHIN_NOISE
-        why = f"; within the node's run-to-run spread ({runs.describe(value)}, an outlier beyond {noise.OUTLIER_Z})"
+        why = (
+            f"; within the node's run-to-run spread ({runs.describe(value)}; an outlier beyond {cutoff:.1f}, the "
+            f"cut-off for the run's {len(earlier.run_to_run)} figure(s) against {runs.runs} runs)"
+        )
     elif worse_pct > pct:
         verdict, why = REGRESSED, "" if runs is None else f" ({runs.describe(value)})"
     else:

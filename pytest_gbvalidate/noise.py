@@ -21,11 +21,14 @@ not. Its noise is then its samples' spread, and the passes' robust spread where 
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 if TYPE_CHECKING:
     from pytest_gbvalidate.report.records import NoiseRecord, RunToRunRecord
@@ -48,6 +51,16 @@ OUTLIER_Z = 3.5
 MIN_RUNS = 5
 # The node's most recent runs the run-to-run spread is taken from: recent enough to be the node as it is now.
 MAX_RUNS = 20
+# A node is judged on all its figures at once, each against a median and MAD taken from a few values (its peers',
+# or its own earlier runs'), themselves uncertain: with 150 figures among 10 values, 73% of healthy nodes have some
+# figure beyond OUTLIER_Z (normal figures, 4000 simulations). A figure is an outlier then only beyond the modified z
+# that a healthy node's worst figure stays within in all but FAMILY_LEVEL of such judgements (family_z).
+FAMILY_LEVEL = 0.01
+SIMULATED_FAMILIES = 2000
+# The cut-off falls as values are added and rises with figures: more values than this are judged as this many
+# (stricter than their own), more figures as this many (each figure further is one more chance).
+MAX_SIMULATED_VALUES = 40
+MAX_SIMULATED_FIGURES = 400
 
 
 @dataclass(frozen=True)
@@ -281,6 +294,28 @@ def _figure_paces(
         sign = -1.0 if directions[key] == "higher" else 1.0
         found.append((spread.worse_z(value, directions[key]), sign * worse_pct))
     return found
+
+
+@functools.cache
+def family_z(values: int, figures: int, *, apart: bool = False) -> float:
+    """The modified z-score a healthy node's worst of `figures` figures stays within in all but FAMILY_LEVEL of
+    cases, each figure judged against the median and MAD of `values` values: its own and its peers' (a fleet), or,
+    `apart`, the node's earlier runs without it (a run against its history, a wider spread: the run is not among
+    the values its median and MAD are taken from). The (1 - FAMILY_LEVEL) quantile of that worst score over
+    SIMULATED_FAMILIES simulations of normal figures (seeded: the same every time), never below OUTLIER_Z (one
+    figure's cut-off)."""
+    n, f = min(values, MAX_SIMULATED_VALUES), max(1, min(figures, MAX_SIMULATED_FIGURES))
+    if n < 3:  # the median of two is their mean: no outlier among them
+        return OUTLIER_Z
+    rng = np.random.default_rng(0)
+    worst = []
+    for _ in range(SIMULATED_FAMILIES // 100):  # 100 at a time: a few MB each, not the whole at once
+        x = rng.standard_normal((100, f, n + apart))  # (simulations, figures, values); value 0 is the one judged
+        among = x[..., 1:] if apart else x
+        center = np.median(among, axis=2)
+        mad = np.median(np.abs(among - center[..., None]), axis=2)
+        worst.append(((center - x[..., 0]) / (MAD_TO_SIGMA * mad)).max(axis=1))  # its worst figure, lower is worse
+    return max(OUTLIER_Z, float(np.quantile(np.concatenate(worst), 1.0 - FAMILY_LEVEL)))
 
 
 def margin_pct(*noises: Noise | None) -> float:

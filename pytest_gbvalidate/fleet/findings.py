@@ -161,7 +161,7 @@ def metric_stats(
 ) -> list[MetricStats]:
     """Per metric key across `reports`: the gated measurements (verdict not `info`) with a numeric value. Where a
     report has the same key twice, its worse value counts. `mad_k` None: each metric's cut-off is the family-wise
-    one for its nodes and the fleet's figures (stats.family_mad_k)."""
+    one for its nodes and the fleet's figures (noise.family_z)."""
     values: dict[MetricKey, dict[str, float]] = {}
     noises: dict[MetricKey, dict[str, noise.Noise | None]] = {}
     meta: dict[MetricKey, dict[str, Any]] = {}
@@ -196,7 +196,7 @@ def metric_stats(
                 stats.outliers(
                     by_host,
                     direction,
-                    stats.family_mad_k(len(by_host), len(values)) if mad_k is None else mad_k,
+                    noise.family_z(len(by_host), len(values)) if mad_k is None else mad_k,
                     pct,
                     noise_floor_pct,
                     noises.get(key),

@@ -18,7 +18,7 @@ def rules_text(summary: Summary) -> str:
         f"{summary.mad_k:g} scaled MADs"
         if summary.mad_k is not None
         else "the family-wise number of scaled MADs (each metric's: what a healthy node's worst figure stays within "
-        f"in {1 - stats.FAMILY_LEVEL:.0%} of fleets of as many nodes and figures, at least {stats.DEFAULT_MAD_K:g})"
+        f"in {1 - noise.FAMILY_LEVEL:.0%} of fleets of as many nodes and figures, at least {stats.DEFAULT_MAD_K:g})"
     )
     return (
         f"worse than the fleet median by more than {cut_off} (modified z-score "

@@ -22,14 +22,11 @@ Only deviations to the worse side count: a node faster than the rest is no reaso
 
 from __future__ import annotations
 
-import functools
 import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
-
-import numpy as np
 
 from pytest_gbvalidate import noise as nz
 
@@ -39,16 +36,6 @@ DEFAULT_MAD_K = 3.5  # Iglewicz & Hoaglin's recommended cut-off for the modified
 DEFAULT_PCT = 10.0
 # Fewer nodes than this: the median of two is their mean, and "worse than the rest" means nothing.
 MIN_NODES = 3
-# A node is judged on every figure of its report at once, against a MAD taken from a few nodes, itself uncertain:
-# with 150 figures among 10 nodes, 73% of healthy nodes have some figure beyond 3.5 scaled MADs (normal figures,
-# 4000 simulated fleets). The MAD rule's cut-off is therefore the one a healthy node's worst figure stays within in
-# all but FAMILY_LEVEL of fleets of its size (family_mad_k), and never below DEFAULT_MAD_K.
-FAMILY_LEVEL = 0.01
-SIMULATED_FLEETS = 2000
-# The cut-off falls as nodes are added and rises with figures: a larger fleet takes this many nodes' (stricter than
-# its own), a report with more figures this many figures' (each figure further is one more chance).
-MAX_SIMULATED_NODES = 40
-MAX_SIMULATED_FIGURES = 400
 
 HIGHER, LOWER = "higher", "lower"
 
@@ -98,24 +85,6 @@ def worse_by(value: float, center: float, direction: str) -> float:
 def modified_z(value: float, center: float, mad_value: float) -> float | None:
     """Iglewicz & Hoaglin's modified z-score; None where MAD is 0 and the score is undefined."""
     return None if mad_value == 0 else MAD_TO_Z * (value - center) / mad_value
-
-
-@functools.cache
-def family_mad_k(nodes: int, figures: int) -> float:
-    """The modified z-score a healthy node's worst of `figures` figures, each among `nodes` nodes' values, stays
-    within in all but FAMILY_LEVEL of fleets: the (1 - FAMILY_LEVEL) quantile of that worst score over
-    SIMULATED_FLEETS simulated fleets of normal figures (seeded: the same every time), at least DEFAULT_MAD_K."""
-    n, f = min(nodes, MAX_SIMULATED_NODES), max(1, min(figures, MAX_SIMULATED_FIGURES))
-    if n < MIN_NODES:
-        return DEFAULT_MAD_K
-    rng = np.random.default_rng(0)
-    worst = []
-    for _ in range(SIMULATED_FLEETS // 100):  # 100 fleets at a time: a few MB each, not the whole at once
-        x = rng.standard_normal((100, f, n))  # (fleets, figures, nodes); node 0 is the one judged
-        center = np.median(x, axis=2)
-        spread = np.median(np.abs(x - center[..., None]), axis=2)
-        worst.append((MAD_TO_Z * (center - x[..., 0]) / spread).max(axis=1))  # its worst figure, lower is worse
-    return max(DEFAULT_MAD_K, float(np.quantile(np.concatenate(worst), 1.0 - FAMILY_LEVEL)))
 
 
 def outliers(

@@ -89,7 +89,7 @@ class Summary:
     nodes: list[Node]
     metrics: list[MetricStats]
     scaling: list[WeakScaling]
-    mad_k: float | None  # None: the family-wise cut-off of each metric (stats.family_mad_k)
+    mad_k: float | None  # None: the family-wise cut-off of each metric (noise.family_z)
     pct: float
     noise_floor_pct: float
     unreported_suspects: dict[str, list[Suspect]]  # host -> findings, for hosts without a node report here

@@ -118,7 +118,8 @@ class MeasurementCompareRecord(TypedDict):
     # change beyond allowed_pct but within it is `within_noise`, not a regression.
     noise_margin_pct: NotRequired[float]
     # With --gb-history, from noise.MIN_RUNS kept runs of the node on: the figure among them. A change beyond the
-    # allowed percentage and the two figures' noise is still `within_noise` where |z| <= noise.OUTLIER_Z.
+    # allowed percentage and the two figures' noise is still `within_noise` where |z| is within the family-wise
+    # cut-off for the run's figures against as many runs (noise.family_z).
     run_to_run: NotRequired[RunToRunRecord]
 
 

@@ -161,13 +161,28 @@ def test_a_change_the_node_s_own_runs_have_shown_before_is_not_a_regression() ->
         in (section["message"])
     )
     assert section["run_to_run"] == {"runs": 5, "median": 0.5, "spread_pct": 7.413, "z": 0.27}
-    # far below every run the node has made: a regression, the history shown beside it
+    # Five runs' MAD is itself uncertain: one new figure lies 3.5 of their spreads below by chance in one run of
+    # about 16 (normal figures), so a regression needs the 99% cut-off for one figure against five runs, 9.2.
     section = _against(_busbw(0.55, 1.0), _busbw(0.35, 1.0), figures)
-    assert section["verdict"] == "regressed" and "modified z -4.0)" in section["message"]
+    assert section["verdict"] == "within_noise" and "modified z -4.0; an outlier beyond 9.2" in section["message"]
+    # far below every run the node has made: a regression, the history shown beside it
+    section = _against(_busbw(0.55, 1.0), _busbw(0.1, 1.0), figures)
+    assert section["verdict"] == "regressed" and "modified z -10.8)" in section["message"]
     # lower is better: a figure far above the node's runs is the worse side
     slow = _busbw(0.55, 1.0) | {"metric": "step_time_s", "direction": "lower"}
-    assert _against(slow, slow | {"value": 0.7}, figures)["verdict"] == "regressed"
+    assert _against(slow, slow | {"value": 0.9}, figures)["verdict"] == "regressed"
     assert _against(slow, slow | {"value": 0.35}, figures)["verdict"] == "ok"
+
+
+def test_a_run_is_judged_on_all_its_figures_at_once_against_its_runs() -> None:
+    """One new figure against five runs needs 9.2 of their spreads to be a regression at 1%; a run judged on 150
+    figures at once against nine runs, 18.8 (a healthy VM's scratch write fell 7.9 spreads against nine runs, in
+    every pass: failed at 3.5); against twenty runs the spread is known well, and the cut-off falls."""
+    assert noise.family_z(5, 1, apart=True) == pytest.approx(9.2, abs=0.1)
+    assert noise.family_z(9, 150, apart=True) > 7.9 > noise.OUTLIER_Z
+    assert noise.family_z(20, 150, apart=True) < noise.family_z(9, 150, apart=True)
+    # a value among the values judged (a fleet's node) spreads less than one judged apart (a run against its runs)
+    assert noise.family_z(9, 150) < noise.family_z(9, 150, apart=True)
 
 
 def test_the_node_s_runs_are_read_from_its_kept_reports_of_this_node_and_sku(tmp_path: Path) -> None:

@@ -97,7 +97,7 @@ def test_a_healthy_fleet_judged_on_many_figures_at_once_drains_nobody_and_a_brok
     one node 30% low where the nodes agree to 1% stands out at either."""
     rng = np.random.default_rng(7)
     fleet = [{f"n{i}": float(v) for i, v in enumerate(100.0 + 4.0 * rng.standard_normal(10))} for _ in range(150)]
-    family = stats.family_mad_k(10, 150)
+    family = noise.family_z(10, 150)
     assert 8.0 < family < 16.0  # the simulation's 99% point of a healthy node's worst figure (12.2)
     assert sum(len(stats.outliers(values, "higher", mad_k=3.5, pct=10)) for values in fleet) > 0
     assert sum(len(stats.outliers(values, "higher", mad_k=family, pct=10)) for values in fleet) == 0
@@ -106,12 +106,12 @@ def test_a_healthy_fleet_judged_on_many_figures_at_once_drains_nobody_and_a_brok
 
 
 def test_the_family_wise_cut_off_rises_with_figures_falls_with_nodes_and_is_never_below_one_figure_s() -> None:
-    assert stats.family_mad_k(10, 150) > stats.family_mad_k(10, 10) > stats.DEFAULT_MAD_K - 1e-9
-    assert stats.family_mad_k(6, 150) > stats.family_mad_k(10, 150) > stats.family_mad_k(20, 150)
-    assert stats.family_mad_k(10, 1) == stats.DEFAULT_MAD_K  # one figure: Iglewicz & Hoaglin's 3.5 holds
+    assert noise.family_z(10, 150) > noise.family_z(10, 10) > stats.DEFAULT_MAD_K - 1e-9
+    assert noise.family_z(6, 150) > noise.family_z(10, 150) > noise.family_z(20, 150)
+    assert noise.family_z(10, 1) == stats.DEFAULT_MAD_K  # one figure: Iglewicz & Hoaglin's 3.5 holds
     # beyond the simulated sizes, the largest simulated one's: a bigger fleet is judged no less strictly
-    assert stats.family_mad_k(500, 150) == stats.family_mad_k(stats.MAX_SIMULATED_NODES, 150)
-    assert stats.family_mad_k(10, 150) == stats.family_mad_k(10, 150)  # seeded: the same every time
+    assert noise.family_z(500, 150) == noise.family_z(noise.MAX_SIMULATED_VALUES, 150)
+    assert noise.family_z(10, 150) == noise.family_z(10, 150)  # seeded: the same every time
 
 
 def test_with_mad_zero_any_deviation_is_far_and_the_percent_rule_decides() -> None:
