@@ -195,6 +195,11 @@ def with_history(earlier: EarlierReport, runs: Sequence[Mapping[tuple[str, str, 
     return dataclasses.replace(earlier, runs=tuple(runs), run_to_run=run_to_run)
 
 
+def _shown(z: float) -> float | str:
+    """A z-score for the report: rounded, or "inf" / "-inf" (JSON has no infinity)."""
+    return round(z, 3) if math.isfinite(z) else str(z)
+
+
 def run_pace(
     earlier: EarlierReport, measurements: Sequence[MeasurementRecord], allowed: AllowedRegression
 ) -> RunPaceRecord | None:
@@ -214,17 +219,22 @@ def run_pace(
     z = None if found is None else found.z()
     if found is None or z is None:
         return None
+    share_z = found.share_z()
     pct = DEFAULT_ALLOWED_PCT if allowed.default_pct is None else allowed.default_pct
-    # One figure (the run's pace) against a spread taken from a few runs' paces, the run not among them.
-    cutoff = noise.family_z(len(found.earlier), 1, apart=True)
-    verdict: Literal["ok", "regressed"] = "regressed" if z > cutoff and found.worse_pct > pct else "ok"
-    shown_z = round(z, 3) if math.isfinite(z) else str(z)
+    # Two figures of the run (its median and its share of worse figures), each against a spread taken from a few
+    # runs' own, the run not among them.
+    cutoff = noise.family_z(len(found.earlier), 2, apart=True)
+    beyond = z > cutoff or (share_z is not None and share_z > cutoff)
+    verdict: Literal["ok", "regressed"] = "regressed" if beyond and found.worse_pct > pct else "ok"
     center = statistics.median(found.earlier)
+    shares = statistics.median(found.earlier_shares) if found.earlier_shares else math.nan
     message = (
         f"the node as a whole: {found.figures} figures, at the median {found.worse_pct:+.1f}% to the worse side of "
         f"the node's last {len(earlier.runs)} runs (modified z {found.worse_z:+.2f}; their runs' own "
-        f"{center:+.2f} at the median), the run's modified z {z:+.1f} among them; allowed {pct:g}% and "
-        f"{cutoff:.1f} (the cut-off against {len(found.earlier)} runs) -> {verdict.upper()}"
+        f"{center:+.2f} at the median), the run's modified z {z:+.1f} among them; {found.worse_share:.0%} of its "
+        f"figures more than {noise.SHARE_Z:g} spreads worse (their runs' {shares:.0%} at the median), modified z "
+        f"{'-' if share_z is None else f'{share_z:+.1f}'}; allowed {pct:g}% and {cutoff:.1f} (the cut-off for two "
+        f"figures against {len(found.earlier)} runs) -> {verdict.upper()}"
     )
     return {
         "figures": found.figures,
@@ -232,7 +242,10 @@ def run_pace(
         "worse_pct": round(found.worse_pct, 3),
         "worse_z": round(found.worse_z, 3),
         "earlier_worse_z": [round(p, 3) for p in found.earlier],
-        "z": shown_z,
+        "z": _shown(z),
+        "worse_share": round(found.worse_share, 4),
+        "earlier_worse_share": [round(s, 4) for s in found.earlier_shares],
+        "share_z": None if share_z is None else _shown(share_z),
         "allowed_pct": pct,
         "verdict": verdict,
         "message": message,

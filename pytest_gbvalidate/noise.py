@@ -235,6 +235,11 @@ def of_runs(values: Sequence[float]) -> RunToRun | None:
 
 # The fewest figures a run's pace is taken over: the median of fewer says as little as one figure does.
 MIN_PACE_FIGURES = 5
+# A figure this many of the runs' robust spreads to the worse side counts in the run's share of worse figures
+# (Pace.worse_share): about 2% of normal figures lie there by chance, and all of a node's figures shifted by two
+# spreads put half of them there.
+SHARE_Z = 2.0
+SHARE_BY_CHANCE = 0.5 * math.erfc(SHARE_Z / math.sqrt(2))  # normal figures beyond SHARE_Z: 2.3%
 
 
 @dataclass(frozen=True)
@@ -243,23 +248,47 @@ class Pace:
     median of how far each lies to the worse side of those runs (modified z) and by how much (percent of their
     median). One figure's drift between runs says little; a node that lost pace is worse in most of its figures
     at once -- copies, GEMMs, collectives and the training step together. `earlier`: the same median z of each of
-    the node's runs, each against the others, which says how far a healthy run's pace strays."""
+    the node's runs, each against the others, which says how far a healthy run's pace strays.
+
+    `worse_share`: the share of its figures more than SHARE_Z of the runs' spreads to the worse side, and
+    `earlier_shares` each run's. The median moves only once most figures have moved; a node slower across the board
+    on a machine whose runs drift as wholes (a VM: its healthy runs 18% apart at the median either way) moves its
+    share first (a run 25% slower: 39-46% of its figures against healthy runs' 1-20%, its median 2.9 spreads)."""
 
     figures: int
     worse_z: float
     worse_pct: float
     earlier: tuple[float, ...]
+    worse_share: float = 0.0
+    earlier_shares: tuple[float, ...] = ()
 
     def z(self) -> float | None:
         """How far this run's pace lies beyond the earlier runs' (their modified z, + slower); None with fewer
         than MIN_RUNS of them, or where theirs all agree and this one does too."""
-        if len(self.earlier) < MIN_RUNS:
+        return _z_among(self.worse_z, self.earlier)
+
+    def share_z(self) -> float | None:
+        """The same of the run's share of worse figures among the earlier runs' shares. A share counts figures:
+        where most runs have none or the same few, their MAD is 0 and one figure more would be infinitely far; the
+        spread is at least what counting the run's figures gives (binomial, at the runs' median share, or at the
+        share normal figures have by chance)."""
+        if len(self.earlier_shares) < MIN_RUNS:
             return None
-        center = statistics.median(self.earlier)
-        sigma = MAD_TO_SIGMA * statistics.median(abs(p - center) for p in self.earlier)
-        if sigma == 0:
-            return None if self.worse_z == center else math.copysign(math.inf, self.worse_z - center)
-        return (self.worse_z - center) / sigma
+        center = max(statistics.median(self.earlier_shares), SHARE_BY_CHANCE)
+        counted = math.sqrt(center * (1 - center) / self.figures)
+        return _z_among(self.worse_share, self.earlier_shares, floor=counted)
+
+
+def _z_among(value: float, earlier: Sequence[float], floor: float = 0.0) -> float | None:
+    """The modified z of `value` among `earlier` (+ above their median), their robust spread at least `floor`;
+    None with fewer than MIN_RUNS of them, or where they all agree and `value` does too."""
+    if len(earlier) < MIN_RUNS:
+        return None
+    center = statistics.median(earlier)
+    sigma = max(MAD_TO_SIGMA * statistics.median(abs(p - center) for p in earlier), floor)
+    if sigma == 0:
+        return None if value == center else math.copysign(math.inf, value - center)
+    return (value - center) / sigma
 
 
 def pace(now: Mapping[Any, float], runs: Sequence[Mapping[Any, float]], directions: Mapping[Any, str]) -> Pace | None:
@@ -271,14 +300,19 @@ def pace(now: Mapping[Any, float], runs: Sequence[Mapping[Any, float]], directio
     figures = _figure_paces(now, recent, directions)
     if len(figures) < MIN_PACE_FIGURES:
         return None
-    earlier = []
+    earlier, shares = [], []
     for i, run in enumerate(recent):  # each earlier run against the others: how a healthy run's pace strays
         theirs = _figure_paces(run, recent[:i] + recent[i + 1 :], directions)
         if len(theirs) >= MIN_PACE_FIGURES:
             earlier.append(statistics.median(z for z, _ in theirs))
+            shares.append(_worse_share(theirs))
     worse_z = statistics.median(z for z, _ in figures)
     worse_pct = statistics.median(pct for _, pct in figures)
-    return Pace(len(figures), worse_z, worse_pct, tuple(earlier))
+    return Pace(len(figures), worse_z, worse_pct, tuple(earlier), _worse_share(figures), tuple(shares))
+
+
+def _worse_share(figures: Sequence[tuple[float, float]]) -> float:
+    return sum(z > SHARE_Z for z, _ in figures) / len(figures)
 
 
 def _figure_paces(

@@ -184,6 +184,12 @@ class RunPaceRecord(TypedDict):
     worse_z: float  # their median modified z among the runs, + to the worse side
     earlier_worse_z: list[float]  # the same of each kept run, against the others
     z: float | str  # this run's among those: "inf" where they all agree
+    # The share of its figures more than noise.SHARE_Z of the runs' spreads worse, each kept run's, and the run's
+    # modified z among those (None with fewer than noise.MIN_RUNS of them): a node slower across the board moves
+    # its share before its median. Either z beyond the cut-off, and worse_pct beyond allowed_pct, is `regressed`.
+    worse_share: NotRequired[float]
+    earlier_worse_share: NotRequired[list[float]]
+    share_z: NotRequired[float | str | None]
     allowed_pct: float
     verdict: Literal["ok", "regressed"]
     message: str

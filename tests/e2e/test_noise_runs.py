@@ -220,6 +220,8 @@ def test_a_run_slower_across_the_board_fails_the_node_s_pace_though_no_figure_re
     pytester.runpytest(*keep).assert_outcomes(passed=1)  # a healthy seventh run
     pace = report(pytester.path / "r.json")["compare"]["pace"]
     assert pace["verdict"] == "ok" and pace["figures"] == 12 and pace["runs"] == 6
+    # the share of its figures two spreads worse, each kept run's, and the run's among them, as the schema has them
+    assert 0 <= pace["worse_share"] <= 1 and len(pace["earlier_worse_share"]) == 6 and "share_z" in pace
 
     monkeypatch.setenv("LAB_RUN", "7")
     monkeypatch.setenv("LAB_SPEED", "0.92")

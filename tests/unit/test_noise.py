@@ -131,6 +131,26 @@ def test_a_run_slower_in_every_figure_is_an_outlier_of_the_node_s_paces_though_i
     assert healthy is not None and (healthy.z() or 0.0) < noise.OUTLIER_Z
 
 
+def test_on_a_machine_whose_runs_drift_as_wholes_a_slower_run_moves_its_share_of_worse_figures_first() -> None:
+    """Fifteen healthy runs of a VM whose runs drift as wholes (each run's figures share a factor 10% apart from
+    run to run, then 5% each): a run 25% slower lies within its runs' median paces (they stray with the machine),
+    but its share of figures two spreads worse stands far beyond theirs; no healthy run's does."""
+    drift = random.Random(11)
+
+    def run(speed: float = 1.0) -> dict[str, float]:
+        whole = 1 + drift.gauss(0, 0.10)
+        return _slowed({name: 100.0 * whole * (1 + drift.gauss(0, 0.05)) for name in DIRECTIONS}, speed)
+
+    runs = [run() for _ in range(15)]
+    cutoff = noise.family_z(15, 2, apart=True)
+    slowed = noise.pace(run(0.75), runs, DIRECTIONS)
+    assert slowed is not None and (slowed.z() or 0.0) < cutoff  # the median pace alone misses it
+    assert (slowed.share_z() or 0.0) > cutoff and slowed.worse_share > max(slowed.earlier_shares)
+    for i, healthy in enumerate(runs):
+        found = noise.pace(healthy, runs[:i] + runs[i + 1 :], DIRECTIONS)
+        assert found is not None and (found.share_z() or 0.0) < cutoff and (found.z() or 0.0) < cutoff
+
+
 def test_one_figure_far_off_moves_no_pace_and_a_faster_run_is_no_slower_one() -> None:
     runs = _healthy_runs()
     one_off = dict(runs[-1]) | {"bw3": 10.0}  # one figure's own failure is its own test's verdict
