@@ -203,11 +203,12 @@ def _shown(z: float) -> float | str:
 def run_pace(
     earlier: EarlierReport, measurements: Sequence[MeasurementRecord], allowed: AllowedRegression
 ) -> RunPaceRecord | None:
-    """The run as a whole against the node's kept runs (noise.pace): regressed where its pace is an outlier among
-    theirs (beyond noise.family_z for one figure against as many runs) and its figures are, at the median, worse
-    by more than the regression allowed (`--gb-compare-fail`'s default, else DEFAULT_ALLOWED_PCT): a node slower
-    across the board, each figure still within its own run-to-run spread. None without a history that can say
-    (fewer than noise.MIN_RUNS + 1 kept runs, or figures)."""
+    """The run as a whole against the node's kept runs (noise.pace): regressed where its pace -- the median of its
+    figures, or its share of worse figures -- is an outlier among theirs (beyond noise.family_z for two figures
+    against as many runs) and its figures are, at the median, worse by more than the regression allowed
+    (`--gb-compare-fail`'s default, else DEFAULT_ALLOWED_PCT): a node slower across the board, each figure still
+    within its own run-to-run spread. None without a history that can say (fewer than noise.MIN_RUNS + 1 kept
+    runs, or figures)."""
     now: dict[tuple[str, str, str, str], float] = {}
     directions: dict[tuple[str, str, str, str], str] = {}
     for record in measurements:
