@@ -32,7 +32,7 @@ from pytest_gbvalidate import noise as nz
 
 # 0.6745 is the 0.75 quantile of the standard normal: MAD / 0.6745 estimates the standard deviation of normal data.
 MAD_TO_Z = 0.6745
-DEFAULT_MAD_K = 3.5  # Iglewicz & Hoaglin's recommended cut-off for the modified z-score
+DEFAULT_MAD_K = nz.OUTLIER_Z  # Iglewicz & Hoaglin's recommended cut-off for one modified z-score
 DEFAULT_PCT = 10.0
 # Fewer nodes than this: the median of two is their mean, and "worse than the rest" means nothing.
 MIN_NODES = 3
