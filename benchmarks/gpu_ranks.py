@@ -57,11 +57,14 @@ MAX_BYTES = {"cuda": 16 * 2**20, "cpu": 64 * 2**10}
 PAIRWISE_BYTES = {"cuda": 16 * 2**20, "cpu": 64 * 2**10}
 # A collective that hangs ends the run after this (the gang's timeout; the process group's under a world).
 CALL_TIMEOUT_S = 60
+# How long torch's NCCL watchdog, once it has seen a peer's error or a timeout, waits (for its debug dump) before
+# it aborts the communicators and the rank's collective raises: 60 s to the millisecond on an H200 (torch 2.11).
+WATCHDOG_ABORT_WAIT_S = 60
 # Each case's bound: its ranks start (CUDA and NCCL initialise; torch.compile on the GPU) and run its checks.
 BOUND_S = {
     "collectives": 240,
     "pairwise": 120,
-    "killed": CALL_TIMEOUT_S + 60,
+    "killed": CALL_TIMEOUT_S + WATCHDOG_ABORT_WAIT_S + 60,  # a survivor may see only the timeout, then waits
     "memory": 120,
     "nvls": 120,
     "pretrain-tiny-pp2": 180,
@@ -140,7 +143,7 @@ def node_environment(base: Mapping[str, str], run_id: str, node: int, marker: st
     return env
 
 
-def fault_environment(case: Case) -> dict[str, str]:
+def fault_environment(case: Case, case_dir: Path) -> dict[str, str]:
     """The killed case's fault (tests/helpers/node_fault.py, loaded into every agent's pytest): the last rank dies
     in its KILLED_IN_CALL-th all_reduce; rank 0, which writes the report, lives."""
     if case.kind != "killed":
@@ -150,9 +153,11 @@ def fault_environment(case: Case) -> dict[str, str]:
         "NODE_FAULT": "kill",
         "NODE_FAULT_RANK": str(case.ranks - 1),
         "NODE_FAULT_CALL": str(KILLED_IN_CALL),
-        # What NCCL and torch's watchdog say as the peer dies, in each agent's log: on an H200 (2026-11-27) the
-        # survivors of four ranks died by SIGABRT a minute after the kill, neither saying a word at their defaults.
+        # What NCCL and torch's watchdog say as the peer dies, in each agent's log (how the survivors of four ranks
+        # came to die by SIGABRT on an H200 was read there, 2026-11-27).
+        # NCCL writes its log to stdout, which pytest captures: a file of each rank's own (%p: its pid) outlives it.
         "NCCL_DEBUG": "WARN",
+        "NCCL_DEBUG_FILE": str(case_dir / "nccl.%p.log"),
         "TORCH_CPP_LOG_LEVEL": "INFO",
     }
 
@@ -205,6 +210,7 @@ def pytest_program(case: Case, out: Path, node: int) -> list[str]:
         "no:cacheprovider",
         "-q",
         "-rfEs",
+        "-s",  # what a rank wrote reaches its agent's log as it is written: a rank that dies takes nothing with it
     ]
 
 
@@ -301,6 +307,15 @@ def judge_bounds(case: Case, seconds: float, timed_out: bool, left: Sequence[int
     return None
 
 
+def judge_survivors(case: Case, exits: Mapping[int, int]) -> str | None:
+    """Why the killed case failed however its report reads: a rank the fault spared died by a signal. Its report
+    written, a survivor that then crashed (SIGABRT, SIGSEGV in torch's threads, H200 2026-11-27) still reads to the
+    launcher as a crashed node."""
+    killed = case.ranks - 1
+    crashed = {rank: code for rank, code in exits.items() if rank != killed and code < 0}
+    return f"a survivor died by a signal ({exits_line(crashed).removeprefix('ranks ended: ')})" if crashed else None
+
+
 def rank_exits(log_text: str) -> dict[int, int]:
     """rank -> exit code (negative: the signal's number) from the failure summaries torchrun prints ("rank      :
     2 (local_rank: 0)", then "exitcode  : -11 (pid: 1450)"): how each rank ended when the report cannot say."""
@@ -354,7 +369,7 @@ def run_case(case: Case, out: Path, device: str, run_id: str) -> Row:
         start = time.monotonic()
         for node in range(case.ranks):
             program = pytest_program(case, out, node) if case.select else worker_program(case, out, device)
-            env = node_environment(os.environ, run_id, node, marker) | fault_environment(case)
+            env = node_environment(os.environ, run_id, node, marker) | fault_environment(case, out / case.name)
             log = (out / case.name / f"agent{node}.log").open("w")
             agents.append(
                 subprocess.Popen(
@@ -389,13 +404,15 @@ def run_case(case: Case, out: Path, device: str, run_id: str) -> Row:
         seen, ok = judge_pytest(case, codes, _report(out / case.name, case.ranks))
     else:
         seen, ok = _worker_verdict(case, out / case.name, device, codes)
-    broken = judge_bounds(case, seconds, timed_out, left)
+    logs = "".join(log.read_text(errors="replace") for log in sorted((out / case.name).glob("agent*.log")))
+    exits = rank_exits(logs)
+    broken = judge_bounds(case, seconds, timed_out, left) or (
+        judge_survivors(case, exits) if case.kind == "killed" else None
+    )
     if broken:
         seen, ok = f"{broken}; {seen}", False
-    if not ok:  # the ranks that died, and how: what a report left "running" cannot say
-        logs = "".join(log.read_text(errors="replace") for log in sorted((out / case.name).glob("agent*.log")))
-        if exits := rank_exits(logs):
-            seen = f"{seen}; {exits_line(exits)}"
+    if not ok and exits:  # the ranks that died, and how: what a report left "running" cannot say
+        seen = f"{seen}; {exits_line(exits)}"
     return Row(case.name, case.ranks, case.expect, seen, round(seconds, 1), ok)
 
 

@@ -209,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
 # What the CPU tests cannot show (the code paths are tested there with fakes; the hardware's answer is not).
 GPU_CHECKLIST = (
     "the multi-rank paths under NCCL, a peer killed mid-collective among them (the survivors end with 'lost a "
-    "peer' and a written report): python benchmarks/gpu_ranks.py --ranks 2,4, several ranks on this GPU",
+    "peer', a written report and their exit status, no signal): python benchmarks/gpu_ranks.py --ranks 2,4, "
+    "several ranks on this GPU",
     "srun --gpus-per-task=1: every rank on cuda:0 of its own GPU; CUDA_DEVICE_ORDER=PCI_BUS_ID seen by the first "
     "CUDA call, so gpuN in test ids is nvidia-smi's GPU N",
     "fp8: a layout whose tokens per microbatch are no multiple of 16 refused before any rank starts (fast "

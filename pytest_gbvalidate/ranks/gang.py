@@ -91,6 +91,9 @@ class Gang(Protocol):
     world_size: int
     hosts: dict[int, str]  # node rank -> hostname: one node for a local gang, each node of a torchrun / srun world
     failed_starts: list[str]  # why each start-up of the ranks that failed and was tried again failed, in order
+    # This process's own process group failed (a world's call raised or lost a peer): it may never end cleanly, and
+    # the process ends as soon as its reports are written. A local gang's ranks are processes of their own: never.
+    broken: bool
 
     def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None) -> list[Any]:
         """`fn(ctx, *args)` on every rank; the results in rank order. `fn` must be a module-level function.
@@ -190,6 +193,7 @@ class LocalGang:
         self._tmpdir: str | None = None
         self.starts = 0  # how many times ranks were started: a failed call costs a restart
         self.failed_starts: list[str] = []  # why each failed start-up failed, in order
+        self.broken = False
 
     def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None) -> list[Any]:
         if not self._procs:

@@ -11,6 +11,7 @@ __all__ = [
     "DeviceChoiceError",
     "WorldError",
     "cuda_device_index",
+    "nccl_error_settings",
     "node_rank_from_environment",
     "number_gpus_by_pci_bus",
     "rendezvous_problem",
@@ -158,3 +159,29 @@ def world_rank(env: Mapping[str, str]) -> int | None:
     """This process's global rank when it is one rank of a world, else None."""
     world = world_from_environment(env)
     return None if world is None else world[0]
+
+
+# torch's TORCH_NCCL_ASYNC_ERROR_HANDLING values: 0 no handling, 1 tear down, 2 clean up only, 3 skip clean-up.
+NCCL_CLEAN_UP_ONLY = "2"
+# What torchrun hands every worker unless its own environment has a value (torch.distributed.elastic's
+# LocalElasticAgent): in the worker, torchrun's 1 and an operator's 1 look the same.
+TORCHRUN_TEAR_DOWN = "1"
+
+
+def nccl_error_settings(env: Mapping[str, str]) -> dict[str, str]:
+    """The torch settings a world's rank takes before its NCCL process group is made, so that a dead or hung peer
+    fails a test and the report is written, rather than the process taken down:
+    - TORCH_NCCL_ASYNC_ERROR_HANDLING=2 (clean up only: the communicators are aborted and the collective raises).
+      With torchrun's 1 (tear down), every surviving rank died by SIGABRT a minute after a peer did, and rank 0's
+      report was left `running` (4 ranks under NCCL, H200, torch 2.11). A value the operator set stays, but a 1
+      under torchrun is torchrun's own;
+    - TORCH_NCCL_TRACE_BUFFER_SIZE=0 (no flight recorder): its thread, naming the failed collective's Python
+      stack, read Python's frames as a rank that had finished its run exited, and the rank died by SIGSEGV.
+      An operator who wants the recorder sets it."""
+    settings = {}
+    handling = env.get("TORCH_NCCL_ASYNC_ERROR_HANDLING")
+    if handling is None or (handling == TORCHRUN_TEAR_DOWN and "TORCHELASTIC_RUN_ID" in env):
+        settings["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = NCCL_CLEAN_UP_ONLY
+    if "TORCH_NCCL_TRACE_BUFFER_SIZE" not in env:
+        settings["TORCH_NCCL_TRACE_BUFFER_SIZE"] = "0"
+    return settings

@@ -29,13 +29,11 @@ from pytest_gbvalidate.ranks.gang import (
 from pytest_gbvalidate.ranks.world import (
     DeviceChoiceError,
     cuda_device_index,
+    nccl_error_settings,
     node_rank_from_environment,
     number_gpus_by_pci_bus,
     rendezvous_problem,
 )
-
-# torch's TORCH_NCCL_ASYNC_ERROR_HANDLING values: 0 no handling, 1 tear down, 2 clean up only, 3 skip clean-up.
-NCCL_CLEAN_UP_ONLY = "2"
 
 
 class WorldGang:
@@ -66,7 +64,7 @@ class WorldGang:
                 raise GangError(rank, "has no GPU of its own", str(exc)) from None
         # Whether this gang made the process group (and so ends it, in close), or found it made.
         self._made_group = not dist.is_initialized()
-        self._lost_peer = False
+        self.broken = False
         if self._made_group:
             problem = rendezvous_problem(os.environ)
             if problem is not None:
@@ -76,10 +74,8 @@ class WorldGang:
             os.environ.setdefault("RANK", str(rank))
             os.environ.setdefault("WORLD_SIZE", str(world_size))
             os.environ.setdefault("LOCAL_RANK", str(local_rank))
-            # NCCL's watchdog tears the whole process down when a collective times out or a peer dies (its
-            # default): the run that found the bad node would write no report. Clean-up only: the communicators
-            # are aborted and the collective raises, which the test reports. An operator's choice stays.
-            os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", NCCL_CLEAN_UP_ONLY)
+            # A dead or hung peer must fail a test, not take the process (and the report) down.
+            os.environ.update(nccl_error_settings(os.environ))
             _init_rank(self.device, rank, world_size, "env://", timeout_s)
         node_rank = node_rank_from_environment(os.environ, rank)
         backend = dist.get_backend()
@@ -103,12 +99,13 @@ class WorldGang:
         try:
             mine: tuple[str, Any] = ("ok", fn(self.ctx, *args))
         except Exception:
+            self.broken = True  # the communicators may be aborted, or their collectives still queued
             mine = ("raised", traceback.format_exc())
         gathered: list[Any] = [None] * self.world_size
         try:
             dist.all_gather_object(gathered, mine, group=self._control)
         except Exception as exc:  # a peer died or timed out: every surviving rank gets here
-            self._lost_peer = True
+            self.broken = True
             raise GangError(None, "lost a peer", f"{_name(fn, args)}: {_last_line(str(exc))}") from exc
         for rank, (status, payload) in enumerate(gathered):
             if status == "raised":
@@ -119,7 +116,7 @@ class WorldGang:
         """The process group this gang made, ended: left to the process's exit, gloo's threads were at times
         still running as it tore them down, and a rank whose run had finished aborted (SIGABRT, "terminate
         called without an active exception", torch 2.14.1): torchrun and srun then fail the job of a healthy
-        node. Not after a peer was lost: a communicator waiting on a dead peer may not end, and the run has
-        failed already (its report is written either way). A group the gang found made is its maker's."""
-        if self._made_group and not self._lost_peer and dist.is_initialized():
+        node. Not once broken: a communicator waiting on a dead peer may not end, and the run has failed already
+        (the session ends the process once its reports are written). A group the gang found made is its maker's."""
+        if self._made_group and not self.broken and dist.is_initialized():
             dist.destroy_process_group()

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from collections.abc import Generator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
@@ -69,6 +70,7 @@ class GbSession:
         self.nccl_env: dict[str, NcclVariableRecord] = {}  # variable -> value and source, as the ranks get it
         self.plot_note: str | None = None
         self._gang: Gang | None = None
+        self._pytest_session: pytest.Session | None = None
         self._gang_reported = -1  # failed start-ups already in the report's gang section
         self.record_error: str | None = None  # why the recorded baseline could not be written
         self._signal_handlers: dict[int, Any] = {}  # replaced while the session runs (SIGTERM, SIGHUP)
@@ -253,6 +255,7 @@ class GbSession:
         """Under torchrun / srun only global rank 0 writes the JUnit XML, as it alone writes the JSON report:
         every rank would otherwise write the same path. Only when gbvalidate was asked for explicitly, so an
         unrelated test suite launched by torchrun keeps its own behaviour."""
+        self._pytest_session = session  # its exit status, for a rank that ends at once (pytest_unconfigure)
         if self.world_rank not in (None, 0) and self.settings.explicit:
             junit_hooks.stop_writing(self.config)
 
@@ -452,11 +455,28 @@ class GbSession:
             session.exitstatus = exitstatus = pytest.ExitCode.INTERNAL_ERROR
         return exitstatus
 
+    @pytest.hookimpl(trylast=True)  # after every other plugin's
     def pytest_unconfigure(self) -> None:
         if self._signal_handlers:  # set once engaged: an unrelated run never loads the module
             from pytest_gbvalidate.run.signals import put_back
 
             put_back(self._signal_handlers)
+        if self._gang is not None and self._gang.broken:
+            self._end_now()
+
+    def _end_now(self) -> NoReturn:
+        """A rank whose process group failed ends here, its reports written, with the run's exit status. Left to
+        the interpreter's exit, torch's NCCL watchdog held it (every collective still queued timed out in turn, a
+        minute apart: 4 ranks on an H200 were still there 3 minutes after a peer died) or crashed it (SIGABRT,
+        "Broken promise"), and the launcher would wait on it or call a node whose run had ended a crashed one."""
+        capture = self.config.pluginmanager.get_plugin("capturemanager")
+        if capture is not None:  # what pytest still holds of the output, to the terminal
+            capture.stop_global_capturing()
+        status = int(self._pytest_session.exitstatus) if self._pytest_session is not None else 1
+        print(f"gbvalidate: this rank's process group failed; it exits now ({status}), not waiting on torch's threads")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)  # around pytest's own summary: the verdict after all of it
     def pytest_terminal_summary(self, terminalreporter: Any) -> Generator[None]:

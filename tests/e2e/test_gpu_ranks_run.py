@@ -32,5 +32,9 @@ def test_a_killed_rank_and_a_repeated_sweep_over_two_torchrun_nodes(
     report = json.loads(next((tmp_path / "killed-2").glob("node*.json")).read_text())
     (failed,) = [t for t in report["tests"] if t["outcome"] == "failed"]
     assert "lost a peer" in failed["message"] and report["status"] == "finished"
+    # its process group broken, the survivor ends as soon as its reports are written: by its exit status, the JUnit
+    # XML beside the report, not by torch's threads at the interpreter's exit (on a GPU they hung or crashed it)
+    logs = "".join(log.read_text() for log in (tmp_path / "killed-2").glob("agent*.log"))
+    assert "process group failed; it exits now (1)" in logs and list((tmp_path / "killed-2").glob("node*.xml"))
     assert rows["killed-2"]["seconds"] < harness.BOUND_S["killed"]
     assert "killed-2                 2 lost peer" in out and "MiB held after each sweep: rank 0:" in out

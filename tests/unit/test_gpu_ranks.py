@@ -45,18 +45,20 @@ def test_the_cases_cover_every_multi_rank_path_with_a_bound_each(harness: Module
     assert on_gpu["killed-4"].expect == "lost peer" and on_gpu["nvls-2"].expect == "no pass"
     # the 8B shape is for a GPU; the CPU runs the tiny model's pipeline
     assert "pretrain-8b4-pp2" not in {c.name for c in harness.cases([2], "cpu")}
-    # the killed case outlives one call timeout: the survivors end by it at the latest
-    assert harness.BOUND_S["killed"] > harness.CALL_TIMEOUT_S
+    # the killed case outlives a survivor that sees only the timeout, then torch's wait before it aborts
+    assert harness.BOUND_S["killed"] > harness.CALL_TIMEOUT_S + harness.WATCHDOG_ABORT_WAIT_S
 
 
 def test_the_last_rank_dies_and_rank_0_lives_to_write_the_report(harness: ModuleType) -> None:
     killed = next(c for c in harness.cases([4], "cpu") if c.kind == "killed")
-    env = harness.fault_environment(killed)
+    env = harness.fault_environment(killed, Path("/out/killed-4"))
     assert env["PYTEST_PLUGINS"] == "tests.helpers.node_fault" and env["NODE_FAULT"] == "kill"
     assert env["NODE_FAULT_RANK"] == "3" and int(env["NODE_FAULT_CALL"]) > 1
     # what NCCL and torch's watchdog do as the peer dies goes to the agents' logs
     assert env["NCCL_DEBUG"] == "WARN" and env["TORCH_CPP_LOG_LEVEL"] == "INFO"
-    assert harness.fault_environment(next(c for c in harness.cases([4], "cpu") if c.kind == "memory")) == {}
+    assert env["NCCL_DEBUG_FILE"] == "/out/killed-4/nccl.%p.log"  # each rank's own file, not pytest's stdout
+    memory = next(c for c in harness.cases([4], "cpu") if c.kind == "memory")
+    assert harness.fault_environment(memory, Path("/out/memory-4")) == {}
 
 
 @pytest.mark.parametrize(("device", "gpu", "count"), [("cpu", None, 0), ("cuda", "NVIDIA H100 80GB HBM3", 1)])
@@ -131,6 +133,15 @@ def test_how_each_rank_ended_is_read_from_torchrun_s_summaries(harness: ModuleTy
     assert exits == {0: -6, 1: 1, 2: -11, 3: -9}
     assert harness.exits_line(exits) == "ranks ended: 0 SIGABRT, 1 exit 1, 2 SIGSEGV, 3 SIGKILL"
     assert harness.rank_exits("rank 0 finished\n") == {}
+
+
+def test_a_survivor_of_the_killed_case_ends_by_its_exit_status_not_a_signal(harness: ModuleType) -> None:
+    """Seen on an H200: the report finished, then ranks 0 and 1 died by SIGABRT in torch's watchdog."""
+    killed = next(c for c in harness.cases([4], "cpu") if c.kind == "killed")
+    assert harness.judge_survivors(killed, {0: 1, 1: 1, 2: 1, 3: -9}) is None  # the fault's own SIGKILL
+    assert harness.judge_survivors(killed, {3: -9}) is None  # survivors that exited 0 leave no summary
+    why = harness.judge_survivors(killed, {0: -6, 1: -6, 2: 1, 3: -9})
+    assert why == "a survivor died by a signal (0 SIGABRT, 1 SIGABRT)"
 
 
 def test_memory_returns_when_no_later_sweep_holds_more_than_the_first(harness: ModuleType) -> None:

@@ -16,7 +16,12 @@ import torch.distributed as dist
 
 from pytest_gbvalidate.ranks import world_gang as gang_module
 from pytest_gbvalidate.ranks.gang import GangError, RankContext, device_key, device_sharers
-from pytest_gbvalidate.ranks.world import DeviceChoiceError, cuda_device_index, world_from_environment
+from pytest_gbvalidate.ranks.world import (
+    DeviceChoiceError,
+    cuda_device_index,
+    nccl_error_settings,
+    world_from_environment,
+)
 from pytest_gbvalidate.ranks.world_gang import WorldGang
 
 # The environments of one task, as the launchers set them (only the variables the choice reads, and a few it
@@ -189,16 +194,19 @@ def test_a_world_rank_without_a_gpu_of_its_own_fails_naming_it(monkeypatch: pyte
 @pytest.mark.usefixtures("environ_restored")
 def test_under_nccl_results_travel_on_a_gloo_group_and_a_dead_peer_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     """NCCL's watchdog would tear the process down on a dead peer (no report from the run that found it): the
-    gathers of results and verdicts use a gloo group of their own, and NCCL is asked to clean up only. The node
-    assumed: any (NCCL itself is not run here; what it does on a real dead peer is for a GPU to show)."""
-    for name, value in (TORCHRUN | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}).items():
+    gathers of results and verdicts use a gloo group of their own, and NCCL is asked to clean up only, over the
+    tear-down torchrun hands every worker. The node assumed: any (NCCL itself is not run here; what it does on a
+    real dead peer, benchmarks/gpu_ranks.py's killed case on a GPU)."""
+    torchrun = TORCHRUN | {"TORCHELASTIC_RUN_ID": "none", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
+    for name, value in (torchrun | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}).items():
         monkeypatch.setenv(name, value)
-    monkeypatch.delenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", raising=False)
+    monkeypatch.delenv("TORCH_NCCL_TRACE_BUFFER_SIZE", raising=False)
     seen: dict[str, object] = {}
     gathers: list[object] = []
 
     def init_rank(device: torch.device, *args: object) -> str:
         seen["error handling at init"] = os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING")
+        seen["flight recorder at init"] = os.environ.get("TORCH_NCCL_TRACE_BUFFER_SIZE")
         return "nccl"
 
     def all_gather_object(out: list[object], obj: object, group: object = None) -> None:
@@ -225,7 +233,7 @@ def test_under_nccl_results_travel_on_a_gloo_group_and_a_dead_peer_is_reported(m
     gang = WorldGang(*world, device_type="cuda", timeout_s=10)
     with pytest.raises(GangError) as excinfo:
         gang.run(lambda ctx: 1)
-    assert seen == {"error handling at init": gang_module.NCCL_CLEAN_UP_ONLY}
+    assert seen == {"error handling at init": "2", "flight recorder at init": "0"}
     assert made == ["gloo"] and gathers == [control] * 2
     assert excinfo.value.cause == "lost a peer" and "Connection closed by peer" in str(excinfo.value)
     ended: list[bool] = []
@@ -297,3 +305,34 @@ def test_a_rank_s_free_memory_is_its_share_of_the_device_s(
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (free, 80 * 2**30))
     ctx = RankContext(0, 4, 0, torch.device(device, 0) if device == "cuda" else torch.device("cpu"), "x", 0, sharers)
     assert collectives._free_bytes(ctx) == free // sharers
+
+
+@pytest.mark.parametrize(
+    ("env", "settings"),
+    [
+        ({}, {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "2", "TORCH_NCCL_TRACE_BUFFER_SIZE": "0"}),
+        # torchrun's own tear-down, handed to every worker: replaced
+        (
+            {
+                "TORCHELASTIC_RUN_ID": "job7",
+                "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+                "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+            },
+            {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "2"},
+        ),
+        # the operator's: a 1 outside torchrun, any other value anywhere, a flight recorder asked for
+        ({"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}, {"TORCH_NCCL_TRACE_BUFFER_SIZE": "0"}),
+        (
+            {
+                "TORCHELASTIC_RUN_ID": "job7",
+                "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3",
+                "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+            },
+            {},
+        ),
+    ],
+)
+def test_a_dead_peer_fails_a_test_and_never_takes_the_rank_down(env: dict[str, str], settings: dict[str, str]) -> None:
+    """Seen on a GPU (4 ranks under torchrun, one SIGKILLed): torchrun's tear-down killed every survivor by SIGABRT
+    a minute later, rank 0's report left `running`; the flight recorder's thread crashed a finished rank at exit."""
+    assert nccl_error_settings(env | {"RANK": "0", "WORLD_SIZE": "4"}) == settings
