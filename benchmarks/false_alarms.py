@@ -40,7 +40,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -162,20 +162,19 @@ def pairwise_round(out: Path, hook: Path, speed: float | None, name: str) -> dic
 
 def sibling_trial(slow: int | None, speed: float) -> dict[str, Any]:
     """Four devices' host copies, device `slow` at `speed`, measured in turns as the suite's siblings check
-    measures its GPUs; the siblings rule, measured again before naming."""
+    measures its GPUs, and judged as it judges them (stats.sibling_verdict: measured again before naming)."""
     import torch
 
     from pytest_gbvalidate import noise
     from pytest_gbvalidate.bench.copy import copy_bandwidth
     from pytest_gbvalidate.bench.timing import MIN_TIMED_ITERATIONS
-    from pytest_gbvalidate.expect import Measured, best_of_passes
     from pytest_gbvalidate.fleet import stats
     from suites.test_bandwidth import SIBLING_ROUNDS
     from tests.helpers.slow_device import slowed
 
     cpu = torch.device("cpu")
 
-    def measure() -> list[Measured]:
+    def measure() -> dict[str, tuple[float, dict[str, Any]]]:
         rounds = []
         for _ in range(SIBLING_ROUNDS):
             figures = {}
@@ -184,16 +183,10 @@ def sibling_trial(slow: int | None, speed: float) -> dict[str, Any]:
                     r = copy_bandwidth(cpu, cpu, SIBLING_BYTES, warmup=3, iterations=MIN_TIMED_ITERATIONS)
                 figures[f"gpu{index}"] = (r.bandwidth_gbps, {"samples_gbps": r.samples_gbps})
             rounds.append(figures)
-        return [Measured("h2d_bandwidth_gbps", v, label, d) for label, (v, d) in noise.in_rounds(rounds).items()]
+        return noise.in_rounds(rounds)
 
-    def judge(figures: Sequence[Measured]) -> list[str]:
-        by_device = {m.scope: (m.value, m.details) for m in figures}
-        return [o.host for o in stats.sibling_outliers(by_device, "higher")]
-
-    first = measure()
-    named = judge(first)
-    if named:
-        named = judge(best_of_passes(first, measure(), {"h2d_bandwidth_gbps": "higher"}))
+    found, _ = stats.sibling_verdict(measure(), "higher", again=measure)
+    named = [o.host for o in found]
     expected = [] if slow is None else [f"gpu{slow}"]
     return {"slowed": slow, "named": named, "exact": named == expected}
 

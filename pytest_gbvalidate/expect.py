@@ -224,32 +224,27 @@ class Expect:
         again: Callable[[], Mapping[str, tuple[float, Mapping[str, Any]]]] | None = None,
     ) -> None:
         """Each device's figure of `metric` (label -> (value, details), the devices of one node) against its
-        siblings': fails naming every device worse than their median by the fleet's outlier rule (fleet/stats.py's
-        sibling_outliers: far in robust terms, beyond the practical margin, and beyond the error of the figures'
-        medians, from the details' samples: measured side by side, no drift between runs separates them),
-        whatever the baseline says -- on day one most figures have no baseline value, and a GPU 25%
-        behind its seven siblings is a GPU to look at. Fewer than three devices: no verdict (one of two may be
-        the slow one). `again` measures every device once more before a device is named: each figure is then the
-        better of its two passes (best_of_passes), both kept in its `passes`."""
+        siblings': fails naming every device behind them (fleet/stats.py's sibling_outliers: measured in rounds,
+        round by round against its siblings of the same round, beyond the practical margin and beyond the error of
+        its median; else by the fleet's outlier rule), whatever the baseline says -- on day one most figures have
+        no baseline value, and a GPU 25% behind its seven siblings is a GPU to look at. Fewer than three devices:
+        no verdict (one of two may be the slow one). `again` measures every device once more before a device is
+        named: named where both passes find it (stats.sibling_verdict), the message giving the second pass's
+        figures."""
         from pytest_gbvalidate.fleet import stats
 
         if len(figures) < stats.MIN_NODES:
             pytest.skip(f"{metric}: {len(figures)} {of}(s) measured; telling one apart needs {stats.MIN_NODES}")
         direction = self.direction(metric, next(iter(figures)))
-        found = stats.sibling_outliers(figures, direction)
-        if found and again is not None:
-            first = [Measured(metric, value, label, details) for label, (value, details) in figures.items()]
-            second = [Measured(metric, value, label, details) for label, (value, details) in again().items()]
-            figures = {m.scope: (m.value, m.details) for m in best_of_passes(first, second, {metric: direction})}
-            found = stats.sibling_outliers(figures, direction)
+        found, figures = stats.sibling_verdict(figures, direction, again)
         values = {label: float(value) for label, (value, _) in figures.items()}
         center = stats.spread(list(values.values())).median
         unit = (CATALOG.get(metric) or MetricSpec(metric, "", direction, "", "")).unit
         shown = ", ".join(f"{label} {value:.4g}" for label, value in values.items())
         if found:
             lines = [
-                f"{metric} [{o.host}]: {o.value:.4g} {unit}, {o.worse_pct or 0:.1f}% worse than the median of the "
-                f"node's {len(values)} {of}s, {center:.4g} {unit} ({'; '.join(o.rules)})"
+                f"{metric} [{o.host}]: {o.value:.4g} {unit}, {o.worse_pct or 0:.1f}% behind the node's "
+                f"{len(values)} {of}s (median {center:.4g} {unit}; {'; '.join(o.rules)})"
                 for o in found
             ]
             pytest.fail("\n".join([*lines, f"every {of}: {shown} {unit}"]), pytrace=False)

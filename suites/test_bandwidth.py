@@ -215,10 +215,13 @@ SIBLING_CHECKS = {
 }
 
 
-# Rounds the siblings are measured in, every GPU in turn each round (noise.in_rounds): what drifts over the check's
-# seconds moves every GPU alike. Each round times its share of the planned iterations, at least as many as a
-# figure needs.
-SIBLING_ROUNDS = 3
+# Rounds the siblings are measured in, every GPU in turn each round (noise.in_rounds), and judged round by round
+# (stats.sibling_outliers): what drifts over the check's seconds moves every GPU of a round alike. Each round times
+# its share of the planned iterations, at least as many as a figure needs. Eight: the more rounds, the better a
+# device's own rounds tell its error (stats.sibling_z for four devices: 17.9 at three rounds, 4.8 at six, 4.0 at
+# eight); at three, a fake device 25% slow on a busy VM was named in 21 trials of 30 (a fleet's rule), at six in 19
+# of 20 (round by round).
+SIBLING_ROUNDS = 8
 
 
 def _per_round(iterations: int, rounds: int) -> int:

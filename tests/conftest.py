@@ -9,8 +9,11 @@ from pathlib import Path
 
 import pytest
 
-# PyYAML and the baseline code, loaded once before any test: in-process pytester runs drop the modules they
-# import, and a baseline loader built on one copy of PyYAML must not meet the exceptions of another.
+# torch, PyYAML and the baseline code, loaded once before any test: in-process pytester runs drop the modules they
+# import. A run that engages the plugin on a GPU SKU imports torch (the node's software facts), and torch loaded a
+# second time in one process fails ("SystemError: bad call flags"), in whichever test file first did that in a
+# process without torch; a baseline loader built on one copy of PyYAML must not meet the exceptions of another.
+import torch  # noqa: F401
 import yaml  # noqa: F401
 
 import pytest_gbvalidate.baselines  # noqa: F401

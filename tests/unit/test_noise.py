@@ -239,3 +239,87 @@ def test_devices_measured_in_turns_share_the_drift_that_sets_one_after_the_other
     assert value == statistics.median(details["samples_gbps"])
     # a device without samples keeps its first round's figure
     assert noise.in_rounds([{"gpu0": (5.0, {})}, {"gpu0": (4.0, {})}]) == {"gpu0": (5.0, {})}
+
+
+def _rounds(per_round: list[list[float]]) -> dict[str, tuple[float, dict[str, Any]]]:
+    """Devices' figures as noise.in_rounds gives them: `per_round[r][d]`, device d's figure in round r."""
+    labels = [f"gpu{d}" for d in range(len(per_round[0]))]
+    return {
+        label: (statistics.median(r[d] for r in per_round), {"rounds": [r[d] for r in per_round]})
+        for d, label in enumerate(labels)
+    }
+
+
+def test_siblings_measured_in_rounds_are_judged_round_by_round() -> None:
+    """Four devices, eight rounds, each round's figures moved alike by the node (x0.7 to x1.3) and each device's by
+    up to 10% on its own, one healthy device measured 15% fast throughout (it widened the MAD of four, and a device
+    25% slow went unnamed in one trial of five on a busy VM). In 300 seeded trials each way, one pass each: the slow
+    device named, alone, in all but 1%; a healthy node's device, or one held down in a single round (a burst),
+    named in no more than the simulated nodes' 1% allows, which the second pass then asks to repeat."""
+    from pytest_gbvalidate.fleet import stats
+
+    rng = random.Random(7)
+    node = [0.7, 1.3, 1.0, 0.8, 1.2, 0.9, 1.1, 0.75]
+
+    def trial(slow: int | None, burst: bool = False) -> list[str]:
+        per_round = []
+        for r, drift in enumerate(node):
+            figures = []
+            for d in range(4):
+                speed = 1.15 if d == 0 else 1.0
+                if d == slow and (not burst or r == 2):
+                    speed = 0.5 if burst else 0.75
+                figures.append(10.0 * drift * speed * (1 + rng.uniform(-0.1, 0.1)))
+            per_round.append(figures)
+        return [o.host for o in stats.sibling_outliers(_rounds(per_round), "higher")]
+
+    trials = 300
+    assert sum(trial(3) == ["gpu3"] for _ in range(trials)) >= 0.99 * trials
+    assert sum(trial(None) != [] for _ in range(trials)) <= 0.02 * trials
+    assert sum("gpu2" in trial(2, burst=True) for _ in range(trials)) <= 0.02 * trials
+    slow = _rounds([[10.0 * d, 10.2 * d, 7.5 * d, 9.9 * d] for d in node])
+    (found,) = stats.sibling_outliers(slow, "higher")
+    assert found.host == "gpu2" and found.worse_pct == pytest.approx(25.0, abs=1.0)
+    assert found.rules == ("every round's spread is 0", "more than 10% behind, round by round")
+    # lower is better (a latency): the device whose figure is higher in every round
+    slow_latency = _rounds([[2.0 * d, 2.1 * d, 2.8 * d * (1 + 0.02 * (-1) ** r), 1.9 * d] for r, d in enumerate(node)])
+    assert [o.host for o in stats.sibling_outliers(slow_latency, "lower")] == ["gpu2"]
+    assert stats.sibling_z(4, 8) < stats.sibling_z(4, 6) < stats.sibling_z(4, 4)  # more rounds, tighter
+
+
+def test_siblings_without_rounds_to_pair_are_judged_by_the_fleet_rule() -> None:
+    """Fewer rounds than MIN_SIBLING_ROUNDS (too few to know a device's own error), rounds of unequal count, or a
+    round figure that is no positive number: the figures are judged as a fleet's (robust z, 10%, their noise)."""
+    from pytest_gbvalidate.fleet import stats
+
+    figures = _rounds([[10.0, 10.2, 7.0, 9.9], [10.1, 10.0, 7.1, 10.0]])
+    (found,) = stats.sibling_outliers(figures, "higher")
+    assert found.host == "gpu2" and "scaled MADs" in found.rules[0]
+    uneven = figures | {"gpu3": (9.9, {"rounds": [9.9, 10.0, 9.8]})}
+    assert "scaled MADs" in stats.sibling_outliers(uneven, "higher")[0].rules[0]
+    six = _rounds([[10.0, 10.2, 7.0, 9.9]] * 6)  # the same figures every round: no spread, 30% behind
+    assert stats.sibling_outliers(six, "higher")[0].rules[0] == "every round's spread is 0"
+    broken = six | {"gpu1": (10.2, {"rounds": [10.2, 0.0, 10.2, 10.2, 10.2, 10.2]})}
+    assert "scaled MADs" in stats.sibling_outliers(broken, "higher")[0].rules[0]
+
+
+def test_a_sibling_is_named_only_where_the_second_pass_finds_it_too() -> None:
+    from pytest_gbvalidate.fleet import stats
+
+    healthy = _rounds([[10.0, 10.1, 9.9, 10.0]] * 6)
+    burst = _rounds([[10.0, 10.1, 6.0, 10.0]] * 6)  # gpu2 held down for the whole first pass
+    slow = _rounds([[10.0, 10.1, 7.4, 10.0]] * 6)
+    passes: list[int] = []
+
+    def again(figures: dict[str, tuple[float, dict[str, Any]]]) -> Any:
+        def measure() -> dict[str, tuple[float, dict[str, Any]]]:
+            passes.append(1)
+            return figures
+
+        return measure
+
+    assert stats.sibling_verdict(healthy, "higher", again(slow)) == ([], healthy) and passes == []  # not asked
+    found, read = stats.sibling_verdict(burst, "higher", again(healthy))
+    assert found == [] and read == healthy and passes == [1]
+    found, read = stats.sibling_verdict(burst, "higher", again(slow))
+    assert [o.host for o in found] == ["gpu2"] and read == slow and found[0].value == 7.4
