@@ -153,9 +153,9 @@ def fault_environment(case: Case, case_dir: Path) -> dict[str, str]:
         "NODE_FAULT": "kill",
         "NODE_FAULT_RANK": str(case.ranks - 1),
         "NODE_FAULT_CALL": str(KILLED_IN_CALL),
-        # What NCCL and torch's watchdog say as the peer dies, in each agent's log (how the survivors of four ranks
-        # came to die by SIGABRT on an H200 was read there, 2026-11-27).
-        # NCCL writes its log to stdout, which pytest captures: a file of each rank's own (%p: its pid) outlives it.
+        # What NCCL and torch's watchdog say as the peer dies (how the survivors of four ranks came to die by SIGABRT
+        # on an H200 was read there, 2026-11-27): torch's in each agent's log, NCCL's in a file of each rank's own
+        # (%p: its pid), which outlives the rank where its stdout is pytest's to capture.
         "NCCL_DEBUG": "WARN",
         "NCCL_DEBUG_FILE": str(case_dir / "nccl.%p.log"),
         "TORCH_CPP_LOG_LEVEL": "INFO",
