@@ -228,12 +228,14 @@ def sibling_z(devices: int, rounds: int) -> float:
 def _equal_rounds(figures: Mapping[str, tuple[float, Mapping[str, Any]]]) -> dict[str, list[float]] | None:
     """Each device's round figures, where every device has as many (MIN_SIBLING_ROUNDS or more), all positive and
     finite; else None."""
-    rounds = {label: details.get("rounds") for label, (_, details) in figures.items()}
-    if not all(isinstance(r, list) and r and all(_positive(v) for v in r) for r in rounds.values()):
-        return None
-    lists = {label: [float(v) for v in r] for label, r in rounds.items() if isinstance(r, list)}
-    counts = {len(r) for r in lists.values()}
-    return lists if len(counts) == 1 and min(counts) >= MIN_SIBLING_ROUNDS else None
+    rounds = {}
+    for label, (_, details) in figures.items():
+        found = details.get("rounds")
+        if not isinstance(found, list) or not all(_positive(v) for v in found):
+            return None
+        rounds[label] = [float(v) for v in found]
+    counts = {len(r) for r in rounds.values()}
+    return rounds if len(counts) == 1 and min(counts) >= MIN_SIBLING_ROUNDS else None
 
 
 def _positive(value: object) -> bool:
