@@ -153,7 +153,7 @@ def pairwise_round(out: Path, hook: Path, speed: float | None, name: str) -> dic
     written.rename(out / f"{name}.json")
     slowed = int(node_file.read_text()) if slow else None
     pairs = {
-        m["scope"]: (round(m["value"], 4), m["details"].get("spread_pct"))
+        m["scope"]: (round(m["value"], 4), m["details"].get("error_pct"))
         for m in report["measurements"]
         if m["metric"] == "pairwise_all_reduce_busbw_gbps"
     }

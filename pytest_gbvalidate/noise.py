@@ -150,7 +150,12 @@ def of_the_median(details: Mapping[str, Any]) -> Noise | None:
     within = from_details({k: v for k, v in details.items() if k != "passes"})
     if within is None or within.summary != MEDIAN:
         return None
-    return Noise(MEDIAN, within.count, within.spread_pct * MEDIAN_ERROR / math.sqrt(within.count))
+    return Noise(MEDIAN, within.count, median_error_pct(within.spread_pct, within.count))
+
+
+def median_error_pct(spread_pct: float, count: int) -> float:
+    """The standard error of the median of `count` samples that spread `spread_pct` (one sample's robust spread)."""
+    return spread_pct * MEDIAN_ERROR / math.sqrt(max(count, 1))
 
 
 def in_rounds(

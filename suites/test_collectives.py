@@ -36,7 +36,10 @@ pytestmark = pytest.mark.gb_level("standard")
 # The message size of the pairwise check when the baseline's params give none: the size GPU collectives are
 # quoted at (sweeps.DEFAULT_GATES), and the CPU sweep's largest gated size.
 PAIRWISE_BYTES = {"gpu": 2**30, "cpu": 2**20}
-PAIRWISE_ITERATIONS = 10
+# Timed samples per pair in each of its bench/pairwise.REPEATS: on a shared CPU a 1 MiB sample spreads 50-90% (four
+# single-rank nodes on a 2-vCPU VM), so a 25% slower pair needs 120 samples for its median's error (NOISE_K of them)
+# to stay under it; a GPU pair's samples agree within a few percent.
+PAIRWISE_ITERATIONS = {"gpu": 10, "cpu": 40}
 # The NVLS case's communicator: NCCL_ALGO names the one algorithm (NCCL then refuses a call it cannot run with it,
 # src/enqueue.cc "No algorithm/protocol available"; an older NCCL may run another silently: the log says which).
 NVLS_ENV = {"NCCL_ALGO": "NVLS"}
@@ -117,8 +120,9 @@ def test_pairwise_all_reduce_busbw(gb_target: Target, gb_gang: Gang, gb_expect: 
     if not isinstance(gb_gang, WorldGang):
         pytest.skip("pairs of nodes need a torchrun / srun world across nodes; this run is one node")
     params = gb_target.params(metric)
-    size_bytes = int(params.get("size_bytes", PAIRWISE_BYTES["gpu" if gb_target.is_gpu else "cpu"]))
-    warmup, iterations = int(params.get("warmup", WARMUP)), int(params.get("iterations", PAIRWISE_ITERATIONS))
+    kind = "gpu" if gb_target.is_gpu else "cpu"
+    size_bytes = int(params.get("size_bytes", PAIRWISE_BYTES[kind]))
+    warmup, iterations = int(params.get("warmup", WARMUP)), int(params.get("iterations", PAIRWISE_ITERATIONS[kind]))
     slow_pct = float(params.get("slow_pct", pairwise.SLOW_PCT))
     run = pairwise.summarize(gb_gang.run(pairwise.pairwise_on_rank, size_bytes, warmup, iterations, slow_pct))
     if not run.rows:
@@ -134,6 +138,13 @@ def test_pairwise_all_reduce_busbw(gb_target: Target, gb_gang: Gang, gb_expect: 
         gb_expect.suspect(run.hosts[b], why)
     problems.sort(key=lambda p: "wrong data" not in p)  # the first line, which the fault table reads, is the worst
     measured = []
+    for row in run.rechecks:  # the second pass, reported beside the first: what the verdict on a suspect read
+        a, b = row.nodes
+        details = {"hosts": [run.hosts[a], run.hosts[b]], "size": size_label(size_bytes), "size_bytes": size_bytes}
+        details |= {"error_pct": round(row.error_pct, 3), "second_pass": True}
+        gb_expect.record(
+            metric, row.busbw_gbps, f"node{a}+node{b} (second pass, round {row.round + 1})", details=details
+        )
     for row in run.rows:
         a, b = row.nodes
         scope = f"node{a}+node{b}"
@@ -142,7 +153,7 @@ def test_pairwise_all_reduce_busbw(gb_target: Target, gb_gang: Gang, gb_expect: 
             "size": size_label(size_bytes),
             "size_bytes": size_bytes,
             "wrong_by_rank": {str(rank): n for rank, n in row.wrong_by_rank.items()},
-            "spread_pct": round(row.spread_pct, 3),  # of its slowest rank's samples: a slow pair must exceed it
+            "error_pct": round(row.error_pct, 3),  # of its median, from its samples: a slow pair must exceed it
         }
         ref = gb_target.reference(metric, scope)
         if ref is not None and ref.has_reference:

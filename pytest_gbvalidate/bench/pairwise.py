@@ -1,18 +1,21 @@
 """Pairwise all_reduce between the nodes of a torchrun / srun world: which node is slow (or wrong) in every pair it
 joins. The nodes are paired even/odd (0-1, 2-3, ...), then shifted by one (1-2, 3-4, ..., last-0), as Meta's gcm and
-Google's cluster-health-scanner pair them; the pairs of a round run at the same time, rounds one after the other.
+Google's cluster-health-scanner pair them; the pairs of a round run at the same time, rounds one after the other,
+REPEATS times in turn (each pair's samples pooled: what drifts over the seconds of the check moves every pair alike).
 A node slow in one pair only may have a slow partner; slow in every pair, it is a suspect -- but a healthy node
 paired once with the slow node and once in a noisy moment is slow in every pair too. So, as cluster-health-scanner's
-second pass does, each suspect is measured again, RECHECKS times, each time beside another node that passed: it
-is named only if every such pair is slow as well, evidence no slow partner can fake. Where fewer nodes passed than
-RECHECKS, the partners are taken again in turn (one node that passed is measured beside the suspect RECHECKS
-times), and the verdict says so. A pair is slow only beyond the noise its own samples show (noise.py): a pair
+second pass does, each suspect is measured again, RECHECKS times, each time beside another node that passed, while
+the other nodes that passed are paired among themselves at the same time as the reference: it is named only if
+every such pair is slow as well, evidence no slow partner can fake. Where fewer nodes passed than RECHECKS, the
+partners are taken again in turn (one node that passed is measured beside the suspect RECHECKS times), and the
+verdict says so. A pair is slow only beyond the error of its median, from its own samples (noise.py): a pair
 measured in a noisy moment spreads widely, a pair with a slow node is slow in every sample.
 
 Bus bandwidth as nccl-tests computes it for all_reduce over the pair's ranks (bench/collectives.py)."""
 
 from __future__ import annotations
 
+import functools
 import statistics
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +31,10 @@ from pytest_gbvalidate.ranks.gang import RankContext
 # A node is slow when each of its pairs is this much below the median of the pairs it is not in (overridable: the
 # metric's params).
 SLOW_PCT = 10.0
+# How often each round is measured, the rounds in turn, each time `iterations` samples per pair: a pair's figure is
+# the median of them all. On a 2-vCPU VM four single-rank nodes' pair figures moved 30-60% between one round and the
+# next; measured in turns, that moves the pairs of both rounds alike.
+REPEATS = 3
 # How often the second pass measures each suspect beside a node that passed (a different one each time where there
 # are enough): a healthy node named needs that many noisy measurements in a row besides its first-pass evidence.
 RECHECKS = 2
@@ -61,13 +68,14 @@ class PairResult:
     time_s: float
     wrong: int  # elements of this rank's result that differ from the expected sum
     spread_pct: float = 0.0  # of this rank's timed samples (noise.spread_pct; 0 where they cannot say)
+    samples: int = 0  # timed samples the median is taken from (all repeats)
 
 
 def pairwise_on_rank(
     ctx: RankContext, size_bytes: int, warmup: int, iterations: int, slow_pct: float = SLOW_PCT
 ) -> dict[str, Any]:
-    """Every rank joins every round's group creation (torch requires it), measures its own node's pair, and waits
-    for the round to end before the next one starts. Then every rank learns every pair's figure, and the
+    """Every rank joins every pair's group creation (torch requires it), measures its own node's pairs, and waits
+    for each round to end before the next one starts. Then every rank learns every pair's figure, and the
     suspects are measured again beside nodes that passed (`recheck_pairs`): the same decision on every rank."""
     node_of_rank: list[Any] = [None] * ctx.world_size
     dist.all_gather_object(node_of_rank, (ctx.node_rank, labels.hostname()))
@@ -77,17 +85,37 @@ def pairwise_on_rank(
         ranks_of.setdefault(node, []).append(rank)
     nodes = sorted(ranks_of)
     node_ranks = [node for node, _ in node_of_rank]
+    data = torch.empty(size_bytes // ELEMENT_BYTES, dtype=DTYPE, device=ctx.device)
 
     def measure_rounds(rounds: list[list[tuple[int, int]]]) -> list[PairResult]:
-        mine = []
-        for index, pairs in enumerate(rounds):
-            for a, b in pairs:
-                members = sorted(ranks_of[a] + ranks_of[b])
-                group = dist.new_group(members)
-                if ctx.rank in members:
-                    mine.append(_measure(ctx, group, (a, b), index, members, size_bytes, warmup, iterations))
-            dist.barrier()
-        return mine
+        members = {pair: sorted(ranks_of[pair[0]] + ranks_of[pair[1]]) for pairs in rounds for pair in pairs}
+        groups = [[(pair, dist.new_group(members[pair])) for pair in pairs] for pairs in rounds]
+        wrong: dict[tuple[int, tuple[int, int]], int] = {}
+        samples: dict[tuple[int, tuple[int, int]], list[float]] = {}
+        for repeat in range(REPEATS):
+            for index, pairs in enumerate(groups):
+                for pair, group in pairs:
+                    if ctx.rank not in members[pair]:
+                        continue
+                    if repeat == 0:
+                        wrong[index, pair] = _wrong_elements(ctx.rank, data, group, members[pair])
+                    samples.setdefault((index, pair), []).extend(
+                        time_op_s(
+                            ctx.device,
+                            functools.partial(dist.all_reduce, data, group=group),
+                            warmup=warmup if repeat == 0 else 0,
+                            iterations=iterations,
+                        )
+                    )
+                dist.barrier()
+        results = []
+        for (index, pair), times in samples.items():
+            time_s = median(times)
+            busbw = algbw_gbps(data.numel() * ELEMENT_BYTES, time_s)
+            busbw *= COLLECTIVES["all_reduce"].busbw_factor(len(members[pair]))
+            spread = noise.spread_pct(times) or 0.0
+            results.append(PairResult(pair, index, ctx.rank, busbw, time_s, wrong[index, pair], spread, len(times)))
+        return results
 
     first = [[(nodes[a], nodes[b]) for a, b in pairs] for pairs in node_pairs(len(nodes))]
     results = measure_rounds(first)
@@ -98,26 +126,14 @@ def pairwise_on_rank(
     return {"node_of_rank": node_ranks, "hosts": hosts, "results": results, "rechecks": rechecks}
 
 
-def _measure(
-    ctx: RankContext,
-    group: Any,
-    nodes: tuple[int, int],
-    round_: int,
-    members: list[int],
-    size_bytes: int,
-    warmup: int,
-    iterations: int,
-) -> PairResult:
-    count = size_bytes // ELEMENT_BYTES
-    data = torch.empty(count, dtype=DTYPE, device=ctx.device)
-    # Correctness first, once: each rank contributes rank + 1, so every element must sum to the same number.
-    data.fill_(ctx.rank + 1)
+def _wrong_elements(rank: int, data: torch.Tensor, group: Any, members: list[int]) -> int:
+    """Correctness first, once per pair: each rank contributes rank + 1, so every element must sum to the same
+    number. The elements of this rank's result that do not."""
+    data.fill_(rank + 1)
     dist.all_reduce(data, group=group)
     wrong = int((data != float(sum(r + 1 for r in members))).sum().item())
-    samples = time_op_s(ctx.device, lambda: dist.all_reduce(data, group=group), warmup=warmup, iterations=iterations)
-    time_s = median(samples)
-    busbw = algbw_gbps(count * ELEMENT_BYTES, time_s) * COLLECTIVES["all_reduce"].busbw_factor(len(members))
-    return PairResult(nodes, round_, ctx.rank, busbw, time_s, wrong, noise.spread_pct(samples) or 0.0)
+    data.zero_()  # the timed sums stay 0: no overflow to inf however many calls (and ranks) sum into it
+    return wrong
 
 
 @dataclass(frozen=True)
@@ -125,11 +141,12 @@ class PairRow:
     nodes: tuple[int, int]
     busbw_gbps: float  # the pair's slowest rank
     wrong_by_rank: dict[int, int]
-    spread_pct: float = 0.0  # the largest of its ranks' sample spreads
+    error_pct: float = 0.0  # of its figure: the largest of its ranks' errors of the median (noise.median_error_pct)
+    round: int = 0  # of its pass
 
     def slow_below(self, floor_gbps: float, reference_gbps: float) -> bool:
-        """Below `floor_gbps`, and further below `reference_gbps` than the noise of its own samples allows."""
-        allowed_pct = noise.margin_pct(noise.Noise(noise.MEDIAN, 0, self.spread_pct))
+        """Below `floor_gbps`, and further below `reference_gbps` than the error of its own median allows."""
+        allowed_pct = noise.margin_pct(noise.Noise(noise.MEDIAN, 0, self.error_pct))
         return self.busbw_gbps < floor_gbps and noise.beyond(self.busbw_gbps, reference_gbps, allowed_pct)
 
 
@@ -138,11 +155,12 @@ class PairwiseRun:
     hosts: dict[int, str]  # node -> hostname
     node_of_rank: list[int]
     rows: list[PairRow]
-    rechecks: list[PairRow]  # the second pass: each suspect beside a node that passed
+    rechecks: list[PairRow]  # the second pass: each suspect beside a node that passed, and the reference pairs
 
 
 def pair_rows(results: list[PairResult]) -> list[PairRow]:
-    """One row per pair and round, from its ranks' results: the pair's slowest rank, every rank's wrong elements."""
+    """One row per pair and round, from its ranks' results: the pair's slowest rank, every rank's wrong elements,
+    the largest error of its ranks' medians."""
     by_pair: dict[tuple[int, tuple[int, int]], list[PairResult]] = {}
     for r in results:
         by_pair.setdefault((r.round, r.nodes), []).append(r)
@@ -151,9 +169,10 @@ def pair_rows(results: list[PairResult]) -> list[PairRow]:
             pair,
             min(r.busbw_gbps for r in rs),
             {r.rank: r.wrong for r in rs if r.wrong},
-            max(r.spread_pct for r in rs),
+            max(noise.median_error_pct(r.spread_pct, r.samples) for r in rs),
+            round_,
         )
-        for (_, pair), rs in sorted(by_pair.items())
+        for (round_, pair), rs in sorted(by_pair.items())
     ]
 
 
@@ -183,9 +202,9 @@ def first_pass(
     """The nodes every pair of which returned wrong data (on its own ranks or its partner's: a node that corrupts
     what it sends shows on the other side), node -> why; and the suspects of slowness: every pair of which was more
     than `slow_pct` below the median of the pairs it was not in (a reference the slow node cannot pull down), and
-    further below it than the pair's own samples' noise allows (PairRow.slow_below). A
-    node needs MIN_PAIRS pairs of its own, and the slowness verdict MIN_PAIRS pairs without it: with two nodes
-    nobody is named, with three nobody is named slow."""
+    further below it than the error of the pair's median allows (PairRow.slow_below). A node needs MIN_PAIRS pairs
+    of its own, and the slowness verdict MIN_PAIRS pairs without it: with two nodes nobody is named, with three
+    nobody is named slow."""
     joined: dict[int, list[PairRow]] = {}
     for row in rows:
         for node in row.nodes:
@@ -214,11 +233,13 @@ def recheck_pairs(rows: list[PairRow], node_of_rank: list[int], slow_pct: float)
     """The second pass: each suspect paired RECHECKS times with a node that passed (neither a suspect nor wrong),
     each time another one where enough passed (suspect i's partners start at the i-th node that passed and go on in
     turn, so suspects spread over the partners; with fewer than RECHECKS the turn comes round again), in rounds of
-    disjoint pairs. None where nothing is suspect or nothing passed."""
+    disjoint pairs; each round filled out with pairs of the nodes that passed and are free in it, the reference
+    measured at the same time (a suspect's pair measured alone would be faster for the share of the fabric, or of a
+    shared machine, the other pairs left it). None where nothing is suspect or nothing passed."""
     wrong, suspects = first_pass(rows, node_of_rank, slow_pct)
     nodes = sorted({node for row in rows for node in row.nodes})
     passed = [n for n in nodes if n not in suspects and n not in wrong]
-    if not passed:
+    if not passed or not suspects:
         return []
     rounds: list[list[tuple[int, int]]] = []
     for turn in range(RECHECKS):
@@ -229,6 +250,10 @@ def recheck_pairs(rows: list[PairRow], node_of_rank: list[int], slow_pct: float)
                 free[0].append(pair)
             else:
                 rounds.append([pair])
+    for pairs in rounds:
+        busy = {n for p in pairs for n in p}
+        idle = [n for n in passed if n not in busy]
+        pairs.extend(zip(idle[0::2], idle[1::2], strict=False))
     return rounds
 
 
@@ -236,10 +261,12 @@ def blame(
     rows: list[PairRow], node_of_rank: list[int], slow_pct: float, rechecks: list[PairRow] | None = None
 ) -> Blame:
     """Which node is at fault: one every pair of which returned wrong data (`first_pass`), or one every pair of
-    which was slow and that was slow again beside a node that passed (`rechecks`, the second pass; a suspect the
+    which was slow and that was slow again beside a node that passed (`rechecks`, the second pass: against the
+    median of its reference pairs where it has MIN_PAIRS of them, else against the first pass's; a suspect the
     second pass could not pair, every other node being suspect too, is named on the first pass's evidence alone,
     saying so). Wrong data never passes: where no node explains it, the pair is named."""
     wrong, suspects = first_pass(rows, node_of_rank, slow_pct)
+    references = [r.busbw_gbps for r in rechecks or [] if not set(r.nodes) & set(suspects)]
     slow: dict[int, str] = {}
     for node, suspect in suspects.items():
         shown = ", ".join(f"{p.busbw_gbps:.4g}" for p in suspect.pairs)
@@ -248,14 +275,19 @@ def blame(
             f"{suspect.reference_gbps:.4g} GB/s, slow below {suspect.floor_gbps:.4g})"
         )
         again = [r for r in rechecks or [] if node in r.nodes]
+        reference_gbps, floor_gbps, against = suspect.reference_gbps, suspect.floor_gbps, ""
+        if len(references) >= MIN_PAIRS:
+            reference_gbps = statistics.median(references)
+            floor_gbps = reference_gbps * (1 - slow_pct / 100)
+            against = f"; pairs of nodes that passed meanwhile: median {reference_gbps:.4g} GB/s"
         if not again:
             slow[node] = f"{why}; not measured again: no node that passed to pair it with"
-        elif all(r.slow_below(suspect.floor_gbps, suspect.reference_gbps) for r in again):
+        elif all(r.slow_below(floor_gbps, reference_gbps) for r in again):
             partners = ", ".join(f"node{r.nodes[1]}: {r.busbw_gbps:.4g} GB/s" for r in again)
             distinct = len({r.nodes[1] for r in again})
             if distinct < len(again):
                 partners += f"; {distinct} node(s) passed to pair it with, so a partner was measured more than once"
-            slow[node] = f"{why}, and again beside a node that passed ({partners})"
+            slow[node] = f"{why}, and again beside a node that passed ({partners}{against})"
     pairs_wrong = {}
     for row in rows:
         if row.wrong_by_rank and not set(row.nodes) & set(wrong):

@@ -8,7 +8,16 @@ from collections.abc import Callable
 
 import pytest
 
-from pytest_gbvalidate.bench.pairwise import RECHECKS, Blame, PairRow, blame, node_pairs, recheck_pairs
+from pytest_gbvalidate.bench.pairwise import (
+    RECHECKS,
+    Blame,
+    PairResult,
+    PairRow,
+    blame,
+    node_pairs,
+    pair_rows,
+    recheck_pairs,
+)
 from pytest_gbvalidate.workloads.llama.parallel import Layout, weak_scaled
 
 
@@ -88,9 +97,10 @@ def test_suspects_are_measured_again_beside_a_node_that_passed() -> None:
     assert RECHECKS == 2
     # node2 is the only node that passed (node3 is wrong): each suspect twice beside it, one pair per round
     assert recheck_pairs(SEEN, ONE_RANK_PER_NODE, 10) == [[(0, 2)], [(1, 2)], [(0, 2)], [(1, 2)]]
-    # with several that passed, partners are taken in turn and a round holds disjoint pairs
+    # with several that passed, partners are taken in turn and a round holds disjoint pairs, filled out with pairs
+    # of the nodes that passed and are free in it: the reference, measured at the same time
     six = rows({(0, 1): 4.0, (2, 3): 40.0, (4, 5): 40.0, (1, 2): 4.1, (3, 4): 40.0, (5, 0): 40.0})
-    assert recheck_pairs(six, [0, 1, 2, 3, 4, 5], 10) == [[(1, 0)], [(1, 2)]]
+    assert recheck_pairs(six, [0, 1, 2, 3, 4, 5], 10) == [[(1, 0), (2, 3), (4, 5)], [(1, 2), (0, 3), (4, 5)]]
     assert recheck_pairs(rows({(0, 1): 40.0, (2, 3): 40.0, (1, 2): 40.0, (3, 0): 40.0}), ONE_RANK_PER_NODE, 10) == []
 
 
@@ -100,25 +110,53 @@ def test_each_suspect_is_measured_again_beside_distinct_partners_where_enough_pa
     wrong = {(0, 1): {0: 1}, (5, 0): {0: 1}, (2, 3): {3: 1}, (3, 4): {3: 1}}
     six = rows({(0, 1): 4.0, (2, 3): 40.0, (4, 5): 4.0, (1, 2): 4.1, (3, 4): 4.2, (5, 0): 40.0}, wrong)
     rounds = recheck_pairs(six, [0, 1, 2, 3, 4, 5], 10)
-    assert _partners(rounds) == {1: [2, 5], 4: [5, 2]}
+    assert _partners(rounds, {1, 4}) == {1: [2, 5], 4: [5, 2]}
     for pairs in rounds:  # and a round still holds disjoint pairs
         members = [n for pair in pairs for n in pair]
         assert len(members) == len(set(members))
     # four passed: each suspect's partners differ, and the suspects start at different ones
     quiet = rows({(0, 1): 4.0, (2, 3): 40.0, (4, 5): 4.0, (1, 2): 4.1, (3, 4): 4.2, (5, 0): 40.0})
-    assert _partners(recheck_pairs(quiet, [0, 1, 2, 3, 4, 5], 10)) == {1: [0, 2], 4: [2, 3]}
+    assert _partners(recheck_pairs(quiet, [0, 1, 2, 3, 4, 5], 10), {1, 4}) == {1: [0, 2], 4: [2, 3]}
 
 
-def _partners(rounds: list[list[tuple[int, int]]]) -> dict[int, list[int]]:
+def _partners(rounds: list[list[tuple[int, int]]], suspects: set[int]) -> dict[int, list[int]]:
     found: dict[int, list[int]] = {}
     for pairs in rounds:
         for suspect, partner in pairs:
-            found.setdefault(suspect, []).append(partner)
+            if suspect in suspects:
+                found.setdefault(suspect, []).append(partner)
     return found
 
 
+def test_a_suspect_is_judged_against_the_pairs_measured_beside_it() -> None:
+    # node1 slow in its first-pass pairs (4 against 40 GB/s); in the second pass the whole machine got busy: its
+    # pairs at 20, and so the reference pairs of nodes that passed: not slow against them
+    six = rows({(0, 1): 4.0, (2, 3): 40.0, (4, 5): 40.0, (1, 2): 4.1, (3, 4): 40.0, (5, 0): 40.0})
+    busy = rows({(1, 0): 20.0, (2, 3): 21.0, (4, 5): 20.5, (1, 2): 19.5, (0, 3): 20.0})
+    assert blame(six, [0, 1, 2, 3, 4, 5], 10, busy).nodes == {}
+    # the machine got quieter, the reference pairs at 80: node1's pairs at 45 are fast against the first pass, slow
+    # against the pairs measured beside them
+    quiet = rows({(1, 0): 45.0, (2, 3): 80.0, (4, 5): 81.0, (1, 2): 44.0, (0, 3): 79.0})
+    found = blame(six, [0, 1, 2, 3, 4, 5], 10, quiet).nodes
+    assert list(found) == [1] and found[1].endswith(
+        "and again beside a node that passed (node0: 45 GB/s, node2: 44 GB/s; pairs of nodes that passed "
+        "meanwhile: median 80 GB/s)"
+    )
+
+
+def test_a_pair_s_row_is_its_slowest_rank_and_the_largest_error_of_its_ranks_medians() -> None:
+    measured = [
+        PairResult((0, 1), 0, 0, 40.0, 0.1, 0, spread_pct=20.0, samples=100),  # 20% x 1.2533 / 10: 2.51%
+        PairResult((0, 1), 0, 1, 38.0, 0.1, 2, spread_pct=10.0, samples=25),  # 10% x 1.2533 / 5: 2.51%
+        PairResult((0, 1), 1, 1, 41.0, 0.1, 0, spread_pct=40.0, samples=100),  # the same pair again, in round 1
+    ]
+    first, again = pair_rows(measured)
+    assert (first.nodes, first.busbw_gbps, first.wrong_by_rank, first.round) == ((0, 1), 38.0, {1: 2}, 0)
+    assert first.error_pct == pytest.approx(2.5066, abs=1e-4) and again.error_pct == pytest.approx(5.0133, abs=1e-4)
+
+
 def test_a_pair_slow_within_its_own_samples_noise_is_not_slow() -> None:
-    # node2's pairs 15% below the rest: slow when its samples agree, not when they spread 20% (a noisy moment)
+    # node2's pairs 15% below the rest: slow when its median is sure, not within 20% of error (a noisy moment)
     quiet = rows({(0, 1): 40.0, (2, 3): 34.0, (1, 2): 34.0, (3, 0): 40.0})
     assert list(blame(quiet, ONE_RANK_PER_NODE, slow_pct=10).nodes) == [2]
     noisy = [PairRow(r.nodes, r.busbw_gbps, {}, 20.0 if 2 in r.nodes else 1.0) for r in quiet]
