@@ -32,8 +32,8 @@ from pytest_gbvalidate.ranks.gang import RankContext
 # metric's params).
 SLOW_PCT = 10.0
 # How often each round is measured, the rounds in turn, each time `iterations` samples per pair: a pair's figure is
-# the median of them all. On a 2-vCPU VM four single-rank nodes' pair figures moved 30-60% between one round and the
-# next; measured in turns, that moves the pairs of both rounds alike.
+# the median of them all. Four single-rank nodes on a 2-vCPU VM: one pair's median of ten 1 MiB samples ranged from
+# 1.5 to 4.0 ms over eight repeats a second apart; measured in turns, that moves the pairs of both rounds alike.
 REPEATS = 3
 # How often the second pass measures each suspect beside a node that passed (a different one each time where there
 # are enough): a healthy node named needs that many noisy measurements in a row besides its first-pass evidence.
