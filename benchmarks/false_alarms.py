@@ -37,6 +37,7 @@ import os
 import re
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -157,7 +158,21 @@ def pairwise_round(out: Path, hook: Path, speed: float | None, name: str) -> dic
         for m in report["measurements"]
         if m["metric"] == "pairwise_all_reduce_busbw_gbps"
     }
-    return {"slowed": slowed, "named": named, "exact": named == ([] if slowed is None else [slowed]), "pairs": pairs}
+    exact = named == ([] if slowed is None else [slowed])
+    shown = None if slowed is None else shown_slowdown_pct(pairs, slowed)
+    return {"slowed": slowed, "named": named, "exact": exact, "shown_pct": shown, "pairs": pairs}
+
+
+def shown_slowdown_pct(pairs: Mapping[str, tuple[float, Any]], node: int) -> float | None:
+    """How much slower the first pass found `node`'s pairs than the pairs without it (medians): the slowdown the
+    injected one became. Four nodes sharing two vCPUs absorb part of it: the sleeping rank's partner and the other
+    pair take the cores meanwhile."""
+    first = {scope: gbps for scope, (gbps, _) in pairs.items() if "second pass" not in scope}
+    own = [gbps for scope, gbps in first.items() if f"node{node}" in scope.split("+")]
+    others = [gbps for scope, gbps in first.items() if f"node{node}" not in scope.split("+")]
+    if not own or not others:
+        return None
+    return round((1 - statistics.median(own) / statistics.median(others)) * 100, 1)
 
 
 def sibling_trial(slow: int | None, speed: float) -> dict[str, Any]:
@@ -307,9 +322,15 @@ def summarize(f: Figures, speed: float, elapsed_s: float) -> list[str]:
         f"degraded ({slowdown}):",
         f"  slowed run caught by the gate: {sum(r['caught'] for r in f.slowed_runs)}/{len(f.slowed_runs)}; "
         f"drained alone by the fleet summary: {sum(r['fleet_exact'] for r in f.slowed_runs)}/{len(f.slowed_runs)}",
-        f"  slowed node named alone by the pairwise check: {sum(r['exact'] for r in slow_pairs)}/{len(slow_pairs)}",
+        f"  slowed node named alone by the pairwise check: {sum(r['exact'] for r in slow_pairs)}/{len(slow_pairs)} "
+        f"(its pairs slower than the others in the first pass by {_shown(slow_pairs)}; missed: "
+        f"{_shown([r for r in slow_pairs if not r['exact']]) or 'none'})",
         f"  slowed device named alone by the siblings rule: {sum(r['exact'] for r in slow_sib)}/{len(slow_sib)}",
     ]
+
+
+def _shown(results: list[dict[str, Any]]) -> str:
+    return ", ".join(f"{r['shown_pct']:g}%" for r in results if r["shown_pct"] is not None)
 
 
 def _named(results: list[dict[str, Any]]) -> int:

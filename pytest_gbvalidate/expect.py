@@ -177,9 +177,9 @@ class Expect:
         from pytest_gbvalidate import compare as cmp
 
         earlier, same_node = comparison
-        band = None if ref is None else cmp.warn_band_pct(ref.expected, ref.warn_limit)
+        bands = None if ref is None else cmp.bands(ref.expected, ref.warn_limit, ref.fail_limit)
         allowed = self.gb.settings.compare_fail.value or cmp.AllowedRegression()
-        return cmp.compare_one(earlier, record, allowed, band, same_node, utc_now())
+        return cmp.compare_one(earlier, record, allowed, bands, same_node, utc_now())
 
     def each(
         self,

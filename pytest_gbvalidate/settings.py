@@ -288,7 +288,8 @@ TABLE: tuple[SettingSpec, ...] = (
         parse_allowed_regression,
         _none,
         "the regression --gb-compare allows, [METRIC:]PCT%, comma-separated (e.g. 5% or "
-        "'3%,all_reduce_busbw_gbps:2%'). Default: each metric's warn band in the baseline, else 5%.",
+        "'3%,all_reduce_busbw_gbps:2%'). Default: each metric's warn band in the baseline (its fail band until "
+        "the node's history shows the figure's run-to-run spread), else 5%.",
         "[METRIC:]PCT%",
     ),
     SettingSpec(

@@ -6,10 +6,10 @@ A node slow in one pair only may have a slow partner; slow in every pair, it is 
 paired once with the slow node and once in a noisy moment is slow in every pair too. So, as cluster-health-scanner's
 second pass does, each suspect is measured again, RECHECKS times, each time beside another node that passed, while
 the other nodes that passed are paired among themselves at the same time as the reference: it is named only if
-every such pair is slow as well, evidence no slow partner can fake. Where fewer nodes passed than RECHECKS, the
-partners are taken again in turn (one node that passed is measured beside the suspect RECHECKS times), and the
-verdict says so. A pair is slow only beyond the error of its median, from its own samples (noise.py): a pair
-measured in a noisy moment spreads widely, a pair with a slow node is slow in every sample.
+every such pair is slow against the pairs beside it as well, evidence no slow partner can fake. Where fewer nodes
+passed than RECHECKS, the partners are taken again in turn (one node that passed is measured beside the suspect
+RECHECKS times), and the verdict says so. A pair is slow only beyond the error of its median, from its own samples
+(noise.py): a pair measured in a noisy moment spreads widely, a pair with a slow node is slow in every sample.
 
 Bus bandwidth as nccl-tests computes it for all_reduce over the pair's ranks (bench/collectives.py)."""
 
@@ -257,16 +257,26 @@ def recheck_pairs(rows: list[PairRow], node_of_rank: list[int], slow_pct: float)
     return rounds
 
 
+def beside(row: PairRow, references: list[PairRow]) -> float:
+    """The median of the `references` (pairs of nodes that passed) measured in the same round as `row`, all of them
+    where its round has none: what drifts between rounds moves a round's pairs alike. On a 2-vCPU VM one second
+    pass's rounds differed by a third (reference pairs at 0.43 and 0.32 GB/s): a node 25% slower, 23% and 18%
+    below the pair beside it in each round, was within the noise of their median."""
+    same_round = [r.busbw_gbps for r in references if r.round == row.round]
+    return statistics.median(same_round or [r.busbw_gbps for r in references])
+
+
 def blame(
     rows: list[PairRow], node_of_rank: list[int], slow_pct: float, rechecks: list[PairRow] | None = None
 ) -> Blame:
     """Which node is at fault: one every pair of which returned wrong data (`first_pass`), or one every pair of
-    which was slow and that was slow again beside a node that passed (`rechecks`, the second pass: against the
-    median of its reference pairs where it has MIN_PAIRS of them, else against the first pass's; a suspect the
-    second pass could not pair, every other node being suspect too, is named on the first pass's evidence alone,
-    saying so). Wrong data never passes: where no node explains it, the pair is named."""
+    which was slow and that was slow again beside a node that passed (`rechecks`, the second pass: each pair
+    against the reference pairs of its round, `beside`, where the pass has MIN_PAIRS of them, else against the
+    first pass's reference; a suspect the second pass could not pair, every other node being suspect too, is named
+    on the first pass's evidence alone, saying so). Wrong data never passes: where no node explains it, the pair
+    is named."""
     wrong, suspects = first_pass(rows, node_of_rank, slow_pct)
-    references = [r.busbw_gbps for r in rechecks or [] if not set(r.nodes) & set(suspects)]
+    references = [r for r in rechecks or [] if not set(r.nodes) & set(suspects)]
     slow: dict[int, str] = {}
     for node, suspect in suspects.items():
         shown = ", ".join(f"{p.busbw_gbps:.4g}" for p in suspect.pairs)
@@ -275,19 +285,25 @@ def blame(
             f"{suspect.reference_gbps:.4g} GB/s, slow below {suspect.floor_gbps:.4g})"
         )
         again = [r for r in rechecks or [] if node in r.nodes]
-        reference_gbps, floor_gbps, against = suspect.reference_gbps, suspect.floor_gbps, ""
-        if len(references) >= MIN_PAIRS:
-            reference_gbps = statistics.median(references)
-            floor_gbps = reference_gbps * (1 - slow_pct / 100)
-            against = f"; pairs of nodes that passed meanwhile: median {reference_gbps:.4g} GB/s"
+        distinct = len({r.nodes[1] for r in again})
+        repeated = ""
+        if distinct < len(again):
+            repeated = f"; {distinct} node(s) passed to pair it with, so a partner was measured more than once"
         if not again:
             slow[node] = f"{why}; not measured again: no node that passed to pair it with"
-        elif all(r.slow_below(floor_gbps, reference_gbps) for r in again):
+        elif len(references) >= MIN_PAIRS:
+            against = [(r, beside(r, references)) for r in again]
+            if all(r.slow_below(gbps * (1 - slow_pct / 100), gbps) for r, gbps in against):
+                partners = ", ".join(
+                    f"node{r.nodes[1]}: {r.busbw_gbps:.4g} GB/s against {gbps:.4g}" for r, gbps in against
+                )
+                slow[node] = (
+                    f"{why}, and again beside a node that passed ({partners} GB/s of the pairs of nodes that passed "
+                    f"measured at the same time{repeated})"
+                )
+        elif all(r.slow_below(suspect.floor_gbps, suspect.reference_gbps) for r in again):
             partners = ", ".join(f"node{r.nodes[1]}: {r.busbw_gbps:.4g} GB/s" for r in again)
-            distinct = len({r.nodes[1] for r in again})
-            if distinct < len(again):
-                partners += f"; {distinct} node(s) passed to pair it with, so a partner was measured more than once"
-            slow[node] = f"{why}, and again beside a node that passed ({partners}{against})"
+            slow[node] = f"{why}, and again beside a node that passed ({partners}{repeated})"
     pairs_wrong = {}
     for row in rows:
         if row.wrong_by_rank and not set(row.nodes) & set(wrong):

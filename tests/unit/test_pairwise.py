@@ -139,9 +139,29 @@ def test_a_suspect_is_judged_against_the_pairs_measured_beside_it() -> None:
     quiet = rows({(1, 0): 45.0, (2, 3): 80.0, (4, 5): 81.0, (1, 2): 44.0, (0, 3): 79.0})
     found = blame(six, [0, 1, 2, 3, 4, 5], 10, quiet).nodes
     assert list(found) == [1] and found[1].endswith(
-        "and again beside a node that passed (node0: 45 GB/s, node2: 44 GB/s; pairs of nodes that passed "
-        "meanwhile: median 80 GB/s)"
+        "and again beside a node that passed (node0: 45 GB/s against 80, node2: 44 GB/s against 80 GB/s of the "
+        "pairs of nodes that passed measured at the same time)"
     )
+
+
+def test_a_suspect_is_judged_against_the_pairs_of_its_own_round() -> None:
+    # A 2-vCPU VM, one node 25% slower: the second pass's first round ran at 0.43 GB/s, its second at 0.32. Against
+    # the median of both, node1's pairs were within their noise (0.334: 11% below 0.376, error 7.9%); against the
+    # pair measured beside each, 23% and 18% below.
+    first = rows({(0, 1): 0.26, (2, 3): 0.353, (1, 2): 0.238, (3, 0): 0.3375})
+    first = [PairRow(r.nodes, r.busbw_gbps, {}, 7.0, 0 if r.nodes in {(0, 1), (2, 3)} else 1) for r in first]
+    assert recheck_pairs(first, ONE_RANK_PER_NODE, 10) == [[(1, 0), (2, 3)], [(1, 2), (0, 3)]]
+    again = [
+        PairRow((1, 0), 0.3339, {}, 7.9, 0),
+        PairRow((2, 3), 0.434, {}, 7.37, 0),
+        PairRow((1, 2), 0.2622, {}, 7.23, 1),
+        PairRow((0, 3), 0.3177, {}, 5.89, 1),
+    ]
+    found = blame(first, ONE_RANK_PER_NODE, 10, again).nodes
+    assert list(found) == [1] and "node0: 0.3339 GB/s against 0.434, node2: 0.2622 GB/s against 0.3177" in found[1]
+    # the same pairs with each round's reference swapped: node1 was as fast as the pairs beside it
+    swapped = [PairRow(r.nodes, r.busbw_gbps, {}, r.error_pct, 1 - r.round) if 1 not in r.nodes else r for r in again]
+    assert blame(first, ONE_RANK_PER_NODE, 10, swapped).nodes == {}
 
 
 def test_a_pair_s_row_is_its_slowest_rank_and_the_largest_error_of_its_ranks_medians() -> None:
