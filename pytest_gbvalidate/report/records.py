@@ -174,6 +174,17 @@ class AllowedRegressionRecord(TypedDict):
     by_metric: dict[str, float]
 
 
+class PaceFirstPassRecord(TypedDict):
+    """Where the run's first pass would have regressed its pace: the run measured its checks again (its figures in
+    no other section) and its pace is of each figure's better pass; this is the first pass's alone."""
+
+    measured_again: int  # the figures the second pass measured
+    worse_pct: float
+    z: float | str
+    share_z: float | str | None
+    verdict: Literal["ok", "regressed"]
+
+
 class RunPaceRecord(TypedDict):
     """With --gb-compare and --gb-history (from noise.MIN_RUNS + 1 kept runs on): the run as a whole against the
     node's kept runs (compare.run_pace). `regressed` fails the run's `gbvalidate::node_pace` test."""
@@ -193,6 +204,7 @@ class RunPaceRecord(TypedDict):
     allowed_pct: float
     verdict: Literal["ok", "regressed"]
     message: str
+    first_pass: NotRequired[PaceFirstPassRecord]
 
 
 class RunCompareRecord(TypedDict):

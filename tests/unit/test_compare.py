@@ -4,6 +4,7 @@ sweeps matched by placement, and an earlier report that is malformed. (End to en
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 from typing import Any
@@ -111,6 +112,7 @@ def test_from_zero_only_a_change_for_the_worse_regresses() -> None:
 
 def _busbw(value: float, spread_pct: float | None) -> Any:
     record: dict[str, Any] = {
+        "test_id": "suites/test_collectives.py::test_reduce_scatter_busbw[in_place]",
         "metric": "reduce_scatter_busbw_gbps",
         "scope": "1MiB",
         "value": value,
@@ -247,6 +249,15 @@ def test_the_node_s_runs_are_read_from_its_kept_reports_of_this_node_and_sku(tmp
     assert (spread.runs, spread.median) == (5, 0.5)
 
 
+def test_measured_again_each_figure_keeps_its_better_pass() -> None:
+    fast, slow = _busbw(10.0, 1.0), _busbw(8.0, 1.0)
+    step = slow | {"metric": "step_time_s", "direction": "lower", "value": 2.0}
+    other = _busbw(5.0, 1.0) | {"scope": "2MiB"}
+    again = [fast, step | {"value": 3.0}, other | {"value": math.nan}]
+    assert [r["value"] for r in cmp.better_passes([slow, step, other], again)] == [10.0, 2.0, 5.0]
+    assert cmp.better_passes([slow], []) == [slow]
+
+
 def test_a_run_slower_across_the_board_than_the_node_s_runs_regresses_as_a_whole() -> None:
     """Thirty figures over eight kept runs, each drifting 3% from run to run: a run 7% slower in all of them has
     no figure that regresses on its own (each within its run-to-run spread), and is an outlier as a whole."""
@@ -269,6 +280,12 @@ def test_a_run_slower_across_the_board_than_the_node_s_runs_regresses_as_a_whole
     )
     healthy = cmp.run_pace(earlier, records(1.0), cmp.AllowedRegression())
     assert healthy is not None and healthy["verdict"] == "ok"
+    # measured again: slow in both passes, regressed; slow in the first only (a busy moment), at pace
+    again = cmp.run_pace(earlier, records(0.93), cmp.AllowedRegression(), records(0.94))
+    assert again is not None and again["verdict"] == "regressed" and again["first_pass"]["verdict"] == "regressed"
+    busy = cmp.run_pace(earlier, records(0.93), cmp.AllowedRegression(), records(1.0))
+    assert busy is not None and busy["verdict"] == "ok" and busy["first_pass"]["measured_again"] == 30
+    assert "the first pass alone: " in busy["message"] and busy["message"].endswith("-> REGRESSED)")
     # slower as a whole, but by less than the regression allowed: a practical margin, as for each figure
     assert cmp.run_pace(earlier, records(0.93), cmp.AllowedRegression(default_pct=10.0))["verdict"] == "ok"  # type: ignore[index]
     # no history that can say: no pace
