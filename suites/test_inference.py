@@ -19,6 +19,10 @@ from pytest_gbvalidate.workloads.llama.generate import InferenceRequest, inferen
 pytestmark = pytest.mark.gb_level("full")
 
 METRIC = "inference_tokens_per_s"
+# Generations per rank, the best counting, as the storage checks take theirs: interference slows a pass, a degraded
+# GPU every one. One generation was one figure with no noise of its own: a healthy 2-vCPU VM's rank generated 41%
+# slower than its ten other runs' median in one run, and the fleet summary drained it.
+PASSES = 3
 # Llama 3 8B in bf16 fits one GPU of every GPU SKU; a batch of 8 prompts of 1024 tokens and 128 new ones each.
 DEFAULTS: dict[str, dict[str, Any]] = {
     "gpu": {"model": "llama3_8b", "batch": 8, "prompt_len": 1024, "new_tokens": 128, "precision": "bf16"},
@@ -37,23 +41,23 @@ def test_inference_tokens_per_s(gb_target: Target, gb_gang: Gang, gb_expect: Exp
     )
 
     def measure() -> list[Measured]:
-        results = gb_gang.run(inference_on_rank, request)
-        return [
-            Measured(
-                METRIC,
-                r.tokens_per_s,
-                label,
-                {
-                    **vars(request),
-                    "prefill_tokens_per_s": r.prefill_tokens_per_s,
-                    "decode_tokens_per_s": r.decode_tokens_per_s,
-                    "prefill_s": r.prefill_s,
-                    "decode_s": r.decode_s,
-                    "peak_memory_gib": r.peak_memory_gib,
-                },
-            )
-            for label, r in zip(rank_labels(gb_target, gb_gang), results, strict=True)
-        ]
+        passes = [gb_gang.run(inference_on_rank, request) for _ in range(PASSES)]
+        measured = []
+        for rank, label in enumerate(rank_labels(gb_target, gb_gang)):
+            figures = [results[rank].tokens_per_s for results in passes]
+            best = max((results[rank] for results in passes), key=lambda r: r.tokens_per_s)
+            details = {
+                **vars(request),
+                "rule": f"best of {PASSES} passes",
+                "passes": figures,  # their spread is the figure's noise (noise.py)
+                "prefill_tokens_per_s": best.prefill_tokens_per_s,
+                "decode_tokens_per_s": best.decode_tokens_per_s,
+                "prefill_s": best.prefill_s,
+                "decode_s": best.decode_s,
+                "peak_memory_gib": best.peak_memory_gib,
+            }
+            measured.append(Measured(METRIC, best.tokens_per_s, label, details))
+        return measured
 
-    # One generation per rank is one figure: a second pass before a verdict against it (the better counts).
+    # About to fail, warn or regress: as many passes again, the best counting.
     gb_expect.each(measure(), again=measure)

@@ -258,7 +258,7 @@ def recheck_pairs(rows: list[PairRow], node_of_rank: list[int], slow_pct: float)
 
 
 def beside(row: PairRow, references: list[PairRow]) -> float:
-    """The median of the `references` (pairs of nodes that passed) measured in the same round as `row`, all of them
+    """The median of the `references` (pairs without the suspect) measured in the same round as `row`, all of them
     where its round has none: what drifts between rounds moves a round's pairs alike. On a 2-vCPU VM one second
     pass's rounds differed by a third (reference pairs at 0.43 and 0.32 GB/s): a node 25% slower, 23% and 18%
     below the pair beside it in each round, was within the noise of their median."""
@@ -271,12 +271,14 @@ def blame(
 ) -> Blame:
     """Which node is at fault: one every pair of which returned wrong data (`first_pass`), or one every pair of
     which was slow and that was slow again beside a node that passed (`rechecks`, the second pass: each pair
-    against the reference pairs of its round, `beside`, where the pass has MIN_PAIRS of them, else against the
-    first pass's reference; a suspect the second pass could not pair, every other node being suspect too, is named
-    on the first pass's evidence alone, saying so). Wrong data never passes: where no node explains it, the pair
-    is named."""
+    against the reference pairs of its round, `beside`: pairs of nodes that passed where the pass has MIN_PAIRS of
+    them, else the pairs measured without this suspect, other suspects' among them (two suspects of four nodes
+    leave no two nodes that passed to pair; judged against the first pass's figures instead, a healthy suspect was
+    named when the whole machine ran a quarter slower in the second pass), else against the first pass's
+    reference; a suspect the second pass could not pair, every other node being suspect too, is named on the first
+    pass's evidence alone, saying so). Wrong data never passes: where no node explains it, the pair is named."""
     wrong, suspects = first_pass(rows, node_of_rank, slow_pct)
-    references = [r for r in rechecks or [] if not set(r.nodes) & set(suspects)]
+    passed_pairs = [r for r in rechecks or [] if not set(r.nodes) & set(suspects)]
     slow: dict[int, str] = {}
     for node, suspect in suspects.items():
         shown = ", ".join(f"{p.busbw_gbps:.4g}" for p in suspect.pairs)
@@ -289,6 +291,11 @@ def blame(
         repeated = ""
         if distinct < len(again):
             repeated = f"; {distinct} node(s) passed to pair it with, so a partner was measured more than once"
+        references, of_whom = passed_pairs, "of nodes that passed"
+        if len(passed_pairs) < MIN_PAIRS:  # the pairs without it in its own rounds
+            rounds = {r.round for r in again}
+            references = [r for r in rechecks or [] if node not in r.nodes and r.round in rounds]
+            of_whom = "without it"
         if not again:
             slow[node] = f"{why}; not measured again: no node that passed to pair it with"
         elif len(references) >= MIN_PAIRS:
@@ -298,8 +305,8 @@ def blame(
                     f"node{r.nodes[1]}: {r.busbw_gbps:.4g} GB/s against {gbps:.4g}" for r, gbps in against
                 )
                 slow[node] = (
-                    f"{why}, and again beside a node that passed ({partners} GB/s of the pairs of nodes that passed "
-                    f"measured at the same time{repeated})"
+                    f"{why}, and again beside a node that passed ({partners} GB/s of the pairs {of_whom} measured "
+                    f"at the same time{repeated})"
                 )
         elif all(r.slow_below(suspect.floor_gbps, suspect.reference_gbps) for r in again):
             partners = ", ".join(f"node{r.nodes[1]}: {r.busbw_gbps:.4g} GB/s" for r in again)

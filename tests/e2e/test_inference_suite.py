@@ -25,3 +25,6 @@ def test_the_cpu_inference_check_reports_tokens_per_second_per_rank(pytester: py
         )
         assert m["value"] == pytest.approx(4 * 32 / (details["prefill_s"] + details["decode_s"]))
         assert m["verdict"] in ("pass", "warn") and details["peak_memory_gib"] is None
+        # the best of three generations, each in the details, their spread the figure's noise
+        assert len(details["passes"]) in (3, 2) and m["value"] == max(details["passes"])  # 2: measured again
+        assert m["noise"]["summary"] == "best_pass" and m["noise"]["count"] == len(details["passes"])

@@ -164,6 +164,30 @@ def test_a_suspect_is_judged_against_the_pairs_of_its_own_round() -> None:
     assert blame(first, ONE_RANK_PER_NODE, 10, swapped).nodes == {}
 
 
+def test_two_suspects_of_four_are_judged_against_each_other_s_pairs_measured_beside_them() -> None:
+    # A healthy 2-vCPU VM: node0 and node1 suspects, so node2 and node3 are the partners and no two nodes that
+    # passed are left to pair. The whole machine ran slower in the second pass: against the first pass's pairs
+    # without it (median 0.72), node0 was slow in both; against the pair measured beside it, faster in one.
+    first = [
+        PairRow((0, 1), 0.4805, {}, 6.0, 0),
+        PairRow((2, 3), 0.87, {}, 6.0, 0),
+        PairRow((1, 2), 0.5735, {}, 6.0, 1),
+        PairRow((3, 0), 0.4789, {}, 6.0, 1),
+    ]
+    assert recheck_pairs(first, ONE_RANK_PER_NODE, 10) == [[(0, 2), (1, 3)], [(0, 3), (1, 2)]]
+    again = [
+        PairRow((0, 2), 0.5787, {}, 7.0, 0),
+        PairRow((1, 3), 0.401, {}, 6.9, 0),
+        PairRow((0, 3), 0.4346, {}, 5.7, 1),
+        PairRow((1, 2), 0.6576, {}, 5.8, 1),
+    ]
+    assert blame(first, ONE_RANK_PER_NODE, 10, again).nodes == {}
+    # a node slow beside both partners, against the other suspect's pairs of the same rounds, is named
+    slow = [PairRow(r.nodes, r.busbw_gbps / 2 if 0 in r.nodes else r.busbw_gbps, {}, 6.0, r.round) for r in again]
+    found = blame(first, ONE_RANK_PER_NODE, 10, slow).nodes
+    assert list(found) == [0] and "GB/s of the pairs without it measured at the same time)" in found[0]
+
+
 def test_a_pair_s_row_is_its_slowest_rank_and_the_largest_error_of_its_ranks_medians() -> None:
     measured = [
         PairResult((0, 1), 0, 0, 40.0, 0.1, 0, spread_pct=20.0, samples=100),  # 20% x 1.2533 / 10: 2.51%
@@ -187,7 +211,9 @@ def test_a_pair_slow_within_its_own_samples_noise_is_not_slow() -> None:
 
 
 def test_a_suspect_fast_beside_a_node_that_passed_is_cleared() -> None:
-    again = rows({(0, 2): 0.81, (1, 2): 0.051}) + rows({(0, 2): 0.77, (1, 2): 0.049})
+    # one pair a round (only node2 passed): no pair measured beside either suspect's, the first pass's reference
+    measured = rows({(0, 2): 0.81, (1, 2): 0.051}) + rows({(0, 2): 0.77, (1, 2): 0.049})
+    again = [PairRow(r.nodes, r.busbw_gbps, {}, r.error_pct, i) for i, r in enumerate(measured)]
     found = blame(SEEN, ONE_RANK_PER_NODE, 10, again)
     assert sorted(found.nodes) == [1, 3]
     assert found.nodes[1].endswith(
