@@ -229,10 +229,9 @@ def run_pace(
     figures, or its share of worse figures -- is an outlier among theirs (beyond noise.family_z for two figures
     against as many runs) and its figures are, at the median, worse by more than the regression allowed
     (`--gb-compare-fail`'s default, else DEFAULT_ALLOWED_PCT): a node slower across the board, each figure still
-    within its own run-to-run spread. With `again` (the run's checks measured
-    once more, where the first pass's pace regressed): the pace of each figure's better pass, the first pass's
-    beside it in `first_pass`. None without a history that can say (fewer than noise.MIN_RUNS + 1 kept runs, or
-    figures)."""
+    within its own run-to-run spread. With `again` (the run's checks measured once more, where the first pass's
+    pace regressed): the pace of each figure's better pass, the first pass's beside it in `first_pass`. None
+    without a history that can say (fewer than noise.MIN_RUNS + 1 kept runs, or figures)."""
     pace = _pace(earlier, measurements, allowed)
     if pace is None or again is None:
         return pace
