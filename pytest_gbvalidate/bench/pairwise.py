@@ -5,17 +5,19 @@ REPEATS times in turn (each pair's samples pooled: what drifts over the seconds 
 A node slow in one pair only may have a slow partner; slow in every pair, it is a suspect -- but a healthy node
 paired once with the slow node and once in a noisy moment is slow in every pair too. So, as cluster-health-scanner's
 second pass does, each suspect is measured again, RECHECKS times, each time beside another node that passed, while
-the other nodes that passed are paired among themselves at the same time as the reference: it is named only if
-every such pair is slow against the pairs beside it as well, evidence no slow partner can fake. Where fewer nodes
-passed than RECHECKS, the partners are taken again in turn (one node that passed is measured beside the suspect
-RECHECKS times), and the verdict says so. A pair is slow only beyond the error of its median, from its own samples
-(noise.py): a pair measured in a noisy moment spreads widely, a pair with a slow node is slow in every sample.
+the other nodes that passed are paired among themselves at the same time as the reference: it is named only if its
+pairs are slower than the pairs beside them round after round, by more than the rounds themselves scatter
+(`shortfall`), evidence no slow partner can fake. Where fewer nodes passed than RECHECKS, the partners are taken
+again in turn (one node that passed is measured beside the suspect RECHECKS times), and the verdict says so. In the
+first pass a pair is slow only beyond the error of its median, from its own samples (noise.py): a pair measured in
+a noisy moment spreads widely, a pair with a slow node is slow in every sample.
 
 Bus bandwidth as nccl-tests computes it for all_reduce over the pair's ranks (bench/collectives.py)."""
 
 from __future__ import annotations
 
 import functools
+import math
 import statistics
 from dataclasses import dataclass
 from typing import Any
@@ -31,13 +33,27 @@ from pytest_gbvalidate.ranks.gang import RankContext
 # A node is slow when each of its pairs is this much below the median of the pairs it is not in (overridable: the
 # metric's params).
 SLOW_PCT = 10.0
-# How often each round is measured, the rounds in turn, each time `iterations` samples per pair: a pair's figure is
-# the median of them all. Four single-rank nodes on a 2-vCPU VM: one pair's median of ten 1 MiB samples ranged from
-# 1.5 to 4.0 ms over eight repeats a second apart; measured in turns, that moves the pairs of both rounds alike.
-REPEATS = 3
+# How often the first pass measures each round, the rounds in turn, each time `iterations` samples per pair: a
+# pair's figure is the median of them all. Four single-rank nodes on a 2-vCPU VM: one pair's median of ten 1 MiB
+# samples ranged from 1.5 to 4.0 ms over eight repeats a second apart; measured in turns, that moves the pairs of
+# both rounds alike. Three repeats left a node 25% slower off the suspects in 8 of 63 runs, its pairs 12-25% below
+# the others: within twice their medians' error (7-9%) in three of them. Six make each median's error √2 smaller.
+REPEATS = 6
+# How often each round of the second pass is measured, in turn: its verdict rests on how its rounds scatter
+# (`shortfall`), not on any one round's precision.
+RECHECK_REPEATS = 3
 # How often the second pass measures each suspect beside a node that passed (a different one each time where there
-# are enough): a healthy node named needs that many noisy measurements in a row besides its first-pass evidence.
-RECHECKS = 2
+# are enough), a round each: enough rounds to see how far they scatter. Four single-rank nodes on a 2-vCPU VM, one
+# 25% slower: its second-pass pairs came out 5% above to 46% below the pairs beside them, round by round (the two
+# pairs of a round share the cores: one's loss is the other's gain), about 25% below on average with a spread of
+# about 20% between rounds: its mean stands 1.25 x sqrt(rounds) standard errors below, 3.5 with eight rounds.
+# Judged a round at a time over two rounds, one weak round cleared it (3 of 10 missed).
+RECHECKS = 8
+# How many standard errors of their mean a suspect's rounds must stand below the pairs beside them (`shortfall`).
+# Eight normal rounds of a healthy node reach it in 1% of cases (Student's t, 7 degrees of freedom), and only where
+# the node is a suspect already. On that VM, over six rounds, the slowed node's rounds stood 2.9 to 7.9 standard
+# errors below (16 runs), ten healthy suspects' from 1.8 below to 3.6 above.
+SHORTFALL_T = 3.0
 # Pairs a verdict on one node needs: its own (one pair cannot tell which side is at fault), and as the reference
 # for slowness the pairs without it (one such pair may just be two nodes on the same leaf switch).
 MIN_PAIRS = 2
@@ -86,13 +102,22 @@ def pairwise_on_rank(
     nodes = sorted(ranks_of)
     node_ranks = [node for node, _ in node_of_rank]
     data = torch.empty(size_bytes // ELEMENT_BYTES, dtype=DTYPE, device=ctx.device)
+    # One group per set of ranks, made in the same order on every rank (the rounds are the same everywhere): a pair
+    # measured again keeps its communicator (an NCCL one holds buffers on the GPU, and making one bootstraps over
+    # the network; the second pass measures a suspect beside the same partners RECHECKS times).
+    made: dict[tuple[int, ...], Any] = {}
 
-    def measure_rounds(rounds: list[list[tuple[int, int]]]) -> list[PairResult]:
+    def group_of(ranks: list[int]) -> Any:
+        if tuple(ranks) not in made:
+            made[tuple(ranks)] = dist.new_group(ranks)
+        return made[tuple(ranks)]
+
+    def measure_rounds(rounds: list[list[tuple[int, int]]], repeats: int) -> list[PairResult]:
         members = {pair: sorted(ranks_of[pair[0]] + ranks_of[pair[1]]) for pairs in rounds for pair in pairs}
-        groups = [[(pair, dist.new_group(members[pair])) for pair in pairs] for pairs in rounds]
+        groups = [[(pair, group_of(members[pair])) for pair in pairs] for pairs in rounds]
         wrong: dict[tuple[int, tuple[int, int]], int] = {}
         samples: dict[tuple[int, tuple[int, int]], list[float]] = {}
-        for repeat in range(REPEATS):
+        for repeat in range(repeats):
             for index, pairs in enumerate(groups):
                 for pair, group in pairs:
                     if ctx.rank not in members[pair]:
@@ -118,11 +143,11 @@ def pairwise_on_rank(
         return results
 
     first = [[(nodes[a], nodes[b]) for a, b in pairs] for pairs in node_pairs(len(nodes))]
-    results = measure_rounds(first)
+    results = measure_rounds(first, REPEATS)
     everyone: list[Any] = [None] * ctx.world_size
     dist.all_gather_object(everyone, results)
     rows = pair_rows([r for answer in everyone for r in answer])
-    rechecks = measure_rounds(recheck_pairs(rows, node_ranks, slow_pct))
+    rechecks = measure_rounds(recheck_pairs(rows, node_ranks, slow_pct), RECHECK_REPEATS)
     return {"node_of_rank": node_ranks, "hosts": hosts, "results": results, "rechecks": rechecks}
 
 
@@ -266,17 +291,47 @@ def beside(row: PairRow, references: list[PairRow]) -> float:
     return statistics.median(same_round or [r.busbw_gbps for r in references])
 
 
+@dataclass(frozen=True)
+class Shortfall:
+    """How far a suspect's second-pass pairs fell below the pairs beside them, round by round."""
+
+    below_pct: float  # the median round's: how much slower than the pair(s) beside it
+    t: float  # the rounds' mean log ratio in standard errors of it (negative: slower)
+    rounds: int
+
+    def slow(self, slow_pct: float) -> bool:
+        return self.below_pct > slow_pct and self.t < -SHORTFALL_T
+
+
+def shortfall(against: list[tuple[PairRow, float]]) -> Shortfall:
+    """A suspect's second-pass pairs, each with the reference measured beside it: the median shortfall, and the
+    mean log ratio in standard errors, the rounds' own scatter giving the error (never less than the error of the
+    pairs' medians: two rounds that agree by chance are no surer than their samples). A slow node is slow round
+    after round; a healthy one is slow in some rounds and fast in others (a neighbour took the cores in one, gave
+    them up in the next), and the scatter of its rounds is as wide as the shortfall."""
+    measured = [(row, gbps) for row, gbps in against if gbps > 0]
+    if not measured:
+        return Shortfall(0.0, 0.0, 0)
+    logs = [math.log(max(row.busbw_gbps, 1e-12) / gbps) for row, gbps in measured]
+    scatter = statistics.stdev(logs) if len(logs) > 1 else 0.0
+    error = math.sqrt(statistics.fmean((row.error_pct / 100) ** 2 for row, _ in measured))
+    spread = max(scatter, error, 1e-12)  # rounds that agree exactly, with no error: as far out as they fall short
+    t = statistics.fmean(logs) * math.sqrt(len(logs)) / spread
+    return Shortfall((1 - math.exp(statistics.median(logs))) * 100, t, len(logs))
+
+
 def blame(
     rows: list[PairRow], node_of_rank: list[int], slow_pct: float, rechecks: list[PairRow] | None = None
 ) -> Blame:
     """Which node is at fault: one every pair of which returned wrong data (`first_pass`), or one every pair of
-    which was slow and that was slow again beside a node that passed (`rechecks`, the second pass: each pair
-    against the reference pairs of its round, `beside`: pairs of nodes that passed where the pass has MIN_PAIRS of
-    them, else the pairs measured without this suspect, other suspects' among them (two suspects of four nodes
-    leave no two nodes that passed to pair; judged against the first pass's figures instead, a healthy suspect was
-    named when the whole machine ran a quarter slower in the second pass), else against the first pass's
-    reference; a suspect the second pass could not pair, every other node being suspect too, is named on the first
-    pass's evidence alone, saying so). Wrong data never passes: where no node explains it, the pair is named."""
+    which was slow and that was slow again beside a node that passed (`rechecks`, the second pass, `shortfall`:
+    round after round, beyond the rounds' scatter; each pair against the reference pairs of its round, `beside`:
+    pairs of nodes that passed where the pass has MIN_PAIRS of them, else the pairs measured without this suspect,
+    other suspects' among them (two suspects of four nodes leave no two nodes that passed to pair; judged against
+    the first pass's figures instead, a healthy suspect was named when the whole machine ran a quarter slower in
+    the second pass), else against the first pass's reference; a suspect the second pass could not pair, every
+    other node being suspect too, is named on the first pass's evidence alone, saying so). Wrong data never
+    passes: where no node explains it, the pair is named."""
     wrong, suspects = first_pass(rows, node_of_rank, slow_pct)
     passed_pairs = [r for r in rechecks or [] if not set(r.nodes) & set(suspects)]
     slow: dict[int, str] = {}
@@ -298,19 +353,20 @@ def blame(
             of_whom = "without it"
         if not again:
             slow[node] = f"{why}; not measured again: no node that passed to pair it with"
-        elif len(references) >= MIN_PAIRS:
+            continue
+        if len(references) >= MIN_PAIRS:
             against = [(r, beside(r, references)) for r in again]
-            if all(r.slow_below(gbps * (1 - slow_pct / 100), gbps) for r, gbps in against):
-                partners = ", ".join(
-                    f"node{r.nodes[1]}: {r.busbw_gbps:.4g} GB/s against {gbps:.4g}" for r, gbps in against
-                )
-                slow[node] = (
-                    f"{why}, and again beside a node that passed ({partners} GB/s of the pairs {of_whom} measured "
-                    f"at the same time{repeated})"
-                )
-        elif all(r.slow_below(suspect.floor_gbps, suspect.reference_gbps) for r in again):
-            partners = ", ".join(f"node{r.nodes[1]}: {r.busbw_gbps:.4g} GB/s" for r in again)
-            slow[node] = f"{why}, and again beside a node that passed ({partners}{repeated})"
+            of_pairs = f"the pairs {of_whom} measured at the same time"
+        else:  # no pair measured beside it: the first pass's reference
+            against = [(r, suspect.reference_gbps) for r in again]
+            of_pairs = "the first pass's pairs without it"
+        found = shortfall(against)
+        if found.slow(slow_pct):
+            partners = ", ".join(f"node{r.nodes[1]}: {r.busbw_gbps:.4g} against {gbps:.4g}" for r, gbps in against)
+            slow[node] = (
+                f"{why}, and again beside a node that passed, in {found.rounds} rounds: {found.below_pct:.0f}% below "
+                f"{of_pairs} at the median, {-found.t:.1f} standard errors of the rounds ({partners} GB/s{repeated})"
+            )
     pairs_wrong = {}
     for row in rows:
         if row.wrong_by_rank and not set(row.nodes) & set(wrong):

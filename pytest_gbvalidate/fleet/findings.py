@@ -5,6 +5,7 @@ fault. The summary (summary.py) gathers them per node; these read the reports' o
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -164,6 +165,7 @@ def metric_stats(
     one for its nodes and the fleet's figures (noise.family_z)."""
     values: dict[MetricKey, dict[str, float]] = {}
     noises: dict[MetricKey, dict[str, noise.Noise | None]] = {}
+    run_to_run: dict[MetricKey, dict[str, float]] = {}  # host -> its figure's spread over its own earlier runs
     meta: dict[MetricKey, dict[str, Any]] = {}
     expected: dict[MetricKey, Counter[float]] = {}
     for report in reports:
@@ -178,6 +180,9 @@ def metric_stats(
             if host not in by_host or stats.worse_by(value, by_host[host], first["direction"]) > 0:
                 by_host[host] = value
                 noises.setdefault(key, {})[host] = noise.from_record(m.get("noise"))
+                spread = _run_to_run_pct(m)
+                if spread is not None:
+                    run_to_run.setdefault(key, {})[host] = spread
             reference = m.get("expected")
             if reference is not None and stats.is_number(reference):
                 expected.setdefault(key, Counter())[float(reference)] += 1
@@ -200,10 +205,20 @@ def metric_stats(
                     pct,
                     noise_floor_pct,
                     noises.get(key),
+                    statistics.median(run_to_run[key].values()) if key in run_to_run else None,
                 ),
             )
         )
     return found
+
+
+def _run_to_run_pct(measurement: Mapping[str, Any]) -> float | None:
+    """The robust spread (percent) of the figure over the node's own earlier runs, where its report's comparison
+    gives one (`compare.run_to_run.spread_pct`); None where it gives none or no finite one above 0."""
+    compared = measurement.get("compare")
+    record = compared.get("run_to_run") if isinstance(compared, dict) else None
+    spread = noise.finite(record.get("spread_pct")) if isinstance(record, dict) else None
+    return spread if spread is not None and spread > 0 else None
 
 
 def metric_key(measurement: Mapping[str, Any]) -> MetricKey:

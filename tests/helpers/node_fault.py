@@ -1,5 +1,5 @@
 """A pytest plugin the multi-node tests load (`-p tests.helpers.node_fault`) into one node's pytest under torchrun,
-never a real run: that node's all_reduce is slow (NODE_FAULT=slow: 20 ms more per call, as a node with a bad NIC
+never a real run: that node's all_reduce is slow (NODE_FAULT=slow: 5 ms more per call, as a node with a bad NIC
 or cable) or wrong (NODE_FAULT=wrong: its result is off by one, as tests/helpers/rank_faults.py corrupts a gang
 rank's), or its compute is slow (NODE_FAULT=slow_compute: 40 ms more per attention call, as a GPU held down by its
 clocks), or the rank NODE_FAULT_RANK dies (NODE_FAULT=kill: SIGKILL once its NODE_FAULT_CALL-th all_reduce is under
@@ -23,7 +23,10 @@ import torch.nn.functional as F
 
 from tests.helpers.rank_faults import corrupted_collectives
 
-SLOW_S = 0.02
+# An all_reduce's extra time on the slow node: as long as a 1 MiB call on a busy 2-core machine or longer, and short
+# enough for the pairwise check's calls (40 samples a repeat: 6 repeats of 2 first-pass rounds, 3 of RECHECKS
+# second-pass rounds).
+SLOW_S = 0.005
 # An attention call's extra time on the slow_compute node: large against what a busy 2-core machine adds to the
 # other node's work before the sync (20 ms a call showed 0.08 s of its 0.32 s a step there once).
 SLOW_COMPUTE_S = 0.04

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from pytest_gbvalidate import noise
-from pytest_gbvalidate.fleet import stats
+from pytest_gbvalidate.fleet import findings, stats
 from pytest_gbvalidate.fleet.cli import main
 from pytest_gbvalidate.fleet.reports import CORRUPT, NotMerged, natural_key, read
 from tests.helpers.fleet_reports import write
@@ -149,6 +149,60 @@ def test_a_metric_noisy_on_every_node_drains_nobody_and_a_quiet_one_names_the_sl
     assert stats.outliers(values, "higher", noises=noisy) == []
     # a noisy node of a quiet fleet: its own samples explain the dip
     assert stats.outliers(values, "higher", noises=quiet | {"n5": noise.Noise(noise.MEDIAN, 20, 16.0)}) == []
+
+
+# Ten runs of one healthy 2-vCPU VM as ten nodes (the false-alarm benchmark): nine checkpoint reads within 24-28 ms,
+# the sixth run's at 32 ms, its three passes within 0.3% of each other; the nodes' own histories spread 4-10% run to
+# run (median 6.45%).
+CHECKPOINT_READS_MS = [24.06, 24.67, 24.22, 23.94, 27.95, 32.25, 25.50, 24.98, 24.49, 24.32]
+
+
+def test_the_fleet_s_spread_is_never_taken_as_less_than_its_nodes_run_to_run_spread() -> None:
+    values = {f"node-{i:02d}": ms for i, ms in enumerate(CHECKPOINT_READS_MS, 1)}
+    (alone,) = stats.outliers(values, "lower", mad_k=7.5)  # a MAD of 1.9% of the median: 11 scaled MADs
+    assert alone.host == "node-06" and alone.z is not None and alone.z > 11
+    assert stats.outliers(values, "lower", mad_k=7.5, run_to_run_pct=6.45) == []  # 4.8 such spreads out
+    (slow,) = stats.outliers(values | {"node-06": 40.0}, "lower", mad_k=7.5, run_to_run_pct=6.45)  # 63% slower
+    assert slow.host == "node-06" and slow.rules[0] == (
+        "9.7 scaled MADs > 7.5 (the MAD taken as the nodes' typical run-to-run spread, 6.5%)"
+    )
+    # where the fleet's own MAD is wider, it stands
+    (wide,) = stats.outliers(values | {"node-06": 40.0}, "lower", mad_k=7.5, run_to_run_pct=0.5)
+    assert wide.rules[0] == f"{abs(wide.z or 0):.1f} scaled MADs > 7.5"
+
+
+@pytest.mark.broken_reports  # one, on purpose
+def test_the_fleet_reads_each_node_s_run_to_run_spread_from_its_report(tmp_path: Path) -> None:
+    def node(i: int, ms: float, spread_pct: object) -> Path:
+        report = minimal_report()
+        report["node"]["hostname"] = f"node-{i:02d}"
+        (m,) = report["measurements"]
+        m |= {"metric": "checkpoint_read_s", "value": ms / 1000, "unit": "s", "direction": "lower", "expected": None}
+        if spread_pct is not None:  # as --gb-compare writes it with --gb-history's last ten runs behind it
+            history = {"runs": 10, "median": 0.0249, "spread_pct": spread_pct, "z": 5.5}
+            m["compare"] = {
+                **{"earlier_value": 0.0279, "earlier_date": "2026-11-27T23:17:12+00:00", "message": "..."},
+                **{"date": "2026-11-27T23:17:54+00:00", "delta_pct": 15.4, "allowed_pct": 5.0},
+                **{"verdict": "within_noise", "noise_margin_pct": 6.4, "run_to_run": history},
+            }
+        return write(tmp_path, f"node-{i:02d}.json", report)
+
+    def drained(spreads: list[object]) -> list[str]:
+        paths = [node(i, ms, sp) for i, (ms, sp) in enumerate(zip(CHECKPOINT_READS_MS, spreads, strict=True), 1)]
+        reports = [read(p, i) for i, p in enumerate(paths)]
+        merged = [r for r in reports if not isinstance(r, NotMerged)]
+        assert len(merged) == len(reports), reports
+        (metric,) = findings.metric_stats(merged, 7.5, 10.0)
+        return [o.host for o in metric.outliers]
+
+    assert drained([6.45] * 10) == []
+    assert drained([None] * 10) == ["node-06"]  # no history behind them: the fleet's MAD alone
+    assert drained([0, -3.0, 0, 0, 0, -1.0, 0, 0, 0, 0]) == ["node-06"]  # no spread above 0 is no spread
+    # a spread that is no number: the report is refused, saying where
+    refused = read(node(1, 24.0, "6.45"), 0)
+    assert isinstance(refused, NotMerged) and refused.reason == (
+        "measurements[0].compare.run_to_run.spread_pct is text, not number"
+    )
 
 
 def test_fewer_than_three_nodes_or_no_direction_give_no_outliers() -> None:

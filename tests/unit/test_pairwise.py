@@ -94,13 +94,17 @@ SEEN = rows({(0, 1): 0.04643, (2, 3): 1.4965, (1, 2): 0.04891, (3, 0): 0.5668}, 
 
 
 def test_suspects_are_measured_again_beside_a_node_that_passed() -> None:
-    assert RECHECKS == 2
-    # node2 is the only node that passed (node3 is wrong): each suspect twice beside it, one pair per round
-    assert recheck_pairs(SEEN, ONE_RANK_PER_NODE, 10) == [[(0, 2)], [(1, 2)], [(0, 2)], [(1, 2)]]
+    # node2 is the only node that passed (node3 is wrong): each suspect RECHECKS times beside it, a pair a round
+    assert recheck_pairs(SEEN, ONE_RANK_PER_NODE, 10) == [[(0, 2)], [(1, 2)]] * RECHECKS
     # with several that passed, partners are taken in turn and a round holds disjoint pairs, filled out with pairs
     # of the nodes that passed and are free in it: the reference, measured at the same time
     six = rows({(0, 1): 4.0, (2, 3): 40.0, (4, 5): 40.0, (1, 2): 4.1, (3, 4): 40.0, (5, 0): 40.0})
-    assert recheck_pairs(six, [0, 1, 2, 3, 4, 5], 10) == [[(1, 0), (2, 3), (4, 5)], [(1, 2), (0, 3), (4, 5)]]
+    again = recheck_pairs(six, [0, 1, 2, 3, 4, 5], 10)
+    assert len(again) == RECHECKS and again[:3] == [
+        [(1, 0), (2, 3), (4, 5)],
+        [(1, 2), (0, 3), (4, 5)],
+        [(1, 3), (0, 2), (4, 5)],
+    ]
     assert recheck_pairs(rows({(0, 1): 40.0, (2, 3): 40.0, (1, 2): 40.0, (3, 0): 40.0}), ONE_RANK_PER_NODE, 10) == []
 
 
@@ -110,13 +114,20 @@ def test_each_suspect_is_measured_again_beside_distinct_partners_where_enough_pa
     wrong = {(0, 1): {0: 1}, (5, 0): {0: 1}, (2, 3): {3: 1}, (3, 4): {3: 1}}
     six = rows({(0, 1): 4.0, (2, 3): 40.0, (4, 5): 4.0, (1, 2): 4.1, (3, 4): 4.2, (5, 0): 40.0}, wrong)
     rounds = recheck_pairs(six, [0, 1, 2, 3, 4, 5], 10)
-    assert _partners(rounds, {1, 4}) == {1: [2, 5], 4: [5, 2]}
+    assert _partners(rounds, {1, 4}) == {
+        1: [(2, 5)[t % 2] for t in range(RECHECKS)],
+        4: [(5, 2)[t % 2] for t in range(RECHECKS)],
+    }
     for pairs in rounds:  # and a round still holds disjoint pairs
         members = [n for pair in pairs for n in pair]
         assert len(members) == len(set(members))
     # four passed: each suspect's partners differ, and the suspects start at different ones
     quiet = rows({(0, 1): 4.0, (2, 3): 40.0, (4, 5): 4.0, (1, 2): 4.1, (3, 4): 4.2, (5, 0): 40.0})
-    assert _partners(recheck_pairs(quiet, [0, 1, 2, 3, 4, 5], 10), {1, 4}) == {1: [0, 2], 4: [2, 3]}
+    partners = _partners(recheck_pairs(quiet, [0, 1, 2, 3, 4, 5], 10), {1, 4})
+    assert partners == {
+        1: [[0, 2, 3, 5][t % 4] for t in range(RECHECKS)],
+        4: [[2, 3, 5, 0][t % 4] for t in range(RECHECKS)],
+    }
 
 
 def _partners(rounds: list[list[tuple[int, int]]], suspects: set[int]) -> dict[int, list[int]]:
@@ -139,8 +150,8 @@ def test_a_suspect_is_judged_against_the_pairs_measured_beside_it() -> None:
     quiet = rows({(1, 0): 45.0, (2, 3): 80.0, (4, 5): 81.0, (1, 2): 44.0, (0, 3): 79.0})
     found = blame(six, [0, 1, 2, 3, 4, 5], 10, quiet).nodes
     assert list(found) == [1] and found[1].endswith(
-        "and again beside a node that passed (node0: 45 GB/s against 80, node2: 44 GB/s against 80 GB/s of the "
-        "pairs of nodes that passed measured at the same time)"
+        "and again beside a node that passed, in 2 rounds: 44% below the pairs of nodes that passed measured at the "
+        "same time at the median, 52.2 standard errors of the rounds (node0: 45 against 80, node2: 44 against 80 GB/s)"
     )
 
 
@@ -150,7 +161,7 @@ def test_a_suspect_is_judged_against_the_pairs_of_its_own_round() -> None:
     # pair measured beside each, 23% and 18% below.
     first = rows({(0, 1): 0.26, (2, 3): 0.353, (1, 2): 0.238, (3, 0): 0.3375})
     first = [PairRow(r.nodes, r.busbw_gbps, {}, 7.0, 0 if r.nodes in {(0, 1), (2, 3)} else 1) for r in first]
-    assert recheck_pairs(first, ONE_RANK_PER_NODE, 10) == [[(1, 0), (2, 3)], [(1, 2), (0, 3)]]
+    assert recheck_pairs(first, ONE_RANK_PER_NODE, 10)[:2] == [[(1, 0), (2, 3)], [(1, 2), (0, 3)]]
     again = [
         PairRow((1, 0), 0.3339, {}, 7.9, 0),
         PairRow((2, 3), 0.434, {}, 7.37, 0),
@@ -158,7 +169,7 @@ def test_a_suspect_is_judged_against_the_pairs_of_its_own_round() -> None:
         PairRow((0, 3), 0.3177, {}, 5.89, 1),
     ]
     found = blame(first, ONE_RANK_PER_NODE, 10, again).nodes
-    assert list(found) == [1] and "node0: 0.3339 GB/s against 0.434, node2: 0.2622 GB/s against 0.3177" in found[1]
+    assert list(found) == [1] and "node0: 0.3339 against 0.434, node2: 0.2622 against 0.3177 GB/s)" in found[1]
     # the same pairs with each round's reference swapped: node1 was as fast as the pairs beside it
     swapped = [PairRow(r.nodes, r.busbw_gbps, {}, r.error_pct, 1 - r.round) if 1 not in r.nodes else r for r in again]
     assert blame(first, ONE_RANK_PER_NODE, 10, swapped).nodes == {}
@@ -174,7 +185,7 @@ def test_two_suspects_of_four_are_judged_against_each_other_s_pairs_measured_bes
         PairRow((1, 2), 0.5735, {}, 6.0, 1),
         PairRow((3, 0), 0.4789, {}, 6.0, 1),
     ]
-    assert recheck_pairs(first, ONE_RANK_PER_NODE, 10) == [[(0, 2), (1, 3)], [(0, 3), (1, 2)]]
+    assert recheck_pairs(first, ONE_RANK_PER_NODE, 10)[:2] == [[(0, 2), (1, 3)], [(0, 3), (1, 2)]]
     again = [
         PairRow((0, 2), 0.5787, {}, 7.0, 0),
         PairRow((1, 3), 0.401, {}, 6.9, 0),
@@ -182,10 +193,74 @@ def test_two_suspects_of_four_are_judged_against_each_other_s_pairs_measured_bes
         PairRow((1, 2), 0.6576, {}, 5.8, 1),
     ]
     assert blame(first, ONE_RANK_PER_NODE, 10, again).nodes == {}
-    # a node slow beside both partners, against the other suspect's pairs of the same rounds, is named
-    slow = [PairRow(r.nodes, r.busbw_gbps / 2 if 0 in r.nodes else r.busbw_gbps, {}, 6.0, r.round) for r in again]
+    # a node 40% slower than the other suspect's pair beside it, round after round, is named
+    beside_it = {r.round: r.busbw_gbps for r in again if 0 not in r.nodes}
+    slow = [
+        PairRow(r.nodes, beside_it[r.round] * 0.6 if 0 in r.nodes else r.busbw_gbps, {}, 6.0, r.round) for r in again
+    ]
     found = blame(first, ONE_RANK_PER_NODE, 10, slow).nodes
-    assert list(found) == [0] and "GB/s of the pairs without it measured at the same time)" in found[0]
+    assert list(found) == [0] and "40% below the pairs without it measured at the same time at the median" in found[0]
+
+
+def second_pass(figures: list[tuple[tuple[int, int], float, float]]) -> list[PairRow]:
+    """Second-pass rows as the report lists them, (pair, GB/s, error %), two pairs a round."""
+    return [PairRow(pair, gbps, {}, error, i // 2) for i, (pair, gbps, error) in enumerate(figures)]
+
+
+def test_a_suspect_is_named_for_its_rounds_together_not_for_any_one_of_them() -> None:
+    # A 2-vCPU VM, node1 25% slower: in the first of its six rounds its pair was 10% below the pair beside it (the
+    # two share the cores), in the others 18-28%. Judged round by round, the first round cleared it.
+    first = [
+        PairRow((0, 1), 0.3068, {}, 5.083, 0),
+        PairRow((2, 3), 0.4989, {}, 7.152, 0),
+        PairRow((1, 2), 0.3416, {}, 4.84, 1),
+        PairRow((3, 0), 0.377, {}, 8.017, 1),
+    ]
+    slowed = second_pass(
+        [
+            ((1, 0), 0.3088, 4.936),
+            ((2, 3), 0.3414, 4.751),
+            ((0, 3), 0.3802, 6.266),
+            ((1, 2), 0.2724, 4.905),
+            ((0, 2), 0.3897, 4.996),
+            ((1, 3), 0.3203, 4.312),
+            ((1, 0), 0.2934, 5.161),
+            ((2, 3), 0.3701, 5.451),
+            ((0, 3), 0.3554, 5.073),
+            ((1, 2), 0.2746, 4.84),
+            ((0, 2), 0.3975, 4.355),
+            ((1, 3), 0.3092, 4.787),
+        ]
+    )
+    found = blame(first, ONE_RANK_PER_NODE, 10, slowed).nodes
+    assert list(found) == [1] and "in 6 rounds: 21% below the pairs of nodes that passed" in found[1]
+    # its first two rounds alone, 10% and 28% below, scatter as wide as they fall short: not named
+    assert blame(first, ONE_RANK_PER_NODE, 10, slowed[:4]).nodes == {}
+    # The same VM, all healthy, node1 and node2 suspects: node1's pairs 11% faster than the pair beside them in one
+    # round, 2-35% slower in the others; node2's the mirror image. Neither is slow round after round.
+    first = [
+        PairRow((0, 1), 0.5704, {}, 5.847, 0),
+        PairRow((2, 3), 0.4797, {}, 9.07, 0),
+        PairRow((1, 2), 0.5865, {}, 8.231, 1),
+        PairRow((3, 0), 0.9749, {}, 2.311, 1),
+    ]
+    healthy = second_pass(
+        [
+            ((1, 0), 0.6544, 6.521),
+            ((2, 3), 0.5857, 7.356),
+            ((1, 3), 0.5117, 7.26),
+            ((2, 0), 0.5863, 7.999),
+            ((1, 0), 0.5491, 7.296),
+            ((2, 3), 0.5614, 8.261),
+            ((1, 3), 0.5991, 8.052),
+            ((2, 0), 0.6231, 7.333),
+            ((1, 0), 0.4403, 7.661),
+            ((2, 3), 0.6237, 6.88),
+            ((1, 3), 0.489, 7.144),
+            ((2, 0), 0.5907, 8.208),
+        ]
+    )
+    assert blame(first, ONE_RANK_PER_NODE, 10, healthy).nodes == {}
 
 
 def test_a_pair_s_row_is_its_slowest_rank_and_the_largest_error_of_its_ranks_medians() -> None:
@@ -217,8 +292,9 @@ def test_a_suspect_fast_beside_a_node_that_passed_is_cleared() -> None:
     found = blame(SEEN, ONE_RANK_PER_NODE, 10, again)
     assert sorted(found.nodes) == [1, 3]
     assert found.nodes[1].endswith(
-        "and again beside a node that passed (node2: 0.051 GB/s, node2: 0.049 GB/s; 1 node(s) passed to pair it "
-        "with, so a partner was measured more than once)"
+        "in 2 rounds: 95% below the first pass's pairs without it at the median, 151.3 standard errors of the rounds "
+        "(node2: 0.051 against 1.032, node2: 0.049 against 1.032 GB/s; 1 node(s) passed to pair it with, so a partner "
+        "was measured more than once)"
     )
     # slow once of twice beside a node that passed: one noisy moment more, not the node
     assert 0 not in blame(SEEN, ONE_RANK_PER_NODE, 10, rows({(0, 2): 0.5, (1, 2): 0.05}) + rows({(0, 2): 0.8})).nodes
@@ -258,10 +334,11 @@ def test_over_many_noisy_rounds_only_the_slow_node_is_named(nodes: int) -> None:
         named_healthy_first_pass += bool(set(blame(bare, rank_nodes, 10).nodes) - {slow})
         named_healthy += bool(named - {slow})
         missed += slow not in named
-    # The first pass alone, blind to the noise, names a healthy node in 12-22% of the rounds (a neighbour of the
-    # slow node whose other pair dipped); with each pair's noise and the second pass, which takes RECHECKS more dips
-    # in a row beside distinct partners: at most 0.5% (seen: 0-0.3%). The slow node is never missed.
-    assert named_healthy_first_pass > rounds * 0.1, named_healthy_first_pass
+    # The first pass alone, blind to the noise, names a healthy node in 10-22% of the rounds (a neighbour of the
+    # slow node whose other pair dipped); with each pair's noise and the second pass, where the suspect's RECHECKS
+    # rounds must fall short beyond their own scatter (most of them dipped, alike): at most 0.5% (seen: 0-0.05%
+    # over three seeds each). The slow node is never missed.
+    assert named_healthy_first_pass > rounds * 0.05, named_healthy_first_pass
     assert named_healthy <= rounds * 0.005, (named_healthy, named_healthy_first_pass)
     assert missed == 0
 
