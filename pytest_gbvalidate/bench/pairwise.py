@@ -51,8 +51,8 @@ RECHECK_REPEATS = 3
 RECHECKS = 8
 # How many standard errors of their mean a suspect's rounds must stand below the pairs beside them (`shortfall`).
 # Eight normal rounds of a healthy node reach it in 1% of cases (Student's t, 7 degrees of freedom), and only where
-# the node is a suspect already. On that VM, over six rounds, the slowed node's rounds stood 2.9 to 7.9 standard
-# errors below (16 runs), ten healthy suspects' from 1.8 below to 3.6 above.
+# the node is a suspect already. On that VM, over eight rounds, the slowed node's rounds stood 3.1 to 22 standard
+# errors below (29 runs), 15 healthy suspects' from 2.8 below to 2.8 above.
 SHORTFALL_T = 3.0
 # Pairs a verdict on one node needs: its own (one pair cannot tell which side is at fault), and as the reference
 # for slowness the pairs without it (one such pair may just be two nodes on the same leaf switch).
