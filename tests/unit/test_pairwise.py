@@ -202,21 +202,18 @@ def test_two_suspects_of_four_are_judged_against_each_other_s_pairs_measured_bes
     assert list(found) == [0] and "40% below the pairs without it measured at the same time at the median" in found[0]
 
 
-def second_pass(figures: list[tuple[tuple[int, int], float, float]]) -> list[PairRow]:
-    """Second-pass rows as the report lists them, (pair, GB/s, error %), two pairs a round."""
+def two_a_round(figures: list[tuple[tuple[int, int], float, float]]) -> list[PairRow]:
+    """Rows of a pass as the report lists them, (pair, GB/s, error %), two pairs a round."""
     return [PairRow(pair, gbps, {}, error, i // 2) for i, (pair, gbps, error) in enumerate(figures)]
 
 
 def test_a_suspect_is_named_for_its_rounds_together_not_for_any_one_of_them() -> None:
     # A 2-vCPU VM, node1 25% slower: in the first of its six rounds its pair was 10% below the pair beside it (the
     # two share the cores), in the others 18-28%. Judged round by round, the first round cleared it.
-    first = [
-        PairRow((0, 1), 0.3068, {}, 5.083, 0),
-        PairRow((2, 3), 0.4989, {}, 7.152, 0),
-        PairRow((1, 2), 0.3416, {}, 4.84, 1),
-        PairRow((3, 0), 0.377, {}, 8.017, 1),
-    ]
-    slowed = second_pass(
+    first = two_a_round(
+        [((0, 1), 0.3068, 5.083), ((2, 3), 0.4989, 7.152), ((1, 2), 0.3416, 4.84), ((3, 0), 0.377, 8.017)]
+    )
+    slowed = two_a_round(
         [
             ((1, 0), 0.3088, 4.936),
             ((2, 3), 0.3414, 4.751),
@@ -238,13 +235,10 @@ def test_a_suspect_is_named_for_its_rounds_together_not_for_any_one_of_them() ->
     assert blame(first, ONE_RANK_PER_NODE, 10, slowed[:4]).nodes == {}
     # The same VM, all healthy, node1 and node2 suspects: node1's pairs 11% faster than the pair beside them in one
     # round, 2-35% slower in the others; node2's the mirror image. Neither is slow round after round.
-    first = [
-        PairRow((0, 1), 0.5704, {}, 5.847, 0),
-        PairRow((2, 3), 0.4797, {}, 9.07, 0),
-        PairRow((1, 2), 0.5865, {}, 8.231, 1),
-        PairRow((3, 0), 0.9749, {}, 2.311, 1),
-    ]
-    healthy = second_pass(
+    first = two_a_round(
+        [((0, 1), 0.5704, 5.847), ((2, 3), 0.4797, 9.07), ((1, 2), 0.5865, 8.231), ((3, 0), 0.9749, 2.311)]
+    )
+    healthy = two_a_round(
         [
             ((1, 0), 0.6544, 6.521),
             ((2, 3), 0.5857, 7.356),
