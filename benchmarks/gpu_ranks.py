@@ -364,42 +364,37 @@ def run_case(case: Case, out: Path, device: str, run_id: str) -> Row:
     marker = f"{run_id}-{case.name}-{uuid.uuid4().hex[:8]}"
     timed_out = False
     codes: list[int | None] = []
-    with rendezvous_store(port):
-        agents = []
-        start = time.monotonic()
-        for node in range(case.ranks):
-            program = pytest_program(case, out, node) if case.select else worker_program(case, out, device)
-            env = node_environment(os.environ, run_id, node, marker) | fault_environment(case, out / case.name)
-            log = (out / case.name / f"agent{node}.log").open("w")
-            agents.append(
-                subprocess.Popen(
-                    torchrun_command(case.ranks, port, program),
-                    cwd=out,
-                    env=env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,  # the agent and its rank: one process group to kill at the bound
+    agents: list[subprocess.Popen[bytes]] = []
+    start = time.monotonic()
+    try:
+        with rendezvous_store(port):
+            for node in range(case.ranks):
+                program = pytest_program(case, out, node) if case.select else worker_program(case, out, device)
+                env = node_environment(os.environ, run_id, node, marker) | fault_environment(case, out / case.name)
+                log = (out / case.name / f"agent{node}.log").open("w")
+                agents.append(
+                    subprocess.Popen(
+                        torchrun_command(case.ranks, port, program),
+                        cwd=out,
+                        env=env,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,  # the agent and its rank: one process group to kill at the bound
+                    )
                 )
-            )
-            log.close()
-        for agent in agents:
-            remaining = BOUND_S[case.kind] - (time.monotonic() - start)
-            try:
-                codes.append(agent.wait(timeout=max(remaining, 0.1)))
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                codes.append(None)
-        for agent in agents:
-            if agent.poll() is None:
-                os.killpg(agent.pid, signal.SIGKILL)
-                agent.wait()
-    seconds = time.monotonic() - start
-    time.sleep(0.5)  # a rank the agent was still reaping
-    from tests.helpers.rank_faults import processes_with_marker
-
-    left = processes_with_marker(f"GBVALIDATE_RANKS_CASE={marker}")
-    for pid in left:
-        _kill(pid)
+                log.close()
+            for agent in agents:
+                remaining = BOUND_S[case.kind] - (time.monotonic() - start)
+                try:
+                    codes.append(agent.wait(timeout=max(remaining, 0.1)))
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+                    codes.append(None)
+            seconds = time.monotonic() - start
+    finally:
+        # At the bound, and when the harness itself is stopped (Ctrl-C, SIGTERM from a timeout): the agents live in
+        # sessions of their own, which no signal to the harness reaches.
+        left = _end_agents(agents, marker)
     if case.select:
         seen, ok = judge_pytest(case, codes, _report(out / case.name, case.ranks))
     else:
@@ -414,6 +409,27 @@ def run_case(case: Case, out: Path, device: str, run_id: str) -> Row:
     if not ok and exits:  # the ranks that died, and how: what a report left "running" cannot say
         seen = f"{seen}; {exits_line(exits)}"
     return Row(case.name, case.ranks, case.expect, seen, round(seconds, 1), ok)
+
+
+def _end_agents(agents: Sequence[subprocess.Popen[bytes]], marker: str) -> list[int]:
+    """Kill what is still running of a case's agents, then the ranks they left behind; the pids of those ranks."""
+    for agent in agents:
+        if agent.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(agent.pid, signal.SIGKILL)
+            agent.wait()
+    time.sleep(0.5)  # a rank the agent was still reaping
+    from tests.helpers.rank_faults import processes_with_marker
+
+    left = processes_with_marker(f"GBVALIDATE_RANKS_CASE={marker}")
+    for pid in left:
+        _kill(pid)
+    return left
+
+
+def _stopped(signum: int, frame: object) -> None:
+    print(f"gpu_ranks: stopped by {signal.Signals(signum).name}; ending the running case's processes", flush=True)
+    raise SystemExit(128 + signum)
 
 
 def _report(case_dir: Path, nodes: int) -> dict[str, Any] | None:
@@ -558,15 +574,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     chosen = [c for c in cases(ranks, args.device) if not wanted or any(word in c.name for word in wanted)]
     print(f"{len(chosen)} case(s) on {gpu_name or 'the CPU'}, torch {torch.__version__}; output in {out}", flush=True)
     rows = []
-    for case in chosen:
-        rows.append(run_case(case, out, args.device, run_id))
-        row = rows[-1]
-        # As each case ends, and what a defect saw: a run cut short still says what it found.
-        print(
-            f"{row.case}: {'ok' if row.ok else 'DEFECT'} in {row.seconds} s{'' if row.ok else ': ' + row.seen}",
-            flush=True,
-        )
-        (out / "gpu_ranks.json").write_text(json.dumps([asdict(r) for r in rows], indent=1))
+    # SIGTERM (a timeout's) ends the harness as Ctrl-C does: through run_case's clean-up of the case's processes.
+    previous = signal.signal(signal.SIGTERM, _stopped)
+    try:
+        for case in chosen:
+            rows.append(run_case(case, out, args.device, run_id))
+            row = rows[-1]
+            # As each case ends, and what a defect saw: a run cut short still says what it found.
+            print(
+                f"{row.case}: {'ok' if row.ok else 'DEFECT'} in {row.seconds} s{'' if row.ok else ': ' + row.seen}",
+                flush=True,
+            )
+            (out / "gpu_ranks.json").write_text(json.dumps([asdict(r) for r in rows], indent=1))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print("\n" + table(rows))
     return 0 if rows and all(r.ok for r in rows) else 1
 

@@ -208,9 +208,9 @@ def main(argv: list[str] | None = None) -> int:
 
 # What the CPU tests cannot show (the code paths are tested there with fakes; the hardware's answer is not).
 GPU_CHECKLIST = (
-    "the multi-rank paths under NCCL, a peer killed mid-collective among them (the survivors end with 'lost a "
-    "peer', a written report and their exit status, no signal): python benchmarks/gpu_ranks.py --ranks 2,4, "
-    "several ranks on this GPU",
+    "the multi-rank paths under this image's torch and NCCL (all passed on an H200, torch 2.11, NCCL 2.28.9), a "
+    "peer killed mid-collective among them (the survivors end with 'lost a peer', a written report and exit "
+    "status 1, no signal): python benchmarks/gpu_ranks.py --ranks 2,4, several ranks on this GPU",
     "srun --gpus-per-task=1: every rank on cuda:0 of its own GPU; CUDA_DEVICE_ORDER=PCI_BUS_ID seen by the first "
     "CUDA call, so gpuN in test ids is nvidia-smi's GPU N",
     "fp8: a layout whose tokens per microbatch are no multiple of 16 refused before any rank starts (fast "

@@ -5,6 +5,7 @@ after the last step. A line per case goes to stderr as it ends; the table, to st
 
     python benchmarks/pretrain_engine.py [--shape h100|gb200-stage|small|tiny] [--rounds 1] [--steps 3+10]
                                          [--peak-tflops 989] [--cases plain,off,...] [--eager]
+                                         [--profile all,...]
 
 Shapes: `h100` is Llama 3 8B's block shape with 4 layers at seq 8192, MBS 1, GBS 4, bf16 (the shape the engine's
 MFU targets were set at on one H100; the CUDA default); `small` 4 layers of dim 256 at seq 256, GBS 16, MBS 4 (the
@@ -40,6 +41,7 @@ from unittest import mock
 
 import torch
 import torch._dynamo
+from torch.profiler import DeviceType
 
 from pytest_gbvalidate.bench.timing import time_op_s
 from pytest_gbvalidate.workloads.llama import flops, fp8, memory
@@ -51,6 +53,7 @@ from pytest_gbvalidate.workloads.llama.request import EngineOptions, TrainReques
 from pytest_gbvalidate.workloads.llama.train import ADAMW_BETAS, WEIGHT_DECAY, Trainer, memory_peak
 
 LR = 3e-4
+PROFILE_ROWS = 25
 
 
 @dataclass(frozen=True)
@@ -128,7 +131,34 @@ def plain_loop(shape: Shape, device: torch.device, warmup: int, timed: int, comp
     return Sample(first_s, statistics.median(times), _peak_gib(device), None, float(losses[-1]))
 
 
-def engine(shape: Shape, device: torch.device, warmup: int, timed: int, case: str, eager: bool) -> Sample:
+def profile_step(device: torch.device, step: Callable[[], None], rows: int = PROFILE_ROWS) -> str:
+    """One more step under torch's profiler: what took the most time, as lines of ms per step and the share of the
+    step's total. On a GPU, the kernels and copies on the device; on the CPU, the operators' own CPU time."""
+    on_device = device.type != "cpu"
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as profiler:
+        step()
+        if on_device:
+            torch.accelerator.synchronize(device)
+    times_us: dict[str, float] = {}
+    for event in profiler.key_averages():
+        if on_device and (event.device_type == DeviceType.CPU or event.is_user_annotation):
+            # An operator's device time is its kernels', listed themselves; so is a range's (optimizer.step's).
+            continue
+        spent_us = event.self_device_time_total if on_device else event.self_cpu_time_total
+        times_us[event.key] = times_us.get(event.key, 0.0) + spent_us
+    total_us = sum(times_us.values()) or 1.0
+    top = sorted(times_us.items(), key=lambda item: -item[1])[:rows]
+    lines = [f"  {'device' if on_device else 'CPU'} time in the step: {total_us / 1e3:.1f} ms"]
+    lines += [f"  {us / 1e3:8.2f} ms {us / total_us * 100:5.1f}%  {name[:110]}" for name, us in top]
+    return "\n".join(lines)
+
+
+def engine(
+    shape: Shape, device: torch.device, warmup: int, timed: int, case: str, eager: bool, profile: bool = False
+) -> Sample:
     options, checkpointing, precision = ENGINE_CASES[case]
     options = dataclasses.replace(options, compile=options.compile and not eager)
     layout = Layout(
@@ -142,6 +172,10 @@ def engine(shape: Shape, device: torch.device, warmup: int, timed: int, case: st
     losses: list[torch.Tensor | None] = []
     with mock.patch.object(fp8, "FORWARD_FAST_ACCUM", case != "all-fp8-exact"):
         first_s, times = time_steps(device, lambda: losses.append(trainer.step(len(losses))), warmup, timed)
+        if profile:  # one step past the timed ones (the batches are made for these only: the last one again)
+            report = profile_step(device, lambda: losses.append(trainer.step(len(losses) - 1)))
+            print(f"{case}, one step profiled:\n{report}", file=sys.stderr, flush=True)
+            losses.pop()
     return Sample(first_s, statistics.median(times), _peak_gib(device), estimate, float(losses[-1] or 0.0))
 
 
@@ -165,7 +199,9 @@ def has_fp8(device: torch.device) -> bool:
     return device.type == "cpu" or (device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 9))
 
 
-def run_case(shape: Shape, device: torch.device, warmup: int, timed: int, case: str, eager: bool) -> Sample:
+def run_case(
+    shape: Shape, device: torch.device, warmup: int, timed: int, case: str, eager: bool, profile: bool = False
+) -> Sample:
     # Every case runs in this one process: each starts clean, so its peak is its own. Nothing of an earlier case
     # should be left (the engine keeps no reference cycle), but a cycle in the plain loops or in torch would hold
     # its tensors until the cyclic collector ran, and empty_cache cannot free what is still referenced; dynamo's
@@ -177,7 +213,7 @@ def run_case(shape: Shape, device: torch.device, warmup: int, timed: int, case: 
         torch.accelerator.reset_peak_memory_stats(device)
     if case.startswith("plain"):
         return plain_loop(shape, device, warmup, timed, compiled=case == "plain-compile")
-    return engine(shape, device, warmup, timed, case, eager)
+    return engine(shape, device, warmup, timed, case, eager, profile)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -188,6 +224,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--peak-tflops", type=float, default=None, help="the device's dense peak, for MFU")
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--eager", action="store_true", help="compile nothing: leave out the compile cases")
+    parser.add_argument("--profile", default="", help="engine cases to profile one step more of (to stderr)")
     args = parser.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     shape = SHAPES[args.shape or ("h100" if device.type == "cuda" else "small")]
@@ -202,11 +239,16 @@ def main(argv: list[str] | None = None) -> None:
     if fp8_cases and not has_fp8(device):
         print(f"{', '.join(fp8_cases)} left out: {torch.cuda.get_device_name(device)} has no fp8 matmuls")
         cases = [c for c in cases if c not in fp8_cases]
+    profiled = {c for c in args.profile.split(",") if c}
+    if profiled - set(ENGINE_CASES):
+        not_engine = ", ".join(sorted(profiled - set(ENGINE_CASES)))
+        parser.error(f"--profile takes engine cases, not {not_engine}; engine cases: {', '.join(ENGINE_CASES)}")
     samples: dict[str, list[Sample]] = {case: [] for case in cases}
     started = time.perf_counter()
-    for _ in range(args.rounds):
+    for round_index in range(args.rounds):
         for case in cases:
-            sample = run_case(shape, device, warmup, timed, case, args.eager)
+            profile = case in profiled and round_index == 0
+            sample = run_case(shape, device, warmup, timed, case, args.eager, profile)
             samples[case].append(sample)
             # A line per case as it ends: a run stopped part-way still leaves what it measured.
             print(f"{case}: {sample} at {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)

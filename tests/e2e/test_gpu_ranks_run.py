@@ -8,12 +8,21 @@ e2e/test_multinode.py's; the verdicts of every case are unit-tested (unit/test_g
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from tests.helpers.rank_faults import processes_with_marker
 from tests.helpers.scripts import gpu_ranks
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -38,3 +47,29 @@ def test_a_killed_rank_and_a_repeated_sweep_over_two_torchrun_nodes(
     assert "process group failed; it exits now (1)" in logs and list((tmp_path / "killed-2").glob("node*.xml"))
     assert rows["killed-2"]["seconds"] < harness.BOUND_S["killed"]
     assert "killed-2                 2 lost peer" in out and "MiB held after each sweep: rank 0:" in out
+
+
+def test_the_harness_stopped_by_sigterm_ends_the_ranks_it_started(tmp_path: Path) -> None:
+    """A timeout's SIGTERM (or Ctrl-C) mid-case: the harness goes, and so do the case's torchrun agents and their
+    ranks, which live in sessions of their own (seen on a GPU: a cut-off run's ranks held the GPU a minute on)."""
+    mark = f"GB_RANKS_TEST_STOP={uuid.uuid4().hex}"  # inherited by all the harness starts (no GBVALIDATE_ name)
+    name, value = mark.split("=")
+    command = [sys.executable, "benchmarks/gpu_ranks.py", "--device", "cpu", "--ranks", "2", "-k", "memory"]
+    harness = subprocess.Popen(
+        [*command, "--out", str(tmp_path)],
+        cwd=REPO,
+        env=os.environ | {name: value},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    # the harness, two agents and their two ranks (a busy machine starts them slowly)
+    deadline = time.monotonic() + 60
+    while len(processes_with_marker(mark)) < 5 and harness.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(processes_with_marker(mark)) >= 5, harness.communicate(timeout=60)[0]
+    harness.send_signal(signal.SIGTERM)
+    out, _ = harness.communicate(timeout=30)
+    assert processes_with_marker(mark) == [], out  # as the harness exits, not whenever the orphans notice
+    assert harness.returncode == 128 + signal.SIGTERM, out
+    assert "gpu_ranks: stopped by SIGTERM; ending the running case's processes" in out

@@ -27,9 +27,11 @@ def test_the_benchmark_prints_each_case_side_by_side(capsys: pytest.CaptureFixtu
             # resolution on a busy machine too (with 1 TFLOPS it printed 0.0% under load).
             "0.01",
             "--eager",
+            "--profile",
+            "off",
         ]
     )
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert out.startswith("llama3_tiny (4 layers, dim 64, vocab 512, seq 64), MBS 2, GBS 4, fp32, on CPU")
     rows = {
         m[0]: m[1:]
@@ -42,3 +44,17 @@ def test_the_benchmark_prints_each_case_side_by_side(capsys: pytest.CaptureFixtu
         assert losses[case] == pytest.approx(losses["plain"], rel=1e-4), out
     assert losses["all-fp8"] == pytest.approx(losses["plain"], rel=0.02), out
     assert all(float(row[1]) > 0 and float(row[3]) > 0 for row in rows.values())
+    # One step more of the case asked for, under torch's profiler: the operators that took the most time, the
+    # largest first, each with its share of the step.
+    profiled = err.split("off, one step profiled:\n")[1].splitlines()
+    assert re.fullmatch(r"  CPU time in the step: [\d.]+ ms", profiled[0]), err
+    shares = [re.fullmatch(r" +([\d.]+) ms +([\d.]+)%  \S.*", line) for line in profiled[1:4]]
+    assert all(shares), err
+    assert [float(m[1]) for m in shares if m] == sorted((float(m[1]) for m in shares if m), reverse=True), err
+
+
+def test_the_benchmark_profiles_only_engine_cases(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as raised:
+        script("pretrain_engine").main(["--shape", "tiny", "--cases", "off", "--profile", "plain,bogus", "--eager"])
+    assert raised.value.code == 2
+    assert "--profile takes engine cases, not bogus, plain; engine cases: off, " in capsys.readouterr().err
