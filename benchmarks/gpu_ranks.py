@@ -55,8 +55,12 @@ SKU = "RANKS"
 # four ranks' sweeps took 174 s on an H200 (2026-11-27), two ranks' 46 s.
 MAX_BYTES = {"cuda": 16 * 2**20, "cpu": 64 * 2**10}
 PAIRWISE_BYTES = {"cuda": 16 * 2**20, "cpu": 64 * 2**10}
-# A collective that hangs ends the run after this (the gang's timeout; the process group's under a world).
+# A collective that hangs ends the run after this (the gang's timeout; the process group's under a world). In the
+# killed case the survivors that were not the dead rank's NCCL peers learn of the death only by this timeout, then
+# torch's watchdog waits WATCHDOG_ABORT_WAIT_S: with 60 s there the 4-rank case took 146 s on an H200 (2026-11-28),
+# where a healthy call of its sweep (16 MiB at most) takes a fraction of a second.
 CALL_TIMEOUT_S = 60
+KILLED_CALL_TIMEOUT_S = 20
 # How long torch's NCCL watchdog, once it has seen a peer's error or a timeout, waits (for its debug dump) before
 # it aborts the communicators and the rank's collective raises: 60 s to the millisecond on an H200 (torch 2.11).
 WATCHDOG_ABORT_WAIT_S = 60
@@ -64,7 +68,7 @@ WATCHDOG_ABORT_WAIT_S = 60
 BOUND_S = {
     "collectives": 240,
     "pairwise": 120,
-    "killed": CALL_TIMEOUT_S + WATCHDOG_ABORT_WAIT_S + 60,  # a survivor may see only the timeout, then waits
+    "killed": KILLED_CALL_TIMEOUT_S + WATCHDOG_ABORT_WAIT_S + 60,  # a survivor may see only the timeout, then waits
     "memory": 120,
     "nvls": 120,
     "pretrain-tiny-pp2": 180,
@@ -203,7 +207,7 @@ def pytest_program(case: Case, out: Path, node: int) -> list[str]:
         *case.select,
         f"--gb-sku={SKU}",
         f"--gb-baselines={out}",
-        f"--gb-timeout={CALL_TIMEOUT_S}",
+        f"--gb-timeout={KILLED_CALL_TIMEOUT_S if case.kind == 'killed' else CALL_TIMEOUT_S}",
         f"--gb-report={out / case.name / f'node{node}.json'}",
         f"--junitxml={out / case.name / f'node{node}.xml'}",
         "-p",

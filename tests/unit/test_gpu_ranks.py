@@ -45,8 +45,11 @@ def test_the_cases_cover_every_multi_rank_path_with_a_bound_each(harness: Module
     assert on_gpu["killed-4"].expect == "lost peer" and on_gpu["nvls-2"].expect == "no pass"
     # the 8B shape is for a GPU; the CPU runs the tiny model's pipeline
     assert "pretrain-8b4-pp2" not in {c.name for c in harness.cases([2], "cpu")}
-    # the killed case outlives a survivor that sees only the timeout, then torch's wait before it aborts
-    assert harness.BOUND_S["killed"] > harness.CALL_TIMEOUT_S + harness.WATCHDOG_ABORT_WAIT_S
+    # the killed case outlives a survivor that sees only its (shorter) timeout, then torch's wait before it aborts
+    assert harness.BOUND_S["killed"] > harness.KILLED_CALL_TIMEOUT_S + harness.WATCHDOG_ABORT_WAIT_S
+    killed, sweeps = (next(c for c in on_gpu.values() if c.kind == kind) for kind in ("killed", "collectives"))
+    assert f"--gb-timeout={harness.KILLED_CALL_TIMEOUT_S}" in harness.pytest_program(killed, Path("/out"), 0)
+    assert f"--gb-timeout={harness.CALL_TIMEOUT_S}" in harness.pytest_program(sweeps, Path("/out"), 0)
 
 
 def test_the_last_rank_dies_and_rank_0_lives_to_write_the_report(harness: ModuleType) -> None:
