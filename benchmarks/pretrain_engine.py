@@ -142,10 +142,13 @@ def profile_step(device: torch.device, step: Callable[[], None], rows: int = PRO
         step()
         if on_device:
             torch.accelerator.synchronize(device)
+    events = profiler.key_averages()
+    # On the device, kernels and copies only: an operator's device time is its kernels', listed themselves, and a
+    # range (optimizer.step's) has a device-side twin of the same name that spans kernels listed already.
+    on_host = {event.key for event in events if event.device_type == DeviceType.CPU}
     times_us: dict[str, float] = {}
-    for event in profiler.key_averages():
-        if on_device and (event.device_type == DeviceType.CPU or event.is_user_annotation):
-            # An operator's device time is its kernels', listed themselves; so is a range's (optimizer.step's).
+    for event in events:
+        if on_device and (event.key in on_host or event.is_user_annotation):
             continue
         spent_us = event.self_device_time_total if on_device else event.self_cpu_time_total
         times_us[event.key] = times_us.get(event.key, 0.0) + spent_us
