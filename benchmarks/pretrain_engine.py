@@ -37,6 +37,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 from unittest import mock
 
 import torch
@@ -133,12 +134,13 @@ def plain_loop(shape: Shape, device: torch.device, warmup: int, timed: int, comp
 
 def profile_step(device: torch.device, step: Callable[[], None], rows: int = PROFILE_ROWS) -> str:
     """One more step under torch's profiler: what took the most time, as lines of ms per step and the share of the
-    step's total. On a GPU, the kernels and copies on the device; on the CPU, the operators' own CPU time."""
+    step's total (on a GPU, the kernels and copies on the device; on the CPU, the operators' own CPU time); then the
+    matmuls by shape, with the rate each ran at."""
     on_device = device.type != "cpu"
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
-    with torch.profiler.profile(activities=activities) as profiler:
+    with torch.profiler.profile(activities=activities, record_shapes=True) as profiler:
         step()
         if on_device:
             torch.accelerator.synchronize(device)
@@ -156,7 +158,31 @@ def profile_step(device: torch.device, step: Callable[[], None], rows: int = PRO
     top = sorted(times_us.items(), key=lambda item: -item[1])[:rows]
     lines = [f"  {'device' if on_device else 'CPU'} time in the step: {total_us / 1e3:.1f} ms"]
     lines += [f"  {us / 1e3:8.2f} ms {us / total_us * 100:5.1f}%  {name[:110]}" for name, us in top]
+    lines.append("  matmuls by shape (an operator's own kernels; under torch.compile too):")
+    by_shape = matmuls_by_shape(profiler.key_averages(group_by_input_shape=True), on_device)
+    for name, flop, calls, spent_us in by_shape[:rows]:
+        lines.append(f"  {spent_us / 1e3:8.2f} ms {calls:4d} calls {flop * calls / spent_us / 1e6:8.3g} TFLOPS  {name}")
     return "\n".join(lines)
+
+
+MATMULS = ("aten::mm", "aten::addmm", "aten::_scaled_mm")
+
+
+def matmuls_by_shape(events: Any, on_device: bool) -> list[tuple[str, float, int, float]]:
+    """(the operator and its operands' shapes, FLOPs of one call, calls, time in us), the longest first: a matmul of
+    (m, k) by (k, n) is 2mkn FLOPs. `events`: the profiler's averages grouped by input shape."""
+    found = []
+    for event in events:
+        if event.key not in MATMULS or event.device_type != DeviceType.CPU:
+            continue
+        shapes = [shape for shape in event.input_shapes if len(shape) == 2]  # addmm's bias and scalars aside
+        spent_us = event.self_device_time_total if on_device else event.self_cpu_time_total
+        if len(shapes) < 2 or spent_us <= 0:
+            continue
+        (m, k), (_, n) = shapes[0], shapes[1]
+        name = f"{event.key} {shapes[0]} x {shapes[1]}"
+        found.append((name, 2.0 * m * k * n, event.count, spent_us))
+    return sorted(found, key=lambda row: -row[3])
 
 
 def engine(

@@ -51,6 +51,11 @@ def test_the_benchmark_prints_each_case_side_by_side(capsys: pytest.CaptureFixtu
     shares = [re.fullmatch(r" +([\d.]+) ms +([\d.]+)%  \S.*", line) for line in profiled[1:4]]
     assert all(shares), err
     assert [float(m[1]) for m in shares if m] == sorted((float(m[1]) for m in shares if m), reverse=True), err
+    # then the matmuls by shape: the tiny model's (tokens, dim) by (dim, dim) projections among them, with a rate
+    matmuls = profiled[profiled.index("  matmuls by shape (an operator's own kernels; under torch.compile too):") + 1 :]
+    assert any(
+        re.fullmatch(r" +[\d.]+ ms +\d+ calls +[\d.e+-]+ TFLOPS  aten::mm \[128, 64\] x \[64, 64\]", x) for x in matmuls
+    )
 
 
 def test_the_benchmark_profiles_only_engine_cases(capsys: pytest.CaptureFixture[str]) -> None:
