@@ -51,7 +51,8 @@ def test_a_killed_rank_and_a_repeated_sweep_over_two_torchrun_nodes(
 
 def test_the_harness_stopped_by_sigterm_ends_the_ranks_it_started(tmp_path: Path) -> None:
     """A timeout's SIGTERM (or Ctrl-C) mid-case: the harness goes, and so do the case's torchrun agents and their
-    ranks, which live in sessions of their own (seen on a GPU: a cut-off run's ranks held the GPU a minute on)."""
+    ranks, which live in sessions of their own (seen on a GPU: a stopped run's four ranks went on sweeping
+    and slowed the next program's kernels 4.8 times)."""
     mark = f"GB_RANKS_TEST_STOP={uuid.uuid4().hex}"  # inherited by all the harness starts (no GBVALIDATE_ name)
     name, value = mark.split("=")
     command = [sys.executable, "benchmarks/gpu_ranks.py", "--device", "cpu", "--ranks", "2", "-k", "memory"]
