@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -47,6 +48,7 @@ def test_a_killed_rank_and_a_repeated_sweep_over_two_torchrun_nodes(
     assert "process group failed; it exits now (1)" in logs and list((tmp_path / "killed-2").glob("node*.xml"))
     assert rows["killed-2"]["seconds"] < harness.BOUND_S["killed"]
     assert "killed-2                 2 lost peer" in out and "MiB held after each sweep: rank 0:" in out
+    assert re.search(r"^2 case\(s\) in \d+ s$", out, re.M), out
 
 
 def test_the_harness_stopped_by_sigterm_ends_the_ranks_it_started(tmp_path: Path) -> None:
