@@ -25,6 +25,9 @@ all cases see the same machine load; the figures are medians over rounds of each
     all-selective-ac every lever, each block's elementwise work recomputed (matmuls and attention kept)
     all-fp8          every lever, fp8 matmuls in the blocks (a GPU of compute capability 8.9 or later, or the CPU)
     all-fp8-exact    the same with the forward GEMMs' exact accumulation, not Hopper's fast one (what it buys)
+    all-grad-fusion  every lever, and each weight gradient added into its fp32 .grad by the backward pass, in the
+                     GEMM itself on CUDA (grad_accumulation.py; the case's line says which way it ran)
+    all-fp8-grad-fusion  the same in fp8
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from pytest_gbvalidate.bench.timing import time_op_s
 from pytest_gbvalidate.workloads.llama import flops, fp8, memory
 from pytest_gbvalidate.workloads.llama.config import LLAMA3_8B, LLAMA3_TINY, LlamaConfig
 from pytest_gbvalidate.workloads.llama.data import SyntheticTokens
+from pytest_gbvalidate.workloads.llama.grad_accumulation import gemm_adds_into_fp32
 from pytest_gbvalidate.workloads.llama.model import build, loss_fn
 from pytest_gbvalidate.workloads.llama.parallel import Layout
 from pytest_gbvalidate.workloads.llama.request import EngineOptions, TrainRequest
@@ -93,6 +97,8 @@ ENGINE_CASES: dict[str, tuple[EngineOptions, str, str | None]] = {
     "all-selective-ac": (ALL, "selective", None),
     "all-fp8": (ALL, "none", "fp8"),
     "all-fp8-exact": (ALL, "none", "fp8"),  # the same with the forward GEMM's exact accumulation (fp8.py)
+    "all-grad-fusion": (dataclasses.replace(ALL, grad_accumulation_fusion=True), "none", None),
+    "all-fp8-grad-fusion": (dataclasses.replace(ALL, grad_accumulation_fusion=True), "none", "fp8"),
 }
 CASES = ("plain", "plain-compile", *ENGINE_CASES)
 
@@ -198,6 +204,9 @@ def engine(
         memory.estimate(shape.cfg, layout, chunked_loss=options.chunked_loss, compiled=options.compile)
     ).total_gib
     trainer = Trainer(request, device, None)
+    if options.grad_accumulation_fusion:
+        way = "by the GEMM, in fp32" if gemm_adds_into_fp32(device) else "in place after each GEMM"
+        print(f"{case}: weight gradients added into .grad {way}", file=sys.stderr, flush=True)
     losses: list[torch.Tensor | None] = []
     with mock.patch.object(fp8, "FORWARD_FAST_ACCUM", case != "all-fp8-exact"):
         first_s, times = time_steps(device, lambda: losses.append(trainer.step(len(losses))), warmup, timed)
@@ -302,7 +311,7 @@ def main(argv: list[str] | None = None) -> None:
         ("loss", 8),
         ("vs plain", 9),
     )
-    print(f"  {'case':<17} " + " ".join(f"{title:>{width}}" for title, width in columns))
+    print(f"  {'case':<19} " + " ".join(f"{title:>{width}}" for title, width in columns))
     tokens = shape.gbs * cfg.seq_len
     reference = statistics.median(s.step_s for s in samples["plain"]) if "plain" in samples else None
     for case, runs in samples.items():
@@ -314,7 +323,7 @@ def main(argv: list[str] | None = None) -> None:
         vs = f"{(step_s / reference - 1) * 100:+.1f}%" if reference else "-"
         error = "-" if peak is None or estimate is None else f"{(estimate / peak - 1) * 100:+.1f}%"
         print(
-            f"  {case:<17} {runs[-1].first_step_s:6.1f}s {step_s * 1e3:8.1f}ms {tokens / step_s:10.0f} {mfu:>7} "
+            f"  {case:<19} {runs[-1].first_step_s:6.1f}s {step_s * 1e3:8.1f}ms {tokens / step_s:10.0f} {mfu:>7} "
             f"{'-' if peak is None else f'{peak:.3g}':>9} {'-' if estimate is None else f'{estimate:.3g}':>9} "
             f"{error:>8} {runs[-1].loss:8.4f} {vs:>9}"
         )

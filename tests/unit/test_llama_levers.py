@@ -1,5 +1,5 @@
 """The built-in engine's speed levers as pure functions, on the CPU: the chunked head + cross entropy against the
-textbook one, and the fp8 matmul against the fp32 one."""
+textbook one, the fp8 matmul against the fp32 one, and gradient-accumulation fusion against autograd's own adding."""
 
 from __future__ import annotations
 
@@ -9,6 +9,12 @@ import torch.nn.functional as F
 
 from pytest_gbvalidate.workloads.llama import fp8 as fp8_module
 from pytest_gbvalidate.workloads.llama.fp8 import E4M3, Float8Linear, to_fp8
+from pytest_gbvalidate.workloads.llama.grad_accumulation import (
+    FusedGradLinear,
+    accumulate_,
+    fuse_gradient_accumulation,
+    gemm_adds_into_fp32,
+)
 from pytest_gbvalidate.workloads.llama.loss import linear_cross_entropy
 
 
@@ -91,3 +97,80 @@ def test_fp8_forward_takes_fast_accumulation_unless_turned_off_and_the_gradients
     layer = Float8Linear(64, 48, bias=False)
     layer(torch.randn(2, 16, 64, requires_grad=True)).sum().backward()
     assert calls == [fast, False, False]  # forward; input gradient, weight gradient
+
+
+def _fused(layer: torch.nn.Linear) -> torch.nn.Linear:
+    """A copy of `layer` whose weight gradient its backward adds into .grad (a model of one layer, fused)."""
+    copy = type(layer)(layer.in_features, layer.out_features, bias=False)
+    copy.weight.data.copy_(layer.weight.data)
+    assert fuse_gradient_accumulation(torch.nn.Sequential(copy), torch.device("cpu")) is False  # the CPU: no in-GEMM
+    return copy
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp8"])
+def test_a_fused_layer_adds_each_weight_gradient_into_grad_as_autograd_would(precision: str) -> None:
+    """Two backward passes (two microbatches): the fused layer's .grad, the same tensor throughout, holds what
+    autograd's cast-and-add gives, bit for bit on the CPU (the bf16 product is added as autograd adds it); the
+    input's gradient is the same too, in the input's dtype."""
+    torch.manual_seed(0)
+    reference = (Float8Linear if precision == "fp8" else torch.nn.Linear)(64, 48, bias=False)
+    fused = _fused(reference)
+    assert isinstance(fused, FusedGradLinear) and fused.fused
+    buffer = fused.weight.grad
+    assert buffer is not None and buffer.dtype == torch.float32 and not buffer.any()
+    for _ in range(2):
+        x = torch.randn(2, 16, 64)
+        inputs = x.clone().requires_grad_(), x.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision != "fp32"):
+            outs = reference(inputs[0]), fused(inputs[1])
+        grad_out = torch.randn_like(outs[0])
+        for out in outs:
+            out.backward(grad_out)
+        assert torch.equal(inputs[1].grad, inputs[0].grad)  # type: ignore[arg-type]
+        assert inputs[1].grad is not None and inputs[1].grad.dtype == torch.float32
+    assert fused.weight.grad is buffer
+    assert torch.equal(buffer, reference.weight.grad)  # type: ignore[arg-type]
+
+
+def test_the_chunked_loss_adds_the_head_gradient_scaled_into_the_one_it_is_given() -> None:
+    torch.manual_seed(0)
+    h = torch.randn(2, 6, 16, requires_grad=True)  # (bs, seq, dim)
+    weight = torch.randn(40, 16, requires_grad=True)  # (vocab, dim)
+    labels = torch.randint(0, 40, (2, 6))
+    _, expected = torch.autograd.grad(textbook(h, weight, labels) * 3.0, (h, weight))
+    main_grad = torch.zeros_like(weight)
+    for _ in range(2):
+        (linear_cross_entropy(h, weight, labels, 5, main_grad=main_grad) * 3.0).backward()  # type: ignore[no-untyped-call]
+    assert weight.grad is None  # autograd was handed nothing to add
+    torch.testing.assert_close(main_grad, 2 * expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_fused_layer_whose_grad_was_dropped_says_how_to_keep_it() -> None:
+    fused = _fused(torch.nn.Linear(8, 4, bias=False))
+    fused.weight.grad = None
+    with pytest.raises(RuntimeError, match=r"zero the gradients in place \(optimizer.zero_grad\(set_to_none=False\)\)"):
+        fused(torch.randn(2, 8))
+
+
+def test_fusion_refuses_a_linear_layer_it_does_not_know() -> None:
+    class Other(torch.nn.Linear):
+        pass
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8, bias=False), Other(8, 4, bias=False))
+    with pytest.raises(ValueError, match="gradient-accumulation fusion does not know 1's layer, Other"):
+        fuse_gradient_accumulation(model, torch.device("cpu"))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the in-GEMM accumulation is CUDA's")
+def test_on_cuda_the_gemm_adds_into_fp32_without_rounding_to_bf16() -> None:
+    device = torch.device("cuda")
+    if not gemm_adds_into_fp32(device):
+        pytest.skip(f"torch {torch.__version__}'s addmm(out_dtype=float32) takes no fp32 addend")
+    torch.manual_seed(0)
+    a, b = torch.randn(48, 256, device=device), torch.randn(256, 64, device=device)
+    start = torch.randn(48, 64, device=device)
+    exact = start + a.bfloat16().float() @ b.bfloat16().float()
+    total = start.clone()
+    accumulate_(total, a.bfloat16(), b.bfloat16(), True)
+    rounded = start + (a.bfloat16() @ b.bfloat16()).float()
+    assert (total - exact).abs().max() < (rounded - exact).abs().max()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import math
+import re
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
@@ -102,14 +103,55 @@ def test_activation_checkpointing_recomputes_the_same_loss(single_rank_losses: l
 
 @pytest.mark.parametrize(
     "lever",
-    [{"chunked_loss": False}, {"fused_adamw": False}],
-    ids=["whole logits", "foreach AdamW"],
+    [
+        {"chunked_loss": False},
+        {"fused_adamw": False},
+        {"grad_accumulation_fusion": True},
+        {"grad_accumulation_fusion": True, "chunked_loss": False},
+    ],
+    ids=["whole logits", "foreach AdamW", "fused gradient accumulation", "fused gradient accumulation, whole logits"],
 )
-def test_each_speed_lever_off_trains_to_the_same_loss(single_rank_losses: list[float], lever: dict[str, Any]) -> None:
-    """The engine's defaults (head and loss chunk by chunk, fused AdamW) against each turned off."""
+def test_each_speed_lever_turned_from_its_default_trains_to_the_same_loss(
+    single_rank_losses: list[float], lever: dict[str, Any]
+) -> None:
+    """The engine's defaults (head and loss chunk by chunk, fused AdamW, autograd adding the gradients) against each
+    turned the other way."""
     trainer = Trainer(request(EngineOptions(**lever)), torch.device("cpu"), None)
     assert trainer.model.head_in_loss is lever.get("chunked_loss", True)
     assert losses_of(trainer) == pytest.approx(single_rank_losses, rel=1e-5)
+
+
+FUSED = EngineOptions(grad_accumulation_fusion=True)
+
+
+@pytest.mark.parametrize("layout", [{"dp": 2}, {"cp": 2}], ids=lambda d: "-".join(d))
+def test_fused_gradient_accumulation_gives_the_single_rank_loss_in_a_parallel_layout(
+    gang: LocalGang, single_rank_losses: list[float], layout: dict[str, int]
+) -> None:
+    """DP and CP average the gradients and the optimizer zeroes them, in place, in the buffers the backward pass
+    adds into."""
+    per_rank = gang.run(f.step_losses, request(FUSED, **layout), timeout_s=120)
+    losses = [r for r in per_rank if r is not None]
+    assert losses, f"no rank computed the loss: {per_rank}"
+    for rank_losses in losses:
+        assert rank_losses == pytest.approx(single_rank_losses, rel=1e-5, abs=0)
+
+
+@pytest.mark.parametrize(
+    ("layout", "refusal"),
+    [
+        ({"tp": 2}, "gradient-accumulation fusion takes plain weights, not TP=2's shards"),
+        # torch 2.13's schedule runs a backward pass of its own before the first microbatch, to learn shapes: the
+        # fused layers added its gradients into theirs (seen: the last stage's weights off after one step).
+        ({"pp": 2}, "gradient-accumulation fusion runs without pipeline stages, not PP=2"),
+    ],
+    ids=["tp", "pp"],
+)
+def test_fused_gradient_accumulation_refuses_layouts_it_cannot_run(
+    gang: LocalGang, layout: dict[str, int], refusal: str
+) -> None:
+    with pytest.raises(GangError, match=re.escape(refusal)):
+        gang.run(f.step_losses, request(FUSED, **layout), timeout_s=120)
 
 
 # torch's own warnings while compiling: importing Inductor touches torch.jit.script_method, which torch has
@@ -122,6 +164,24 @@ def test_compiled_blocks_train_to_the_eager_loss(single_rank_losses: list[float]
     compiled = request(EngineOptions(compile=True), activation_checkpointing="selective")
     trainer = Trainer(compiled, torch.device("cpu"), None)
     assert losses_of(trainer) == pytest.approx(single_rank_losses, rel=1e-4)
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf:UserWarning")
+# Dynamo itself makes an autograd.Function object to trace one's ctx, which torch has deprecated.
+@pytest.mark.filterwarnings("ignore:<class 'torch.autograd.function.Function'> should not be:DeprecationWarning")
+@pytest.mark.parametrize("mode", ["none", "full", "selective"])
+def test_compiled_blocks_add_their_gradients_in_place_in_every_recomputation_mode(
+    single_rank_losses: list[float], mode: str
+) -> None:
+    """A compiled block's backward graph holds the in-place additions into the weights' .grad (dynamo and
+    AOTAutograd trace them; "aot_eager" stops short of Inductor's code, which compiles the same graph), with its
+    recomputation inside: no graph break, and the eager loss."""
+    options = dataclasses.replace(FUSED, compile=True, compile_backend="aot_eager")
+    breaks = sum(counters["graph_break"].values())
+    trainer = Trainer(request(options, activation_checkpointing=mode), torch.device("cpu"), None)
+    assert losses_of(trainer) == pytest.approx(single_rank_losses, rel=1e-4)
+    assert sum(counters["graph_break"].values()) == breaks, dict(counters["graph_break"])
 
 
 # Seen on torch 2.9.0 only: a compiled context-parallel run's weights stay referenced after the trainer is gone,

@@ -13,7 +13,7 @@ from tests.helpers.scripts import script
 
 def test_the_benchmark_prints_each_case_side_by_side(capsys: pytest.CaptureFixture[str]) -> None:
     module = script("pretrain_engine")
-    cases = ["plain", "off", "fused-adamw", "chunked-loss", "all-selective-ac", "all-fp8"]
+    cases = ["plain", "off", "fused-adamw", "chunked-loss", "all-selective-ac", "all-grad-fusion", "all-fp8"]
     module.main(
         [
             "--shape",
@@ -46,6 +46,7 @@ def test_the_benchmark_prints_each_case_side_by_side(capsys: pytest.CaptureFixtu
     assert all(float(row[1]) > 0 and float(row[3]) > 0 for row in rows.values())
     # One step more of the case asked for, under torch's profiler: the operators that took the most time, the
     # largest first, each with its share of the step.
+    assert "all-grad-fusion: weight gradients added into .grad in place after each GEMM\n" in err
     profiled = err.split("off, one step profiled:\n")[1].splitlines()
     assert re.fullmatch(r"  CPU time in the step: [\d.]+ ms", profiled[0]), err
     shares = [re.fullmatch(r" +([\d.]+) ms +([\d.]+)%  \S.*", line) for line in profiled[1:4]]

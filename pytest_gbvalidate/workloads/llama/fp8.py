@@ -15,6 +15,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from pytest_gbvalidate.workloads.llama.grad_accumulation import FusedGradLinear, main_grad
+
 E4M3 = torch.float8_e4m3fn
 E5M2 = torch.float8_e5m2
 # Autocast's dtype on a GPU; the matmuls' output dtype wherever autocast is off (the CPU's fp32 tests included).
@@ -47,29 +49,37 @@ def _mm(a: Tensor, a_inv: Tensor, b: Tensor, b_inv: Tensor, *, fast_accum: bool 
 
 class _Float8Matmul(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, x: Tensor, weight: Tensor) -> Tensor:
+    def forward(ctx: Any, x: Tensor, weight: Tensor, main_grad: Tensor | None) -> Tensor:
         x2 = x.reshape(-1, x.shape[-1])  # (tokens, in_dim)
         x8, x_inv = to_fp8(x2, E4M3)
         w8, w_inv = to_fp8(weight, E4M3)  # (out_dim, in_dim)
         ctx.save_for_backward(x8, x_inv, w8, w_inv)
         ctx.x_shape, ctx.x_dtype, ctx.w_dtype = x.shape, x.dtype, weight.dtype
+        ctx.main_grad = main_grad  # grad_accumulation.py: the weight's .grad to add into, or None
         out = _mm(x8, x_inv, w8.t(), w_inv, fast_accum=FORWARD_FAST_ACCUM)  # (tokens, out_dim)
         return out.view(*x.shape[:-1], -1)
 
     @staticmethod
-    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor, Tensor]:
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor, Tensor | None, None]:
         x8, x_inv, w8, w_inv = ctx.saved_tensors
         g8, g_inv = to_fp8(grad_out.reshape(-1, grad_out.shape[-1]), E5M2)  # (tokens, out_dim)
         grad_x = _mm(g8, g_inv, _column_major(w8), w_inv)  # (tokens, out_dim) @ (out_dim, in_dim)
         grad_w = _mm(g8.t().contiguous(), g_inv, _column_major(x8), x_inv)  # (out_dim, tokens) @ (tokens, in_dim)
-        return grad_x.view(ctx.x_shape).to(ctx.x_dtype), grad_w.to(ctx.w_dtype)
+        grad_x = grad_x.view(ctx.x_shape).to(ctx.x_dtype)
+        if ctx.main_grad is None:
+            return grad_x, grad_w.to(ctx.w_dtype), None
+        # The scaled GEMM cannot add into an fp32 matrix: its bf16 product is added in place, no fp32 copy made.
+        ctx.main_grad.add_(grad_w)
+        return grad_x, None, None
 
 
-class Float8Linear(nn.Linear):
-    """nn.Linear without bias whose matmuls (forward, input gradient, weight gradient) run in fp8."""
+class Float8Linear(FusedGradLinear):
+    """nn.Linear without bias whose matmuls (forward, input gradient, weight gradient) run in fp8; once fused
+    (grad_accumulation.py), its weight gradient is added into `weight.grad`."""
 
     def forward(self, x: Tensor) -> Tensor:
-        out: Tensor = _Float8Matmul.apply(x, self.weight)  # type: ignore[no-untyped-call, unused-ignore]
+        grad = main_grad(self.weight) if self.fused else None
+        out: Tensor = _Float8Matmul.apply(x, self.weight, grad)  # type: ignore[no-untyped-call, unused-ignore]
         return out
 
 

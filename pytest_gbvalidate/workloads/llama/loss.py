@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from pytest_gbvalidate.workloads.llama.grad_accumulation import accumulate_
 from pytest_gbvalidate.workloads.llama.memory import CHUNK_TOKENS
 
 
@@ -38,7 +39,14 @@ SoftmaxGrad = Callable[[Tensor, Tensor, int], tuple[Tensor, Tensor]]
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(
-        ctx: Any, h: Tensor, weight: Tensor, labels: Tensor, chunk_tokens: int, chunk_grad: SoftmaxGrad
+        ctx: Any,
+        h: Tensor,
+        weight: Tensor,
+        labels: Tensor,
+        chunk_tokens: int,
+        chunk_grad: SoftmaxGrad,
+        main_grad: Tensor | None,
+        in_gemm: bool,
     ) -> Tensor:
         device_type = h.device.type
         # The matmuls in autocast's dtype where it is on (as nn.Linear would run), in fp32 otherwise; the
@@ -59,17 +67,21 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 )  # logits in, their gradient out: (chunk, vocab)
                 loss += chunk_loss
                 grad_h[start : start + chunk_tokens] = grad_logits @ w  # (chunk, dim)
-                # In place, the product's dtype promoted as it is added: no fp32 copy of a (vocab, dim) matrix.
-                grad_w.add_(grad_logits.t() @ hc)  # (vocab, dim)
+                # In place: no fp32 copy of a (vocab, dim) matrix (in the GEMM itself where `in_gemm`).
+                accumulate_(grad_w, grad_logits.t(), hc, in_gemm)  # (vocab, dim)
                 # Freed now, not when the next chunk's gradient replaces it: one chunk's logits at a time.
                 del grad_logits
         ctx.save_for_backward(grad_h.view_as(h), grad_w.to(weight.dtype))
+        ctx.main_grad = main_grad  # grad_accumulation.py: the head's .grad to add into, or None
         return loss / tokens
 
     @staticmethod
-    def backward(ctx: Any, grad_loss: Tensor) -> tuple[Tensor, Tensor, None, None, None]:
+    def backward(ctx: Any, grad_loss: Tensor) -> tuple[Tensor, Tensor | None, None, None, None, None, None]:
         grad_h, grad_w = ctx.saved_tensors
-        return grad_h * grad_loss, grad_w * grad_loss, None, None, None
+        if ctx.main_grad is None:
+            return grad_h * grad_loss, grad_w * grad_loss, None, None, None, None, None
+        ctx.main_grad.addcmul_(grad_w, grad_loss)  # scaled as it is added: one pass over the (vocab, dim) matrix
+        return grad_h * grad_loss, None, None, None, None, None, None
 
 
 def linear_cross_entropy(
@@ -78,10 +90,13 @@ def linear_cross_entropy(
     labels: Tensor,
     chunk_tokens: int = CHUNK_TOKENS,
     chunk_grad: SoftmaxGrad = softmax_grad,
+    main_grad: Tensor | None = None,
+    in_gemm: bool = False,
 ) -> Tensor:
     """Mean next-token cross entropy of the logits h @ weight.T, in fp32, chunk by chunk; equal to
     `cross_entropy((h @ weight.T).float(), labels)` up to rounding. h (bs, seq, dim), weight (vocab, dim),
-    labels (bs, seq). `chunk_grad`: `softmax_grad`, or the engine's compiled copy of it."""
+    labels (bs, seq). `chunk_grad`: `softmax_grad`, or the engine's compiled copy of it. `main_grad`: the weight's
+    fp32 .grad, which the backward pass adds into itself (grad_accumulation.py; `in_gemm` as there)."""
     # Function.apply is untyped up to torch 2.14, typed from 2.15.
-    loss: Tensor = _LinearCrossEntropy.apply(h, weight, labels, chunk_tokens, chunk_grad)  # type: ignore[no-untyped-call, unused-ignore]
+    loss: Tensor = _LinearCrossEntropy.apply(h, weight, labels, chunk_tokens, chunk_grad, main_grad, in_gemm)  # type: ignore[no-untyped-call, unused-ignore]
     return loss

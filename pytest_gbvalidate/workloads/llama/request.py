@@ -22,6 +22,9 @@ class EngineOptions:
     compile_backend: str = "inductor"
     chunked_loss: bool = True  # the head and the cross entropy chunk by chunk (loss.py): no whole logits
     fused_adamw: bool = True  # AdamW's single fused kernel rather than its multi-tensor (foreach) ones
+    # Each weight gradient added into its fp32 .grad by the backward pass itself, in the GEMM where the device can
+    # (grad_accumulation.py); off until measured to pay. Not with TP or PP (train.py says why).
+    grad_accumulation_fusion: bool = False
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from pytest_gbvalidate import labels
 from pytest_gbvalidate.bench.timing import Stopwatch, time_op_s
 from pytest_gbvalidate.ranks.gang import RankContext
 from pytest_gbvalidate.workloads.llama.data import SyntheticTokens
+from pytest_gbvalidate.workloads.llama.grad_accumulation import fuse_gradient_accumulation, main_grad
 from pytest_gbvalidate.workloads.llama.loss import linear_cross_entropy, softmax_grad
 from pytest_gbvalidate.workloads.llama.model import call_block, loss_fn
 from pytest_gbvalidate.workloads.llama.parallel import LayoutError, validate
@@ -58,6 +59,17 @@ class Trainer:
         self.at = groups.at if groups is not None else None
         options = request.options
         self.model = build_rank_model(cfg, layout, groups, device, request.seed)
+        # The weights' .grad buffers live from step to step when the backward pass adds into them.
+        self.fused_grads = options.grad_accumulation_fusion
+        in_gemm = False
+        if self.fused_grads:
+            if layout.tp > 1:
+                raise LayoutError(f"gradient-accumulation fusion takes plain weights, not TP={layout.tp}'s shards")
+            if layout.pp > 1:
+                # torch's pipeline schedule (2.13) learns its stages' gradient shapes from a backward pass of its own
+                # (autograd.grad for the inputs only), which would add into the weights' gradients here.
+                raise LayoutError(f"gradient-accumulation fusion runs without pipeline stages, not PP={layout.pp}")
+            in_gemm = fuse_gradient_accumulation(self.model, device)
         # (the last stage's output, labels) -> the mean loss
         self.loss_fn: Callable[[Tensor, Tensor], Tensor] = loss_fn
         if options.compile:
@@ -78,8 +90,16 @@ class Trainer:
             chunk_grad = (
                 torch.compile(softmax_grad, backend=options.compile_backend) if options.compile else softmax_grad
             )
+            fused_grads = self.fused_grads
+
             # A closure over the head, not over self: the trainer -> loss function -> head, no cycle.
-            self.loss_fn = lambda h, labels: linear_cross_entropy(h, head.weight, labels, chunk_grad=chunk_grad)
+            def head_loss(h: Tensor, labels: Tensor) -> Tensor:
+                grad = main_grad(head.weight) if fused_grads else None
+                return linear_cross_entropy(
+                    h, head.weight, labels, chunk_grad=chunk_grad, main_grad=grad, in_gemm=in_gemm
+                )
+
+            self.loss_fn = head_loss
         self.optimizer = adamw(self.model, request.learning_rate, fused=options.fused_adamw)
         self.compute = Stopwatch(device)
         self.is_last_stage = self.at is None or self.at.pp == layout.pp - 1
@@ -150,7 +170,7 @@ class Trainer:
         replicas = self.groups.replica_group if self.groups is not None else None
         average_gradients(self.model, replicas)
         self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad(set_to_none=not self.fused_grads)
         if loss is None:
             return None
         if replicas is not None and dist.get_world_size(replicas) > 1:

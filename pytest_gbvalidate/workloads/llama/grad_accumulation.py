@@ -1,0 +1,120 @@
+"""Gradient-accumulation fusion for the built-in engine (Megatron-LM's `gradient_accumulation_fusion`): the backward
+pass adds each weight gradient into the weight's fp32 `.grad` itself, which stays allocated from step to step and is
+zeroed in place after each optimizer step, instead of handing autograd a new gradient to add.
+
+Per parameter and microbatch under bf16 autocast, autograd's way moves 18 bytes (6 for a step's first microbatch):
+the weight gradient leaves its matmul in bf16, is cast to a new fp32 tensor (2 + 4) and added to `.grad`
+(4 + 4 + 4). Here, on CUDA, cuBLAS adds its fp32 accumulator into `.grad` (`torch.addmm(..., out_dtype=
+torch.float32)`, beta 1: 4 + 4, and 4 a step to zero it; the gradient is never rounded to bf16); elsewhere (the
+CPU's kernels lack that form, as do older torch releases on CUDA) the bf16 product is added in place
+(2 + 2 + 4 + 4), which rounds exactly as autograd's way does.
+
+It covers the plain (not tensor-parallel) linear layers of the transformer blocks, in every precision (fp8's
+through its own matmul, fp8.py), and the output head, in the chunked loss (loss.py) or as a layer. The trainer
+refuses it with TP or PP (train.py says why).
+
+Shapes: tokens = bs * seq, in_dim and out_dim the layer's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def gemm_adds_into_fp32(device: torch.device) -> bool:
+    """Whether this device's GEMM adds a bf16 product into an fp32 matrix in place: CUDA, on torch releases whose
+    `addmm(..., out_dtype=torch.float32)` takes an fp32 addend (earlier ones want it in the operands' dtype)."""
+    if device.type != "cuda":
+        return False
+    one = torch.ones(1, 1, dtype=torch.bfloat16, device=device)
+    total = torch.ones(1, 1, dtype=torch.float32, device=device)
+    try:
+        torch.addmm(total, one, one, out_dtype=torch.float32, out=total)
+    except (RuntimeError, TypeError):
+        return False
+    return float(total) == 2.0
+
+
+# An operator of its own, declared to change main_grad in place: inside a compiled backward graph, Inductor calls it on
+# the buffer itself. Written as plain in-place torch, the graph would compute main_grad + a @ b into a new buffer and
+# copy that back (seen in Inductor's generated code, torch 2.9 and 2.13): one more pass over every gradient.
+@torch.library.custom_op("gbvalidate::accumulate_matmul_", mutates_args=("main_grad",))
+def accumulate_(main_grad: Tensor, a: Tensor, b: Tensor, in_gemm: bool) -> None:
+    """main_grad += a @ b: main_grad fp32 (out_dim, in_dim), a (out_dim, tokens), b (tokens, in_dim) in the matmuls'
+    dtype. `in_gemm` (gemm_adds_into_fp32): the GEMM adds into main_grad itself."""
+    if in_gemm:
+        torch.addmm(main_grad, a, b, out_dtype=main_grad.dtype, out=main_grad)
+    else:
+        main_grad.add_(a @ b)
+
+
+class _LinearAccumulating(torch.autograd.Function):
+    """x @ weight.T, as nn.Linear runs it under autocast; its backward returns the input's gradient and adds the
+    weight's into main_grad (the weight's `.grad`), returning none for autograd to add."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, weight: Tensor, main_grad: Tensor, in_gemm: bool) -> Tensor:
+        device_type = x.device.type
+        dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else x.dtype
+        with torch.autocast(device_type, enabled=False):
+            x2 = x.reshape(-1, x.shape[-1]).to(dtype)  # (tokens, in_dim)
+            w = weight.to(dtype)  # (out_dim, in_dim)
+            out = F.linear(x2, w)  # (tokens, out_dim)
+        ctx.save_for_backward(x2, w)
+        # An attribute, not a saved tensor: the buffer changes in place between this forward and its backward (other
+        # microbatches' backward passes), which saved tensors' version checks would refuse.
+        ctx.main_grad, ctx.in_gemm, ctx.x_shape, ctx.x_dtype = main_grad, in_gemm, x.shape, x.dtype
+        return out.view(*x.shape[:-1], -1)
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor, None, None, None]:
+        x2, w = ctx.saved_tensors
+        g2 = grad_out.reshape(-1, grad_out.shape[-1]).to(w.dtype)  # (tokens, out_dim)
+        accumulate_(ctx.main_grad, g2.t(), x2, ctx.in_gemm)  # (out_dim, in_dim)
+        grad_x = (g2 @ w).view(ctx.x_shape).to(ctx.x_dtype)  # (..., in_dim)
+        return grad_x, None, None, None
+
+
+class FusedGradLinear(nn.Linear):
+    """nn.Linear without bias whose backward, once fused (fuse_gradient_accumulation), adds the weight's gradient
+    into `weight.grad` (fp32, kept allocated). fp8's layer (fp8.Float8Linear) is one, with its own matmul."""
+
+    fused = False
+    in_gemm = False  # gemm_adds_into_fp32
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.fused:
+            return super().forward(x)
+        out: Tensor = _LinearAccumulating.apply(x, self.weight, main_grad(self.weight), self.in_gemm)  # type: ignore[no-untyped-call, unused-ignore]
+        return out
+
+
+def main_grad(weight: Tensor) -> Tensor:
+    """The weight's fp32 gradient buffer, which fuse_gradient_accumulation allocated."""
+    if weight.grad is None:
+        raise RuntimeError(
+            "gradient-accumulation fusion adds into each weight's .grad, which is gone: zero the gradients in place "
+            "(optimizer.zero_grad(set_to_none=False))"
+        )
+    return weight.grad
+
+
+def fuse_gradient_accumulation(model: nn.Module, device: torch.device) -> bool:
+    """Make every bias-free linear layer of the model (the blocks' and the head) add its weight gradient into its
+    `.grad`, allocated here (zeros, fp32). Returns whether the GEMM itself adds (gemm_adds_into_fp32): the chunked
+    loss (loss.py) accumulates the head's gradient that way too. Plain weights only: the trainer refuses TP."""
+    in_gemm = gemm_adds_into_fp32(device)
+    for name, module in model.named_modules():
+        if not isinstance(module, nn.Linear) or module.bias is not None:
+            continue
+        if type(module) is nn.Linear:
+            module.__class__ = FusedGradLinear
+        if not isinstance(module, FusedGradLinear):
+            raise ValueError(f"gradient-accumulation fusion does not know {name}'s layer, {type(module).__name__}")
+        module.fused, module.in_gemm = True, in_gemm
+        module.weight.grad = torch.zeros_like(module.weight)
+    return in_gemm
