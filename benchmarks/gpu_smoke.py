@@ -215,9 +215,9 @@ GPU_CHECKLIST = (
     "CUDA call, so gpuN in test ids is nvidia-smi's GPU N",
     "fp8: a layout whose tokens per microbatch are no multiple of 16 refused before any rank starts (fast "
     "accumulation's worth: benchmarks/pretrain_engine.py's all-fp8 against all-fp8-exact)",
-    "gradient-accumulation fusion's worth and its in-GEMM path: benchmarks/pretrain_engine.py --cases "
-    "all,all-grad-fusion,all-fp8,all-fp8-grad-fusion --profile all-grad-fusion (its line says 'by the GEMM'; no "
-    "fp32 copy kernel over the weights in its profile)",
+    "the engine's levers off by default: benchmarks/pretrain_engine.py --cases all,all-grad-fusion,"
+    "all-one-pass-loss,all-fp8,all-fp8-grad-fusion --profile all,all-grad-fusion,all-one-pass-loss (fusion's line "
+    "says 'by the GEMM', and its profile has no fp32 copy over the weights; the loss's kernels shorter)",
     "the memory-fit headroom (2 GiB + 10%): what the CUDA context, NCCL and the P2P checks' peer contexts hold on "
     "a node of several GPUs (nvidia-smi during the suites); the engine's estimate against its peak is printed above",
     "collective sweeps below 1 MiB (10 back-to-back calls per sample) against nccl-tests' all_reduce_perf rows of "

@@ -20,14 +20,16 @@ all cases see the same machine load; the figures are medians over rounds of each
     fused-adamw      the engine with only AdamW's fused kernel
     chunked-loss     the engine with only the chunked head + loss (loss.py)
     compile          the engine with only compiled blocks
-    all              the engine with every lever on
-    all-full-ac      every lever, every block recomputed in the backward pass
-    all-selective-ac every lever, each block's elementwise work recomputed (matmuls and attention kept)
-    all-fp8          every lever, fp8 matmuls in the blocks (a GPU of compute capability 8.9 or later, or the CPU)
+    all              the engine with its default levers on (compiled blocks and loss, chunked loss, fused AdamW)
+    all-full-ac      those, every block recomputed in the backward pass
+    all-selective-ac those, each block's elementwise work recomputed (matmuls and attention kept)
+    all-fp8          those, fp8 matmuls in the blocks (a GPU of compute capability 8.9 or later, or the CPU)
     all-fp8-exact    the same with the forward GEMMs' exact accumulation, not Hopper's fast one (what it buys)
-    all-grad-fusion  every lever, and each weight gradient added into its fp32 .grad by the backward pass, in the
-                     GEMM itself on CUDA (grad_accumulation.py; the case's line says which way it ran)
+    all-grad-fusion  those, and each weight gradient added into its fp32 .grad by the backward pass, in the GEMM
+                     itself on CUDA (grad_accumulation.py; the case's line says which way it ran)
     all-fp8-grad-fusion  the same in fp8
+    all-one-pass-loss    those, and the compiled loss's softmax gradient written in one pass
+                         (loss.softmax_grad_one_pass; the same as all with --eager)
 """
 
 from __future__ import annotations
@@ -99,6 +101,7 @@ ENGINE_CASES: dict[str, tuple[EngineOptions, str, str | None]] = {
     "all-fp8-exact": (ALL, "none", "fp8"),  # the same with the forward GEMM's exact accumulation (fp8.py)
     "all-grad-fusion": (dataclasses.replace(ALL, grad_accumulation_fusion=True), "none", None),
     "all-fp8-grad-fusion": (dataclasses.replace(ALL, grad_accumulation_fusion=True), "none", "fp8"),
+    "all-one-pass-loss": (dataclasses.replace(ALL, loss_grad_one_pass=True), "none", None),
 }
 CASES = ("plain", "plain-compile", *ENGINE_CASES)
 

@@ -1,10 +1,14 @@
 """The built-in engine's speed levers as pure functions, on the CPU: the chunked head + cross entropy against the
-textbook one, the fp8 matmul against the fp32 one, and gradient-accumulation fusion against autograd's own adding."""
+textbook one, the fp8 matmul against the fp32 one, gradient-accumulation fusion against autograd's own adding, and
+the one-pass softmax gradient against the in-place one."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
+import torch._dynamo
 import torch.nn.functional as F
 
 from pytest_gbvalidate.workloads.llama import fp8 as fp8_module
@@ -15,7 +19,7 @@ from pytest_gbvalidate.workloads.llama.grad_accumulation import (
     fuse_gradient_accumulation,
     gemm_adds_into_fp32,
 )
-from pytest_gbvalidate.workloads.llama.loss import linear_cross_entropy
+from pytest_gbvalidate.workloads.llama.loss import linear_cross_entropy, softmax_grad, softmax_grad_one_pass
 
 
 def textbook(h: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -174,3 +178,30 @@ def test_on_cuda_the_gemm_adds_into_fp32_without_rounding_to_bf16() -> None:
     accumulate_(total, a.bfloat16(), b.bfloat16(), True)
     rounded = start + (a.bfloat16() @ b.bfloat16()).float()
     assert (total - exact).abs().max() < (rounded - exact).abs().max()
+
+
+def test_the_one_pass_softmax_gradient_is_the_in_place_one_bit_for_bit() -> None:
+    torch.manual_seed(0)
+    logits, labels = torch.randn(24, 40).bfloat16(), torch.randint(0, 40, (24,))
+    want = softmax_grad(logits, labels, tokens=48)
+    got = softmax_grad_one_pass(logits, labels, tokens=48)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert got[1].dtype == torch.bfloat16
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+def test_compiled_the_one_pass_softmax_gradient_holds_no_fp32_copy_of_the_chunk() -> None:
+    """What the variant is for: Inductor writes its gradient in the pass that computes it, where softmax_grad's
+    index_put makes it write the whole fp32 softmax first (a (chunk, vocab) float32 buffer in the generated code)."""
+    from torch._inductor.utils import run_and_get_code
+
+    torch.manual_seed(0)
+    logits, labels = torch.randn(24, 40).bfloat16(), torch.randint(0, 40, (24,))
+    fp32_chunk = re.compile(r"empty_strided_\w+\(\(24, 40\), \(40, 1\), torch\.float32\)")
+    buffers = {}
+    for fn in (softmax_grad, softmax_grad_one_pass):
+        torch._dynamo.reset()
+        (_, grad), code = run_and_get_code(torch.compile(fn), logits, labels, 48)
+        buffers[fn.__name__] = len(fp32_chunk.findall("\n".join(code)))
+        torch.testing.assert_close(grad, softmax_grad(logits, labels, 48)[1], rtol=1e-2, atol=1e-6)
+    assert buffers == {"softmax_grad": 1, "softmax_grad_one_pass": 0}

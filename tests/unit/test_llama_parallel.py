@@ -20,8 +20,10 @@ from torch._dynamo.utils import counters
 from pytest_gbvalidate.bench.timing import MIN_TIMED_ITERATIONS
 from pytest_gbvalidate.ranks.gang import GangError, LocalGang, RankContext
 from pytest_gbvalidate.workloads.llama import layout_grid
+from pytest_gbvalidate.workloads.llama import train as train_module
 from pytest_gbvalidate.workloads.llama.config import LLAMA3_TINY
 from pytest_gbvalidate.workloads.llama.flops import Peak
+from pytest_gbvalidate.workloads.llama.loss import softmax_grad_one_pass
 from pytest_gbvalidate.workloads.llama.model import Transformer, build
 from pytest_gbvalidate.workloads.llama.parallel import Layout
 from pytest_gbvalidate.workloads.llama.parallelize import context_parallel_positions, keep_stage
@@ -182,6 +184,24 @@ def test_compiled_blocks_add_their_gradients_in_place_in_every_recomputation_mod
     trainer = Trainer(request(options, activation_checkpointing=mode), torch.device("cpu"), None)
     assert losses_of(trainer) == pytest.approx(single_rank_losses, rel=1e-4)
     assert sum(counters["graph_break"].values()) == breaks, dict(counters["graph_break"])
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf:UserWarning")
+def test_a_compiled_run_with_the_one_pass_loss_gradient_trains_to_the_eager_loss(
+    single_rank_losses: list[float], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    traced: list[int] = []
+
+    def one_pass(logits: torch.Tensor, labels: torch.Tensor, tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+        traced.append(tokens)  # once for each graph dynamo makes of it
+        return softmax_grad_one_pass(logits, labels, tokens)
+
+    monkeypatch.setattr(train_module, "softmax_grad_one_pass", one_pass)
+    options = EngineOptions(compile=True, compile_backend="aot_eager", loss_grad_one_pass=True)
+    trainer = Trainer(request(options), torch.device("cpu"), None)
+    assert losses_of(trainer) == pytest.approx(single_rank_losses, rel=1e-4)
+    assert traced
 
 
 # Seen on torch 2.9.0 only: a compiled context-parallel run's weights stay referenced after the trainer is gone,

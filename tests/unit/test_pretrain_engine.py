@@ -13,7 +13,16 @@ from tests.helpers.scripts import script
 
 def test_the_benchmark_prints_each_case_side_by_side(capsys: pytest.CaptureFixture[str]) -> None:
     module = script("pretrain_engine")
-    cases = ["plain", "off", "fused-adamw", "chunked-loss", "all-selective-ac", "all-grad-fusion", "all-fp8"]
+    cases = [
+        "plain",
+        "off",
+        "fused-adamw",
+        "chunked-loss",
+        "all-selective-ac",
+        "all-grad-fusion",
+        "all-one-pass-loss",
+        "all-fp8",
+    ]
     module.main(
         [
             "--shape",

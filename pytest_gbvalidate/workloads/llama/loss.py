@@ -26,11 +26,29 @@ def softmax_grad(logits: Tensor, labels: Tensor, tokens: int) -> tuple[Tensor, T
     (chunk,). Elementwise passes over the chunk in eager mode; the engine compiles it with its blocks
     (EngineOptions.compile), which fuses them."""
     x = logits.float()  # (chunk, vocab); the same tensor when the logits are fp32
-    lse = torch.logsumexp(x, dim=-1)  # (chunk,)
-    loss = (lse - x.gather(1, labels[:, None]).squeeze(1)).sum()
+    lse, loss = _logsumexp_and_loss(x, labels)
     grad = x.sub_(lse[:, None]).exp_()  # softmax, in place of the fp32 logits
     grad[torch.arange(labels.numel(), device=labels.device), labels] -= 1.0
     return loss, grad.div_(tokens).to(logits.dtype)
+
+
+def softmax_grad_one_pass(logits: Tensor, labels: Tensor, tokens: int) -> tuple[Tensor, Tensor]:
+    """softmax_grad written for compiling (EngineOptions.loss_grad_one_pass): the label's one is taken off where a
+    column's index equals the label, not by indexing. Compiled, the gradient is written by the pass that computes
+    it; softmax_grad's index_put makes Inductor write the whole fp32 softmax first and read it back (its generated
+    code: an fp32 (chunk, vocab) buffer more, 8 bytes a logit). Eager, this holds more temporaries than
+    softmax_grad's in-place steps: the engine runs it compiled only."""
+    x = logits.float()  # (chunk, vocab)
+    lse, loss = _logsumexp_and_loss(x, labels)
+    is_label = torch.arange(x.shape[1], device=x.device)[None, :] == labels[:, None]  # (chunk, vocab)
+    grad = ((x - lse[:, None]).exp() - is_label.float()) / tokens
+    return loss, grad.to(logits.dtype)
+
+
+def _logsumexp_and_loss(x: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
+    """x (chunk, vocab) fp32 logits -> (their logsumexp (chunk,), the chunk's summed cross entropy)."""
+    lse = torch.logsumexp(x, dim=-1)  # (chunk,)
+    return lse, (lse - x.gather(1, labels[:, None]).squeeze(1)).sum()
 
 
 SoftmaxGrad = Callable[[Tensor, Tensor, int], tuple[Tensor, Tensor]]

@@ -25,6 +25,9 @@ class EngineOptions:
     # Each weight gradient added into its fp32 .grad by the backward pass itself, in the GEMM where the device can
     # (grad_accumulation.py); off until measured to pay. Not with TP or PP (train.py says why).
     grad_accumulation_fusion: bool = False
+    # The compiled loss's softmax gradient written in one pass (loss.softmax_grad_one_pass); off until measured to
+    # pay. Compiled runs only: eager, the loss keeps softmax_grad's in-place steps.
+    loss_grad_one_pass: bool = False
 
 
 @dataclass(frozen=True)

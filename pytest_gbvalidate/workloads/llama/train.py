@@ -25,7 +25,7 @@ from pytest_gbvalidate.bench.timing import Stopwatch, time_op_s
 from pytest_gbvalidate.ranks.gang import RankContext
 from pytest_gbvalidate.workloads.llama.data import SyntheticTokens
 from pytest_gbvalidate.workloads.llama.grad_accumulation import fuse_gradient_accumulation, main_grad
-from pytest_gbvalidate.workloads.llama.loss import linear_cross_entropy, softmax_grad
+from pytest_gbvalidate.workloads.llama.loss import linear_cross_entropy, softmax_grad, softmax_grad_one_pass
 from pytest_gbvalidate.workloads.llama.model import call_block, loss_fn
 from pytest_gbvalidate.workloads.llama.parallel import LayoutError, validate
 from pytest_gbvalidate.workloads.llama.parallelize import (
@@ -87,9 +87,12 @@ class Trainer:
             head = self.model.output
             self.model.head_in_loss = True
             # Compiled with the blocks: one fused pass or two over each chunk's logits instead of several.
-            chunk_grad = (
-                torch.compile(softmax_grad, backend=options.compile_backend) if options.compile else softmax_grad
-            )
+            chunk_grad = softmax_grad
+            if options.compile:
+                one_pass = options.loss_grad_one_pass  # a variant for compiling only
+                chunk_grad = torch.compile(
+                    softmax_grad_one_pass if one_pass else softmax_grad, backend=options.compile_backend
+                )
             fused_grads = self.fused_grads
 
             # A closure over the head, not over self: the trainer -> loss function -> head, no cycle.
