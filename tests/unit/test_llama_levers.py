@@ -156,12 +156,34 @@ def test_a_fused_layer_whose_grad_was_dropped_says_how_to_keep_it() -> None:
         fused(torch.randn(2, 8))
 
 
-def test_fusion_refuses_a_linear_layer_it_does_not_know() -> None:
-    class Other(torch.nn.Linear):
-        pass
+def test_a_fused_embedding_adds_its_rows_into_grad_as_autograd_would() -> None:
+    torch.manual_seed(0)
+    reference = torch.nn.Embedding(50, 16)
+    fused = torch.nn.Embedding(50, 16)
+    fused.weight.data.copy_(reference.weight.data)
+    fuse_gradient_accumulation(fused, torch.device("cpu"))
+    buffer = fused.weight.grad
+    for _ in range(2):
+        ids = torch.randint(0, 50, (2, 30))  # repeated ids among them
+        grad_out = torch.randn(2, 30, 16)
+        reference(ids).backward(grad_out)
+        fused(ids).backward(grad_out)
+    assert fused.weight.grad is buffer
+    torch.testing.assert_close(buffer, reference.weight.grad, rtol=1e-6, atol=1e-6)
 
-    model = torch.nn.Sequential(torch.nn.Linear(8, 8, bias=False), Other(8, 4, bias=False))
-    with pytest.raises(ValueError, match="gradient-accumulation fusion does not know 1's layer, Other"):
+
+@pytest.mark.parametrize(
+    ("layer", "name"),
+    [
+        (type("Other", (torch.nn.Linear,), {})(8, 4, bias=False), "Other(in_features=8"),
+        (torch.nn.Linear(8, 4), "Linear(in_features=8, out_features=4, bias=True)"),
+        (torch.nn.Embedding(10, 8, padding_idx=0), "Embedding(10, 8, padding_idx=0)"),
+    ],
+    ids=["a subclass", "a bias", "a padding index"],
+)
+def test_fusion_refuses_a_layer_it_does_not_know(layer: torch.nn.Module, name: str) -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8, bias=False), layer)
+    with pytest.raises(ValueError, match=re.escape(f"gradient-accumulation fusion does not know 1's layer: {name}")):
         fuse_gradient_accumulation(model, torch.device("cpu"))
 
 

@@ -10,8 +10,9 @@ CPU's kernels lack that form, as do older torch releases on CUDA) the bf16 produ
 (2 + 2 + 4 + 4), which rounds exactly as autograd's way does.
 
 It covers the plain (not tensor-parallel) linear layers of the transformer blocks, in every precision (fp8's
-through its own matmul, fp8.py), and the output head, in the chunked loss (loss.py) or as a layer. The trainer
-refuses it with TP or PP (train.py says why).
+through its own matmul, fp8.py), the output head, in the chunked loss (loss.py) or as a layer, and the input
+embedding, whose backward adds the tokens' rows into `.grad` rather than filling a whole (vocab, dim) gradient with
+zeros for autograd to add. The trainer refuses it with TP or PP (train.py says why).
 
 Shapes: tokens = bs * seq, in_dim and out_dim the layer's.
 """
@@ -93,6 +94,45 @@ class FusedGradLinear(nn.Linear):
         return out
 
 
+class _EmbeddingAccumulating(torch.autograd.Function):
+    """weight[ids]; its backward adds each token's gradient into main_grad's row for it (index_add_), where
+    autograd's would fill a new (vocab, dim) gradient with zeros, add the rows into it and then add it whole to
+    `.grad`: two passes over the whole table a microbatch for the few rows the tokens touch."""
+
+    @staticmethod
+    def forward(ctx: Any, ids: Tensor, weight: Tensor, main_grad: Tensor) -> Tensor:
+        ctx.save_for_backward(ids)
+        ctx.main_grad = main_grad  # an attribute, as _LinearAccumulating's
+        return F.embedding(ids, weight)  # (..., dim)
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[None, None, None]:
+        (ids,) = ctx.saved_tensors
+        rows = grad_out.reshape(-1, grad_out.shape[-1]).to(ctx.main_grad.dtype)  # (tokens, dim)
+        ctx.main_grad.index_add_(0, ids.reshape(-1), rows)
+        return None, None, None
+
+
+class FusedGradEmbedding(nn.Embedding):
+    """nn.Embedding whose backward, once fused, adds its gradient's rows into `weight.grad`."""
+
+    fused = False
+
+    def forward(self, ids: Tensor) -> Tensor:
+        if not self.fused:
+            return super().forward(ids)
+        out: Tensor = _EmbeddingAccumulating.apply(ids, self.weight, main_grad(self.weight))  # type: ignore[no-untyped-call, unused-ignore]
+        return out
+
+
+def _plain(layer: nn.Linear | nn.Embedding) -> bool:
+    """A layer whose whole gradient is its weight's, dense: no bias; no padding index, norm limit, sparse or
+    frequency-scaled gradient."""
+    if isinstance(layer, nn.Linear):
+        return layer.bias is None
+    return layer.padding_idx is None and layer.max_norm is None and not layer.sparse and not layer.scale_grad_by_freq
+
+
 def main_grad(weight: Tensor) -> Tensor:
     """The weight's fp32 gradient buffer, which fuse_gradient_accumulation allocated."""
     if weight.grad is None:
@@ -104,17 +144,21 @@ def main_grad(weight: Tensor) -> Tensor:
 
 
 def fuse_gradient_accumulation(model: nn.Module, device: torch.device) -> bool:
-    """Make every bias-free linear layer of the model (the blocks' and the head) add its weight gradient into its
-    `.grad`, allocated here (zeros, fp32). Returns whether the GEMM itself adds (gemm_adds_into_fp32): the chunked
-    loss (loss.py) accumulates the head's gradient that way too. Plain weights only: the trainer refuses TP."""
+    """Make every bias-free linear layer of the model (the blocks' and the head) and its embedding add their weight
+    gradients into their `.grad`, allocated here (zeros, fp32). Returns whether the GEMM itself adds
+    (gemm_adds_into_fp32): the chunked loss (loss.py) accumulates the head's gradient that way too. Plain weights
+    only: the trainer refuses TP."""
     in_gemm = gemm_adds_into_fp32(device)
     for name, module in model.named_modules():
-        if not isinstance(module, nn.Linear) or module.bias is not None:
+        if not isinstance(module, nn.Linear | nn.Embedding):
             continue
-        if type(module) is nn.Linear:
-            module.__class__ = FusedGradLinear
-        if not isinstance(module, FusedGradLinear):
-            raise ValueError(f"gradient-accumulation fusion does not know {name}'s layer, {type(module).__name__}")
-        module.fused, module.in_gemm = True, in_gemm
+        fused_class = {nn.Linear: FusedGradLinear, nn.Embedding: FusedGradEmbedding}.get(type(module), type(module))
+        if not issubclass(fused_class, FusedGradLinear | FusedGradEmbedding) or not _plain(module):
+            raise ValueError(f"gradient-accumulation fusion does not know {name}'s layer: {module}")
+        module.__class__ = fused_class
+        assert isinstance(module, FusedGradLinear | FusedGradEmbedding)
+        module.fused = True
+        if isinstance(module, FusedGradLinear):
+            module.in_gemm = in_gemm
         module.weight.grad = torch.zeros_like(module.weight)
     return in_gemm
