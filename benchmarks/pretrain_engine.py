@@ -3,7 +3,7 @@ side in one run, on the device present (CUDA if there is one, else the CPU): the
 included), step time, tokens/s, MFU, peak memory and the engine's own memory estimate for the case, and the loss
 after the last step. A line per case goes to stderr as it ends; the table, to stdout, at the end.
 
-    python benchmarks/pretrain_engine.py [--shape h100|gb200-stage|small|tiny] [--rounds 1] [--steps 3+10]
+    python benchmarks/pretrain_engine.py [--shape h100|gb200-stage|small|tiny] [--layers N] [--rounds 1] [--steps 3+10]
                                          [--peak-tflops 989] [--cases plain,off,...] [--eager]
                                          [--profile all,...]
 
@@ -260,6 +260,7 @@ def run_case(
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--shape", choices=sorted(SHAPES), default=None)
+    parser.add_argument("--layers", type=int, help="the shape with this many transformer blocks")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--steps", default="3+10", help="warm-up + timed steps per case")
     parser.add_argument("--peak-tflops", type=float, default=None, help="the device's dense peak, for MFU")
@@ -269,6 +270,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     shape = SHAPES[args.shape or ("h100" if device.type == "cuda" else "small")]
+    if args.layers is not None:
+        if args.layers < 1:
+            parser.error(f"--layers takes a positive number of blocks, not {args.layers}")
+        # More blocks beside the same embedding, head and loss: what their share of a step does with depth.
+        shape = dataclasses.replace(shape, cfg=dataclasses.replace(shape.cfg, n_layers=args.layers))
     warmup, timed = (int(x) for x in args.steps.split("+"))
     cases = [c for c in args.cases.split(",") if c]
     unknown = sorted(set(cases) - set(CASES))

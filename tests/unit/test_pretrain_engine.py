@@ -73,3 +73,14 @@ def test_the_benchmark_profiles_only_engine_cases(capsys: pytest.CaptureFixture[
         script("pretrain_engine").main(["--shape", "tiny", "--cases", "off", "--profile", "plain,bogus", "--eager"])
     assert raised.value.code == 2
     assert "--profile takes engine cases, not bogus, plain; engine cases: off, " in capsys.readouterr().err
+
+
+def test_the_benchmark_takes_a_shape_with_more_or_fewer_blocks(capsys: pytest.CaptureFixture[str]) -> None:
+    module = script("pretrain_engine")
+    module.main(["--shape", "tiny", "--layers", "2", "--cases", "off", "--eager", "--steps", "1+10"])
+    out = capsys.readouterr().out
+    assert out.startswith("llama3_tiny (2 layers, dim 64, vocab 512, seq 64), MBS 2, GBS 4, fp32, on CPU"), out
+    with pytest.raises(SystemExit) as raised:
+        module.main(["--shape", "tiny", "--layers", "0", "--cases", "off", "--eager"])
+    assert raised.value.code == 2
+    assert "--layers takes a positive number of blocks, not 0" in capsys.readouterr().err
