@@ -59,6 +59,12 @@ def printable(text: str) -> str:
     return text if text.isascii() and text.isprintable() else ascii(text)[1:-1]
 
 
+def printable_exactly(text: str) -> str:
+    """`text` as printable() shows it, every backslash escaped too (`\\\\`): two texts are never shown alike, where
+    printable() shows the name `né` and the name `n\\xe9` alike. For names that are counted as they are shown."""
+    return printable(text) if "\\" not in text else ascii(text)[1:-1]
+
+
 def text_safe(text: str) -> str:
     """`text` as any UTF-8 file can hold it: unchanged, except lone surrogates (bytes that were not UTF-8, as the OS
     hands over a hostname, a file name or an environment variable) become `\\xff` escapes of the bytes they stood

@@ -360,7 +360,8 @@ def family_z(values: int, figures: int, *, apart: bool = False) -> float:
 def margin_pct(*noises: Noise | None) -> float:
     """How far apart (in percent) figures with these noises may be by chance: NOISE_K times their combined spread
     (figures without a known noise add none)."""
-    return NOISE_K * math.sqrt(sum(n.spread_pct**2 for n in noises if n is not None))
+    # hypot, not the root of the squares' sum: a report's spread of 1e200 must not overflow.
+    return NOISE_K * math.hypot(*(n.spread_pct for n in noises if n is not None))
 
 
 def beyond(value: float, reference: float, margin_pct: float) -> bool:

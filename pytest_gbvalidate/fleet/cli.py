@@ -9,10 +9,12 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from pytest_gbvalidate.files import atomic_write_text, clashes, unwritable
+from pytest_gbvalidate.files import atomic_write_text, clashes, same_file, unwritable
 from pytest_gbvalidate.fleet import junit, render, stats
 from pytest_gbvalidate.fleet.history import DEFAULT_FAILED, DEFAULT_OF
+from pytest_gbvalidate.fleet.plots import PLOT_NAME
 from pytest_gbvalidate.fleet.summary import Summary, summarize
+from pytest_gbvalidate.labels import printable_exactly
 
 PROG = "python -m pytest_gbvalidate.fleet"
 OUT_FILES = ("summary.md", "nodes.csv", "metrics.csv", "fleet.xml")  # in --out; plots/ beside them
@@ -38,13 +40,17 @@ their noise. Needs at least {stats.MIN_NODES} nodes with a finished report. Pass
 off.
 
 Reports: one per hostname counts, the latest by start_time (earlier ones are listed as superseded). Reports of
-another SKU than the fleet's (--sku, else the most common) are listed and left out. A corrupt report (not JSON,
-not an object, another schema) or a partial one (status running or interrupted) is listed with the reason.
-Multi-node runs (gang.nodes > 1) are summarised apart, with their weak scaling against single-node runs.
+another SKU than the fleet's (--sku, else the most common) are listed and left out of the statistics. A corrupt
+report (not JSON, not an object, another schema, a field its writer never writes so) or a partial one (status
+running or interrupted) is listed with the reason. A report in which no check ran (--collect-only, every test
+skipped) or pytest failed by itself gives no verdict: listed, not drained. Multi-node runs (gang.nodes > 1) are
+summarised apart, with their weak scaling against single-node runs. Every text from a report is shown escaped.
 
-Exit status: 0 when every node passes and none is an outlier; 1 when a node fails, is an outlier or has a
-partial report, a report is corrupt, a multi-node run fails or is partial, or no report of the fleet's SKU is
-given (another SKU's and superseded reports do not count); 2 on a usage error.
+Exit status: 0 when there is nothing to drain and every report gave a verdict; 1 when a node fails, is an outlier,
+is found at fault by a multi-node run, ran less than its peers, has a partial report or gave no verdict, a report
+is corrupt, another SKU's report did not pass its own checks, a multi-node run did not pass, or no report of the
+fleet's SKU is given (superseded reports do not count); 2 on a usage error (a report path that does not exist, an
+output that would replace a report).
 """
 
 
@@ -57,9 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
         description=SUMMARY_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    summary.add_argument("reports", nargs="+", type=Path, metavar="REPORT.json", help="the nodes' JSON reports")
-    summary.add_argument("--out", required=True, type=Path, metavar="DIR", help="where the files go (created)")
-    summary.add_argument("--sku", help="the fleet's SKU (default: the most common among the reports)")
+    summary.add_argument("reports", nargs="+", type=_path, metavar="REPORT.json", help="the nodes' JSON reports")
+    summary.add_argument("--out", required=True, type=_path, metavar="DIR", help="where the files go (created)")
+    summary.add_argument("--sku", type=_sku, help="the fleet's SKU (default: the most common among the reports)")
     summary.add_argument(
         "--mad-k",
         type=_not_negative,
@@ -90,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     summary.add_argument(
         "--history",
-        type=Path,
+        type=_path,
         metavar="DIR",
         help="also name the fleet's nodes that fail again and again in this --gb-history root (see `offenders`)",
     )
@@ -101,8 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
         description=HISTORY_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    node.add_argument("directory", type=Path, metavar="DIR/HOSTNAME", help="the node's directory in --gb-history")
-    node.add_argument("--plots", type=Path, metavar="OUT", help="also draw OUT/<metric>.png, one per metric (created)")
+    node.add_argument("directory", type=_path, metavar="DIR/HOSTNAME", help="the node's directory in --gb-history")
+    node.add_argument("--plots", type=_path, metavar="OUT", help="also draw OUT/<metric>.png, one per metric (created)")
     node.add_argument("--all", action="store_true", help="also the measurements no baseline gates (sweep sizes)")
     offenders = commands.add_parser(
         "offenders",
@@ -110,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
         description=OFFENDERS_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    offenders.add_argument("root", type=Path, metavar="DIR", help="the history's root: DIR/<hostname>/ per node")
+    offenders.add_argument("root", type=_path, metavar="DIR", help="the history's root: DIR/<hostname>/ per node")
     add_repeat_options(offenders)
     return parser
 
@@ -154,6 +160,18 @@ Exit status: 0 when no node is named; 1 when one is; 2 on a usage error.
 """
 
 
+def _path(text: str) -> Path:
+    if not text:  # Path("") is the current directory: an empty variable in a script must not write there
+        raise argparse.ArgumentTypeError("an empty path")
+    return Path(text)
+
+
+def _sku(text: str) -> str:
+    if not (text and text.isascii() and text.isprintable()):
+        raise argparse.ArgumentTypeError(f"{text[:40]!a}: a SKU's name is printable ASCII, e.g. ND_GB200_v6")
+    return text
+
+
 def _count(text: str) -> int:
     if not (text.isdecimal() and len(text) <= 6 and int(text) >= 1):
         raise argparse.ArgumentTypeError(f"{text[:40]!a}: a whole number from 1 to 999999")
@@ -187,15 +205,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     out: Path = args.out
     if out.exists() and not out.is_dir():
         parser.error(f"--out {out}: not a directory")
+    missing = [str(path) for path in args.reports if not path.exists()]
+    if missing:  # a mistyped path, or a shell pattern that matched nothing: no node's report, nothing to judge
+        parser.error(f"no such report: {', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}")
     # Every file it will write is checked before anything is read: none replaces what is not a regular file, or
     # one of the reports it reads.
     outputs = {f"--out's {name}": out / name for name in OUT_FILES}
     refused = [f"{path}: {why}" for path in outputs.values() if (why := unwritable(path)) is not None]
     refused += clashes(outputs, {f"the report {path}": path for path in args.reports})
+    if args.plots:  # plots/fleet.png, fleet-2.png, ...: as many pages as the metrics need, none of them a report
+        plots = out / "plots"
+        refused += [
+            f"--plots: the report {path} is in {plots}, where the plots go: an output must be a file of its own"
+            for path in args.reports
+            if same_file(path.parent, plots) and PLOT_NAME.fullmatch(path.name)
+        ]
     if refused:
         parser.error("; ".join(refused))
     if args.history is not None and not args.history.is_dir():
         parser.error(f"--history {args.history}: not a directory (the root of a --gb-history)")
+    if args.history is not None and args.failed > args.of:
+        parser.error(f"--failed {args.failed} is more than --of {args.of}: no node could fail that often")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        parser.error(f"--out {out}: cannot create it: {exc.strerror or exc}")
     summary = summarize(args.reports, args.sku, args.mad_k, args.below_median_pct, args.noise_floor_pct)
     try:
         lines = write(summary, out, plots=args.plots)
@@ -217,7 +251,7 @@ def fleet_offenders(parser: argparse.ArgumentParser, summary: Summary, root: Pat
     except HistoryError as exc:
         parser.error(str(exc))
     hostnames = {n.hostname for n in summary.nodes}
-    ours = [o for o in found if o.hostname in hostnames]
+    ours = [o for o in found if printable_exactly(o.hostname) in hostnames]  # a directory's name against a report's
     return ["repeat offenders among this fleet's nodes:", *render_offenders(root, ours, len(hostnames), failed, of)]
 
 

@@ -14,7 +14,6 @@ import shlex
 from dataclasses import dataclass
 
 from pytest_gbvalidate.fleet.summary import Node, Summary
-from pytest_gbvalidate.labels import printable
 from pytest_gbvalidate.service import kubernetes_node_name, label_value_problem, slurm_node_name
 
 # The taint's and the label's key: one key, so that removing it (`kubectl label nodes N gbvalidate/fault-`,
@@ -93,4 +92,4 @@ def kubectl_notes(summary: Summary) -> list[str]:
             notes.append(f"{node.host}: {NOT_CORDONED}")
         elif (problem := label_value_problem(node.category)) is not None:
             notes.append(f"{node.host}: cordon only: its fault category {problem}, so it is no label or taint value")
-    return [printable(note) for note in notes]
+    return notes  # the hosts and categories are escaped as the reports were read

@@ -16,7 +16,6 @@ from pytest_gbvalidate import noise
 from pytest_gbvalidate.fleet import stats
 from pytest_gbvalidate.fleet.reports import Report
 from pytest_gbvalidate.fleet.text import one_line
-from pytest_gbvalidate.labels import printable
 
 
 @dataclass(frozen=True)
@@ -124,7 +123,7 @@ def suspects(runs: Sequence[Report]) -> list[Suspect]:
             category = fault.get("category") if isinstance(fault, dict) else None
             found.append(
                 Suspect(
-                    printable(record["host"]),
+                    record["host"],
                     str(record.get("test_id")),
                     str(record.get("why")),
                     _text(category),

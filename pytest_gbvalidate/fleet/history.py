@@ -25,7 +25,7 @@ from pytest_gbvalidate.fleet.findings import MetricKey, failed_checks, metric_ke
 from pytest_gbvalidate.fleet.markup import columns, num
 from pytest_gbvalidate.fleet.reports import NotMerged, Report, natural_key, read
 from pytest_gbvalidate.fleet.stats import is_number
-from pytest_gbvalidate.labels import parse_size_label, printable
+from pytest_gbvalidate.labels import parse_size_label, printable_exactly
 from pytest_gbvalidate.report import history as kept
 from pytest_gbvalidate.report.records import MeasurementRecord
 
@@ -94,8 +94,8 @@ def read_history(directory: Path) -> NodeHistory:
         report = read(entry.path, order)
         if isinstance(report, NotMerged):
             left_out.append(report)
-        elif report.data["node"]["hostname"] != hostname:
-            reason = f"the report of node '{report.hostname}', not of '{printable(hostname)}'"
+        elif report.hostname != printable_exactly(hostname):  # the report's texts are escaped as read
+            reason = f"the report of node '{report.hostname}', not of '{printable_exactly(hostname)}'"
             left_out.append(NotMerged(entry.path, OTHER_NODE, reason, report.hostname))
         elif not report.finished:
             left_out.append(NotMerged(entry.path, PARTIAL, f"status {report.status}: left out", report.hostname))
@@ -165,7 +165,7 @@ MOVED_MOST = 5
 def render(history: NodeHistory, everything: bool = False) -> list[str]:
     """The terminal text: a headline and the gated figures that moved most in the latest run, then per gated
     measurement a table of its runs (with `everything`, every measurement's), then the reports left out."""
-    shown = printable(history.hostname)
+    shown = printable_exactly(history.hostname)
     lines = [f"node {shown}: {len(history.runs)} finished run(s) in {history.directory}"]
     gated = [t for t in history.trends if any(p.verdict in GATED for p in t.points)]
     moved = sorted(
@@ -175,23 +175,19 @@ def render(history: NodeHistory, everything: bool = False) -> list[str]:
     if moved:
         lines.append(
             "moved most in the latest run, from their median: "
-            + ", ".join(f"{printable(label)} {_signed(pct)}" for _, label, pct in moved)
+            + ", ".join(f"{label} {_signed(pct)}" for _, label, pct in moved)
         )
     hidden = len(history.trends) - len(gated)
     if hidden and not everything:
         lines.append(f"{hidden} measurement(s) no baseline gates not shown (--all shows them)")
     for trend in history.trends if everything else gated:
         measured = sum(p.value is not None for p in trend.points)
-        about = (
-            f"{printable(trend.unit)}, {trend.direction} is better; median {num(trend.median)} over {measured} run(s)"
-        )
-        lines += ["", f"{printable(trend.key.label)}  {about}"]
+        about = f"{trend.unit}, {trend.direction} is better; median {num(trend.median)} over {measured} run(s)"
+        lines += ["", f"{trend.key.label}  {about}"]
         rows = [["time", "value", "verdict", "vs previous", "vs median"]]
         for point, (vs_previous, vs_median) in zip(trend.points, trend.deltas(), strict=True):
             when = point.start.astimezone(dt.timezone.utc).isoformat(timespec="seconds")
-            rows.append(
-                [when, printable(point.shown), printable(point.verdict), _signed(vs_previous), _signed(vs_median)]
-            )
+            rows.append([when, point.shown, point.verdict, _signed(vs_previous), _signed(vs_median)])
         lines += ["  " + line for line in columns(rows)]
     if history.left_out:
         lines += ["", "reports left out:"]
@@ -224,8 +220,8 @@ class Offender:
         found = ", ".join(f"{category} {n}" for category, n in self.categories.items()) or "no category"
         when = self.last_failed.astimezone(dt.timezone.utc).isoformat(timespec="seconds")
         return (
-            f"{printable(self.hostname)}: failed {self.failed} of its last {self.runs} runs (the latest at {when}): "
-            f"{found}"
+            f"{printable_exactly(self.hostname)}: failed {self.failed} of its last {self.runs} runs "
+            f"(the latest at {when}): {found}"
         )
 
 

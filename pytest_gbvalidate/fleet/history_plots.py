@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from pytest_gbvalidate.files import atomic_write_bytes
 from pytest_gbvalidate.fleet.history import NodeHistory, Trend
-from pytest_gbvalidate.labels import printable
+from pytest_gbvalidate.labels import printable_exactly
 from pytest_gbvalidate.report.records import FAIL
 
 if TYPE_CHECKING:
@@ -42,10 +42,11 @@ def plot_history(history: NodeHistory, directory: Path) -> tuple[list[Path], str
     notes, paths = [], []
     for metric, trends in by_metric.items():
         if not _FILE_NAME.fullmatch(metric):
-            notes.append(f"'{printable(metric)}' not plotted: its name cannot name a file")
+            notes.append(f"'{metric}' not plotted: its name cannot name a file")
             continue
-        # One font, the one matplotlib ships (no fallback chain to search), and no hinting: less time per text.
-        with matplotlib.rc_context({"font.family": ["DejaVu Sans"], "text.hinting": "none"}):
+        # One font, the one matplotlib ships (no fallback chain to search), and no hinting: less time per text. No
+        # mathtext: a report's `$\\x$` in a name is text, not a formula that fails to parse.
+        with matplotlib.rc_context({"font.family": ["DejaVu Sans"], "text.hinting": "none", "text.parse_math": False}):
             figure = _figure(history.hostname, metric, trends)
             FigureCanvasAgg(figure)
             png = io.BytesIO()
@@ -67,7 +68,7 @@ def _figure(hostname: str, metric: str, trends: Sequence[Trend]) -> Figure:
     for trend in trends:
         # Days since 1970: matplotlib's date numbers (its default epoch since 3.3), shown as dates by xaxis_date().
         points = [(p.start.timestamp() / 86400, p.value, p.verdict) for p in trend.points if p.value is not None]
-        label = ", ".join(printable(part) for part in (trend.key.scope, trend.key.placement, trend.key.tool) if part)
+        label = ", ".join(part for part in (trend.key.scope, trend.key.placement, trend.key.tool) if part)
         ax.plot([x for x, _, _ in points], [y for _, y, _ in points], marker="o", markersize=3, label=label)
         failed = [(x, y) for x, y, verdict in points if verdict == FAIL]
         ax.scatter([x for x, _ in failed], [y for _, y in failed], marker="x", color="red", zorder=3)
@@ -75,9 +76,9 @@ def _figure(hostname: str, metric: str, trends: Sequence[Trend]) -> Figure:
     ax.xaxis_date()
     for value in sorted(expected):
         ax.axhline(value, color="tab:green", linestyle="dashed", linewidth=0.8)
-    units = sorted({printable(t.unit) for t in trends})
+    units = sorted({t.unit for t in trends})
     direction = trends[0].direction
-    ax.set_title(f"{printable(hostname)}: {printable(metric)} ({', '.join(units)}; {direction} is better)", fontsize=9)
+    ax.set_title(f"{printable_exactly(hostname)}: {metric} ({', '.join(units)}; {direction} is better)", fontsize=9)
     ax.set_ylabel(", ".join(units), fontsize=8)
     ax.tick_params(labelsize=7)
     if len(trends) <= LEGEND_MAX:

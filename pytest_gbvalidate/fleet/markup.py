@@ -12,8 +12,10 @@ from pytest_gbvalidate.fleet.text import one_line
 
 
 def md(text: str) -> str:
-    """One line, and a `|` that cannot end a table cell."""
-    return one_line(text).replace("|", "\\|")
+    """One line, a `|` that cannot end a table cell, and no HTML: a report's `<script>` is shown, not run, by
+    whatever renders the Markdown."""
+    html = one_line(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return html.replace("|", "\\|")
 
 
 def md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 BANDS_PER_PAGE = 40  # more metrics (a GPU node's per-GPU scopes) go on further pages: fleet-2.png, ...
+PLOT_NAME = re.compile(r"fleet(-[0-9]+)?\.png")  # every name a page may have: the command line keeps reports off them
 DPI = 120  # a 6-point label is 10 pixels high: read where the page shows the picture, without zooming
 BAND_HALF = 0.36  # of a band's height of 1, the rest is a gap
 BAND_IN = 0.3  # inches per band
@@ -54,8 +56,9 @@ def plot_fleet(summary: Summary, directory: Path) -> tuple[list[Path], str | Non
     paths = []
     for number, page in enumerate(pages, start=1):
         path = directory / ("fleet.png" if len(pages) == 1 else f"fleet-{number}.png")
-        # One font, the one matplotlib ships (no fallback chain to search), and no hinting: less time per text.
-        with matplotlib.rc_context({"font.family": ["DejaVu Sans"], "text.hinting": "none"}):
+        # One font, the one matplotlib ships (no fallback chain to search), and no hinting: less time per text. No
+        # mathtext: a report's `$\\x$` in a name is text, not a formula that fails to parse.
+        with matplotlib.rc_context({"font.family": ["DejaVu Sans"], "text.hinting": "none", "text.parse_math": False}):
             figure = _page(summary, hosts, page)
             FigureCanvasAgg(figure)
             png = io.BytesIO()

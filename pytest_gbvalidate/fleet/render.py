@@ -99,7 +99,7 @@ def _overview_md(summary: Summary) -> list[str]:
     kinds = Counter(r.kind for r in summary.not_merged)
     given = [f"{len(summary.nodes)} node(s)", f"{len(summary.multi_node)} multi-node run(s)"]
     given += [f"{count} {kind}" for kind, count in kinds.items()]
-    lines = [f"# Fleet summary: SKU {summary.sku}", "", f"**{md(headline(summary))}**", ""]
+    lines = [f"# Fleet summary: SKU {md(str(summary.sku))}", "", f"**{md(headline(summary))}**", ""]
     lines += [
         f"- reports given: {', '.join(given)}",
         f"- fleet SKU: {summary.sku} ({summary.sorted.sku_note})",

@@ -4,14 +4,15 @@ multi-node runs, and the reports that are not merged (corrupt, another SKU's, su
 Which report counts as what, in this order:
 
 1. corrupt: unreadable, not JSON, not a report of this `report_version` whose every field has its declared type
-   (report/records.py: the first field that does not is named), without `node.hostname`, or with a `start_time`
+   (report/records.py: the first field that does not is named), without `node.hostname`, with a `start_time`
    that cannot be read or lies in the future (report.history.in_future): the latest report counts, so such a
-   date would hide every later one. Such a node has not shown it is healthy: the summary fails (exit 1).
-
-Hostnames are shown escaped where they hold anything but printable ASCII (labels.printable).
+   date would hide every later one; or saying what its writer never does: a finished run without one of pytest's
+   exit statuses, a gang of no nodes or of more or fewer than its hosts. Such a node has not shown it is healthy:
+   the summary fails (exit 1).
 2. another SKU: its `sku.name` is not the fleet's (`--sku`, else the most common among the finished reports).
-   It is simply not part of this fleet: listed, no effect on the exit code. (A report without a SKU, from a run
-   stopped before it resolved one, is taken as the fleet's.)
+   It is not part of this fleet's statistics: listed; one that did not pass its own checks fails the summary
+   (exit 1: summarise its SKU with --sku), one that passed has no effect on it. (A report without a SKU, from a
+   run stopped before it resolved one, is taken as the fleet's.)
 3. multi-node run: `gang.nodes` > 1 (a torchrun / srun run over several nodes; absent means 1). A fleet-wide
    run, summarised apart from the per-node rows.
 4. superseded: an earlier report (by `start_time`; on a tie, the earlier on the command line) of a hostname
@@ -19,11 +20,16 @@ Hostnames are shown escaped where they hold anything but printable ASCII (labels
    on the exit code: the later report speaks for the node (its findings, such as pairwise suspects, too).
 5. the rest are the fleet's nodes. A node whose latest report is partial (`status` running or interrupted) is
    listed as partial: it has not shown it is healthy (exit 1), and its measurements stay out of the statistics.
+
+Every text a report holds is escaped as it is read (labels.printable_exactly: anything but printable ASCII, and
+every backslash), so nothing from a file reaches the terminal, Markdown, CSV or a drain command as more than text, and
+two hostnames that differ are never shown, or counted, as one.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -32,7 +38,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from pytest_gbvalidate.files import InputError, read_json
-from pytest_gbvalidate.labels import printable
+from pytest_gbvalidate.labels import printable, printable_exactly
 from pytest_gbvalidate.report import history, schema
 from pytest_gbvalidate.report.records import HostRecord, MeasurementRecord, RunReportRecord, TestRecord
 
@@ -40,6 +46,8 @@ FINISHED = "finished"
 PARTIAL_STATUSES = ("running", "interrupted")
 # pytest's exit statuses that are the run's own failure, not the node's: internal error, usage error, no tests.
 NO_VERDICT, NO_VERDICT_STATUSES = "no verdict", (3, 4, 5)
+# What a finished run's report may say (pytest.ExitCode: 2, interrupted, is written as the status `interrupted`).
+FINISHED_EXIT_STATUSES = (0, 1, 2, 3, 4, 5)
 CORRUPT, OTHER_SKU, SUPERSEDED = "corrupt", "other SKU", "superseded"
 
 
@@ -53,8 +61,8 @@ class Report:
 
     @property
     def hostname(self) -> str:
-        """As it may be shown: escaped where the file's holds anything but printable ASCII (labels.printable)."""
-        return printable(self.data["node"]["hostname"])
+        """As it may be shown: escaped as read (labels.printable_exactly), like every text of the report."""
+        return self.data["node"]["hostname"]
 
     @property
     def sku(self) -> str | None:
@@ -84,7 +92,7 @@ class Report:
     @property
     def hostnames(self) -> tuple[str, ...]:
         """The hostnames of a multi-node run's nodes, sorted: the rendezvous numbers the nodes anew each run."""
-        return tuple(sorted(printable(h["hostname"]) for h in self.hosts))
+        return tuple(sorted(h["hostname"] for h in self.hosts))
 
     @property
     def start_time(self) -> dt.datetime | None:
@@ -102,13 +110,18 @@ class Report:
     def verdict(self) -> str:
         """pass, fail (a failed test, or pytest's exit status 1: a run whose evidence was lost), partial (the run
         did not finish), or no verdict (NO_VERDICT: pytest's own failure without a failed test -- an internal or
-        usage error, nothing collected -- which says nothing of the node)."""
+        usage error, nothing collected -- or a run in which no check ran: only collected, or every test skipped;
+        neither says anything of the node)."""
         if not self.finished:
             return "partial"
-        if any(t.get("outcome") == "failed" for t in self.tests):
+        if any(t["outcome"] == "failed" for t in self.tests):
             return "fail"
-        status = self.data.get("exit_status")
-        return "pass" if status == 0 else NO_VERDICT if status in NO_VERDICT_STATUSES else "fail"
+        status = self.data["exit_status"]
+        if status in NO_VERDICT_STATUSES:
+            return NO_VERDICT
+        if status != 0:
+            return "fail"
+        return "pass" if any(t["outcome"] == "passed" for t in self.tests) else NO_VERDICT
 
 
 @dataclass(frozen=True)
@@ -120,11 +133,13 @@ class NotMerged:
     reason: str
     hostname: str | None
     sku: str | None = None
+    verdict: str | None = None  # a report that reads as one: its own (Report.verdict)
 
     @property
     def fails_fleet(self) -> bool:
-        """A corrupt report fails the summary; another SKU's or a superseded one does not."""
-        return self.kind == CORRUPT
+        """A corrupt report fails the summary, and so does another SKU's that did not pass its own checks (the
+        node's verdict stands, whatever fleet it is compared with); a superseded one does not."""
+        return self.kind == CORRUPT or (self.kind == OTHER_SKU and self.verdict != "pass")
 
 
 @dataclass(frozen=True)
@@ -146,12 +161,23 @@ def read(path: Path, order: int, now: dt.datetime | None = None) -> Report | Not
         return NotMerged(path, CORRUPT, f"not a JSON object but a {type(data).__name__}", None)
     node = data.get("node")
     hostname = node.get("hostname") if isinstance(node, dict) else None
-    hostname = printable(hostname) if isinstance(hostname, str) and hostname else None
+    hostname = printable_exactly(hostname) if isinstance(hostname, str) and hostname else None
     problem = _problem(data, hostname, now)
     if problem is not None:
         return NotMerged(path, CORRUPT, problem, hostname)
-    report = cast(RunReportRecord, data)  # checked against the records by _problem
+    report = cast(RunReportRecord, escaped(data))  # checked against the records by _problem
     return Report(path, report, order)
+
+
+def escaped(value: Any) -> Any:
+    """`value` (JSON) with every text in it, keys too, as it may be shown (labels.printable_exactly)."""
+    if isinstance(value, str):
+        return printable_exactly(value)
+    if isinstance(value, list):
+        return [escaped(v) for v in value]
+    if isinstance(value, dict):
+        return {printable_exactly(k): escaped(v) for k, v in value.items()}
+    return value
 
 
 def _problem(data: dict[str, Any], hostname: str | None, now: dt.datetime | None) -> str | None:
@@ -172,13 +198,22 @@ def _problem(data: dict[str, Any], hostname: str | None, now: dt.datetime | None
     now = now or dt.datetime.now(dt.timezone.utc)
     if history.in_future(start, now):
         return f"start_time {start.isoformat()} is in the future (now {now.isoformat(timespec='seconds')})"
+    status = data["exit_status"]
+    if data["status"] == FINISHED and status not in FINISHED_EXIT_STATUSES:
+        return f"exit_status {status!r} of a finished run: pytest's are {', '.join(map(str, FINISHED_EXIT_STATUSES))}"
+    gang = data.get("gang")
+    if gang is not None and not gang["nodes"] == len(gang["hosts"]) >= 1:
+        return f"gang.nodes is {gang['nodes']} and gang.hosts names {len(gang['hosts'])}: a gang has 1 node or more"
     return None
 
 
 def sort_reports(paths: Sequence[Path], sku: str | None = None) -> Sorted:
     """Read `paths` and sort them into the fleet's nodes, its multi-node runs and the reports not merged."""
-    unique = dict.fromkeys(paths)  # a file named twice is one report
-    readings = [read(path, order) for order, path in enumerate(unique)]
+    # A file named twice is one report, through a link too (else it would be superseded by itself).
+    unique: dict[str, Path] = {}
+    for path in paths:
+        unique.setdefault(os.path.realpath(path), path)
+    readings = [read(path, order) for order, path in enumerate(unique.values())]
     reports = [r for r in readings if isinstance(r, Report)]
     not_merged = [r for r in readings if isinstance(r, NotMerged)]
     fleet_sku, sku_note = _fleet_sku(reports, sku)
@@ -187,7 +222,10 @@ def sort_reports(paths: Sequence[Path], sku: str | None = None) -> Sorted:
     for report in reports:
         if report.sku is not None and report.sku != fleet_sku:
             reason = f"SKU {report.sku}, the fleet's is {fleet_sku}"
-            not_merged.append(NotMerged(report.path, OTHER_SKU, reason, report.hostname, report.sku))
+            if report.verdict != "pass":
+                reason += f"; its own verdict: {report.verdict} (summarise its SKU with --sku {report.sku})"
+            other = NotMerged(report.path, OTHER_SKU, reason, report.hostname, report.sku, report.verdict)
+            not_merged.append(other)
         else:
             ours.append(report)
     latest: dict[str, Report] = {}
@@ -216,11 +254,14 @@ def sort_reports(paths: Sequence[Path], sku: str | None = None) -> Sorted:
 
 
 def _start_time(data: Mapping[str, Any]) -> dt.datetime | None:
+    """In UTC; None where it is no ISO 8601 time, or none UTC can hold (0001-01-01T00:00+14:00)."""
     try:
         start = dt.datetime.fromisoformat(str(data.get("start_time")))
-    except ValueError:
+        return (start if start.tzinfo is not None else start.replace(tzinfo=dt.timezone.utc)).astimezone(
+            dt.timezone.utc
+        )
+    except (ValueError, OverflowError):
         return None
-    return start if start.tzinfo is not None else start.replace(tzinfo=dt.timezone.utc)
 
 
 def _age(report: Report) -> tuple[dt.datetime, int]:

@@ -4,9 +4,9 @@ nodes, multi-node runs with their weak scaling, the reports not merged, the node
 drain reasons, and the exit code. What each report found is in findings.py; rendering is elsewhere (render.py,
 junit.py, plots.py).
 
-Exit code 1 when a node fails its checks, is an outlier of a metric, or has a partial report; when a report is
-corrupt; when a multi-node run fails or is partial; or when no node report of the fleet's SKU is given. Another
-SKU's reports and superseded ones do not count. Otherwise 0.
+Exit code 1 when a node fails its checks, is an outlier of a metric, is found at fault by a multi-node run, ran
+less than its peers, has a partial report or gave no verdict; when a report is corrupt, or another SKU's did not pass;
+when a multi-node run did not pass; or when no node report of the fleet's SKU is given. Otherwise 0: nothing to drain.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pytest_gbvalidate.fleet.findings import (
     metric_stats,
     suspects,
 )
-from pytest_gbvalidate.fleet.reports import CORRUPT, NO_VERDICT, NotMerged, Report, Sorted, sort_reports
+from pytest_gbvalidate.fleet.reports import CORRUPT, NO_VERDICT, OTHER_SKU, NotMerged, Report, Sorted, sort_reports
 from pytest_gbvalidate.fleet.scaling import WeakScaling, weak_scaling
 from pytest_gbvalidate.fleet.text import join_within
 
@@ -139,22 +139,30 @@ class Summary:
         counts = Counter(n.verdict for n in self.nodes)
         if counts["fail"]:
             why.append(f"{counts['fail']} node(s) fail their checks")
-        outlying = sum(1 for n in self.nodes if n.outliers)
+        outlying = sum(1 for n in self.nodes if n.outliers and n.drain)
         if outlying:
             why.append(f"{outlying} node(s) are outliers")
-        short = sum(1 for n in self.nodes if n.lacks)
+        short = sum(1 for n in self.nodes if n.lacks and n.drain)
         if short:
             why.append(f"{short} node(s) ran less than their peers")
         if counts["partial"]:
             why.append(f"{counts['partial']} node(s) have a partial report (the run did not finish)")
+        suspected = sum(1 for n in self.nodes if n.suspected and n.drain) + len(self.unreported_suspects)
+        if suspected:
+            why.append(f"{suspected} node(s) found at fault by a multi-node run")
         if counts[NO_VERDICT]:
-            why.append(f"{counts[NO_VERDICT]} node(s) gave no verdict (pytest's own error: see their reports)")
+            why.append(
+                f"{counts[NO_VERDICT]} node(s) gave no verdict (pytest's own error, or no check ran: see their reports)"
+            )
         corrupt = sum(1 for r in self.not_merged if r.kind == CORRUPT)
         if corrupt:
             why.append(f"{corrupt} report(s) are corrupt")
+        other_sku = sum(1 for r in self.not_merged if r.kind == OTHER_SKU and r.fails_fleet)
+        if other_sku:
+            why.append(f"{other_sku} report(s) of another SKU did not pass their own checks")
         bad_runs = sum(1 for r in self.multi_node if r.verdict != "pass")
         if bad_runs:
-            why.append(f"{bad_runs} multi-node run(s) fail or are partial")
+            why.append(f"{bad_runs} multi-node run(s) did not pass")
         if not self.nodes:
             why.append(f"no node report of SKU {self.sku}")
         return why

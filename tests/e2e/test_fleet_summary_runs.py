@@ -262,7 +262,7 @@ def test_a_non_zero_exit_status_without_a_failed_test_fails_the_node_or_gives_no
     assert [n.hostname for n in summary.drained] == ["node-08"]
     own = [n.hostname for n in summary.nodes if n.verdict == "no verdict"]
     assert own == ["node-09", "node-10", "node-11"]
-    assert "3 node(s) gave no verdict (pytest's own error: see their reports)" in summary.failures()
+    assert "3 node(s) gave no verdict (pytest's own error, or no check ran: see their reports)" in summary.failures()
 
 
 def test_a_missing_report_is_corrupt_and_fails_the_fleet(real_report: dict[str, Any], tmp_path: Path) -> None:
@@ -488,3 +488,150 @@ def test_a_node_that_ran_less_than_its_peers_is_drained_with_what_it_lacks(
     assert summary.exit_code == 1 and "1 node(s) ran less than their peers" in summary.failures()
     ((host, reason),) = summary.drain_list()
     assert host == "node-09" and "ran less than its peers: test_all_reduce" in reason
+
+
+def test_a_report_that_says_what_its_writer_never_does_is_corrupt_and_drains_nobody(
+    real_report: dict[str, Any], tmp_path: Path
+) -> None:
+    """A gang of no nodes, or of more than it names, vanished from every list; a finished run without one of pytest's
+    exit statuses was drained as failed, and a start time UTC cannot hold stopped the summary with a traceback."""
+    gang = real_report["gang"]
+    odd = {
+        "zero.json": node(real_report, "node-05", gang=gang | {"nodes": 0, "hosts": []}, exit_status=1),
+        "negative.json": node(real_report, "node-06", gang=gang | {"nodes": -1}),
+        "more.json": node(real_report, "node-07", gang=gang | {"nodes": 10**18, "hosts": hosts("node-07", "node-17")}),
+        "null.json": node(real_report, "node-08", exit_status=None),
+        "huge.json": node(real_report, "node-09", exit_status=999),
+        "year1.json": node(real_report, "node-10", start_time="0001-01-01T00:00:00+14:00"),
+    }
+    paths = [*healthy_fleet(real_report, tmp_path), *(write(tmp_path, name, r) for name, r in odd.items())]
+    summary = summarize(paths)
+    reasons = {r.path.name: r.reason for r in summary.not_merged if r.kind == CORRUPT}
+    assert reasons == {
+        "zero.json": "gang.nodes is 0 and gang.hosts names 0: a gang has 1 node or more",
+        "negative.json": "gang.nodes is -1 and gang.hosts names 1: a gang has 1 node or more",
+        "more.json": f"gang.nodes is {10**18} and gang.hosts names 2: a gang has 1 node or more",
+        "null.json": "exit_status None of a finished run: pytest's are 0, 1, 2, 3, 4, 5",
+        "huge.json": "exit_status 999 of a finished run: pytest's are 0, 1, 2, 3, 4, 5",
+        "year1.json": "start_time '0001-01-01T00:00:00+14:00' is not an ISO 8601 time: undated",
+    }
+    assert summary.drain_list() == [] and summary.failures() == ["6 report(s) are corrupt"]
+
+
+def test_a_run_in_which_no_check_ran_gives_no_verdict(real_report: dict[str, Any], tmp_path: Path) -> None:
+    """`--collect-only` writes a finished report with exit status 0 and no test: it passed, alone or as a fleet."""
+    collected = node(real_report, "node-05", tests=[], measurements=[])
+    skipped = node(real_report, "node-06", measurements=[])
+    skipped["tests"] = [t | {"when": "setup", "outcome": "skipped"} for t in skipped["tests"]]
+    alone = summarize([write(tmp_path, "collected.json", collected)])
+    assert [n.verdict for n in alone.nodes] == ["no verdict"] and alone.exit_code == 1
+    summary = summarize([*healthy_fleet(real_report, tmp_path), write(tmp_path, "skipped.json", skipped)])
+    assert [(n.hostname, n.verdict) for n in summary.nodes if n.verdict != "pass"] == [("node-06", "no verdict")]
+    assert summary.drain_list() == []  # what it lacks beside its peers is no verdict either
+    assert summary.failures() == ["1 node(s) gave no verdict (pytest's own error, or no check ran: see their reports)"]
+
+
+def test_another_skus_report_that_did_not_pass_fails_the_summary(real_report: dict[str, Any], tmp_path: Path) -> None:
+    """Left out of the fleet's statistics, a failing node of another SKU (a tie of SKUs decided by the order of
+    the command line, a SKU spelt otherwise) still failed its own checks."""
+    failed = node(real_report, "node-09", exit_status=1, sku=real_report["sku"] | {"name": "CPU"})
+    paths = [*healthy_fleet(real_report, tmp_path), write(tmp_path, "node-09.json", failed)]
+    summary = summarize(paths)
+    ((other,),) = [[r for r in summary.not_merged if r.kind == OTHER_SKU]]
+    assert other.reason == "SKU CPU, the fleet's is cpu; its own verdict: fail (summarise its SKU with --sku CPU)"
+    assert summary.failures() == ["1 report(s) of another SKU did not pass their own checks"]
+    tie = summarize([paths[0], paths[-1]])
+    assert tie.sku == "cpu" and tie.exit_code == 1
+    assert summarize([paths[-1], paths[0]]).nodes[0].verdict == "fail"  # the other order: the fleet is CPU
+
+
+def test_every_node_to_drain_fails_the_summary(real_report: dict[str, Any], tmp_path: Path) -> None:
+    """A multi-node run that passed while naming a suspect printed drain lines and exit status 0."""
+    gang = real_report["gang"] | {"nodes": 2, "hosts": hosts("node-01", "node-99")}
+    suspect = {"test_id": "suites/t.py::test_pairwise", "host": "node-99", "why": "slow", "fault": FAULT}
+    run = node(real_report, "node-01", gang=gang, suspects=[suspect])
+    summary = summarize([*healthy_fleet(real_report, tmp_path), write(tmp_path, "run.json", run)])
+    assert [host for host, _ in summary.drain_list()] == ["node-99"]
+    assert summary.failures() == ["1 node(s) found at fault by a multi-node run"]
+
+
+def test_report_texts_are_shown_escaped_and_two_hostnames_stay_two_nodes(
+    real_report: dict[str, Any], tmp_path: Path
+) -> None:
+    """`né` shown as `n\\xe9` was one node with the host literally named `n\\xe9`, which hid its failure; a report's
+    escape sequences, newlines and HTML reached the terminal, the drain reason, summary.md and nodes.csv."""
+    failing = node(real_report, "n\u00e9", exit_status=1, sku=real_report["sku"] | {"name": "cpu"})
+    test = next(t for t in failing["tests"] if t["outcome"] == "passed")
+    fault = FAULT | {"category": "x\x1b]0;owned\x07", "action": "<script>alert(1)</script>"}
+    test |= {"outcome": "failed", "test_id": "t.py::test_\x1b[2J\nrow", "message": "bad\r\nline", "fault": fault}
+    paths = [*healthy_fleet(real_report, tmp_path), write(tmp_path, "ne.json", failing)]
+    paths.append(write(tmp_path, "literal.json", node(real_report, "n\\xe9")))
+    out = tmp_path / "out"
+    assert main(["summary", *map(str, paths), "--out", str(out)]) == 1
+    summary = summarize(paths)
+    assert [(n.hostname, n.verdict) for n in summary.nodes if n.hostname.startswith("n\\")] == [
+        ("n\\\\xe9", "pass"),
+        ("n\\xe9", "fail"),
+    ]
+    texts = {
+        "terminal": "\n".join(render.terminal(summary, [], None)),
+        "drain": "\n".join(commands.drain_commands(summary) + commands.kubectl_notes(summary)),
+        **{name: (out / name).read_text() for name in ("summary.md", "nodes.csv", "fleet.xml")},
+    }
+    for name, text in texts.items():
+        assert not any(c in text for c in "\x1b\x07\r\u00e9"), name
+        assert "test_\\x1b[2J\\nrow" in text or name == "drain", name
+    assert "<script>" not in texts["summary.md"] and "&lt;script&gt;" in texts["summary.md"]
+    assert len(read_csv(out / "nodes.csv")) == len(summary.nodes)
+
+
+def test_a_report_whose_noise_overflows_is_still_judged(real_report: dict[str, Any], tmp_path: Path) -> None:
+    noisy = node(real_report, "node-05")
+    for m in noisy["measurements"]:
+        if "noise" in m:
+            m["noise"]["spread_pct"] = 1e200
+    summary = summarize([*healthy_fleet(real_report, tmp_path), write(tmp_path, "noisy.json", noisy)])
+    assert summary.exit_code == 0 and summary.metrics
+
+
+def test_usage_errors_name_the_argument_and_lose_no_report(
+    real_report: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--plots` replaced a report kept in --out/plots with a PNG; an empty --out wrote into the working directory."""
+    paths = healthy_fleet(real_report, tmp_path)
+    plots = tmp_path / "out" / "plots"
+    plots.mkdir(parents=True)
+    kept = write(plots, "fleet.png", node(real_report, "node-05"))
+    before = kept.read_bytes()
+    for args, said in [
+        ([str(kept), *map(str, paths), "--out", str(tmp_path / "out"), "--plots"], "where the plots go"),
+        ([*map(str, paths), str(tmp_path / "absent.json"), "--out", str(tmp_path / "o")], "no such report: "),
+        ([*map(str, paths), "--out", ""], "argument --out: an empty path"),
+        ([*map(str, paths), "--out", str(tmp_path / "o"), "--sku", ""], "argument --sku: '': a SKU's name is"),
+        (
+            [*map(str, paths), "--out", str(tmp_path / "o"), "--history", str(tmp_path), "--failed", "5", "--of", "2"],
+            "--failed 5 is more than --of 2",
+        ),
+    ]:
+        with pytest.raises(SystemExit) as exited:
+            main(["summary", *args])
+        assert exited.value.code == 2
+        assert said in capsys.readouterr().err
+    assert kept.read_bytes() == before and not (tmp_path / "o").exists()
+
+
+def test_a_report_named_twice_through_a_link_is_one_report(real_report: dict[str, Any], tmp_path: Path) -> None:
+    paths = healthy_fleet(real_report, tmp_path)
+    link = tmp_path / "link.json"
+    link.symlink_to(paths[0])
+    summary = summarize([*paths, link])
+    assert summary.not_merged == [] and len(summary.nodes) == len(paths) and summary.exit_code == 0
+
+
+def test_plots_show_a_reports_dollar_signs_as_text(real_report: dict[str, Any], tmp_path: Path) -> None:
+    """matplotlib read `$\\undefined{$` in a hostname as a formula and stopped the summary with a traceback."""
+    pytest.importorskip("matplotlib")
+    paths = [*healthy_fleet(real_report, tmp_path), write(tmp_path, "odd.json", node(real_report, "n$\\bad{$"))]
+    out = tmp_path / "out"
+    assert main(["summary", *map(str, paths), "--out", str(out), "--plots"]) == 0
+    assert (out / "plots" / "fleet.png").stat().st_size > 0
