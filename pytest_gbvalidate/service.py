@@ -3,7 +3,8 @@ Pure Python. A hostname, a fault category and a test id all come from a report o
 each function returns None (or a reason) rather than let anything but one valid name into a command.
 
 - Slurm: `scontrol update nodename=X` reads `,`, `[1-9]`, spaces and the word ALL as several nodes. A node name
-  here is one DNS label (RFC 1123) or an IP address, as `hostname -s` gives it (Slurm's NodeName convention).
+  here is one DNS label (RFC 1123) or an IP address (without an IPv6 scope id: `fe80::1%eth0`), as `hostname
+  -s` gives it (Slurm's NodeName convention).
 - Kubernetes: a node's name is a DNS-1123 subdomain (lower case, at most 253 characters), the hostname lowercased
   as the kubelet takes it (k8s.io/component-helpers/node/util GetHostname: TrimSpace, ToLower). Label and taint
   values and the name part of a key follow apimachinery's pkg/util/validation/validation.go: IsValidLabelValue
@@ -20,6 +21,9 @@ from pytest_gbvalidate.labels import printable
 
 # One DNS label (RFC 1123): letters, digits and inner hyphens, at most 63.
 _LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+# What Slurm's hostlist reads as several nodes, or as something else than a name: `,` and whitespace separate
+# names, brackets make a range, `%` starts an IPv6 scope id.
+_NOT_ONE_NODE = re.compile(r"[,\[\]%\s]")
 _DNS1123_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?")
 _QUALIFIED_NAME = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?")
 DNS1123_SUBDOMAIN_MAX_CHARS = 253
@@ -30,10 +34,21 @@ TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 def slurm_node_name(hostname: str) -> str | None:
     """The Slurm node name of a hostname, as `hostname -s` gives it (up to the first dot; an IP address whole);
     None where it would not name exactly one node."""
+    name = _short_name(hostname)
+    # Whatever the parsing let through, no name reaches a drain line that Slurm's hostlist could read as more
+    # than one node: a list, a range, a word break, or the `%` of a scope id.
+    return None if name is None or _NOT_ONE_NODE.search(name) else name
+
+
+def _short_name(hostname: str) -> str | None:
     try:
-        return str(ipaddress.ip_address(hostname))
+        address = ipaddress.ip_address(hostname)
     except ValueError:
         pass
+    else:
+        # ipaddress takes any text after an IPv6 address's `%` as its scope id (`fe80::1%n1,gpu[001-128]`): an
+        # interface of this machine, never part of a Slurm node name.
+        return None if isinstance(address, ipaddress.IPv6Address) and address.scope_id is not None else str(address)
     if len(hostname) > DNS1123_SUBDOMAIN_MAX_CHARS or not all(_LABEL.fullmatch(p) for p in hostname.split(".")):
         return None
     short = hostname.split(".", 1)[0]

@@ -8,6 +8,7 @@ import math
 import os
 import shlex
 import shutil
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -29,10 +30,29 @@ class SettingError(Exception):
     """A setting has a bad value; the message starts with where it came from."""
 
 
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def bundled_baselines(package_dir: Path = _PACKAGE_DIR) -> Path:
+    """The baselines shipped with the plugin, next to the code that is running: inside the installed package
+    (`bundled_baselines/`), or, where the package is a source checkout's, the checkout's `baselines/`. A
+    `python -m pytest` started in a checkout imports the checkout's package even when the plugin is installed,
+    so the installed layout cannot be assumed. (The baselines setting's default.)"""
+    installed = package_dir / "bundled_baselines"
+    return installed if installed.is_dir() else package_dir.parent / "baselines"
+
+
+_SKU_NAME = "a SKU name is ASCII letters, digits, '_', '-' and '.'"
+
+
+def _is_sku_name(name: str) -> bool:
+    return bool(name) and name.isascii() and all(c.isalnum() or c in "_-." for c in name)
+
+
 def parse_sku(raw: str, _base: Path) -> str:
     name = raw.strip()
-    if not name or not name.isascii() or not all(c.isalnum() or c in "_-." for c in name):
-        raise SettingError("a SKU name is ASCII letters, digits, '_', '-' and '.' (or 'auto')")
+    if not _is_sku_name(name):
+        raise SettingError(f"{_SKU_NAME} (or 'auto')")
     return name
 
 
@@ -121,6 +141,29 @@ def parse_dir(raw: str, base: Path) -> Path:
     path = base / raw
     if not path.is_dir():
         raise SettingError(f"no such directory: {path}")
+    return path
+
+
+def parse_scratch_dir(raw: str, base: Path) -> Path:
+    """A directory the storage checks write their files in: a file is created there and removed. Not os.access:
+    root passes it everywhere, yet cannot write in /proc or on a read-only mount."""
+    path = parse_dir(raw, base)
+    try:
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".gbvalidate-scratch-"):
+            pass
+    except OSError as exc:
+        raise SettingError(f"cannot create files in {path} ({exc.strerror or exc})") from None
+    return path
+
+
+def parse_record_path(raw: str, base: Path) -> Path | None:
+    """The baseline --gb-record writes: an output path whose file name is a SKU's, as --gb-sku takes SKU names
+    (a baseline of another name would be listed, but no --gb-sku could name it)."""
+    path = parse_output_path(raw, base)
+    assert path is not None  # parse_output_path returns the path or raises
+    # 'auto' too: --gb-sku=auto detects a SKU, it never names this one.
+    if path.suffix != ".yaml" or not _is_sku_name(path.stem) or path.stem == "auto":
+        raise SettingError(f"a baseline is named <SKU>.yaml, and {_SKU_NAME} (not 'auto')")
     return path
 
 

@@ -24,9 +24,14 @@ from pytest_gbvalidate.setting_values import (
     parse_level,
     parse_output_path,
     parse_prometheus_path,
+    parse_record_path,
+    parse_scratch_dir,
     parse_sku,
     parse_timeout,
     parse_world,
+)
+from pytest_gbvalidate.setting_values import (
+    bundled_baselines as bundled_baselines,  # re-exported: its home was here (the health check reads it too)
 )
 
 if TYPE_CHECKING:
@@ -151,18 +156,6 @@ class SettingSpec:
         return None if self.cli_only else ini_name(self.name)
 
 
-_PACKAGE_DIR = Path(__file__).resolve().parent
-
-
-def bundled_baselines(package_dir: Path = _PACKAGE_DIR) -> Path:
-    """The baselines shipped with the plugin, next to the code that is running: inside the installed package
-    (`bundled_baselines/`), or, where the package is a source checkout's, the checkout's `baselines/`. A
-    `python -m pytest` started in a checkout imports the checkout's package even when the plugin is installed,
-    so the installed layout cannot be assumed."""
-    installed = package_dir / "bundled_baselines"
-    return installed if installed.is_dir() else package_dir.parent / "baselines"
-
-
 def resolve(sources: Sources) -> Settings:
     picked = {spec.name: _pick(sources, spec) for spec in TABLE}
     compare, history = picked["compare"], picked["history"]
@@ -170,6 +163,13 @@ def resolve(sources: Sources) -> Settings:
         raise SettingError(
             f"{compare.source}: 'last' compares with this node's latest report in the history directory, and none "
             f"is named: {cli_flag('history')} DIR, {env_name('history')} or {ini_name('history')}"
+        )
+    if sources.cli.get("compare_fail") is not None and compare.value is None:
+        # On the command line it is this run's choice, and alone it would allow regressions against nothing. In
+        # the environment or an ini file it is standing configuration, for the runs that also compare.
+        raise SettingError(
+            f"{picked['compare_fail'].source}: sets the regression --gb-compare allows, and no earlier report is "
+            f"named: {cli_flag('compare')} PATH|last, {env_name('compare')} or {ini_name('compare')}"
         )
     # The history directory's own missing directories count from the directory itself, not from its parent.
     files = [(s.source, s.value) for s in (picked["report"], picked["prometheus"], picked["record"])]
@@ -294,7 +294,7 @@ TABLE: tuple[SettingSpec, ...] = (
     ),
     SettingSpec(
         "scratch",
-        parse_dir,
+        parse_scratch_dir,
         _none,
         "the local scratch directory the storage checks write to (the node's NVMe volume). Default: a "
         "temporary directory on cpu; on GPU SKUs the storage checks skip without one.",
@@ -327,7 +327,7 @@ TABLE: tuple[SettingSpec, ...] = (
     ),
     SettingSpec(
         "record",
-        parse_output_path,
+        parse_record_path,
         _none,
         "write a baseline for this node from this run's measurements to PATH (the file name is the SKU).",
         "PATH",

@@ -11,12 +11,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from pytest_gbvalidate.files import unwritable
+from pytest_gbvalidate.files import clashes, unwritable
 from pytest_gbvalidate.healthcheck import npd, slurm
-from pytest_gbvalidate.healthcheck.level_run import Stopped, run_checks
+from pytest_gbvalidate.healthcheck.level_run import CannotRun, Stopped, dropped_note, run_checks
 from pytest_gbvalidate.healthcheck.verdict import judge
-from pytest_gbvalidate.labels import printable
 from pytest_gbvalidate.levels import BUDGET_S, Level
+from pytest_gbvalidate.setting_values import bundled_baselines
 
 PROG = "python -m pytest_gbvalidate.healthcheck"
 LEVEL: Level = "quick"
@@ -31,6 +31,16 @@ MAX_DEADLINE_S = 24 * 3600.0
 # Passed to pytest last: a health check is this node's own, whatever launched it (srun -N2 ... healthcheck on two
 # nodes is two checks, not one world of two).
 NODE_ONLY = "--gb-world=none"
+# The report the run writes is the health check's own (level_run.py): given after `--` too, pytest's last one would
+# win and the run's report go elsewhere.
+REPORT_OPTION = "--gb-report"
+# The run's settings that name files it reads, as settings.py's TABLE spells them (its option, its environment
+# variable); settings.py is no module of this layer to import (tests/unit/test_healthcheck_cli.py holds them to it).
+INPUT_SETTINGS = {
+    "baselines": ("--gb-baselines", "GBVALIDATE_BASELINES"),
+    "compare": ("--gb-compare", "GBVALIDATE_COMPARE"),
+    "history": ("--gb-history", "GBVALIDATE_HISTORY"),
+}
 
 DESCRIPTION = f"""\
 Run the {LEVEL} level of the shipped suites (pytest --pyargs pytest_gbvalidate.suites --gb-level={LEVEL}) in a
@@ -84,7 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
             f"5 s later; default {default})",
         )
         sub.add_argument(
-            "--keep-report", type=Path, metavar="PATH", help="also keep the run's JSON report at PATH (replaced)"
+            "--keep-report",
+            type=_keep_path,
+            metavar="PATH",
+            help="also keep the run's JSON report at PATH (replaced; none of the run's inputs)",
         )
         sub.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARG", help="passed on to pytest")
         if mode == "slurm":
@@ -107,15 +120,24 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     slurm_mode = bool(argv) and argv[0] == "slurm"
     try:
         args = build_parser().parse_args(argv)
+        if any(arg == REPORT_OPTION or arg.startswith(REPORT_OPTION + "=") for arg in args.pytest_args):
+            raise UsageError(
+                f"{REPORT_OPTION} after --: the health check names the run's report itself (keep a copy with "
+                "--keep-report PATH)"
+            )
         if args.keep_report is not None and (why := unwritable(args.keep_report)) is not None:
             raise UsageError(f"--keep-report {args.keep_report}: {why}")
+        if args.keep_report is not None:
+            found = clashes({"--keep-report": args.keep_report}, run_inputs(args.pytest_args, env))
+            if found:
+                raise UsageError(found[0])
     except UsageError as exc:
         if slurm_mode:
             return _say(slurm.error_line(f"usage:  {exc}"), slurm.EXIT_NOT_RUN)
         return _say(npd.one_line(f"unknown: usage: {exc}", npd.DEFAULT_MAX_OUTPUT_LENGTH), npd.EXIT_UNKNOWN)
     if args.mode == "slurm":
         return _slurm(args, env, socket.gethostname() if hostname is None else hostname)
-    return _npd(args)
+    return _npd(args, env)
 
 
 def _slurm(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> int:
@@ -136,8 +158,10 @@ def _slurm(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> i
         run, not_kept = run_checks(LEVEL, deadline_s, [*args.pytest_args, NODE_ONLY], args.keep_report)
     except Stopped as stop:
         return _say(slurm.stopped_by(stop.signum), slurm.signal_exit_code(stop.signum))
+    except CannotRun as exc:
+        return _say(slurm.error_line(f"Health check could not run:  {exc}"), slurm.EXIT_NOT_RUN)
     verdict = judge(run)
-    notes = [not_kept or ""]
+    notes = [not_kept or "", dropped_note(env) or ""]
     reason = slurm.drain_reason(verdict)  # FAIL and TIMEOUT only
     if node is not None and reason is not None:
         notes.append(scontrol.drain(node, reason, env))
@@ -162,14 +186,17 @@ def _slurm_deadline(given: float | None, env: Mapping[str, str], scontrol: slurm
     return given, None
 
 
-def _npd(args: argparse.Namespace) -> int:
+def _npd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     deadline_s = DEFAULT_DEADLINE_S if args.deadline_s is None else args.deadline_s
     try:
         run, not_kept = run_checks(LEVEL, deadline_s, [*args.pytest_args, NODE_ONLY], args.keep_report)
     except Stopped as stop:
         return _say(npd.one_line(f"unknown: stopped by {stop}", args.max_output_length), npd.EXIT_UNKNOWN)
+    except CannotRun as exc:
+        return _say(npd.one_line(f"unknown: {exc}", args.max_output_length), npd.EXIT_UNKNOWN)
     verdict = judge(run)
-    return _say(npd.line(verdict, args.max_output_length, not_kept or ""), npd.exit_code(verdict))
+    notes = (not_kept or "", dropped_note(env) or "")
+    return _say(npd.line(verdict, args.max_output_length, *notes), npd.exit_code(verdict))
 
 
 def _say(line: str, code: int) -> int:
@@ -185,8 +212,7 @@ def _deadline(text: str) -> float:
         value = math.nan
     if not MIN_DEADLINE_S <= value <= MAX_DEADLINE_S:  # NaN too
         raise argparse.ArgumentTypeError(
-            f"{printable(text)!r} is not a number of seconds from {MIN_DEADLINE_S:g} (the checks' start-up) "
-            f"to {MAX_DEADLINE_S:g}"
+            f"{text!a} is not a number of seconds from {MIN_DEADLINE_S:g} (the checks' start-up) to {MAX_DEADLINE_S:g}"
         )
     return value
 
@@ -194,6 +220,57 @@ def _deadline(text: str) -> float:
 def _output_length(text: str) -> int:
     if not (text.isdecimal() and len(text) <= 9) or int(text) < npd.MIN_OUTPUT_LENGTH:  # int() refuses 4300+ digits
         raise argparse.ArgumentTypeError(
-            f"{printable(text)[:40]!r} is not a whole number from {npd.MIN_OUTPUT_LENGTH} to 999999999"
+            f"{text[:40]!a} is not a whole number from {npd.MIN_OUTPUT_LENGTH} to 999999999"
         )
     return int(text)
+
+
+def _keep_path(text: str) -> Path:
+    if not text.strip():  # Path("") is the current directory
+        raise argparse.ArgumentTypeError("is empty: name the file to keep the report in")
+    return Path(text)
+
+
+def _given(pytest_args: Sequence[str], option: str) -> str | None:
+    """The value pytest takes for `option` from `pytest_args` (`--opt VALUE` or `--opt=VALUE`, the last one), or
+    None."""
+    value = None
+    for i, arg in enumerate(pytest_args):
+        if arg == option and i + 1 < len(pytest_args):
+            value = pytest_args[i + 1]
+        elif arg.startswith(option + "="):
+            value = arg.removeprefix(option + "=")
+    return value
+
+
+def run_inputs(pytest_args: Sequence[str], env: Mapping[str, str]) -> dict[str, Path]:
+    """The files the run reads that --keep-report must not replace (files.clashes' inputs, as run/paths.py's
+    check_outputs guards a run's own outputs): every baseline in its baselines directory (the SKU picks one, `auto`
+    may read any), the earlier report --gb-compare names, the reports kept in --gb-history. Each setting as the run
+    takes it, after `--` else from the environment. Absolute paths only: the run starts in a directory of its own,
+    where a relative path names none of the caller's files."""
+
+    def given(name: str) -> tuple[str, str] | None:
+        """Where the run takes the setting `name` from, and its text; None where neither gives it."""
+        option, variable = INPUT_SETTINGS[name]
+        for raw, source in (
+            (_given(pytest_args, option), f"{option} after --"),
+            (env.get(variable), f"{variable} in the environment"),
+        ):
+            if raw is not None:
+                return source, raw
+        return None
+
+    def path(name: str) -> tuple[str, Path] | None:
+        found = given(name)
+        return None if found is None or not os.path.isabs(found[1]) else (found[0], Path(found[1]))
+
+    inputs: dict[str, Path] = {}
+    baselines = path("baselines") if given("baselines") is not None else ("the default", bundled_baselines())
+    if baselines is not None:
+        inputs |= {f"the baseline {p} ({baselines[0]})": p for p in sorted(baselines[1].glob("*.yaml"))}
+    if (compare := path("compare")) is not None:
+        inputs[f"the earlier report {compare[1]} ({compare[0]})"] = compare[1]
+    if (history := path("history")) is not None:
+        inputs |= {f"the history's {p} ({history[0]})": p for p in sorted(history[1].glob("*/*.json"))}
+    return inputs

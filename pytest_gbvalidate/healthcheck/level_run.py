@@ -12,7 +12,14 @@ plugin turns into an interrupted run that still writes its report (signals.py), 
 Where the platform allows, pytest also gets SIGKILL should this process die first (PR_SET_PDEATHSIG: slurmd and NPD
 kill a health check that overruns with SIGKILL, which no handler sees); the ranks leave once pytest is gone
 (ranks/gang.py watches the parent). The report is read through files.read_json (a regular file, bounded, strict
-JSON) and checked against the report's records (report/schema.py `problem`)."""
+JSON) and checked against the report's records (report/schema.py `problem`).
+
+The run gets this process's environment less PYTEST_ADDOPTS and PYTEST_PLUGINS, and an empty pytest.ini of its
+own: options inherited from a caller's shell (`-k numa`), plugins that deselect, or an ini file's `addopts` in a
+directory above the run's (pytest looks upward from it, /tmp/pytest.ini included) would narrow the level's checks,
+and a healthy verdict on a few of them would pass for one on all. pytest options the operator means are given
+after `--`. What keeps the checks from running at all (an interpreter that cannot
+be started, a temporary directory that cannot be written) is CannotRun: no verdict on the node."""
 
 from __future__ import annotations
 
@@ -27,13 +34,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import cast
 
 from pytest_gbvalidate.files import InputError, atomic_write_bytes, read_input, read_json
 from pytest_gbvalidate.fleet.text import shorten
-from pytest_gbvalidate.healthcheck.verdict import Run, exit_meaning
+from pytest_gbvalidate.healthcheck.verdict import Run, escaped, exit_meaning
 from pytest_gbvalidate.labels import printable
 from pytest_gbvalidate.report import schema
 from pytest_gbvalidate.report.records import RunReportRecord
@@ -45,6 +52,12 @@ UNLOCKED_GRACE_S = 600.0
 KILL_GRACE_S = 5.0  # after SIGTERM, for the interrupted run to write its report
 OUTPUT_TAIL_BYTES = 64 * 1024  # of pytest's output, read for its last line
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
+DROPPED_ENV = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")  # what the run does not get of this process's environment
+
+
+class CannotRun(Exception):
+    """The checks could not be started, for a cause of this command's own (the interpreter, the temporary
+    directory): the message, one line, names it. No verdict on the node."""
 
 
 class Stopped(Exception):
@@ -64,11 +77,24 @@ def run_checks(
     level: str, deadline_s: float, pytest_args: Sequence[str], keep_report: Path | None
 ) -> tuple[Run, str | None]:
     """Run the checks and read their report; with `keep_report`, copy the report there (files.py's rules) and
-    say why not where it could not be. Raises Stopped (after killing the run) on SIGTERM, SIGINT or SIGHUP."""
-    remove_abandoned(Path(tempfile.gettempdir()))
-    directory = Path(tempfile.mkdtemp(prefix=DIRECTORY_PREFIX))
-    held = _hold(directory)
+    say why not where it could not be. Raises Stopped (after killing the run) on SIGTERM, SIGINT or SIGHUP, and
+    CannotRun where the run could not start (nothing is left behind)."""
+    if not sys.executable:  # Python sets it empty where it cannot tell its own path
+        raise CannotRun("this Python cannot tell its own path (sys.executable is empty): no interpreter for the checks")
     try:
+        parent = Path(tempfile.gettempdir())
+        remove_abandoned(parent)
+        directory = Path(tempfile.mkdtemp(prefix=DIRECTORY_PREFIX))
+    except OSError as exc:  # no usable temporary directory, or a full one
+        raise CannotRun(f"cannot make the run's directory: {_why(exc)}") from None
+    held = None
+    try:
+        try:
+            held = _hold(directory)
+            # pytest's search for an ini file stops at the first; an empty pytest.ini counts (see above).
+            (directory / "pytest.ini").touch()
+        except OSError as exc:
+            raise CannotRun(f"cannot lock the run's directory: {_why(exc)}") from None
         report_path, output_path = directory / "report.json", directory / "output.log"
         command = pytest_command(report_path, level, pytest_args)
         start = time.monotonic()
@@ -79,7 +105,10 @@ def run_checks(
             not_kept = _keep(report_path, keep_report) if report_path.exists() else "no report to keep"
         report, problem = read_report(report_path)
         if report is None and not report_path.exists():
-            problem = f"pytest wrote no report ({exit_meaning(returncode)}): {last_line(output_path)}"
+            problem = (
+                f"pytest wrote no report where the health check expected it ({exit_meaning(returncode)}): "
+                f"{last_line(output_path)}"
+            )
         elif problem is not None:  # name the file that stays, not the one about to go
             kept = keep_report is not None and not_kept is None
             problem = problem.replace(str(report_path), str(keep_report) if kept else "the run's report")
@@ -92,7 +121,27 @@ def run_checks(
         return Run(level, returncode, timed_out, deadline_s, duration_s, report, problem), not_kept
     finally:
         shutil.rmtree(directory, ignore_errors=True)
-        os.close(held)
+        if held is not None:
+            os.close(held)
+
+
+def _why(exc: OSError) -> str:
+    """An OSError as one line: the file it names, if any, and the operating system's words."""
+    said = exc.strerror or str(exc)
+    return printable(f"{exc.filename}: {said}" if exc.filename is not None else said)
+
+
+def checks_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """The run's environment: `env` less DROPPED_ENV."""
+    return {name: value for name, value in env.items() if name not in DROPPED_ENV}
+
+
+def dropped_note(env: Mapping[str, str]) -> str | None:
+    """What the line says of a DROPPED_ENV variable `env` sets (not empty), or None."""
+    dropped = [f"{name}={env[name]!a}" for name in DROPPED_ENV if env.get(name, "").strip()]
+    if not dropped:
+        return None
+    return f"{', '.join(dropped)} not passed on: the level's checks run as given (pytest options go after --)"
 
 
 def _hold(directory: Path) -> int:
@@ -158,11 +207,11 @@ def read_report(path: Path) -> tuple[RunReportRecord | None, str | None]:
     """The report at `path` checked against the report's records, or None and why not (the file and the field)."""
     try:
         data = read_json(path)
-    except InputError as exc:
-        return None, printable(str(exc))
+    except InputError as exc:  # files.py's words and our own path: the values in them escaped already
+        return None, escaped(str(exc))
     problem = schema.problem(data)
     if problem is not None:
-        return None, f"{path}: {printable(problem)}"
+        return None, f"{path}: {escaped(problem)}"
     return cast(RunReportRecord, data), None
 
 
@@ -194,17 +243,27 @@ def _keep(report: Path, keep: Path) -> str | None:
 
 
 def _run(command: list[str], cwd: Path, output: Path, deadline_s: float) -> tuple[int, bool]:
-    """pytest's exit code (negative: the signal that ended it) and whether the deadline killed it."""
-    with output.open("wb") as out:
-        process = subprocess.Popen(
-            command,
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=_die_with_parent,  # this command line runs one thread
-        )
+    """pytest's exit code (negative: the signal that ended it) and whether the deadline killed it; CannotRun where
+    pytest's output cannot be written or its interpreter not started."""
+    try:
+        out = output.open("wb")
+    except OSError as exc:
+        raise CannotRun(f"cannot write pytest's output: {_why(exc)}") from None
+    with out:
+        try:
+            process = subprocess.Popen(
+                command,
+                cwd=cwd,
+                env=checks_environment(os.environ),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,  # this command line runs one thread
+            )
+        except OSError as exc:  # gone, a directory, not executable
+            why = printable(exc.strerror or str(exc))
+            raise CannotRun(f"cannot start the checks' interpreter {command[0]!a}: {why}") from None
     stops = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
     previous = {s: signal.signal(s, _raise_stopped) for s in stops}
     try:

@@ -17,8 +17,7 @@ condition."""
 from __future__ import annotations
 
 from pytest_gbvalidate.fleet.text import shorten
-from pytest_gbvalidate.healthcheck.verdict import FAIL, OK, TIMEOUT, Verdict
-from pytest_gbvalidate.labels import printable
+from pytest_gbvalidate.healthcheck.verdict import FAIL, OK, TIMEOUT, Verdict, escaped
 
 EXIT_OK, EXIT_NONOK, EXIT_UNKNOWN = 0, 1, 2
 DEFAULT_MAX_OUTPUT_LENGTH = 80
@@ -43,4 +42,4 @@ def line(verdict: Verdict, max_chars: int, *notes: str) -> str:
 
 
 def one_line(text: str, max_chars: int) -> str:
-    return shorten(printable(text), max_chars)
+    return shorten(escaped(text), max_chars)

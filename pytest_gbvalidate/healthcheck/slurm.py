@@ -21,8 +21,11 @@ resumes nodes it drained once they pass; we never resume a node.
 
 Slurm's limits: slurmd kills HealthCheckProgram after 60 s (src/common/run_command.c: SIGTERM to its process group,
 SIGKILL 10 ms later), up to Slurm 25.11; from 26.05 after HealthCheckTimeout (slurm.conf, default 60). As
-HealthCheckProgram (slurmd gives it SLURMD_NODENAME and no SLURM_SCRIPT_CONTEXT) the deadline must leave room for
-start-up, the interrupted run's report and the two scontrol calls within that limit: RESERVE_S."""
+HealthCheckProgram (is_health_check_program) the deadline must leave room for start-up, the interrupted run's
+report and the two scontrol calls within that limit: RESERVE_S.
+
+A signal ends the command with NHC's 128+N and a line that says no verdict was made: the checks were stopped from
+outside, before they could say anything of the node."""
 
 from __future__ import annotations
 
@@ -33,7 +36,7 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pytest_gbvalidate.healthcheck.verdict import FAIL, OK, TIMEOUT, Verdict
+from pytest_gbvalidate.healthcheck.verdict import FAIL, OK, TIMEOUT, Verdict, escaped
 from pytest_gbvalidate.labels import printable
 from pytest_gbvalidate.service import reason_text, slurm_node_name
 
@@ -91,7 +94,7 @@ def error_line(message: str) -> str:
 
 def one_line(text: str) -> str:
     """`text` on one line of printable ASCII, NHC's double spaces kept, at most LINE_MAX_CHARS."""
-    text = printable(" ".join(text.splitlines()))
+    text = escaped(" ".join(text.splitlines()))
     return text if len(text) <= LINE_MAX_CHARS else text[: LINE_MAX_CHARS - 3] + "..."
 
 
@@ -102,11 +105,11 @@ def node_name(explicit: str | None, env: Mapping[str, str], hostname: str) -> tu
     for given, source in ((explicit, "--node"), (env.get("SLURMD_NODENAME"), "SLURMD_NODENAME")):
         if given is not None:
             if slurm_node_name(given) != given:
-                return None, f"{source} {printable(given)!r} is not a single Slurm node name"
+                return None, f"{source} {given!a} is not a single Slurm node name"
             return given, source
     name = slurm_node_name(hostname)
     if name is None:
-        return None, f"the hostname {printable(hostname)!r} is not a single Slurm node name"
+        return None, f"the hostname {hostname!a} is not a single Slurm node name"
     return name, "the hostname"
 
 
@@ -115,10 +118,17 @@ def drain_reason(verdict: Verdict) -> str | None:
     return None if reason is None else reason_text(reason, REASON_MAX_CHARS)
 
 
+# What every program slurmd runs for a job has, and HealthCheckProgram has not: a Prolog's or Epilog's script
+# context, a job step's or batch script's job id (SLURM_JOBID is the older name, still set beside SLURM_JOB_ID).
+JOB_VARIABLES = ("SLURM_SCRIPT_CONTEXT", "SLURM_JOB_ID", "SLURM_JOBID")
+
+
 def is_health_check_program(env: Mapping[str, str]) -> bool:
-    """slurmd runs HealthCheckProgram with SLURMD_NODENAME and without the SLURM_SCRIPT_CONTEXT of a Prolog or
-    Epilog (src/slurmd/slurmd/slurmd.c, run_script_health_check)."""
-    return "SLURMD_NODENAME" in env and "SLURM_SCRIPT_CONTEXT" not in env
+    """Whether slurmd runs this as its HealthCheckProgram: outside any job, with an environment of SLURMD_NODENAME
+    alone (src/slurmd/slurmd/slurmd.c, run_script_health_check: a new, empty environment array and that one
+    variable; 26.11 adds SLURM_NODE_IS_HEALTHY). A job step (srun) and a batch script (sbatch) have SLURMD_NODENAME
+    too, and a job id; a Prolog and an Epilog have the job id and SLURM_SCRIPT_CONTEXT."""
+    return "SLURMD_NODENAME" in env and not any(name in env for name in JOB_VARIABLES)
 
 
 @dataclass(frozen=True)
@@ -133,7 +143,7 @@ class NodeState:
         return self.state == UNHEALTHY or bool(OUT_OF_SERVICE & set(self.state.upper().split("+")))
 
     def shown(self) -> str:
-        reason = "" if self.reason is None else f", reason {printable(self.reason)!r}"
+        reason = "" if self.reason is None else f", reason {self.reason!a}"
         return f"state {printable(self.state)}{reason}"
 
 
@@ -216,4 +226,7 @@ def not_checked_line(node: str, state: NodeState) -> str:
 
 
 def stopped_by(signum: int) -> str:
-    return error_line(f"Health check failed:  Terminated by signal {signal.Signals(signum).name}.")
+    """The line of a command stopped by a signal. Not NHC's `Health check failed:` (its die() for a signal): the
+    checks were cut short from outside and said nothing of the node, which is not drained."""
+    name = signal.Signals(signum).name
+    return error_line(f"Health check could not finish:  Terminated by signal {name}; no verdict, nothing drained.")

@@ -126,7 +126,7 @@ def judge(run: Run) -> Verdict:
     level = run.level if report is None else report.get("level", run.level)  # pytest's last --gb-level wins
 
     def verdict(state: str, detail: str = "") -> Verdict:
-        detail = shorten(printable(detail), PROBLEM_MAX_CHARS)
+        detail = shorten(escaped(detail), PROBLEM_MAX_CHARS)  # our own words: their values escaped already
         counts = (len(passed), len(skipped), run.duration_s, run.deadline_s)
         return Verdict(state, level, tuple(failures.values()), *counts, detail)
 
@@ -164,7 +164,15 @@ def _meaning(status: int) -> str:
 
 
 def exit_meaning(returncode: int) -> str:
-    """pytest's exit code in words, for a line that says why there is no report."""
+    """pytest's exit code in words, for a line that says why there is no report. 0 is not "tests passed" there:
+    without the report nothing says any test ran (`pytest --version` exits 0 too)."""
     if returncode < 0:
         return f"killed by signal {-returncode}"
-    return f"exit status {returncode}, {_meaning(returncode)}"
+    return f"exit status {returncode}" + (f", {_meaning(returncode)}" if returncode != 0 else "")
+
+
+def escaped(text: str) -> str:
+    """`text` with every character that is not printable ASCII escaped (`\\n`, `\\xf6`), for the one line. A
+    backslash stays as it is: the values in the line were escaped where they were put in (labels.printable, `!a`),
+    and escaping them again would show `n\\\\xf6` for `nö`."""
+    return "".join(c if c.isascii() and c.isprintable() else ascii(c)[1:-1] for c in text)

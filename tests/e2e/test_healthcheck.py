@@ -131,7 +131,8 @@ def test_a_run_past_its_deadline_is_killed_with_its_process_group(tmp_path: Path
 
 
 def test_a_stop_from_outside_kills_the_run_and_drains_nothing(tmp_path: Path) -> None:
-    """SIGTERM to the command (an operator, slurmd): NHC's exit 143 and line; the run's process group is killed."""
+    """SIGTERM to the command (an operator, slurmd): NHC's exit 143, a line that says there is no verdict; the
+    run's process group is killed."""
     (tmp_path / "hang_plugin.py").write_text(HANG)
     calls, hung, mark = stub_scontrol(tmp_path), tmp_path / "hung", uuid.uuid4().hex
     command = [sys.executable, "-m", "pytest_gbvalidate.healthcheck", "slurm", "--drain", "--deadline-s", "60"]
@@ -148,7 +149,10 @@ def test_a_stop_from_outside_kills_the_run_and_drains_nothing(tmp_path: Path) ->
         process.terminate()
         out, _ = process.communicate(timeout=60)
     assert process.returncode == 143
-    assert out == "ERROR:  gbvalidate:  Health check failed:  Terminated by signal SIGTERM.\n"
+    assert out == (
+        "ERROR:  gbvalidate:  Health check could not finish:  Terminated by signal SIGTERM; no verdict, nothing "
+        "drained.\n"
+    )
     assert scontrol_calls(calls) == [] and processes_with(mark) == []
     assert list((tmp_path / "tmp").iterdir()) == []
 
@@ -186,3 +190,56 @@ def test_a_kill_by_slurmd_leaves_a_directory_the_next_run_removes(tmp_path: Path
     while processes_with(mark) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert processes_with(mark) == []
+
+
+def test_an_inherited_pytest_addopts_does_not_narrow_the_checks(tmp_path: Path) -> None:
+    """PYTEST_ADDOPTS from the caller's shell: `--collect-only` there would run no check at all. The run does not
+    get it, and the line says so; nor an ini file's `addopts` in a directory above the run's (pytest looks upward
+    from it: a /tmp/pytest.ini), nor PYTEST_PLUGINS."""
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "tmp" / "pytest.ini").write_text("[pytest]\naddopts = --collect-only\n")
+    done = healthcheck(
+        tmp_path,
+        "npd",
+        "--max-output-length",
+        "400",
+        "--",
+        "--gb-sku=cpu",
+        "-k",
+        "numa",
+        PYTEST_ADDOPTS="--collect-only",
+        PYTEST_PLUGINS="no_such_plugin_module",
+    )
+    assert (done.returncode, done.stdout) == (
+        0,
+        "quick GPU node checks pass; PYTEST_ADDOPTS='--collect-only', PYTEST_PLUGINS='no_such_plugin_module' not "
+        "passed on: the level's checks run as given (pytest options go after --)\n",
+    ), done.stderr
+
+
+def test_a_run_that_writes_no_report_says_where_it_was_expected(tmp_path: Path) -> None:
+    """`-- --version`: pytest exits 0 without running anything. Not "tests passed": no verdict."""
+    done = healthcheck(tmp_path, "slurm", "--", "--version")
+    assert done.returncode == 10, done.stdout + done.stderr
+    assert done.stdout.startswith(
+        "ERROR:  gbvalidate:  Health check could not run:  pytest wrote no report where the health check expected it "
+        "(exit status 0): pytest "
+    )
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_an_interpreter_that_cannot_import_the_command_is_no_verdict(tmp_path: Path) -> None:
+    """A dependency missing (typing_extensions, which the command's imports need): one line and the mode's no
+    verdict status (Slurm 10, NPD 2), not a traceback and exit 1, which NPD reads as NonOK."""
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "typing_extensions.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'typing_extensions'\", name='typing_extensions')\n"
+    )
+    said = "cannot import the health check: ModuleNotFoundError: No module named"
+    for mode, code, line in (
+        ("slurm", 10, f"ERROR:  gbvalidate:  Health check could not run:  {said} 'typing_extensions'\n"),
+        ("npd", 2, f"unknown: {said}...\n"),
+    ):
+        done = healthcheck(tmp_path, mode, PYTHONPATH=str(broken))
+        assert (done.returncode, done.stdout, done.stderr) == (code, line, "")

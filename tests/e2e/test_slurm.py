@@ -203,13 +203,16 @@ def test_ranks(gb_gang, gb_expect):
 
 def test_a_batch_script_is_no_world_and_drains_nothing(two_nodes: SlurmCluster, tmp_path: Path) -> None:
     """sbatch -n2: the batch script has SLURM_PROCID=0 and SLURM_NTASKS=2 but is no task of a step. pytest there
-    is one node's run (it waited for a rank that never came), and the health check there drains nothing."""
+    is one node's run (it waited for a rank that never came), and the health check there drains nothing. It has
+    SLURMD_NODENAME, as slurmd's HealthCheckProgram has, and is none: a deadline past that one's 60 s kill is
+    taken."""
     (tmp_path / "test_gang.py").write_text(GANG_CHECK)
     script = tmp_path / "job.sh"
     script.write_text(
         "#!/bin/bash\n"
         f"{sys.executable} -m pytest -p no:cacheprovider -q test_gang.py --gb-sku=cpu --gb-report=batch.json\n"
-        f"echo pytest=$?\n{sys.executable} -m pytest_gbvalidate.healthcheck slurm --drain -- {HEALTHY}\n"
+        f"echo pytest=$?\n{sys.executable} -m pytest_gbvalidate.healthcheck slurm --drain --deadline-s 90 "
+        f"-- {HEALTHY}\n"
         "echo healthcheck=$?\n"
     )
     done = two_nodes.run(
@@ -224,9 +227,11 @@ def test_a_batch_script_is_no_world_and_drains_nothing(two_nodes: SlurmCluster, 
 
 
 def test_health_checks_started_by_one_srun_are_one_check_per_node(two_nodes: SlurmCluster, tmp_path: Path) -> None:
+    """A job step's tasks have SLURMD_NODENAME, as slurmd's HealthCheckProgram has, and are none: a deadline past
+    that one's 60 s kill is taken."""
     done = two_nodes.run(
         *("srun", "-N2", "--ntasks-per-node=1", "--time=3", "--label", sys.executable, "-m"),
-        *("pytest_gbvalidate.healthcheck", "slurm", "--drain", "--", *HEALTHY.split()),
+        *("pytest_gbvalidate.healthcheck", "slurm", "--drain", "--deadline-s", "90", "--", *HEALTHY.split()),
         cwd=tmp_path,
         timeout=200,
     )

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pytest_gbvalidate.healthcheck import cli
+from pytest_gbvalidate.healthcheck.level_run import CannotRun
 from tests.helpers.healthcheck import scontrol_calls, stub_scontrol
 
 
@@ -38,6 +39,12 @@ def nothing_runs(monkeypatch: pytest.MonkeyPatch) -> None:
         (["npd", "--drain"], "unknown: usage: unrecognized arguments: --drain", 2),
         (["nhc"], "unknown: usage: argument MODE: invalid choice: 'nhc'", 2),
         ([], "unknown: usage: the following arguments are required: MODE", 2),
+        (["npd", "--deadline-s", "n\u00f6"], "unknown: usage: argument --deadline-s: 'n\\xf6' is not a number", 2),
+        (["slurm", "--keep-report", ""], "ERROR:  gbvalidate:  usage:  argument --keep-report: is empty: name the", 10),
+        # The report is the health check's own: after `--`, pytest would write it elsewhere and leave none to read.
+        (["slurm", "--", "--gb-report=/tmp/elsewhere.json"], "ERROR:  gbvalidate:  usage:  --gb-report after --: ", 10),
+        (["npd", "--", "-k", "gpu", "--gb-report", "r.json"], "unknown: usage: --gb-report after --: the health", 2),
+        (["slurm", "--", "--gb-report"], "ERROR:  gbvalidate:  usage:  --gb-report after --: ", 10),
     ],
 )
 @pytest.mark.usefixtures("nothing_runs")
@@ -69,6 +76,14 @@ def test_a_report_path_that_is_no_file_is_refused(tmp_path: Path, capsys: pytest
         (["--node", "gpu[01-04]"], {}, "h", "--node 'gpu[01-04]' is not a single Slurm node name"),
         ([], {"SLURMD_NODENAME": "ALL"}, "h", "SLURMD_NODENAME 'ALL' is not a single Slurm node name"),
         ([], {}, "n1,n2", "the hostname 'n1,n2' is not a single Slurm node name"),
+        # An IPv6 scope id is any text to ipaddress: this one would drain 128 other nodes.
+        (
+            [],
+            {"SLURMD_NODENAME": "fe80::1%n1,gpu[001-128]", "SLURM_SCRIPT_CONTEXT": "prolog_slurmd"},
+            "h",
+            "SLURMD_NODENAME 'fe80::1%n1,gpu[001-128]' is not a single Slurm node name",
+        ),
+        (["--node", "n\u00f6de1"], {}, "h", "--node 'n\\xf6de1' is not a single Slurm node name"),
     ],
 )
 @pytest.mark.usefixtures("nothing_runs")
@@ -113,7 +128,10 @@ def captured_run(monkeypatch: pytest.MonkeyPatch) -> list[tuple[float, list[str]
 
 
 HEALTH_CHECK_PROGRAM = {"SLURMD_NODENAME": "gpu-017"}  # slurmd's whole environment for it (no script context)
-PROLOG = {"SLURMD_NODENAME": "gpu-017", "SLURM_SCRIPT_CONTEXT": "prolog_slurmd"}
+PROLOG = {"SLURMD_NODENAME": "gpu-017", "SLURM_SCRIPT_CONTEXT": "prolog_slurmd", "SLURM_JOB_ID": "42"}
+# What srun gives a job step's task and sbatch a batch script: SLURMD_NODENAME too, and the job's id.
+JOB_STEP = {"SLURMD_NODENAME": "gpu-017", "SLURM_JOB_ID": "42", "SLURM_JOBID": "42", "SLURM_STEP_ID": "0"}
+BATCH_SCRIPT = {"SLURMD_NODENAME": "gpu-017", "SLURM_JOB_ID": "42", "SLURM_JOBID": "42"}
 
 
 @pytest.mark.parametrize(
@@ -125,6 +143,9 @@ PROLOG = {"SLURMD_NODENAME": "gpu-017", "SLURM_SCRIPT_CONTEXT": "prolog_slurmd"}
         (HEALTH_CHECK_PROGRAM, ["--deadline-s", "35"], "", 35.0),
         (PROLOG, [], "", 90.0),  # no such limit for a Prolog
         (PROLOG, ["--deadline-s", "600"], "", 600.0),
+        (JOB_STEP, [], "", 90.0),  # `srun -N16 ... slurm --drain`: no slurmd kill either
+        (JOB_STEP, ["--deadline-s", "600"], "", 600.0),
+        (BATCH_SCRIPT, ["--deadline-s", "600"], "", 600.0),
     ],
 )
 def test_the_deadline_fits_slurmd_s_limit_for_its_health_check_program(
@@ -209,3 +230,134 @@ def test_a_node_someone_drains_while_the_check_runs_keeps_their_reason(
         "it is; checks: gpu_hardware: test_gpu_count\n"
     )
     assert len(runs) == 1 and scontrol_calls(tmp_path / "scontrol.calls") == []
+
+
+# --- no verdict: the command's own failures, an inherited PYTEST_ADDOPTS, a --keep-report that is an input ------
+
+
+def test_checks_that_cannot_start_are_no_verdict_and_drain_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """level_run.CannotRun (an interpreter that cannot start, a full TMPDIR: test_healthcheck_run.py): Slurm's 10
+    and NPD's Unknown, one line."""
+    calls = stub_scontrol(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path))
+
+    def run_checks(*_args: object) -> None:
+        raise CannotRun("cannot lock the run's directory: /tmp/x/.held: No space left on device")
+
+    monkeypatch.setattr(cli, "run_checks", run_checks)
+    assert cli.main(["slurm", "--drain"], env=PROLOG, hostname="h") == 10
+    assert capsys.readouterr().out == (
+        "ERROR:  gbvalidate:  Health check could not run:  cannot lock the run's directory: /tmp/x/.held: No space "
+        "left on device\n"
+    )
+    assert cli.main(["npd"], env={}, hostname="h") == 2
+    assert (
+        capsys.readouterr().out == "unknown: cannot lock the run's directory: /tmp/x/.held: No space left on device\n"
+    )
+    assert scontrol_calls(calls) == []
+
+
+def test_an_inherited_pytest_addopts_is_not_passed_on_and_the_line_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The environment the run gets is level_run.checks_environment's (test_healthcheck_run.py); the line says
+    what was left out."""
+    stub_scontrol(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    runs = captured_run(monkeypatch)
+    assert cli.main(["slurm", "--", "--gb-sku=cpu"], env=PROLOG | {"PYTEST_ADDOPTS": "-k numa"}, hostname="h") == 1
+    assert runs == [(90.0, ["--gb-sku=cpu", "--gb-world=none"])]
+    out = capsys.readouterr().out
+    assert "; PYTEST_ADDOPTS='-k numa' not passed on: the level's checks run as given (pytest options go after --)" in (
+        out
+    )
+    assert cli.main(["slurm"], env=PROLOG | {"PYTEST_ADDOPTS": " "}, hostname="h") == 1
+    assert "PYTEST_ADDOPTS" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("env", "pytest_args", "kept", "source"),
+    [
+        ({"GBVALIDATE_BASELINES": "{b}", "GBVALIDATE_SKU": "cpu"}, [], "{b}/cpu.yaml", "GBVALIDATE_BASELINES in the"),
+        ({}, ["--gb-baselines", "{b}"], "{b}/other.yaml", "--gb-baselines after --"),  # any SKU's: `auto` reads all
+        ({"GBVALIDATE_BASELINES": "/nowhere"}, ["--gb-baselines={b}"], "{b}/cpu.yaml", "--gb-baselines after --"),
+        ({"GBVALIDATE_COMPARE": "{t}/earlier.json"}, [], "{t}/earlier.json", "GBVALIDATE_COMPARE in the environment"),
+        ({}, ["--gb-history={t}/history"], "{t}/history/gpu-017/2026-11-27T02-54-03Z.json", "--gb-history after --"),
+    ],
+)
+@pytest.mark.usefixtures("nothing_runs")
+def test_a_kept_report_is_none_of_the_run_s_inputs(
+    env: dict[str, str],
+    pytest_args: list[str],
+    kept: str,
+    source: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--keep-report replaces its file after the run: never the baseline the run read, the earlier report it
+    compared with or a report kept in its history (as the run guards its own outputs: run/paths.py)."""
+    baselines = tmp_path / "baselines"
+    baselines.mkdir()
+    for name in ("cpu.yaml", "other.yaml"):
+        (baselines / name).write_text("sku: x\n")
+    (tmp_path / "earlier.json").write_text("{}")
+    (tmp_path / "history" / "gpu-017").mkdir(parents=True)
+    (tmp_path / "history" / "gpu-017" / "2026-11-27T02-54-03Z.json").write_text("{}")
+
+    def given(text: str) -> str:
+        return text.format(b=baselines, t=tmp_path)
+
+    keep = given(kept)
+    env = {k: given(v) for k, v in env.items()}
+    args = ["slurm", "--keep-report", keep, "--", *map(given, pytest_args)]
+    assert cli.main(args, env=env, hostname="h") == 10
+    out = capsys.readouterr().out
+    assert out.startswith(f"ERROR:  gbvalidate:  usage:  --keep-report: {keep} is also ") and source in out, out
+    assert out.endswith(": an output must be a file of its own\n") and out.count("\n") == 1
+    assert Path(keep).read_text() in ("{}", "sku: x\n")  # as it was
+
+
+@pytest.mark.usefixtures("nothing_runs")
+def test_a_relative_setting_names_none_of_the_caller_s_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The run starts in a directory of its own: GBVALIDATE_BASELINES=baselines there is not ./baselines here."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "baselines").mkdir()
+    (tmp_path / "baselines" / "cpu.yaml").write_text("sku: x\n")
+    assert cli.run_inputs([], {"GBVALIDATE_BASELINES": "baselines"}) == {}
+    assert cli.run_inputs(["--gb-compare=last"], {}) == {
+        k: v for k, v in cli.run_inputs([], {}).items() if k.startswith("the baseline ")
+    }
+
+
+def test_the_command_s_own_import_failing_is_no_verdict() -> None:
+    """__main__.py: a broken interpreter (a dependency missing) is one line and the mode's "no verdict" status,
+    written out there since slurm.py and npd.py may be what failed to import."""
+    from pytest_gbvalidate.healthcheck import __main__ as entry
+    from pytest_gbvalidate.healthcheck import npd, slurm
+
+    assert (entry.SLURM_EXIT_NOT_RUN, entry.SLURM_LINE_MAX_CHARS) == (slurm.EXIT_NOT_RUN, slurm.LINE_MAX_CHARS)
+    assert (entry.NPD_EXIT_UNKNOWN, entry.NPD_MAX_OUTPUT_LENGTH) == (npd.EXIT_UNKNOWN, npd.DEFAULT_MAX_OUTPUT_LENGTH)
+    missing = ModuleNotFoundError("No module named 'typing_extensions'")
+    assert entry.cannot_import(missing, ["slurm", "--drain"]) == (
+        "ERROR:  gbvalidate:  Health check could not run:  cannot import the health check: ModuleNotFoundError: No "
+        "module named 'typing_extensions'",
+        10,
+    )
+    assert entry.cannot_import(missing, ["npd"]) == (
+        "unknown: cannot import the health check: ModuleNotFoundError: No module named...",
+        2,
+    )
+    line, _ = entry.cannot_import(ImportError("n\u00f6\n\x1b[2J"), ["slurm"])
+    assert line.endswith("ImportError: n\\xf6 \\x1b[2J") and line.isascii() and line.isprintable()
+
+
+def test_the_settings_named_are_settings_py_s() -> None:
+    from pytest_gbvalidate.settings import TABLE, cli_flag, env_name
+
+    names = {spec.name for spec in TABLE}
+    assert set(cli.INPUT_SETTINGS) <= names and cli_flag("report") == cli.REPORT_OPTION
+    assert {name: (cli_flag(name), env_name(name)) for name in cli.INPUT_SETTINGS} == cli.INPUT_SETTINGS

@@ -1,16 +1,28 @@
 """pytest_gbvalidate/healthcheck/level_run.py without a run: the pytest command, the report read (a bad one is one line
-naming the file and the field), pytest's words when it wrote none. (Real runs: e2e/test_healthcheck.py.)"""
+naming the file and the field), pytest's words when it wrote none, what keeps a run from starting (CannotRun, with
+nothing left behind), the run's environment. (Real runs: e2e/test_healthcheck.py.)"""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from pytest_gbvalidate.healthcheck.level_run import last_line, pytest_command, read_report
+from pytest_gbvalidate.healthcheck import level_run
+from pytest_gbvalidate.healthcheck.level_run import (
+    CannotRun,
+    checks_environment,
+    dropped_note,
+    last_line,
+    pytest_command,
+    read_report,
+    run_checks,
+)
 from tests.helpers.reports import minimal_report, report_text
 
 
@@ -72,3 +84,90 @@ def test_pytests_words_are_its_error_line_not_its_rootdir(tmp_path: Path) -> Non
     assert last_line(output) == "segfault \\x1b[2J"
     output.write_text("")
     assert last_line(output) == "no output"
+
+
+# --- what keeps the checks from running at all: no verdict, one line, nothing left behind ------------------------
+
+
+@pytest.fixture
+def run_parent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The temporary directory the run's own directory is made in."""
+    parent = tmp_path / "tmp"
+    parent.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(parent))
+    return parent
+
+
+@pytest.mark.parametrize(
+    ("executable", "why"),
+    [
+        ("", "this Python cannot tell its own path (sys.executable is empty): no interpreter for the checks"),
+        ("{tmp}/gone/python", "cannot start the checks' interpreter '{tmp}/gone/python': No such file or directory"),
+        ("{tmp}", "cannot start the checks' interpreter '{tmp}': Permission denied"),  # a directory
+    ],
+)
+def test_an_interpreter_that_cannot_start_is_cannot_run(
+    executable: str, why: str, tmp_path: Path, run_parent: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sys.executable empty (Python cannot tell its path), gone (a venv replaced under a running check), or a
+    directory: Popen's OSError was a traceback and exit 1, a failed check to Slurm and NPD."""
+    monkeypatch.setattr(sys, "executable", executable.format(tmp=tmp_path))
+    with pytest.raises(CannotRun) as info:
+        run_checks("quick", 60.0, [], None)
+    assert str(info.value) == why.format(tmp=tmp_path)
+    assert list(run_parent.iterdir()) == []
+
+
+def test_a_full_temporary_directory_is_cannot_run_and_leaves_nothing(
+    run_parent: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TMPDIR out of space or inodes once the run's directory is made: its lock cannot be created (ENOSPC)."""
+
+    def full(directory: Path) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device", str(directory / ".held"))
+
+    monkeypatch.setattr(level_run, "_hold", full)
+    with pytest.raises(CannotRun) as info:
+        run_checks("quick", 60.0, [], None)
+    assert str(info.value).startswith(f"cannot lock the run's directory: {run_parent}/gbvalidate-healthcheck-")
+    assert str(info.value).endswith("/.held: No space left on device")
+    assert list(run_parent.iterdir()) == []
+
+
+def test_output_that_cannot_be_written_is_cannot_run_and_leaves_nothing(
+    run_parent: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pytest's output file cannot be made (a full TMPDIR; here, as root too, a directory in its place)."""
+    make_directory = tempfile.mkdtemp
+
+    def with_obstacle(prefix: str) -> str:
+        directory = make_directory(prefix=prefix)
+        os.mkdir(os.path.join(directory, "output.log"))
+        return directory
+
+    monkeypatch.setattr(tempfile, "mkdtemp", with_obstacle)
+    with pytest.raises(CannotRun) as info:
+        run_checks("quick", 60.0, [], None)
+    assert str(info.value).startswith(f"cannot write pytest's output: {run_parent}/gbvalidate-healthcheck-")
+    assert str(info.value).endswith("/output.log: Is a directory")
+    assert list(run_parent.iterdir()) == []
+
+
+def test_no_usable_temporary_directory_is_cannot_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    def none_usable(prefix: str) -> str:
+        raise FileNotFoundError(errno.ENOENT, "No usable temporary directory found in ['/tmp']")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", none_usable)
+    with pytest.raises(CannotRun, match=r"^cannot make the run's directory: No usable temporary directory found in"):
+        run_checks("quick", 60.0, [], None)
+
+
+def test_the_run_gets_no_pytest_addopts() -> None:
+    """An inherited PYTEST_ADDOPTS (`-k numa`) would narrow the level's checks: the run's environment lacks it, and
+    the line says so (dropped_note)."""
+    env = {"PATH": "/usr/bin", "PYTEST_ADDOPTS": "-k numa", "GBVALIDATE_SKU": "cpu"}
+    assert checks_environment(env) == {"PATH": "/usr/bin", "GBVALIDATE_SKU": "cpu"}
+    assert dropped_note(env) == (
+        "PYTEST_ADDOPTS='-k numa' not passed on: the level's checks run as given (pytest options go after --)"
+    )
+    assert dropped_note({"PYTEST_ADDOPTS": ""}) is None and dropped_note({}) is None

@@ -44,7 +44,11 @@ def test_lines_are_nhcs() -> None:
     assert slurm.line(NO_VERDICT, "") == (
         "ERROR:  gbvalidate:  Health check could not run:  pytest wrote no report (exit status 4)"
     )
-    assert slurm.stopped_by(15) == "ERROR:  gbvalidate:  Health check failed:  Terminated by signal SIGTERM."
+    # A signal is no verdict (NHC's 143 is kept; nothing is drained): the line must not read as a failed check.
+    assert slurm.stopped_by(15) == (
+        "ERROR:  gbvalidate:  Health check could not finish:  Terminated by signal SIGTERM; no verdict, nothing "
+        "drained."
+    )
     assert slurm.one_line("a\nb\x1b" + "x" * 2000).startswith("a b\\x1b") and len(slurm.one_line("x" * 2000)) == 1000
 
 
@@ -87,13 +91,33 @@ def test_this_nodes_name_comes_from_node_then_slurmd_then_the_short_hostname() -
         ("ALL", {}, "h", "--node 'ALL' is not a single Slurm node name"),
         (None, {"SLURMD_NODENAME": "n1,n2"}, "h", "SLURMD_NODENAME 'n1,n2' is not a single Slurm node name"),
         (None, {"SLURMD_NODENAME": "n1.x"}, "h", "SLURMD_NODENAME 'n1.x' is not a single Slurm node name"),
-        (None, {}, "evil\n\x1b[2J", "the hostname 'evil\\\\n\\\\x1b[2J' is not a single Slurm node name"),
+        (None, {}, "evil\n\x1b[2J", "the hostname 'evil\\n\\x1b[2J' is not a single Slurm node name"),
+        ("n\u00f6de1", {}, "h", "--node 'n\\xf6de1' is not a single Slurm node name"),  # escaped once
+        (None, {"SLURMD_NODENAME": "fe80::1%n1,gpu[001-128]"}, "h", "SLURMD_NODENAME 'fe80::1%n1,gpu[001-128]' is"),
     ],
 )
 def test_a_name_that_is_not_one_node_is_refused(
     explicit: str | None, env: dict[str, str], hostname: str, why: str
 ) -> None:
-    assert slurm.node_name(explicit, env, hostname) == (None, why)
+    name, said = slurm.node_name(explicit, env, hostname)
+    assert name is None and said.startswith(why), said
+    assert slurm.error_line(said).endswith(said)  # the line escapes nothing twice
+
+
+@pytest.mark.parametrize(
+    ("env", "health_check_program"),
+    [
+        ({"SLURMD_NODENAME": "n1"}, True),  # slurmd's run_script_health_check: that variable alone
+        ({"SLURMD_NODENAME": "n1", "SLURM_NODE_IS_HEALTHY": "no"}, True),  # Slurm 26.11
+        ({"SLURMD_NODENAME": "n1", "SLURM_SCRIPT_CONTEXT": "prolog_slurmd", "SLURM_JOB_ID": "42"}, False),
+        ({"SLURMD_NODENAME": "n1", "SLURM_JOB_ID": "42", "SLURM_JOBID": "42", "SLURM_STEP_ID": "0"}, False),  # srun
+        ({"SLURMD_NODENAME": "n1", "SLURM_JOB_ID": "42", "SLURM_JOBID": "42"}, False),  # an sbatch script
+        ({"SLURMD_NODENAME": "n1", "SLURM_JOBID": "42"}, False),
+        ({}, False),
+    ],
+)
+def test_only_slurmd_s_own_health_check_program_has_its_limit(env: dict[str, str], health_check_program: bool) -> None:
+    assert slurm.is_health_check_program(env) is health_check_program
 
 
 def test_the_drain_runs_scontrol_from_path_with_one_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

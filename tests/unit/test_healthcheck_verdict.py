@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from pytest_gbvalidate.healthcheck.verdict import FAIL, OK, TIMEOUT, UNKNOWN, Run, exit_meaning, judge
+from pytest_gbvalidate.healthcheck.verdict import FAIL, OK, TIMEOUT, UNKNOWN, Run, escaped, exit_meaning, judge
 from pytest_gbvalidate.report.schema import problem
 from tests.helpers.healthcheck import FAULT, record, report_with
 
@@ -90,8 +90,17 @@ def test_no_verdict_is_unknown_and_says_why(report: Any, returncode: int, detail
 
 
 def test_every_exit_status_of_pytest_has_its_meaning() -> None:
-    assert exit_meaning(0) == "exit status 0, tests passed" and exit_meaning(-9) == "killed by signal 9"
+    assert exit_meaning(1) == "exit status 1, tests failed" and exit_meaning(-9) == "killed by signal 9"
     assert exit_meaning(77) == "exit status 77, unknown"
+    # Said of a run that left no report (`-- --version` exits 0): nothing says any test ran, let alone passed.
+    assert exit_meaning(0) == "exit status 0"
+
+
+def test_a_problem_already_escaped_is_not_escaped_again() -> None:
+    """The node's name `nöde1`, escaped once where it was put in the message, reaches the line as `n\\xf6de1`."""
+    verdict = judge(run(None, returncode=4, why="--node 'n\\xf6de1' \x1b"))
+    assert verdict.detail == "--node 'n\\xf6de1' \\x1b"
+    assert escaped("n\u00f6de1\n") == "n\\xf6de1\\n" and escaped("a\\b") == "a\\b"
 
 
 def test_what_a_report_says_reaches_a_line_printable_and_bounded() -> None:

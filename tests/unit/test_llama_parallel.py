@@ -18,6 +18,7 @@ import torch._dynamo
 from torch._dynamo.utils import counters
 
 from pytest_gbvalidate.bench.timing import MIN_TIMED_ITERATIONS
+from pytest_gbvalidate.files import atomic_write_bytes
 from pytest_gbvalidate.ranks.gang import GangError, LocalGang, RankContext
 from pytest_gbvalidate.workloads.llama import layout_grid
 from pytest_gbvalidate.workloads.llama import train as train_module
@@ -371,7 +372,7 @@ def test_a_reduced_sweep_on_cpu_trains_each_layout_and_plots_it(gang: LocalGang,
         assert p.telemetry is not None
         assert "cpu.utilization_pct" in p.telemetry  # the host is sampled; a CPU node has no GPU series
         assert p.telemetry_mean("utilization_pct") is None
-    written = layout_grid.write_outputs(points, tmp_path)
+    written = layout_grid.write_outputs(points, tmp_path, atomic_write_bytes)
     assert {p.name for p in written} >= {"sweep.md", "sweep_pp.png", "sweep_mbs.png"}
     assert "Best layout: native-fp32-mbs2-gbs8-" in (tmp_path / "sweep.md").read_text()
 

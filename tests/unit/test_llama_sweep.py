@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_gbvalidate.files import atomic_write_bytes
 from pytest_gbvalidate.ranks.gang import GangError
 from pytest_gbvalidate.workloads.llama import layout_grid
 from pytest_gbvalidate.workloads.llama.config import LLAMA3_TINY
@@ -67,7 +68,7 @@ def test_a_sweep_records_every_point_and_names_the_fastest(tmp_path: Path) -> No
     assert winner.telemetry_mean("utilization_pct") == 80.0  # GPUs only, not the host
     assert winner.telemetry_mean("sm_clock_mhz") == 1900.0
 
-    written = layout_grid.write_outputs(points, tmp_path)
+    written = layout_grid.write_outputs(points, tmp_path, atomic_write_bytes)
     assert [p.name for p in written] == [
         "sweep.md",
         "sweep.csv",
@@ -131,3 +132,90 @@ def test_the_command_line_is_an_application_of_its_own(tmp_path: Path, capsys: p
             main(["--sku", "cpu", "--out", str(tmp_path), "--tp", sizes])
         assert info.value.code == 2
         assert "argument --tp: " in (err := capsys.readouterr().err) and "whole numbers from 1 to 1024" in err
+
+
+@pytest.fixture
+def no_rank_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_gbvalidate.ranks import gang
+
+    def refuse(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("a rank started")
+
+    monkeypatch.setattr(gang, "LocalGang", refuse)
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--sku", "bogus"], "argument --sku: no baseline for bogus in {bundled} (known SKUs: ND96asr_v4, "),
+        (["--sku", ""], "argument --sku: is empty"),
+        (["--sku", "../../etc/passwd"], "argument --sku: '../../etc/passwd': a SKU name is ASCII letters, "),
+        (["--sku", "cpu", "--baselines", "/nonexistent"], "argument --baselines: '/nonexistent': no such directory"),
+        (["--sku", "cpu", "--baselines", "{tmp}/a-file"], "argument --baselines: '{tmp}/a-file': no such directory"),
+        (
+            ["--sku", "cpu", "--baselines", "{tmp}/broken"],
+            "argument --sku: bad baseline: {tmp}/broken/cpu.yaml:2:1: YAML syntax error",
+        ),
+        (["--sku", "cpu", "--out", "{tmp}/a-file"], "argument --out: {tmp}/a-file: is not a directory"),
+        (["--sku", "cpu", "--out", "{tmp}/a-file/x"], "argument --out: {tmp}/a-file/x: cannot make the directory: "),
+        (["--sku", "cpu", "--out", "/proc/x"], "argument --out: /proc/x: cannot make the directory: "),
+        (["--sku", "cpu", "--out", ""], "argument --out: is empty"),
+        (["--sku", "cpu", "--out", "{tmp}/linked"], "argument --out: {tmp}/linked: sweep.md is a symbolic link (to "),
+    ],
+)
+@pytest.mark.usefixtures("no_rank_starts")
+def test_the_command_line_refuses_what_it_cannot_use_before_the_sweep(
+    args: list[str], said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each is one line naming the option, exit 2, before any rank starts: the sweep runs for hours and its results
+    would be lost. A sweep.md that is a link is refused (the file it points to is not overwritten)."""
+    from pytest_gbvalidate.layout_sweep.cli import main
+    from pytest_gbvalidate.setting_values import bundled_baselines
+
+    (tmp_path / "a-file").write_text("precious\n")
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "cpu.yaml").write_text("schema_version: [\n")
+    (tmp_path / "linked").mkdir()
+    (tmp_path / "linked" / "sweep.md").symlink_to(tmp_path / "a-file")
+    given = [a.format(tmp=tmp_path) for a in args]
+    if "--out" not in given:
+        given += ["--out", str(tmp_path / "out")]
+    with pytest.raises(SystemExit) as info:
+        main(given)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    expected = said.format(tmp=tmp_path, bundled=bundled_baselines())
+    assert err.startswith(f"python -m pytest_gbvalidate.layout_sweep: error: {expected}") and err.count("\n") == 1, err
+    assert (tmp_path / "a-file").read_text() == "precious\n" and not (tmp_path / "out").exists()
+
+
+def test_the_table_outlives_a_file_that_cannot_be_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Something takes sweep.json's name while the sweep runs: the table is printed all the same, the failed file
+    named in one line, exit 1; the files are written whole (sweep.md is there, no temporary file stays)."""
+    from pytest_gbvalidate.layout_sweep import cli
+    from pytest_gbvalidate.ranks import gang
+
+    class NoGang:
+        def __init__(self, *_args: object, **_kwargs: object) -> None:
+            pass
+
+        def close(self) -> None:
+            pass
+
+    def sweep_then_obstacle(*_args: object, **_kwargs: object) -> list[layout_grid.SweepPoint]:
+        (tmp_path / "out" / "sweep.json").mkdir()
+        return layout_grid.sweep(LLAMA3_TINY, 4, 16, GRID, fake_train, sample=FakeSampler)
+
+    monkeypatch.setattr(gang, "LocalGang", NoGang)
+    monkeypatch.setattr(cli, "native_trainer", lambda *_args: fake_train)
+    monkeypatch.setattr(cli, "sweep", sweep_then_obstacle)
+    assert cli.main(["--sku", "cpu", "--out", str(tmp_path / "out")]) == 1
+    captured = capsys.readouterr()
+    assert "Best layout: " in captured.out
+    assert captured.err == (
+        f"python -m pytest_gbvalidate.layout_sweep: error: {tmp_path / 'out' / 'sweep.json'}: is a directory, not a "
+        "regular file: it is not replaced\n"
+    )
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["sweep.csv", "sweep.json", "sweep.md"]

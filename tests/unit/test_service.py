@@ -25,6 +25,11 @@ NOT_ONE_NODE = [
     "evil\n\x1b[2J",
     "n\u043ede-1",
     "a" * 64,
+    # ipaddress takes anything after an IPv6 address's `%` as its scope id: here a hostlist of 128 other nodes
+    "fe80::1%n1,gpu[001-128]",
+    "fe80::1%eth0",
+    "fe80::1%25eth0",
+    "10.0.0.1,10.0.0.2",
 ]
 
 
@@ -39,6 +44,14 @@ def test_a_slurm_node_name_is_the_short_hostname_or_an_address() -> None:
 @pytest.mark.parametrize("hostname", NOT_ONE_NODE)
 def test_no_slurm_node_name_for_what_is_not_one_node(hostname: str) -> None:
     assert slurm_node_name(hostname) is None
+
+
+@pytest.mark.parametrize(
+    "hostname", ["gpu-017.cluster.local", "10.1.0.7", "fd00::7", "::ffff:10.1.0.7", "FD00:0:0::7", *NOT_ONE_NODE]
+)
+def test_no_accepted_name_holds_what_slurm_reads_as_several_nodes(hostname: str) -> None:
+    name = slurm_node_name(hostname)
+    assert name is None or not any(c in name for c in ",[]% \t\n"), name
 
 
 def test_a_kubernetes_node_name_is_the_hostname_lowercased_as_the_kubelet_registers_it() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import io
 import itertools
 import json
 import math
@@ -177,22 +178,29 @@ def _cell(value: Any) -> str:
     return str(value).replace("|", "/")
 
 
-def write_outputs(points: Sequence[SweepPoint], out: Path) -> list[Path]:
-    """sweep.md, sweep.csv, sweep.json and, with matplotlib, sweep_<parameter>.png; the paths written."""
+# The files write_outputs may write in its directory (the plots only with matplotlib).
+OUTPUT_NAMES = ("sweep.md", "sweep.csv", "sweep.json", *(f"sweep_{name}.png" for name in PARAMETERS))
+
+
+def write_outputs(points: Sequence[SweepPoint], out: Path, write: Callable[[Path, bytes], None]) -> list[Path]:
+    """sweep.md, sweep.csv, sweep.json and, with matplotlib, sweep_<parameter>.png in `out`, each file's bytes
+    written by `write` (the command line's: files.atomic_write_bytes, which refuses a link or a device there and
+    replaces a file whole or not at all; files.py is no module this one may import); the paths written."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "sweep.md").write_text(markdown_table(points), encoding="utf-8")
-    with (out / "sweep.csv").open("w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(row(p) for p in points)
+    write(out / "sweep.md", markdown_table(points).encode("utf-8"))
+    table = io.StringIO(newline="")
+    writer = csv.DictWriter(table, fieldnames=COLUMNS)
+    writer.writeheader()
+    writer.writerows(row(p) for p in points)
+    write(out / "sweep.csv", table.getvalue().encode("utf-8"))
     records = [
         {**row(p), "layout": None if p.result is None else p.result.details(), "telemetry": p.telemetry} for p in points
     ]
     winner = best(points)
     doc = {"best": None if winner is None or winner.result is None else winner.result.scope, "points": records}
-    (out / "sweep.json").write_text(json.dumps(doc, indent=1, default=str) + "\n", encoding="utf-8")
+    write(out / "sweep.json", (json.dumps(doc, indent=1, default=str) + "\n").encode("utf-8"))
     written = [out / "sweep.md", out / "sweep.csv", out / "sweep.json"]
-    return written + plot(points, out)
+    return written + plot(points, out, write)
 
 
 PANELS = (
@@ -203,9 +211,9 @@ PANELS = (
 )
 
 
-def plot(points: Sequence[SweepPoint], out: Path) -> list[Path]:
-    """One PNG per parameter: each panel plots a figure against it, one dot per layout that ran; layouts that
-    ran out of memory are marked on the axis. Nothing (and no error) without matplotlib."""
+def plot(points: Sequence[SweepPoint], out: Path, write: Callable[[Path, bytes], None]) -> list[Path]:
+    """One PNG per parameter, written by `write`: each panel plots a figure against it, one dot per layout that
+    ran; layouts that ran out of memory are marked on the axis. Nothing (and no error) without matplotlib."""
     try:
         import matplotlib
     except ImportError:
@@ -234,8 +242,10 @@ def plot(points: Sequence[SweepPoint], out: Path) -> list[Path]:
             ax.set_title(title)
         axes[0].legend(fontsize="small")
         path = out / f"sweep_{parameter}.png"
-        fig.savefig(path, dpi=100)
+        image = io.BytesIO()
+        fig.savefig(image, format="png", dpi=100)
         plt.close(fig)
+        write(path, image.getvalue())
         paths.append(path)
     return paths
 
