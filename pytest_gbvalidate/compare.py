@@ -108,6 +108,8 @@ def parse_allowed(text: str) -> AllowedRegression:
             close = difflib.get_close_matches(metric, CATALOG, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise ValueError(f"{part!a}: no metric {metric!a}{hint}; the metrics are those in metrics.CATALOG")
+        if metric in by_metric or (not metric and default is not None):  # which of the two was meant?
+            raise ValueError(f"{part!a}: a second percentage for {metric or 'every other metric'}")
         if metric:
             by_metric[metric] = pct
         else:
@@ -331,12 +333,13 @@ def check_same_node(
 ) -> SameNode:
     """Raise CompareError when the earlier report is another node's (or another SKU's). `gpus_now`: this node's
     GPUs, the reason they could not be read, or None on a SKU without GPUs."""
-    where = f"--gb-compare {earlier.path}"
+    where = str(earlier.path)  # the caller names the setting
     if earlier.hostname != hostname:
-        shown = "no node" if earlier.hostname is None else f"node '{printable(earlier.hostname)}'"
-        raise CompareError(f"{where} is {shown}'s report; this is '{printable(hostname)}'")
+        shown = f"is the report of node '{printable(earlier.hostname)}'" if earlier.hostname else "names no node"
+        raise CompareError(f"{where} {shown}; this is node '{printable(hostname)}'")
     if earlier.sku != sku:
-        raise CompareError(f"{where} checked the {printable(str(earlier.sku))} SKU; this run checks {sku}")
+        shown = "names no SKU" if earlier.sku is None else f"checked SKU '{printable(earlier.sku)}'"
+        raise CompareError(f"{where} {shown}; this run checks SKU '{sku}'")
     notes = [f"same node {hostname}, earlier run of {earlier.date}"]
     if earlier.status != "finished":
         notes.append(f"the earlier run did not finish (status {earlier.status}): compared where it measured")

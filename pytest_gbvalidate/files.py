@@ -121,7 +121,10 @@ def _odd_value(doc: Any) -> str | None:
 
 
 def unwritable(path: Path) -> str | None:
-    """Why `path` cannot be an output, or None where it may be: absent, or a regular file that is no symlink."""
+    """Why `path` cannot be an output, or None where it may be: absent, or a regular file that is no symlink;
+    never a Python file, present or not (a conftest.py written where none was is imported by every later run)."""
+    if path.suffix == ".py":
+        return "is a Python file (the suites' and tests' modules are inputs of a run)"
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
@@ -135,8 +138,6 @@ def unwritable(path: Path) -> str | None:
             return f"is {kind}, not a regular file: it is not replaced"
     if not stat.S_ISREG(mode):
         return "is not a regular file: it is not replaced"
-    if path.suffix == ".py":
-        return "is a Python file (the suites' and tests' modules are inputs of a run)"
     return None
 
 

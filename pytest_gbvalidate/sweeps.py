@@ -35,7 +35,9 @@ def sweep_plan(target: Target, metric: str) -> SweepPlan:
     kind = "gpu" if target.is_gpu else "cpu"
     params = target.params(metric)
     min_bytes = int(params.get("min_bytes", SWEEP_BYTES[kind][0]))
-    max_bytes = int(params.get("max_bytes", SWEEP_BYTES[kind][1]))
+    # A min_bytes above the default top (a baseline gives it alone) sweeps that one size: the schema refuses only
+    # a min_bytes above the baseline's own max_bytes.
+    max_bytes = int(params.get("max_bytes", max(SWEEP_BYTES[kind][1], min_bytes)))
     gates = target.gate_labels(metric) or [g for g in DEFAULT_GATES[kind] if parse_size_label(g) <= max_bytes]
     gate_bytes = [parse_size_label(g) for g in gates]
     sizes = sorted({*_doubling(min_bytes, max_bytes), *gate_bytes})
@@ -88,6 +90,7 @@ def expect_sweep(
         ]
         measured = best_of_passes(measured, second, {metric: gb_expect.direction(metric, plan_scope(plan))})
     taken = iter(measured)  # best_of_passes keeps the rows' order, one for each measured row
+    labels = {label for label, _, _ in rows}
     gated = []
     for label, _, details in rows:
         in_gates = label in plan.gates
@@ -101,6 +104,8 @@ def expect_sweep(
             gated.append(measurement)
         else:
             gb_expect.record(metric, measurement.value, label, details=measurement.details)
+    # A gated size the rows lack was neither measured nor said not run: never a pass on what was not measured.
+    failures += [f"{metric} at {label}: gated, and no result at that size" for label in sorted(plan.gates - labels)]
     gb_expect.each(gated, failures)
 
 

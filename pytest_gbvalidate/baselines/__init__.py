@@ -38,7 +38,7 @@ A baseline file looks like::
 Every error names the file, the line and the field.
 """
 
-from pytest_gbvalidate.baselines.loading import MAX_ALIAS_NODES, load_all, load_baseline
+from pytest_gbvalidate.baselines.loading import MAX_ALIAS_NODES, MAX_DEPTH, load_all, load_baseline
 from pytest_gbvalidate.baselines.model import (
     DEFAULT_LEARNING_RATE,
     SCHEMA_VERSION,
@@ -64,6 +64,7 @@ __all__ = [
     "FAIL",
     "INFO",
     "MAX_ALIAS_NODES",
+    "MAX_DEPTH",
     "PASS",
     "SCHEMA_VERSION",
     "STATUSES",

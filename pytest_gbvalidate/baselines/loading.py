@@ -20,6 +20,10 @@ from pytest_gbvalidate.labels import printable
 # scalars); a "billion laughs" document of nested aliases (a few hundred bytes standing for billions of
 # nodes) is refused as soon as it passes the bound, before anything walks it.
 MAX_ALIAS_NODES = 1000
+# The deepest a baseline's mappings and lists may nest. The deepest field is 7 levels down (the document,
+# metrics, a metric, values, a label, params, nccl_env); PyYAML composes each level in a recursive call, so a
+# document of thousands of `[` would exhaust Python's stack (RecursionError) before anything could name the line.
+MAX_DEPTH = 32
 
 
 @functools.cache
@@ -49,10 +53,18 @@ def _loader() -> type[yaml.SafeLoader]:
             super().__init__(stream)
             self.expanded: dict[yaml.Node, int] = {}  # each node composed so far -> its size, aliases expanded
             self.alias_nodes = 0
+            self.depth = 0  # of the node being composed
 
         def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
             event = self.peek_event()  # type: ignore[no-untyped-call]  # the stubs leave it untyped
-            node = super().compose_node(parent, index)
+            if self.depth >= MAX_DEPTH:
+                line = event.start_mark.line + 1 if event.start_mark is not None else 0
+                raise BaselineError(f"{line}: nested more than {MAX_DEPTH} levels deep (a baseline needs 7)")
+            self.depth += 1
+            try:
+                node = super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
             if node is None:
                 return None
             if isinstance(event, yaml.AliasEvent):
@@ -109,6 +121,21 @@ def load_baseline(path: Path) -> Baseline:
             f"can write may say that: {problem} (give it on the command line instead, or fix the permissions)"
         )
     return baseline
+
+
+def declared_sku(path: Path) -> str | None:
+    """The `sku` the file at `path` declares, where it is a YAML mapping that declares one; None where it is absent
+    or not such a file (whatever else it holds, or why it cannot be read, the loader says when it is read)."""
+    import yaml
+
+    from pytest_gbvalidate.files import InputError, read_input
+
+    try:
+        doc = strict_yaml(read_input(path, MAX_BASELINE_BYTES).decode("utf-8"))
+    except (InputError, UnicodeDecodeError, BaselineError, yaml.YAMLError):
+        return None
+    sku = doc.get("sku") if isinstance(doc, dict) else None
+    return sku if isinstance(sku, str) else None
 
 
 def runs_what(baseline: Baseline) -> str | None:

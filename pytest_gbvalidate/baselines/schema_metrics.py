@@ -25,7 +25,7 @@ from pytest_gbvalidate.baselines.model import (
     _names,
     _shown,
 )
-from pytest_gbvalidate.labels import parse_size_label
+from pytest_gbvalidate.labels import parse_size_label, size_label
 from pytest_gbvalidate.metrics import CATALOG, DIRECTIONS, SCOPE_KINDS, UNITS
 
 _OVERRIDE_KEYS = {"status", "expected", "fail", "warn", "provenance", "params", "spread_pct"}
@@ -43,7 +43,17 @@ _PARAM_BOUNDS: dict[str, tuple[float, float]] = {
     "batch": (1, 4096),
     "prompt_len": (1, 2**20),
     "new_tokens": (1, 2**20),
+    # A GEMM's dimensions: the bundled baselines use up to 8192; at 65536 its three bf16 matrices take 24 GiB.
+    "m": (1, 2**16),
+    "n": (1, 2**16),
+    "k": (1, 2**16),
 }
+# The message sizes a baseline may gate (its `values` labels of a message_size metric): from the sweeps' smallest
+# (sweeps.SWEEP_BYTES, two float32 elements: a label below one element is never measured; a test holds the two
+# equal, as this pure module may not import the sweeps) to max_bytes' largest (a label above the free memory would
+# fail the node for the baseline's size).
+LEAST_LABEL_BYTES = 8
+_LABEL_BYTES = (LEAST_LABEL_BYTES, int(_PARAM_BOUNDS["max_bytes"][1]))
 _FRACTIONAL_PARAMS = frozenset({"slow_pct"})
 # What a metric name is made of: the bundled metrics' names are, and Prometheus and JUnit carry them as they are.
 _METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -87,15 +97,22 @@ def metric(f: Fields, metrics_doc: _Mapping, name: str) -> MetricBaseline:
         for label in values_doc:
             lfp = f"{fp}.values.{label}"
             if scope_kind == "message_size":  # the sweep runs the sizes the labels name
-                try:
-                    parse_size_label(str(label))
-                except ValueError:
-                    raise f.error(values_doc, label, lfp, "is not a message size (8B, 1KiB, 128MiB, 8GiB)") from None
+                _check_size_label(f, values_doc, label, lfp)
             entry = f.mapping(values_doc[label], values_doc, label, lfp, _OVERRIDE_KEYS)
             values[str(label)] = _overrides(f, entry, default, lfp, check=True)
     else:
         default = _overrides(f, m, base, fp, check=True)
     return MetricBaseline(default=default, values=values)
+
+
+def _check_size_label(f: Fields, values_doc: _Mapping, label: str, lfp: str) -> None:
+    try:
+        size = parse_size_label(str(label))
+    except ValueError:
+        raise f.error(values_doc, label, lfp, "is not a message size (8B, 1KiB, 128MiB, 8GiB)") from None
+    least, most = _LABEL_BYTES
+    if not least <= size <= most:
+        raise f.error(values_doc, label, lfp, f"a gated message size is from {size_label(least)} to {size_label(most)}")
 
 
 def _kind(f: Fields, m: _Mapping, name: str, fp: str) -> tuple[str, str, str]:
@@ -182,6 +199,10 @@ def _check_params(f: Fields, m: _Mapping, params: dict[str, Any], fp: str) -> No
             raise f.error(
                 m, "params", f"{fp}.params.{key}", f"must be {kind} from {least:g} to {most:g}, got {_shown(value)}"
             )
+    if params.get("min_bytes", 0) > params.get("max_bytes", math.inf):  # both checked integers above
+        raise f.error(
+            m, "params", f"{fp}.params.min_bytes", f"{params['min_bytes']} is above max_bytes {params['max_bytes']}"
+        )
 
 
 def _check_nccl_env(f: Fields, m: _Mapping, params: dict[str, Any], fp: str) -> None:
@@ -192,7 +213,7 @@ def _check_nccl_env(f: Fields, m: _Mapping, params: dict[str, Any], fp: str) -> 
     if not isinstance(env, dict) or not env:
         raise f.error(m, "params", f"{fp}.params.nccl_env", "must be a mapping of NCCL_* variables to values")
     for name, value in env.items():
-        if not name.startswith("NCCL_") or not isinstance(value, (str, int, float)) or isinstance(value, bool):
+        if not _NCCL_NAME.fullmatch(name) or not isinstance(value, (str, int, float)) or isinstance(value, bool):
             raise f.error(
                 m, "params", f"{fp}.params.nccl_env.{name}", "must be an NCCL_* variable with a string or number"
             )
@@ -200,6 +221,9 @@ def _check_nccl_env(f: Fields, m: _Mapping, params: dict[str, Any], fp: str) -> 
             raise f.error(m, "params", f"{fp}.params.nccl_env.{name}", _NODE_OWN_NCCL_VARIABLES[name])
 
 
+# What NCCL's variables are named (NCCL_ALGO, NCCL_IB_HCA, NCCL_NET_GDR_LEVEL): a name with '=' or a space
+# could not be one variable of an environment.
+_NCCL_NAME = re.compile(r"NCCL_[A-Z0-9_]+")
 # NCCL variables that say which node a process is, never how a SKU is measured: one value given to every node of
 # a fleet would make NCCL take them all for one host (shared memory and P2P between machines).
 _NODE_OWN_NCCL_VARIABLES = {

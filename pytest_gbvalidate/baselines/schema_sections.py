@@ -47,6 +47,11 @@ _PRETRAIN_KEYS = _PRETRAIN_REQUIRED | {
     "engine_python",
 }
 
+# The steps the pretraining check runs. Its time limit grows with them (suites/test_pretrain.py: 10 minutes a
+# step), so an unbounded count is a run that never ends. The baselines and docs use 2 to 34 warm-up steps
+# and 10 timed: a thousand is far beyond any figure's need and still ends.
+_STEP_BOUNDS: dict[str, tuple[int, int | None]] = {"warmup_steps": (0, 1000), "timed_steps": (1, 1000)}
+
 
 def pretrain(f: Fields, doc: _Mapping) -> PretrainSpec | None:
     if "pretrain" not in doc:
@@ -61,9 +66,11 @@ def pretrain(f: Fields, doc: _Mapping) -> PretrainSpec | None:
     counts = {}
     for key in (*llama_parallel.SIZES, "seq_len", "warmup_steps", "timed_steps"):
         value = p.get(key, LLAMA_CONFIGS[model].seq_len if key == "seq_len" else None)
-        least = 0 if key == "warmup_steps" else 1
+        least, most = _STEP_BOUNDS.get(key, (1, None))
         if not isinstance(value, int) or isinstance(value, bool) or value < least:
             raise f.error(p, key, f"pretrain.{key}", f"must be an integer >= {least}, got {_shown(value)}")
+        if most is not None and value > most:
+            raise f.error(p, key, f"pretrain.{key}", f"must be an integer from {least} to {most}, got {value}")
         counts[key] = value
     checkpointing = p.get("activation_checkpointing", "none")
     if isinstance(checkpointing, bool):  # true: every block recomputed, as files before the modes had it

@@ -49,9 +49,44 @@ def check_outputs(config: pytest.Config, s: Settings, keeps_history: bool) -> Pa
         read |= {f"the history's {e.path}": e.path for e in kept}
     baselines = {f"the baseline {p}": p for p in sorted(s.baselines.value.glob("*.yaml"))}
     found = clashes({**outputs, **recorded}, read) + clashes(outputs, baselines)
+    if s.history.value is not None:
+        found += _inside_history(s, {**outputs, **recorded})
     if found:
         raise pytest.UsageError("\n".join(dict.fromkeys(found)))
     return history_dir
+
+
+def _inside_history(s: Settings, outputs: dict[str, Path]) -> list[str]:
+    """A line for each output inside the --gb-history directory: a file there under a report's name would be read
+    as the node's report by the next --gb-compare=last or the fleet's history."""
+    assert s.history.value is not None
+    root = Path(os.path.realpath(s.history.value))
+    return [
+        f"{source}: {path} is inside the history directory {s.history.value} ({s.history.source}): the history "
+        "holds only the reports the runs keep there"
+        for source, path in outputs.items()
+        if Path(os.path.realpath(path)).is_relative_to(root)
+    ]
+
+
+def check_record(s: Settings, target: Target) -> None:
+    """--gb-record never replaces another SKU's baseline: a file of the baselines directory named for another SKU,
+    or a baseline (anywhere) whose `sku` is another. (Recording a SKU that has no baseline yet, under its own
+    name, from a run checked as another is how a new SKU is brought up.)"""
+    path = s.record.value
+    if path is None:
+        return
+    from pytest_gbvalidate.baselines.loading import declared_sku
+    from pytest_gbvalidate.files import same_file
+
+    other = declared_sku(path)
+    if other is None and os.path.lexists(path) and same_file(path.parent, target.baselines_dir):
+        other = path.stem
+    if other is not None and other != target.sku:
+        raise pytest.UsageError(
+            f"{s.record.source}: {path} is the baseline of SKU {labels.printable(other)!r}, and this run checks "
+            f"{target.sku!r} ({target.source}): record a SKU's baseline on a node of that SKU, or name another file"
+        )
 
 
 def node_history(s: Settings) -> tuple[Path, list[Entry]]:

@@ -122,6 +122,7 @@ class GbSession:
             # (its driver reads the order once); the ranks we start inherit it.
             number_gpus_by_pci_bus()
             target = resolve_target(self.config, self.settings)
+            paths.check_record(self.settings, target)
             self._comparison, self.compare_note = paths.earlier_report(self.settings, target, self.world)
             self._target = target
             self._signal_handlers = signals.stop_on_termination_signals()

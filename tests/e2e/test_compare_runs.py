@@ -126,7 +126,7 @@ def test_another_node_s_report_is_a_usage_error(pytester: pytest.Pytester, earli
     rewrite(pytester, earlier, "other.json")
     result = pytester.runpytest(*HOST_COPY, "--gb-sku=cpu", "--gb-compare=other.json")
     assert_usage_error(
-        result, "*--gb-compare on the command line: --gb-compare *other.json is node 'node-b17'*this is '*'"
+        result, "*--gb-compare on the command line: *other.json is the report of node 'node-b17'; this is node '*'"
     )
 
 
@@ -149,6 +149,22 @@ def test_a_missing_report_or_a_bad_allowance_names_its_source(
     assert_usage_error(
         pytester.runpytest(*HOST_COPY, "--gb-sku=cpu", "--gb-compare=gone.json"),
         "*--gb-compare on the command line: 'gone.json': no such file: *gone.json",
+    )
+    # Given for this run, without an earlier report, it would allow regressions against nothing; twice, which?
+    assert_usage_error(
+        pytester.runpytest(*HOST_COPY, "--gb-sku=cpu", "--gb-compare-fail=5%"),
+        "ERROR: --gb-compare-fail on the command line: sets the regression --gb-compare allows, and no earlier "
+        "report is named: --gb-compare PATH|last, GBVALIDATE_COMPARE or gb_compare",
+    )
+    assert_usage_error(
+        pytester.runpytest(
+            *HOST_COPY,
+            "--gb-sku=cpu",
+            "--gb-compare=last",
+            "--gb-compare-fail=host_copy_bandwidth_gbps:1%,host_copy_bandwidth_gbps:2%",
+        ),
+        "*--gb-compare-fail on the command line: *: 'host_copy_bandwidth_gbps:2%': a second percentage for "
+        "host_copy_bandwidth_gbps",
     )
     monkeypatch.setenv("GBVALIDATE_COMPARE_FAIL", "five percent")
     assert_usage_error(

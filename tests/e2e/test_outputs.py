@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.reports import report_text
-from tests.helpers.runs import LAB, lab_project
+from tests.helpers.runs import LAB, assert_usage_error, lab_project
 
 CHECK = """
 def test_copy(gb_expect):
@@ -55,6 +55,35 @@ def test_an_output_that_is_not_its_own_is_a_usage_error_and_nothing_is_touched(
     assert {name: (lab.path / name).read_text() for name in before} == before
     assert (lab.path / "before.json").read_text() == '{"status": "finished"}'
     assert Path("/dev/null").is_char_device()
+
+
+@pytest.mark.parametrize(
+    ("recorded", "error"),
+    [
+        ("baselines/OTHER.yaml", "*baselines/OTHER.yaml is the baseline of SKU 'OTHER', and this run checks 'LAB'*"),
+        ("copy/X.yaml", "*copy/X.yaml is the baseline of SKU 'OTHER', and this run checks 'LAB'*"),  # its `sku`
+    ],
+    ids=["baselines-directory", "declared-sku"],
+)
+def test_another_sku_s_baseline_is_never_recorded_over(lab: pytest.Pytester, recorded: str, error: str) -> None:
+    """A --gb-sku=cpu run with --gb-record=<baselines>/ND_H100_v5.yaml replaced the H100's baseline with CPU
+    figures. (A new file of another name is how a new SKU is brought up: that stays allowed.)"""
+    other = LAB.replace("sku: LAB", "sku: OTHER")
+    (lab.path / "baselines" / "OTHER.yaml").write_text(other)
+    (lab.path / "copy").mkdir()
+    (lab.path / "copy" / "X.yaml").write_text(other)
+    result = lab.runpytest_inprocess(*ARGS, "--gb-level=full", f"--gb-record={recorded}")
+    assert_usage_error(result, f"ERROR: --gb-record on the command line: {error}")
+    assert (lab.path / recorded).read_text() == other
+
+
+@pytest.mark.parametrize("output", ["--gb-report=hist/node7/20990101T000000Z.json", "--junitxml=hist/j.json"])
+def test_no_output_of_the_run_goes_into_the_history(lab: pytest.Pytester, output: str) -> None:
+    """A file there under a report's name was the next --gb-compare=last's "earlier report": not JSON, the run
+    stopped."""
+    result = lab.runpytest_inprocess(*ARGS, "--gb-history=hist", output)
+    assert_usage_error(result, "ERROR: * is inside the history directory *hist (--gb-history on the command line)*")
+    assert not (lab.path / "hist").exists()
 
 
 def test_a_report_that_cannot_be_written_fails_the_run_in_one_line(lab: pytest.Pytester) -> None:
@@ -97,14 +126,15 @@ def test_sigterm_ends_the_run_as_ctrl_c_does(lab: pytest.Pytester, signal_name: 
     # As a login or batch shell has them; `nohup` (a CI runner may start us so) ignores SIGHUP, and an ignored
     # signal is the caller's choice, which the plugin leaves alone.
     lab.makeconftest(f"import signal\nsignal.signal(signal.{signal_name}, signal.SIG_DFL)\n")
-    (lab.path / "baselines" / "REC.yaml").write_text("kept\n")
-    result = lab.runpytest_subprocess(*ARGS, "--gb-report=r.json", "--gb-record=baselines/REC.yaml")
+    (lab.path / "recorded").mkdir()
+    (lab.path / "recorded" / "LAB.yaml").write_text("kept\n")
+    result = lab.runpytest_subprocess(*ARGS, "--gb-report=r.json", "--gb-record=recorded/LAB.yaml")
     assert result.ret == pytest.ExitCode.INTERRUPTED
     report: dict[str, Any] = json.loads((lab.path / "r.json").read_text())
     assert (report["status"], report["exit_status"]) == ("interrupted", 2)
     assert [m["value"] for m in report["measurements"]] == [101.0]  # what was measured before it stays
     assert report["record"]["written"] is False
-    assert (lab.path / "baselines" / "REC.yaml").read_text() == "kept\n"
+    assert (lab.path / "recorded" / "LAB.yaml").read_text() == "kept\n"
     result.stdout.fnmatch_lines([f"*KeyboardInterrupt*stopped by {signal_name}*"])
 
 

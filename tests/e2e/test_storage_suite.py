@@ -13,7 +13,7 @@ import pytest
 
 from pytest_gbvalidate.bench import storage
 from tests.helpers.fakenode import nd96asr_v4
-from tests.helpers.runs import SUITES, XUNIT1, junit_cases
+from tests.helpers.runs import SUITES, XUNIT1, assert_usage_error, junit_cases
 from tests.helpers.scratch import leftovers
 
 STORAGE = str(SUITES / "test_storage.py")
@@ -73,12 +73,17 @@ def test_a_device_that_fills_up_is_a_clear_failure_with_nothing_left(pytester: p
     assert leftovers(scratch) == []
 
 
-def test_a_directory_that_refuses_new_files_is_a_clear_failure(pytester: pytest.Pytester) -> None:
-    # /sys: no one, root included, may create a directory there (as on a volume mounted read-only)
-    result = pytester.runpytest(STORAGE, "--gb-sku=cpu", "--gb-scratch=/sys", *XUNIT1)
-    result.assert_outcomes(failed=2, skipped=1)
-    message = junit_cases(pytester.path / "r.xml")["test_scratch_throughput"]["message"] or ""
-    assert message.startswith("Failed: scratch /sys: cannot create a directory in /sys: "), message
+@pytest.mark.parametrize("scratch", ["/sys", "/proc"])
+def test_a_directory_that_refuses_new_files_is_a_usage_error_not_the_node_s_fault(
+    pytester: pytest.Pytester, scratch: str
+) -> None:
+    # No one, root included, may create a file there (as on a volume mounted read-only): the setting is wrong, the
+    # node is not, so no check runs to blame it.
+    result = pytester.runpytest(STORAGE, "--gb-sku=cpu", f"--gb-scratch={scratch}", *XUNIT1)
+    assert_usage_error(
+        result, f"ERROR: --gb-scratch on the command line: '{scratch}': cannot create files in {scratch} (*)"
+    )
+    assert not (pytester.path / "r.xml").exists()
 
 
 def test_a_gpu_sku_without_a_scratch_directory_skips_saying_how_to_name_one(

@@ -353,6 +353,14 @@ def test_a_recursive_alias_is_refused(tmp_path: Path) -> None:
     assert str(excinfo.value) == f"{path}:3: alias 'loop' is inside its own anchor"
 
 
+def test_deep_nesting_is_refused_before_it_exhausts_the_stack(tmp_path: Path) -> None:
+    """5000 `[` took Python past its recursion limit: an INTERNALERROR on a run, a traceback on --gb-list-skus."""
+    path = write(tmp_path, GOOD.replace("description: a test SKU", "description: " + "[" * 5000, 1))
+    with pytest.raises(bl.BaselineError) as excinfo:
+        bl.load_baseline(path)
+    assert str(excinfo.value) == f"{path}:3: nested more than {bl.MAX_DEPTH} levels deep (a baseline needs 7)"
+
+
 def test_a_few_aliases_are_fine(tmp_path: Path) -> None:
     text = GOOD.replace("provenance: golden node", "provenance: &src golden node").replace(
         "provenance: nccl-tests", "provenance: *src"
@@ -392,6 +400,32 @@ def test_a_few_aliases_are_fine(tmp_path: Path) -> None:
             ("      1GiB: {expected: 400}\n", "      1GiB: {expected: 400, params: {size_bytes: 1.5}}\n"),
             ":31: metrics.all_reduce_busbw_gbps.values.1GiB.params.size_bytes: must be an integer from 1 to",
         ),
+        # A gated size below one float32 element was never measured, and the check passed on nothing; one above
+        # any memory failed the node for the baseline's size.
+        *(
+            (
+                ("      1GiB: {expected: 400}\n", f"      {label}: {{expected: 400}}\n"),
+                f":31: metrics.all_reduce_busbw_gbps.values.{label}: a gated message size is from 8B to 1024GiB",
+            )
+            for label in ("0B", "2B", "4B", "2048GiB", "99999999999999GiB")
+        ),
+        (
+            ("    provenance: nccl-tests\n", "    provenance: nccl-tests\n    params: {min_bytes: 64, max_bytes: 8}\n"),
+            ":30: metrics.all_reduce_busbw_gbps.params.min_bytes: 64 is above max_bytes 8",
+        ),
+        # A GEMM's dimensions: a string or a negative one raised in the check, failing the node.
+        *(
+            (
+                ("    provenance: golden node\n", f"    provenance: golden node\n    params: {{{axis}: {bad}}}\n"),
+                f":15: metrics.h2d_bandwidth_gbps.params.{axis}: must be an integer from 1 to 65536, got {shown}",
+            )
+            for axis, bad, shown in (("m", "x", "'x'"), ("n", -1, "-1"), ("k", 0, "0"), ("m", 2**17, "131072"))
+        ),
+        # An environment holds NAME=VALUE: a name with '=' would set another variable than it names.
+        (
+            ("    provenance: nccl-tests\n", "    provenance: nccl-tests\n    params: {nccl_env: {NCCL_A=B: 1}}\n"),
+            ":30: metrics.all_reduce_busbw_gbps.params.nccl_env.NCCL_A=B: must be an NCCL_* variable",
+        ),
     ],
 )
 def test_every_field_is_type_checked(tmp_path: Path, change: tuple[str, str], expected_error: str) -> None:
@@ -408,6 +442,9 @@ def test_every_field_is_type_checked(tmp_path: Path, change: tuple[str, str], ex
         (("model: llama3_tiny", "model: [llama3_tiny]"), "pretrain.model: unknown model ['llama3_tiny'] (known: "),
         (("precision: bf16", "precision: [bf16]"), "pretrain.precision: ['bf16'] is not one of fp32, bf16, fp8"),
         (("engine: native", "engine: {native: 1}"), "pretrain.engine: {'native': 1} is not one of native, nemo"),
+        # The check's time limit grows with the steps: a huge count ran (and waited) for ever.
+        (("timed_steps: 10", "timed_steps: 10000000000"), "pretrain.timed_steps: must be an integer from 1 to 1000"),
+        (("warmup_steps: 2", "warmup_steps: 1001"), "pretrain.warmup_steps: must be an integer from 0 to 1000"),
     ],
 )
 def test_every_pretrain_field_is_type_checked(tmp_path: Path, change: tuple[str, str], expected_error: str) -> None:
@@ -843,3 +880,11 @@ def test_a_recording_measured_against_a_spec_the_catalog_disagrees_with_is_refus
     (tmp_path / "ODD.yaml").write_text(bl.dump_baseline(doc))
     with pytest.raises(bl.BaselineError, match=r"h2d_bandwidth_gbps\.unit: 'TB/s' disagrees with the measured metric"):
         bl.load_baseline(tmp_path / "ODD.yaml")
+
+
+def test_the_least_gated_message_size_is_the_sweeps_least() -> None:
+    """The schema may not import the sweeps (it knows nothing of pytest): the two say the same size."""
+    from pytest_gbvalidate.baselines.schema_metrics import LEAST_LABEL_BYTES
+    from pytest_gbvalidate.sweeps import SWEEP_BYTES
+
+    assert min(least for least, _ in SWEEP_BYTES.values()) == LEAST_LABEL_BYTES

@@ -31,7 +31,7 @@ from pytest_gbvalidate.bench.collectives import (
 )
 from pytest_gbvalidate.bench.timing import time_op_s
 from pytest_gbvalidate.ranks.gang import LocalGang, RankContext
-from pytest_gbvalidate.sweeps import sweep_plan
+from pytest_gbvalidate.sweeps import SweepPlan, expect_sweep, sweep_plan
 from pytest_gbvalidate.target import Target, require_ranks
 from tests.helpers import gang_functions as f
 from tests.helpers import rank_faults
@@ -211,6 +211,38 @@ def test_baseline_params_override_the_sweep(tmp_path: Path) -> None:
     cpu_default = sweep_plan(t, "all_reduce_busbw_gbps")
     assert cpu_default.max_bytes == 4 * 2**20 and cpu_default.gates == {"1MiB", "4MiB"}
 
+    # A min_bytes alone, above the CPU's default top (4 MiB), sweeps from there (and the default gated sizes)
+    # rather than raising in the check.
+    alone = target(
+        tmp_path / "alone",
+        0,
+        "  broadcast_busbw_gbps:\n    status: provisional\n    provenance: test\n    params: {min_bytes: 8388608}\n",
+    )
+    assert sweep_plan(alone, "broadcast_busbw_gbps").sizes == [2**20, 4 * 2**20, 8 * 2**20]
+
+
+class _Gates:
+    """gb_expect as expect_sweep uses it, keeping what each() was handed."""
+
+    def __init__(self) -> None:
+        self.failures: list[str] = []
+
+    def record(self, *args: object, **kwargs: object) -> None:
+        pass
+
+    def not_measured(self, *args: object, **kwargs: object) -> None:
+        pass
+
+    def each(self, measured: list[object], failures: list[str]) -> None:
+        self.failures = failures
+
+
+def test_a_gated_size_the_sweep_has_no_result_for_fails_rather_than_passing_on_nothing() -> None:
+    plan = SweepPlan(8, 8, [8], frozenset({"8B"}), 1, 10)
+    gates = _Gates()
+    expect_sweep(gates, "broadcast_busbw_gbps", plan, [])  # type: ignore[arg-type]  # the part it uses
+    assert gates.failures == ["broadcast_busbw_gbps at 8B: gated, and no result at that size"]
+
 
 # --- real sweeps on three ranks -----------------------------------------------------------------------------
 
@@ -230,10 +262,12 @@ def test_every_collective_returns_the_right_data(gang: LocalGang) -> None:
     for collective, placement in CASES:
         per_rank = gang.run(sweep_on_rank, collective, placement, sizes, 1, 10)
         rows = summarize(collective, placement, per_rank)
-        split = collective in ("all_gather", "reduce_scatter", "alltoall")
-        assert [r.label for r in rows] == (["4KiB", "192KiB"] if split else ["8B", "4KiB", "192KiB"])
+        assert [r.label for r in rows] == ["8B", "4KiB", "192KiB"]
+        if collective in ("all_gather", "reduce_scatter", "alltoall"):  # 2 elements cannot be split 3 ways
+            too_small = rows.pop(0)
+            assert too_small.not_run == "size: 8 B is less than one float element per rank (3 ranks)"
         assert [r.wrong for r in rows] == [0] * len(rows), (collective, placement)
-        assert all(r.busbw_gbps > 0 and r.iterations == 10 for r in rows)
+        assert all(r.busbw_gbps > 0 and r.iterations == 10 and r.not_run is None for r in rows)
 
 
 def test_a_rank_returning_wrong_data_is_caught_and_named(gang: LocalGang) -> None:

@@ -47,6 +47,36 @@ def test_allowed_regressions_parse_and_pick_the_most_specific() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("3%,5%", "'5%': a second percentage for every other metric"),
+        ("all_reduce_busbw_gbps:2%,all_reduce_busbw_gbps:3%", "a second percentage for all_reduce_busbw_gbps"),
+    ],
+)
+def test_a_percentage_given_twice_is_refused(text: str, error: str) -> None:
+    """Which of the two was meant cannot be told: neither is picked silently."""
+    with pytest.raises(ValueError, match=error):
+        cmp.parse_allowed(text)
+
+
+@pytest.mark.parametrize(
+    ("hostname", "sku", "error"),
+    [
+        ("n2", "cpu", "e.json is the report of node 'n2'; this is node 'n1'"),
+        (None, "cpu", "e.json names no node; this is node 'n1'"),
+        ("n1", "LAB", "e.json checked SKU 'LAB'; this run checks SKU 'cpu'"),
+        ("n1", None, "e.json names no SKU; this run checks SKU 'cpu'"),
+    ],
+)
+def test_another_node_s_or_sku_s_report_is_named_once(hostname: str | None, sku: str | None, error: str) -> None:
+    """The caller names the setting (`--gb-compare on the command line: ...`): the message names the file only."""
+    earlier = cmp.EarlierReport(Path("e.json"), "then", "finished", sku, hostname, None, {})
+    with pytest.raises(cmp.CompareError) as info:
+        cmp.check_same_node(earlier, "cpu", "n1", None)
+    assert str(info.value) == error
+
+
 def test_lower_is_better_regresses_upwards_and_sweeps_are_matched_by_placement() -> None:
     def record(metric: str, value: float, direction: str, placement: str = "") -> Any:
         details = {"placement": placement} if placement else {}

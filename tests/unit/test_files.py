@@ -64,6 +64,8 @@ def test_only_a_regular_file_or_nothing_may_be_replaced(tmp_path: Path) -> None:
     assert files.unwritable(Path("/dev/null")) == "is a character device, not a regular file: it is not replaced"
     assert files.unwritable(link) == f"is a symbolic link (to {tmp_path / 'target.json'}): name the file itself"
     assert files.unwritable(module) == "is a Python file (the suites' and tests' modules are inputs of a run)"
+    # Not there yet, still refused: a conftest.py written where none was breaks every later run that collects there.
+    assert files.unwritable(tmp_path / "conftest.py") == files.unwritable(module)
     with pytest.raises(files.OutputError, match=r"fifo: is a FIFO"):
         files.atomic_write_text(fifo, "x")
     assert (tmp_path / "target.json").read_text() == "{}"  # nothing written through the link either
