@@ -13,6 +13,7 @@ import pytest
 
 from pytest_gbvalidate import labels
 from pytest_gbvalidate.run import junit_hooks
+from pytest_gbvalidate.setting_values import SettingError, parse_output_path
 from pytest_gbvalidate.settings import Settings
 
 if TYPE_CHECKING:
@@ -49,6 +50,14 @@ def check_outputs(config: pytest.Config, s: Settings, keeps_history: bool) -> Pa
         read |= {f"the history's {e.path}": e.path for e in kept}
     baselines = {f"the baseline {p}": p for p in sorted(s.baselines.value.glob("*.yaml"))}
     found = clashes({**outputs, **recorded}, read) + clashes(outputs, baselines)
+    # pytest's and pytest-html's own files get the checks --gb-report's path gets as a setting: else a directory
+    # they cannot write in stops the run with a traceback once every check has run.
+    for source in ("--junitxml on the command line", "--html on the command line"):
+        if (path := written[source]) is not None:
+            try:
+                parse_output_path(str(path), cwd)
+            except SettingError as exc:
+                found.append(f"{source}: {exc}")
     if s.history.value is not None:
         found += _inside_history(s, {**outputs, **recorded})
     if found:

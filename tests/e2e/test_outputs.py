@@ -40,8 +40,11 @@ ARGS = ("--gb-sku=LAB", "--gb-baselines=baselines")
         (["--gb-report=r.json", "--junitxml=r.json"], "r.json is also --junitxml on the command line"),
         (["--gb-report=before.json", "--gb-compare=before.json"], "is also --gb-compare on the command line"),
         (["--gb-report=baselines/LAB.yaml"], "is also the baseline"),
+        # pytest's and pytest-html's files: a traceback after every check had run
+        (["--junitxml=test_checks.py/r.xml"], "--junitxml on the command line: is under a file, not a directory"),
+        (["--html=baselines", "--self-contained-html"], "--html on the command line: is a directory"),
     ],
-    ids=["device", "test-module", "junit", "compare-input", "baseline"],
+    ids=["device", "test-module", "junit", "compare-input", "baseline", "junit-under-a-file", "html-directory"],
 )
 def test_an_output_that_is_not_its_own_is_a_usage_error_and_nothing_is_touched(
     lab: pytest.Pytester, args: list[str], refused: str
@@ -136,6 +139,72 @@ def test_sigterm_ends_the_run_as_ctrl_c_does(lab: pytest.Pytester, signal_name: 
     assert report["record"]["written"] is False
     assert (lab.path / "recorded" / "LAB.yaml").read_text() == "kept\n"
     result.stdout.fnmatch_lines([f"*KeyboardInterrupt*stopped by {signal_name}*"])
+
+
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGINT"])
+def test_a_second_signal_never_makes_part_of_a_run_a_finished_one(lab: pytest.Pytester, signal_name: str) -> None:
+    """Ctrl-C pressed twice, or scancel's SIGTERM then slurmd's: the second landed in pytest's own interrupted path,
+    which then never set the exit status: the report said `finished`, exit status 0, over part of the checks, and
+    --gb-record wrote a baseline from that part."""
+    lab.makepyfile(
+        test_checks=CHECK
+        + textwrap.dedent(
+            f"""
+            import os, signal
+            def test_stopped(gb_expect):
+                os.kill(os.getpid(), signal.{signal_name})
+            def test_never_run(gb_expect):
+                gb_expect("host_copy_bandwidth_gbps", 99.0)
+            """
+        )
+    )
+    lab.makeconftest(
+        textwrap.dedent(
+            f"""
+            import os, signal
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            def pytest_keyboard_interrupt(excinfo):  # the second signal, while pytest handles the first
+                os.kill(os.getpid(), signal.{signal_name})
+            """
+        )
+    )
+    (lab.path / "recorded").mkdir()
+    (lab.path / "recorded" / "LAB.yaml").write_text("kept\n")
+    result = lab.runpytest_subprocess(*ARGS, "--gb-report=r.json", "--gb-record=recorded/LAB.yaml")
+    report: dict[str, Any] = json.loads((lab.path / "r.json").read_text())
+    assert (report["status"], report["exit_status"]) == ("interrupted", 2), result.stdout.str()
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    assert report["record"]["written"] is False
+    assert (lab.path / "recorded" / "LAB.yaml").read_text() == "kept\n"
+
+
+def test_a_signal_while_the_outputs_are_written_cuts_none_short(lab: pytest.Pytester) -> None:
+    """Every check had run when SIGTERM came: the report stayed `running`, and the JUnit, Prometheus and history
+    files were lost. The outputs are written, and the run's verdict stands."""
+    pytest.importorskip("prometheus_client")
+    lab.makepyfile(test_checks=CHECK)
+    lab.makeconftest(
+        textwrap.dedent(
+            """
+            import os, signal
+            from pytest_gbvalidate.run import sections
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            keep_report = sections.keep_report
+            def stopped_while_keeping(*args, **kwargs):
+                os.kill(os.getpid(), signal.SIGTERM)
+                return keep_report(*args, **kwargs)
+            sections.keep_report = stopped_while_keeping
+            """
+        )
+    )
+    args = ("--gb-report=r.json", "--gb-prometheus=r.prom", "--gb-history=history", "--junitxml=r.xml")
+    result = lab.runpytest_subprocess(*ARGS, *args)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    report: dict[str, Any] = json.loads((lab.path / "r.json").read_text())
+    assert (report["status"], report["exit_status"]) == ("finished", 0)
+    assert (lab.path / "r.prom").stat().st_size > 0 and (lab.path / "r.xml").stat().st_size > 0
+    assert len(list((lab.path / "history").glob("*/*.json"))) == 1
+    result.stdout.fnmatch_lines(["*SIGTERM came once every check had run: the outputs were written first*"])
 
 
 def test_the_handlers_are_put_back_when_the_session_ends(lab: pytest.Pytester) -> None:
