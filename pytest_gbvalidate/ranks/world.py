@@ -30,9 +30,14 @@ def world_from_environment(env: Mapping[str, str]) -> tuple[int, int, int] | Non
     - torchrun's ranks carry RANK and WORLD_SIZE (together, always);
     - srun's tasks carry the step's variables (SLURM_STEP_NUM_TASKS, ...) beside SLURM_PROCID. An sbatch batch
       script or an salloc shell has SLURM_PROCID=0 and the job's SLURM_NTASKS, but it is no task of a step: a
-      world formed from those would wait for ranks that never come.
+      world formed from those would wait for ranks that never come. Nor is the shell of `srun -n2 --pty bash`,
+      although it is task 0 of a step of 2: its other tasks are shells too, never ranks (srun gives a --pty
+      step SLURM_PTY_PORT, and no other step).
     Raises WorldError where the variables contradict each other (one of torchrun's pair alone, a rank outside its
-    world, a count that is no number): a guess would either wait forever or join the wrong world."""
+    world, a count that is no number) or leave a rank's place on its node unknown (RANK and WORLD_SIZE without
+    LOCAL_RANK, as a hand-made `RANK=$SLURM_PROCID` gives: every rank would take itself for its node's first,
+    measure the node at once with the others, and pick the first GPU): a guess would either wait forever, join the
+    wrong world or mismeasure the node."""
     if "RANK" in env or "WORLD_SIZE" in env:
         missing = [name for name in ("RANK", "WORLD_SIZE") if name not in env]
         if missing:
@@ -41,8 +46,14 @@ def world_from_environment(env: Mapping[str, str]) -> tuple[int, int, int] | Non
                 f"{present}={_shown(env[present])} is set without {missing[0]}: torchrun sets both for each rank; "
                 f"unset {present}, or run under torchrun"
             )
-        return _world(env, "RANK", "WORLD_SIZE", _local_rank(env)[1])
-    if "SLURM_STEP_NUM_TASKS" in env:  # a task of an srun step
+        world = _world(env, "RANK", "WORLD_SIZE", _local_rank(env)[1])
+        if world is not None and "LOCAL_RANK" not in env:
+            raise WorldError(
+                f"RANK={world[0]} and WORLD_SIZE={world[1]} are set without LOCAL_RANK: torchrun sets all three for "
+                "each rank (under srun, SLURM_LOCALID is the task's LOCAL_RANK)"
+            )
+        return world
+    if "SLURM_STEP_NUM_TASKS" in env and "SLURM_PTY_PORT" not in env:  # a task of an srun step, not a --pty shell
         if "SLURM_PROCID" not in env:
             raise WorldError("SLURM_STEP_NUM_TASKS is set without SLURM_PROCID: srun sets both for each task")
         return _world(env, "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", _local_rank(env)[1])
@@ -136,10 +147,15 @@ def number_gpus_by_pci_bus() -> None:
 def node_rank_from_environment(env: Mapping[str, str], rank: int) -> int:
     """The node this rank is on: torchrun's GROUP_RANK, Slurm's SLURM_NODEID, else from the ranks per node."""
     for name in ("GROUP_RANK", "SLURM_NODEID"):
-        if env.get(name, "").isdigit():
+        if _whole(env.get(name, "")):
             return int(env[name])
     per_node = env.get("LOCAL_WORLD_SIZE", env.get("SLURM_NTASKS_PER_NODE", ""))
-    return rank // int(per_node) if per_node.isdigit() and int(per_node) > 0 else 0
+    return rank // int(per_node) if _whole(per_node) and int(per_node) > 0 else 0
+
+
+def _whole(text: str) -> bool:
+    """Digits int() reads: str.isdigit() also takes `²`, which int() refuses."""
+    return text.isascii() and text.isdecimal()
 
 
 def rendezvous_problem(env: Mapping[str, str]) -> str | None:

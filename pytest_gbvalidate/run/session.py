@@ -17,7 +17,12 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import pytest
 
 from pytest_gbvalidate.levels import Level
-from pytest_gbvalidate.ranks.world import WorldError, number_gpus_by_pci_bus, world_from_environment
+from pytest_gbvalidate.ranks.world import (
+    WorldError,
+    number_gpus_by_pci_bus,
+    rendezvous_problem,
+    world_from_environment,
+)
 from pytest_gbvalidate.run import junit_hooks, markers
 from pytest_gbvalidate.run.payload import PAYLOAD, payload
 from pytest_gbvalidate.settings import Setting, Settings
@@ -34,6 +39,7 @@ if TYPE_CHECKING:
         TestRecord,
     )
     from pytest_gbvalidate.report.writer import ListSection, NodeSection, RunReport
+    from pytest_gbvalidate.run.signals import Stopper
     from pytest_gbvalidate.target import ReferenceTools, Target
 
 # Loaded in every pytest run of the environment: the target and its baselines (PyYAML), detection (urllib,
@@ -73,7 +79,7 @@ class GbSession:
         self._pytest_session: pytest.Session | None = None
         self._gang_reported = -1  # failed start-ups already in the report's gang section
         self.record_error: str | None = None  # why the recorded baseline could not be written
-        self._signal_handlers: dict[int, Any] = {}  # replaced while the session runs (SIGTERM, SIGHUP)
+        self._stopper: Stopper | None = None  # SIGTERM, SIGHUP and SIGINT while the session runs (signals.py)
         self._comparison: tuple[EarlierReport, SameNode] | None = None  # --gb-compare, checked with the target
         # The measurements of the run's second pass, taken where its pace would have regressed (_measure_again)
         self._measured_again: list[MeasurementRecord] | None = None
@@ -125,7 +131,8 @@ class GbSession:
             paths.check_record(self.settings, target)
             self._comparison, self.compare_note = paths.earlier_report(self.settings, target, self.world)
             self._target = target
-            self._signal_handlers = signals.stop_on_termination_signals()
+            self._stopper = signals.Stopper()
+            self._stopper.install()
             try:
                 self.nccl_env = sections.nccl_environment(target, os.environ)
             except bl.BaselineError as exc:
@@ -436,6 +443,10 @@ class GbSession:
 
     @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self._stopper is not None:
+            self._stopper.finishing()
+            if self._stopper.cut_short:  # a second signal kept pytest from saying so: part of the checks ran
+                session.exitstatus = exitstatus = pytest.ExitCode.INTERRUPTED
         if self.suite_error:  # no verdict about the node: a usage error, as pytest's own for a bad -m or option
             session.exitstatus = exitstatus = pytest.ExitCode.USAGE_ERROR
         if not self.is_controller or not self.engaged:
@@ -465,6 +476,10 @@ class GbSession:
             self.report.data["exit_status"] = int(exitstatus)  # a file lost fails the run, and the report says so
         self.report.write()
         self._fail_on_lost_outputs(session, exitstatus)  # the last write may be the one that failed
+        if self._stopper is not None and self._stopper.signal_name is not None and not self._stopper.cut_short:
+            self.output_notes.append(
+                f"{self._stopper.signal_name} came once every check had run: the outputs were written first"
+            )
 
     def _judge_pace(self, session: pytest.Session, exitstatus: int) -> int:
         """With --gb-compare and the node's history: the run as a whole against the node's kept runs
@@ -508,10 +523,8 @@ class GbSession:
 
     @pytest.hookimpl(trylast=True)  # after every other plugin's
     def pytest_unconfigure(self) -> None:
-        if self._signal_handlers:  # set once engaged: an unrelated run never loads the module
-            from pytest_gbvalidate.run.signals import put_back
-
-            put_back(self._signal_handlers)
+        if self._stopper is not None:  # set once engaged: an unrelated run never loads the module
+            self._stopper.put_back()
         if self._gang is not None and self._gang.broken:
             self._end_now()
 
@@ -607,7 +620,11 @@ def _world(settings: Settings) -> tuple[tuple[int, int, int] | None, str | None]
     cannot be told, where it cannot (ranks/world.py)."""
     if settings.world.value == "none":
         return None, None
+    none = f"{settings.world.source}: --gb-world=none runs this process as one node's own run"
     try:
-        return world_from_environment(os.environ), None
+        world = world_from_environment(os.environ)
     except WorldError as exc:
-        return None, f"{exc} ({settings.world.source}: --gb-world=none runs this process as one node's own run)"
+        return None, f"{exc} ({none})"
+    # Its rendezvous too, before any test: a test that cannot join its world is the launcher's failure, not the node's.
+    problem = None if world is None else rendezvous_problem(os.environ)
+    return world, None if problem is None else f"{problem} ({none})"

@@ -209,8 +209,10 @@ def test_only_global_rank_0_of_a_torchrun_world_keeps_and_exports(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, rank: str
 ) -> None:
     lab_project(pytester, LAB, CHECKS)
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    monkeypatch.setenv("RANK", rank)
+    for name, value in {"WORLD_SIZE": "2", "RANK": rank, "LOCAL_RANK": rank}.items():  # as torchrun sets them
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29500")
     result = pytester.runpytest("--gb-sku=LAB", "--gb-baselines=baselines", *KEEP, "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     written = (pytester.path / "metrics" / "node.prom").exists(), (pytester.path / "h").exists()

@@ -133,6 +133,11 @@ def test_the_nccl_environment_is_applied_to_the_ranks_and_reported(
 CHECK = "def test_x(gb_expect):\n    gb_expect('host_copy_bandwidth_gbps', 11.0)\n"
 
 
+# A world's rendezvous, as torchrun sets it and an srun script exports it: checked before any test (none is made
+# here: the check needs no gang).
+RENDEZVOUS = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+
+
 @pytest.mark.parametrize(
     ("env", "writes"),
     [
@@ -144,7 +149,7 @@ CHECK = "def test_x(gb_expect):\n    gb_expect('host_copy_bandwidth_gbps', 11.0)
 def test_only_global_rank_0_writes_the_reports(
     lab: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], writes: bool
 ) -> None:
-    for name, value in env.items():
+    for name, value in (env | RENDEZVOUS).items():
         monkeypatch.setenv(name, value)
     lab.makepyfile(CHECK)
     lab.runpytest(*ARGS).assert_outcomes(passed=1)
@@ -152,6 +157,26 @@ def test_only_global_rank_0_writes_the_reports(
     assert (lab.path / "r.xml").exists() is writes
     if writes:
         assert json.loads((lab.path / "r.json").read_text())["world"] == {"world_size": 2}
+
+
+@pytest.mark.parametrize(
+    ("env", "said"),
+    [
+        ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, "ERROR: MASTER_ADDR and MASTER_PORT not set: "),
+        ({"RANK": "0", "WORLD_SIZE": "2"} | RENDEZVOUS, "ERROR: RANK=0 and WORLD_SIZE=2 are set without LOCAL_RANK"),
+    ],
+    ids=["no-rendezvous", "no-local-rank"],
+)
+def test_a_world_its_launcher_left_incomplete_is_a_usage_error_before_any_test(
+    lab: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], said: str
+) -> None:
+    """Each was a test failed on the node (`unclassified`, exit 1), or every rank measuring the node at once."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    lab.makepyfile(CHECK)
+    result = lab.runpytest(*ARGS)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert result.stderr.str().startswith(said) and "Traceback" not in result.stderr.str()
 
 
 def test_an_unrelated_suite_under_torchrun_keeps_its_junit_on_every_rank(
