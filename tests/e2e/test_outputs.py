@@ -111,21 +111,22 @@ def test_a_report_that_cannot_be_written_fails_the_run_in_one_line(lab: pytest.P
     assert sorted(p.name for p in lab.path.iterdir() if p.name.startswith(".gbvalidate")) == []
 
 
+def stopped_checks(signal_name: str) -> str:
+    """A check that measures, one that sends this process `signal_name`, and one that never runs."""
+    stopped = f"""
+import os, signal
+def test_stopped(gb_expect):
+    os.kill(os.getpid(), signal.{signal_name})
+def test_never_run(gb_expect):
+    gb_expect("host_copy_bandwidth_gbps", 99.0)
+"""
+    return CHECK + stopped
+
+
 @pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGHUP"])
 def test_sigterm_ends_the_run_as_ctrl_c_does(lab: pytest.Pytester, signal_name: str) -> None:
     """Slurm's scancel and Kubernetes' pod deletion send SIGTERM before SIGKILL; a closed terminal SIGHUP."""
-    lab.makepyfile(
-        test_checks=CHECK
-        + textwrap.dedent(
-            f"""
-            import os, signal
-            def test_stopped(gb_expect):
-                os.kill(os.getpid(), signal.{signal_name})
-            def test_never_run(gb_expect):
-                gb_expect("host_copy_bandwidth_gbps", 99.0)
-            """
-        )
-    )
+    lab.makepyfile(test_checks=stopped_checks(signal_name))
     # As a login or batch shell has them; `nohup` (a CI runner may start us so) ignores SIGHUP, and an ignored
     # signal is the caller's choice, which the plugin leaves alone.
     lab.makeconftest(f"import signal\nsignal.signal(signal.{signal_name}, signal.SIG_DFL)\n")
@@ -146,18 +147,7 @@ def test_a_second_signal_never_makes_part_of_a_run_a_finished_one(lab: pytest.Py
     """Ctrl-C pressed twice, or scancel's SIGTERM then slurmd's: the second landed in pytest's own interrupted path,
     which then never set the exit status: the report said `finished`, exit status 0, over part of the checks, and
     --gb-record wrote a baseline from that part."""
-    lab.makepyfile(
-        test_checks=CHECK
-        + textwrap.dedent(
-            f"""
-            import os, signal
-            def test_stopped(gb_expect):
-                os.kill(os.getpid(), signal.{signal_name})
-            def test_never_run(gb_expect):
-                gb_expect("host_copy_bandwidth_gbps", 99.0)
-            """
-        )
-    )
+    lab.makepyfile(test_checks=stopped_checks(signal_name))
     lab.makeconftest(
         textwrap.dedent(
             f"""
