@@ -152,7 +152,10 @@ def test_a_second_signal_never_makes_part_of_a_run_a_finished_one(lab: pytest.Py
         textwrap.dedent(
             f"""
             import os, signal
+            # As an interactive shell has them: a job started in the background (`cmd &`) ignores SIGINT, and an
+            # ignored signal is the caller's choice, which the plugin leaves alone.
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             def pytest_keyboard_interrupt(excinfo):  # the second signal, while pytest handles the first
                 os.kill(os.getpid(), signal.{signal_name})
             """
