@@ -47,6 +47,7 @@ from pytest_gbvalidate.report.records import (
 DEFAULT_ALLOWED_PCT = 5.0
 
 REGRESSED, OK, WITHIN_NOISE, GPU_REPLACED = "regressed", "ok", "within_noise", "gpu_replaced"
+UNRESOLVED = "unresolved"
 
 
 class CompareError(Exception):

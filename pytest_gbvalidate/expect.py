@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import pytest
 
 from pytest_gbvalidate import noise as nz
+from pytest_gbvalidate import resolution as rs
 from pytest_gbvalidate.hooks import GbValidateWarning as GbValidateWarning  # its documented place
 from pytest_gbvalidate.metrics import CATALOG, MetricSpec
 from pytest_gbvalidate.report.junit_properties import junit_properties
@@ -22,6 +23,10 @@ if TYPE_CHECKING:
     from pytest_gbvalidate.report.records import Verdict as VerdictWord
     from pytest_gbvalidate.run.session import GbSession
     from pytest_gbvalidate.target import Target
+
+
+# What an unresolved figure's failure line starts with: the fault table's `unresolved` category matches it.
+UNRESOLVED_PREFIX = "UNRESOLVED: "
 
 
 class Measured(NamedTuple):
@@ -78,9 +83,10 @@ class Expect:
             _fail_with(f"{reason} (--gb-strict)" if strict else None, regressed)
             # Reported at the test's own location, as a skip marker would be, not at this line.
             raise pytest.skip.Exception(reason, _use_item_location=True)
-        verdict = bl.compare(ref, value, scope, _margin(record, ref))
+        verdict = bl.compare(ref, value, scope, _resolution(record, ref))
         self._store(record, verdict.verdict, verdict.message, verdict)
-        _fail_with(verdict.message if verdict.verdict == bl.FAIL else None, regressed)
+        missed = {bl.FAIL: verdict.message, bl.UNRESOLVED: f"{UNRESOLVED_PREFIX}{verdict.message}"}
+        _fail_with(missed.get(verdict.verdict), regressed)
         if verdict.verdict == bl.WARN:
             # Attributed to the test itself, however deep the helper that measured it sits.
             path, line, _ = self.item.location
@@ -160,13 +166,16 @@ class Expect:
 
     def _compare(self, record: MeasurementRecord, ref: bl.Reference | None) -> str | None:
         """With --gb-compare: the measurement against the same one in the node's earlier report, kept in the
-        record's `compare` section. The message when it regressed beyond what is allowed, else None."""
+        record's `compare` section. The message when it regressed beyond what is allowed or is too noisy to tell
+        (UNRESOLVED_PREFIX), else None."""
         from pytest_gbvalidate import compare as cmp
 
         section = self._compare_section(record, ref)
         if section is None:
             return None
         record["compare"] = section
+        if section["verdict"] == cmp.UNRESOLVED:
+            return f"{UNRESOLVED_PREFIX}{section['message']}"
         return str(section["message"]) if section["verdict"] == cmp.REGRESSED else None
 
     def _compare_section(self, record: Mapping[str, Any], ref: bl.Reference | None) -> MeasurementCompareRecord | None:
@@ -177,9 +186,17 @@ class Expect:
         from pytest_gbvalidate import compare as cmp
 
         earlier, same_node = comparison
-        bands = None if ref is None else cmp.bands(ref.expected, ref.warn_limit, ref.fail_limit)
         allowed = self.gb.settings.compare_fail.value or cmp.AllowedRegression()
-        return cmp.compare_one(earlier, record, allowed, bands, same_node, utc_now())
+        return cmp.compare_one(earlier, record, allowed, self._needed(ref), same_node, utc_now())
+
+    def _needed(self, ref: bl.Reference | None) -> rs.Needed:
+        """The resolution a measurement needs: its reference's, else its SKU's."""
+        from pytest_gbvalidate import baselines as bl
+
+        if ref is not None:
+            return ref.needed
+        baseline = self.gb.target.baseline
+        return bl.DEFAULT_NEEDED if baseline is None else baseline.resolution
 
     def each(
         self,
@@ -212,6 +229,8 @@ class Expect:
             except pytest.skip.Exception as exc:
                 skip = skip or exc
         if failures:
+            # A missed gate first: the first line decides the test's fault category, and UNRESOLVED is not one.
+            failures.sort(key=lambda line: line.startswith(UNRESOLVED_PREFIX))
             pytest.fail("\n".join(failures), pytrace=False)
         if skip is not None and not compared:
             raise skip
@@ -274,11 +293,11 @@ class Expect:
             if (
                 ref is not None
                 and ref.has_reference
-                and bl.compare(ref, float(value), scope, _margin(record, ref)).verdict != bl.PASS
+                and bl.compare(ref, float(value), scope, _resolution(record, ref)).verdict != bl.PASS
             ):
                 return True
             section = self._compare_section(record, ref)
-            if section is not None and section["verdict"] == cmp.REGRESSED:
+            if section is not None and section["verdict"] in (cmp.REGRESSED, cmp.UNRESOLVED):
                 return True
         return False
 
@@ -294,22 +313,28 @@ class Expect:
             stored["limit"], stored["warn_limit"] = judged.limits()
             stored["delta_pct"] = judged.rounded_delta_pct()
             stored["status"], stored["provenance"] = judged.status, judged.provenance
+            resolution = judged.resolution_record()
+            if resolution is not None:
+                stored["resolution"] = resolution
         self.gb.add_measurement(self.item, stored)
         self.item.user_properties.extend(junit_properties(stored))
 
 
 def _fail_with(*messages: str | None) -> None:
-    """Fail the test with every message given, one per line (a missed gate and a regression); pass on without."""
-    text = "\n".join(m for m in messages if m)
+    """Fail the test with every message given, one per line (a missed gate and a regression), an UNRESOLVED one
+    last: the first line decides the test's fault category. Pass on without."""
+    text = "\n".join(sorted((m for m in messages if m), key=lambda m: m.startswith(UNRESOLVED_PREFIX)))
     if text:
         pytest.fail(text, pytrace=False)
 
 
-def _margin(record: Mapping[str, Any], ref: bl.Reference | None) -> float:
-    """The change a measurement's own noise and the spread its baseline recorded allow together (0 where neither
-    is known)."""
-    recorded = None if ref is None or ref.spread_pct is None else nz.Noise(nz.MEDIAN, 0, ref.spread_pct)
-    return nz.margin_pct(nz.from_record(record.get("noise")), recorded)
+def _resolution(record: Mapping[str, Any], ref: bl.Reference | None) -> rs.Resolution | None:
+    """What a measurement's evidence can tell against its baseline: its own samples' spread and the spread the
+    baseline recorded (None where neither is known)."""
+    own = nz.from_record(record.get("noise"))
+    return rs.of_spreads(
+        samples=None if own is None else own.spread_pct, reference=None if ref is None else ref.spread_pct
+    )
 
 
 def best_of_passes(

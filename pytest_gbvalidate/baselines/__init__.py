@@ -11,6 +11,9 @@ A baseline file looks like::
     sku: ND_H100_v5
     description: Azure ND H100 v5 (8x H100 80GB)
     detect: {azure_vm_sizes: [Standard_ND96isr_H100_v5], gpu_name_contains: H100 80GB HBM3, gpu_count: 8}
+    resolution:                    # optional: the finest change its figures must resolve (resolution.py)
+      pct: 6                       # percent (a log ratio); a metric may declare its own as resolution_pct
+      provenance: where that figure comes from
     metrics:
       h2d_bandwidth_gbps:          # in metrics.CATALOG, which gives its unit, direction and scope
         status: provisional        # measured (on a golden node) | provisional
@@ -41,6 +44,7 @@ Every error names the file, the line and the field.
 from pytest_gbvalidate.baselines.loading import MAX_ALIAS_NODES, MAX_DEPTH, load_all, load_baseline
 from pytest_gbvalidate.baselines.model import (
     DEFAULT_LEARNING_RATE,
+    DEFAULT_NEEDED,
     SCHEMA_VERSION,
     STATUSES,
     Baseline,
@@ -57,10 +61,11 @@ from pytest_gbvalidate.baselines.model import (
     nccl_env,
 )
 from pytest_gbvalidate.baselines.recording import dump_baseline, recorded_baseline
-from pytest_gbvalidate.baselines.verdicts import FAIL, INFO, PASS, WARN, Verdict, compare
+from pytest_gbvalidate.baselines.verdicts import FAIL, INFO, PASS, UNRESOLVED, WARN, Verdict, compare
 
 __all__ = [
     "DEFAULT_LEARNING_RATE",
+    "DEFAULT_NEEDED",
     "FAIL",
     "INFO",
     "MAX_ALIAS_NODES",
@@ -68,6 +73,7 @@ __all__ = [
     "PASS",
     "SCHEMA_VERSION",
     "STATUSES",
+    "UNRESOLVED",
     "WARN",
     "Baseline",
     "BaselineError",

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_gbvalidate import noise
+from pytest_gbvalidate.resolution import Needed
 from pytest_gbvalidate.workloads.llama import parallel as llama_parallel
 from pytest_gbvalidate.workloads.llama.config import CONFIGS as LLAMA_CONFIGS
 from pytest_gbvalidate.workloads.llama.config import LlamaConfig
@@ -16,6 +17,15 @@ from pytest_gbvalidate.workloads.llama.flops import Peak
 
 SCHEMA_VERSION = 1
 STATUSES = ("measured", "provisional")
+
+
+# The resolution a metric needs where its baseline declares none (`resolution` at the top of the file, or a metric's
+# `resolution_pct`): twice the combined run-to-run spread of two GPU figures, each 2% at most (one H100's bf16 GEMM
+# 784.6 vs 786.6 TFLOPS and D2D 1488 vs 1488 GB/s between runs; 0.3-2% across the GPU figures measured).
+DEFAULT_NEEDED = Needed(6.0, "the default")
+# The bounds a declared resolution must lie within, in percent (a log ratio: 230% is a tenfold change). Past the
+# upper one no allowance means anything: a figure a tenth of its reference would be "within" it.
+MIN_NEEDED_PCT, MAX_NEEDED_PCT = 0.1, 100.0
 
 
 class BaselineError(Exception):
@@ -60,8 +70,10 @@ class Reference:
     provenance: str
     params: dict[str, Any] = field(default_factory=dict)
     # The spread the node's samples showed when this was recorded (noise.py), in percent: a verdict against the
-    # expected value allows for it as for the measurement's own.
+    # expected value counts it in the figure's resolution beside the measurement's own.
     spread_pct: float | None = None
+    # The resolution the metric needs to be judged (resolution.py): the baseline's, else DEFAULT_NEEDED.
+    needed: Needed = DEFAULT_NEEDED
 
     @property
     def fail_limit(self) -> float | None:
@@ -150,6 +162,7 @@ class Baseline:
     detect: Detect
     metrics: dict[str, MetricBaseline]
     pretrain: PretrainSpec | None = None
+    resolution: Needed = DEFAULT_NEEDED
     health: HealthBaseline | None = None
     topology: TopologyBaseline | None = None
 

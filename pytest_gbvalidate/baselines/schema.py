@@ -8,11 +8,32 @@ from pathlib import Path
 from typing import Any
 
 from pytest_gbvalidate.baselines.fields import Fields, _Mapping
-from pytest_gbvalidate.baselines.model import SCHEMA_VERSION, Baseline, BaselineError, Detect, _is_count, _names, _shown
-from pytest_gbvalidate.baselines.schema_metrics import metric
+from pytest_gbvalidate.baselines.model import (
+    DEFAULT_NEEDED,
+    SCHEMA_VERSION,
+    Baseline,
+    BaselineError,
+    Detect,
+    _is_count,
+    _names,
+    _shown,
+)
+from pytest_gbvalidate.baselines.schema_metrics import metric, needed_pct
 from pytest_gbvalidate.baselines.schema_sections import health, pretrain, topology
+from pytest_gbvalidate.resolution import Needed
 
-_TOP_KEYS = {"schema_version", "sku", "description", "detect", "metrics", "health", "topology", "pretrain"}
+_TOP_KEYS = {
+    "schema_version",
+    "sku",
+    "description",
+    "detect",
+    "resolution",
+    "metrics",
+    "health",
+    "topology",
+    "pretrain",
+}
+_RESOLUTION_KEYS = {"pct", "provenance"}
 _DETECT_KEYS = {"azure_vm_sizes", "gpu_name_contains", "gpu_count"}
 MAX_GPUS = 64  # in one node; the largest today hold 8 (16 on a few)
 
@@ -35,12 +56,14 @@ def baseline_from(path: Path, doc: Any) -> Baseline:
         raise f.error(doc, "description", "description", f"must be a string, got {type(description).__name__}")
     metrics_doc = f.mapping(doc["metrics"], doc, "metrics", "metrics", None)
     found = detect(f, doc)
+    needed = resolution(f, doc)
     return Baseline(
         sku=doc["sku"],
         path=path,
         description=description,
         detect=found,
-        metrics={name: metric(f, metrics_doc, name) for name in metrics_doc},
+        metrics={name: metric(f, metrics_doc, name, needed) for name in metrics_doc},
+        resolution=needed,
         pretrain=pretrain(f, doc),
         health=health(f, doc),
         topology=topology(f, doc, found),
@@ -62,3 +85,14 @@ def detect(f: Fields, doc: _Mapping) -> Detect:
         # Every per-GPU check is a test case per GPU (and a rank each): the count bounds what a run generates.
         raise f.error(d, "gpu_count", "detect.gpu_count", f"must be an integer from 0 to {MAX_GPUS}")
     return Detect(tuple(sizes), name, count)
+
+
+def resolution(f: Fields, doc: _Mapping) -> Needed:
+    """The resolution the SKU's metrics need unless one declares its own (`resolution: {pct, provenance}`)."""
+    if "resolution" not in doc:
+        return DEFAULT_NEEDED
+    r = f.mapping(doc["resolution"], doc, "resolution", "resolution", _RESOLUTION_KEYS)
+    if "pct" not in r:
+        raise f.error(r, None, "resolution.pct", "missing")
+    f.provenance(r, "resolution")  # required: the figure says where it comes from, in the file
+    return Needed(needed_pct(f, r, "pct", "resolution.pct"), "resolution.pct")

@@ -16,6 +16,8 @@ from pytest_gbvalidate.baselines.fields import Fields, _Mapping
 from pytest_gbvalidate.baselines.model import (
     _WHOLE_UNITS,
     _ZERO_UNITS,
+    MAX_NEEDED_PCT,
+    MIN_NEEDED_PCT,
     STATUSES,
     Limit,
     MetricBaseline,
@@ -27,8 +29,13 @@ from pytest_gbvalidate.baselines.model import (
 )
 from pytest_gbvalidate.labels import parse_size_label, size_label
 from pytest_gbvalidate.metrics import CATALOG, DIRECTIONS, SCOPE_KINDS, UNITS
+from pytest_gbvalidate.noise import NOISE_K
+from pytest_gbvalidate.resolution import Needed
 
-_OVERRIDE_KEYS = {"status", "expected", "fail", "warn", "provenance", "params", "spread_pct"}
+_OVERRIDE_KEYS = {"status", "expected", "fail", "warn", "provenance", "params", "spread_pct", "resolution_pct"}
+# The largest recorded spread a baseline may carry: one whose resolution alone (NOISE_K times it) is the coarsest a
+# metric may need; a node noisier than that is no reference.
+MAX_SPREAD_PCT = MAX_NEEDED_PCT / NOISE_K
 _KIND_KEYS = ("unit", "direction", "scope")  # what the catalog fixes for its metrics
 _METRIC_KEYS = _OVERRIDE_KEYS | {*_KIND_KEYS, "values"}
 
@@ -63,7 +70,7 @@ _METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 NEAR_MISS = 0.9
 
 
-def metric(f: Fields, metrics_doc: _Mapping, name: str) -> MetricBaseline:
+def metric(f: Fields, metrics_doc: _Mapping, name: str, needed: Needed) -> MetricBaseline:
     fp = f"metrics.{name}"
     if not (isinstance(name, str) and _METRIC_NAME.fullmatch(name)):
         raise f.error(metrics_doc, name, f"metrics.{_shown(name)}", "a metric name is ASCII letters, digits and '_'")
@@ -87,6 +94,7 @@ def metric(f: Fields, metrics_doc: _Mapping, name: str) -> MetricBaseline:
         fail=None,
         warn=None,
         provenance="",
+        needed=needed,
     )
     values: dict[str, Reference] = {}
     if "values" in m:
@@ -156,11 +164,13 @@ def _overrides(f: Fields, m: _Mapping, base: Reference, fp: str, *, check: bool)
     spread_pct = base.spread_pct
     if "spread_pct" in m:
         spread_pct = m["spread_pct"]
-        if not _is_number(spread_pct) or not 0 <= spread_pct <= 1000:
-            raise f.error(
-                m, "spread_pct", f"{fp}.spread_pct", f"must be a number from 0 to 1000, got {_shown(spread_pct)}"
-            )
+        if not _is_number(spread_pct) or not 0 <= spread_pct <= MAX_SPREAD_PCT:
+            shown = f"must be a number from 0 to {MAX_SPREAD_PCT:g} (percent), got {_shown(spread_pct)}"
+            raise f.error(m, "spread_pct", f"{fp}.spread_pct", shown)
         spread_pct = float(spread_pct)
+    needed = base.needed
+    if "resolution_pct" in m:
+        needed = Needed(needed_pct(f, m, "resolution_pct", f"{fp}.resolution_pct"), f"{fp}.resolution_pct")
     params = m.get("params", base.params)
     if not isinstance(params, dict):
         raise f.error(m, "params", f"{fp}.params", "must be a mapping")
@@ -179,6 +189,7 @@ def _overrides(f: Fields, m: _Mapping, base: Reference, fp: str, *, check: bool)
         provenance=provenance,
         params=dict(params),
         spread_pct=spread_pct,
+        needed=needed,
     )
     if check:
         _check(f, m, ref, fp)
@@ -288,3 +299,12 @@ def _check(f: Fields, m: _Mapping, ref: Reference, fp: str) -> None:
         if v1 == v2 and ref.unit not in _WHOLE_UNITS:
             word = "below" if ref.direction == "higher" else "above"
             raise f.error(m, k1, f"{fp}.{k1}", f"{v1:g} equals {k2}: it must lie {word} it ({ref.direction} is better)")
+
+
+def needed_pct(f: Fields, m: _Mapping, key: str, field_path: str) -> float:
+    """A declared resolution in percent, within the bounds a verdict can use."""
+    pct = m[key]
+    if not _is_number(pct) or not MIN_NEEDED_PCT <= pct <= MAX_NEEDED_PCT:
+        shown = f"must be a number from {MIN_NEEDED_PCT:g} to {MAX_NEEDED_PCT:g} (percent), got {_shown(pct)}"
+        raise f.error(m, key, field_path, shown)
+    return float(pct)

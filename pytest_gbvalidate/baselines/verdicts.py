@@ -7,12 +7,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_gbvalidate import noise
-from pytest_gbvalidate.baselines.model import Reference, _better
-from pytest_gbvalidate.report.records import FAIL, INFO, PASS, WARN
+from pytest_gbvalidate import resolution as rs
+from pytest_gbvalidate.baselines.model import DEFAULT_NEEDED, Reference
+from pytest_gbvalidate.report.records import FAIL, INFO, PASS, UNRESOLVED, WARN, ResolutionRecord
 from pytest_gbvalidate.report.records import Verdict as VerdictWord
 
-__all__ = ["FAIL", "INFO", "PASS", "WARN", "Verdict", "compare"]
+__all__ = ["FAIL", "INFO", "PASS", "UNRESOLVED", "WARN", "Verdict", "compare"]
 
 
 @dataclass(frozen=True)
@@ -30,8 +30,10 @@ class Verdict:
     verdict: VerdictWord
     status: str
     provenance: str
-    # Why a value beyond a limit did not get that limit's verdict: within the noise its own samples show.
+    # Why a value beyond a limit did not get that limit's verdict, or why it got none: its resolution.
     noise_note: str = ""
+    resolution: rs.Resolution | None = None
+    needed: rs.Needed = DEFAULT_NEEDED
 
     @property
     def delta_pct(self) -> float | None:
@@ -61,6 +63,19 @@ class Verdict:
         """The fail and warn limits as the report keeps them (six significant digits)."""
         return _round(self.fail_limit), _round(self.warn_limit)
 
+    def resolution_record(self) -> ResolutionRecord | None:
+        """The figure's resolution for the report, or None where its evidence gave none."""
+        r = self.resolution
+        if r is None:
+            return None
+        spreads = {name: round(spread, 3) for name, spread in r.spreads}
+        return {
+            "pct": round(r.pct, 3),
+            "spreads": spreads,
+            "needed_pct": self.needed.pct,
+            "needed_source": self.needed.source,
+        }
+
     def rounded_delta_pct(self) -> float | None:
         return None if self.delta_pct is None else round(self.delta_pct, 3)
 
@@ -82,30 +97,30 @@ class Verdict:
         }
 
 
-def compare(ref: Reference, value: float, scope: str, noise_margin_pct: float = 0.0) -> Verdict:
-    """The verdict for `value` measured at `scope`. A value that is not a finite number always fails. A value
-    beyond a limit by no more than `noise_margin_pct` percent of it (the change its own noise allows, noise.py)
-    does not hold that limit's verdict: within the fail limit's noise it warns, within the warn limit's it passes,
-    and the message says so."""
-    fail_limit, warn_limit = ref.fail_limit, ref.warn_limit
-    worse = _better("lower" if ref.direction == "higher" else "higher")
+def compare(ref: Reference, value: float, scope: str, resolution: rs.Resolution | None = None) -> Verdict:
+    """The verdict for `value` measured at `scope`, its evidence resolving `resolution` (resolution.py; None: the
+    value is taken as it is). A value that is not a finite number always fails. Each limit is judged by
+    resolution.side against the resolution the metric needs (`ref.needed`): beyond the fail limit by more than
+    the noise may excuse fails; within its noise warns; beyond the warn limit warns, within its noise passes. A
+    figure whose resolution is coarser than needed passes only where it is short of the first limit by more than
+    its whole resolution, fails only past the fail limit by more than the needed resolution, and is UNRESOLVED in
+    between. The message says by what allowance a figure past a limit was not given that limit's verdict."""
+    fail_side = _side(value, ref.fail_limit, ref.direction, resolution, ref.needed)
+    warn_side = _side(value, ref.warn_limit, ref.direction, resolution, ref.needed)
+    allowed = "" if resolution is None else f"its {resolution.describe()}"
     verdict: VerdictWord
-
-    def crossed(limit: float | None) -> bool:
-        return limit is not None and worse(value, limit)
-
-    def beyond(limit: float | None) -> bool:
-        return limit is not None and crossed(limit) and noise.beyond(value, limit, noise_margin_pct)
-
     note = ""
-    if not math.isfinite(value) or beyond(fail_limit):
+    if not math.isfinite(value) or fail_side == "beyond":
         verdict = FAIL
-    elif crossed(fail_limit):
-        verdict, note = WARN, f", within the noise of the fail limit (its samples allow {noise_margin_pct:.1f}%)"
-    elif beyond(warn_limit):
+    elif "unresolved" in (fail_side, warn_side) or (warn_side == "beyond" and _coarse(resolution, ref.needed)):
+        verdict = UNRESOLVED
+        note = f", too noisy to judge: {allowed}, coarser than the {ref.needed.pct:g}% needed ({ref.needed.source})"
+    elif fail_side == "within_noise":
+        verdict, note = WARN, f", past the fail limit within the noise {allowed} allows"
+    elif warn_side == "beyond":
         verdict = WARN
-    elif crossed(warn_limit):
-        verdict, note = PASS, f", within the noise of the warn limit (its samples allow {noise_margin_pct:.1f}%)"
+    elif warn_side == "within_noise":
+        verdict, note = PASS, f", past the warn limit within the noise {allowed} allows"
     else:
         verdict = PASS
     return Verdict(
@@ -115,13 +130,27 @@ def compare(ref: Reference, value: float, scope: str, noise_margin_pct: float = 
         unit=ref.unit,
         direction=ref.direction,
         expected=ref.expected,
-        fail_limit=fail_limit,
-        warn_limit=warn_limit,
+        fail_limit=ref.fail_limit,
+        warn_limit=ref.warn_limit,
         verdict=verdict,
         status=ref.status,
         provenance=ref.provenance,
         noise_note=note,
+        resolution=resolution,
+        needed=ref.needed,
     )
+
+
+def _side(
+    value: float, limit: float | None, direction: str, resolution: rs.Resolution | None, needed: rs.Needed
+) -> rs.Side | None:
+    if limit is None:
+        return None
+    return rs.side(rs.worse_pct(value, limit, direction), resolution, needed)
+
+
+def _coarse(resolution: rs.Resolution | None, needed: rs.Needed) -> bool:
+    return resolution is not None and resolution.pct > needed.pct
 
 
 def _round(x: float | None) -> float | None:

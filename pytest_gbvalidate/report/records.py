@@ -75,12 +75,14 @@ class TestRecord(TypedDict):
 
 
 # A measurement's verdict, as every reader of the report takes it (the terminal, the page, JUnit, Prometheus, the
-# fleet): pass, warn or fail against its baseline's limits (baselines/verdicts.py decides which); info, measured
+# fleet): pass, warn or fail against its baseline's limits (baselines/verdicts.py decides which); unresolved, its
+# evidence too noisy for the resolution the metric needs (resolution.py: neither a pass nor a fail); info, measured
 # and gated by nothing; skip, no reference to compare with; recorded, measured for a --gb-record with no baseline.
-Verdict = Literal["pass", "warn", "fail", "info", "skip", "recorded"]
+Verdict = Literal["pass", "warn", "fail", "unresolved", "info", "skip", "recorded"]
 PASS: Final = "pass"  # noqa: S105 (a verdict, not a password)
 WARN: Final = "warn"
 FAIL: Final = "fail"
+UNRESOLVED: Final = "unresolved"
 INFO: Final = "info"
 SKIP: Final = "skip"
 RECORDED: Final = "recorded"
@@ -104,6 +106,23 @@ class RunToRunRecord(TypedDict):
     z: Number
 
 
+# A measurement against its earlier report (compare.py): not worse than allowed, worse, worse by no more than its
+# resolution allows, too noisy to tell which, or not compared (the GPU was replaced).
+CompareVerdict = Literal["ok", "regressed", "within_noise", "unresolved", "gpu_replaced"]
+
+
+class ResolutionRecord(TypedDict):
+    """What a judged figure's evidence can tell (resolution.py): the smallest change `pct`, from the robust spreads
+    `spreads` (name -> percent: samples, reference, run_to_run), against the resolution the metric needs
+    (`needed_pct`, from `needed_source`). A figure whose `pct` exceeds `needed_pct` is judged only where its
+    verdict holds against its whole resolution; elsewhere it is unresolved."""
+
+    pct: float
+    spreads: dict[str, float]
+    needed_pct: float
+    needed_source: str
+
+
 class MeasurementCompareRecord(TypedDict):
     """With --gb-compare: the measurement against the same one in the node's earlier report."""
 
@@ -112,8 +131,9 @@ class MeasurementCompareRecord(TypedDict):
     date: str
     delta_pct: Number | None
     allowed_pct: float | None
-    verdict: str  # ok, regressed, within_noise, gpu_replaced
+    verdict: CompareVerdict
     message: str
+    resolution: NotRequired[ResolutionRecord]
     # The change the two figures' own noise allows (noise.margin_pct), where either report knows its noise: a
     # change beyond allowed_pct but within it is `within_noise`, not a regression.
     noise_margin_pct: NotRequired[float]
@@ -155,6 +175,7 @@ class MeasurementRecord(TypedDict):
     provenance: NotRequired[str]
     compare: NotRequired[MeasurementCompareRecord]
     noise: NotRequired[NoiseRecord]  # where the figure came from samples or passes
+    resolution: NotRequired[ResolutionRecord]  # where a reference judged it
 
 
 def measurement_key(record: Mapping[str, Any]) -> tuple[str, str, str, str]:

@@ -1,0 +1,96 @@
+"""What a figure's evidence can tell, and the one rule that turns a figure, a threshold and that evidence into a
+verdict. Pure functions on numbers: no torch, no pytest.
+
+A figure's resolution is the smallest change its evidence can tell apart from noise: noise.NOISE_K times the
+combined robust spreads that stand behind it -- its own samples' or passes' (noise.py), the reference's it is
+compared with (a recorded baseline's, an earlier report's) and, where the node's runs are kept, the node's
+run-to-run spread. It is a distance on the same scale as `worse_pct`: a log ratio in percent for two positive
+figures, so a tenfold fall (230%) is never "within" any plausible spread.
+
+Each metric declares the resolution it needs (the baseline's `resolution`, per SKU and per metric). Noise may move
+a verdict by no more than that: a figure beyond its threshold by more than min(resolution, needed) is judged on its
+value. A figure whose resolution is coarser than needed is judged only where its verdict holds against its whole
+resolution (the threshold crossed by more than the needed resolution, or not approached within its resolution);
+anywhere between it is UNRESOLVED: never a pass, never a fail. Every verdict here is monotonic in the value: as a
+figure gets worse its verdict never gets milder (PASS < WARN < UNRESOLVED < FAIL).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from pytest_gbvalidate.noise import NOISE_K
+
+Direction = Literal["higher", "lower"]
+# What a figure against one threshold can be: not beyond it, beyond it but within the noise it is allowed, beyond
+# it by more than the noise may excuse, or too noisy to tell which.
+Side = Literal["within", "within_noise", "beyond", "unresolved"]
+
+
+def direction_of(text: str) -> Direction:
+    """A direction word read from a spec, a baseline or a report: `lower`, else `higher` (the catalog's default)."""
+    return "lower" if text == "lower" else "higher"
+
+
+def worse_pct(value: float, reference: float, direction: str) -> float:
+    """How far `value` lies to the worse side of `reference` (+ worse, - better) for a metric where `direction`
+    ("higher" or "lower") is better: a log ratio in percent where both are above 0 (a tenfold fall is 230%, and
+    small changes read as percentages), else in percent of |reference|, infinite from a reference of 0. Monotonic
+    in `value` for every reference: a figure at or below 0 is infinitely far below a positive reference."""
+    above = _above_pct(value, reference)
+    return -above if direction == "higher" else above
+
+
+def _above_pct(value: float, reference: float) -> float:
+    if reference > 0:
+        return math.log(value / reference) * 100.0 if value > 0 else -math.inf
+    if reference == 0:
+        return 0.0 if value == 0 else math.copysign(math.inf, value)
+    return (value - reference) / abs(reference) * 100.0
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """The smallest change a figure's evidence can tell (`pct`), and the spreads it is made of (name -> percent:
+    `samples`, `reference`, `run_to_run`), each as its evidence gives it."""
+
+    pct: float
+    spreads: tuple[tuple[str, float], ...]
+
+    def describe(self) -> str:
+        parts = ", ".join(f"{name.replace('_', '-')} {spread:.1f}%" for name, spread in self.spreads)
+        return f"resolution {self.pct:.1f}% ({NOISE_K:g} x the spread of {parts})"
+
+
+def of_spreads(**spreads: float | None) -> Resolution | None:
+    """The resolution of a figure from the robust spreads (percent) behind it, by name (None: not known); None
+    where none is known: the figure is taken at its value."""
+    known = tuple((name, float(s)) for name, s in spreads.items() if s is not None)
+    if not known:
+        return None
+    # hypot, not the root of the squares' sum: a report's spread of 1e200 must not overflow.
+    return Resolution(NOISE_K * math.hypot(*(s for _, s in known)), known)
+
+
+@dataclass(frozen=True)
+class Needed:
+    """The resolution a metric needs (percent) to be judged, and where that figure comes from."""
+
+    pct: float
+    source: str
+
+
+def side(beyond_pct: float, resolution: Resolution | None, needed: Needed) -> Side:
+    """A figure `beyond_pct` past a threshold (worse_pct against it: + beyond, - short of it), with this
+    `resolution`, for a metric that needs `needed`: `beyond` where it is past by more than min(resolution, needed)
+    (or is not a number), `within` where it is short of it and either resolved or short by more than its whole
+    resolution, `unresolved` where its resolution is coarser than needed and it lies within that resolution of
+    the threshold, else `within_noise` (past it, by no more than its resolution, which the metric allows)."""
+    r = 0.0 if resolution is None else resolution.pct
+    if math.isnan(beyond_pct) or beyond_pct > min(r, needed.pct):
+        return "beyond"
+    if r > needed.pct:
+        return "within" if beyond_pct <= -r else "unresolved"
+    return "within_noise" if beyond_pct > 0 else "within"
