@@ -45,7 +45,7 @@ def worse_pct(value: float, reference: float, direction: str) -> float:
 
 def _above_pct(value: float, reference: float) -> float:
     if reference > 0:
-        return math.log(value / reference) * 100.0 if value > 0 else -math.inf
+        return (math.log(value) - math.log(reference)) * 100.0 if value > 0 else -math.inf  # no underflow
     if reference == 0:
         return 0.0 if value == 0 else math.copysign(math.inf, value)
     return (value - reference) / abs(reference) * 100.0

@@ -40,6 +40,8 @@ WARNING_FILTERS = (
     "error",
     "default::pytest_gbvalidate.expect.GbValidateWarning",
     "ignore:Benchmarks are automatically disabled because xdist plugin is active",
+    # Hypothesis writes a failing example as a patch with libcst, which imports a deprecated mypy_extensions name.
+    "ignore:mypy_extensions.TypedDict is deprecated:DeprecationWarning",
 )
 
 

@@ -39,13 +39,13 @@ from typing import Any, cast
 
 from pytest_gbvalidate.files import InputError, read_json
 from pytest_gbvalidate.labels import printable, printable_exactly
-from pytest_gbvalidate.report import history, schema
+from pytest_gbvalidate.report import history, node_verdict, schema
+from pytest_gbvalidate.report.node_verdict import NO_VERDICT as NO_VERDICT  # where the fleet's modules take it
+from pytest_gbvalidate.report.node_verdict import NodeVerdict
 from pytest_gbvalidate.report.records import HostRecord, MeasurementRecord, RunReportRecord, TestRecord
 
 FINISHED = "finished"
 PARTIAL_STATUSES = ("running", "interrupted")
-# pytest's exit statuses that are the run's own failure, not the node's: internal error, usage error, no tests.
-NO_VERDICT, NO_VERDICT_STATUSES = "no verdict", (3, 4, 5)
 # What a finished run's report may say (pytest.ExitCode: 2, interrupted, is written as the status `interrupted`).
 FINISHED_EXIT_STATUSES = (0, 1, 2, 3, 4, 5)
 CORRUPT, OTHER_SKU, SUPERSEDED = "corrupt", "other SKU", "superseded"
@@ -107,21 +107,9 @@ class Report:
         return list(self.data["measurements"])
 
     @property
-    def verdict(self) -> str:
-        """pass, fail (a failed test, or pytest's exit status 1: a run whose evidence was lost), partial (the run
-        did not finish), or no verdict (NO_VERDICT: pytest's own failure without a failed test -- an internal or
-        usage error, nothing collected -- or a run in which no check ran: only collected, or every test skipped;
-        neither says anything of the node)."""
-        if not self.finished:
-            return "partial"
-        if any(t["outcome"] == "failed" for t in self.tests):
-            return "fail"
-        status = self.data["exit_status"]
-        if status in NO_VERDICT_STATUSES:
-            return NO_VERDICT
-        if status != 0:
-            return "fail"
-        return "pass" if any(t["outcome"] == "passed" for t in self.tests) else NO_VERDICT
+    def verdict(self) -> NodeVerdict:
+        """What the report says about its node (report/node_verdict.py: the rule the health check reads too)."""
+        return node_verdict.of_report(self.data)
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,10 @@ In this order, the first that applies:
    stopped: what it found stands.
 2. TIMEOUT: the run did not finish before the deadline and was killed.
 3. UNKNOWN: no verdict could be made: no report, or one that does not read as a report (the file and the field
-   are named); a run the report says did not finish; pytest's exit status not 0 without a failed check (an
-   internal or usage error, nothing collected, a crash); or not a single check passed (all skipped).
+   are named); a run the report says did not finish; checks that failed only for figures too noisy to judge
+   (unresolved: run again on an idle node); pytest's exit status not 0 without a failed check (an internal or
+   usage error, nothing collected, an output it could not write, a crash); or not a single check passed (all
+   skipped). What a finished report says about its node is report/node_verdict.py's rule, as the fleet's.
 4. OK: the run finished, exit status 0, at least one check passed and none failed.
 """
 
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 
 from pytest_gbvalidate.fleet.text import join_within, one_line, shorten
 from pytest_gbvalidate.labels import printable
+from pytest_gbvalidate.report import node_verdict
 from pytest_gbvalidate.report.records import RunReportRecord
 
 OK, FAIL, TIMEOUT, UNKNOWN = "ok", "fail", "timeout", "unknown"
@@ -105,11 +108,14 @@ class Verdict:
 def judge(run: Run) -> Verdict:
     report = run.report
     failures: dict[str, Failure] = {}
+    unresolved: set[str] = set()
     passed: set[str] = set()
     skipped: set[str] = set()
     for test in [] if report is None else report["tests"]:
         test_id = printable(one_line(test["test_id"]))
-        if test["outcome"] == "failed" and test_id not in failures:
+        if test["outcome"] == "failed" and node_verdict.is_unresolved(test):
+            unresolved.add(test_id)
+        elif test["outcome"] == "failed" and test_id not in failures:
             fault = test.get("fault")
             failures[test_id] = Failure(
                 test_id,
@@ -121,7 +127,8 @@ def judge(run: Run) -> Verdict:
             passed.add(test_id)
         elif test["outcome"] == "skipped":
             skipped.add(test_id)
-    passed -= failures.keys()
+    passed -= failures.keys() | unresolved
+    unresolved -= failures.keys()
 
     level = run.level if report is None else report.get("level", run.level)  # pytest's last --gb-level wins
 
@@ -139,6 +146,9 @@ def judge(run: Run) -> Verdict:
     cut_short = _cut_short(run)
     if cut_short is not None:
         return verdict(UNKNOWN, cut_short)
+    if unresolved:
+        shown = ", ".join(sorted(t.rsplit("::", 1)[-1] for t in unresolved))
+        return verdict(UNKNOWN, f"unresolved: too noisy to judge ({shown}); run again on an idle node")
     status = report["exit_status"] if report["exit_status"] not in (0, None) else run.returncode
     if status != 0:
         return verdict(UNKNOWN, f"pytest exit status {status} ({_meaning(status)}) without a failed check")

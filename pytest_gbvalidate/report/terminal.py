@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pytest_gbvalidate.levels import LEVELS
 from pytest_gbvalidate.report.collective_tables import number, sweep_records, sweep_tables
 from pytest_gbvalidate.report.records import MeasurementCompareRecord, MeasurementRecord, RunReportRecord, TestRecord
+from pytest_gbvalidate.resolution import worse_pct
 
 Section = tuple[str, list[str]]  # a section's title, and its lines
 SKIPPED_PREFIX = "Skipped: "  # pytest's words before a skip's reason
@@ -29,7 +30,8 @@ class SummaryInput:
 
 def measured_rows(records: Sequence[MeasurementRecord]) -> list[tuple[str, ...]]:
     """Measured vs baseline: a header, then a row per measurement (as text), for the terminal and the HTML page."""
-    header: tuple[str, ...] = ("test", "metric", "scope", "measured", "expected", "limit", "unit", "delta", "verdict")
+    header: tuple[str, ...] = ("test", "metric", "scope", "measured", "expected", "limit", "unit", "delta")
+    header += ("resolution", "verdict")
     compared = any("compare" in r for r in records)
     if compared:
         header += ("vs earlier",)
@@ -44,6 +46,7 @@ def measured_rows(records: Sequence[MeasurementRecord]) -> list[tuple[str, ...]]
             number(r.get("limit")),
             r["unit"],
             "" if r.get("delta_pct") is None else f"{r['delta_pct']:+.1f}%",
+            _resolution(r),
             _verdict(r),
         )
         rows.append(row + ((_versus_earlier(r.get("compare")),) if compared else ()))
@@ -72,8 +75,8 @@ def detail_sections(report: RunReportRecord, verbose: bool) -> list[Section]:
 
 def verdict_sections(sku: str, report: RunReportRecord, given: SummaryInput) -> list[Section]:
     """What comes after pytest's short test summary, the verdict last: the run (level times, skips, outputs),
-    then measured vs baseline (each WARN's message under the table: a WARN is the run's verdict, not a Python
-    warning in pytest's summary), then the failures by fault category."""
+    then measured vs baseline (under the table, why_lines: what a row's cells do not explain), then the failures by
+    fault category."""
     run = [*level_lines(report), *skipped_lines(report["tests"])]
     run += [] if given.json_report is None else [f"JSON report: {given.json_report}"]
     run += [f"busbw plot: {plot['path']}" for plot in report.get("plots", [])]
@@ -88,13 +91,42 @@ def verdict_sections(sku: str, report: RunReportRecord, given: SummaryInput) -> 
     shown = gated(measurements)
     table = terminal_table(shown) if shown else ["no measurements a baseline gates"]
     table += mfu_peak_lines(shown)
-    table += [f"WARN {m['test_id']}: {m['message']}" for m in measurements if m["verdict"] == "warn"]
+    table += why_lines(measurements)
     hidden = _hidden_line(report, len(measurements) - len(shown), given)
     sections.append((f"gbvalidate: {sku} measured vs baseline", table + ([hidden] if hidden else [])))
     faults = fault_lines(report["tests"])
     if faults:
         sections.append(("gbvalidate: failures by fault category, with the operator's action", faults))
     return sections
+
+
+def why_lines(records: Sequence[MeasurementRecord]) -> list[str]:
+    """Under the table, each verdict a row cannot explain in its cells, with its message: a WARN (the run's
+    verdict, not a Python warning), an UNRESOLVED figure (its resolution against what its metric needs), a PASS
+    past its warn limit (by what allowance), and against the earlier report what was not plainly OK or
+    REGRESSED."""
+    lines = []
+    for m in records:
+        past_warn = m["verdict"] == "pass" and _past(m, m.get("warn_limit"))
+        if m["verdict"] in ("warn", "unresolved") or past_warn:
+            lines.append(f"{m['verdict'].upper()} {m['test_id']}: {m['message']}")
+        compared = m.get("compare")
+        if compared is not None and compared["verdict"] in ("within_noise", "unresolved"):
+            lines.append(f"{compared['verdict'].upper()} vs earlier {m['test_id']}: {compared['message']}")
+    return lines
+
+
+def _past(record: MeasurementRecord, limit: float | None) -> bool:
+    value = record["value"]
+    if limit is None or not isinstance(value, (int, float)):
+        return False
+    return worse_pct(float(value), limit, record["direction"]) > 0
+
+
+def _resolution(record: MeasurementRecord) -> str:
+    """`4.1% of 6%`: what the figure's evidence can tell, of what its metric needs; blank where not judged."""
+    r = record.get("resolution")
+    return "" if r is None else f"{r['pct']:.1f}% of {r['needed_pct']:g}%"
 
 
 def mfu_peak_lines(records: Sequence[MeasurementRecord]) -> list[str]:

@@ -12,6 +12,7 @@ import pytest
 
 from pytest_gbvalidate import baselines as bl
 from pytest_gbvalidate import noise
+from pytest_gbvalidate import resolution as rs
 
 
 def test_the_spread_is_the_scaled_mad_in_percent_of_the_median_and_ignores_a_wild_sample() -> None:
@@ -72,16 +73,19 @@ def _ref(expected: float, fail_pct: float, warn_pct: float) -> bl.Reference:
 
 
 def test_a_value_past_a_limit_within_its_own_noise_does_not_get_that_limit_s_verdict() -> None:
-    ref = _ref(10.0, 10.0, 5.0)  # fail below 9, warn below 9.5
+    ref = _ref(10.0, 10.0, 5.0)  # fail below 9, warn below 9.5; needs the default 6%
+    noisy = rs.of_spreads(samples=3.0)  # resolution 6%: as much as the metric allows
     assert bl.compare(ref, 8.8, "node").verdict == bl.FAIL
-    within = bl.compare(ref, 8.8, "node", noise_margin_pct=6.0)  # 2.2% below the fail limit, noise allows 6%
+    within = bl.compare(ref, 8.8, "node", noisy)  # 2.2% below the fail limit, noise allows 6%
     assert within.verdict == bl.WARN
-    assert "within the noise of the fail limit (its samples allow 6.0%) -> WARN" in within.message
-    assert bl.compare(ref, 9.3, "node", noise_margin_pct=6.0).verdict == bl.PASS
-    assert "within the noise of the warn limit" in bl.compare(ref, 9.3, "node", noise_margin_pct=6.0).message
+    assert "past the fail limit within the noise its resolution 6.0% (2 x the spread of samples 3.0%) allows" in (
+        within.message
+    )
+    assert bl.compare(ref, 9.3, "node", noisy).verdict == bl.PASS
+    assert "past the warn limit within the noise" in bl.compare(ref, 9.3, "node", noisy).message
     # far past the limit, or not a number, whatever the noise
-    assert bl.compare(ref, 5.0, "node", noise_margin_pct=6.0).verdict == bl.FAIL
-    assert bl.compare(ref, math.nan, "node", noise_margin_pct=60.0).verdict == bl.FAIL
+    assert bl.compare(ref, 5.0, "node", noisy).verdict == bl.FAIL
+    assert bl.compare(ref, math.nan, "node", rs.of_spreads(samples=30.0)).verdict == bl.FAIL
 
 
 def test_a_figure_among_the_node_s_runs_is_its_modified_z_score_from_five_runs_on() -> None:

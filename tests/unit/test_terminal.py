@@ -113,7 +113,18 @@ def test_the_verdict_comes_last_the_run_first() -> None:
         "  rank 1 died: port in use",
     ]
     table = sections[1][1]
-    assert table[0].split() == ["test", "metric", "scope", "measured", "expected", "limit", "unit", "delta", "verdict"]
+    assert table[0].split() == [
+        "test",
+        "metric",
+        "scope",
+        "measured",
+        "expected",
+        "limit",
+        "unit",
+        "delta",
+        "resolution",
+        "verdict",
+    ]
     assert table[1].split() == ["test_x", "host_copy_bandwidth_gbps", "node", "12.5", "10", "-", "GB/s", "PASS"]
     assert len(table) == 2  # every measurement is gated: no line about hidden ones
     assert sections[2][1] == ["gpu_hardware (ISOLATE): replace the GPU", "  t.py::test_bad: gpu3: <lost>"]

@@ -1,0 +1,45 @@
+"""What a run's report says about its node: the one rule the fleet summary and the health check both read. Pure:
+no I/O, no pytest.
+
+In this order, the first that applies:
+1. partial: the run did not finish; what it showed is not the node's whole story.
+2. fail: a check failed on the node (a failed test whose fault is not `unresolved`).
+3. unresolved: every failed test failed only because its figures were too noisy to judge (resolution.py): neither
+   a pass nor a fault of the node; run again on an idle node.
+4. no verdict: pytest's exit status is not 0 without a failed test (its own usage or internal error, nothing
+   collected, an output it could not write), or no check passed (only collected, or every test skipped).
+5. pass: the run finished, exit status 0, at least one check passed and none failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final, Literal
+
+from pytest_gbvalidate.report.records import RunReportRecord, TestRecord
+
+NodeVerdict = Literal["pass", "fail", "unresolved", "partial", "no verdict"]
+NO_VERDICT: Final = "no verdict"
+# The fault category of a test that failed only for figures too noisy to judge (faults.yaml).
+UNRESOLVED_CATEGORY: Final = "unresolved"
+
+
+def of_report(report: RunReportRecord) -> NodeVerdict:
+    if report["status"] != "finished":
+        return "partial"
+    failed = failed_tests(report["tests"])
+    if failed:
+        return "unresolved" if all(is_unresolved(t) for t in failed) else "fail"
+    if report["exit_status"] != 0:
+        return NO_VERDICT
+    return "pass" if any(t["outcome"] == "passed" for t in report["tests"]) else NO_VERDICT
+
+
+def failed_tests(tests: Sequence[TestRecord]) -> list[TestRecord]:
+    return [t for t in tests if t["outcome"] == "failed"]
+
+
+def is_unresolved(test: TestRecord) -> bool:
+    """Whether a failed test failed only for figures too noisy to judge."""
+    fault = test.get("fault")
+    return fault is not None and fault["category"] == UNRESOLVED_CATEGORY
