@@ -9,6 +9,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+from pytest_gbvalidate import noise
 from pytest_gbvalidate.files import atomic_write_text, clashes, same_file, unwritable
 from pytest_gbvalidate.fleet import junit, render, stats
 from pytest_gbvalidate.fleet.history import DEFAULT_FAILED, DEFAULT_OF
@@ -33,11 +34,16 @@ Outliers: per metric (metric, scope, and placement and reference tool where give
 a node is flagged when it is worse than the fleet median (by the metric's direction) by all of: more than K scaled
 MADs -- the modified z-score of Iglewicz & Hoaglin, 0.6745*(x-median)/MAD -- (far from its peers in robust terms;
 where MAD is 0 any deviation is), more than PCT% of the median (beyond the practical margin), and more than the
-figures' noise allows: each report gives its figures' spread beside them, and a node's dip must exceed 3 times its
-own spread and the fleet's typical spread combined (a metric noisy on every node drains nobody). It is flagged even
-when it passed its baseline. --noise-floor-pct adds a percent every dip must exceed, for reports that do not give
-their noise. Needs at least {stats.MIN_NODES} nodes with a finished report. Pass 0 to switch the K or the PCT rule
-off.
+fleet's noise allows: each report gives its figures' spread beside them, and a node's dip must exceed
+{noise.NOISE_K:g} times the fleet's typical spread (the median of the other nodes' spreads) for the node and the
+median combined -- never the node's own spread: scatter buys no pass, and a metric noisy on every node drains
+nobody. The MAD is at least the other nodes' typical run-to-run spread where more than half of them give one
+(--gb-history with --gb-compare). A node whose own spread for a figure is far beyond the fleet's (more than K scaled
+MADs, at least {stats.DEFAULT_MAD_K:g}, of the other nodes' spreads, and more than {stats.TOO_NOISY_RATIO:g} times
+their median) and that is no outlier of it is too noisy to judge on it: listed, neither drained nor passed. A
+node is flagged even when it passed its baseline. --noise-floor-pct adds a percent every dip must exceed, for
+reports that do not give their noise. Needs at least {stats.MIN_NODES} nodes with a finished report. Pass 0 to
+switch the K or the PCT rule off.
 
 Reports: one per hostname counts, the latest by start_time (earlier ones are listed as superseded). Reports of
 another SKU than the fleet's (--sku, else the most common) are listed and left out of the statistics. A corrupt
@@ -47,10 +53,10 @@ skipped) or pytest failed by itself gives no verdict: listed, not drained. Multi
 summarised apart, with their weak scaling against single-node runs. Every text from a report is shown escaped.
 
 Exit status: 0 when there is nothing to drain and every report gave a verdict; 1 when a node fails, is an outlier,
-is found at fault by a multi-node run, ran less than its peers, has a partial report or gave no verdict, a report
-is corrupt, another SKU's report did not pass its own checks, a multi-node run did not pass, or no report of the
-fleet's SKU is given (superseded reports do not count); 2 on a usage error (a report path that does not exist, an
-output that would replace a report).
+is too noisy to judge on a figure, is found at fault by a multi-node run, ran less than its peers, has a partial
+report or gave no verdict, a report is corrupt, another SKU's report did not pass its own checks, a multi-node run
+did not pass, or no report of the fleet's SKU is given (superseded reports do not count); 2 on a usage error (a
+report path that does not exist, an output that would replace a report).
 """
 
 

@@ -5,10 +5,9 @@ fault. The summary (summary.py) gathers them per node; these read the reports' o
 
 from __future__ import annotations
 
-import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +63,7 @@ class MetricStats:
     expected: float | None  # the baseline's expected value (the most common one, should baselines differ)
     spread: stats.Spread
     outliers: list[stats.Outlier]
+    unjudged: list[stats.Unjudged] = field(default_factory=list)  # nodes too noisy to judge on this metric
 
     def delta_pct(self, value: float) -> float | None:
         """`value` relative to the fleet median, in percent (signed: + above the median)."""
@@ -91,6 +91,18 @@ class NodeOutlier:
         delta = self.metric.delta_pct(self.outlier.value)
         key = self.metric.key
         return (key.compact if compact else key.label) + ("" if delta is None else f" {delta:+.0f}%")
+
+
+@dataclass(frozen=True)
+class NodeUnjudged:
+    """A node too noisy to judge on a metric: no verdict on that figure, neither drained for it nor passed."""
+
+    metric: MetricStats
+    unjudged: stats.Unjudged
+
+    def describe(self) -> str:
+        s, u = self.metric, self.unjudged
+        return f"{s.key.label}: {u.value:.4g} {s.unit} vs fleet median {s.spread.median:.4g} {s.unit}, {u.describe()}"
 
 
 @dataclass(frozen=True)
@@ -160,8 +172,10 @@ def metric_stats(
     reports: Sequence[Report], mad_k: float | None, pct: float, noise_floor_pct: float = 0.0
 ) -> list[MetricStats]:
     """Per metric key across `reports`: the gated measurements (verdict not `info`) with a numeric value. Where a
-    report has the same key twice, its worse value counts. `mad_k` None: each metric's cut-off is the family-wise
-    one for its nodes and the fleet's figures (noise.family_z)."""
+    report has the same key twice, its worse value counts (with that measurement's noise and run-to-run spread).
+    `mad_k` None: each metric's cut-off is the family-wise one for its nodes and the fleet's figures
+    (noise.family_z). Each node is judged against the fleet's noise and run-to-run spread without its own
+    (stats.judge): its outliers, and the nodes too noisy to judge on it."""
     values: dict[MetricKey, dict[str, float]] = {}
     noises: dict[MetricKey, dict[str, noise.Noise | None]] = {}
     run_to_run: dict[MetricKey, dict[str, float]] = {}  # host -> its figure's spread over its own earlier runs
@@ -180,8 +194,9 @@ def metric_stats(
                 by_host[host] = value
                 noises.setdefault(key, {})[host] = noise.from_record(m.get("noise"))
                 spread = _run_to_run_pct(m)
+                run_to_run.setdefault(key, {}).pop(host, None)  # the worse figure's, or none
                 if spread is not None:
-                    run_to_run.setdefault(key, {})[host] = spread
+                    run_to_run[key][host] = spread
             reference = m.get("expected")
             if reference is not None and stats.is_number(reference):
                 expected.setdefault(key, Counter())[float(reference)] += 1
@@ -189,6 +204,15 @@ def metric_stats(
     for key, by_host in values.items():
         direction = meta[key]["direction"]
         common = expected.get(key)
+        judged = stats.judge(
+            by_host,
+            direction,
+            noise.family_z(len(by_host), len(values)) if mad_k is None else mad_k,
+            pct,
+            noise_floor_pct,
+            noises.get(key),
+            run_to_runs=run_to_run.get(key),
+        )
         found.append(
             MetricStats(
                 key,
@@ -197,15 +221,8 @@ def metric_stats(
                 by_host,
                 common.most_common(1)[0][0] if common else None,
                 stats.spread(list(by_host.values())),
-                stats.outliers(
-                    by_host,
-                    direction,
-                    noise.family_z(len(by_host), len(values)) if mad_k is None else mad_k,
-                    pct,
-                    noise_floor_pct,
-                    noises.get(key),
-                    statistics.median(run_to_run[key].values()) if key in run_to_run else None,
-                ),
+                judged.outliers,
+                judged.unjudged,
             )
         )
     return found

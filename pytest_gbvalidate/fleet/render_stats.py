@@ -23,8 +23,19 @@ def rules_text(summary: Summary) -> str:
     return (
         f"worse than the fleet median by more than {cut_off} (modified z-score "
         f"0.6745*(x-median)/MAD), and by more than {summary.pct:g}% of the median{floor}, and by more than the "
-        f"figures' noise allows ({noise.NOISE_K:g} times the node's and the fleet's typical spread combined, where "
-        f"the reports give it); where MAD is 0 any deviation is far in robust terms; at least {stats.MIN_NODES} nodes"
+        f"fleet's noise allows ({noise.NOISE_K:g} times the fleet's typical spread, the median of the other "
+        f"nodes' where the reports give it, for the node and for the median combined: never the node's own); where "
+        f"MAD is 0 any deviation is far in robust terms; at least {stats.MIN_NODES} nodes"
+    )
+
+
+def noisy_rule_text(summary: Summary) -> str:
+    cut_off = "K" if summary.mad_k is not None else "the family-wise number of"
+    return (
+        f"a node whose own spread for a figure is more than {cut_off} scaled MADs (at least "
+        f"{stats.DEFAULT_MAD_K:g}) of the other nodes' spreads beyond their median, and more than "
+        f"{stats.TOO_NOISY_RATIO:g} times it, and that is no outlier of that figure, is too noisy to judge on it: "
+        "neither drained nor passed (run it again on an idle node)"
     )
 
 
@@ -34,7 +45,7 @@ def rules_text(summary: Summary) -> str:
 def outliers_md(summary: Summary) -> list[str]:
     lines = ["", "## Outliers", "", f"Rule: {rules_text(summary)}.", ""]
     if not summary.outliers:
-        return [*lines, summary.statistics_note or "None."]
+        return [*lines, summary.statistics_note or "None.", *_unjudged_md(summary)]
     rows = []
     for n, o in summary.outliers:
         s, out = o.metric, o.outlier
@@ -50,15 +61,38 @@ def outliers_md(summary: Summary) -> list[str]:
                 "; ".join(out.rules),
             ]
         )
-    return lines + md_table(["node", "metric", "value", "fleet median", "vs median", "modified z", "flagged by"], rows)
+    header = ["node", "metric", "value", "fleet median", "vs median", "modified z", "flagged by"]
+    return lines + md_table(header, rows) + _unjudged_md(summary)
+
+
+def _unjudged_md(summary: Summary) -> list[str]:
+    """The figures too noisy to judge, where there are any."""
+    if not summary.unjudged:
+        return []
+    lines = ["", "### Too noisy to judge", "", f"Rule: {noisy_rule_text(summary)}.", ""]
+    rows = [
+        [
+            n.hostname,
+            u.metric.key.label,
+            f"{u.unjudged.value:.4g} {u.metric.unit}",
+            f"{u.metric.spread.median:.4g} {u.metric.unit}",
+            u.unjudged.describe(),
+        ]
+        for n, u in summary.unjudged
+    ]
+    return lines + md_table(["node", "metric", "value", "fleet median", "no verdict"], rows)
 
 
 def outliers_terminal(summary: Summary) -> list[str]:
-    """Why there are no outlier statistics, where there are none; each outlier with how far out it is."""
+    """Why there are no outlier statistics, where there are none; each outlier with how far out it is; each figure
+    too noisy to judge."""
     lines = [summary.statistics_note] if summary.statistics_note else []
     if summary.outliers:
         lines.append(f"outliers ({rules_text(summary)}):")
         lines += [f"  {n.hostname}  {o.describe()}" for n, o in summary.outliers]
+    if summary.unjudged:
+        lines.append(f"no verdict ({noisy_rule_text(summary)}):")
+        lines += [f"  {n.hostname}  {u.describe()}" for n, u in summary.unjudged]
     return lines
 
 

@@ -7,15 +7,25 @@ A node is an outlier of a metric when it is worse than the fleet median (directi
   0.6745 * (x - median) / MAD, where MAD is the median absolute deviation from the median ("How to Detect and
   Handle Outliers", ASQC Basic References in Quality Control vol. 16, 1993, which recommends flagging |z| > 3.5);
 - more than `pct` percent of the median: beyond the practical margin (a node a few percent slow is a node);
-- more than the noise of the figures allows (noise.margin_pct): the node's own noise, as its report gives it beside
-  the figure, combined with the fleet's typical noise (the median of the nodes' noises). A metric noisy on every
-  node drains nobody; a node whose own figure is noisy is not drained for a dip its own samples explain.
+- more than the fleet's noise allows (noise.margin_pct of the fleet's typical spread, twice: the node's figure and
+  the median it is held against): the fleet's typical spread is the median of the other nodes' spreads (of two,
+  the smaller), as their reports give them beside the figure. A metric noisy on every node drains nobody; a node's
+  own scatter never widens its own allowance (an erratic figure is itself a symptom: a link retraining, a
+  throttling GPU), and no single node, however noisy, widens anybody's.
+
+A node whose own spread for a figure lies far beyond the fleet's (more than max(`mad_k`, OUTLIER_Z) scaled MADs of
+the other nodes' spreads above their median, and more than TOO_NOISY_RATIO times it) and that is no outlier by the
+rule above is too noisy to judge for that figure (Unjudged): neither drained nor passed; run it again on an idle
+node. An erratic node clearly slow beyond the fleet's noise is an outlier all the same.
 
 The MAD is never taken as less than the nodes' typical run-to-run spread, where their reports give one (`--gb-history`
 with --gb-compare: `compare.run_to_run`): nodes differ at least as much as one node's runs do, and a few nodes'
-figures can agree closer than that by chance. Ten runs of one healthy VM, as ten nodes: nine checkpoint reads within
-24-28 ms (a MAD of 2% of the median), the tenth at 32 ms (11 scaled MADs, drained), its passes agreeing to 0.3%; the
-nodes' runs spread 6.5% (median), against which it is 4.8 out, within the family-wise cut-off of 7.5.
+figures can agree closer than that by chance. That typical spread is the median of the other nodes' run-to-run
+spreads (of two, the smaller), taken where more than half of them give one: never the judged node's own, never one
+node's for the fleet.
+Ten runs of one healthy VM, as ten nodes: nine checkpoint reads within 24-28 ms (a MAD of 2% of the median), the
+tenth at 32 ms (11 scaled MADs, drained), its passes agreeing to 0.3%; the nodes' runs spread 6.5% (median), against
+which it is 4.8 out, within the family-wise cut-off of 7.5.
 
 Each rule alone drains healthy nodes: the percent rule any metric noisier than `pct` (four reports of one healthy
 machine were all drained by it), the MAD rule a dip of 2% where a few nodes happen to agree closely.
@@ -104,41 +114,135 @@ def outliers(
     noise_floor_pct: float = 0.0,
     noises: Mapping[str, nz.Noise | None] | None = None,
     run_to_run_pct: float | None = None,
+    run_to_runs: Mapping[str, float] | None = None,
 ) -> list[Outlier]:
-    """The hosts of `values` (host -> value) worse than their median by more than `mad_k` scaled MADs (the MAD at
-    least `run_to_run_pct`, the nodes' typical run-to-run spread, where known), by more than `pct` and
-    `noise_floor_pct` percent of the median, and by more than their noise allows (`noises`: host -> the noise its
-    report gives, where it gives one), in the order of `values`. No outliers among fewer than MIN_NODES values or
-    for a direction other than higher/lower (nothing says which side is worse)."""
+    """The outliers of judge(): the hosts to drain for this metric."""
+    return judge(values, direction, mad_k, pct, noise_floor_pct, noises, run_to_run_pct, run_to_runs).outliers
+
+
+def judge(
+    values: Mapping[str, float],
+    direction: str,
+    mad_k: float = DEFAULT_MAD_K,
+    pct: float = DEFAULT_PCT,
+    noise_floor_pct: float = 0.0,
+    noises: Mapping[str, nz.Noise | None] | None = None,
+    run_to_run_pct: float | None = None,
+    run_to_runs: Mapping[str, float] | None = None,
+) -> Judgement:
+    """The hosts of `values` (host -> value) worse than their median by more than `mad_k` scaled MADs, by more than
+    `pct` and `noise_floor_pct` percent of the median, and by more than the fleet's noise allows; and the hosts too
+    noisy to judge (Unjudged), in the order of `values`.
+
+    `noises`: host -> the noise its report gives beside the figure, where it gives one. Each host is held against
+    the fleet's typical spread without it (fleet_spread_pct of the other hosts'), never its own. `run_to_run_pct`:
+    the fleet's typical run-to-run spread, given as one number; `run_to_runs`: host -> its own run-to-run spread,
+    from which each host's MAD floor is the fleet's without it (fleet_spread_pct); the larger of the two counts.
+    No verdicts among fewer than MIN_NODES values or for a direction other than higher/lower (nothing says which
+    side is worse)."""
     if len(values) < MIN_NODES or direction not in (HIGHER, LOWER):
-        return []
+        return Judgement([], [])
     s = spread(list(values.values()))
-    noises = noises or {}
-    known = [n.spread_pct for n in noises.values() if n is not None]
-    typical = nz.Noise(nz.MEDIAN, len(known), statistics.median(known)) if known else None
-    floor = abs(s.median) * (run_to_run_pct or 0.0) / 100.0 / nz.MAD_TO_SIGMA
-    mad_value = max(s.mad, floor)
-    found = []
+    spreads = {host: n.spread_pct for host, n in (noises or {}).items() if n is not None and host in values}
+    hosts = list(values)
+    found, unjudged = [], []
     for host, value in values.items():
+        typical_pct = fleet_spread_pct(spreads, hosts, host)
+        typical = None if typical_pct is None else nz.Noise(nz.MEDIAN, len(spreads), typical_pct)
+        r2r = max(run_to_run_pct or 0.0, fleet_spread_pct(run_to_runs or {}, hosts, host) or 0.0)
+        floor = abs(s.median) * r2r / 100.0 / nz.MAD_TO_SIGMA
+        mad_value = max(s.mad, floor)
         worse = worse_by(value, s.median, direction)
-        if worse <= 0:
-            continue
         z = modified_z(value, s.median, mad_value)
         worse_pct = math.inf if s.median == 0 else worse / abs(s.median) * 100.0
-        margin = nz.margin_pct(noises.get(host), typical)
-        if z is not None and abs(z) <= mad_k:
+        margin = nz.margin_pct(typical, typical)
+        far_out = z is None or abs(z) > mad_k
+        noisy = too_noisy(spreads, hosts, host, max(mad_k, nz.OUTLIER_Z))
+        if worse > 0 and far_out and worse_pct > max(pct, noise_floor_pct) and nz.beyond(value, s.median, margin):
+            far = f"{abs(z):.1f} scaled MADs > {mad_k:.1f}" if z is not None else ""
+            if z is not None and floor > s.mad:
+                far += f" (the MAD taken as the nodes' typical run-to-run spread, {r2r:.1f}%)"
+            rules = [far or "the value of more than half the nodes differs"]
+            rules.append(f"{worse_pct:.1f}% of the median > {max(pct, noise_floor_pct):g}%")
+            if margin:
+                rules.append(f"beyond the {margin:.1f}% the figures' noise allows (the fleet's spread, not its own)")
+            if noisy is not None:
+                own = f"its own spread, {spreads[host]:.1f}% against the fleet's {noisy[0]:.1f}%"
+                rules.append(f"{own}, excuses nothing")
+            found.append(Outlier(host, value, None if s.median == 0 else worse_pct, z, tuple(rules)))
             continue
-        if worse_pct <= max(pct, noise_floor_pct) or not nz.beyond(value, s.median, margin):
-            continue
-        far = f"{abs(z):.1f} scaled MADs > {mad_k:.1f}" if z is not None else ""
-        if z is not None and floor > s.mad:
-            far += f" (the MAD taken as the nodes' typical run-to-run spread, {run_to_run_pct:.1f}%)"
-        rules = [far or "the value of more than half the nodes differs"]
-        rules.append(f"{worse_pct:.1f}% of the median > {max(pct, noise_floor_pct):g}%")
-        if margin:
-            rules.append(f"beyond the {margin:.1f}% the figures' noise allows")
-        found.append(Outlier(host, value, None if s.median == 0 else worse_pct, z, tuple(rules)))
-    return found
+        if noisy is not None:
+            unjudged.append(Unjudged(host, value, spreads[host], noisy[0], noisy[1]))
+    return Judgement(found, unjudged)
+
+
+# A node's spread must be more than this many times the fleet's typical one, as well as far beyond the nodes'
+# spreads in robust terms, before the node is too noisy to judge: where most nodes report the same spread (their MAD
+# 0), a node a little noisier than the rest is still judged.
+TOO_NOISY_RATIO = 2.0
+
+
+@dataclass(frozen=True)
+class Unjudged:
+    """A node too noisy to judge for a figure: its own spread (`spread_pct`) far beyond the fleet's typical one
+    (`fleet_spread_pct`, without it), `z` the modified z of its spread among the other nodes' (None where their MAD
+    is 0), and its figure no outlier. Neither drained nor passed for that figure."""
+
+    host: str
+    value: float
+    spread_pct: float
+    fleet_spread_pct: float
+    z: float | None
+
+    def describe(self) -> str:
+        return f"too noisy to judge: spread {self.spread_pct:.1f}% against the fleet's {self.fleet_spread_pct:.1f}%"
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """One metric's verdicts across the nodes: the outliers to drain, and the nodes too noisy to judge."""
+
+    outliers: list[Outlier]
+    unjudged: list[Unjudged]
+
+
+def _others(spreads: Mapping[str, float], hosts: Sequence[str], host: str) -> list[float] | None:
+    """The spreads of the hosts other than `host` (and not negative or NaN), where more than half of them and at
+    least two give one; else None."""
+    others = [h for h in hosts if h != host]
+    known = [spreads[h] for h in others if h in spreads and spreads[h] >= 0]
+    return known if len(known) >= 2 and len(known) > len(others) / 2 else None
+
+
+def fleet_spread_pct(spreads: Mapping[str, float], hosts: Sequence[str], host: str) -> float | None:
+    """The fleet's typical spread of a figure (percent) that `host` is judged against: the median of the other
+    hosts' `spreads` (host -> spread), where more than half of them and at least two give one; else None. Neither
+    the host's own spread nor how far the noisiest of the others lies beyond the median moves it (_typical)."""
+    known = _others(spreads, hosts, host)
+    return None if known is None else _typical(known)
+
+
+def _typical(values: Sequence[float]) -> float:
+    """The median of `values`, of two the smaller: the median of two is their mean, which the larger moves."""
+    return statistics.median(values) if len(values) >= 3 else min(values)
+
+
+def too_noisy(
+    spreads: Mapping[str, float], hosts: Sequence[str], host: str, cutoff: float
+) -> tuple[float, float | None] | None:
+    """(the fleet's typical spread, the modified z of the host's spread among the others') where `host`'s own spread
+    lies beyond the other hosts' (fleet_spread_pct) by more than `cutoff` of their scaled MADs (any amount where
+    their MAD is 0) and more than TOO_NOISY_RATIO times it; else None."""
+    own = spreads.get(host)
+    known = _others(spreads, hosts, host)
+    if own is None or known is None:
+        return None
+    center = _typical(known)
+    mad_value = _typical([abs(v - center) for v in known])
+    if own <= TOO_NOISY_RATIO * center:
+        return None
+    z = modified_z(own, center, mad_value)
+    return (center, z) if z is None or z > cutoff else None
 
 
 def is_number(value: object) -> TypeGuard[float]:
@@ -155,8 +259,9 @@ def sibling_outliers(figures: Mapping[str, tuple[float, Mapping[str, Any]]], dir
     """The devices of one node (label -> (figure, details)) worse than their siblings. Measured in rounds, every
     device in turn each round (noise.in_rounds keeps each round's figure as `rounds`), a device is judged round by
     round against its siblings of the same round (_outliers_by_round): what drifted between rounds moved them all.
-    Otherwise by the fleet's rule (far in robust terms, beyond PCT), beyond what each figure's own error allows
-    (noise.of_the_median: measured side by side, no drift between runs separates them)."""
+    Otherwise by the fleet's rule (far in robust terms, beyond PCT), beyond what the siblings' typical error allows
+    (the median of the other devices' noise.of_the_median, never the device's own: measured side by side, no drift
+    between runs separates them); a device too noisy to judge is not named."""
     values = {label: float(value) for label, (value, _) in figures.items()}
     rounds = _equal_rounds(figures)
     if rounds is not None:

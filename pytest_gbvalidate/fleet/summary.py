@@ -4,8 +4,9 @@ nodes, multi-node runs with their weak scaling, the reports not merged, the node
 drain reasons, and the exit code. What each report found is in findings.py; rendering is elsewhere (render.py,
 junit.py, plots.py).
 
-Exit code 1 when a node fails its checks, is an outlier of a metric, is found at fault by a multi-node run, ran
-less than its peers, has a partial report or gave no verdict; when a report is corrupt, or another SKU's did not pass;
+Exit code 1 when a node fails its checks, is an outlier of a metric, is too noisy to judge on a metric (its own
+spread far beyond the fleet's: neither drained nor passed), is found at fault by a multi-node run, ran less than its
+peers, has a partial report or gave no verdict; when a report is corrupt, or another SKU's did not pass;
 when a multi-node run did not pass; or when no node report of the fleet's SKU is given. Otherwise 0: nothing to drain.
 """
 
@@ -21,6 +22,7 @@ from pytest_gbvalidate.fleet.findings import (
     FailedCheck,
     MetricStats,
     NodeOutlier,
+    NodeUnjudged,
     Suspect,
     failed_checks,
     metric_stats,
@@ -41,6 +43,7 @@ class Node:
     report: Report
     failed: list[FailedCheck]
     outliers: list[NodeOutlier] = field(default_factory=list)
+    unjudged: list[NodeUnjudged] = field(default_factory=list)  # figures too noisy to judge: no verdict on them
     suspected: list[Suspect] = field(default_factory=list)
     lacks: list[str] = field(default_factory=list)  # checks most of its peers ran and it did not (`coverage`)
 
@@ -61,7 +64,8 @@ class Node:
     def drain(self) -> bool:
         """Out of service until fixed: failed, partial (not shown healthy), an outlier, found at fault by a
         multi-node run, or short of checks its peers ran (it has not shown what they showed); never a node whose
-        run gave no verdict (its own usage or internal error), which is listed instead."""
+        run gave no verdict (its own usage or internal error), nor one only too noisy to judge on some figure
+        (`unjudged`), which are listed instead."""
         if self.verdict == NO_VERDICT:  # the run's own failure: the node is not judged, nor drained
             return False
         return self.verdict != "pass" or bool(self.outliers) or bool(self.suspected) or bool(self.lacks)
@@ -123,6 +127,10 @@ class Summary:
         return [(n, o) for n in self.nodes for o in n.outliers]
 
     @property
+    def unjudged(self) -> list[tuple[Node, NodeUnjudged]]:
+        return [(n, u) for n in self.nodes for u in n.unjudged]
+
+    @property
     def statistics_note(self) -> str | None:
         """Why there are no outlier statistics, where there are none."""
         counted = sum(1 for n in self.nodes if n.report.finished)
@@ -142,6 +150,9 @@ class Summary:
         outlying = sum(1 for n in self.nodes if n.outliers and n.drain)
         if outlying:
             why.append(f"{outlying} node(s) are outliers")
+        noisy = sum(1 for n in self.nodes if n.unjudged)
+        if noisy:
+            why.append(f"{noisy} node(s) too noisy to judge on some figure (no verdict: run again on an idle node)")
         short = sum(1 for n in self.nodes if n.lacks and n.drain)
         if short:
             why.append(f"{short} node(s) ran less than their peers")
@@ -187,6 +198,8 @@ def summarize(
     for m in metrics:
         for outlier in m.outliers:
             by_host[outlier.host].outliers.append(NodeOutlier(m, outlier))
+        for unjudged in m.unjudged:
+            by_host[unjudged.host].unjudged.append(NodeUnjudged(m, unjudged))
     unreported: dict[str, list[Suspect]] = {}
     for suspect in suspects(sorted_reports.multi_node):
         node = by_host.get(suspect.host)

@@ -144,11 +144,14 @@ def test_a_metric_noisy_on_every_node_drains_nobody_and_a_quiet_one_names_the_sl
     values = {"n1": 10.0, "n2": 10.1, "n3": 9.9, "n4": 10.05, "n5": 7.4}  # n5 26% slow, 50 scaled MADs
     quiet = {host: noise.Noise(noise.MEDIAN, 20, 2.0) for host in values}
     (slow,) = stats.outliers(values, "higher", noises=quiet)
-    assert slow.host == "n5" and slow.rules[-1] == "beyond the 5.7% the figures' noise allows"
+    assert slow.host == "n5" and slow.rules[-1] == (
+        "beyond the 5.7% the figures' noise allows (the fleet's spread, not its own)"
+    )
     noisy = {host: noise.Noise(noise.MEDIAN, 20, 12.0) for host in values}  # 2 x 12% x sqrt(2): 34% is chance
     assert stats.outliers(values, "higher", noises=noisy) == []
-    # a noisy node of a quiet fleet: its own samples explain the dip
-    assert stats.outliers(values, "higher", noises=quiet | {"n5": noise.Noise(noise.MEDIAN, 20, 16.0)}) == []
+    # a noisy node of a quiet fleet: its own scatter buys it no pass (unit/test_fleet_noise.py)
+    (erratic,) = stats.outliers(values, "higher", noises=quiet | {"n5": noise.Noise(noise.MEDIAN, 20, 16.0)})
+    assert erratic.host == "n5"
 
 
 # Ten runs of one healthy 2-vCPU VM as ten nodes (the false-alarm benchmark): nine checkpoint reads within 24-28 ms,
