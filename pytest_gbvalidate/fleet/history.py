@@ -204,6 +204,10 @@ def render(history: NodeHistory, everything: bool = False) -> list[str]:
 # data say that few nodes cause most exclusions (3 of 63 nodes, more than half of them, on one B200 cluster), not
 # where to draw the line.
 DEFAULT_FAILED, DEFAULT_OF = 2, 5
+# The runs that count against a node: failed, and unresolved -- figures scattering run after run are a symptom (a
+# link that retrains, a throttling GPU) even where no single run can call them a fault. Their checks' categories
+# say which (`unresolved`).
+COUNTED = frozenset({"fail", "unresolved"})
 
 
 @dataclass(frozen=True)
@@ -237,7 +241,7 @@ def repeat_offenders(root: Path, failed: int = DEFAULT_FAILED, of: int = DEFAULT
     found = []
     for directory in directories:
         last = read_history(directory).runs[-of:]
-        failing = [r for r in last if r.verdict == "fail"]
+        failing = [r for r in last if r.verdict in COUNTED]
         if len(failing) >= failed:
             categories = Counter(c.category or "unclassified" for r in failing for c in failed_checks(r))
             start = failing[-1].start_time

@@ -165,6 +165,17 @@ def test_repeat_offenders_are_the_nodes_that_failed_in_k_of_their_last_n_runs(
     assert "--failed 6 is more than --of 5" in capsys.readouterr().err
 
 
+def test_a_node_unresolved_again_and_again_is_an_offender_named_so(tmp_path: Path) -> None:
+    """Figures too noisy to judge run after run drain nothing, one run at a time; repeated, they are a symptom."""
+    root = tmp_path / "h"
+    for day in (20, 21, 22):
+        failing(root / "node7", f"2026-11-{day}T12:00:00+00:00", "unresolved", "node7")
+    (found,), _ = repeat_offenders(root, failed=2, of=5)
+    assert (
+        found.describe() == "node7: failed 3 of its last 3 runs (the latest at 2026-11-22T12:00:00+00:00): unresolved 3"
+    )
+
+
 def test_the_trends_show_the_gated_figures_in_numeric_order_the_run_s_verdicts_and_what_moved_most(
     tmp_path: Path,
 ) -> None:
