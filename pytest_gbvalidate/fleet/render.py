@@ -87,7 +87,7 @@ def terminal(summary: Summary, written: Sequence[Path], plot_note: str | None) -
 
 def headline(summary: Summary) -> str:
     counts = Counter(n.verdict for n in summary.nodes)
-    verdicts = ", ".join(f"{counts[v]} {v}" for v in ("pass", "fail", "partial", NO_VERDICT) if counts[v])
+    verdicts = ", ".join(f"{counts[v]} {v}" for v in ("pass", "fail", "unresolved", "partial", NO_VERDICT) if counts[v])
     outlying = sum(1 for n in summary.nodes if n.outliers)
     failures = summary.failures()
     outcome = "FAIL (exit 1): " + "; ".join(failures) if failures else "PASS (exit 0)"

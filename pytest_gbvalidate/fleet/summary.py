@@ -31,6 +31,7 @@ from pytest_gbvalidate.fleet.findings import (
 from pytest_gbvalidate.fleet.reports import CORRUPT, NO_VERDICT, OTHER_SKU, NotMerged, Report, Sorted, sort_reports
 from pytest_gbvalidate.fleet.scaling import WeakScaling, weak_scaling
 from pytest_gbvalidate.fleet.text import join_within
+from pytest_gbvalidate.report.node_verdict import UNRESOLVED
 
 # The software stack, as the report's `node` section names it, in the order shown.
 SOFTWARE = ("torch", "nccl", "driver", "cuda_driver", "cuda_runtime", "pytest_gbvalidate", "python")
@@ -66,7 +67,7 @@ class Node:
         multi-node run, or short of checks its peers ran (it has not shown what they showed); never a node whose
         run gave no verdict (its own usage or internal error), nor one only too noisy to judge on some figure
         (`unjudged`), which are listed instead."""
-        if self.verdict == NO_VERDICT:  # the run's own failure: the node is not judged, nor drained
+        if self.verdict in (NO_VERDICT, UNRESOLVED):  # the run's own failure, or its figures too noisy: not judged
             return False
         return self.verdict != "pass" or bool(self.outliers) or bool(self.suspected) or bool(self.lacks)
 
@@ -161,6 +162,10 @@ class Summary:
         suspected = sum(1 for n in self.nodes if n.suspected and n.drain) + len(self.unreported_suspects)
         if suspected:
             why.append(f"{suspected} node(s) found at fault by a multi-node run")
+        if counts[UNRESOLVED]:
+            why.append(
+                f"{counts[UNRESOLVED]} node(s) unresolved: too noisy to judge (no verdict: run again on an idle node)"
+            )
         if counts[NO_VERDICT]:
             why.append(
                 f"{counts[NO_VERDICT]} node(s) gave no verdict (pytest's own error, or no check ran: see their reports)"

@@ -20,6 +20,7 @@ from pytest_gbvalidate.report.records import RunReportRecord, TestRecord
 
 NodeVerdict = Literal["pass", "fail", "unresolved", "partial", "no verdict"]
 NO_VERDICT: Final = "no verdict"
+UNRESOLVED: Final = "unresolved"
 # The fault category of a test that failed only for figures too noisy to judge (faults.yaml).
 UNRESOLVED_CATEGORY: Final = "unresolved"
 
@@ -29,7 +30,7 @@ def of_report(report: RunReportRecord) -> NodeVerdict:
         return "partial"
     failed = failed_tests(report["tests"])
     if failed:
-        return "unresolved" if all(is_unresolved(t) for t in failed) else "fail"
+        return UNRESOLVED if all(is_unresolved(t) for t in failed) else "fail"
     if report["exit_status"] != 0:
         return NO_VERDICT
     return "pass" if any(t["outcome"] == "passed" for t in report["tests"]) else NO_VERDICT
