@@ -2,11 +2,15 @@
 
 The earlier run's JSON report is read once; the run first checks it is the same node (hostname, and each GPU's
 serial and UUID by PCI bus id), then every measurement is also compared with the one of the same metric and scope
-in that report. A regression beyond the allowed percentage, and beyond what the two figures' own noise allows
-(noise.py: the spread of the samples or passes each report keeps beside its figure), fails the test that made the
-measurement; a change within that noise is `within_noise`, and says so. With the node's kept history
-(`--gb-history`, from noise.MIN_RUNS runs on) a regression must also be an outlier among the node's own runs:
-drift between runs is within one run's samples' agreement, and only the history shows it.
+in that report. The change allowed is `--gb-compare-fail`'s, else the resolution the metric needs (the baseline's
+`resolution`, resolution.py): never a baseline's fail band, which would let a node lose most of a figure between
+two runs. The figure's resolution (resolution.py) is made of the spreads behind the comparison: the new figure's
+samples, the earlier figure's, and, with the node's kept history (`--gb-history`, from noise.MIN_RUNS runs on),
+the figure's run-to-run spread on this node. resolution.side turns the change beyond the allowed one and that
+resolution into the verdict: noise excuses no more than the metric needs, and a figure too noisy for it is
+`unresolved`, never `ok`. With a kept history the figure is also judged, by the same rule, against the node's
+reference runs (the median of its oldest noise.MIN_RUNS kept runs): a node losing a little each run never moves
+far from the run before, and only the reference shows the fall. The worse of the two verdicts holds.
 
 pytest-benchmark's convention, mirrored rather than reused: `--benchmark-compare` / `--benchmark-compare-fail=
 mean:5%` compare pytest-benchmark's own saved timing statistics of functions it timed itself; our measurements are
@@ -28,26 +32,40 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pytest_gbvalidate import noise
+from pytest_gbvalidate import resolution as rs
 from pytest_gbvalidate.files import InputError, read_json
 from pytest_gbvalidate.labels import printable
 from pytest_gbvalidate.metrics import CATALOG
 from pytest_gbvalidate.report import history, schema
 from pytest_gbvalidate.report.records import (
+    CompareVerdict,
     MeasurementCompareRecord,
     MeasurementRecord,
     PaceFirstPassRecord,
+    ResolutionRecord,
     RunPaceRecord,
     RunReportRecord,
     measurement_key,
 )
 
-# The regression allowed when neither --gb-compare-fail nor the baseline's warn band says: pytest-benchmark's
+# The slowdown a run's pace (run_pace) is allowed where --gb-compare-fail gives no default: pytest-benchmark's
 # documented example threshold (`--benchmark-compare-fail=mean:5%`), and about twice the run-to-run spread of the
 # GPU measurements we have seen (bf16 GEMM 784.6 vs 786.6 TFLOPS, d2d 1488 vs 1488 GB/s on one H100).
 DEFAULT_ALLOWED_PCT = 5.0
 
-REGRESSED, OK, WITHIN_NOISE, GPU_REPLACED = "regressed", "ok", "within_noise", "gpu_replaced"
-UNRESOLVED = "unresolved"
+REGRESSED: CompareVerdict = "regressed"
+OK: CompareVerdict = "ok"
+WITHIN_NOISE: CompareVerdict = "within_noise"
+GPU_REPLACED: CompareVerdict = "gpu_replaced"
+UNRESOLVED: CompareVerdict = "unresolved"
+# The verdicts of a judged figure, mildest first: of two comparisons, the later one here holds.
+SEVERITY: tuple[CompareVerdict, ...] = (OK, WITHIN_NOISE, UNRESOLVED, REGRESSED)
+_BY_SIDE: Mapping[rs.Side, CompareVerdict] = {
+    "within": OK,
+    "within_noise": WITHIN_NOISE,
+    "unresolved": UNRESOLVED,
+    "beyond": REGRESSED,
+}
 
 
 class CompareError(Exception):
@@ -56,39 +74,22 @@ class CompareError(Exception):
 
 @dataclass(frozen=True)
 class AllowedRegression:
-    """`--gb-compare-fail`: percentages by metric name, and one for every other metric (None: the baseline's
-    warn band, else DEFAULT_ALLOWED_PCT)."""
+    """`--gb-compare-fail`: percentages by metric name, and one for every other metric (None: the resolution the
+    metric needs)."""
 
     default_pct: float | None = None
     by_metric: Mapping[str, float] = field(default_factory=dict)
 
-    def for_metric(self, metric: str, bands: Bands | None, kept_runs: int | None) -> tuple[float, str]:
-        """(the percentage, where it comes from). `kept_runs`: None where the node's history shows the figure's
-        run-to-run spread, else how many of its kept runs have the figure. Without that spread, a figure its
-        baseline gates may change as far as the baseline lets any healthy node be from the expected value (its
-        fail band) before the comparison calls it a regression: between two runs a minute apart, one healthy
-        2-vCPU VM's host copy moved 36%, its checkpoint reads 19% and its inference 29%, each 3 to 8 times what
-        the run's own samples spread, and nothing in one run shows that."""
+    def for_metric(self, metric: str, needed: rs.Needed) -> tuple[float, str]:
+        """(the percentage, where it comes from): `--gb-compare-fail`'s for the metric, else its default, else the
+        resolution the metric needs (`needed`). Never a baseline's fail band: that is how far any healthy node may
+        be from the expected figure, and a node that lost that much since its last run has lost it (a fail band of
+        95% let a figure fall to a twentieth of the run before)."""
         if metric in self.by_metric:
             return self.by_metric[metric], f"--gb-compare-fail {metric}"
         if self.default_pct is not None:
             return self.default_pct, "--gb-compare-fail"
-        if bands is not None and kept_runs is not None and bands.fail_pct is not None:
-            return bands.fail_pct, (
-                f"the baseline's fail band: its run-to-run spread on this node is not known yet, {kept_runs} of the "
-                f"node's kept runs (--gb-history) have it, {noise.MIN_RUNS} show it"
-            )
-        if bands is not None and bands.warn_pct is not None:
-            return bands.warn_pct, "the baseline's warn band"
-        return DEFAULT_ALLOWED_PCT, "default"
-
-
-@dataclass(frozen=True)
-class Bands:
-    """A baseline reference's bands, in percent of its expected value (None where it has no such limit)."""
-
-    warn_pct: float | None
-    fail_pct: float | None
+        return needed.pct, f"the resolution the metric needs, {needed.source}"
 
 
 def parse_allowed(text: str) -> AllowedRegression:
@@ -371,12 +372,19 @@ def compare_one(
     earlier: EarlierReport,
     record: Mapping[str, Any],
     allowed: AllowedRegression,
-    bands: Bands | None,
+    needed: rs.Needed,
     same_node: SameNode,
     now: str,
 ) -> MeasurementCompareRecord | None:
-    """The `compare` section of a measurement `record` (metric, scope, value, unit, direction, details), or None
-    when the earlier report has no such measurement."""
+    """The `compare` section of a measurement `record` (metric, scope, value, unit, direction, details, noise), or
+    None when the earlier report has no such measurement. `needed`: the resolution the metric needs (its
+    baseline's), which is also the change allowed where `--gb-compare-fail` gives none.
+
+    The figure is judged against the earlier report's, and, where the node's kept runs have it, against the
+    node's reference runs (_reference_runs), each by resolution.side: its change to the worse side (a log ratio)
+    beyond the allowed one, against its resolution -- the spreads of its samples, of what it is compared with and
+    of the node's runs. The worse verdict holds (SEVERITY), and the message says which comparison decided. A
+    figure that is not a finite number regressed."""
     old = earlier.measurements.get(measurement_key(record))
     value = record.get("value")
     if old is None or not isinstance(value, (int, float)):
@@ -389,51 +397,152 @@ def compare_one(
     if replaced is not None:
         message = f"{metric} [{scope}]: not compared with the earlier report: this GPU was {replaced}"
         return _compared(old_value, earlier.date, now, None, None, GPU_REPLACED, message)
-    if old_value:
-        delta_pct = (value - old_value) / abs(old_value) * 100.0
-    else:  # from nothing (an error count of 0): any change is infinitely many percent, none is no change
-        delta_pct = math.copysign(math.inf, value) if value else 0.0
-    runs = earlier.run_to_run.get(measurement_key(record))
-    kept_runs = None if runs is not None else sum(measurement_key(record) in run for run in earlier.runs)
-    pct, source = allowed.for_metric(metric, bands, kept_runs)
-    worse_pct = -delta_pct if record["direction"] == "higher" else delta_pct
-    noises = (noise.from_record(old.get("noise")), noise.from_record(record.get("noise")))
-    margin = noise.margin_pct(*noises) if any(noises) else None
-    if not math.isfinite(value):
-        verdict, why = REGRESSED, ""
-    elif worse_pct > pct and margin is not None and not noise.beyond(value, old_value, margin):
-        verdict = WITHIN_NOISE
-        judge = "too noisy to judge" if margin >= noise.TOO_NOISY_PCT else "within the noise of the two figures"
-        why = f"; {judge}: their spread allows {margin:.1f}%"
-    elif (
-        worse_pct > pct
-        and runs is not None
-        and runs.worse_z(value, record["direction"])
-        <= (cutoff := noise.family_z(runs.runs, len(earlier.run_to_run), apart=True))
-    ):
-        # Drift between runs that one run cannot see: the node has been here before. The run is judged on all its
-        # figures with a history at once, each against a spread taken from a few runs: the family-wise cut-off.
-        verdict = WITHIN_NOISE
-        why = (
-            f"; within the node's run-to-run spread ({runs.describe(value)}; an outlier beyond {cutoff:.1f}, the "
-            f"cut-off for the run's {len(earlier.run_to_run)} figure(s) against {runs.runs} runs)"
+    delta_pct = _delta_pct(value, old_value)
+    key = measurement_key(record)
+    runs = earlier.run_to_run.get(key)
+    pct, source = allowed.for_metric(metric, needed)
+    direction = rs.direction_of(str(record["direction"]))
+    own, theirs = noise.from_record(record.get("noise")), noise.from_record(old.get("noise"))
+    samples = None if own is None else own.spread_pct
+    run_to_run = None if runs is None else runs.spread_pct
+    judged = [
+        _judge(
+            "the earlier report",
+            float(value),
+            float(old_value),
+            direction,
+            pct,
+            needed,
+            rs.of_spreads(
+                samples=samples, reference=None if theirs is None else theirs.spread_pct, run_to_run=run_to_run
+            ),
+            _SpreadNames("the earlier report's", runs),
         )
-    elif worse_pct > pct:
-        verdict, why = REGRESSED, "" if runs is None else f" ({runs.describe(value)})"
-    else:
-        verdict, why = OK, ""
+    ]
+    reference = _reference_runs(earlier, key)
+    if reference is not None:
+        figure, spread, against = reference
+        resolution = rs.of_spreads(samples=samples, reference=spread, run_to_run=run_to_run)
+        names = _SpreadNames("the reference runs' median's", runs)
+        judged.append(_judge(against, float(value), figure, direction, pct, needed, resolution, names))
+    decided = max(judged, key=lambda j: SEVERITY.index(j.verdict))  # the first of equals: the earlier report
     message = (
         f"{metric} [{scope}]: {_fmt(value)} {unit} now ({now}) against {_fmt(old_value)} {unit} in the earlier "
-        f"report ({earlier.date}), delta {delta_pct:+.1f}%, {record['direction']} is better, allowed {pct:g}% "
-        f"({source}){why} -> {verdict.upper()}"
+        f"report ({earlier.date}), delta {delta_pct:+.1f}%, {direction} is better, allowed {pct:g}% "
+        f"({source}){judged[0].why}"
     )
+    for other in judged[1:]:
+        shown = f"{_fmt(other.reference)} {unit}, delta {_delta_pct(value, other.reference):+.1f}%"
+        message += f"; against {other.against}: {shown}{other.why}"
+    message += f" -> {decided.verdict.upper()}"
+    if len(judged) > 1:
+        message += f", decided against {decided.against}"
     shown_delta = round(delta_pct, 3) if math.isfinite(delta_pct) else str(delta_pct)
-    section = _compared(old_value, earlier.date, now, shown_delta, pct, verdict, message)
-    if margin is not None:
-        section["noise_margin_pct"] = round(margin, 3)
+    section = _compared(old_value, earlier.date, now, shown_delta, pct, decided.verdict, message)
+    if decided.resolution is not None:
+        section["resolution"] = _resolution_record(decided.resolution, needed)
+        section["noise_margin_pct"] = round(decided.resolution.pct, 3)  # the resolution, as readers before it had it
     if runs is not None:
         section["run_to_run"] = runs.as_record(value)
     return section
+
+
+def _delta_pct(value: float, reference: float) -> float:
+    """The change from `reference` to `value` in percent of |reference|: from nothing (an error count of 0), any
+    change is infinitely many percent, none is no change."""
+    if reference:
+        return (value - reference) / abs(reference) * 100.0
+    return math.copysign(math.inf, value) if value else 0.0
+
+
+@dataclass(frozen=True)
+class _SpreadNames:
+    """How a comparison's message names the spreads of its resolution: the reference's (`reference`), and the
+    node's run-to-run spread with the runs it comes from."""
+
+    reference: str
+    runs: noise.RunToRun | None
+
+    def describe(self, resolution: rs.Resolution) -> str:
+        parts = []
+        for name, spread in resolution.spreads:
+            if name == "samples":
+                parts.append(f"its samples' {spread:.1f}%")
+            elif name == "reference":
+                parts.append(f"{self.reference} {spread:.1f}%")
+            elif name == "run_to_run" and self.runs is not None:
+                parts.append(f"the node's run-to-run {spread:.1f}% over {self.runs.runs} runs")
+            else:
+                parts.append(f"{name.replace('_', '-')} {spread:.1f}%")
+        return f"{noise.NOISE_K:g} x the spread of {', '.join(parts)}"
+
+
+@dataclass(frozen=True)
+class _Judged:
+    """One comparison of a figure: with what (`against`), its figure, and the verdict with why."""
+
+    against: str
+    reference: float
+    resolution: rs.Resolution | None
+    verdict: CompareVerdict
+    why: str
+
+
+def _judge(
+    against: str,
+    value: float,
+    reference: float,
+    direction: rs.Direction,
+    allowed_pct: float,
+    needed: rs.Needed,
+    resolution: rs.Resolution | None,
+    names: _SpreadNames,
+) -> _Judged:
+    """`value` against `reference`, `allowed_pct` allowed to the worse side (resolution.side, with `needed`)."""
+    if not math.isfinite(value):
+        return _Judged(against, reference, resolution, REGRESSED, "; not a finite number")
+    worse = rs.worse_pct(value, reference, direction)
+    side = rs.side(worse - allowed_pct, resolution, needed)
+    shown = f"{worse:+.1f}% to the worse side as a log ratio"
+    if resolution is None:
+        why = f"; {shown}" if side == "beyond" else ""
+    elif side == "within_noise":
+        why = f"; {shown}, within {resolution.pct:.1f}%: {names.describe(resolution)}"
+    elif side == "unresolved":
+        why = (
+            f"; too noisy to judge: {shown}, resolution {resolution.pct:.1f}% ({names.describe(resolution)}), "
+            f"coarser than the {needed.pct:g}% needed ({needed.source})"
+        )
+    elif side == "beyond":
+        excused = min(resolution.pct, needed.pct)
+        why = f"; {shown}, beyond the {excused:.1f}% its resolution may excuse ({names.describe(resolution)})"
+    else:
+        why = ""
+    return _Judged(against, reference, resolution, _BY_SIDE[side], why)
+
+
+def _reference_runs(earlier: EarlierReport, key: tuple[str, str, str, str]) -> tuple[float, float | None, str] | None:
+    """The node's reference for the figure `key`: the median of its oldest noise.MIN_RUNS kept runs that have it,
+    that median's own error (noise.median_error_pct of their spread; None where they give none), and how the
+    message names it. None with fewer kept runs. The run before is the reference of a comparison that a node
+    losing a little each run always passes; the node's first runs are not."""
+    values = [run[key] for run in earlier.runs if key in run and math.isfinite(run[key])]
+    if len(values) < noise.MIN_RUNS:
+        return None
+    first = values[: noise.MIN_RUNS]
+    spread = noise.spread_pct(first)
+    error = None if spread is None else noise.median_error_pct(spread, len(first))
+    against = f"the node's reference runs (median of the first {len(first)} of {len(values)} kept runs)"
+    return statistics.median(first), error, against
+
+
+def _resolution_record(resolution: rs.Resolution, needed: rs.Needed) -> ResolutionRecord:
+    return {
+        "pct": round(resolution.pct, 3),
+        "spreads": {name: round(spread, 3) for name, spread in resolution.spreads},
+        "needed_pct": needed.pct,
+        "needed_source": needed.source,
+    }
 
 
 def _compared(
@@ -442,7 +551,7 @@ def _compared(
     now: str,
     delta_pct: float | str | None,
     allowed_pct: float | None,
-    verdict: str,
+    verdict: CompareVerdict,
     message: str,
 ) -> MeasurementCompareRecord:
     return {
@@ -454,17 +563,6 @@ def _compared(
         "verdict": verdict,
         "message": message,
     }
-
-
-def bands(expected: float | None, warn_limit: float | None, fail_limit: float | None) -> Bands:
-    """A baseline reference's warn and fail bands as percentages of its expected value."""
-
-    def band(limit: float | None) -> float | None:
-        if expected is None or limit is None or expected == 0:
-            return None
-        return abs(expected - limit) / abs(expected) * 100.0
-
-    return Bands(band(warn_limit), band(fail_limit))
 
 
 def _fmt(x: float) -> str:

@@ -65,16 +65,18 @@ def rewrite(pytester: pytest.Pytester, report: dict[str, Any], name: str) -> str
 def test_the_same_node_compares_every_measurement_with_its_earlier_one(
     pytester: pytest.Pytester, earlier: dict[str, Any]
 ) -> None:
-    # 100%: a copy can never lose more, so the machine's noise (a busy 2-vCPU VM's host copy has halved between
-    # two runs seconds apart) cannot fail this test; what is compared, and how it is reported, is under test.
-    result, report = run_cpu(pytester, "after.json", "--gb-compare=before.json", "--gb-compare-fail=100%")
+    # 1000% (a log ratio: 22,000 times slower), so the machine's noise cannot fail this test: a busy 2-vCPU VM's
+    # host copy has halved between two runs seconds apart, its samples scattering 54% (a resolution of 142%, which
+    # a figure must be short of the allowed change by to be judged). What is compared, and how it is reported, is
+    # under test.
+    result, report = run_cpu(pytester, "after.json", "--gb-compare=before.json", "--gb-compare-fail=1000%")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     (before,) = [m for m in earlier["measurements"] if m["metric"] == METRIC]
     (after,) = [m for m in report["measurements"] if m["metric"] == METRIC]
     compared = after["compare"]
     assert compared["earlier_value"] == before["value"] and compared["earlier_date"] == earlier["start_time"]
     assert compared["delta_pct"] == pytest.approx((after["value"] - before["value"]) / before["value"] * 100, abs=1e-3)
-    assert (compared["allowed_pct"], compared["verdict"]) == (100.0, "ok")
+    assert (compared["allowed_pct"], compared["verdict"]) == (1000.0, "ok")
     section = report["compare"]
     assert section["path"].endswith("before.json") and section["source"] == "--gb-compare on the command line"
     assert section["allowed_source"] == "--gb-compare-fail on the command line"
@@ -104,21 +106,23 @@ def test_a_regression_beyond_the_allowed_band_fails_with_both_values_and_dates(
         f"{after['value']:.4g} GB/s now ({after['compare']['date']})",
         f"against {before['value']:.4g} GB/s in the earlier report ({earlier['start_time']})",
         f"delta {delta_pct:+.1f}%",
-        "allowed 95% (the baseline's fail band: its run-to-run spread on this node is not known yet, 0 of the "
-        "node's kept runs (--gb-history) have it, 5 show it) -> REGRESSED",
+        # not the baseline's fail band (95%): the resolution the metric needs, the default where it declares none
+        "allowed 6% (the resolution the metric needs, the default); ",
     ):
         assert part in message, (part, message)
+    assert message.endswith("-> REGRESSED"), message
     props = dict(junit_cases(pytester.path / "r.xml")["test_host_copy_bandwidth"]["props"])
     assert props["gb_compare_verdict"] == "regressed" and float(props["gb_compare_earlier_value"]) == before["value"]
     (test,) = [t for t in report["tests"] if t["outcome"] == "failed"]
     assert test["fault"]["category"] == "performance" and "regressed against the node's earlier" in test["fault"]["why"]
 
-    # What is allowed can be widened per metric, as --benchmark-compare-fail does per statistic.
-    result, report = run_cpu(pytester, "again.json", "--gb-compare=before.json", f"--gb-compare-fail=1%,{METRIC}:100%")
+    # What is allowed can be widened per metric, as --benchmark-compare-fail does per statistic. The change is a
+    # log ratio: a hundredth of the earlier figure is 460% to the worse side, any share of it less than 100%.
+    result, report = run_cpu(pytester, "again.json", "--gb-compare=before.json", f"--gb-compare-fail=1%,{METRIC}:1000%")
     assert result.ret == pytest.ExitCode.OK
     (after,) = [m for m in report["measurements"] if m["metric"] == METRIC]
-    assert after["compare"]["allowed_pct"] == 100 and after["compare"]["verdict"] == "ok"
-    assert report["compare"]["allowed"] == {"default_pct": 1.0, "by_metric": {METRIC: 100.0}}
+    assert after["compare"]["allowed_pct"] == 1000 and after["compare"]["verdict"] == "ok"
+    assert report["compare"]["allowed"] == {"default_pct": 1.0, "by_metric": {METRIC: 1000.0}}
 
 
 def test_another_node_s_report_is_a_usage_error(pytester: pytest.Pytester, earlier: dict[str, Any]) -> None:

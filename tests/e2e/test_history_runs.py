@@ -55,7 +55,8 @@ def unix_seconds(stamp: str) -> float:
 
 def test_each_run_is_kept_exported_and_compared_with_the_one_before(pytester: pytest.Pytester) -> None:
     node_dir = cpu_project(pytester)
-    args = [*HOST_COPY, "--gb-sku=cpu", "--gb-baselines=b", *KEEP, "--gb-compare=last", "--gb-compare-fail=100%"]
+    # 1000% (a log ratio): a busy machine's scattered host copy is judged, never unresolved (test_compare_runs.py)
+    args = [*HOST_COPY, "--gb-sku=cpu", "--gb-baselines=b", *KEEP, "--gb-compare=last", "--gb-compare-fail=1000%"]
     first = pytester.runpytest(*args, "--gb-report=first.json")
     assert first.ret == pytest.ExitCode.OK, first.stdout.str()
     first.stdout.fnmatch_lines(
