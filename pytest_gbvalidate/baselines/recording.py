@@ -1,39 +1,77 @@
-"""Recording: a baseline written from a run's measurements, each expected value the median measured (rounded to
-three significant digits), with limits the same node passes run after run: the previous baseline's where they are
-wider than the node's own noise allows, else bands from that noise (noise.py: NOISE_K times the largest spread its
-samples or passes showed, at least the defaults). A floor-only metric (a fail limit and nothing else: figures that
-differ tenfold between machines) stays floor-only, with no warn band. Each metric's provenance says what spread was
-seen."""
+"""Recording: a baseline written from a run's measurements, with limits that catch a fall on that node at the
+resolution each metric needs (resolution.py), and the node's noise counted once.
+
+The rule. Each expected value is the median measured, rounded to three significant digits (more where the metric
+needs a finer resolution: the rounding stays within a twentieth of it). Its limits come from the resolution the
+metric needs (`needed`: the previous baseline's for that metric, else its SKU's `resolution`, else
+baselines.DEFAULT_NEEDED), never from the previous baseline's limits and never from the node's noise: it fails
+where the figure lies FAIL_SHARE (three quarters) of the needed resolution to the worse side of the expected value
+and warns at WARN_SHARE (half) of it, both as log ratios (resolution.worse_pct, the scale verdicts judge on), written
+as percentages of the expected value (two significant digits). A verdict excuses a figure past a limit by no more
+than the needed resolution, so a fall of twice the needed resolution (in fact of about 1.8 times it) fails however
+noisy the figure is, and a dead node (a figure of 0, or a tenth of the expected one) always fails these bands.
+
+The noise is counted once: the largest spread the node's figures showed for an expected value (a metric's, or one
+size's of it) is written beside it as `spread_pct` (rounded up), which every later verdict counts in the figure's
+resolution beside the later run's own spread; the bands are not widened by it. A node too noisy to record is
+refused, and nothing is written (TooNoisy, which write_recorded_baseline raises as OutputError): where the
+resolution a later run as noisy as this one would have against the recording, resolution.of_spreads(samples=spread,
+reference=spread) (2.8 times the spread), is coarser than the metric needs, that run's figures could never be judged
+against it (UNRESOLVED).
+
+A floor-only metric (the previous baseline gave it a fail limit and no expected value or warn limit anywhere:
+figures that differ tenfold between machines) stays floor-only: its floor is kept while the node measures above it.
+
+Several runs: with --gb-record, gb_expect.each measures every figure again and keeps the better pass (expect.py),
+so a figure measured that way is the best of 2 passes and its spread is what its samples show; each metric's
+provenance says how many of its figures were, and what spread was seen. The node's kept history (--gb-history) is
+not read here."""
 
 from __future__ import annotations
 
 import math
 import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import ROUND_CEILING, Decimal
 from pathlib import Path
 from typing import Any
 
 from pytest_gbvalidate import noise
+from pytest_gbvalidate import resolution as rs
 from pytest_gbvalidate.baselines.model import (
-    _WHOLE_UNITS,
+    DEFAULT_NEEDED,
     SCHEMA_VERSION,
     Baseline,
     Detect,
     Limit,
-    Reference,
+    MetricBaseline,
     _better,
     _is_number,
 )
 from pytest_gbvalidate.baselines.verdicts import INFO
 from pytest_gbvalidate.metrics import CATALOG, PER_LABEL_SCOPE_KINDS
 
-# Limits a recorded metric gets at least when no earlier baseline gave one: SuperBench's rule for its published
-# baselines fails 10% below the reference; warn halfway there. A noisier figure gets wider bands: warn at the
-# change its noise allows (noise.margin_pct), fail at twice that.
-DEFAULT_FAIL_PCT, DEFAULT_WARN_PCT = 10.0, 5.0
-DEFAULT_FAIL, DEFAULT_WARN = Limit(relative_pct=DEFAULT_FAIL_PCT), Limit(relative_pct=DEFAULT_WARN_PCT)
-# A higher-is-better limit 90% below the expected value is the widest that stays a positive number.
-MAX_HIGHER_FAIL_PCT = 90.0
+# Where a recorded metric fails and warns: these shares of the resolution it needs, as log ratios to the worse side
+# of the expected value. Fail short of the whole needed resolution: a figure past the fail limit by more than a
+# verdict may excuse (the needed resolution at most) is then one that fell by 1.75 times it, and every fall of twice
+# it is.
+FAIL_SHARE, WARN_SHARE = 0.75, 0.5
+# The rounding of a recorded expected value stays within this share of the needed resolution.
+ROUNDING_SHARE = 0.05
+
+
+class TooNoisy(Exception):
+    """A node whose figures are too noisy for the resolution their metrics need: nothing is recorded. The message
+    is one line naming the noisiest such figure (metric, scope), its resolution and the one needed."""
+
+
+@dataclass(frozen=True)
+class _Figure:
+    metric: str
+    scope: str
+    spread_pct: float  # as written: rounded up
+    needed: rs.Needed
 
 
 def recorded_baseline(
@@ -43,18 +81,23 @@ def recorded_baseline(
     provenance: str,
     node_gpu_count: int | None = None,
 ) -> dict[str, Any]:
-    """A baseline document whose expected values are this run's medians. Limits, params and the detect
-    section carry over from `previous` (the baseline the run was checked against) where it had them; a SKU
-    recorded for the first time gets the node's GPU count as its `detect.gpu_count`."""
+    """A baseline document whose expected values are this run's medians, with limits from the resolution each
+    metric needs (see the module's rule). The needed resolutions, params and the detect, health, topology and
+    pretrain sections carry over from `previous` (the baseline the run was checked against) where it had them; a
+    SKU recorded for the first time gets the node's GPU count as its `detect.gpu_count`. TooNoisy where a figure
+    is too noisy for the resolution its metric needs."""
+    sku_needed = previous.resolution if previous is not None else DEFAULT_NEEDED
     by_metric: dict[str, list[dict[str, Any]]] = {}
     for m in measurements:
         if m.get("verdict") != INFO and _recordable(m.get("value")):
             by_metric.setdefault(m["metric"], []).append(m)
     metrics: dict[str, Any] = {}
+    figures: list[_Figure] = []
     for name, records in by_metric.items():
         first = records[0]
         unit, direction, kind = first["unit"], first["direction"], first["scope_kind"]
         old = previous.metrics.get(name) if previous else None
+        needed = old.default.needed if old is not None else sku_needed
         entry: dict[str, Any] = {}
         spec = CATALOG.get(name)
         if spec is None or (spec.unit, spec.direction, spec.scope_kind) != (unit, direction, kind):
@@ -62,25 +105,41 @@ def recorded_baseline(
             # a spec that disagrees with the catalog keeps them, and the loader refuses the recording.)
             entry.update(unit=unit, direction=direction, scope=kind)
         seen = _noisiest(records)
-        entry.update(status="measured", provenance=provenance + _seen_note(seen, len(records)))
-        if seen is not None:
-            entry["spread_pct"] = round(seen.spread_pct, 1)
+        entry.update(status="measured", provenance=provenance + _seen_note(seen, records))
+        if needed != sku_needed:
+            entry["resolution_pct"] = needed.pct
+        floor_only = old is not None and _floor_only(old)
         if kind in PER_LABEL_SCOPE_KINDS:
-            labels: dict[str, list[float]] = {}
+            labels: dict[str, list[dict[str, Any]]] = {}
             for r in records:
-                labels.setdefault(r["scope"], []).append(r["value"])
+                labels.setdefault(r["scope"], []).append(r)
+            values: dict[str, Any] = {}
+            for label, of_label in labels.items():
+                label_needed = _label_needed(old, label, needed)
+                values[label] = {
+                    "expected": _rounded(statistics.median(r["value"] for r in of_label), label_needed.pct)
+                }
+                figure = _figure(name, of_label, label_needed)
+                if figure is not None:
+                    figures.append(figure)
+                    values[label]["spread_pct"] = figure.spread_pct  # each size its own: a quiet one stays quiet
+                if label_needed != needed and not floor_only:
+                    values[label].update(_bands(label_needed, direction), resolution_pct=label_needed.pct)
             worst = min if direction == "higher" else max
-            expected_by_label = {label: _rounded(statistics.median(v)) for label, v in labels.items()}
-            anchor = worst(expected_by_label.values())  # limits must fit every label's value
-            entry.update(_limits(old.default if old else None, anchor, direction, unit, seen))
-            entry["values"] = {label: {"expected": value} for label, value in expected_by_label.items()}
+            anchor = worst(v["expected"] for v in values.values())  # a kept floor must lie below every label's value
+            entry.update(_limits(old if floor_only else None, anchor, direction, needed))
+            entry["values"] = values
         else:
-            expected = _rounded(statistics.median(r["value"] for r in records))
-            entry["expected"] = expected
-            entry.update(_limits(old.default if old else None, expected, direction, unit, seen))
+            figure = _figure(name, records, needed)
+            if figure is not None:
+                figures.append(figure)
+                entry["spread_pct"] = figure.spread_pct
+            entry["expected"] = _rounded(statistics.median(r["value"] for r in records), needed.pct)
+            entry.update(_limits(old if floor_only else None, entry["expected"], direction, needed))
         if old is not None and old.default.params:
             entry["params"] = dict(old.default.params)
         metrics[name] = entry
+    _refuse_the_too_noisy(figures)
     doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "sku": sku}
     doc["description"] = previous.description if previous else f"{sku}, recorded from a golden node"
     if previous is None and node_gpu_count is not None:
@@ -96,6 +155,9 @@ def recorded_baseline(
             )
             if v not in (None, [])
         }
+    if sku_needed != DEFAULT_NEEDED and previous is not None:
+        where = previous.path.name
+        doc["resolution"] = {"pct": sku_needed.pct, "provenance": f"as {where} declared it ({sku_needed.source})"}
     # The health gates and the expected layout are not measured: they carry over as they were.
     if previous is not None and previous.health is not None:
         doc["health"] = previous.health.as_doc()
@@ -105,6 +167,48 @@ def recorded_baseline(
     if previous is not None and previous.pretrain is not None:
         doc["pretrain"] = previous.pretrain.as_doc()
     return doc
+
+
+def _figure(metric: str, records: Sequence[dict[str, Any]], needed: rs.Needed) -> _Figure | None:
+    """The noisiest of the records one expected value is the median of, with its spread as written (None where
+    none gives a spread)."""
+    spreads = [(s, r) for r in records if (s := _spread_written(r)) is not None]
+    if not spreads:
+        return None
+    spread, noisiest = max(spreads, key=lambda t: t[0])
+    return _Figure(metric, str(noisiest["scope"]), spread, needed)
+
+
+def _label_needed(old: MetricBaseline | None, label: str, needed: rs.Needed) -> rs.Needed:
+    """The resolution one scope label of a metric needs: its own where the previous baseline declared one."""
+    ref = None if old is None else old.values.get(label)
+    if old is None or ref is None or ref.needed == old.default.needed:
+        return needed
+    return ref.needed
+
+
+def _floor_only(old: MetricBaseline) -> bool:
+    """A metric the previous baseline gave only a fail limit: no expected value and no warn limit at any scope."""
+    refs = [old.default, *old.values.values()]
+    return old.default.fail is not None and all(r.expected is None and r.warn is None for r in refs)
+
+
+def _refuse_the_too_noisy(figures: Sequence[_Figure]) -> None:
+    """TooNoisy naming the figure whose resolution against its own recording is coarsest for what it needs."""
+    too_noisy = []
+    for fig in figures:
+        res = rs.of_spreads(samples=fig.spread_pct, reference=fig.spread_pct)
+        if res is not None and res.pct > fig.needed.pct:
+            too_noisy.append((res.pct / fig.needed.pct, fig, res))
+    if not too_noisy:
+        return
+    too_noisy.sort(key=lambda t: -t[0])
+    _, fig, res = too_noisy[0]
+    more = f" (and {len(too_noisy) - 1} more figure(s))" if len(too_noisy) > 1 else ""
+    raise TooNoisy(
+        f"too noisy to record: {fig.metric} [{fig.scope}]: {res.describe()} against a recording as noisy is "
+        f"coarser than the {fig.needed.pct:g}% it needs ({fig.needed.source}){more}; record on an idle node"
+    )
 
 
 def _recordable(value: Any) -> bool:
@@ -122,46 +226,46 @@ def left_out(measurements: list[dict[str, Any]]) -> list[str]:
     ]
 
 
-def _limits(
-    old: Reference | None, expected: float, direction: str, unit: str, seen: noise.Noise | None
-) -> dict[str, Any]:
-    """Limits around the new value that the node's own noise (`seen`) cannot cross: the old limits where they
-    order fail < warn < expected (as loading checks it: <= in a whole-number unit) and are at least as wide as the
-    noise bands, else the noise bands. A floor-only old reference keeps its floor alone."""
-    bands = _noise_bands(seen, direction)
-    if old is not None and old.fail is not None and old.warn is None and old.expected is None:
-        floor = old.fail.threshold(expected, direction)
-        if not _better(direction)(floor, expected):
-            return {"fail": _limit_value(old.fail)}
-        return {"fail": _limit_value(bands[0])}
-    fail = old.fail if old is not None and old.fail is not None else bands[0]
-    warn = old.warn if old is not None and old.warn is not None else bands[1]
-    if _narrower(fail, bands[0], expected, direction):
-        fail = bands[0]
-    if _narrower(warn, bands[1], expected, direction):
-        warn = bands[1]
-    better = _better(direction)
-    fail_at, warn_at = fail.threshold(expected, direction), warn.threshold(expected, direction)
-    misordered = better(fail_at, warn_at) or better(warn_at, expected)
-    if misordered or (unit not in _WHOLE_UNITS and (fail_at == warn_at or warn_at == expected)):
-        fail, warn = bands
-    return {"fail": _limit_value(fail), "warn": _limit_value(warn)}
+def _limits(floor_only: MetricBaseline | None, expected: float, direction: str, needed: rs.Needed) -> dict[str, Any]:
+    """The limits of a recorded metric: the bands of the resolution it needs; a floor-only metric's old floor
+    (`floor_only`) where the node measures above it, else the fail band alone."""
+    bands = _bands(needed, direction)
+    if floor_only is None:
+        return bands
+    fail = floor_only.default.fail
+    assert fail is not None  # _floor_only
+    if _better(direction)(expected, fail.threshold(expected, direction)):
+        return {"fail": _limit_value(fail)}
+    return {"fail": bands["fail"]}
 
 
-def _noise_bands(seen: noise.Noise | None, direction: str) -> tuple[Limit, Limit]:
-    """(fail, warn) as percentages of the expected value: warn at the change the noise allows, fail at twice that,
-    at least the defaults (a higher-is-better fail band at most MAX_HIGHER_FAIL_PCT)."""
-    warn_pct = max(DEFAULT_WARN_PCT, float(math.ceil(noise.margin_pct(seen))))
-    fail_pct = max(DEFAULT_FAIL_PCT, 2 * warn_pct)
-    if direction == "higher":
-        fail_pct = min(fail_pct, MAX_HIGHER_FAIL_PCT)
-        warn_pct = min(warn_pct, fail_pct / 2)
-    return Limit(relative_pct=fail_pct), Limit(relative_pct=warn_pct)
+def _bands(needed: rs.Needed, direction: str) -> dict[str, Any]:
+    """Fail and warn at FAIL_SHARE and WARN_SHARE of the needed resolution to the worse side, as percentages of
+    the expected value (two significant digits: the shares stay apart, and every figure a person reads)."""
+    return {
+        "fail": f"{_band_pct(FAIL_SHARE * needed.pct, direction):g}%",
+        "warn": f"{_band_pct(WARN_SHARE * needed.pct, direction):g}%",
+    }
 
 
-def _narrower(limit: Limit, band: Limit, expected: float, direction: str) -> bool:
-    """Whether `limit` is closer to `expected` than `band`."""
-    return abs(limit.threshold(expected, direction) - expected) < abs(band.threshold(expected, direction) - expected)
+def _band_pct(log_pct: float, direction: str) -> float:
+    """The percentage of the expected value a limit `log_pct` (a log ratio in percent) to the worse side lies at."""
+    x = log_pct / 100.0
+    linear = -math.expm1(-x) if direction == "higher" else math.expm1(x)
+    return float(f"{linear * 100.0:.2g}")
+
+
+def _spread_written(record: dict[str, Any]) -> float | None:
+    """A measurement's spread (its report's `noise`) as a recording writes it: rounded up to three significant
+    digits, never counting less noise than was seen; None where the record gives none."""
+    seen = noise.from_record(record.get("noise"))
+    if seen is None:
+        return None
+    spread = seen.spread_pct
+    if not spread > 0:
+        return 0.0
+    d = Decimal(repr(spread))
+    return float(d.quantize(Decimal(1).scaleb(d.adjusted() - 2), rounding=ROUND_CEILING))
 
 
 def _noisiest(records: Sequence[dict[str, Any]]) -> noise.Noise | None:
@@ -170,15 +274,24 @@ def _noisiest(records: Sequence[dict[str, Any]]) -> noise.Noise | None:
     return max(found, key=lambda n: n.spread_pct) if found else None
 
 
-def _seen_note(seen: noise.Noise | None, measurements: int) -> str:
+def _seen_note(seen: noise.Noise | None, records: Sequence[dict[str, Any]]) -> str:
     if seen is None:
         return ""
-    return f"; spread seen: up to {seen.spread_pct:.1f}% ({seen.describe()}) over {measurements} measurement(s)"
+    note = f"; spread seen: up to {seen.spread_pct:.1f}% ({seen.describe()}) over {len(records)} measurement(s)"
+    passes = [n for n in (noise.from_record(r.get("noise")) for r in records) if n and n.summary == noise.BEST_PASS]
+    if passes:
+        counts = "/".join(str(c) for c in sorted({n.count for n in passes}))
+        note += f", {len(passes)} of them the best of {counts} passes (--gb-record measures again)"
+    return note
 
 
-def _rounded(value: float) -> float:
-    """Three significant digits: more than the node repeats, and a file a person can read."""
-    return float(f"{value:.3g}")
+def _rounded(value: float, needed_pct: float) -> float:
+    """Three significant digits (more than the node repeats, and a file a person can read), or more where the
+    rounding would exceed ROUNDING_SHARE of the resolution the metric needs (`needed_pct`)."""
+    digits = 3
+    while 50.0 * 10.0 ** (1 - digits) > ROUNDING_SHARE * needed_pct and digits < 9:
+        digits += 1
+    return float(f"{value:.{digits}g}")
 
 
 def _limit_value(limit: Limit) -> str | float:
@@ -193,8 +306,9 @@ def write_recorded_baseline(
     node_gpu_count: int | None,
 ) -> list[str]:
     """Write the baseline recorded from `measurements` to `path` (its file name is the SKU), atomically, with a
-    provenance naming the node and its software stack. The file is checked by the loader first: one it would
-    refuse is not written (OutputError), and the old file stays. What was left out (left_out) is returned."""
+    provenance naming the node and its software stack. A node too noisy to record (TooNoisy) and a file the
+    loader would refuse are not written (OutputError, one line), and the old file stays. What was left out
+    (left_out) is returned."""
     from pytest_gbvalidate.baselines.loading import parse_baseline
     from pytest_gbvalidate.baselines.model import BaselineError
     from pytest_gbvalidate.files import OutputError, atomic_write_text
@@ -202,7 +316,11 @@ def write_recorded_baseline(
 
     stack = ", ".join(f"{k} {v}" for k, v in node_facts.items() if k != "hostname")
     provenance = f"measured on {node_facts.get('hostname', '?')} ({utc_now()[:10]}; {stack}) by --gb-record"
-    text = dump_baseline(recorded_baseline(path.stem, previous, measurements, provenance, node_gpu_count))
+    try:
+        doc = recorded_baseline(path.stem, previous, measurements, provenance, node_gpu_count)
+    except TooNoisy as exc:
+        raise OutputError(f"{path}: not written, {exc}") from None
+    text = dump_baseline(doc)
     try:
         parse_baseline(path, text.encode("utf-8"))
     except BaselineError as exc:

@@ -487,7 +487,7 @@ def test_a_value_echoed_in_an_error_is_cut_to_80_characters(tmp_path: Path, old:
     assert len(message) < len(str(path)) + len(field) + 200, message
 
 
-def test_recorded_baseline_round_trips_and_keeps_old_limits(tmp_path: Path) -> None:
+def test_recorded_baseline_round_trips_with_limits_from_the_needed_resolution(tmp_path: Path) -> None:
     old = bl.load_baseline(write(tmp_path, GOOD))
     measurements = (
         [
@@ -537,17 +537,18 @@ def test_recorded_baseline_round_trips_and_keeps_old_limits(tmp_path: Path) -> N
     new = bl.load_baseline(path)
     h2d = new.metrics["h2d_bandwidth_gbps"].default
     assert (h2d.expected, h2d.status, h2d.provenance) == (53.0, "measured", "measured on node7")
-    assert str(h2d.fail) == "10%" and h2d.warn_limit == 48.0  # the operator's limits carried over
+    # Not the old limits (10% and 48): fail 3/4 and warn 1/2 of the 6% needed below the expected value.
+    assert (str(h2d.fail), str(h2d.warn)) == ("4.4%", "3%") and h2d.needed == bl.DEFAULT_NEEDED
     sizes = new.metrics["all_reduce_busbw_gbps"]
     assert {k: r.expected for k, r in sizes.values.items()} == {"1GiB": 410.0, "16GiB": 470.0}
     fresh = new.metrics["new_metric_s"].default
-    assert fresh.expected == 3.0 and fresh.fail_limit == pytest.approx(3.3)  # default rule: 10% worse
+    assert fresh.expected == 3.0 and fresh.fail_limit == pytest.approx(3.138)  # lower is better: 4.6% above
     assert "broken" not in new.metrics
     assert new.detect == old.detect
 
 
-@pytest.mark.parametrize("value", [30.0, 48.0])  # below the old warn limit, or on it (the order is strict)
-def test_recording_replaces_limits_that_no_longer_fit(tmp_path: Path, value: float) -> None:
+@pytest.mark.parametrize("value", [30.0, 48.0])  # below the old warn limit, or on it
+def test_recording_never_keeps_the_old_limits(tmp_path: Path, value: float) -> None:
     old = bl.load_baseline(write(tmp_path, GOOD))  # h2d warns below 48 GB/s
     m = {
         "metric": "h2d_bandwidth_gbps",
@@ -560,7 +561,7 @@ def test_recording_replaces_limits_that_no_longer_fit(tmp_path: Path, value: flo
     doc = bl.recorded_baseline("SLOW", old, [m], "measured")
     (tmp_path / "SLOW.yaml").write_text(bl.dump_baseline(doc))
     ref = bl.load_baseline(tmp_path / "SLOW.yaml").metrics["h2d_bandwidth_gbps"].default
-    assert (str(ref.fail), str(ref.warn)) == ("10%", "5%")
+    assert (str(ref.fail), str(ref.warn)) == ("4.4%", "3%")
 
 
 def _copy(value: float, spread_pct: float, scope: str = "node", **noise: object) -> dict[str, object]:
@@ -575,45 +576,44 @@ def _copy(value: float, spread_pct: float, scope: str = "node", **noise: object)
     }
 
 
-def test_a_recording_rounds_and_widens_the_bands_to_the_noise_it_saw(tmp_path: Path) -> None:
-    # The noise a 2-core machine showed: 6% spread; a 5% warn band would warn on the next run.
-    doc = bl.recorded_baseline("cpu", None, [_copy(10.8734, 6.0)], "measured on vm1")
+def test_a_recording_rounds_and_counts_the_noise_it_saw_once(tmp_path: Path) -> None:
+    # A 2% spread: written as spread_pct, which later verdicts count in the figure's resolution; the bands stay
+    # those of the 6% needed (four digits: three would round by up to 0.5%, more than a twentieth of 6%).
+    doc = bl.recorded_baseline("cpu", None, [_copy(10.8734, 2.0)], "measured on vm1")
     entry = doc["metrics"]["host_copy_bandwidth_gbps"]
-    assert entry["expected"] == 10.9 and (entry["warn"], entry["fail"]) == ("12%", "24%") and entry["spread_pct"] == 6.0
+    assert (entry["expected"], entry["warn"], entry["fail"], entry["spread_pct"]) == (10.87, "3%", "4.4%", 2.0)
     assert (
         entry["provenance"]
-        == "measured on vm1; spread seen: up to 6.0% (median of 20, spread 6.0%) over 1 measurement(s)"
+        == "measured on vm1; spread seen: up to 2.0% (median of 20, spread 2.0%) over 1 measurement(s)"
     )
     (tmp_path / "cpu.yaml").write_text(bl.dump_baseline(doc))
     ref = bl.load_baseline(tmp_path / "cpu.yaml").metrics["host_copy_bandwidth_gbps"].default
-    assert ref.spread_pct == 6.0  # read back: verdicts allow for it as for the measurement's own noise
+    assert ref.spread_pct == 2.0  # read back: verdicts count it in the resolution beside the measurement's own
     # a figure of the same node within its noise passes, without a warning
-    assert bl.compare(ref, 10.8734 * 0.9, "node").verdict == bl.PASS
-    # a quiet figure keeps the defaults; a very noisy one keeps a positive fail limit
+    assert bl.compare(ref, 10.8734 * 0.98, "node").verdict == bl.PASS
+    # a quiet figure gets the same bands: the noise does not widen them
     quiet = bl.recorded_baseline("cpu", None, [_copy(10.0, 0.5)], "m")["metrics"]["host_copy_bandwidth_gbps"]
-    assert (quiet["warn"], quiet["fail"]) == ("5%", "10%")
-    wild = bl.recorded_baseline("cpu", None, [_copy(10.0, 40.0)], "m")["metrics"]["host_copy_bandwidth_gbps"]
-    assert (wild["warn"], wild["fail"]) == ("45%", "90%")
+    assert (quiet["warn"], quiet["fail"]) == ("3%", "4.4%")
 
 
 def test_a_recorded_spread_must_be_a_percentage(tmp_path: Path) -> None:
-    doc = bl.recorded_baseline("cpu", None, [_copy(10.0, 3.0)], "m")
+    doc = bl.recorded_baseline("cpu", None, [_copy(10.0, 1.0)], "m")
     doc["metrics"]["host_copy_bandwidth_gbps"]["spread_pct"] = "wide"
     (tmp_path / "cpu.yaml").write_text(bl.dump_baseline(doc))
     with pytest.raises(bl.BaselineError, match=r"metrics.host_copy_bandwidth_gbps.spread_pct: must be a number"):
         bl.load_baseline(tmp_path / "cpu.yaml")
 
 
-def test_a_recording_keeps_a_floor_only_metric_floor_only_and_old_limits_narrower_than_the_noise_widen(
-    tmp_path: Path,
-) -> None:
+def test_a_recording_keeps_a_floor_only_metric_floor_only_and_not_the_old_wide_bands(tmp_path: Path) -> None:
     old = bl.load_baseline(REPO / "baselines" / "cpu.yaml")
     triad = {**_copy(44.61, 8.0, scope="numa0"), "metric": "host_memory_triad_gbps", "scope_kind": "numa"}
     doc = bl.recorded_baseline("cpu", old, [triad, _copy(10.87, 3.0)], "measured on vm1")
     entry = doc["metrics"]["host_memory_triad_gbps"]
     assert entry["expected"] == 44.6 and entry["fail"] == 2 and "warn" not in entry  # no 5% band added
     copy = doc["metrics"]["host_copy_bandwidth_gbps"]
-    assert (copy["fail"], copy["warn"]) == ("95%", "50%")  # the old bands are wider than the noise: kept
+    # Not the old 95% floor: 3/4 and 1/2 of the cpu SKU's 70% (a log ratio) below the expected value.
+    assert (copy["fail"], copy["warn"]) == ("41%", "30%") and "resolution_pct" not in copy
+    assert doc["resolution"]["pct"] == 70
     (tmp_path / "cpu.yaml").write_text(bl.dump_baseline(doc))
     assert bl.load_baseline(tmp_path / "cpu.yaml").metrics["host_memory_triad_gbps"].default.warn is None
 
