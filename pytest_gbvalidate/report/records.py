@@ -134,12 +134,10 @@ class MeasurementCompareRecord(TypedDict):
     verdict: CompareVerdict
     message: str
     resolution: NotRequired[ResolutionRecord]
-    # The change the two figures' own noise allows (noise.margin_pct), where either report knows its noise: a
-    # change beyond allowed_pct but within it is `within_noise`, not a regression.
+    # The figure's resolution in percent (resolution.pct), kept for readers of the earlier field.
     noise_margin_pct: NotRequired[float]
-    # With --gb-history, from noise.MIN_RUNS kept runs of the node on: the figure among them. A change beyond the
-    # allowed percentage and the two figures' noise is still `within_noise` where |z| is within the family-wise
-    # cut-off for the run's figures against as many runs (noise.family_z).
+    # With --gb-history, from noise.MIN_RUNS kept runs of the node on: the figure among them; its spread is part of
+    # the figure's resolution.
     run_to_run: NotRequired[RunToRunRecord]
 
 
