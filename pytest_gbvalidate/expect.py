@@ -14,7 +14,7 @@ from pytest_gbvalidate import resolution as rs
 from pytest_gbvalidate.hooks import GbValidateWarning as GbValidateWarning  # its documented place
 from pytest_gbvalidate.metrics import CATALOG, MetricSpec
 from pytest_gbvalidate.report.junit_properties import junit_properties
-from pytest_gbvalidate.report.records import INFO, RECORDED, SKIP, MeasurementRecord
+from pytest_gbvalidate.report.records import INFO, PASS, RECORDED, SKIP, WARN, MeasurementRecord
 from pytest_gbvalidate.report.writer import json_safe, utc_now
 
 if TYPE_CHECKING:
@@ -29,6 +29,27 @@ if TYPE_CHECKING:
 UNRESOLVED_PREFIX = "UNRESOLVED: "
 
 
+class Judged(NamedTuple):
+    """A measurement judged (Expect._judge), nothing stored or raised yet: its report record (with its `compare`
+    section), the reference's verdict where one judged it, the verdict word and message the record gets, the lines
+    that fail its test (None: nothing), and the reason it skips where nothing gates it."""
+
+    record: MeasurementRecord
+    verdict: bl.Verdict | None
+    word: VerdictWord
+    message: str
+    failures: tuple[str | None, ...] = ()
+    skip: str | None = None
+
+    @property
+    def flagged(self) -> bool:
+        """Whether a second pass could change its verdict: judged other than PASS by its reference, or regressed or
+        unresolved against the earlier report."""
+        compared = self.record.get("compare")
+        against_earlier = compared is not None and compared["verdict"] in ("regressed", "unresolved")
+        return (self.verdict is not None and self.verdict.verdict != PASS) or against_earlier
+
+
 class Measured(NamedTuple):
     """One measurement handed to `gb_expect.each`, in gb_expect's own order: metric, value, scope, details."""
 
@@ -40,11 +61,11 @@ class Measured(NamedTuple):
 
 class Expect:
     """`gb_expect(metric, value, scope=...)`: compare a measurement with the SKU baseline inside the test that
-    measured it. Fails the test below the fail limit, warns in the warn band, skips (or, with --gb-strict,
+    measured it. Fails the test below the fail limit, warns in the warn band, fails it as UNRESOLVED where its
+    evidence is too noisy for the resolution its metric needs (resolution.py), skips (or, with --gb-strict,
     fails) when the baseline has no reference for it. Every call is recorded in the reports, whatever the
-    verdict, with its noise (noise.py: given, or from the `samples_<unit>` / `passes` of its details); a value
-    beyond a limit, or regressed against --gb-compare's report, by no more than that noise allows does not get
-    that verdict."""
+    verdict, with its noise (noise.py: given, or from the `samples_<unit>` / `passes` of its details) and its
+    resolution; noise moves a verdict by no more than the metric needs."""
 
     def __init__(self, gb: GbSession, item: pytest.Item) -> None:
         self.gb = gb
@@ -60,38 +81,49 @@ class Expect:
         details: Mapping[str, Any] | None = None,
         noise: nz.Noise | None = None,
     ) -> bl.Verdict | None:
+        judged = self._judge(metric, float(value), scope, spec, details, noise)
+        self._store(judged.record, judged.word, judged.message, judged.verdict)
+        _fail_with(*judged.failures)
+        if judged.skip is not None:
+            # Reported at the test's own location, as a skip marker would be, not at this line.
+            raise pytest.skip.Exception(judged.skip, _use_item_location=True)
+        if judged.word == WARN:
+            # Attributed to the test itself, however deep the helper that measured it sits.
+            path, line, _ = self.item.location
+            warnings.warn_explicit(GbValidateWarning(judged.message), GbValidateWarning, path, (line or 0) + 1)
+        return judged.verdict
+
+    def _judge(
+        self,
+        metric: str,
+        value: float,
+        scope: str,
+        spec: MetricSpec | None,
+        details: Mapping[str, Any] | None,
+        noise: nz.Noise | None = None,
+    ) -> Judged:
+        """A measurement judged against its reference and --gb-compare's report, nothing stored or raised: what
+        gb_expect then keeps and does, and what `each` asks before it decides to measure again."""
         from pytest_gbvalidate import baselines as bl
 
         target = self.gb.target
         ref = target.reference(metric, scope)
-        value = float(value)
         spec, record = self._record(metric, value, scope, spec, ref, details, noise)
         regressed = self._compare(record, ref)
         if ref is not None and (ref.unit, ref.direction) != (spec.unit, spec.direction):
             reason = f"{metric}: measured in {spec.unit} ({spec.direction} is better) but the baseline says "
             reason += f"{ref.unit} ({ref.direction} is better) in {target.baseline_file}"
-            self._store(record, bl.FAIL, reason)
-            pytest.fail(reason, pytrace=False)
+            return Judged(record, None, bl.FAIL, reason, (reason,))
         if ref is None or not ref.has_reference:
             if self.gb.settings.record.value is not None:
-                self._store(record, RECORDED, "recorded, no baseline to compare with")
-                _fail_with(regressed)
-                return None
+                return Judged(record, None, RECORDED, "recorded, no baseline to compare with", (regressed,))
             reason = _no_reference_reason(target, metric, scope, ref)
-            strict = self.gb.settings.strict.value
-            self._store(record, bl.FAIL if strict else SKIP, reason)
-            _fail_with(f"{reason} (--gb-strict)" if strict else None, regressed)
-            # Reported at the test's own location, as a skip marker would be, not at this line.
-            raise pytest.skip.Exception(reason, _use_item_location=True)
+            if self.gb.settings.strict.value:
+                return Judged(record, None, bl.FAIL, reason, (f"{reason} (--gb-strict)", regressed), reason)
+            return Judged(record, None, SKIP, reason, (regressed,), reason)
         verdict = bl.compare(ref, value, scope, _resolution(record, ref))
-        self._store(record, verdict.verdict, verdict.message, verdict)
         missed = {bl.FAIL: verdict.message, bl.UNRESOLVED: f"{UNRESOLVED_PREFIX}{verdict.message}"}
-        _fail_with(missed.get(verdict.verdict), regressed)
-        if verdict.verdict == bl.WARN:
-            # Attributed to the test itself, however deep the helper that measured it sits.
-            path, line, _ = self.item.location
-            warnings.warn_explicit(GbValidateWarning(verdict.message), GbValidateWarning, path, (line or 0) + 1)
-        return verdict
+        return Judged(record, verdict, verdict.verdict, verdict.message, (missed.get(verdict.verdict), regressed))
 
     def record(
         self,
@@ -279,25 +311,13 @@ class Expect:
         return "higher" if spec is None else spec.direction
 
     def _any_flagged(self, measurements: Sequence[Measured]) -> bool:
-        """Whether any of `measurements` would fail or warn against the baseline, or regress against --gb-compare's
-        report (nothing recorded)."""
-        from pytest_gbvalidate import baselines as bl
-        from pytest_gbvalidate import compare as cmp
-
+        """Whether any of `measurements` would fail, warn or be unresolved against the baseline, or regress or be
+        unresolved against --gb-compare's report (nothing recorded)."""
         for metric, value, scope, details in measurements:
             ref = self.gb.target.reference(metric, scope)
-            spec = CATALOG.get(metric) or _spec_from(ref)
-            if spec is None:
-                continue
-            _, record = self._record(metric, float(value), scope, spec, ref, details)
-            if (
-                ref is not None
-                and ref.has_reference
-                and bl.compare(ref, float(value), scope, _resolution(record, ref)).verdict != bl.PASS
-            ):
-                return True
-            section = self._compare_section(record, ref)
-            if section is not None and section["verdict"] in (cmp.REGRESSED, cmp.UNRESOLVED):
+            if (CATALOG.get(metric) or _spec_from(ref)) is not None and self._judge(
+                metric, float(value), scope, None, details
+            ).flagged:
                 return True
         return False
 

@@ -65,6 +65,8 @@ def test_verdicts_land_in_the_test_junit_and_json(lab: pytest.Pytester) -> None:
         "gb_warn_limit": "90.0",
         "gb_delta_pct": "1.5",
         "gb_verdict": "pass",
+        "gb_resolution_pct": "",  # a figure without samples has no resolution: taken at its value
+        "gb_resolution_needed_pct": "",
     }
     assert dict(cases["test_warn"]["props"])["gb_verdict"] == "warn"
     assert cases["test_fail"]["outcome"] == "failure"
