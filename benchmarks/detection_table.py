@@ -1,0 +1,593 @@
+"""The gate's detection table: every path that judges a figure, on healthy figures and on falls, side by side.
+
+    python benchmarks/detection_table.py --out /tmp/dt [--trials 10] [--measured-trials 10] [--drift-trials 3]
+                                         [--size-mib 64] [--seed 0]
+
+Rows are the paths a figure is judged by, each through the project's own functions (nothing judged here is
+reimplemented):
+
+- baseline: the bundled baseline (baselines/cpu.yaml's host copy; ND_H100_v5.yaml's h2d for GPU-like noise),
+  verdicts.compare with resolution.of_spreads(samples=..., reference=...), as gb_expect calls it;
+- recorded: recording.recorded_baseline from healthy measurements (a --gb-record run: the better of two passes),
+  written, read back with loading.parse_baseline, then verdicts.compare;
+- compare: compare.compare_one against one earlier healthy run, no history;
+- history: compare.compare_one against the last of 8 healthy runs, with_history of all 8;
+- drift: the figure losing fall/12 more each run for 12 runs, each judged with the node's history so far (the 8
+  healthy runs and the drift's own): caught where any of the 12 regressed;
+- fleet: fleet.stats.judge over 8 healthy nodes and the judged one, each with its noise.
+
+Columns: a healthy figure measured on an idle machine, one beside a busy neighbour, and falls of 10, 25, 50 and
+90%. Each cell counts, over its trials, the caught (fail / regressed / outlier), the unresolved, the missed (pass /
+ok / within_noise) and the warned figures; on a healthy column everything flagged (caught or warned) is a false
+alarm. Two noise sources, each its own table:
+
+- measured: real host copies on this machine (bench/copy.copy_bandwidth, the code the cpu SKU's host-copy check
+  runs, --size-mib MiB, 3 warm-up and 10 timed copies: the cpu SKU's 256 MiB x 20 would not fit the time), in this
+  process; each figure the median of its samples, its noise noise.of_samples. Falls are injected into the
+  measurement: tests/helpers/slow_device.slowed stretches every timed copy to 1 / (1 - fall) of its time. The busy
+  neighbour is a child process group spinning every core while the figure is measured. The healthy idle
+  references (recording, history, earlier run, the fleet's 8 nodes: this machine measured 8 times) are drawn per
+  trial, without repeats within a trial, from one pool of 20 idle measurements; the busy figures from one pool of
+  12 (a drift trial beside a busy neighbour takes all 12 in an order of its own);
+- gpu-like: synthetic samples (seeded numpy, 20 per figure) around an H100's h2d figure: each node 1% apart,
+  each run 0.5%, each sample 1-2% (a run's spread drawn uniformly); beside a busy neighbour a third of the samples
+  are up to 15% slower (interference only slows); a fall scales the run's underlying value.
+
+Each figure is judged as one pass: the measuring again gb_expect does before a figure fails (the better pass
+counts) is not applied here.
+
+Each path's resolution (resolution.py; the fleet's: noise.margin_pct of the fleet's typical spread, beside its
+fixed 10% rule) is printed as the median over the cell's trials, with the resolution its metric needs, so that a
+reader can check that no fall of at least twice the reported resolution is ever missed; the lines after the tables
+name every cell where one is, and every healthy false alarm. DIR/detection_table.json keeps every count, the
+resolutions and the run's settings. No pytest runs inside; the whole run is meant to take under 3 minutes on a
+2-core machine (the measured drift dominates: --drift-trials).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # tests.helpers.slow_device
+
+PATHS = ("baseline", "recorded", "compare", "history", "drift", "fleet")
+IDLE, BUSY = "healthy idle", "healthy busy"
+FALLS = {"fall 10%": 0.10, "fall 25%": 0.25, "fall 50%": 0.50, "fall 90%": 0.90}
+COLUMNS = (IDLE, BUSY, *FALLS)
+OUTCOMES = ("caught", "unresolved", "missed", "warn")
+HISTORY_RUNS, FLEET_NODES, DRIFT_RUNS = 8, 8, 12
+IDLE_POOL, BUSY_POOL = 20, 12
+NOW, EARLIER_DATE = "2026-11-29T06:00:00+00:00", "2026-11-29T05:00:00+00:00"
+# The spinner: one process per core, in a process group of its own (ended by its id).
+SPIN = (
+    "import os\n"
+    "for _ in range((os.cpu_count() or 1) - 1):\n    if os.fork() == 0:\n        break\n"
+    "while True:\n    pass\n"
+)
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One measured figure: the median of its samples, with their noise."""
+
+    value: float
+    samples: tuple[float, ...]
+
+    @property
+    def noise(self) -> Any:
+        from pytest_gbvalidate import noise
+
+        return noise.of_samples(self.samples)
+
+
+@dataclass(frozen=True)
+class Metric:
+    """The figure judged: its metric, scope, unit, direction, bundled reference and the resolution it needs."""
+
+    name: str
+    scope: str
+    scope_kind: str
+    unit: str
+    samples_key: str
+    baseline_file: str
+    reference: Any  # baselines.model.Reference
+    previous: Any  # baselines.model.Baseline
+
+    def record(self, figure: Figure, value: float | None = None) -> dict[str, Any]:
+        """The figure as a report's measurement record (what compare and recording read)."""
+        found = figure.noise
+        record: dict[str, Any] = {
+            "metric": self.name,
+            "scope": self.scope,
+            "scope_kind": self.scope_kind,
+            "value": figure.value if value is None else value,
+            "unit": self.unit,
+            "direction": "higher",
+            "verdict": "pass",
+            "details": {self.samples_key: list(figure.samples)},
+        }
+        if found is not None:
+            record["noise"] = found.as_record()
+        return record
+
+
+@dataclass
+class Cell:
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
+    resolutions: list[float] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    # The fleet's MAD rule: how far below the median (percent of it) a node must lie to be 3.5 scaled MADs out.
+    mad_rule_pcts: list[float] = field(default_factory=list)
+
+    def add(self, outcome: str, resolution_pct: float | None) -> None:
+        self.counts[outcome] += 1
+        if resolution_pct is not None and math.isfinite(resolution_pct):
+            self.resolutions.append(resolution_pct)
+
+    def trials(self) -> int:
+        return sum(self.counts.values())
+
+    def resolution(self) -> float | None:
+        return statistics.median(self.resolutions) if self.resolutions else None
+
+
+Table = dict[str, dict[str, Cell]]
+
+
+def new_table() -> Table:
+    return {p: {c: Cell() for c in COLUMNS} for p in PATHS}
+
+
+# --- the noise sources -----------------------------------------------------------------------------------------
+
+
+class Source:
+    """Where figures come from: healthy references, and the judged figure of each column."""
+
+    name = ""
+    metric: Metric
+
+    def references(self, trial: int) -> tuple[list[Figure], list[Figure], list[Figure]]:
+        """(the node's 8 healthy runs, oldest first; the recording's 2 passes; the fleet's 8 other nodes)."""
+        raise NotImplementedError
+
+    def judged(self, column: str, trial: int) -> Figure:
+        raise NotImplementedError
+
+    def drift(self, column: str, trial: int) -> Iterator[Figure]:
+        """The 12 runs of a drift trial, in order (the caller stops once one is caught)."""
+        raise NotImplementedError
+
+
+class Measured(Source):
+    """Real host copies on this machine (bench/copy.copy_bandwidth), falls through slow_device.slowed."""
+
+    name = "measured"
+
+    def __init__(self, metric: Metric, size_bytes: int, rng: np.random.Generator) -> None:
+        self.metric, self.size_bytes, self.rng = metric, size_bytes, rng
+        self.idle = [self.measure(1.0) for _ in range(IDLE_POOL)]
+        with busy_neighbour():
+            self.busy = [self.measure(1.0) for _ in range(BUSY_POOL)]
+        self._draws: dict[int, list[int]] = {}
+
+    def measure(self, speed: float) -> Figure:
+        import torch
+
+        from pytest_gbvalidate.bench.copy import copy_bandwidth
+        from pytest_gbvalidate.bench.timing import MIN_TIMED_ITERATIONS
+        from tests.helpers.slow_device import slowed
+
+        cpu = torch.device("cpu")
+        with slowed(speed):
+            r = copy_bandwidth(cpu, cpu, self.size_bytes, warmup=3, iterations=MIN_TIMED_ITERATIONS)
+        return Figure(r.bandwidth_gbps, tuple(r.samples_gbps))
+
+    def _draw(self, trial: int) -> list[int]:
+        if trial not in self._draws:
+            self._draws[trial] = [int(i) for i in self.rng.permutation(IDLE_POOL)]
+        return self._draws[trial]
+
+    def references(self, trial: int) -> tuple[list[Figure], list[Figure], list[Figure]]:
+        order = self._draw(trial)
+        history = [self.idle[i] for i in order[:HISTORY_RUNS]]
+        passes = [self.idle[i] for i in order[HISTORY_RUNS : HISTORY_RUNS + 2]]
+        return history, passes, history  # the fleet: this machine measured 8 times, as 8 nodes
+
+    def judged(self, column: str, trial: int) -> Figure:
+        if column == IDLE:
+            return self.idle[self._draw(trial)[HISTORY_RUNS + 2]]
+        if column == BUSY:
+            return self.busy[trial % BUSY_POOL]
+        return self.measure(1.0 - FALLS[column])
+
+    def drift(self, column: str, trial: int) -> Iterator[Figure]:
+        if column == IDLE:  # the pool's 12 not in this trial's history
+            yield from (self.idle[i] for i in self._draw(trial)[HISTORY_RUNS:])
+        elif column == BUSY:
+            yield from (self.busy[int(i)] for i in self.rng.permutation(BUSY_POOL))
+        else:
+            for run in range(1, DRIFT_RUNS + 1):
+                yield self.measure(1.0 - FALLS[column] * run / DRIFT_RUNS)
+
+
+class GpuLike(Source):
+    """Synthetic samples around an H100's h2d figure (see the module's docstring)."""
+
+    name = "gpu-like"
+    NODE_PCT, RUN_PCT, SAMPLES = 1.0, 0.5, 20
+    SPREAD_PCT = (1.0, 2.0)
+    BUSY_SHARE, BUSY_SLOWER = 1 / 3, 0.15
+
+    def __init__(self, metric: Metric, rng: np.random.Generator) -> None:
+        self.metric, self.rng = metric, rng
+        assert metric.reference.expected is not None
+        self.expected = float(metric.reference.expected)
+        self._nodes: dict[int, float] = {}
+
+    def _node(self) -> float:
+        return self.expected * (1 + self.NODE_PCT / 100 * float(self.rng.standard_normal()))
+
+    def node(self, trial: int) -> float:
+        if trial not in self._nodes:
+            self._nodes[trial] = self._node()
+        return self._nodes[trial]
+
+    def run(self, node: float, speed: float = 1.0, busy: bool = False) -> Figure:
+        value = node * (1 + self.RUN_PCT / 100 * float(self.rng.standard_normal())) * speed
+        spread = float(self.rng.uniform(*self.SPREAD_PCT)) / 100
+        samples = value * (1 + spread * self.rng.standard_normal(self.SAMPLES))
+        if busy:
+            hit = self.rng.random(self.SAMPLES) < self.BUSY_SHARE
+            samples = np.where(hit, samples * (1 - self.rng.uniform(0, self.BUSY_SLOWER, self.SAMPLES)), samples)
+        values = tuple(float(s) for s in samples)
+        return Figure(statistics.median(values), values)
+
+    def references(self, trial: int) -> tuple[list[Figure], list[Figure], list[Figure]]:
+        node = self.node(trial)
+        history = [self.run(node) for _ in range(HISTORY_RUNS)]
+        passes = [self.run(node) for _ in range(2)]
+        fleet = [self.run(self._node()) for _ in range(FLEET_NODES)]
+        return history, passes, fleet
+
+    def judged(self, column: str, trial: int) -> Figure:
+        return self.run(self.node(trial), 1.0 - FALLS.get(column, 0.0), busy=column == BUSY)
+
+    def drift(self, column: str, trial: int) -> Iterator[Figure]:
+        fall = FALLS.get(column, 0.0)
+        for run in range(1, DRIFT_RUNS + 1):
+            yield self.run(self.node(trial), 1.0 - fall * run / DRIFT_RUNS, busy=column == BUSY)
+
+
+@contextlib.contextmanager
+def busy_neighbour() -> Iterator[None]:
+    """A child process group spinning every core while inside; ended by its id."""
+    spinner = subprocess.Popen([sys.executable, "-c", SPIN], start_new_session=True)
+    time.sleep(0.3)  # every spinner forked and running
+    try:
+        yield
+    finally:
+        os.killpg(spinner.pid, signal.SIGKILL)
+        spinner.wait()
+
+
+# --- the paths, each judged by the project's own functions ------------------------------------------------------
+
+
+def from_verdict(word: str) -> str:
+    return {"fail": "caught", "unresolved": "unresolved", "warn": "warn"}.get(word, "missed")
+
+
+def from_compare(word: str) -> str:
+    return {"regressed": "caught", "unresolved": "unresolved"}.get(word, "missed")
+
+
+def judge_baseline(metric: Metric, figure: Figure, reference: Any = None) -> tuple[str, float | None]:
+    from pytest_gbvalidate import resolution as rs
+    from pytest_gbvalidate.baselines import verdicts
+
+    ref = metric.reference if reference is None else reference
+    own = figure.noise
+    resolution = rs.of_spreads(samples=None if own is None else own.spread_pct, reference=ref.spread_pct)
+    verdict = verdicts.compare(ref, figure.value, metric.scope, resolution)
+    return from_verdict(verdict.verdict), None if verdict.resolution is None else verdict.resolution.pct
+
+
+def recorded_reference(metric: Metric, passes: Sequence[Figure]) -> Any:
+    """The reference a --gb-record run of these two passes writes (the better pass, their noise), read back as
+    the loader reads it; None where the recording refuses the node as too noisy."""
+    from pytest_gbvalidate import noise
+    from pytest_gbvalidate.baselines import recording
+    from pytest_gbvalidate.baselines.loading import parse_baseline
+
+    best = max(passes, key=lambda f: f.value)
+    record = metric.record(best)
+    both = noise.of_passes([f.value for f in passes], [f.noise for f in passes])
+    if both is not None:
+        record["noise"] = both.as_record()
+    try:
+        doc = recording.recorded_baseline(metric.previous.sku, metric.previous, [record], "detection_table")
+    except recording.TooNoisy:
+        return None
+    baseline = parse_baseline(Path(metric.baseline_file), recording.dump_baseline(doc).encode("utf-8"))
+    return baseline.metrics[metric.name].reference(metric.scope)
+
+
+def earlier_report(metric: Metric, figure: Figure, runs: Sequence[Figure] = ()) -> Any:
+    from pytest_gbvalidate import compare
+    from pytest_gbvalidate.report.records import measurement_key
+
+    record: Any = metric.record(figure)  # a MeasurementRecord
+    earlier = compare.EarlierReport(
+        path=Path("earlier.json"),
+        date=EARLIER_DATE,
+        status="finished",
+        sku=metric.previous.sku,
+        hostname="node-09",
+        gpus=None,
+        measurements={measurement_key(record): record},
+    )
+    if not runs:
+        return earlier
+    key = measurement_key(record)
+    return compare.with_history(earlier, [{key: f.value} for f in runs])
+
+
+def judge_compare(metric: Metric, earlier: Any, figure: Figure) -> tuple[str, float | None]:
+    """compare.compare_one of `figure` against `earlier`, allowed the resolution the metric needs (no
+    --gb-compare-fail)."""
+    from pytest_gbvalidate import compare
+
+    needed = metric.reference.needed
+    section = compare.compare_one(
+        earlier, metric.record(figure), compare.AllowedRegression(), needed, compare.SameNode({}, ()), NOW
+    )
+    if section is None:
+        raise RuntimeError("compare_one found no earlier figure")
+    found = section.get("resolution")
+    resolution = found.get("pct") if isinstance(found, Mapping) else None
+    return from_compare(str(section["verdict"])), resolution
+
+
+def judge_drift(metric: Metric, history: Sequence[Figure], runs: Iterator[Figure]) -> tuple[str, float | None]:
+    """Each run against the one before, with the node's kept runs (the last noise.MAX_RUNS) behind it."""
+    from pytest_gbvalidate import noise
+
+    kept = list(history)
+    seen: list[str] = []
+    resolutions: list[float] = []
+    for figure in runs:
+        recent = kept[-noise.MAX_RUNS :]
+        outcome, resolution = judge_compare(metric, earlier_report(metric, recent[-1], recent), figure)
+        seen.append(outcome)
+        if resolution is not None:
+            resolutions.append(resolution)
+        if outcome == "caught":
+            break
+        kept.append(figure)
+    shown = statistics.median(resolutions) if resolutions else None
+    for outcome in OUTCOMES:
+        if outcome in seen:
+            return outcome, shown
+    return "missed", shown
+
+
+def judge_fleet(others: Sequence[Figure], figure: Figure, healthy: bool, cell: Cell) -> tuple[str, float | None]:
+    """fleet.stats over the other nodes and this one (node-09), each with its noise; on a healthy column any
+    node drained is a false alarm. The cell keeps how far the MAD rule asks a node to lie below the median."""
+    from pytest_gbvalidate import noise
+    from pytest_gbvalidate.fleet import stats
+
+    nodes = {f"node-{i + 1:02d}": f for i, f in enumerate(others)}
+    nodes["node-09"] = figure
+    values = {host: f.value for host, f in nodes.items()}
+    noises = {host: f.noise for host, f in nodes.items()}
+    judgement = stats.judge(values, "higher", noises=noises)
+    drained = {o.host for o in judgement.outliers}
+    unjudged = {u.host for u in judgement.unjudged}
+    spreads = {host: n.spread_pct for host, n in noises.items() if n is not None}
+    typical_pct = stats.fleet_spread_pct(spreads, list(values), "node-09")
+    typical = None if typical_pct is None else noise.Noise(noise.MEDIAN, len(spreads), typical_pct)
+    margin = noise.margin_pct(typical, typical)
+    s = stats.spread(list(values.values()))
+    if s.median:
+        cell.mad_rule_pcts.append(stats.DEFAULT_MAD_K * s.mad / stats.MAD_TO_Z / abs(s.median) * 100)
+    if "node-09" in drained or (healthy and drained):
+        return "caught", margin
+    return ("unresolved" if "node-09" in unjudged else "missed"), margin
+
+
+# --- the table ---------------------------------------------------------------------------------------------------
+
+
+def fill(source: Source, trials: int, drift_trials: int, progress: Callable[[str], None]) -> Table:
+    table = new_table()
+    metric = source.metric
+    for trial in range(trials):
+        history, passes, fleet = source.references(trial)
+        recorded = recorded_reference(metric, passes)
+        plain = earlier_report(metric, history[-1])
+        kept = earlier_report(metric, history[-1], history)
+        for column in COLUMNS:
+            figure = source.judged(column, trial)
+            table["baseline"][column].add(*judge_baseline(metric, figure))
+            if recorded is None:
+                table["recorded"][column].add("unresolved", None)
+                table["recorded"][column].notes.append(f"trial {trial}: recording refused (too noisy)")
+            else:
+                table["recorded"][column].add(*judge_baseline(metric, figure, recorded))
+            table["compare"][column].add(*judge_compare(metric, plain, figure))
+            table["history"][column].add(*judge_compare(metric, kept, figure))
+            cell = table["fleet"][column]
+            cell.add(*judge_fleet(fleet, figure, column in (IDLE, BUSY), cell))
+        if trial < drift_trials:
+            for column in COLUMNS:
+                table["drift"][column].add(*judge_drift(metric, history, source.drift(column, trial)))
+        progress(f"{source.name}: trial {trial + 1}/{trials} done")
+    return table
+
+
+def cell_text(column: str, cell: Cell) -> str:
+    c = cell.counts
+    if cell.trials() == 0:
+        return "-"
+    if column in (IDLE, BUSY):
+        return f"FA {c['caught'] + c['warn']} u{c['unresolved']} ok{c['missed']}"
+    text = f"c{c['caught']} u{c['unresolved']} m{c['missed']}"
+    return text + (f" w{c['warn']}" if c["warn"] else "")
+
+
+def render(source: Source, table: Table, trials: int, drift_trials: int) -> list[str]:
+    metric = source.metric
+    ref = metric.reference
+    needed = ref.needed
+    head = f"{'path':<9} {'res idle':>8} " + " ".join(f"{c:>15}" for c in COLUMNS)
+    lines = [
+        f"{source.name} noise: {metric.name} [{metric.scope}] against {metric.baseline_file} (expected {ref.expected}"
+        f", fail {ref.fail_limit:.4g}, warn {ref.warn_limit}); needed resolution {needed.pct:g}% ({needed.source})",
+        f"N = {trials} trials per cell ({drift_trials} for drift); FA: false alarms (caught or warned), "
+        "c caught, u unresolved, m missed, w warned; res: median resolution %, healthy idle",
+        head,
+        "-" * len(head),
+    ]
+    for path in PATHS:
+        res = table[path][IDLE].resolution()
+        shown = "-" if res is None else f"{res:.1f}"
+        lines.append(f"{path:<9} {shown:>8} " + " ".join(f"{cell_text(c, table[path][c]):>15}" for c in COLUMNS))
+    lines += ["", "median resolution % of each cell's figures (falls as log ratios: 11, 29, 69, 230%)"]
+    for path in PATHS:
+        cells = [table[path][c].resolution() for c in COLUMNS]
+        lines.append(f"{path:<9} {'':>8} " + " ".join(f"{'-' if r is None else f'{r:.1f}':>15}" for r in cells))
+    refused = sum(1 for note in table["recorded"][IDLE].notes if "refused" in note)
+    if refused:
+        lines.append(f"(recorded: refused as too noisy in {refused} trial(s), counted unresolved)")
+    mad_rule = table["fleet"][IDLE].mad_rule_pcts
+    shown_rule = f"{statistics.median(mad_rule):.1f}%" if mad_rule else "-"
+    lines.append(
+        "(fleet: its resolution is the noise margin of the fleet's typical spread; an outlier must also be more "
+        f"than 10% and 3.5 scaled MADs worse: {shown_rule} of the median, at the median of its trials)"
+    )
+    return lines
+
+
+def findings(source: Source, table: Table) -> list[str]:
+    """Every healthy false alarm, and every fall at least twice the cell's median resolution that was missed."""
+    found = []
+    for path in PATHS:
+        for column in COLUMNS:
+            cell = table[path][column]
+            c = cell.counts
+            if column in (IDLE, BUSY):
+                if c["caught"] + c["warn"]:
+                    found.append(
+                        f"{source.name} {path} {column}: {c['caught'] + c['warn']} false alarm(s) in {cell.trials()}"
+                    )
+                continue
+            res = cell.resolution()
+            fall_log_pct = -math.log1p(-FALLS[column]) * 100
+            rule = cell.mad_rule_pcts
+            asked = f"; the MAD rule asked {statistics.median(rule):.0f}%" if rule else ""
+            if res is not None and fall_log_pct >= 2 * res and c["missed"]:
+                found.append(
+                    f"{source.name} {path} {column} ({fall_log_pct:.0f}% as a log ratio): missed {c['missed']} of "
+                    f"{cell.trials()}, at least twice its resolution ({res:.1f}%; needed "
+                    f"{source.metric.reference.needed.pct:g}%{asked})"
+                )
+    return found
+
+
+def as_json(table: Table) -> dict[str, Any]:
+    return {
+        path: {
+            column: {
+                **cell.counts,
+                "trials": cell.trials(),
+                "resolution_pct": cell.resolution(),
+                "notes": cell.notes,
+                **({"fleet_mad_rule_pct": statistics.median(cell.mad_rule_pcts)} if cell.mad_rule_pcts else {}),
+            }
+            for column, cell in row.items()
+        }
+        for path, row in table.items()
+    }
+
+
+def metric_of(name: str, scope: str, baseline_file: str, samples_key: str) -> Metric:
+    from pytest_gbvalidate.baselines.loading import load_baseline
+    from pytest_gbvalidate.metrics import CATALOG
+
+    path = REPO / "baselines" / baseline_file
+    previous = load_baseline(path)
+    spec = CATALOG[name]
+    reference = previous.metrics[name].reference(scope)
+    return Metric(name, scope, spec.scope_kind, spec.unit, samples_key, str(path), reference, previous)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, help="write DIR/detection_table.json")
+    parser.add_argument("--trials", type=int, default=10, help="trials per cell, gpu-like noise")
+    parser.add_argument("--measured-trials", type=int, default=10, help="trials per cell, measured noise")
+    parser.add_argument("--drift-trials", type=int, default=3, help="drift trials per cell, measured noise")
+    parser.add_argument("--size-mib", type=int, default=64, help="each host copy's size (measured noise)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+
+    def progress(text: str) -> None:
+        print(f"[{time.monotonic() - started:6.1f} s] {text}", file=sys.stderr, flush=True)
+
+    rng = np.random.default_rng(args.seed)
+    gpu = GpuLike(metric_of("h2d_bandwidth_gbps", "gpu0", "ND_H100_v5.yaml", "samples_gbps"), rng)
+    gpu_table = fill(gpu, args.trials, args.trials, progress)
+    progress("measuring the idle and busy pools")
+    host = metric_of("host_copy_bandwidth_gbps", "node", "cpu.yaml", "samples_gbps")
+    measured = Measured(host, args.size_mib * 2**20, rng)
+    progress("pools measured")
+    measured_table = fill(measured, args.measured_trials, min(args.drift_trials, args.measured_trials), progress)
+    elapsed_s = time.monotonic() - started
+
+    lines = render(measured, measured_table, args.measured_trials, min(args.drift_trials, args.measured_trials))
+    pool = [f.value for f in measured.idle]
+    busy = [f.value for f in measured.busy]
+    lines.append(
+        f"(this machine, {args.size_mib} MiB copies: idle median {statistics.median(pool):.2f} GB/s "
+        f"[{min(pool):.2f}-{max(pool):.2f}], beside a busy neighbour {statistics.median(busy):.2f} "
+        f"[{min(busy):.2f}-{max(busy):.2f}])"
+    )
+    lines += ["", *render(gpu, gpu_table, args.trials, args.trials), ""]
+    found = findings(measured, measured_table) + findings(gpu, gpu_table)
+    lines += ["What looks wrong:", *(f"- {f}" for f in found)] if found else ["Nothing looks wrong."]
+    lines.append(f"Run took {elapsed_s:.0f} s.")
+    print("\n".join(lines))
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        doc = {
+            "settings": {**{k: v for k, v in vars(args).items() if k != "out"}, "elapsed_s": round(elapsed_s, 1)},
+            "measured": as_json(measured_table),
+            "measured_pools_gbps": {"idle": pool, "busy": busy},
+            "gpu_like": as_json(gpu_table),
+            "findings": found,
+        }
+        (args.out / "detection_table.json").write_text(json.dumps(doc, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
