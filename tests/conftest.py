@@ -56,6 +56,12 @@ def pytest_configure(config: pytest.Config) -> None:
         "or checks files for one (Kubernetes): what it tests is that program's side, the same whatever torch, so "
         "CI runs it on the newest torch only",
     )
+    config.addinivalue_line(
+        "markers",
+        "torch_version: the test reaches code whose behaviour depends on the torch release (a version check, a probe "
+        "of what torch has, an API that changed since the oldest torch admitted): CI runs the marked tests again on "
+        "the oldest torch (tests/unit/test_torch_versions.py keeps the marks honest)",
+    )
     for line in WARNING_FILTERS:  # in order: a later filter wins
         config.addinivalue_line("filterwarnings", line)
     share_the_cores_between_workers()
@@ -63,14 +69,20 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def share_the_cores_between_workers() -> None:
     """Under xdist (-n N) the workers compute side by side: each gets its share of the cores for torch's
-    threads, and so do the processes it starts (pytester subprocesses, scripts, torchrun agents inherit the
-    variable; gang ranks set their own share). With every worker's OpenMP threads on every core they wait on each
-    other: a training step of the tiny model took 10 to 50 times as long on 2 busy cores. A value the developer
-    set stays."""
+    threads and Inductor's compile workers, and so do the processes it starts (pytester subprocesses, scripts,
+    torchrun agents inherit the variables; gang ranks set their own share of threads). With every worker's OpenMP
+    threads on every core they wait on each other: a training step of the tiny model took 10 to 50 times as long on
+    2 busy cores. A value the developer set stays."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    if workers <= 1 or "OMP_NUM_THREADS" in os.environ:
+    if workers <= 1:
         return
     threads = max(1, len(os.sched_getaffinity(0)) // workers)
+    # Inductor's compile workers too: a pool of compiler processes per worker started for a few small kernels (a
+    # compiled test took 19 s with the pool on an idle 2-core machine, 14 s without). Read when torch._inductor's
+    # config loads, at the first torch.compile.
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(threads))
+    if "OMP_NUM_THREADS" in os.environ:
+        return
     os.environ["OMP_NUM_THREADS"] = str(threads)  # read when torch loads, here and in every child process
     if "torch" in sys.modules:  # loaded already (by another plugin): tell it too
         sys.modules["torch"].set_num_threads(threads)

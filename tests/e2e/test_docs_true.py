@@ -6,44 +6,23 @@ levels of each check: e2e/test_levels.py.)"""
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from collections import Counter
 from typing import cast
 
 import pytest
 
 from pytest_gbvalidate.levels import LEVELS, Level, runs
-from tests.helpers.runs import REPO, SUITES
-
-PROBE = """\
-from pytest_gbvalidate.run.markers import check_level
-
-
-def pytest_collection_finish(session):
-    for item in session.items:
-        print("ITEM", item.path.name, check_level(item))
-"""
+from tests.helpers.runs import REPO
 
 EXAMPLE_PAGES = ("README.md", "docs/index.md")
 
 
 @pytest.fixture(scope="module")
-def suite_items(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, str]]:
-    """(file, level) of every test the shipped suites collect on the cpu SKU, in order."""
-    directory = tmp_path_factory.mktemp("collect")
-    (directory / "items_probe.py").write_text(PROBE)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GBVALIDATE_", "PYTEST_"))}
-    command = [sys.executable, "-m", "pytest", str(SUITES), "--gb-sku=cpu", "-p", "items_probe", "--collect-only"]
-    command += ["-q", "-p", "no:cacheprovider"]
-    done = subprocess.run(
-        command, cwd=directory, env=env | {"PYTHONPATH": str(directory)}, capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    lines = [line.split() for line in done.stdout.splitlines() if line.startswith("ITEM ")]
-    return [(file, level) for _, file, level in lines]
+def suite_items(suite_checks: list[tuple[str, str, str]]) -> list[tuple[str, str]]:
+    """(file, level) of every test the shipped suites collect on the cpu SKU, in order (the session's collection,
+    tests/helpers/cpu_run.py)."""
+    return [(file, level) for file, _, level in suite_checks]
 
 
 @pytest.mark.parametrize("page", EXAMPLE_PAGES)

@@ -1,19 +1,18 @@
-"""The inference suite end to end through pytester: the cpu SKU's check reports tokens per second per rank."""
+"""The inference suite end to end, in the session's run of every suite (tests/helpers/cpu_run.py): the cpu SKU's
+check reports tokens per second per rank."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from tests.helpers.runs import SUITES
+from tests.helpers.cpu_run import CpuRun
 
 
-def test_the_cpu_inference_check_reports_tokens_per_second_per_rank(pytester: pytest.Pytester) -> None:
-    pytester.runpytest(str(SUITES / "test_inference.py"), "--gb-sku=cpu", "--gb-report=r.json").assert_outcomes(
-        passed=1
-    )
-    measured = json.loads((pytester.path / "r.json").read_text())["measurements"]
+@pytest.mark.torch_version  # generation's torch.accelerator calls
+def test_the_cpu_inference_check_reports_tokens_per_second_per_rank(cpu_suites_run: CpuRun) -> None:
+    # Read from the session's run of every suite.
+    assert cpu_suites_run.outcomes("test_inference.py") == {"passed": 1, "skipped": 0, "failed": 0}
+    measured = cpu_suites_run.measurements("test_inference.py")
     assert [m["scope"] for m in measured] == ["rank0", "rank1"]  # both ranks generate at once
     for m in measured:
         details = m["details"]

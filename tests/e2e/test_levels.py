@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch  # noqa: F401 -- in-process pytester runs drop modules they imported, and torch cannot load twice
 
-from tests.helpers.runs import REPO, SUITES, assert_usage_error
+from tests.helpers.runs import REPO, assert_usage_error
 
 CHECKS = """\
 import pytest
@@ -133,25 +133,12 @@ def _documented_levels() -> dict[str, str]:
     return {**{f"{file}::*": level for file, level in whole_files.items()}, **named}
 
 
-PROBE = """\
-from pytest_gbvalidate.run.markers import check_level
-
-
-def pytest_collection_finish(session):
-    for item in session.items:
-        print("LEVEL", item.path.name, item.originalname, check_level(item))
-"""
-
-
-def test_the_levels_page_says_which_level_each_suite_check_belongs_to(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(levels_probe=PROBE)
-    result = pytester.runpytest_subprocess(str(SUITES), "--gb-sku=cpu", "-p", "levels_probe", "--collect-only", "-q")
-    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
-    collected = {
-        f"{file}::{test}": level
-        for _, file, test, level in (line.split() for line in result.outlines if line.startswith("LEVEL "))
-    }
-    assert len(collected) > 30, result.stdout.str()
+def test_the_levels_page_says_which_level_each_suite_check_belongs_to(
+    suite_checks: list[tuple[str, str, str]],
+) -> None:
+    # the session's collection of the suites on the cpu SKU (tests/helpers/cpu_run.py), each check with its level
+    collected = {f"{file}::{test}": level for file, test, level in suite_checks}
+    assert len(collected) > 30, suite_checks
     documented = _documented_levels()
     for check, level in sorted(collected.items()):
         file = check.split("::")[0]

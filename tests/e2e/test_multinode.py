@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -19,8 +20,11 @@ import pytest
 
 from pytest_gbvalidate.bench.pairwise import RECHECKS
 from pytest_gbvalidate.fleet.cli import main as fleet_main
+from tests.helpers.cpu_run import CpuRun
 from tests.helpers.llama_functions import needs_pipelining_over_gloo
 from tests.helpers.runs import COLLECTIVE_TESTS, REPO, SUITES, junit_cases
+
+pytestmark = pytest.mark.torch_version  # pipelining across nodes, the collectives over a torchrun world
 
 
 def free_port() -> int:
@@ -202,21 +206,18 @@ def test_pretraining_across_nodes_reports_each_node_s_step_time(
 
 @needs_pipelining_over_gloo
 def test_the_fleet_summary_weak_scales_the_nodes_against_one_and_names_the_straggler(
-    pretraining_nodes: tuple[Path, str, str, dict[str, Any]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    pretraining_nodes: tuple[Path, str, str, dict[str, Any]],
+    cpu_suites_run: CpuRun,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """Weak scaling: the same per-node batch on one node (its two ranks, GBS 16), then the fleet summary of both
-    runs."""
+    """Weak scaling: the same per-node batch on one node (its two ranks, GBS 16: the session's run of every suite on
+    the cpu SKU, which trains it), then the fleet summary of both runs."""
     nodes, slow_node, _, report = pretraining_nodes
     (step,) = [m for m in report["measurements"] if m["metric"] == "llama3_tiny_step_time_s"]
-    report_arg = f"--gb-report={tmp_path / 'one.json'}"
-    one_node = subprocess.run(
-        [sys.executable, "-m", "pytest", "--gb-sku=cpu", str(SUITES / "test_pretrain.py"), report_arg, "-q"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    )
-    single = json.loads((tmp_path / "one.json").read_text())["measurements"][0]
-    assert single["metric"] == "llama3_tiny_step_time_s" and single["details"]["gbs"] == 16, one_node.stdout
+    shutil.copy(cpu_suites_run.directory / "r.json", tmp_path / "one.json")
+    (single,) = [m for m in cpu_suites_run.measurements("test_pretrain.py") if m["metric"] == step["metric"]]
+    assert single["details"]["gbs"] == 16, cpu_suites_run.stdout
     reports = [str(tmp_path / "one.json"), *map(str, nodes.glob("node*.json"))]
     capsys.readouterr()
     fleet_main(["summary", "--out", str(tmp_path / "fleet"), *reports])

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import torch  # noqa: F401 -- in-process pytester runs drop modules they imported, and torch cannot load twice
 
-from tests.helpers.runs import COLLECTIVE_TESTS, REPO, SUITES, XUNIT1, by_test, junit_cases, lab_args
+from tests.helpers.cpu_run import CpuRun
+from tests.helpers.runs import COLLECTIVE_TESTS, REPO, SUITES, by_test, junit_cases, lab_args
 
 
 def test_verdicts_land_in_the_test_junit_and_json(lab: pytest.Pytester) -> None:
@@ -133,27 +134,34 @@ CPU_SWEEP = ["8B", "16B", "32B", "64B", "128B", "256B", "512B", "1KiB", "2KiB", 
 CPU_SWEEP += ["64KiB", "128KiB", "256KiB", "512KiB", "1MiB", "2MiB", "4MiB"]
 
 
-def test_suites_run_on_the_cpu_sku_end_to_end(pytester: pytest.Pytester) -> None:
-    # The data-movement suites; health, topology and pretraining have end-to-end tests of their own.
-    suites = [str(SUITES / f"test_{name}.py") for name in ("bandwidth", "collectives", "reference_tools")]
-    result = pytester.runpytest(*suites, "--gb-sku=cpu", *XUNIT1, "--gb-report=r.json", "-p", "no:cacheprovider", "-rs")
+@pytest.mark.torch_version
+def test_suites_run_on_the_cpu_sku_end_to_end(cpu_suites_run: CpuRun) -> None:
+    # The data-movement suites, read from the session's run of every suite (health, topology and pretraining have
+    # end-to-end tests of their own, reading the same run).
+    result = cpu_suites_run
     # host copy, host GEMM, the quick level's all_reduce and 7 collective sweeps; per-GPU checks and reference tools
     # (each GPU's own and against its siblings) do not apply to cpu, pairs of nodes need several nodes, NVLS and
     # multi-node NVLink need NCCL
-    result.assert_outcomes(passed=10, skipped=22)
-    result.stdout.fnmatch_lines(
+    outcomes = [result.outcomes(f"test_{name}.py") for name in ("bandwidth", "collectives", "reference_tools")]
+    assert {k: sum(o[k] for o in outcomes) for k in ("passed", "skipped", "failed")} == {
+        "passed": 10,
+        "skipped": 22,
+        "failed": 0,
+    }, result.stdout
+    stdout = pytest.LineMatcher(result.stdout.splitlines())
+    stdout.fnmatch_lines(
         ["SKIPPED [[]*[]] *test_bandwidth.py*: needs NVIDIA GPUs; this run checks the cpu SKU, which has none"]
     )
-    cases = junit_cases(pytester.path / "r.xml")
+    cases = result.cases
     props = dict(cases["test_host_copy_bandwidth"]["props"])
     assert props["gb_metric"] == "host_copy_bandwidth_gbps" and props["gb_verdict"] in ("pass", "warn")
     assert float(props["gb_value"]) > 0
     assert dict(cases["test_host_gemm_bf16_tflops"]["props"])["gb_metric"] == "host_gemm_bf16_tflops"
-    root = ET.parse(pytester.path / "r.xml").getroot()
+    root = ET.parse(result.directory / "r.xml").getroot()
     suite_props = {p.get("name"): p.get("value") for p in root.iterfind("testsuite/properties/property")}
     assert suite_props["gb_sku"] == "cpu" and suite_props["gb_torch"]
 
-    report = json.loads((pytester.path / "r.json").read_text())
+    report = result.report
     tests = by_test(report)
     (copy,) = tests["test_host_copy_bandwidth"]
     assert copy["value"] == pytest.approx(float(props["gb_value"]))
@@ -176,11 +184,14 @@ def test_suites_run_on_the_cpu_sku_end_to_end(pytester: pytest.Pytester) -> None
     assert Path(plot["path"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and suite_props["gb_busbw_plot"] == plot["path"]
     assert report["settings"]["timeout"] == {"value": 30.0, "source": "default for a CPU-only SKU"}
     # Without -v the per-size tables are in the report and the plot only, and one line says so.
-    assert "collectives, per message size" not in result.stdout.str()
-    result.stdout.fnmatch_lines(
+    assert "collectives, per message size" not in result.stdout
+    no_gpus = "needs NVIDIA GPUs; this run checks the cpu SKU, which has none"
+    skipped = sum(case["message"] == no_gpus for case in cases.values())  # every suite's, counted once
+    assert skipped >= 18
+    stdout.fnmatch_lines(
         [
             "*gbvalidate: cpu run*",
-            "skipped: 18 checks: needs NVIDIA GPUs; this run checks the cpu SKU, which has none",
+            f"skipped: {skipped} checks: {no_gpus}",
             "JSON report: */r.json",
             "busbw plot: */r.busbw.png",
             "*gbvalidate: cpu measured vs baseline*",
@@ -188,6 +199,20 @@ def test_suites_run_on_the_cpu_sku_end_to_end(pytester: pytest.Pytester) -> None
             "JSON report)",
         ]
     )
+
+
+@pytest.mark.torch_version
+def test_every_suite_runs_on_the_cpu_sku(cpu_suites_run: CpuRun) -> None:
+    """Every shipped suite collects and runs on the cpu SKU (CI runs this on the oldest torch too): each file's tests
+    are in the report, and a test fails only on a verdict of its own measurements, never on the harness."""
+    report = cpu_suites_run.report
+    assert {t["test_id"].split("::")[0] for t in report["tests"]} == {
+        f"suites/{path.name}" for path in SUITES.glob("test_*.py")
+    }, cpu_suites_run.stdout
+    for test in report["tests"]:
+        if test["outcome"] == "failed":
+            verdicts = {m["verdict"] for m in report["measurements"] if m["test_id"] == test["test_id"]}
+            assert verdicts - {"pass", "warn", "info", "skip"}, test["text"]
 
 
 def test_gpu_marker_skips_on_cpu(pytester: pytest.Pytester) -> None:

@@ -1,5 +1,6 @@
-"""The pretraining suite end to end through pytester: the cpu SKU's tiny PP=2 run lands in the JUnit XML and
-the JSON report; a layout that cannot run and an engine that is not installed fail with clear messages."""
+"""The pretraining suite end to end: the cpu SKU's tiny PP=2 run (in the session's run of every suite) lands in
+the JUnit XML and the JSON report; a layout that cannot run and an engine that is not installed fail with clear
+messages."""
 
 from __future__ import annotations
 
@@ -15,10 +16,12 @@ import torch  # noqa: F401 -- in-process pytester runs drop modules they importe
 
 # Nor can torch.distributed.tensor (its operators register once per process), which the suite imports.
 import pytest_gbvalidate.workloads.llama.train  # noqa: F401
+from tests.helpers.cpu_run import CpuRun
 from tests.helpers.llama_functions import needs_pipelining_over_gloo
-from tests.helpers.runs import REPO, SUITES, XUNIT1, junit_cases
+from tests.helpers.runs import REPO, SUITES
 
-PRETRAIN = str(SUITES / "test_pretrain.py")
+SUITE = "test_pretrain.py"
+PRETRAIN = str(SUITES / SUITE)
 METRICS = [
     "llama3_tiny_step_time_s",
     "llama3_tiny_tokens_per_s_per_gpu",
@@ -27,16 +30,18 @@ METRICS = [
 ]
 SCOPE = "native-bf16-mbs2-gbs16-tp1-pp2-cp1-dp1-seq64"
 
+pytestmark = pytest.mark.torch_version  # the built-in engine: pipelining, DTensor, compile, torch 2.9's refusal
+
 
 @needs_pipelining_over_gloo
-def test_the_cpu_pretrain_check_reports_step_time_throughput_mfu_and_loss(pytester: pytest.Pytester) -> None:
-    pytester.runpytest(PRETRAIN, "--gb-sku=cpu", *XUNIT1, "--gb-report=r.json")
-    report = json.loads((pytester.path / "r.json").read_text())
-    (call,) = [t for t in report["tests"] if t["when"] == "call"]
+def test_the_cpu_pretrain_check_reports_step_time_throughput_mfu_and_loss(cpu_suites_run: CpuRun) -> None:
+    # The pretraining suite's check, read from the session's run of every suite.
+    report = cpu_suites_run.report
+    (call,) = [t for t in report["tests"] if t["when"] == "call" and t["test_id"].startswith(f"suites/{SUITE}::")]
     # This machine's speed is not under test: one slower than the baseline's (a busy GPU workstation running the
     # tests under -n) misses the gates, and nothing else may fail.
     assert call["outcome"] == "passed" or call["fault"]["category"] == "performance", call["text"]
-    props = junit_cases(pytester.path / "r.xml")["test_pretrain"]["props"]
+    props = cpu_suites_run.cases["test_pretrain"]["props"]
     assert [v for k, v in props if k == "gb_metric"] == METRICS
     verdicts = [v for k, v in props if k == "gb_verdict"]
     assert len(verdicts) == 4
@@ -48,7 +53,7 @@ def test_the_cpu_pretrain_check_reports_step_time_throughput_mfu_and_loss(pytest
     assert curve[-1] < 0.9 * curve[0]
     assert float(junit["gb_mfu_pct"]) > 0 and junit["gb_mfu_peak"].startswith("0.48 TFLOPS per GPU (")
 
-    measured = {m["metric"]: m for m in report["measurements"]}
+    measured = {m["metric"]: m for m in cpu_suites_run.measurements(SUITE)}
     assert list(measured) == METRICS
     details = measured["llama3_tiny_step_time_s"]["details"]
     assert (details["model"], details["layout"], details["pp"], details["dp"]) == ("llama3_tiny", SCOPE, 2, 1)
@@ -69,7 +74,7 @@ def test_the_cpu_pretrain_check_reports_step_time_throughput_mfu_and_loss(pytest
     assert all(0 < m["gib"] < 64 for m in details["peak_memory"])
     # Telemetry sampled through the run: in the step time's details, the report's telemetry list and JUnit.
     assert set(details["telemetry"]["cpu.utilization_pct"]) == {"mean", "p5", "p95"}
-    (sampled,) = report["telemetry"]
+    (sampled,) = [t for t in report["telemetry"] if t["test_id"].startswith(f"suites/{SUITE}::")]
     assert sampled["test_id"] == "suites/test_pretrain.py::test_pretrain"
     assert sampled["sample_count"] >= 2
     assert float(junit["gb_telemetry.cpu.utilization_pct.mean"]) > 0
