@@ -19,6 +19,10 @@ from tests.helpers.fakenode import nd96asr_v4, nd_gb200_v6, xid_line
 from tests.helpers.fakenvml import HW_SLOWDOWN, HW_THERMAL_SLOWDOWN, FakeNvmlLib, install
 from tests.helpers.runs import REPO, SUITES, XUNIT1, junit_cases
 
+pytestmark = (
+    pytest.mark.torch_version
+)  # the aggregate copy check's torch.accelerator; the NCCL stack check names torch's version
+
 HEALTH, TOPOLOGY = str(SUITES / "test_health.py"), str(SUITES / "test_topology.py")
 NO_TELEMETRY = ("-k", "not telemetry")  # the telemetry check samples for half a second: only where it matters
 PER_GPU_HEALTH = (

@@ -8,6 +8,8 @@ import pytest
 from pytest_gbvalidate.bench.aggregate import RankCopies, aggregate, concurrent_h2d_on_rank
 from pytest_gbvalidate.ranks.gang import LocalGang
 
+pytestmark = pytest.mark.torch_version  # bench/aggregate.py and bench/on_rank.py call torch.accelerator
+
 
 def copies(node: int, rank: int, start_s: float, end_s: float) -> RankCopies:
     return RankCopies(node, rank, size_bytes=10**9, iterations=4, start_s=start_s, end_s=end_s)

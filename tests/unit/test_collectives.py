@@ -36,6 +36,10 @@ from pytest_gbvalidate.target import Target, require_ranks
 from tests.helpers import gang_functions as f
 from tests.helpers import rank_faults
 
+pytestmark = (
+    pytest.mark.torch_version
+)  # getattr(dist, ...) picks the collective's API; torch.accelerator; bench/timing.py
+
 
 @pytest.mark.parametrize(
     ("collective", "factors"),

@@ -24,6 +24,8 @@ from pytest_gbvalidate.ranks.world import (
 )
 from tests.helpers import gang_functions as f
 
+pytestmark = pytest.mark.torch_version  # the gang: torch.distributed and torch.accelerator
+
 REPO = Path(__file__).resolve().parents[2]
 
 

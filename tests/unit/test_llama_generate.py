@@ -10,6 +10,8 @@ from pytest_gbvalidate.workloads.llama.config import LLAMA3_TINY
 from pytest_gbvalidate.workloads.llama.generate import generate
 from pytest_gbvalidate.workloads.llama.model import build, causal_attention
 
+pytestmark = pytest.mark.torch_version  # generation's torch.accelerator calls
+
 
 def test_cached_decoding_chooses_what_recomputing_the_whole_sequence_chooses() -> None:
     model = build(LLAMA3_TINY, torch.device("cpu"), seed=3)

@@ -21,6 +21,8 @@ from pytest_gbvalidate.workloads.llama.grad_accumulation import (
 )
 from pytest_gbvalidate.workloads.llama.loss import linear_cross_entropy, softmax_grad, softmax_grad_one_pass
 
+pytestmark = pytest.mark.torch_version  # compile, fp8's torch._scaled_mm, the engine's torch-version checks
+
 
 def textbook(h: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy((h @ weight.t()).flatten(0, 1).float(), labels.flatten())

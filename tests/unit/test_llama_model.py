@@ -21,6 +21,8 @@ from pytest_gbvalidate.workloads.llama.model import (
     rope_tables,
 )
 
+pytestmark = pytest.mark.torch_version  # probes torch.ops.aten for the operators it names
+
 
 def test_rmsnorm_matches_hand_computed_values() -> None:
     norm = RMSNorm(2, eps=1e-5)

@@ -33,6 +33,8 @@ from pytest_gbvalidate.workloads.llama.results import MemoryPeak, PretrainResult
 from pytest_gbvalidate.workloads.llama.train import Trainer, torch_release, train, train_worker
 from tests.helpers import llama_functions as f
 
+pytestmark = pytest.mark.torch_version  # pipelining, DTensor, device meshes, compile, torch 2.9's refusals
+
 STEPS = 3  # the third step's loss depends on two optimizer updates made from averaged gradients
 
 

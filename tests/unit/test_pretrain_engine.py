@@ -10,6 +10,8 @@ import pytest
 
 from tests.helpers.scripts import script
 
+pytestmark = pytest.mark.torch_version  # the built-in engine: pipelining, DTensor, compile
+
 
 def test_the_benchmark_prints_each_case_side_by_side(capsys: pytest.CaptureFixture[str]) -> None:
     module = script("pretrain_engine")

@@ -24,6 +24,8 @@ from pytest_gbvalidate.bench.triad import (
     triad_on_node,
 )
 
+pytestmark = pytest.mark.torch_version  # bench/on_rank.py calls torch.accelerator
+
 
 def test_bytes_are_counted_as_stream_counts_them() -> None:
     # Two arrays read and one written, 8-byte words: 24 bytes an element (STREAM's Triad row).
