@@ -64,6 +64,11 @@ def _details(result: NodeResult, **extra: Any) -> dict[str, Any]:
     return {"host": result.host, "rank": result.rank, **extra}
 
 
+def _pct(share: float | None) -> float | None:
+    """A share as a percentage for the report (noise.from_details counts it in the figure's noise)."""
+    return None if share is None else round(share * 100.0, 1)
+
+
 def _copy_measurements(metric: str, label: str, results: list[NodeResult]) -> list[Measured]:
     return [
         Measured(
@@ -75,6 +80,7 @@ def _copy_measurements(metric: str, label: str, results: list[NodeResult]) -> li
                 size_bytes=r.value.size_bytes,
                 iterations=r.value.iterations,
                 samples_gbps=r.value.samples_gbps,
+                others_cpu_pct=_pct(r.value.others_cpu_share),
                 src=r.value.src_device,
                 dst=r.value.dst_device,
                 host_binding=r.value.host_binding,
@@ -102,6 +108,7 @@ def _gemm_measurements(metric: str, label: str, results: list[NodeResult]) -> li
                 shape=[r.value.m, r.value.n, r.value.k],
                 iterations=r.value.iterations,
                 samples_tflops=r.value.samples_tflops,
+                others_cpu_pct=_pct(r.value.others_cpu_share),
                 relative_error=r.value.relative_error,
             ),
         )

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 from pytest_gbvalidate.bench.timing import median, time_op_s
+from pytest_gbvalidate.node import neighbours
 
 
 class DataIntegrityError(AssertionError):
@@ -23,6 +24,9 @@ class CopyResult:
     bandwidth_gbps: float  # median over the timed iterations
     samples_gbps: list[float]
     host_binding: dict[str, str] = field(default_factory=dict)  # CPUs / NUMA node the host side was bound to
+    # The share of the node's CPU time other processes took while the copies were timed (node/neighbours.py),
+    # where host memory took part; None where a copy between GPUs, or where it cannot be read.
+    others_cpu_share: float | None = None
 
 
 def copy_bandwidth(
@@ -41,12 +45,17 @@ def copy_bandwidth(
         src, dst = (t.pin_memory() if t.device.type == "cpu" else t for t in (src, dst))
     # The copy runs on the source GPU's stream (the destination's for H2D): its events must be on that device.
     timed_device = src_device if src_device.type != "cpu" else dst_device
+    host_side = "cpu" in (src_device.type, dst_device.type)  # a neighbour on the host can slow it
+    before = neighbours.read() if host_side else None
     seconds = time_op_s(timed_device, lambda: dst.copy_(src, non_blocking=True), warmup=warmup, iterations=iterations)
+    others = neighbours.others_share(before, neighbours.read() if host_side else None)
     if not torch.equal(dst.cpu(), src.cpu()):
         mismatched = int((dst.cpu() != src.cpu()).sum())
         raise DataIntegrityError(f"{src_device}->{dst_device} copy of {size_bytes} B: {mismatched} bytes differ")
     samples = [size_bytes / s / 1e9 for s in seconds]
-    return CopyResult(str(src_device), str(dst_device), size_bytes, iterations, median(samples), samples)
+    return CopyResult(
+        str(src_device), str(dst_device), size_bytes, iterations, median(samples), samples, others_cpu_share=others
+    )
 
 
 def _pattern(size_bytes: int) -> torch.Tensor:

@@ -150,6 +150,9 @@ class NoiseRecord(TypedDict):
     count: int
     spread_pct: float
     passes: NotRequired[list[float]]
+    # The share of the node's CPU time (percent) other processes took while it was measured (node/neighbours.py):
+    # `spread_pct` then also holds the slowdown they could explain (noise.with_neighbours).
+    others_cpu_pct: NotRequired[float]
 
 
 class MeasurementRecord(TypedDict):
