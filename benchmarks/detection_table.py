@@ -88,12 +88,21 @@ class Figure:
 
     value: float
     samples: tuple[float, ...]
+    others_cpu_pct: float | None = None  # what other processes took of the CPUs meanwhile (node/neighbours.py)
+
+    @property
+    def details(self) -> dict[str, Any]:
+        """As the suites' check reports it: its samples and, where read, its neighbours' share of the CPUs."""
+        found: dict[str, Any] = {"samples_gbps": list(self.samples)}
+        if self.others_cpu_pct is not None:
+            found["others_cpu_pct"] = self.others_cpu_pct
+        return found
 
     @property
     def noise(self) -> Any:
         from pytest_gbvalidate import noise
 
-        return noise.of_samples(self.samples)
+        return noise.from_details(self.details)
 
 
 @dataclass(frozen=True)
@@ -197,7 +206,8 @@ class Measured(Source):
         cpu = torch.device("cpu")
         with slowed(speed):
             r = copy_bandwidth(cpu, cpu, self.size_bytes, warmup=3, iterations=MIN_TIMED_ITERATIONS)
-        return Figure(r.bandwidth_gbps, tuple(r.samples_gbps))
+        share = r.others_cpu_share
+        return Figure(r.bandwidth_gbps, tuple(r.samples_gbps), None if share is None else round(share * 100, 1))
 
     def _draw(self, trial: int) -> list[int]:
         if trial not in self._draws:
