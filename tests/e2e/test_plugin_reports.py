@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch  # noqa: F401 -- in-process pytester runs drop modules they imported, and torch cannot load twice
 
+from pytest_gbvalidate.workloads.llama.train import torch_release
 from tests.helpers.cpu_run import CpuRun
 from tests.helpers.runs import COLLECTIVE_TESTS, REPO, SUITES, by_test, junit_cases, lab_args
 
@@ -210,9 +211,12 @@ def test_every_suite_runs_on_the_cpu_sku(cpu_suites_run: CpuRun) -> None:
         f"suites/{path.name}" for path in SUITES.glob("test_*.py")
     }, cpu_suites_run.stdout
     for test in report["tests"]:
-        if test["outcome"] == "failed":
-            verdicts = {m["verdict"] for m in report["measurements"] if m["test_id"] == test["test_id"]}
-            assert verdicts - {"pass", "warn", "info", "skip"}, test["text"]
+        if test["outcome"] != "failed":
+            continue
+        if torch_release() < (2, 10) and "over gloo needs torch >= 2.10" in test["text"]:
+            continue  # the pretraining check's PP=2 on torch 2.9: refused, saying why
+        verdicts = {m["verdict"] for m in report["measurements"] if m["test_id"] == test["test_id"]}
+        assert verdicts - {"pass", "warn", "info", "skip"}, test["text"]
 
 
 def test_gpu_marker_skips_on_cpu(pytester: pytest.Pytester) -> None:
