@@ -88,14 +88,14 @@ class Figure:
 
     value: float
     samples: tuple[float, ...]
-    others_cpu_pct: float | None = None  # what other processes took of the CPUs meanwhile (node/neighbours.py)
+    cpu_wait_pct: float | None = None  # the share of its time it waited for a CPU (node/neighbours.py)
 
     @property
     def details(self) -> dict[str, Any]:
-        """As the suites' check reports it: its samples and, where read, its neighbours' share of the CPUs."""
+        """As the suites' check reports it: its samples and, where read, the share of its time it waited for a CPU."""
         found: dict[str, Any] = {"samples_gbps": list(self.samples)}
-        if self.others_cpu_pct is not None:
-            found["others_cpu_pct"] = self.others_cpu_pct
+        if self.cpu_wait_pct is not None:
+            found["cpu_wait_pct"] = self.cpu_wait_pct
         return found
 
     @property
@@ -206,7 +206,7 @@ class Measured(Source):
         cpu = torch.device("cpu")
         with slowed(speed):
             r = copy_bandwidth(cpu, cpu, self.size_bytes, warmup=3, iterations=MIN_TIMED_ITERATIONS)
-        share = r.others_cpu_share
+        share = r.cpu_wait_share
         return Figure(r.bandwidth_gbps, tuple(r.samples_gbps), None if share is None else round(share * 100, 1))
 
     def _draw(self, trial: int) -> list[int]:

@@ -74,46 +74,46 @@ class Noise:
     count: int
     spread_pct: float
     passes: tuple[float, ...] = ()
-    # The share of the node's CPU time (percent) other processes took while it was measured, where the measurement
-    # says: `spread_pct` then also holds the slowdown they could explain (with_neighbours).
-    others_cpu_pct: float | None = None
+    # The share of the time it was measured (percent) that the measurement waited for a CPU another task held,
+    # where the measurement says: `spread_pct` then also holds the slowdown those waits explain (with_neighbours).
+    cpu_wait_pct: float | None = None
 
     def as_record(self) -> NoiseRecord:
         record: NoiseRecord = {"summary": self.summary, "count": self.count, "spread_pct": round(self.spread_pct, 3)}
         if self.passes:
             record["passes"] = [float(f"{p:.6g}") for p in self.passes]
-        if self.others_cpu_pct is not None:
-            record["others_cpu_pct"] = round(self.others_cpu_pct, 1)
+        if self.cpu_wait_pct is not None:
+            record["cpu_wait_pct"] = round(self.cpu_wait_pct, 1)
         return record
 
     def describe(self) -> str:
         how = f"best of {len(self.passes)} passes" if self.summary == BEST_PASS else f"median of {self.count}"
-        others = "" if not self.others_cpu_pct else f", other processes took {self.others_cpu_pct:.0f}% of the CPUs"
-        return f"{how}, spread {self.spread_pct:.1f}%{others}"
+        waited = "" if not self.cpu_wait_pct else f", {self.cpu_wait_pct:.0f}% of its time waiting for a CPU"
+        return f"{how}, spread {self.spread_pct:.1f}%{waited}"
 
 
-# A neighbour that takes a share f of the CPUs while a host-side figure is measured can slow it by up to 1/(1 - f)
-# (all of the measurement's time given up to it): as a log ratio, -ln(1 - f). A figure's noise counts that much
-# (divided by NOISE_K, so its resolution grows by exactly what the neighbour could explain); a share past
-# MAX_OTHERS_SHARE counts as that share.
-MAX_OTHERS_SHARE = 0.99
+# A measurement that spent a share w of its timed window waiting for a CPU another task held ran 1/(1 - w) times
+# as long as it would have alone: as a log ratio, -ln(1 - w). A figure's noise counts that much (divided by
+# NOISE_K, so its resolution grows by exactly what the waits explain); a share past MAX_WAIT_SHARE counts as that.
+MAX_WAIT_SHARE = 0.99
 
 
-def neighbours_pct(others_cpu_pct: float) -> float:
-    """The spread (percent) a figure's noise counts for other processes that took `others_cpu_pct` of the CPUs."""
-    share = min(max(others_cpu_pct, 0.0) / 100.0, MAX_OTHERS_SHARE)
+def neighbours_pct(cpu_wait_pct: float) -> float:
+    """The spread (percent) a figure's noise counts for a measurement that waited `cpu_wait_pct` of its time."""
+    share = min(max(cpu_wait_pct, 0.0) / 100.0, MAX_WAIT_SHARE)
     return -math.log1p(-share) * 100.0 / NOISE_K
 
 
-def with_neighbours(own: Noise | None, others_cpu_pct: float | None) -> Noise | None:
-    """`own` with the slowdown the node's neighbours could explain combined into its spread (None: unchanged)."""
-    if others_cpu_pct is None:
+def with_neighbours(own: Noise | None, cpu_wait_pct: float | None) -> Noise | None:
+    """`own` with the slowdown the measurement's waits for a CPU explain combined into its spread (None: none
+    known, unchanged)."""
+    if cpu_wait_pct is None:
         return own
-    spread = neighbours_pct(others_cpu_pct)
+    spread = neighbours_pct(cpu_wait_pct)
     if own is None:
-        return Noise(MEDIAN, 0, spread, others_cpu_pct=others_cpu_pct)
+        return Noise(MEDIAN, 0, spread, cpu_wait_pct=cpu_wait_pct)
     combined = math.hypot(own.spread_pct, spread)
-    return dataclasses.replace(own, spread_pct=combined, others_cpu_pct=others_cpu_pct)
+    return dataclasses.replace(own, spread_pct=combined, cpu_wait_pct=cpu_wait_pct)
 
 
 def spread_pct(values: Sequence[float]) -> float | None:
@@ -156,8 +156,8 @@ def of_passes(passes: Sequence[float], within: Sequence[Noise | None] = ()) -> N
 def from_details(details: Mapping[str, Any]) -> Noise | None:
     """The noise of a measurement whose details carry its samples as `samples_<unit>` (a list of numbers, the
     figure their median), where it is the best of several passes each pass's figure as `passes`, and where the
-    measurement read it, the share of the CPUs other processes took meanwhile as `others_cpu_pct`
-    (node/neighbours.py; with_neighbours); None where they carry none of these."""
+    measurement read it, the share of its timed window it waited for a CPU as `cpu_wait_pct` (node/neighbours.py;
+    with_neighbours); None where they carry none of these."""
     within = None
     for key, value in details.items():
         if key.startswith("samples_") and isinstance(value, list) and all(_is_number(v) for v in value):
@@ -168,8 +168,8 @@ def from_details(details: Mapping[str, Any]) -> Noise | None:
         found = of_passes([float(p) for p in passes], [within])
     else:
         found = within
-    others = finite(details.get("others_cpu_pct"))
-    return with_neighbours(found, None if others is None or not 0 <= others <= 100 else others)
+    waited = finite(details.get("cpu_wait_pct"))
+    return with_neighbours(found, None if waited is None or not 0 <= waited <= 100 else waited)
 
 
 # The standard error of the median of n samples from a normal spread sigma is about sqrt(pi / 2) sigma / sqrt(n).
@@ -182,9 +182,9 @@ def of_the_median(details: Mapping[str, Any]) -> Noise | None:
     x MEDIAN_ERROR / sqrt(their count). For figures measured side by side in one run -- a node's GPUs against
     each other -- which no drift between runs separates (that is what the spread of one sample allows for); a
     burst of interference in one device's samples is what measuring again before naming it is for."""
-    # Neither its passes nor its neighbours: devices measured in turns share the same seconds, and a neighbour with
-    # them (what measuring in rounds is for).
-    within = from_details({k: v for k, v in details.items() if k not in ("passes", "others_cpu_pct")})
+    # Neither its passes nor its waits for a CPU: devices measured in turns share the same seconds, and a neighbour
+    # with them (what measuring in rounds is for).
+    within = from_details({k: v for k, v in details.items() if k not in ("passes", "cpu_wait_pct")})
     if within is None or within.summary != MEDIAN:
         return None
     return Noise(MEDIAN, within.count, median_error_pct(within.spread_pct, within.count))
@@ -231,10 +231,10 @@ def from_record(record: object) -> Noise | None:
         return None
     if not isinstance(passes, list) or not all(_is_number(p) for p in passes):
         return None
-    others = record.get("others_cpu_pct")
-    if others is not None and (not _is_number(others) or not 0 <= others <= 100):
+    waited = record.get("cpu_wait_pct")
+    if waited is not None and (not _is_number(waited) or not 0 <= waited <= 100):
         return None
-    return Noise(summary, count, float(spread), tuple(float(p) for p in passes), others)
+    return Noise(summary, count, float(spread), tuple(float(p) for p in passes), waited)
 
 
 @dataclass(frozen=True)

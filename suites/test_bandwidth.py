@@ -80,7 +80,7 @@ def _copy_measurements(metric: str, label: str, results: list[NodeResult]) -> li
                 size_bytes=r.value.size_bytes,
                 iterations=r.value.iterations,
                 samples_gbps=r.value.samples_gbps,
-                others_cpu_pct=_pct(r.value.others_cpu_share),
+                cpu_wait_pct=_pct(r.value.cpu_wait_share),
                 src=r.value.src_device,
                 dst=r.value.dst_device,
                 host_binding=r.value.host_binding,
@@ -108,7 +108,7 @@ def _gemm_measurements(metric: str, label: str, results: list[NodeResult]) -> li
                 shape=[r.value.m, r.value.n, r.value.k],
                 iterations=r.value.iterations,
                 samples_tflops=r.value.samples_tflops,
-                others_cpu_pct=_pct(r.value.others_cpu_share),
+                cpu_wait_pct=_pct(r.value.cpu_wait_share),
                 relative_error=r.value.relative_error,
             ),
         )

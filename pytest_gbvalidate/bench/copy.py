@@ -24,9 +24,9 @@ class CopyResult:
     bandwidth_gbps: float  # median over the timed iterations
     samples_gbps: list[float]
     host_binding: dict[str, str] = field(default_factory=dict)  # CPUs / NUMA node the host side was bound to
-    # The share of the node's CPU time other processes took while the copies were timed (node/neighbours.py),
-    # where host memory took part; None where a copy between GPUs, or where it cannot be read.
-    others_cpu_share: float | None = None
+    # The share of the time the copies were timed that the measuring process waited for a CPU (node/neighbours.py),
+    # where host memory took part; None for a copy between GPUs, or where it cannot be read.
+    cpu_wait_share: float | None = None
 
 
 def copy_bandwidth(
@@ -48,13 +48,13 @@ def copy_bandwidth(
     host_side = "cpu" in (src_device.type, dst_device.type)  # a neighbour on the host can slow it
     before = neighbours.read() if host_side else None
     seconds = time_op_s(timed_device, lambda: dst.copy_(src, non_blocking=True), warmup=warmup, iterations=iterations)
-    others = neighbours.others_share(before, neighbours.read() if host_side else None)
+    waited = neighbours.waited_share(before, neighbours.read() if host_side else None)
     if not torch.equal(dst.cpu(), src.cpu()):
         mismatched = int((dst.cpu() != src.cpu()).sum())
         raise DataIntegrityError(f"{src_device}->{dst_device} copy of {size_bytes} B: {mismatched} bytes differ")
     samples = [size_bytes / s / 1e9 for s in seconds]
     return CopyResult(
-        str(src_device), str(dst_device), size_bytes, iterations, median(samples), samples, others_cpu_share=others
+        str(src_device), str(dst_device), size_bytes, iterations, median(samples), samples, cpu_wait_share=waited
     )
 
 

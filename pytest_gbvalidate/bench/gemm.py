@@ -34,8 +34,8 @@ class GemmResult:
     tflops: float  # median over the timed iterations
     samples_tflops: list[float]
     relative_error: float  # max |out - reference| / max |reference| over the checked rows
-    # On the CPU: the share of its time other processes took while it was timed (node/neighbours.py).
-    others_cpu_share: float | None = None
+    # On the CPU: the share of the time it was timed that it waited for a CPU (node/neighbours.py).
+    cpu_wait_share: float | None = None
 
 
 def fp8_speedup_x(bf16: GemmResult | None, fp8: GemmResult) -> float | None:
@@ -61,7 +61,7 @@ def gemm_tflops(
     op, a_used, b_used = _matmul(device, dtype, a32, b32)
     before = neighbours.read() if device.type == "cpu" else None
     seconds = time_op_s(device, op, warmup=warmup, iterations=iterations)
-    others = neighbours.others_share(before, neighbours.read() if device.type == "cpu" else None)
+    waited = neighbours.waited_share(before, neighbours.read() if device.type == "cpu" else None)
     error = _relative_error(op(), a_used, b_used)
     if not error <= MAX_RELATIVE_ERROR:  # also catches NaN
         raise GemmResultError(
@@ -69,7 +69,7 @@ def gemm_tflops(
             f"(limit {MAX_RELATIVE_ERROR:g})"
         )
     samples = [2.0 * m * n * k / s / 1e12 for s in seconds]
-    return GemmResult(str(device), dtype, m, n, k, iterations, median(samples), samples, error, others)
+    return GemmResult(str(device), dtype, m, n, k, iterations, median(samples), samples, error, waited)
 
 
 def _matmul(

@@ -150,9 +150,9 @@ class NoiseRecord(TypedDict):
     count: int
     spread_pct: float
     passes: NotRequired[list[float]]
-    # The share of the node's CPU time (percent) other processes took while it was measured (node/neighbours.py):
-    # `spread_pct` then also holds the slowdown they could explain (noise.with_neighbours).
-    others_cpu_pct: NotRequired[float]
+    # The share of the time it was measured (percent) that the measurement waited for a CPU another task held
+    # (node/neighbours.py): `spread_pct` then also holds the slowdown those waits explain (noise.with_neighbours).
+    cpu_wait_pct: NotRequired[float]
 
 
 class MeasurementRecord(TypedDict):
