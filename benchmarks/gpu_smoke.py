@@ -28,6 +28,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from pytest_gbvalidate.baselines import load_baseline
+from pytest_gbvalidate.setting_values import bundled_baselines
 from pytest_gbvalidate.workloads.llama.flops import Peak
 
 SKU = "SMOKE"
@@ -43,13 +45,18 @@ DENSE_BF16_PEAK_TFLOPS = {
 
 def seed_baseline(gpu_names: list[str]) -> str:
     """A baseline with no figures that names this machine's GPUs: what --gb-record records over."""
+    resolution = ""  # a GPU's figures: the default resolution (baselines.DEFAULT_NEEDED)
     if not gpu_names:
         detect = "{gpu_count: 0}"
         description = "this machine's CPU (smoke run)"
+        # A CPU's figures resolve no finer than the bundled cpu SKU says: recording over the default would refuse them.
+        cpu = load_baseline(bundled_baselines() / "cpu.yaml").resolution
+        resolution = f"resolution: {{pct: {cpu.pct:g}, provenance: the bundled cpu SKU's}}\n"
     else:
         detect = f"{{gpu_count: {len(gpu_names)}, gpu_name_contains: {json.dumps(gpu_names[0])}}}"
         description = f"{len(gpu_names)}x {gpu_names[0]} (smoke run)"
-    return f"schema_version: 1\nsku: {SKU}\ndescription: {json.dumps(description)}\ndetect: {detect}\nmetrics: {{}}\n"
+    head = f"schema_version: 1\nsku: {SKU}\ndescription: {json.dumps(description)}\ndetect: {detect}\n"
+    return f"{head}{resolution}metrics: {{}}\n"
 
 
 def peak_tflops(gpu_name: str) -> Peak | None:

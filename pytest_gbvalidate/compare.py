@@ -404,6 +404,7 @@ def compare_one(
     direction = rs.direction_of(str(record["direction"]))
     own, theirs = noise.from_record(record.get("noise")), noise.from_record(old.get("noise"))
     samples = None if own is None else own.spread_pct
+    explained = noise.explained_pct(own)  # a fall its waits for a CPU explain is no regression of the node
     run_to_run = None if runs is None else runs.spread_pct
     judged = [
         _judge(
@@ -414,7 +415,10 @@ def compare_one(
             pct,
             needed,
             rs.of_spreads(
-                samples=samples, reference=None if theirs is None else theirs.spread_pct, run_to_run=run_to_run
+                samples=samples,
+                reference=None if theirs is None else theirs.spread_pct,
+                run_to_run=run_to_run,
+                explained_pct=explained,
             ),
             _SpreadNames("the earlier report's", runs),
         )
@@ -422,7 +426,7 @@ def compare_one(
     reference = _reference_runs(earlier, key)
     if reference is not None:
         figure, spread, against = reference
-        resolution = rs.of_spreads(samples=samples, reference=spread, run_to_run=run_to_run)
+        resolution = rs.of_spreads(samples=samples, reference=spread, run_to_run=run_to_run, explained_pct=explained)
         names = _SpreadNames("the reference runs' median's", runs)
         judged.append(_judge(against, float(value), figure, direction, pct, needed, resolution, names))
     decided = max(judged, key=lambda j: SEVERITY.index(j.verdict))  # the first of equals: the earlier report

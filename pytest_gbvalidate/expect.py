@@ -353,7 +353,9 @@ def _resolution(record: Mapping[str, Any], ref: bl.Reference | None) -> rs.Resol
     baseline recorded (None where neither is known)."""
     own = nz.from_record(record.get("noise"))
     return rs.of_spreads(
-        samples=None if own is None else own.spread_pct, reference=None if ref is None else ref.spread_pct
+        samples=None if own is None else own.spread_pct,
+        reference=None if ref is None else ref.spread_pct,
+        explained_pct=nz.explained_pct(own),
     )
 
 

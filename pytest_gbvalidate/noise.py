@@ -104,6 +104,12 @@ def neighbours_pct(cpu_wait_pct: float) -> float:
     return -math.log1p(-share) * 100.0 / NOISE_K
 
 
+def explained_pct(own: Noise | None) -> float:
+    """The fall (percent, a log ratio) a figure's waits for a CPU explain: NOISE_K x neighbours_pct; 0 without."""
+    waited = None if own is None else own.cpu_wait_pct
+    return 0.0 if not waited else NOISE_K * neighbours_pct(waited)
+
+
 def with_neighbours(own: Noise | None, cpu_wait_pct: float | None) -> Noise | None:
     """`own` with the slowdown the measurement's waits for a CPU explain combined into its spread (None: none
     known, unchanged)."""

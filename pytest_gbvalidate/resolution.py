@@ -7,12 +7,14 @@ compared with (a recorded baseline's, an earlier report's) and, where the node's
 run-to-run spread. It is a distance on the same scale as `worse_pct`: a log ratio in percent for two positive
 figures, so a tenfold fall (230%) is never "within" any plausible spread.
 
-Each metric declares the resolution it needs (the baseline's `resolution`, per SKU and per metric). Noise may move
-a verdict by no more than that: a figure beyond its threshold by more than min(resolution, needed) is judged on its
-value. A figure whose resolution is coarser than needed is judged only where its verdict holds against its whole
-resolution (the threshold crossed by more than the needed resolution, or not approached within its resolution);
-anywhere between it is UNRESOLVED: never a pass, never a fail. Every verdict here is monotonic in the value: as a
-figure gets worse its verdict never gets milder (PASS < WARN < UNRESOLVED < FAIL).
+Each metric declares the resolution it needs (the baseline's `resolution`, per SKU and per metric). Noise may move a
+verdict by no more than that: a figure beyond its threshold by more than min(resolution, needed) is judged on its
+value -- unless the measurement waited for a CPU long enough to explain that much (node/neighbours.py): a busy
+neighbour's fall is no fault of the node, and the figure is then unresolved. A figure whose resolution is coarser
+than needed is judged only where its verdict holds against its whole resolution (the threshold crossed by more than
+the needed resolution, or not approached within its resolution); anywhere between it is UNRESOLVED: never a pass,
+never a fail. Every verdict here is monotonic in the value: as a figure gets worse its verdict never gets milder
+(PASS < WARN < UNRESOLVED < FAIL).
 """
 
 from __future__ import annotations
@@ -58,20 +60,24 @@ class Resolution:
 
     pct: float
     spreads: tuple[tuple[str, float], ...]
+    # The fall (percent, a log ratio) the measurement's own waits for a CPU explain (noise.with_neighbours: a
+    # neighbour held its CPUs): evidence that the figure is the neighbour's, not scatter. Counted in `pct` too.
+    explained_pct: float = 0.0
 
     def describe(self) -> str:
         parts = ", ".join(f"{name.replace('_', '-')} {spread:.1f}%" for name, spread in self.spreads)
-        return f"resolution {self.pct:.1f}% ({NOISE_K:g} x the spread of {parts})"
+        waits = f"; its waits for a CPU explain a fall of {self.explained_pct:.0f}%" if self.explained_pct else ""
+        return f"resolution {self.pct:.1f}% ({NOISE_K:g} x the spread of {parts}{waits})"
 
 
-def of_spreads(**spreads: float | None) -> Resolution | None:
-    """The resolution of a figure from the robust spreads (percent) behind it, by name (None: not known); None
-    where none is known: the figure is taken at its value."""
+def of_spreads(*, explained_pct: float = 0.0, **spreads: float | None) -> Resolution | None:
+    """The resolution of a figure from the robust spreads (percent) behind it, by name (None: not known), and the
+    fall its waits for a CPU explain; None where no spread is known: the figure is taken at its value."""
     known = tuple((name, float(s)) for name, s in spreads.items() if s is not None)
     if not known:
         return None
     # hypot, not the root of the squares' sum: a report's spread of 1e200 must not overflow.
-    return Resolution(NOISE_K * math.hypot(*(s for _, s in known)), known)
+    return Resolution(NOISE_K * math.hypot(*(s for _, s in known)), known, explained_pct)
 
 
 @dataclass(frozen=True)
@@ -85,12 +91,17 @@ class Needed:
 def side(beyond_pct: float, resolution: Resolution | None, needed: Needed) -> Side:
     """A figure `beyond_pct` past a threshold (worse_pct against it: + beyond, - short of it), with this
     `resolution`, for a metric that needs `needed`: `beyond` where it is past by more than min(resolution, needed)
-    (or is not a number), `within` where it is short of it and either resolved or short by more than its whole
-    resolution, `unresolved` where its resolution is coarser than needed and it lies within that resolution of
-    the threshold, else `within_noise` (past it, by no more than its resolution, which the metric allows)."""
+    and by more than its waits for a CPU explain (or is not a number); `unresolved` where it is past by more than
+    the noise may excuse but no more than those waits explain (a neighbour held its CPUs), or where its resolution
+    is coarser than needed and it lies within that resolution of the threshold; `within` where it is short of the
+    threshold and either resolved or short by more than its whole resolution; else `within_noise` (past it, by no
+    more than its resolution, which the metric allows)."""
     r = 0.0 if resolution is None else resolution.pct
-    if math.isnan(beyond_pct) or beyond_pct > min(r, needed.pct):
+    excused = min(r, needed.pct)
+    if math.isnan(beyond_pct) or beyond_pct > max(excused, 0.0 if resolution is None else resolution.explained_pct):
         return "beyond"
+    if beyond_pct > excused:
+        return "unresolved"
     if r > needed.pct:
         return "within" if beyond_pct <= -r else "unresolved"
     return "within_noise" if beyond_pct > 0 else "within"

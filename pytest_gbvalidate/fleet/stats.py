@@ -48,6 +48,7 @@ from typing import Any, TypeGuard
 import numpy as np
 
 from pytest_gbvalidate import noise as nz
+from pytest_gbvalidate import resolution as rs
 
 # 0.6745 is the 0.75 quantile of the standard normal: MAD / 0.6745 estimates the standard deviation of normal data.
 MAD_TO_Z = 0.6745
@@ -159,6 +160,10 @@ def judge(
         far_out = z is None or abs(z) > mad_k
         noisy = too_noisy(spreads, hosts, host, max(mad_k, nz.OUTLIER_Z))
         if worse > 0 and far_out and worse_pct > max(pct, noise_floor_pct) and nz.beyond(value, s.median, margin):
+            busy = _waits_explain(value, s.median, direction, (noises or {}).get(host), margin)
+            if busy is not None:  # a neighbour held its CPUs: the dip may be the neighbour's, not the node's
+                unjudged.append(Unjudged(host, value, spreads[host], typical_pct or 0.0, None, busy))
+                continue
             far = f"{abs(z):.1f} scaled MADs > {mad_k:.1f}" if z is not None else ""
             if z is not None and floor > s.mad:
                 far += f" (the MAD taken as the nodes' typical run-to-run spread, {r2r:.1f}%)"
@@ -174,6 +179,19 @@ def judge(
         if noisy is not None:
             unjudged.append(Unjudged(host, value, spreads[host], noisy[0], noisy[1]))
     return Judgement(found, unjudged)
+
+
+def _waits_explain(
+    value: float, median: float, direction: str, own: nz.Noise | None, margin_pct: float
+) -> tuple[float, float] | None:
+    """(the share of its time the node's measurement waited for a CPU, the fall those waits explain) where they
+    explain its dip below the fleet's median, within the fleet's noise margin; else None. Both in percent, the fall
+    as a log ratio (resolution.worse_pct's scale)."""
+    explained = nz.explained_pct(own)
+    if own is None or own.cpu_wait_pct is None or not explained:
+        return None
+    fits = rs.worse_pct(value, median, direction) <= explained + margin_pct
+    return (own.cpu_wait_pct, explained) if fits else None
 
 
 # A node's spread must be more than this many times the fleet's typical one, as well as far beyond the nodes'
@@ -193,8 +211,17 @@ class Unjudged:
     spread_pct: float
     fleet_spread_pct: float
     z: float | None
+    # Where its measurement waited for a CPU (node/neighbours.py) long enough to explain its dip: (the share of its
+    # time it waited, the fall that explains), percent.
+    busy: tuple[float, float] | None = None
 
     def describe(self) -> str:
+        if self.busy is not None:
+            waited, explained = self.busy
+            return (
+                f"too busy to judge: it waited {waited:.0f}% of its time for a CPU, which explains a fall of "
+                f"{explained:.0f}% (as a log ratio)"
+            )
         return f"too noisy to judge: spread {self.spread_pct:.1f}% against the fleet's {self.fleet_spread_pct:.1f}%"
 
 

@@ -3,6 +3,7 @@ record and check runs of the suites, the baseline it records and the reports it 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from types import ModuleType
 
@@ -22,9 +23,14 @@ def test_a_whole_smoke_run_on_the_cpu(smoke: ModuleType, tmp_path: Path, capsys:
     out = tmp_path / "smoke"
     smoke.main(["--device", "cpu", "--out", str(out), "-k", "host_copy"])
     stdout = capsys.readouterr().out
-    assert "record run: exit 0; check run: exit " in stdout, stdout
     assert "engine: llama3_tiny_4layers (dim 64, seq 64, vocab 512)" in stdout
     assert "MFU: no public peak known for this GPU (pass --peak-tflops)" in stdout
+    if "record run: exit 0; check run: exit " not in stdout:
+        # A machine too busy to record (its host copies waited for a CPU): refused in one line, the run failed.
+        record = json.loads((out / "record.json").read_text())["record"]
+        assert "record run: exit 1; " in stdout and not record["written"], stdout
+        assert "too noisy to record" in record["note"]
+        pytest.skip(f"this machine was too busy to record a baseline: {record['note']}")
     recorded = bl.load_baseline(out / "SMOKE.yaml")
     expected = recorded.metrics["host_copy_bandwidth_gbps"].default.expected
     assert expected is not None and expected > 0

@@ -611,9 +611,9 @@ def test_a_recording_keeps_a_floor_only_metric_floor_only_and_not_the_old_wide_b
     entry = doc["metrics"]["host_memory_triad_gbps"]
     assert entry["expected"] == 44.6 and entry["fail"] == 2 and "warn" not in entry  # no 5% band added
     copy = doc["metrics"]["host_copy_bandwidth_gbps"]
-    # Not the old 95% floor: 3/4 and 1/2 of the cpu SKU's 70% (a log ratio) below the expected value.
-    assert (copy["fail"], copy["warn"]) == ("41%", "30%") and "resolution_pct" not in copy
-    assert doc["resolution"]["pct"] == 70
+    # Not the old 95% floor: 3/4 and 1/2 of the cpu SKU's 60% (a log ratio) below the expected value.
+    assert (copy["fail"], copy["warn"]) == ("36%", "26%") and "resolution_pct" not in copy
+    assert doc["resolution"]["pct"] == 60
     (tmp_path / "cpu.yaml").write_text(bl.dump_baseline(doc))
     assert bl.load_baseline(tmp_path / "cpu.yaml").metrics["host_memory_triad_gbps"].default.warn is None
 

@@ -221,3 +221,19 @@ def test_the_summary_lists_a_node_too_noisy_to_judge_drains_it_not_and_passes_it
 
     assert "### Too noisy to judge" in outliers_md(summary)
     assert any("node-06" in line and "too noisy to judge" in line for line in outliers_terminal(summary))
+
+
+def test_a_node_whose_measurement_waited_for_a_cpu_is_too_busy_to_judge_not_drained() -> None:
+    """n5 halved beside a neighbour that held its CPUs half the time: the waits explain the dip (69%), so no drain
+    and no pass; the same figure without waits, or a fall far beyond what they explain, is drained."""
+    values = HEALTHY | {"n5": 5.0}
+    noises = _noises(dict.fromkeys(values, QUIET))
+    busy = noise.with_neighbours(noises["n5"], 50.0)
+    judged = stats.judge(values, "higher", noises=noises | {"n5": busy})
+    assert judged.outliers == [] and [u.host for u in judged.unjudged] == ["n5"]
+    assert judged.unjudged[0].describe() == (
+        "too busy to judge: it waited 50% of its time for a CPU, which explains a fall of 69% (as a log ratio)"
+    )
+    assert [o.host for o in stats.judge(values, "higher", noises=noises).outliers] == ["n5"]
+    far = stats.judge(HEALTHY | {"n5": 1.0}, "higher", noises=noises | {"n5": busy})
+    assert [o.host for o in far.outliers] == ["n5"]

@@ -111,7 +111,7 @@ def test_a_recording_passes_the_node_within_its_spread_and_fails_a_fall_of_twice
 
 @pytest.mark.parametrize("dead", [0.0, 1.087])  # nothing, or a tenth of the expected figure
 def test_a_dead_node_fails_against_a_recording_made_under_wide_limits(dead: float) -> None:
-    cpu = bl.load_baseline(REPO / "baselines" / "cpu.yaml")  # fail at 95% below, needs 70%
+    cpu = bl.load_baseline(REPO / "baselines" / "cpu.yaml")  # fail at 95% below, needs 60%
     measured = [figure(10.87, 10.0), busbw("1MiB", 1.5, 12.0), busbw("4MiB", 1.6, 8.0)]
     new = recorded(cpu, measured)
     ref = reference(new)
@@ -119,7 +119,7 @@ def test_a_dead_node_fails_against_a_recording_made_under_wide_limits(dead: floa
     size = new.metrics["all_reduce_busbw_gbps"].reference("1MiB")
     assert size is not None and size.expected == 1.5
     assert bl.compare(size, 0.15, "1MiB", rs.of_spreads(samples=12.0, reference=size.spread_pct)).verdict == bl.FAIL
-    assert new.resolution.pct == 70 and ref.fail_limit is not None and ref.fail_limit > 6  # not the old 0.54
+    assert new.resolution.pct == 60 and ref.fail_limit is not None and ref.fail_limit > 6  # not the old 0.54
 
 
 @pytest.mark.parametrize("direction", ["higher", "lower"])
@@ -212,4 +212,4 @@ def test_a_floor_only_metric_stays_floor_only_and_a_node_below_its_floor_gets_th
     above = recorded(cpu, [triad(44.6)]).metrics["host_memory_triad_gbps"].default
     assert (above.fail, above.warn, above.expected) == (bl.Limit(absolute=2.0), None, 44.6)
     below = recorded(cpu, [triad(1.5)]).metrics["host_memory_triad_gbps"].default
-    assert (str(below.fail), below.warn) == ("41%", None)
+    assert (str(below.fail), below.warn) == ("36%", None)

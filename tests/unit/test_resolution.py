@@ -168,3 +168,15 @@ def test_a_resolution_combines_its_spreads_and_names_them() -> None:
     r = rs.of_spreads(samples=3.0, reference=4.0, run_to_run=None)
     assert r is not None and r.pct == pytest.approx(10.0)
     assert r.describe() == "resolution 10.0% (2 x the spread of samples 3.0%, reference 4.0%)"
+
+
+def test_a_fall_its_waits_for_a_cpu_explain_is_unresolved_not_a_fail() -> None:
+    """A neighbour held the CPUs half the time (a halving explained): a figure a third below its fail limit cannot
+    be called the node's; one far below what the waits explain still fails."""
+    ref = reference()  # fail limit 90, needs 6%
+    waited = rs.of_spreads(samples=36.0, explained_pct=69.3)
+    assert waited is not None
+    assert bl.compare(ref, 60.0, "node", waited).verdict == bl.UNRESOLVED  # 41% past the limit, 69% explained
+    assert bl.compare(ref, 30.0, "node", waited).verdict == bl.FAIL  # 110% past it: more than the waits explain
+    assert bl.compare(ref, 60.0, "node", rs.of_spreads(samples=36.0)).verdict == bl.FAIL  # scatter explains nothing
+    assert "its waits for a CPU explain a fall of 69%" in waited.describe()
