@@ -7,14 +7,14 @@ Rows are the paths a figure is judged by, each through the project's own functio
 reimplemented):
 
 - baseline: the bundled baseline (baselines/cpu.yaml's host copy; ND_H100_v5.yaml's h2d for GPU-like noise),
-  verdicts.compare with resolution.of_spreads(samples=..., reference=...), as gb_expect calls it;
+  verdicts.compare with verdicts.resolution_of, as gb_expect calls it;
 - recorded: recording.recorded_baseline from healthy measurements (a --gb-record run: the better of two passes),
   written, read back with loading.parse_baseline, then verdicts.compare;
 - compare: compare.compare_one against one earlier healthy run, no history;
 - history: compare.compare_one against the last of 8 healthy runs, with_history of all 8;
 - drift: the figure losing fall/12 more each run for 12 runs, each judged with the node's history so far (the 8
   healthy runs and the drift's own): caught where any of the 12 regressed;
-- fleet: fleet.stats.judge over 8 healthy nodes and the judged one, each with its noise.
+- fleet: rules.outliers.judge over 8 healthy nodes and the judged one, each with its noise.
 
 Columns: a healthy figure measured on an idle machine, one beside a busy neighbour, and falls of 10, 25, 50 and
 90%. Each cell counts, over its trials, the caught (fail / regressed / outlier), the unresolved, the missed (pass /
@@ -36,7 +36,7 @@ alarm. Two noise sources, each its own table:
 Each figure is judged as one pass: the measuring again gb_expect does before a figure fails (the better pass
 counts) is not applied here.
 
-Each path's resolution (resolution.py; the fleet's: noise.margin_pct of the fleet's typical spread, beside its
+Each path's resolution (rules/resolution.py; the fleet's: noise.margin_pct of the fleet's typical spread, beside its
 fixed 10% rule) is printed as the median over the cell's trials, with the resolution its metric needs, so that a
 reader can check that no fall of at least twice the reported resolution is ever missed; the lines after the tables
 name every cell where one is, and every healthy false alarm. DIR/detection_table.json keeps every count, the
@@ -100,7 +100,7 @@ class Figure:
 
     @property
     def noise(self) -> Any:
-        from pytest_gbvalidate import noise
+        from pytest_gbvalidate.rules import noise
 
         return noise.from_details(self.details)
 
@@ -309,22 +309,19 @@ def from_compare(word: str) -> str:
 
 
 def judge_baseline(metric: Metric, figure: Figure, reference: Any = None) -> tuple[str, float | None]:
-    from pytest_gbvalidate import resolution as rs
     from pytest_gbvalidate.baselines import verdicts
 
     ref = metric.reference if reference is None else reference
-    own = figure.noise
-    resolution = rs.of_spreads(samples=None if own is None else own.spread_pct, reference=ref.spread_pct)
-    verdict = verdicts.compare(ref, figure.value, metric.scope, resolution)
+    verdict = verdicts.compare(ref, figure.value, metric.scope, verdicts.resolution_of(figure.noise, ref))
     return from_verdict(verdict.verdict), None if verdict.resolution is None else verdict.resolution.pct
 
 
 def recorded_reference(metric: Metric, passes: Sequence[Figure]) -> Any:
     """The reference a --gb-record run of these two passes writes (the better pass, their noise), read back as
     the loader reads it; None where the recording refuses the node as too noisy."""
-    from pytest_gbvalidate import noise
     from pytest_gbvalidate.baselines import recording
     from pytest_gbvalidate.baselines.loading import parse_baseline
+    from pytest_gbvalidate.rules import noise
 
     best = max(passes, key=lambda f: f.value)
     record = metric.record(best)
@@ -377,7 +374,7 @@ def judge_compare(metric: Metric, earlier: Any, figure: Figure) -> tuple[str, fl
 
 def judge_drift(metric: Metric, history: Sequence[Figure], runs: Iterator[Figure]) -> tuple[str, float | None]:
     """Each run against the one before, with the node's kept runs (the last noise.MAX_RUNS) behind it."""
-    from pytest_gbvalidate import noise
+    from pytest_gbvalidate.rules import noise
 
     kept = list(history)
     seen: list[str] = []
@@ -399,25 +396,23 @@ def judge_drift(metric: Metric, history: Sequence[Figure], runs: Iterator[Figure
 
 
 def judge_fleet(others: Sequence[Figure], figure: Figure, healthy: bool, cell: Cell) -> tuple[str, float | None]:
-    """fleet.stats over the other nodes and this one (node-09), each with its noise; on a healthy column any
+    """rules.outliers over the other nodes and this one (node-09), each with its noise; on a healthy column any
     node drained is a false alarm. The cell keeps how far the MAD rule asks a node to lie below the median."""
-    from pytest_gbvalidate import noise
-    from pytest_gbvalidate.fleet import stats
+    from pytest_gbvalidate.rules import noise, outliers
 
     nodes = {f"node-{i + 1:02d}": f for i, f in enumerate(others)}
     nodes["node-09"] = figure
     values = {host: f.value for host, f in nodes.items()}
     noises = {host: f.noise for host, f in nodes.items()}
-    judgement = stats.judge(values, "higher", noises=noises)
+    judgement = outliers.judge(values, "higher", noises=noises)
     drained = {o.host for o in judgement.outliers}
     unjudged = {u.host for u in judgement.unjudged}
     spreads = {host: n.spread_pct for host, n in noises.items() if n is not None}
-    typical_pct = stats.fleet_spread_pct(spreads, list(values), "node-09")
-    typical = None if typical_pct is None else noise.Noise(noise.MEDIAN, len(spreads), typical_pct)
-    margin = noise.margin_pct(typical, typical)
-    s = stats.spread(list(values.values()))
+    typical_pct = outliers.fleet_spread_pct(spreads, list(values), "node-09")
+    margin = noise.margin_pct(typical_pct, typical_pct)
+    s = outliers.spread(list(values.values()))
     if s.median:
-        cell.mad_rule_pcts.append(stats.DEFAULT_MAD_K * s.mad / stats.MAD_TO_Z / abs(s.median) * 100)
+        cell.mad_rule_pcts.append(outliers.DEFAULT_MAD_K * s.mad * noise.MAD_TO_SIGMA / abs(s.median) * 100)
     if "node-09" in drained or (healthy and drained):
         return "caught", margin
     return ("unresolved" if "node-09" in unjudged else "missed"), margin

@@ -177,13 +177,12 @@ def shown_slowdown_pct(pairs: Mapping[str, tuple[float, Any]], node: int) -> flo
 
 def sibling_trial(slow: int | None, speed: float) -> dict[str, Any]:
     """Four devices' host copies, device `slow` at `speed`, measured in turns as the suite's siblings check
-    measures its GPUs, and judged as it judges them (stats.sibling_verdict: measured again before naming)."""
+    measures its GPUs, and judged as it judges them (outliers.sibling_verdict: measured again before naming)."""
     import torch
 
-    from pytest_gbvalidate import noise
     from pytest_gbvalidate.bench.copy import copy_bandwidth
     from pytest_gbvalidate.bench.timing import MIN_TIMED_ITERATIONS
-    from pytest_gbvalidate.fleet import stats
+    from pytest_gbvalidate.rules import noise, outliers
     from suites.test_bandwidth import SIBLING_ROUNDS
     from tests.helpers.slow_device import slowed
 
@@ -200,7 +199,7 @@ def sibling_trial(slow: int | None, speed: float) -> dict[str, Any]:
             rounds.append(figures)
         return noise.in_rounds(rounds)
 
-    found, _ = stats.sibling_verdict(measure(), "higher", again=measure)
+    found, _ = outliers.sibling_verdict(measure(), "higher", again=measure)
     named = [o.host for o in found]
     expected = [] if slow is None else [f"gpu{slow}"]
     return {"slowed": slow, "named": named, "exact": named == expected}

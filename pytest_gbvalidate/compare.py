@@ -1,16 +1,17 @@
 """The node against its own earlier report (`--gb-compare PATH`): before and after maintenance.
 
 The earlier run's JSON report is read once; the run first checks it is the same node (hostname, and each GPU's
-serial and UUID by PCI bus id), then every measurement is also compared with the one of the same metric and scope
-in that report. The change allowed is `--gb-compare-fail`'s, else the resolution the metric needs (the baseline's
-`resolution`, resolution.py): never a baseline's fail band, which would let a node lose most of a figure between
-two runs. The figure's resolution (resolution.py) is made of the spreads behind the comparison: the new figure's
-samples, the earlier figure's, and, with the node's kept history (`--gb-history`, from noise.MIN_RUNS runs on),
-the figure's run-to-run spread on this node. resolution.side turns the change beyond the allowed one and that
-resolution into the verdict: noise excuses no more than the metric needs, and a figure too noisy for it is
-`unresolved`, never `ok`. With a kept history the figure is also judged, by the same rule, against the node's
-reference runs (the median of its oldest noise.MIN_RUNS kept runs): a node losing a little each run never moves
-far from the run before, and only the reference shows the fall. The worse of the two verdicts holds.
+serial and UUID by PCI bus id), then every measurement is also compared with the one of the same metric and scope in
+that report. The change allowed is `--gb-compare-fail`'s, else the resolution the metric needs (the baseline's
+`resolution`, rules/resolution.py): never a baseline's fail band, which would let a node lose most of a figure
+between two runs. The figure's resolution is made of the spreads behind the comparison: the new figure's samples
+(and its waits for a CPU), the earlier figure's, and, with the node's kept history (`--gb-history`, from
+noise.MIN_RUNS runs on), the figure's run-to-run spread on this node. resolution.side turns the change and that
+resolution into the verdict, the allowed change and the noise overlapping (both are tolerances for the same scatter:
+a change is excused by the larger, not their sum): noise excuses no more than the metric needs, and a figure too
+noisy for it is `unresolved`, never `ok`. With a kept history the figure is also judged, by the same rule, against
+the node's reference runs (the median of its oldest noise.MIN_RUNS kept runs): a node losing a little each run never
+moves far from the run before, and only the reference shows the fall. The worse of the two verdicts holds.
 
 pytest-benchmark's convention, mirrored rather than reused: `--benchmark-compare` / `--benchmark-compare-fail=
 mean:5%` compare pytest-benchmark's own saved timing statistics of functions it timed itself; our measurements are
@@ -31,8 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pytest_gbvalidate import noise
-from pytest_gbvalidate import resolution as rs
 from pytest_gbvalidate.files import InputError, read_json
 from pytest_gbvalidate.labels import printable
 from pytest_gbvalidate.metrics import CATALOG
@@ -47,6 +46,9 @@ from pytest_gbvalidate.report.records import (
     RunReportRecord,
     measurement_key,
 )
+from pytest_gbvalidate.rules import noise
+from pytest_gbvalidate.rules import pace as pacing
+from pytest_gbvalidate.rules import resolution as rs
 
 # The slowdown a run's pace (run_pace) is allowed where --gb-compare-fail gives no default: pytest-benchmark's
 # documented example threshold (`--benchmark-compare-fail=mean:5%`), and about twice the run-to-run spread of the
@@ -229,7 +231,7 @@ def run_pace(
     allowed: AllowedRegression,
     again: Sequence[MeasurementRecord] | None = None,
 ) -> RunPaceRecord | None:
-    """The run as a whole against the node's kept runs (noise.pace): regressed where its pace -- the median of its
+    """The run as a whole against the node's kept runs (rules/pace.py): regressed where its pace -- the median of its
     figures, or its share of worse figures -- is an outlier among theirs (beyond noise.family_z for two figures
     against as many runs) and its figures are, at the median, worse by more than the regression allowed
     (`--gb-compare-fail`'s default, else DEFAULT_ALLOWED_PCT): a node slower across the board, each figure still
@@ -281,7 +283,7 @@ def _pace(
         if value is not None:
             now[measurement_key(record)] = value
             directions[measurement_key(record)] = record["direction"]
-    found = noise.pace(now, earlier.runs, directions)
+    found = pacing.pace(now, earlier.runs, directions)
     z = None if found is None else found.z()
     if found is None or z is None:
         return None
@@ -298,7 +300,7 @@ def _pace(
         f"the node as a whole: {found.figures} figures, at the median {found.worse_pct:+.1f}% to the worse side of "
         f"the node's last {len(earlier.runs)} runs (modified z {found.worse_z:+.2f}; their runs' own "
         f"{center:+.2f} at the median), the run's modified z {z:+.1f} among them; {found.worse_share:.0%} of its "
-        f"figures more than {noise.SHARE_Z:g} spreads worse (their runs' {shares:.0%} at the median), modified z "
+        f"figures more than {pacing.SHARE_Z:g} spreads worse (their runs' {shares:.0%} at the median), modified z "
         f"{'-' if share_z is None else f'{share_z:+.1f}'}; allowed {pct:g}% and {cutoff:.1f} (the cut-off for two "
         f"figures against {len(found.earlier)} runs) -> {verdict.upper()}"
     )
@@ -506,7 +508,7 @@ def _judge(
     if not math.isfinite(value):
         return _Judged(against, reference, resolution, REGRESSED, "; not a finite number")
     worse = rs.worse_pct(value, reference, direction)
-    side = rs.side(worse - allowed_pct, resolution, needed)
+    side = rs.side(worse - allowed_pct, resolution, needed, tolerance_pct=allowed_pct)
     shown = f"{worse:+.1f}% to the worse side as a log ratio"
     if resolution is None:
         why = f"; {shown}" if side == "beyond" else ""
@@ -518,8 +520,8 @@ def _judge(
             f"coarser than the {needed.pct:g}% needed ({needed.source})"
         )
     elif side == "beyond":
-        excused = min(resolution.pct, needed.pct)
-        why = f"; {shown}, beyond the {excused:.1f}% its resolution may excuse ({names.describe(resolution)})"
+        excused = max(allowed_pct, min(resolution.pct, needed.pct))
+        why = f"; {shown}, beyond the {excused:.1f}% it and its resolution allow ({names.describe(resolution)})"
     else:
         why = ""
     return _Judged(against, reference, resolution, _BY_SIDE[side], why)

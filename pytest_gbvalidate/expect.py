@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pytest
 
-from pytest_gbvalidate import noise as nz
-from pytest_gbvalidate import resolution as rs
 from pytest_gbvalidate.hooks import GbValidateWarning as GbValidateWarning  # its documented place
 from pytest_gbvalidate.metrics import CATALOG, MetricSpec
 from pytest_gbvalidate.report.junit_properties import junit_properties
 from pytest_gbvalidate.report.records import INFO, PASS, RECORDED, SKIP, WARN, MeasurementRecord
 from pytest_gbvalidate.report.writer import json_safe, utc_now
+from pytest_gbvalidate.rules import noise as nz
+from pytest_gbvalidate.rules import resolution as rs
 
 if TYPE_CHECKING:
     from pytest_gbvalidate import baselines as bl
@@ -62,9 +62,9 @@ class Measured(NamedTuple):
 class Expect:
     """`gb_expect(metric, value, scope=...)`: compare a measurement with the SKU baseline inside the test that
     measured it. Fails the test below the fail limit, warns in the warn band, fails it as UNRESOLVED where its
-    evidence is too noisy for the resolution its metric needs (resolution.py), skips (or, with --gb-strict,
+    evidence is too noisy for the resolution its metric needs (rules/resolution.py), skips (or, with --gb-strict,
     fails) when the baseline has no reference for it. Every call is recorded in the reports, whatever the
-    verdict, with its noise (noise.py: given, or from the `samples_<unit>` / `passes` of its details) and its
+    verdict, with its noise (rules/noise.py: given, or from the `samples_<unit>` / `passes` of its details) and its
     resolution; noise moves a verdict by no more than the metric needs."""
 
     def __init__(self, gb: GbSession, item: pytest.Item) -> None:
@@ -275,21 +275,21 @@ class Expect:
         again: Callable[[], Mapping[str, tuple[float, Mapping[str, Any]]]] | None = None,
     ) -> None:
         """Each device's figure of `metric` (label -> (value, details), the devices of one node) against its
-        siblings': fails naming every device behind them (fleet/stats.py's sibling_outliers: measured in rounds,
+        siblings': fails naming every device behind them (rules/outliers.py's sibling_outliers: measured in rounds,
         round by round against its siblings of the same round, beyond the practical margin and beyond the error of
         its median; else by the fleet's outlier rule), whatever the baseline says -- on day one most figures have
         no baseline value, and a GPU 25% behind its seven siblings is a GPU to look at. Fewer than three devices:
         no verdict (one of two may be the slow one). `again` measures every device once more before a device is
-        named: named where both passes find it (stats.sibling_verdict), the message giving the second pass's
+        named: named where both passes find it (outliers.sibling_verdict), the message giving the second pass's
         figures."""
-        from pytest_gbvalidate.fleet import stats
+        from pytest_gbvalidate.rules import outliers
 
-        if len(figures) < stats.MIN_NODES:
-            pytest.skip(f"{metric}: {len(figures)} {of}(s) measured; telling one apart needs {stats.MIN_NODES}")
+        if len(figures) < outliers.MIN_NODES:
+            pytest.skip(f"{metric}: {len(figures)} {of}(s) measured; telling one apart needs {outliers.MIN_NODES}")
         direction = self.direction(metric, next(iter(figures)))
-        found, figures = stats.sibling_verdict(figures, direction, again)
+        found, figures = outliers.sibling_verdict(figures, direction, again)
         values = {label: float(value) for label, (value, _) in figures.items()}
-        center = stats.spread(list(values.values())).median
+        center = outliers.spread(list(values.values())).median
         unit = (CATALOG.get(metric) or MetricSpec(metric, "", direction, "", "")).unit
         shown = ", ".join(f"{label} {value:.4g}" for label, value in values.items())
         if found:
@@ -348,15 +348,11 @@ def _fail_with(*messages: str | None) -> None:
         pytest.fail(text, pytrace=False)
 
 
-def _resolution(record: Mapping[str, Any], ref: bl.Reference | None) -> rs.Resolution | None:
-    """What a measurement's evidence can tell against its baseline: its own samples' spread and the spread the
-    baseline recorded (None where neither is known)."""
-    own = nz.from_record(record.get("noise"))
-    return rs.of_spreads(
-        samples=None if own is None else own.spread_pct,
-        reference=None if ref is None else ref.spread_pct,
-        explained_pct=nz.explained_pct(own),
-    )
+def _resolution(record: Mapping[str, Any], ref: bl.Reference) -> rs.Resolution | None:
+    """What a measurement's evidence can tell against its baseline (verdicts.resolution_of)."""
+    from pytest_gbvalidate.baselines.verdicts import resolution_of
+
+    return resolution_of(nz.from_record(record.get("noise")), ref)
 
 
 def best_of_passes(

@@ -11,7 +11,7 @@ A baseline file looks like::
     sku: ND_H100_v5
     description: Azure ND H100 v5 (8x H100 80GB)
     detect: {azure_vm_sizes: [Standard_ND96isr_H100_v5], gpu_name_contains: H100 80GB HBM3, gpu_count: 8}
-    resolution:                    # optional: the finest change its figures must resolve (resolution.py)
+    resolution:                    # optional: the finest change its figures must resolve (rules/resolution.py)
       pct: 6                       # percent (a log ratio); a metric may declare its own as resolution_pct
       provenance: where that figure comes from
     metrics:

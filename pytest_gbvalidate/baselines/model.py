@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_gbvalidate import noise
-from pytest_gbvalidate.resolution import Needed
+from pytest_gbvalidate.rules import noise
+from pytest_gbvalidate.rules.resolution import Needed
 from pytest_gbvalidate.workloads.llama import parallel as llama_parallel
 from pytest_gbvalidate.workloads.llama.config import CONFIGS as LLAMA_CONFIGS
 from pytest_gbvalidate.workloads.llama.config import LlamaConfig
@@ -69,10 +69,10 @@ class Reference:
     warn: Limit | None
     provenance: str
     params: dict[str, Any] = field(default_factory=dict)
-    # The spread the node's samples showed when this was recorded (noise.py), in percent: a verdict against the
+    # The spread the node's samples showed when this was recorded (rules/noise.py), in percent: a verdict against the
     # expected value counts it in the figure's resolution beside the measurement's own.
     spread_pct: float | None = None
-    # The resolution the metric needs to be judged (resolution.py): the baseline's, else DEFAULT_NEEDED.
+    # The resolution the metric needs to be judged (rules/resolution.py): the baseline's, else DEFAULT_NEEDED.
     needed: Needed = DEFAULT_NEEDED
 
     @property

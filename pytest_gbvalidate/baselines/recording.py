@@ -1,5 +1,5 @@
 """Recording: a baseline written from a run's measurements, with limits that catch a fall on that node at the
-resolution each metric needs (resolution.py), and the node's noise counted once.
+resolution each metric needs (rules/resolution.py), and the node's noise counted once.
 
 The rule. Each expected value is the median measured, rounded to three significant digits (more where the metric
 needs a finer resolution: the rounding stays within a twentieth of it). Its limits come from the resolution the
@@ -37,8 +37,6 @@ from decimal import ROUND_CEILING, Decimal
 from pathlib import Path
 from typing import Any
 
-from pytest_gbvalidate import noise
-from pytest_gbvalidate import resolution as rs
 from pytest_gbvalidate.baselines.model import (
     DEFAULT_NEEDED,
     SCHEMA_VERSION,
@@ -51,6 +49,8 @@ from pytest_gbvalidate.baselines.model import (
 )
 from pytest_gbvalidate.baselines.verdicts import INFO
 from pytest_gbvalidate.metrics import CATALOG, PER_LABEL_SCOPE_KINDS
+from pytest_gbvalidate.rules import noise
+from pytest_gbvalidate.rules import resolution as rs
 
 # Where a recorded metric fails and warns: these shares of the resolution it needs, as log ratios to the worse side
 # of the expected value. Fail short of the whole needed resolution: a figure past the fail limit by more than a

@@ -20,7 +20,7 @@ from pytest_gbvalidate.baselines.model import (
 )
 from pytest_gbvalidate.baselines.schema_metrics import metric, needed_pct
 from pytest_gbvalidate.baselines.schema_sections import health, pretrain, topology
-from pytest_gbvalidate.resolution import Needed
+from pytest_gbvalidate.rules.resolution import Needed
 
 _TOP_KEYS = {
     "schema_version",

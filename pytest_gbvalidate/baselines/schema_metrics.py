@@ -29,8 +29,8 @@ from pytest_gbvalidate.baselines.model import (
 )
 from pytest_gbvalidate.labels import parse_size_label, size_label
 from pytest_gbvalidate.metrics import CATALOG, DIRECTIONS, SCOPE_KINDS, UNITS
-from pytest_gbvalidate.noise import NOISE_K
-from pytest_gbvalidate.resolution import Needed
+from pytest_gbvalidate.rules.noise import NOISE_K
+from pytest_gbvalidate.rules.resolution import Needed
 
 _OVERRIDE_KEYS = {"status", "expected", "fail", "warn", "provenance", "params", "spread_pct", "resolution_pct"}
 # The largest recorded spread a baseline may carry: one whose resolution alone (NOISE_K times it) is the coarsest a

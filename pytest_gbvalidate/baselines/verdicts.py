@@ -7,10 +7,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_gbvalidate import resolution as rs
 from pytest_gbvalidate.baselines.model import DEFAULT_NEEDED, Reference
 from pytest_gbvalidate.report.records import FAIL, INFO, PASS, UNRESOLVED, WARN, ResolutionRecord
 from pytest_gbvalidate.report.records import Verdict as VerdictWord
+from pytest_gbvalidate.rules import noise
+from pytest_gbvalidate.rules import resolution as rs
 
 __all__ = ["FAIL", "INFO", "PASS", "UNRESOLVED", "WARN", "Verdict", "compare"]
 
@@ -98,7 +99,7 @@ class Verdict:
 
 
 def compare(ref: Reference, value: float, scope: str, resolution: rs.Resolution | None = None) -> Verdict:
-    """The verdict for `value` measured at `scope`, its evidence resolving `resolution` (resolution.py; None: the
+    """The verdict for `value` measured at `scope`, its evidence resolving `resolution` (rules/resolution.py; None: the
     value is taken as it is). A value that is not a finite number always fails. Each limit is judged by
     resolution.side against the resolution the metric needs (`ref.needed`): beyond the fail limit by more than
     the noise may excuse fails; within its noise warns; beyond the warn limit warns, within its noise passes. A
@@ -138,6 +139,16 @@ def compare(ref: Reference, value: float, scope: str, resolution: rs.Resolution 
         noise_note=note,
         resolution=resolution,
         needed=ref.needed,
+    )
+
+
+def resolution_of(own: noise.Noise | None, ref: Reference) -> rs.Resolution | None:
+    """What a measurement's evidence can tell against its baseline: its own noise (its samples' or passes' spread
+    and its waits for a CPU) and the spread its baseline recorded; None where neither is known."""
+    return rs.of_spreads(
+        samples=None if own is None else own.spread_pct,
+        reference=ref.spread_pct,
+        explained_pct=noise.explained_pct(own),
     )
 
 

@@ -9,7 +9,7 @@ the other nodes that passed are paired among themselves at the same time as the 
 pairs are slower than the pairs beside them round after round, by more than the rounds themselves scatter
 (`shortfall`), evidence no slow partner can fake. Where fewer nodes passed than RECHECKS, the partners are taken
 again in turn (one node that passed is measured beside the suspect RECHECKS times), and the verdict says so. In the
-first pass a pair is slow only beyond the error of its median, from its own samples (noise.py): a pair measured in
+first pass a pair is slow only beyond the error of its median, from its own samples (rules/noise.py): a pair measured in
 a noisy moment spreads widely, a pair with a slow node is slow in every sample.
 
 Bus bandwidth as nccl-tests computes it for all_reduce over the pair's ranks (bench/collectives.py)."""
@@ -25,10 +25,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from pytest_gbvalidate import labels, noise
+from pytest_gbvalidate import labels
 from pytest_gbvalidate.bench.collectives import COLLECTIVES, DTYPE, ELEMENT_BYTES, algbw_gbps
 from pytest_gbvalidate.bench.timing import median, time_op_s
 from pytest_gbvalidate.ranks.gang import RankContext
+from pytest_gbvalidate.rules import noise
 
 # A node is slow when each of its pairs is this much below the median of the pairs it is not in (overridable: the
 # metric's params).
@@ -171,7 +172,7 @@ class PairRow:
 
     def slow_below(self, floor_gbps: float, reference_gbps: float) -> bool:
         """Below `floor_gbps`, and further below `reference_gbps` than the error of its own median allows."""
-        allowed_pct = noise.margin_pct(noise.Noise(noise.MEDIAN, 0, self.error_pct))
+        allowed_pct = noise.margin_pct(self.error_pct)
         return self.busbw_gbps < floor_gbps and noise.beyond(self.busbw_gbps, reference_gbps, allowed_pct)
 
 

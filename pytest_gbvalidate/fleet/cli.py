@@ -9,13 +9,13 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from pytest_gbvalidate import noise
 from pytest_gbvalidate.files import atomic_write_text, clashes, same_file, unwritable
-from pytest_gbvalidate.fleet import junit, render, stats
+from pytest_gbvalidate.fleet import junit, render
 from pytest_gbvalidate.fleet.history import DEFAULT_FAILED, DEFAULT_OF
 from pytest_gbvalidate.fleet.plots import PLOT_NAME
 from pytest_gbvalidate.fleet.summary import Summary, summarize
 from pytest_gbvalidate.labels import printable_exactly
+from pytest_gbvalidate.rules import noise, outliers
 
 PROG = "python -m pytest_gbvalidate.fleet"
 OUT_FILES = ("summary.md", "nodes.csv", "metrics.csv", "fleet.xml")  # in --out; plots/ beside them
@@ -39,10 +39,10 @@ fleet's noise allows: each report gives its figures' spread beside them, and a n
 median combined -- never the node's own spread: scatter buys no pass, and a metric noisy on every node drains
 nobody. The MAD is at least the other nodes' typical run-to-run spread where more than half of them give one
 (--gb-history with --gb-compare). A node whose own spread for a figure is far beyond the fleet's (more than K scaled
-MADs, at least {stats.DEFAULT_MAD_K:g}, of the other nodes' spreads, and more than {stats.TOO_NOISY_RATIO:g} times
+MADs, at least {outliers.DEFAULT_MAD_K:g}, of the other nodes' spreads, and more than {outliers.TOO_NOISY_RATIO:g} times
 their median) and that is no outlier of it is too noisy to judge on it: listed, neither drained nor passed. A
 node is flagged even when it passed its baseline. --noise-floor-pct adds a percent every dip must exceed, for
-reports that do not give their noise. Needs at least {stats.MIN_NODES} nodes with a finished report. Pass 0 to
+reports that do not give their noise. Needs at least {outliers.MIN_NODES} nodes with a finished report. Pass 0 to
 switch the K or the PCT rule off.
 
 Reports: one per hostname counts, the latest by start_time (earlier ones are listed as superseded). Reports of
@@ -79,15 +79,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="K",
         help="outlier only when worse than the median by more than K (0 or more) scaled MADs (default: per metric, "
         "the family-wise cut-off: what a healthy node's worst figure stays within in 99%% of fleets of as many nodes "
-        f"and figures, at least {stats.DEFAULT_MAD_K:g}, Iglewicz & Hoaglin's recommendation for one figure)",
+        f"and figures, at least {outliers.DEFAULT_MAD_K:g}, Iglewicz & Hoaglin's recommendation for one figure)",
     )
     summary.add_argument(
         "--below-median-pct",
         type=_not_negative,
-        default=stats.DEFAULT_PCT,
+        default=outliers.DEFAULT_PCT,
         metavar="PCT",
         help="outlier only when worse than the median by more than PCT%% (0 or more) of it (default "
-        f"{stats.DEFAULT_PCT:g})",
+        f"{outliers.DEFAULT_PCT:g})",
     )
     summary.add_argument(
         "--noise-floor-pct",

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_gbvalidate import noise
-from pytest_gbvalidate.fleet import stats
 from pytest_gbvalidate.fleet.reports import Report
 from pytest_gbvalidate.fleet.text import one_line
+from pytest_gbvalidate.rules import noise, outliers
+from pytest_gbvalidate.rules.outliers import Outlier, Spread, Unjudged
 
 
 @dataclass(frozen=True)
@@ -61,9 +61,9 @@ class MetricStats:
     direction: str
     values: dict[str, float]  # host -> value, in the order of the nodes
     expected: float | None  # the baseline's expected value (the most common one, should baselines differ)
-    spread: stats.Spread
-    outliers: list[stats.Outlier]
-    unjudged: list[stats.Unjudged] = field(default_factory=list)  # nodes too noisy to judge on this metric
+    spread: Spread
+    outliers: list[Outlier]
+    unjudged: list[Unjudged] = field(default_factory=list)  # nodes too noisy to judge on this metric
 
     def delta_pct(self, value: float) -> float | None:
         """`value` relative to the fleet median, in percent (signed: + above the median)."""
@@ -74,7 +74,7 @@ class MetricStats:
 @dataclass(frozen=True)
 class NodeOutlier:
     metric: MetricStats
-    outlier: stats.Outlier
+    outlier: outliers.Outlier
 
     def describe(self) -> str:
         s, o = self.metric, self.outlier
@@ -98,7 +98,7 @@ class NodeUnjudged:
     """A node too noisy to judge on a metric: no verdict on that figure, neither drained for it nor passed."""
 
     metric: MetricStats
-    unjudged: stats.Unjudged
+    unjudged: outliers.Unjudged
 
     def describe(self) -> str:
         s, u = self.metric, self.unjudged
@@ -175,7 +175,7 @@ def metric_stats(
     report has the same key twice, its worse value counts (with that measurement's noise and run-to-run spread).
     `mad_k` None: each metric's cut-off is the family-wise one for its nodes and the fleet's figures
     (noise.family_z). Each node is judged against the fleet's noise and run-to-run spread without its own
-    (stats.judge): its outliers, and the nodes too noisy to judge on it."""
+    (outliers.judge): its outliers, and the nodes too noisy to judge on it."""
     values: dict[MetricKey, dict[str, float]] = {}
     noises: dict[MetricKey, dict[str, noise.Noise | None]] = {}
     run_to_run: dict[MetricKey, dict[str, float]] = {}  # host -> its figure's spread over its own earlier runs
@@ -185,12 +185,12 @@ def metric_stats(
         host = report.hostname
         for m in report.measurements:
             value = m["value"]
-            if m.get("verdict") == "info" or not isinstance(value, (int, float)) or not stats.is_number(value):
+            if m.get("verdict") == "info" or not isinstance(value, (int, float)) or not outliers.is_number(value):
                 continue
             key = metric_key(m)
             first = meta.setdefault(key, {"unit": str(m.get("unit", "")), "direction": str(m.get("direction"))})
             by_host = values.setdefault(key, {})
-            if host not in by_host or stats.worse_by(value, by_host[host], first["direction"]) > 0:
+            if host not in by_host or outliers.worse_by(value, by_host[host], first["direction"]) > 0:
                 by_host[host] = value
                 noises.setdefault(key, {})[host] = noise.from_record(m.get("noise"))
                 spread = _run_to_run_pct(m)
@@ -198,13 +198,13 @@ def metric_stats(
                 if spread is not None:
                     run_to_run[key][host] = spread
             reference = m.get("expected")
-            if reference is not None and stats.is_number(reference):
+            if reference is not None and outliers.is_number(reference):
                 expected.setdefault(key, Counter())[float(reference)] += 1
     found = []
     for key, by_host in values.items():
         direction = meta[key]["direction"]
         common = expected.get(key)
-        judged = stats.judge(
+        judged = outliers.judge(
             by_host,
             direction,
             noise.family_z(len(by_host), len(values)) if mad_k is None else mad_k,
@@ -220,7 +220,7 @@ def metric_stats(
                 direction,
                 by_host,
                 common.most_common(1)[0][0] if common else None,
-                stats.spread(list(by_host.values())),
+                outliers.spread(list(by_host.values())),
                 judged.outliers,
                 judged.unjudged,
             )

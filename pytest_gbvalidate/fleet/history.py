@@ -24,10 +24,10 @@ from typing import Any
 from pytest_gbvalidate.fleet.findings import MetricKey, failed_checks, metric_key
 from pytest_gbvalidate.fleet.markup import columns, num
 from pytest_gbvalidate.fleet.reports import NotMerged, Report, natural_key, read
-from pytest_gbvalidate.fleet.stats import is_number
 from pytest_gbvalidate.labels import parse_size_label, printable_exactly
 from pytest_gbvalidate.report import history as kept
 from pytest_gbvalidate.report.records import MeasurementRecord
+from pytest_gbvalidate.rules.outliers import is_number
 
 PARTIAL = "partial"
 OTHER_NODE = "another node's"

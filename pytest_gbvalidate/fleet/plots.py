@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 
 from pytest_gbvalidate.files import atomic_write_bytes
 from pytest_gbvalidate.fleet.findings import MetricStats
-from pytest_gbvalidate.fleet.stats import LOWER
 from pytest_gbvalidate.fleet.summary import Summary
+from pytest_gbvalidate.rules.outliers import LOWER
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

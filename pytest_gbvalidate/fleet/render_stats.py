@@ -4,12 +4,11 @@ scaling (summary.md, terminal). render.py puts them in its documents."""
 
 from __future__ import annotations
 
-from pytest_gbvalidate import noise
-from pytest_gbvalidate.fleet import stats
 from pytest_gbvalidate.fleet.findings import MetricStats, failed_checks
 from pytest_gbvalidate.fleet.markup import checks_cell, md, md_table, num
 from pytest_gbvalidate.fleet.scaling import WeakScaling
 from pytest_gbvalidate.fleet.summary import Summary
+from pytest_gbvalidate.rules import noise, outliers
 
 
 def rules_text(summary: Summary) -> str:
@@ -18,14 +17,14 @@ def rules_text(summary: Summary) -> str:
         f"{summary.mad_k:g} scaled MADs"
         if summary.mad_k is not None
         else "the family-wise number of scaled MADs (each metric's: what a healthy node's worst figure stays within "
-        f"in {1 - noise.FAMILY_LEVEL:.0%} of fleets of as many nodes and figures, at least {stats.DEFAULT_MAD_K:g})"
+        f"in {1 - noise.FAMILY_LEVEL:.0%} of fleets of as many nodes and figures, at least {outliers.DEFAULT_MAD_K:g})"
     )
     return (
         f"worse than the fleet median by more than {cut_off} (modified z-score "
         f"0.6745*(x-median)/MAD), and by more than {summary.pct:g}% of the median{floor}, and by more than the "
         f"fleet's noise allows ({noise.NOISE_K:g} times the fleet's typical spread, the median of the other "
         f"nodes' where the reports give it, for the node and for the median combined: never the node's own); where "
-        f"MAD is 0 any deviation is far in robust terms; at least {stats.MIN_NODES} nodes"
+        f"MAD is 0 any deviation is far in robust terms; at least {outliers.MIN_NODES} nodes"
     )
 
 
@@ -33,8 +32,8 @@ def noisy_rule_text(summary: Summary) -> str:
     cut_off = "K" if summary.mad_k is not None else "the family-wise number of"
     return (
         f"a node whose own spread for a figure is more than {cut_off} scaled MADs (at least "
-        f"{stats.DEFAULT_MAD_K:g}) of the other nodes' spreads beyond their median, and more than "
-        f"{stats.TOO_NOISY_RATIO:g} times it, and that is no outlier of that figure, is too noisy to judge on it: "
+        f"{outliers.DEFAULT_MAD_K:g}) of the other nodes' spreads beyond their median, and more than "
+        f"{outliers.TOO_NOISY_RATIO:g} times it, and that is no outlier of that figure, is too noisy to judge on it: "
         "neither drained nor passed (run it again on an idle node)"
     )
 
@@ -139,7 +138,7 @@ def _metric_cells(m: MetricStats) -> list[str]:
         num(s.mad),
         "-" if s.spread_pct is None else f"{s.spread_pct:.1f}%",
         num(m.expected),
-        ", ".join(o.host for o in m.outliers) or ("-" if s.nodes >= stats.MIN_NODES else "- (too few nodes)"),
+        ", ".join(o.host for o in m.outliers) or ("-" if s.nodes >= outliers.MIN_NODES else "- (too few nodes)"),
     ]
 
 

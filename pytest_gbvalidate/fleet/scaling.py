@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_gbvalidate.fleet.reports import Report
-from pytest_gbvalidate.fleet.stats import is_number
+from pytest_gbvalidate.rules.outliers import is_number
 
 STEP_TIME_SUFFIX = "_step_time_s"
 LAYOUT_FIELDS = ("mbs", "gbs", "dp", "seq_len", "model", "layout")

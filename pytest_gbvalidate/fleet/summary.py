@@ -17,7 +17,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pytest_gbvalidate.fleet import stats
 from pytest_gbvalidate.fleet.findings import (
     FailedCheck,
     MetricStats,
@@ -32,6 +31,7 @@ from pytest_gbvalidate.fleet.reports import CORRUPT, NO_VERDICT, OTHER_SKU, NotM
 from pytest_gbvalidate.fleet.scaling import WeakScaling, weak_scaling
 from pytest_gbvalidate.fleet.text import join_within
 from pytest_gbvalidate.report.node_verdict import UNRESOLVED
+from pytest_gbvalidate.rules import outliers
 
 # The software stack, as the report's `node` section names it, in the order shown.
 SOFTWARE = ("torch", "nccl", "driver", "cuda_driver", "cuda_runtime", "pytest_gbvalidate", "python")
@@ -135,9 +135,9 @@ class Summary:
     def statistics_note(self) -> str | None:
         """Why there are no outlier statistics, where there are none."""
         counted = sum(1 for n in self.nodes if n.report.finished)
-        if counted < stats.MIN_NODES:
+        if counted < outliers.MIN_NODES:
             return (
-                f"outlier statistics need at least {stats.MIN_NODES} nodes with a finished report; "
+                f"outlier statistics need at least {outliers.MIN_NODES} nodes with a finished report; "
                 f"{counted} given: medians and spreads only"
             )
         return None
@@ -192,7 +192,7 @@ def summarize(
     paths: Sequence[Path],
     sku: str | None = None,
     mad_k: float | None = None,
-    pct: float = stats.DEFAULT_PCT,
+    pct: float = outliers.DEFAULT_PCT,
     noise_floor_pct: float = 0.0,
 ) -> Summary:
     sorted_reports = sort_reports(paths, sku)

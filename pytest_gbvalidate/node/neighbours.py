@@ -1,9 +1,12 @@
 """How long a measurement waited for a CPU while it was timed. A busy neighbour slows a host-side measurement as a
 degraded node would, in every sample; only this tells the two apart. The kernel keeps, per thread, the time it was
 ready to run but waited for a CPU another task held (`/proc/<pid>/task/<tid>/schedstat`, its second field: the
-scheduler's run delay). The share of the timed window the most-delayed thread of the measuring process spent so is
-the share of the figure a neighbour -- another job, another rank, the hypervisor -- could explain (noise.py counts
-it in the figure's noise); a neighbour that left the measurement its CPUs explains nothing and counts nothing.
+scheduler's run delay). A parallel op waits for its slowest thread, so a wait of any one of the measuring process's
+threads delays it all (two threads each waiting half the time slowed a 2-core host copy up to threefold, more than
+either thread's own wait explains): the share of the timed window in which some thread waited, taken as 1 - prod(1 -
+w) over the threads' shares w (their waits independent), is what counts. That share is what a neighbour -- another
+job, another rank, the hypervisor -- could explain of the figure (rules/noise.py counts it in the figure's noise); a
+neighbour that left the measurement its CPUs explains nothing and counts nothing.
 
 Linux only (schedstat needs the kernel's CONFIG_SCHED_INFO, as every major distribution's has): None elsewhere,
 or where it cannot be read. No torch, no pytest.
@@ -42,12 +45,16 @@ def read(tasks: Path = TASKS) -> Reading | None:
 
 
 def waited_share(start: Reading | None, end: Reading | None) -> float | None:
-    """The share (0 to 1) of the time between two readings that the process's most-delayed thread spent waiting
-    for a CPU; None where either reading is missing, no thread is in both, or no time passed."""
+    """The share (0 to 1) of the time between two readings in which some thread of the process waited for a CPU:
+    1 - prod(1 - w) over each thread's share w of the window (each capped at the whole of it); None where either
+    reading is missing, no thread is in both, or no time passed."""
     if start is None or end is None or end.at_s <= start.at_s:
         return None
     both = start.waited_ns.keys() & end.waited_ns.keys()
     if not both:
         return None
-    most = max(end.waited_ns[tid] - start.waited_ns[tid] for tid in both)
-    return min(1.0, max(0.0, most / 1e9 / (end.at_s - start.at_s)))
+    window_ns = (end.at_s - start.at_s) * 1e9
+    none_waiting = 1.0
+    for tid in both:
+        none_waiting *= 1.0 - min(1.0, max(0.0, (end.waited_ns[tid] - start.waited_ns[tid]) / window_ns))
+    return 1.0 - none_waiting

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_gbvalidate import noise
+from pytest_gbvalidate.rules import noise
 
 
 class ToolError(RuntimeError):

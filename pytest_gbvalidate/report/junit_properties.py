@@ -8,7 +8,7 @@ from pytest_gbvalidate.report.records import MeasurementRecord
 
 # Per measurement, in this order (repeated when a test checks several metrics).
 JUNIT_FIELDS = ("metric", "scope", "value", "unit", "expected", "limit", "warn_limit", "delta_pct", "verdict")
-# Then what the figure's evidence can tell and what its metric needs (resolution.py), blank where not judged.
+# Then what the figure's evidence can tell and what its metric needs (rules/resolution.py), blank where not judged.
 JUNIT_RESOLUTION_FIELDS = ("pct", "needed_pct")
 # With --gb-compare, after those: the same measurement in the node's earlier report and the verdict against it.
 JUNIT_COMPARE_FIELDS = ("earlier_value", "earlier_date", "delta_pct", "allowed_pct", "verdict")

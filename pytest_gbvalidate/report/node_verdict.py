@@ -4,7 +4,7 @@ no I/O, no pytest.
 In this order, the first that applies:
 1. partial: the run did not finish; what it showed is not the node's whole story.
 2. fail: a check failed on the node (a failed test whose fault is not `unresolved`).
-3. unresolved: every failed test failed only because its figures were too noisy to judge (resolution.py): neither
+3. unresolved: every failed test failed only because its figures were too noisy to judge (rules/resolution.py): neither
    a pass nor a fault of the node; run again on an idle node.
 4. no verdict: pytest's exit status is not 0 without a failed test (its own usage or internal error, nothing
    collected, an output it could not write), or no check passed (only collected, or every test skipped).

@@ -76,8 +76,9 @@ class TestRecord(TypedDict):
 
 # A measurement's verdict, as every reader of the report takes it (the terminal, the page, JUnit, Prometheus, the
 # fleet): pass, warn or fail against its baseline's limits (baselines/verdicts.py decides which); unresolved, its
-# evidence too noisy for the resolution the metric needs (resolution.py: neither a pass nor a fail); info, measured
-# and gated by nothing; skip, no reference to compare with; recorded, measured for a --gb-record with no baseline.
+# evidence too noisy for the resolution the metric needs (rules/resolution.py: neither a pass nor a fail); info,
+# measured and gated by nothing; skip, no reference to compare with; recorded, measured for a --gb-record with no
+# baseline.
 Verdict = Literal["pass", "warn", "fail", "unresolved", "info", "skip", "recorded"]
 PASS: Final = "pass"  # noqa: S105 (a verdict, not a password)
 WARN: Final = "warn"
@@ -112,8 +113,8 @@ CompareVerdict = Literal["ok", "regressed", "within_noise", "unresolved", "gpu_r
 
 
 class ResolutionRecord(TypedDict):
-    """What a judged figure's evidence can tell (resolution.py): the smallest change `pct`, from the robust spreads
-    `spreads` (name -> percent: samples, reference, run_to_run), against the resolution the metric needs
+    """What a judged figure's evidence can tell (rules/resolution.py): the smallest change `pct`, from the robust
+    spreads `spreads` (name -> percent: samples, reference, run_to_run), against the resolution the metric needs
     (`needed_pct`, from `needed_source`). A figure whose `pct` exceeds `needed_pct` is judged only where its
     verdict holds against its whole resolution; elsewhere it is unresolved."""
 
@@ -142,7 +143,7 @@ class MeasurementCompareRecord(TypedDict):
 
 
 class NoiseRecord(TypedDict):
-    """How a figure was summarised and how much its samples spread (noise.py): `median` of `count` samples, or
+    """How a figure was summarised and how much its samples spread (rules/noise.py): `median` of `count` samples, or
     `best_pass` of `count` passes (each pass's figure in `passes`); `spread_pct` is their scaled MAD in percent of
     the figure."""
 
@@ -217,7 +218,7 @@ class RunPaceRecord(TypedDict):
     worse_z: float  # their median modified z among the runs, + to the worse side
     earlier_worse_z: list[float]  # the same of each kept run, against the others
     z: float | str  # this run's among those: "inf" where they all agree
-    # The share of its figures more than noise.SHARE_Z of the runs' spreads worse, each kept run's, and the run's
+    # The share of its figures more than pace.SHARE_Z of the runs' spreads worse, each kept run's, and the run's
     # modified z among those (None with fewer than noise.MIN_RUNS of them): a node slower across the board moves
     # its share before its median. Either z beyond the cut-off, and worse_pct beyond allowed_pct, is `regressed`.
     worse_share: NotRequired[float]

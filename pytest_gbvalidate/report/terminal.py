@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pytest_gbvalidate.levels import LEVELS
 from pytest_gbvalidate.report.collective_tables import number, sweep_records, sweep_tables
 from pytest_gbvalidate.report.records import MeasurementCompareRecord, MeasurementRecord, RunReportRecord, TestRecord
-from pytest_gbvalidate.resolution import worse_pct
+from pytest_gbvalidate.rules.resolution import worse_pct
 
 Section = tuple[str, list[str]]  # a section's title, and its lines
 SKIPPED_PREFIX = "Skipped: "  # pytest's words before a skip's reason

@@ -11,10 +11,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_gbvalidate import noise
-from pytest_gbvalidate.fleet import findings, stats
+from pytest_gbvalidate.fleet import findings
 from pytest_gbvalidate.fleet.reports import NotMerged, read
 from pytest_gbvalidate.fleet.summary import summarize
+from pytest_gbvalidate.rules import noise, outliers
 from tests.helpers.fleet_reports import write
 from tests.helpers.reports import minimal_report
 
@@ -29,7 +29,7 @@ def _noises(spreads: dict[str, float]) -> dict[str, noise.Noise | None]:
 def _drained(
     values: dict[str, float], spreads: dict[str, float], direction: str = "higher", mad_k: float = 3.5
 ) -> list[str]:
-    return [o.host for o in stats.outliers(values, direction, mad_k=mad_k, noises=_noises(spreads))]
+    return [o.host for o in outliers.outliers(values, direction, mad_k=mad_k, noises=_noises(spreads))]
 
 
 def test_a_slow_node_s_own_scatter_buys_it_no_pass() -> None:
@@ -38,7 +38,7 @@ def test_a_slow_node_s_own_scatter_buys_it_no_pass() -> None:
     values = HEALTHY | {"n5": 7.4}
     quiet = dict.fromkeys(values, QUIET)
     assert _drained(values, quiet) == ["n5"]
-    (slow,) = stats.outliers(values, "higher", noises=_noises(quiet | {"n5": 16.0}))
+    (slow,) = outliers.outliers(values, "higher", noises=_noises(quiet | {"n5": 16.0}))
     assert slow.host == "n5" and slow.rules[-2:] == (
         "beyond the 5.7% the figures' noise allows (the fleet's spread, not its own)",
         "its own spread, 16.0% against the fleet's 2.0%, excuses nothing",
@@ -48,21 +48,21 @@ def test_a_slow_node_s_own_scatter_buys_it_no_pass() -> None:
 def test_an_erratic_node_that_is_no_outlier_is_too_noisy_to_judge_whichever_side_it_lies() -> None:
     quiet = dict.fromkeys(HEALTHY, QUIET)
     for value in (9.6, 10.4):  # 4% slow (within the percent rule) or 4% fast: its scatter hides what it is
-        judged = stats.judge(HEALTHY | {"n5": value}, "higher", noises=_noises(quiet | {"n5": 16.0}))
+        judged = outliers.judge(HEALTHY | {"n5": value}, "higher", noises=_noises(quiet | {"n5": 16.0}))
         assert judged.outliers == []
         (erratic,) = judged.unjudged
         assert (
             erratic.host == "n5" and erratic.describe() == "too noisy to judge: spread 16.0% against the fleet's 2.0%"
         )
     # a little noisier than the rest, or as noisy as most of them, is judged
-    assert stats.judge(HEALTHY, "higher", noises=_noises(quiet | {"n5": 3.9})).unjudged == []
+    assert outliers.judge(HEALTHY, "higher", noises=_noises(quiet | {"n5": 3.9})).unjudged == []
     most = quiet | {"n3": 16.0, "n4": 16.0, "n5": 16.0}
-    assert stats.judge(HEALTHY, "higher", noises=_noises(most)).unjudged == []
+    assert outliers.judge(HEALTHY, "higher", noises=_noises(most)).unjudged == []
 
 
 def test_a_metric_noisy_on_every_node_still_drains_nobody() -> None:
     values = HEALTHY | {"n5": 7.4}  # 26% slow: within 2 x 12% x sqrt 2
-    judged = stats.judge(values, "higher", noises=_noises(dict.fromkeys(values, 12.0)))
+    judged = outliers.judge(values, "higher", noises=_noises(dict.fromkeys(values, 12.0)))
     assert judged.outliers == [] and judged.unjudged == []
 
 
@@ -195,7 +195,7 @@ def test_the_mad_floor_does_not_depend_on_how_far_the_noisiest_node_s_runs_sprea
 
     def drained(extra: float) -> list[str]:
         wider = runs | {widest: runs[widest] + extra}
-        return [o.host for o in stats.outliers(values, "lower", mad_k=7.5, run_to_runs=wider)]
+        return [o.host for o in outliers.outliers(values, "lower", mad_k=7.5, run_to_runs=wider)]
 
     assert drained(beyond[0]) == drained(beyond[1])
 
@@ -229,11 +229,11 @@ def test_a_node_whose_measurement_waited_for_a_cpu_is_too_busy_to_judge_not_drai
     values = HEALTHY | {"n5": 5.0}
     noises = _noises(dict.fromkeys(values, QUIET))
     busy = noise.with_neighbours(noises["n5"], 50.0)
-    judged = stats.judge(values, "higher", noises=noises | {"n5": busy})
+    judged = outliers.judge(values, "higher", noises=noises | {"n5": busy})
     assert judged.outliers == [] and [u.host for u in judged.unjudged] == ["n5"]
     assert judged.unjudged[0].describe() == (
         "too busy to judge: it waited 50% of its time for a CPU, which explains a fall of 69% (as a log ratio)"
     )
-    assert [o.host for o in stats.judge(values, "higher", noises=noises).outliers] == ["n5"]
-    far = stats.judge(HEALTHY | {"n5": 1.0}, "higher", noises=noises | {"n5": busy})
+    assert [o.host for o in outliers.judge(values, "higher", noises=noises).outliers] == ["n5"]
+    far = outliers.judge(HEALTHY | {"n5": 1.0}, "higher", noises=noises | {"n5": busy})
     assert [o.host for o in far.outliers] == ["n5"]

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_gbvalidate import noise
-from pytest_gbvalidate.fleet import findings, stats
+from pytest_gbvalidate.fleet import findings
 from pytest_gbvalidate.fleet.cli import main
 from pytest_gbvalidate.fleet.reports import CORRUPT, NotMerged, natural_key, read
+from pytest_gbvalidate.rules import noise, outliers
 from tests.helpers.fleet_reports import write
 from tests.helpers.reports import minimal_report, report_text
 
@@ -73,20 +73,21 @@ def test_out_must_be_a_directory(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
 
 def test_spread_has_the_median_mad_and_range_in_percent_of_the_median() -> None:
-    s = stats.spread([1.0, 2.0, 3.0, 4.0, 100.0])
+    s = outliers.spread([1.0, 2.0, 3.0, 4.0, 100.0])
     assert (s.nodes, s.median, s.minimum, s.maximum, s.mad) == (5, 3.0, 1.0, 100.0, 1.0)
     assert s.spread_pct == pytest.approx(99 / 3 * 100)
-    assert stats.spread([0.0, 0.0, 1.0]).spread_pct is None
+    assert outliers.spread([0.0, 0.0, 1.0]).spread_pct is None
 
 
 def test_an_outlier_is_far_in_robust_terms_and_beyond_the_percent_margin_on_the_worse_side_only() -> None:
     values = {"a": 1.0, "b": 2.0, "c": 3.0, "d": 4.0, "e": 100.0}  # median 3, MAD 1
-    (slow,) = stats.outliers(values, "lower", mad_k=3.5, pct=10)
-    assert slow.host == "e" and slow.z == pytest.approx(0.6745 * 97) and slow.worse_pct == pytest.approx(97 / 3 * 100)
+    (slow,) = outliers.outliers(values, "lower", mad_k=3.5, pct=10)
+    assert slow.host == "e" and slow.z == pytest.approx(97 / noise.MAD_TO_SIGMA)
+    assert slow.worse_pct == pytest.approx(97 / 3 * 100)
     assert slow.rules == ("65.4 scaled MADs > 3.5", "3233.3% of the median > 10%")
     # higher is better: 100 is the best node; a is 2 below the median (66.7%) but only 1.35 scaled MADs
-    assert stats.outliers(values, "higher", mad_k=3.5, pct=10) == []
-    (low,) = stats.outliers(values, "higher", mad_k=0, pct=50)  # K 0: the percent rule alone
+    assert outliers.outliers(values, "higher", mad_k=3.5, pct=10) == []
+    (low,) = outliers.outliers(values, "higher", mad_k=0, pct=50)  # K 0: the percent rule alone
     assert low.host == "a" and low.rules == ("1.3 scaled MADs > 0.0", "66.7% of the median > 50%")
 
 
@@ -99,16 +100,16 @@ def test_a_healthy_fleet_judged_on_many_figures_at_once_drains_nobody_and_a_brok
     fleet = [{f"n{i}": float(v) for i, v in enumerate(100.0 + 4.0 * rng.standard_normal(10))} for _ in range(150)]
     family = noise.family_z(10, 150)
     assert 8.0 < family < 16.0  # the simulation's 99% point of a healthy node's worst figure (12.2)
-    assert sum(len(stats.outliers(values, "higher", mad_k=3.5, pct=10)) for values in fleet) > 0
-    assert sum(len(stats.outliers(values, "higher", mad_k=family, pct=10)) for values in fleet) == 0
+    assert sum(len(outliers.outliers(values, "higher", mad_k=3.5, pct=10)) for values in fleet) > 0
+    assert sum(len(outliers.outliers(values, "higher", mad_k=family, pct=10)) for values in fleet) == 0
     broken = {f"n{i}": float(v) for i, v in enumerate(100.0 + 1.0 * rng.standard_normal(10))} | {"n3": 70.0}
-    assert [o.host for o in stats.outliers(broken, "higher", mad_k=family, pct=10)] == ["n3"]
+    assert [o.host for o in outliers.outliers(broken, "higher", mad_k=family, pct=10)] == ["n3"]
 
 
 def test_the_family_wise_cut_off_rises_with_figures_falls_with_nodes_and_is_never_below_one_figure_s() -> None:
-    assert noise.family_z(10, 150) > noise.family_z(10, 10) > stats.DEFAULT_MAD_K - 1e-9
+    assert noise.family_z(10, 150) > noise.family_z(10, 10) > outliers.DEFAULT_MAD_K - 1e-9
     assert noise.family_z(6, 150) > noise.family_z(10, 150) > noise.family_z(20, 150)
-    assert noise.family_z(10, 1) == stats.DEFAULT_MAD_K  # one figure: Iglewicz & Hoaglin's 3.5 holds
+    assert noise.family_z(10, 1) == outliers.DEFAULT_MAD_K  # one figure: Iglewicz & Hoaglin's 3.5 holds
     # beyond the simulated sizes, the largest simulated one's: a bigger fleet is judged no less strictly
     assert noise.family_z(500, 150) == noise.family_z(noise.MAX_SIMULATED_VALUES, 150)
     assert noise.family_z(10, 150) == noise.family_z(10, 150)  # seeded: the same every time
@@ -116,17 +117,17 @@ def test_the_family_wise_cut_off_rises_with_figures_falls_with_nodes_and_is_neve
 
 def test_with_mad_zero_any_deviation_is_far_and_the_percent_rule_decides() -> None:
     values = {"a": 10.0, "b": 10.0, "c": 10.0, "d": 9.5}  # MAD 0: most nodes read the same
-    assert stats.outliers(values, "higher", pct=10) == []
-    (flagged,) = stats.outliers(values, "higher", pct=4)
+    assert outliers.outliers(values, "higher", pct=10) == []
+    (flagged,) = outliers.outliers(values, "higher", pct=4)
     assert flagged.host == "d" and flagged.z is None and flagged.worse_pct == pytest.approx(5.0)
 
 
 def test_a_small_dip_many_mads_out_is_not_beyond_the_practical_margin() -> None:
     values = {"a": 100.0, "b": 100.1, "c": 99.9, "d": 100.05, "e": 98.0}  # MAD 0.1: e is 13 scaled MADs low
-    assert stats.outliers(values, "higher") == []
-    (dip,) = stats.outliers(values, "higher", pct=1)
-    assert dip.host == "e" and dip.z == pytest.approx(-13.49)
-    assert stats.outliers(values, "higher", pct=1, noise_floor_pct=3) == []
+    assert outliers.outliers(values, "higher") == []
+    (dip,) = outliers.outliers(values, "higher", pct=1)
+    assert dip.host == "e" and dip.z == pytest.approx(-2.0 / 0.1 / noise.MAD_TO_SIGMA)  # -13.49
+    assert outliers.outliers(values, "higher", pct=1, noise_floor_pct=3) == []
 
 
 # Four reports of one healthy 2-core machine (2026-11-27) had reduce_scatter 1MiB 10.5% below their median, 0.4
@@ -136,21 +137,21 @@ HEALTHY_NOISY = {"n1": 0.474, "n2": 0.53, "n3": 0.545, "n4": 0.424}
 
 def test_healthy_nodes_of_a_noisy_metric_are_not_outliers() -> None:
     noisy = {host: noise.Noise(noise.MEDIAN, 20, 12.0) for host in HEALTHY_NOISY}
-    assert stats.outliers(HEALTHY_NOISY, "higher", noises=noisy) == []
-    assert stats.outliers(HEALTHY_NOISY, "higher") == []  # 0.4 scaled MADs: never far from its peers
+    assert outliers.outliers(HEALTHY_NOISY, "higher", noises=noisy) == []
+    assert outliers.outliers(HEALTHY_NOISY, "higher") == []  # 0.4 scaled MADs: never far from its peers
 
 
 def test_a_metric_noisy_on_every_node_drains_nobody_and_a_quiet_one_names_the_slow_node() -> None:
     values = {"n1": 10.0, "n2": 10.1, "n3": 9.9, "n4": 10.05, "n5": 7.4}  # n5 26% slow, 50 scaled MADs
     quiet = {host: noise.Noise(noise.MEDIAN, 20, 2.0) for host in values}
-    (slow,) = stats.outliers(values, "higher", noises=quiet)
+    (slow,) = outliers.outliers(values, "higher", noises=quiet)
     assert slow.host == "n5" and slow.rules[-1] == (
         "beyond the 5.7% the figures' noise allows (the fleet's spread, not its own)"
     )
     noisy = {host: noise.Noise(noise.MEDIAN, 20, 12.0) for host in values}  # 2 x 12% x sqrt(2): 34% is chance
-    assert stats.outliers(values, "higher", noises=noisy) == []
+    assert outliers.outliers(values, "higher", noises=noisy) == []
     # a noisy node of a quiet fleet: its own scatter buys it no pass (unit/test_fleet_noise.py)
-    (erratic,) = stats.outliers(values, "higher", noises=quiet | {"n5": noise.Noise(noise.MEDIAN, 20, 16.0)})
+    (erratic,) = outliers.outliers(values, "higher", noises=quiet | {"n5": noise.Noise(noise.MEDIAN, 20, 16.0)})
     assert erratic.host == "n5"
 
 
@@ -162,15 +163,15 @@ CHECKPOINT_READS_MS = [24.06, 24.67, 24.22, 23.94, 27.95, 32.25, 25.50, 24.98, 2
 
 def test_the_fleet_s_spread_is_never_taken_as_less_than_its_nodes_run_to_run_spread() -> None:
     values = {f"node-{i:02d}": ms for i, ms in enumerate(CHECKPOINT_READS_MS, 1)}
-    (alone,) = stats.outliers(values, "lower", mad_k=7.5)  # a MAD of 1.9% of the median: 11 scaled MADs
+    (alone,) = outliers.outliers(values, "lower", mad_k=7.5)  # a MAD of 1.9% of the median: 11 scaled MADs
     assert alone.host == "node-06" and alone.z is not None and alone.z > 11
-    assert stats.outliers(values, "lower", mad_k=7.5, run_to_run_pct=6.45) == []  # 4.8 such spreads out
-    (slow,) = stats.outliers(values | {"node-06": 40.0}, "lower", mad_k=7.5, run_to_run_pct=6.45)  # 63% slower
+    assert outliers.outliers(values, "lower", mad_k=7.5, run_to_run_pct=6.45) == []  # 4.8 such spreads out
+    (slow,) = outliers.outliers(values | {"node-06": 40.0}, "lower", mad_k=7.5, run_to_run_pct=6.45)  # 63% slower
     assert slow.host == "node-06" and slow.rules[0] == (
         "9.7 scaled MADs > 7.5 (the MAD taken as the nodes' typical run-to-run spread, 6.5%)"
     )
     # where the fleet's own MAD is wider, it stands
-    (wide,) = stats.outliers(values | {"node-06": 40.0}, "lower", mad_k=7.5, run_to_run_pct=0.5)
+    (wide,) = outliers.outliers(values | {"node-06": 40.0}, "lower", mad_k=7.5, run_to_run_pct=0.5)
     assert wide.rules[0] == f"{abs(wide.z or 0):.1f} scaled MADs > 7.5"
 
 
@@ -209,8 +210,8 @@ def test_the_fleet_reads_each_node_s_run_to_run_spread_from_its_report(tmp_path:
 
 
 def test_fewer_than_three_nodes_or_no_direction_give_no_outliers() -> None:
-    assert stats.outliers({"a": 1.0, "b": 100.0}, "higher") == []
-    assert stats.outliers({"a": 1.0, "b": 100.0, "c": 100.0}, "sideways") == []
+    assert outliers.outliers({"a": 1.0, "b": 100.0}, "higher") == []
+    assert outliers.outliers({"a": 1.0, "b": 100.0, "c": 100.0}, "sideways") == []
 
 
 def test_hostnames_sort_naturally_whatever_the_length_of_their_numbers() -> None:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gbvalidate import noise
-from pytest_gbvalidate import resolution as rs
 from pytest_gbvalidate.node import neighbours
+from pytest_gbvalidate.rules import noise
+from pytest_gbvalidate.rules import resolution as rs
 
 
 def tasks(root: Path, waited_ns: dict[int, int]) -> Path:
@@ -25,11 +25,13 @@ def tasks(root: Path, waited_ns: dict[int, int]) -> Path:
     return root
 
 
-def test_the_share_is_the_most_delayed_thread_s_wait_over_the_window(tmp_path: Path) -> None:
+def test_the_share_is_the_window_in_which_some_thread_waited(tmp_path: Path) -> None:
     start = neighbours.read(tasks(tmp_path / "t", {1: 0, 2: 1_000_000}))
     assert start is not None and start.waited_ns == {1: 0, 2: 1_000_000}
     later = neighbours.Reading({1: 100_000_000, 2: 301_000_000, 3: 5}, start.at_s + 1.0)  # thread 3 started since
-    assert neighbours.waited_share(start, later) == pytest.approx(0.3)
+    assert neighbours.waited_share(start, later) == pytest.approx(1 - 0.9 * 0.7)  # thread 3: in one reading only
+    most = neighbours.Reading({1: 900_000_000, 2: 1_901_000_000}, start.at_s + 1.0)
+    assert neighbours.waited_share(start, most) == 1.0  # a thread that waited the whole window
     assert neighbours.waited_share(start, None) is None
     assert neighbours.waited_share(start, start) is None  # no time passed
     assert neighbours.waited_share(start, neighbours.Reading({9: 0}, start.at_s + 1)) is None  # no thread in both

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from pytest_gbvalidate import baselines as bl
-from pytest_gbvalidate import noise
-from pytest_gbvalidate import resolution as rs
+from pytest_gbvalidate.rules import noise, pace
+from pytest_gbvalidate.rules import resolution as rs
 
 
 def test_the_spread_is_the_scaled_mad_in_percent_of_the_median_and_ignores_a_wild_sample() -> None:
@@ -51,10 +51,9 @@ def test_a_report_s_noise_is_read_back_and_a_malformed_one_is_none() -> None:
     assert noise.from_record(record | {"passes": [1, "x"]}) is None
 
 
-def test_the_margin_combines_the_figures_noises() -> None:
-    a, b = noise.Noise("median", 20, 3.0), noise.Noise("median", 20, 4.0)
-    assert noise.margin_pct(a, b) == pytest.approx(noise.NOISE_K * 5.0)
-    assert noise.margin_pct(a, None) == pytest.approx(noise.NOISE_K * 3.0)
+def test_the_margin_combines_the_figures_spreads() -> None:
+    assert noise.margin_pct(3.0, 4.0) == pytest.approx(noise.NOISE_K * 5.0)
+    assert noise.margin_pct(3.0, None) == pytest.approx(noise.NOISE_K * 3.0)
     assert noise.margin_pct() == 0.0
 
 
@@ -125,13 +124,13 @@ def _slowed(run: dict[str, float], speed: float) -> dict[str, float]:
 def test_a_run_slower_in_every_figure_is_an_outlier_of_the_node_s_paces_though_its_typical_figure_is_not() -> None:
     runs = _healthy_runs()
     slowed = _slowed(runs[-1], 0.93)  # 7% slower: within 3.5 spreads of each figure's runs
-    found = noise.pace(slowed, runs, DIRECTIONS)
+    found = pace.pace(slowed, runs, DIRECTIONS)
     assert found is not None and found.figures == 30 and len(found.earlier) == 8
     assert found.worse_z < noise.OUTLIER_Z  # the typical figure is within its own runs' spread
     z = found.z()
     assert z is not None and z > noise.OUTLIER_Z and found.worse_pct > 5
     # a healthy run's pace lies among the others'
-    healthy = noise.pace(_healthy_runs(9)[-1], runs, DIRECTIONS)
+    healthy = pace.pace(_healthy_runs(9)[-1], runs, DIRECTIONS)
     assert healthy is not None and (healthy.z() or 0.0) < noise.OUTLIER_Z
 
 
@@ -147,35 +146,35 @@ def test_on_a_machine_whose_runs_drift_as_wholes_a_slower_run_moves_its_share_of
 
     runs = [run() for _ in range(15)]
     cutoff = noise.family_z(15, 2, apart=True)
-    slowed = noise.pace(run(0.75), runs, DIRECTIONS)
+    slowed = pace.pace(run(0.75), runs, DIRECTIONS)
     assert slowed is not None and (slowed.z() or 0.0) < cutoff  # the median pace alone misses it
     assert (slowed.share_z() or 0.0) > cutoff and slowed.worse_share > max(slowed.earlier_shares)
     for i, healthy in enumerate(runs):
-        found = noise.pace(healthy, runs[:i] + runs[i + 1 :], DIRECTIONS)
+        found = pace.pace(healthy, runs[:i] + runs[i + 1 :], DIRECTIONS)
         assert found is not None and (found.share_z() or 0.0) < cutoff and (found.z() or 0.0) < cutoff
 
 
 def test_one_figure_far_off_moves_no_pace_and_a_faster_run_is_no_slower_one() -> None:
     runs = _healthy_runs()
     one_off = dict(runs[-1]) | {"bw3": 10.0}  # one figure's own failure is its own test's verdict
-    found = noise.pace(one_off, runs, DIRECTIONS)
+    found = pace.pace(one_off, runs, DIRECTIONS)
     assert found is not None and (found.z() or 0.0) < noise.OUTLIER_Z
-    faster = noise.pace(_slowed(runs[-1], 1.15), runs, DIRECTIONS)
+    faster = pace.pace(_slowed(runs[-1], 1.15), runs, DIRECTIONS)
     assert faster is not None and (faster.z() or 0.0) < 0 and faster.worse_pct < 0
 
 
 def test_a_pace_needs_enough_runs_and_figures_and_leaves_out_figures_that_never_move() -> None:
     runs = _healthy_runs()
-    assert noise.pace(runs[-1], runs[:4], DIRECTIONS) is None  # no figure has a spread from four runs
+    assert pace.pace(runs[-1], runs[:4], DIRECTIONS) is None  # no figure has a spread from four runs
     few = {name: DIRECTIONS[name] for name in ("bw0", "bw1", "step0", "step1")}  # the others have no direction
-    assert noise.pace(runs[-1], runs, few) is None  # four figures: their median says little
+    assert pace.pace(runs[-1], runs, few) is None  # four figures: their median says little
     # six runs: each earlier run has five others to be judged against, so six paces; five runs give none
-    assert noise.pace(runs[-1], runs[:6], DIRECTIONS) is not None
-    five = noise.pace(runs[-1], runs[:5], DIRECTIONS)
+    assert pace.pace(runs[-1], runs[:6], DIRECTIONS) is not None
+    five = pace.pace(runs[-1], runs[:5], DIRECTIONS)
     assert five is not None and five.earlier == () and five.z() is None
     # an error count that stays 0 in every run says nothing of pace
     counts = [r | {"xid": 0.0} for r in runs]
-    with_count = noise.pace(runs[-1] | {"xid": 3.0}, counts, DIRECTIONS | {"xid": "lower"})
+    with_count = pace.pace(runs[-1] | {"xid": 3.0}, counts, DIRECTIONS | {"xid": "lower"})
     assert with_count is not None and with_count.figures == 30
 
 
@@ -197,17 +196,17 @@ def test_a_device_25_percent_behind_siblings_measured_beside_it_is_named_through
     """Four devices' copies, each the median of 20 samples spreading about 12% (a shared machine): one sample's
     spread (margin about 34%) would hide a device 25% behind; the medians' error (about 9%) does not, and the
     healthy three, within a few percent of each other, stay unnamed."""
-    from pytest_gbvalidate.fleet import stats
+    from pytest_gbvalidate.rules import outliers
 
     def device(value: float) -> tuple[float, dict[str, object]]:
         samples = [value * (1 + 0.12 * math.sin(2.1 * k)) for k in range(20)]
         return value, {"samples_gbps": samples}
 
     healthy = {"gpu0": device(10.0), "gpu1": device(10.3), "gpu2": device(9.8), "gpu3": device(10.1)}
-    assert stats.sibling_outliers(healthy, "higher") == []
+    assert outliers.sibling_outliers(healthy, "higher") == []
     slow = healthy | {"gpu2": device(7.5)}
-    assert [o.host for o in stats.sibling_outliers(slow, "higher")] == ["gpu2"]
-    one_sample_margin = stats.outliers(
+    assert [o.host for o in outliers.sibling_outliers(slow, "higher")] == ["gpu2"]
+    one_sample_margin = outliers.outliers(
         {k: v for k, (v, _) in slow.items()}, "higher", noises={k: noise.from_details(d) for k, (_, d) in slow.items()}
     )
     assert one_sample_margin == []  # what the rule said before: within one sample's spread
@@ -218,7 +217,7 @@ def test_devices_measured_in_turns_share_the_drift_that_sets_one_after_the_other
     check (a VM's memory, a GPU's clocks): one after the other, the last device takes the whole dip and is named;
     in three rounds of ten, the dip is spread over several devices' samples, nobody is named, and a device 25%
     slower is, alone."""
-    from pytest_gbvalidate.fleet import stats
+    from pytest_gbvalidate.rules import outliers
 
     def measure(order: list[tuple[int, int]], slow: int | None = None) -> list[dict[str, tuple[float, dict[str, Any]]]]:
         """`order`: (round, device) in the order measured, 10 samples each."""
@@ -231,7 +230,7 @@ def test_devices_measured_in_turns_share_the_drift_that_sets_one_after_the_other
         return rounds
 
     def named(rounds: list[dict[str, tuple[float, dict[str, Any]]]]) -> list[str]:
-        return [o.host for o in stats.sibling_outliers(noise.in_rounds(rounds), "higher")]
+        return [o.host for o in outliers.sibling_outliers(noise.in_rounds(rounds), "higher")]
 
     one_after_the_other = [(r, d) for d in range(4) for r in range(3)]
     in_turns = [(r, d) for r in range(3) for d in range(4)]
@@ -260,7 +259,7 @@ def test_siblings_measured_in_rounds_are_judged_round_by_round() -> None:
     25% slow went unnamed in one trial of five on a busy VM). In 300 seeded trials each way, one pass each: the slow
     device named, alone, in all but 1%; a healthy node's device, or one held down in a single round (a burst),
     named in no more than the simulated nodes' 1% allows, which the second pass then asks to repeat."""
-    from pytest_gbvalidate.fleet import stats
+    from pytest_gbvalidate.rules import outliers
 
     rng = random.Random(7)
     node = [0.7, 1.3, 1.0, 0.8, 1.2, 0.9, 1.1, 0.75]
@@ -275,40 +274,40 @@ def test_siblings_measured_in_rounds_are_judged_round_by_round() -> None:
                     speed = 0.5 if burst else 0.75
                 figures.append(10.0 * drift * speed * (1 + rng.uniform(-0.1, 0.1)))
             per_round.append(figures)
-        return [o.host for o in stats.sibling_outliers(_rounds(per_round), "higher")]
+        return [o.host for o in outliers.sibling_outliers(_rounds(per_round), "higher")]
 
     trials = 300
     assert sum(trial(3) == ["gpu3"] for _ in range(trials)) >= 0.99 * trials
     assert sum(trial(None) != [] for _ in range(trials)) <= 0.02 * trials
     assert sum("gpu2" in trial(2, burst=True) for _ in range(trials)) <= 0.02 * trials
     slow = _rounds([[10.0 * d, 10.2 * d, 7.5 * d, 9.9 * d] for d in node])
-    (found,) = stats.sibling_outliers(slow, "higher")
+    (found,) = outliers.sibling_outliers(slow, "higher")
     assert found.host == "gpu2" and found.worse_pct == pytest.approx(25.0, abs=1.0)
     assert found.rules == ("every round's spread is 0", "more than 10% behind, round by round")
     # lower is better (a latency): the device whose figure is higher in every round
     slow_latency = _rounds([[2.0 * d, 2.1 * d, 2.8 * d * (1 + 0.02 * (-1) ** r), 1.9 * d] for r, d in enumerate(node)])
-    assert [o.host for o in stats.sibling_outliers(slow_latency, "lower")] == ["gpu2"]
-    assert stats.sibling_z(4, 8) < stats.sibling_z(4, 6) < stats.sibling_z(4, 4)  # more rounds, tighter
+    assert [o.host for o in outliers.sibling_outliers(slow_latency, "lower")] == ["gpu2"]
+    assert outliers.sibling_z(4, 8) < outliers.sibling_z(4, 6) < outliers.sibling_z(4, 4)  # more rounds, tighter
 
 
 def test_siblings_without_rounds_to_pair_are_judged_by_the_fleet_rule() -> None:
     """Fewer rounds than MIN_SIBLING_ROUNDS (too few to know a device's own error), rounds of unequal count, or a
     round figure that is no positive number: the figures are judged as a fleet's (robust z, 10%, their noise)."""
-    from pytest_gbvalidate.fleet import stats
+    from pytest_gbvalidate.rules import outliers
 
     figures = _rounds([[10.0, 10.2, 7.0, 9.9], [10.1, 10.0, 7.1, 10.0]])
-    (found,) = stats.sibling_outliers(figures, "higher")
+    (found,) = outliers.sibling_outliers(figures, "higher")
     assert found.host == "gpu2" and "scaled MADs" in found.rules[0]
     uneven = figures | {"gpu3": (9.9, {"rounds": [9.9, 10.0, 9.8]})}
-    assert "scaled MADs" in stats.sibling_outliers(uneven, "higher")[0].rules[0]
+    assert "scaled MADs" in outliers.sibling_outliers(uneven, "higher")[0].rules[0]
     six = _rounds([[10.0, 10.2, 7.0, 9.9]] * 6)  # the same figures every round: no spread, 30% behind
-    assert stats.sibling_outliers(six, "higher")[0].rules[0] == "every round's spread is 0"
+    assert outliers.sibling_outliers(six, "higher")[0].rules[0] == "every round's spread is 0"
     broken = six | {"gpu1": (10.2, {"rounds": [10.2, 0.0, 10.2, 10.2, 10.2, 10.2]})}
-    assert "scaled MADs" in stats.sibling_outliers(broken, "higher")[0].rules[0]
+    assert "scaled MADs" in outliers.sibling_outliers(broken, "higher")[0].rules[0]
 
 
 def test_a_sibling_is_named_only_where_the_second_pass_finds_it_too() -> None:
-    from pytest_gbvalidate.fleet import stats
+    from pytest_gbvalidate.rules import outliers
 
     healthy = _rounds([[10.0, 10.1, 9.9, 10.0]] * 6)
     burst = _rounds([[10.0, 10.1, 6.0, 10.0]] * 6)  # gpu2 held down for the whole first pass
@@ -322,8 +321,8 @@ def test_a_sibling_is_named_only_where_the_second_pass_finds_it_too() -> None:
 
         return measure
 
-    assert stats.sibling_verdict(healthy, "higher", again(slow)) == ([], healthy) and passes == []  # not asked
-    found, read = stats.sibling_verdict(burst, "higher", again(healthy))
+    assert outliers.sibling_verdict(healthy, "higher", again(slow)) == ([], healthy) and passes == []  # not asked
+    found, read = outliers.sibling_verdict(burst, "higher", again(healthy))
     assert found == [] and read == healthy and passes == [1]
-    found, read = stats.sibling_verdict(burst, "higher", again(slow))
+    found, read = outliers.sibling_verdict(burst, "higher", again(slow))
     assert [o.host for o in found] == ["gpu2"] and read == slow and found[0].value == 7.4

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from pytest_gbvalidate import baselines as bl
 from pytest_gbvalidate import files
-from pytest_gbvalidate import resolution as rs
 from pytest_gbvalidate.baselines import recording
 from pytest_gbvalidate.baselines.loading import parse_baseline
+from pytest_gbvalidate.rules import resolution as rs
 from tests.helpers.runs import REPO
 
 # A catalog metric each way: higher is better, lower is better.

@@ -1,6 +1,6 @@
-"""The rule that decides every judged figure (resolution.py) and the baseline verdicts built on it: a verdict holds
-against the noise its evidence shows, noise never excuses more than the metric needs, and where the evidence cannot
-tell the answer is UNRESOLVED. Properties over the whole input space (Hypothesis), then the cases that once
+"""The rule that decides every judged figure (rules/resolution.py) and the baseline verdicts built on it: a verdict
+holds against the noise its evidence shows, noise never excuses more than the metric needs, and where the evidence
+cannot tell the answer is UNRESOLVED. Properties over the whole input space (Hypothesis), then the cases that once
 passed a node they should not have."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_gbvalidate import baselines as bl
-from pytest_gbvalidate import resolution as rs
 from pytest_gbvalidate.baselines.model import Limit, Reference
+from pytest_gbvalidate.rules import resolution as rs
 
 SEVERITY = {bl.PASS: 0, bl.WARN: 1, bl.UNRESOLVED: 2, bl.FAIL: 3}
 NEEDED = rs.Needed(6.0, "test")

@@ -2,7 +2,7 @@
 verdict. Pure functions on numbers: no torch, no pytest.
 
 A figure's resolution is the smallest change its evidence can tell apart from noise: noise.NOISE_K times the
-combined robust spreads that stand behind it -- its own samples' or passes' (noise.py), the reference's it is
+combined robust spreads that stand behind it -- its own samples' or passes' (rules/noise.py), the reference's it is
 compared with (a recorded baseline's, an earlier report's) and, where the node's runs are kept, the node's
 run-to-run spread. It is a distance on the same scale as `worse_pct`: a log ratio in percent for two positive
 figures, so a tenfold fall (230%) is never "within" any plausible spread.
@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from pytest_gbvalidate.noise import NOISE_K
+from pytest_gbvalidate.rules.noise import NOISE_K
 
 Direction = Literal["higher", "lower"]
 # What a figure against one threshold can be: not beyond it, beyond it but within the noise it is allowed, beyond
@@ -88,17 +88,22 @@ class Needed:
     source: str
 
 
-def side(beyond_pct: float, resolution: Resolution | None, needed: Needed) -> Side:
+def side(beyond_pct: float, resolution: Resolution | None, needed: Needed, tolerance_pct: float = 0.0) -> Side:
     """A figure `beyond_pct` past a threshold (worse_pct against it: + beyond, - short of it), with this
     `resolution`, for a metric that needs `needed`: `beyond` where it is past by more than min(resolution, needed)
     and by more than its waits for a CPU explain (or is not a number); `unresolved` where it is past by more than
     the noise may excuse but no more than those waits explain (a neighbour held its CPUs), or where its resolution
     is coarser than needed and it lies within that resolution of the threshold; `within` where it is short of the
     threshold and either resolved or short by more than its whole resolution; else `within_noise` (past it, by no
-    more than its resolution, which the metric allows)."""
+    more than its resolution, which the metric allows).
+
+    `tolerance_pct`: where the threshold is itself a change allowed for the same noise (--gb-compare's allowed
+    change, `tolerance_pct` past the reference), noise excuses only what reaches past it: the two overlap, they do
+    not add up."""
     r = 0.0 if resolution is None else resolution.pct
-    excused = min(r, needed.pct)
-    if math.isnan(beyond_pct) or beyond_pct > max(excused, 0.0 if resolution is None else resolution.explained_pct):
+    excused = max(min(r, needed.pct) - tolerance_pct, 0.0)
+    explained = (0.0 if resolution is None else resolution.explained_pct) - tolerance_pct
+    if math.isnan(beyond_pct) or beyond_pct > max(excused, explained):
         return "beyond"
     if beyond_pct > excused:
         return "unresolved"

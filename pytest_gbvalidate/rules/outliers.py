@@ -47,11 +47,10 @@ from typing import Any, TypeGuard
 
 import numpy as np
 
-from pytest_gbvalidate import noise as nz
-from pytest_gbvalidate import resolution as rs
+from pytest_gbvalidate.rules import noise as nz
+from pytest_gbvalidate.rules import resolution as rs
+from pytest_gbvalidate.rules.noise import modified_z
 
-# 0.6745 is the 0.75 quantile of the standard normal: MAD / 0.6745 estimates the standard deviation of normal data.
-MAD_TO_Z = 0.6745
 DEFAULT_MAD_K = nz.OUTLIER_Z  # Iglewicz & Hoaglin's recommended cut-off for one modified z-score
 DEFAULT_PCT = 10.0
 # Fewer nodes than this: the median of two is their mean, and "worse than the rest" means nothing.
@@ -102,11 +101,6 @@ def worse_by(value: float, center: float, direction: str) -> float:
     return center - value if direction == HIGHER else value - center
 
 
-def modified_z(value: float, center: float, mad_value: float) -> float | None:
-    """Iglewicz & Hoaglin's modified z-score; None where MAD is 0 and the score is undefined."""
-    return None if mad_value == 0 else MAD_TO_Z * (value - center) / mad_value
-
-
 def outliers(
     values: Mapping[str, float],
     direction: str,
@@ -149,14 +143,13 @@ def judge(
     found, unjudged = [], []
     for host, value in values.items():
         typical_pct = fleet_spread_pct(spreads, hosts, host)
-        typical = None if typical_pct is None else nz.Noise(nz.MEDIAN, len(spreads), typical_pct)
         r2r = max(run_to_run_pct or 0.0, fleet_spread_pct(run_to_runs or {}, hosts, host) or 0.0)
         floor = abs(s.median) * r2r / 100.0 / nz.MAD_TO_SIGMA
         mad_value = max(s.mad, floor)
         worse = worse_by(value, s.median, direction)
         z = modified_z(value, s.median, mad_value)
         worse_pct = math.inf if s.median == 0 else worse / abs(s.median) * 100.0
-        margin = nz.margin_pct(typical, typical)
+        margin = nz.margin_pct(typical_pct, typical_pct)
         far_out = z is None or abs(z) > mad_k
         noisy = too_noisy(spreads, hosts, host, max(mad_k, nz.OUTLIER_Z))
         if worse > 0 and far_out and worse_pct > max(pct, noise_floor_pct) and nz.beyond(value, s.median, margin):

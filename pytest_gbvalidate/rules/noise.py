@@ -34,7 +34,8 @@ import numpy as np
 if TYPE_CHECKING:
     from pytest_gbvalidate.report.records import NoiseRecord, RunToRunRecord
 
-# 1 / 0.6745 (the 0.75 quantile of the standard normal): MAD x 1.4826 estimates the standard deviation.
+# 1 / 0.6745 (the 0.75 quantile of the standard normal): MAD x 1.4826 estimates the standard deviation. The one MAD
+# constant: Iglewicz & Hoaglin's modified z-score, 0.6745 (x - median) / MAD, is (x - median) / (MAD_TO_SIGMA x MAD).
 MAD_TO_SIGMA = 1.4826
 # How many combined robust spreads a difference must exceed to count. The spreads are those of one sample; the
 # median of the >= 10 samples a figure summarises is several times tighter (about 0.28 of a sample's spread for
@@ -120,6 +121,12 @@ def with_neighbours(own: Noise | None, cpu_wait_pct: float | None) -> Noise | No
         return Noise(MEDIAN, 0, spread, cpu_wait_pct=cpu_wait_pct)
     combined = math.hypot(own.spread_pct, spread)
     return dataclasses.replace(own, spread_pct=combined, cpu_wait_pct=cpu_wait_pct)
+
+
+def modified_z(value: float, center: float, mad_value: float) -> float | None:
+    """Iglewicz & Hoaglin's modified z-score of `value` among values of median `center` and median absolute deviation
+    `mad_value`; None where the MAD is 0 and the score is undefined."""
+    return None if mad_value == 0 else (value - center) / (MAD_TO_SIGMA * mad_value)
 
 
 def spread_pct(values: Sequence[float]) -> float | None:
@@ -284,103 +291,6 @@ def of_runs(values: Sequence[float]) -> RunToRun | None:
     return None if spread is None else RunToRun(len(recent), statistics.median(recent), spread)
 
 
-# The fewest figures a run's pace is taken over: the median of fewer says as little as one figure does.
-MIN_PACE_FIGURES = 5
-# A figure this many of the runs' robust spreads to the worse side counts in the run's share of worse figures
-# (Pace.worse_share): about 2% of normal figures lie there by chance, and all of a node's figures shifted by two
-# spreads put half of them there.
-SHARE_Z = 2.0
-SHARE_BY_CHANCE = 0.5 * math.erfc(SHARE_Z / math.sqrt(2))  # normal figures beyond SHARE_Z: 2.3%
-
-
-@dataclass(frozen=True)
-class Pace:
-    """A run as a whole against the node's history: of its figures that the node's runs give a spread for, the
-    median of how far each lies to the worse side of those runs (modified z) and by how much (percent of their
-    median). One figure's drift between runs says little; a node that lost pace is worse in most of its figures
-    at once -- copies, GEMMs, collectives and the training step together. `earlier`: the same median z of each of
-    the node's runs, each against the others, which says how far a healthy run's pace strays.
-
-    `worse_share`: the share of its figures more than SHARE_Z of the runs' spreads to the worse side, and
-    `earlier_shares` each run's. The median moves only once most figures have moved; a node slower across the board
-    on a machine whose runs drift as wholes (a VM: its healthy runs -18% to +23% at the median) moves its
-    share first (a run 25% slower: 39-46% of its figures against healthy runs' 1-20%, its median 2.9 spreads)."""
-
-    figures: int
-    worse_z: float
-    worse_pct: float
-    earlier: tuple[float, ...]
-    worse_share: float = 0.0
-    earlier_shares: tuple[float, ...] = ()
-
-    def z(self) -> float | None:
-        """How far this run's pace lies beyond the earlier runs' (their modified z, + slower); None with fewer
-        than MIN_RUNS of them, or where theirs all agree and this one does too."""
-        return _z_among(self.worse_z, self.earlier)
-
-    def share_z(self) -> float | None:
-        """The same of the run's share of worse figures among the earlier runs' shares. A share counts figures:
-        where most runs have none or the same few, their MAD is 0 and one figure more would be infinitely far; the
-        spread is at least what counting the run's figures gives (binomial, at the runs' median share, or at the
-        share normal figures have by chance)."""
-        if len(self.earlier_shares) < MIN_RUNS:
-            return None
-        center = max(statistics.median(self.earlier_shares), SHARE_BY_CHANCE)
-        counted = math.sqrt(center * (1 - center) / self.figures)
-        return _z_among(self.worse_share, self.earlier_shares, floor=counted)
-
-
-def _z_among(value: float, earlier: Sequence[float], floor: float = 0.0) -> float | None:
-    """The modified z of `value` among `earlier` (+ above their median), their robust spread at least `floor`;
-    None with fewer than MIN_RUNS of them, or where they all agree and `value` does too."""
-    if len(earlier) < MIN_RUNS:
-        return None
-    center = statistics.median(earlier)
-    sigma = max(MAD_TO_SIGMA * statistics.median(abs(p - center) for p in earlier), floor)
-    if sigma == 0:
-        return None if value == center else math.copysign(math.inf, value - center)
-    return (value - center) / sigma
-
-
-def pace(now: Mapping[Any, float], runs: Sequence[Mapping[Any, float]], directions: Mapping[Any, str]) -> Pace | None:
-    """The pace of the run that measured `now` (figure key -> value), against the node's earlier `runs` (oldest
-    first; the last MAX_RUNS count), `directions` saying which way each figure is better ("higher" or "lower").
-    Figures whose runs agree exactly (error counts that stay 0) say nothing of pace and are left out. None where
-    fewer than MIN_PACE_FIGURES figures have a spread."""
-    recent = list(runs)[-MAX_RUNS:]
-    figures = _figure_paces(now, recent, directions)
-    if len(figures) < MIN_PACE_FIGURES:
-        return None
-    earlier, shares = [], []
-    for i, run in enumerate(recent):  # each earlier run against the others: how a healthy run's pace strays
-        theirs = _figure_paces(run, recent[:i] + recent[i + 1 :], directions)
-        if len(theirs) >= MIN_PACE_FIGURES:
-            earlier.append(statistics.median(z for z, _ in theirs))
-            shares.append(_worse_share(theirs))
-    worse_z = statistics.median(z for z, _ in figures)
-    worse_pct = statistics.median(pct for _, pct in figures)
-    return Pace(len(figures), worse_z, worse_pct, tuple(earlier), _worse_share(figures), tuple(shares))
-
-
-def _worse_share(figures: Sequence[tuple[float, float]]) -> float:
-    return sum(z > SHARE_Z for z, _ in figures) / len(figures)
-
-
-def _figure_paces(
-    now: Mapping[Any, float], runs: Sequence[Mapping[Any, float]], directions: Mapping[Any, str]
-) -> list[tuple[float, float]]:
-    """(modified z, percent), each + to the worse side, of every figure in `now` with a spread among `runs`."""
-    found = []
-    for key, value in now.items():
-        spread = of_runs([run[key] for run in runs if key in run])
-        if spread is None or spread.spread_pct == 0 or key not in directions or not math.isfinite(value):
-            continue
-        worse_pct = (value - spread.median) / abs(spread.median) * 100.0
-        sign = -1.0 if directions[key] == "higher" else 1.0
-        found.append((spread.worse_z(value, directions[key]), sign * worse_pct))
-    return found
-
-
 @functools.cache
 def family_z(values: int, figures: int, *, apart: bool = False) -> float:
     """The modified z-score a healthy node's worst of `figures` figures stays within in all but FAMILY_LEVEL of
@@ -403,11 +313,11 @@ def family_z(values: int, figures: int, *, apart: bool = False) -> float:
     return max(OUTLIER_Z, float(np.quantile(np.concatenate(worst), 1.0 - FAMILY_LEVEL)))
 
 
-def margin_pct(*noises: Noise | None) -> float:
-    """How far apart (in percent) figures with these noises may be by chance: NOISE_K times their combined spread
-    (figures without a known noise add none)."""
+def margin_pct(*spreads_pct: float | None) -> float:
+    """How far apart (in percent) figures with these robust spreads may be by chance: NOISE_K times their combined
+    spread (a figure whose spread is not known, None, adds none)."""
     # hypot, not the root of the squares' sum: a report's spread of 1e200 must not overflow.
-    return NOISE_K * math.hypot(*(n.spread_pct for n in noises if n is not None))
+    return NOISE_K * math.hypot(*(s for s in spreads_pct if s is not None))
 
 
 def beyond(value: float, reference: float, margin_pct: float) -> bool:

@@ -1,0 +1,110 @@
+"""A run as a whole against the node's kept runs: one figure's drift between runs says little, a node that lost pace
+is worse in most of its figures at once -- copies, GEMMs, collectives and the training step together. Pure functions
+on numbers: no torch, no pytest. compare.run_pace judges a run's pace with it.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_gbvalidate.rules.noise import MAD_TO_SIGMA, MAX_RUNS, MIN_RUNS, of_runs
+
+# The fewest figures a run's pace is taken over: the median of fewer says as little as one figure does.
+MIN_PACE_FIGURES = 5
+# A figure this many of the runs' robust spreads to the worse side counts in the run's share of worse figures
+# (Pace.worse_share): about 2% of normal figures lie there by chance, and all of a node's figures shifted by two
+# spreads put half of them there.
+SHARE_Z = 2.0
+SHARE_BY_CHANCE = 0.5 * math.erfc(SHARE_Z / math.sqrt(2))  # normal figures beyond SHARE_Z: 2.3%
+
+
+@dataclass(frozen=True)
+class Pace:
+    """A run as a whole against the node's history: of its figures that the node's runs give a spread for, the
+    median of how far each lies to the worse side of those runs (modified z) and by how much (percent of their
+    median). One figure's drift between runs says little; a node that lost pace is worse in most of its figures
+    at once -- copies, GEMMs, collectives and the training step together. `earlier`: the same median z of each of
+    the node's runs, each against the others, which says how far a healthy run's pace strays.
+
+    `worse_share`: the share of its figures more than SHARE_Z of the runs' spreads to the worse side, and
+    `earlier_shares` each run's. The median moves only once most figures have moved; a node slower across the board
+    on a machine whose runs drift as wholes (a VM: its healthy runs -18% to +23% at the median) moves its
+    share first (a run 25% slower: 39-46% of its figures against healthy runs' 1-20%, its median 2.9 spreads)."""
+
+    figures: int
+    worse_z: float
+    worse_pct: float
+    earlier: tuple[float, ...]
+    worse_share: float = 0.0
+    earlier_shares: tuple[float, ...] = ()
+
+    def z(self) -> float | None:
+        """How far this run's pace lies beyond the earlier runs' (their modified z, + slower); None with fewer
+        than MIN_RUNS of them, or where theirs all agree and this one does too."""
+        return _z_among(self.worse_z, self.earlier)
+
+    def share_z(self) -> float | None:
+        """The same of the run's share of worse figures among the earlier runs' shares. A share counts figures:
+        where most runs have none or the same few, their MAD is 0 and one figure more would be infinitely far; the
+        spread is at least what counting the run's figures gives (binomial, at the runs' median share, or at the
+        share normal figures have by chance)."""
+        if len(self.earlier_shares) < MIN_RUNS:
+            return None
+        center = max(statistics.median(self.earlier_shares), SHARE_BY_CHANCE)
+        counted = math.sqrt(center * (1 - center) / self.figures)
+        return _z_among(self.worse_share, self.earlier_shares, floor=counted)
+
+
+def _z_among(value: float, earlier: Sequence[float], floor: float = 0.0) -> float | None:
+    """The modified z of `value` among `earlier` (+ above their median), their robust spread at least `floor`;
+    None with fewer than MIN_RUNS of them, or where they all agree and `value` does too."""
+    if len(earlier) < MIN_RUNS:
+        return None
+    center = statistics.median(earlier)
+    sigma = max(MAD_TO_SIGMA * statistics.median(abs(p - center) for p in earlier), floor)
+    if sigma == 0:
+        return None if value == center else math.copysign(math.inf, value - center)
+    return (value - center) / sigma
+
+
+def pace(now: Mapping[Any, float], runs: Sequence[Mapping[Any, float]], directions: Mapping[Any, str]) -> Pace | None:
+    """The pace of the run that measured `now` (figure key -> value), against the node's earlier `runs` (oldest
+    first; the last MAX_RUNS count), `directions` saying which way each figure is better ("higher" or "lower").
+    Figures whose runs agree exactly (error counts that stay 0) say nothing of pace and are left out. None where
+    fewer than MIN_PACE_FIGURES figures have a spread."""
+    recent = list(runs)[-MAX_RUNS:]
+    figures = _figure_paces(now, recent, directions)
+    if len(figures) < MIN_PACE_FIGURES:
+        return None
+    earlier, shares = [], []
+    for i, run in enumerate(recent):  # each earlier run against the others: how a healthy run's pace strays
+        theirs = _figure_paces(run, recent[:i] + recent[i + 1 :], directions)
+        if len(theirs) >= MIN_PACE_FIGURES:
+            earlier.append(statistics.median(z for z, _ in theirs))
+            shares.append(_worse_share(theirs))
+    worse_z = statistics.median(z for z, _ in figures)
+    worse_pct = statistics.median(pct for _, pct in figures)
+    return Pace(len(figures), worse_z, worse_pct, tuple(earlier), _worse_share(figures), tuple(shares))
+
+
+def _worse_share(figures: Sequence[tuple[float, float]]) -> float:
+    return sum(z > SHARE_Z for z, _ in figures) / len(figures)
+
+
+def _figure_paces(
+    now: Mapping[Any, float], runs: Sequence[Mapping[Any, float]], directions: Mapping[Any, str]
+) -> list[tuple[float, float]]:
+    """(modified z, percent), each + to the worse side, of every figure in `now` with a spread among `runs`."""
+    found = []
+    for key, value in now.items():
+        spread = of_runs([run[key] for run in runs if key in run])
+        if spread is None or spread.spread_pct == 0 or key not in directions or not math.isfinite(value):
+            continue
+        worse_pct = (value - spread.median) / abs(spread.median) * 100.0
+        sign = -1.0 if directions[key] == "higher" else 1.0
+        found.append((spread.worse_z(value, directions[key]), sign * worse_pct))
+    return found
