@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 
-from pytest_gbvalidate import noise
 from pytest_gbvalidate.bench.gemm import GemmResult, fp8_speedup_x
 from pytest_gbvalidate.bench.on_rank import copy_on_rank, gemm_on_rank, has_fp8_on_rank, host_gemm_on_rank, p2p_on_rank
 from pytest_gbvalidate.bench.timing import MIN_TIMED_ITERATIONS
@@ -27,6 +26,7 @@ from pytest_gbvalidate.expect import Expect, Measured
 from pytest_gbvalidate.labels import gpu_label, gpu_pair_label
 from pytest_gbvalidate.probes import Gpu
 from pytest_gbvalidate.ranks.gang import Gang, NodeResult, run_on_local_rank
+from pytest_gbvalidate.rules import noise
 from pytest_gbvalidate.target import Target
 
 # The quick level takes the host's copy and GEMM, each GPU's copies both ways and its bf16 GEMM (each well under

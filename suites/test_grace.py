@@ -41,7 +41,7 @@ def _triad_details(host: str, rank: int, r: TriadResult) -> dict[str, Any]:
         "threads": r.threads,
         "median_gbps": r.median_gbps,
         "samples_gbps": r.samples_gbps,
-        "passes": r.samples_gbps,  # the figure is the best of them: their spread is its noise (noise.py)
+        "passes": r.samples_gbps,  # the figure is the best of them: their spread is its noise (rules/noise.py)
         "binding": r.binding,
         "rule": "STREAM: best of the timed runs, 3 arrays counted per element, first run excluded",
     }

@@ -49,7 +49,7 @@ def test_inference_tokens_per_s(gb_target: Target, gb_gang: Gang, gb_expect: Exp
             details = {
                 **vars(request),
                 "rule": f"best of {PASSES} passes",
-                "passes": figures,  # their spread is the figure's noise (noise.py)
+                "passes": figures,  # their spread is the figure's noise (rules/noise.py)
                 "prefill_tokens_per_s": best.prefill_tokens_per_s,
                 "decode_tokens_per_s": best.decode_tokens_per_s,
                 "prefill_s": best.prefill_s,

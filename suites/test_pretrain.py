@@ -77,7 +77,7 @@ def test_pretrain(
         if value is None:
             continue  # MFU without a peak in the baseline
         refuse_other_engines(gb_target, metric, run)
-        # Each figure comes from the timed steps: their spread is its noise (noise.py), the same in percent for
+        # Each figure comes from the timed steps: their spread is its noise (rules/noise.py), the same in percent for
         # the step time and the rates made from it.
         noise_of: dict[str, Any] = {"samples_step_time_s": run.step_times_s}
         if metric.endswith("_mfu_pct"):

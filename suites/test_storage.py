@@ -44,7 +44,7 @@ def test_scratch_throughput(gb_target: Target, gb_expect: Expect, gb_scratch: Pa
             "write_gbps_passes": write,
             "read_gbps_passes": read,
         }
-        # `passes`: each pass's figure of this metric, whose spread is the figure's noise (noise.py)
+        # `passes`: each pass's figure of this metric, whose spread is the figure's noise (rules/noise.py)
         return [
             Measured("scratch_write_gbps", max(write), "node", details | {"passes": write}),
             Measured("scratch_read_gbps", max(read), "node", details | {"passes": read}),
