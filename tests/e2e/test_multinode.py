@@ -20,6 +20,7 @@ import pytest
 
 from pytest_gbvalidate.bench.pairwise import RECHECKS
 from pytest_gbvalidate.fleet.cli import main as fleet_main
+from pytest_gbvalidate.report import node_verdict
 from tests.helpers.cpu_run import CpuRun
 from tests.helpers.llama_functions import needs_pipelining_over_gloo
 from tests.helpers.runs import COLLECTIVE_TESTS, REPO, SUITES, junit_cases
@@ -91,11 +92,15 @@ def test_two_nodes_over_loopback(tmp_path: Path) -> None:
     suites = [str(SUITES / "test_collectives.py"), str(SUITES / "test_bandwidth.py")]
     # the collectives and the host copy; a CPU matmul, or the quick level's one all_reduce, adds time, not coverage
     codes, logs = run_nodes(tmp_path, 2, 1, [*suites, "-k", "not gemm and not one_size"], {})
-    assert codes == [0, 0], logs
-
     node, report = the_report(tmp_path, 2, logs)  # one report, from the node that got global rank 0
+    # Two nodes on one busy machine are each other's neighbours: a host copy that waited for a CPU long enough to
+    # explain its figure is unresolved there (and only that); the run then exits 1 on both nodes.
+    failed = {t["test_id"].rsplit("::", 1)[-1] for t in report["tests"] if t["outcome"] == "failed"}
+    unresolved = {t["test_id"].rsplit("::", 1)[-1] for t in report["tests"] if node_verdict.is_unresolved(t)}
+    assert failed <= {"test_host_copy_bandwidth"} and failed == unresolved, logs
+    assert codes == ([1, 1] if failed else [0, 0]), logs
     assert not (tmp_path / f"node{1 - node}.xml").exists()
-    assert report["status"] == "finished" and report["exit_status"] == 0
+    assert report["status"] == "finished" and report["exit_status"] == (1 if failed else 0)
     assert report["world"] == {"world_size": 2}
     hosts = [{"node_rank": rank, "hostname": socket.gethostname()} for rank in (0, 1)]
     assert report["gang"] == {
@@ -104,7 +109,7 @@ def test_two_nodes_over_loopback(tmp_path: Path) -> None:
     }
     cases = junit_cases(tmp_path / f"node{node}.xml")
     passed = {name for name, case in cases.items() if case["outcome"] == "passed"}
-    assert passed == {*COLLECTIVE_TESTS, "test_host_copy_bandwidth", "test_pairwise_all_reduce_busbw"}
+    assert passed | failed == {*COLLECTIVE_TESTS, "test_host_copy_bandwidth", "test_pairwise_all_reduce_busbw"}
     for name in COLLECTIVE_TESTS:
         records = [m for m in report["measurements"] if m["test_id"].endswith(name)]
         assert len(records) == 20 and all(m["details"]["wrong"] == 0 for m in records)
@@ -115,7 +120,8 @@ def test_two_nodes_over_loopback(tmp_path: Path) -> None:
     assert sorted(m["scope"] for m in copies) == ["node0", "node1"]
     assert sorted(m["details"]["rank"] for m in copies) == [0, 1]
     # the other node ran the same tests to the same verdicts, quietly
-    assert "9 passed, 9 skipped, 5 deselected" in logs[1 - node] and "9 passed, 9 skipped, 5 deselected" in logs[node]
+    outcomes = "1 failed, 8 passed, 9 skipped, 5 deselected" if failed else "9 passed, 9 skipped, 5 deselected"
+    assert outcomes in logs[1 - node] and outcomes in logs[node]
     # two nodes make one pair: measured, but nobody to tell a slow node from a slow partner
     (pair,) = [m for m in report["measurements"] if m["metric"] == "pairwise_all_reduce_busbw_gbps"]
     assert pair["scope"] == "node0+node1" and pair["value"] > 0 and pair["details"]["wrong_by_rank"] == {}
