@@ -72,8 +72,8 @@ def test_not_in_baseline(gb_expect):
 
 # A one-metric lab SKU, for the tests of what a run may write and read.
 # The cpu SKU's host copy check (HOST_COPY) on a 32 MiB buffer against a reference any machine passes: for tests of
-# what a run does with its measurements (compares, keeps, exports), not of this machine's speed (a busy 2-vCPU
-# VM's copy fell into the shipped baseline's warn band).
+# what a run does with its measurements (compares, keeps, exports), not of this machine's speed. A floor only: a
+# busy 2-vCPU VM's copy, its waits for a CPU explaining a fourfold fall, was unresolved within reach of a warn band.
 HOST_COPY = (str(SUITES / "test_bandwidth.py"), "-k", "host_copy", "-p", "no:cacheprovider")
 CPU_HOST_COPY_BASELINE = """\
 schema_version: 1
@@ -85,7 +85,6 @@ metrics:
     status: measured
     expected: 0.5
     fail: 95%
-    warn: 50%
     params: {size_bytes: 33554432, iterations: 10}
     provenance: the plugin's tests
 """
