@@ -261,7 +261,7 @@ def _spread_written(record: dict[str, Any]) -> float | None:
     seen = noise.from_record(record.get("noise"))
     if seen is None:
         return None
-    spread = seen.spread_pct
+    spread = seen.spread_with_waits_pct()  # a figure measured beside a neighbour is too low by up to its waits
     if not spread > 0:
         return 0.0
     d = Decimal(repr(spread))

@@ -152,7 +152,7 @@ class NoiseRecord(TypedDict):
     spread_pct: float
     passes: NotRequired[list[float]]
     # The share of the time it was measured (percent) that the measurement waited for a CPU another task held
-    # (node/neighbours.py): `spread_pct` then also holds the slowdown those waits explain (noise.with_neighbours).
+    # (node/neighbours.py): a fall those waits explain is no verdict on the node (rules/resolution.py).
     cpu_wait_pct: NotRequired[float]
 
 

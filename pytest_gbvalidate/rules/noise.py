@@ -76,7 +76,8 @@ class Noise:
     spread_pct: float
     passes: tuple[float, ...] = ()
     # The share of the time it was measured (percent) that the measurement waited for a CPU another task held,
-    # where the measurement says: `spread_pct` then also holds the slowdown those waits explain (with_neighbours).
+    # where the measurement says (with_neighbours): the fall those waits explain (explained_pct), one-sided -- they
+    # can only have made the figure worse than the node is, so they are no part of `spread_pct`.
     cpu_wait_pct: float | None = None
 
     def as_record(self) -> NoiseRecord:
@@ -87,6 +88,12 @@ class Noise:
             record["cpu_wait_pct"] = round(self.cpu_wait_pct, 1)
         return record
 
+    def spread_with_waits_pct(self) -> float:
+        """`spread_pct` and the fall its waits for a CPU explain (over NOISE_K), combined: how unsure a reference
+        made from this figure would be (a recording made beside a neighbour is too low by up to that)."""
+        waited = 0.0 if not self.cpu_wait_pct else neighbours_pct(self.cpu_wait_pct)
+        return math.hypot(self.spread_pct, waited)
+
     def describe(self) -> str:
         how = f"best of {len(self.passes)} passes" if self.summary == BEST_PASS else f"median of {self.count}"
         waited = "" if not self.cpu_wait_pct else f", {self.cpu_wait_pct:.0f}% of its time waiting for a CPU"
@@ -94,13 +101,13 @@ class Noise:
 
 
 # A measurement that spent a share w of its timed window waiting for a CPU another task held ran 1/(1 - w) times
-# as long as it would have alone: as a log ratio, -ln(1 - w). A figure's noise counts that much (divided by
-# NOISE_K, so its resolution grows by exactly what the waits explain); a share past MAX_WAIT_SHARE counts as that.
+# as long as it would have alone: as a log ratio, -ln(1 - w), the fall its waits explain (explained_pct); a share
+# past MAX_WAIT_SHARE counts as that.
 MAX_WAIT_SHARE = 0.99
 
 
 def neighbours_pct(cpu_wait_pct: float) -> float:
-    """The spread (percent) a figure's noise counts for a measurement that waited `cpu_wait_pct` of its time."""
+    """The fall (percent, a log ratio) that waiting `cpu_wait_pct` of its time explains, over NOISE_K: as a spread."""
     share = min(max(cpu_wait_pct, 0.0) / 100.0, MAX_WAIT_SHARE)
     return -math.log1p(-share) * 100.0 / NOISE_K
 
@@ -112,15 +119,12 @@ def explained_pct(own: Noise | None) -> float:
 
 
 def with_neighbours(own: Noise | None, cpu_wait_pct: float | None) -> Noise | None:
-    """`own` with the slowdown the measurement's waits for a CPU explain combined into its spread (None: none
-    known, unchanged)."""
+    """`own` with the share of its time the measurement waited for a CPU (None: none known, unchanged)."""
     if cpu_wait_pct is None:
         return own
-    spread = neighbours_pct(cpu_wait_pct)
     if own is None:
-        return Noise(MEDIAN, 0, spread, cpu_wait_pct=cpu_wait_pct)
-    combined = math.hypot(own.spread_pct, spread)
-    return dataclasses.replace(own, spread_pct=combined, cpu_wait_pct=cpu_wait_pct)
+        return Noise(MEDIAN, 0, 0.0, cpu_wait_pct=cpu_wait_pct)
+    return dataclasses.replace(own, cpu_wait_pct=cpu_wait_pct)
 
 
 def modified_z(value: float, center: float, mad_value: float) -> float | None:

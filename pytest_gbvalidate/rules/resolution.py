@@ -61,7 +61,7 @@ class Resolution:
     pct: float
     spreads: tuple[tuple[str, float], ...]
     # The fall (percent, a log ratio) the measurement's own waits for a CPU explain (noise.with_neighbours: a
-    # neighbour held its CPUs): evidence that the figure is the neighbour's, not scatter. Counted in `pct` too.
+    # neighbour held its CPUs): one-sided evidence -- the node is at least this good -- so no part of `pct`.
     explained_pct: float = 0.0
 
     def describe(self) -> str:

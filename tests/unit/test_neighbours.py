@@ -72,19 +72,22 @@ def test_a_neighbour_holding_the_cpus_makes_a_measurement_wait() -> None:
     assert share is not None and share > 0.2  # twice as many spinners as cores: we run a third of the time at most
 
 
-def test_a_figure_s_noise_counts_the_slowdown_its_waits_explain() -> None:
+def test_a_figure_s_waits_explain_a_fall_and_widen_nothing() -> None:
+    """Waits for a CPU can only have made a figure worse than the node is: they explain a fall (one-sided), they
+    do not widen its spread -- a figure above its floor passes however long it waited -- and a reference recorded
+    from it is unsure by that much."""
     details = {"samples_gbps": [9.9, 10.0, 10.1], "cpu_wait_pct": 50.0}
     found = noise.from_details(details)
-    assert found is not None and found.cpu_wait_pct == 50.0
     alone = noise.from_details({"samples_gbps": [9.9, 10.0, 10.1]})
-    assert alone is not None and alone.cpu_wait_pct is None
-    assert found.spread_pct == pytest.approx(math.hypot(alone.spread_pct, 100 * math.log(2) / noise.NOISE_K))
-    # its resolution grows by what waiting half the time explains: a halving, 69%
-    resolution = rs.of_spreads(samples=found.spread_pct)
-    assert resolution is not None and resolution.pct > 100 * math.log(2)
+    assert found is not None and alone is not None and alone.cpu_wait_pct is None
+    assert found.cpu_wait_pct == 50.0 and found.spread_pct == alone.spread_pct
+    assert noise.explained_pct(found) == pytest.approx(100 * math.log(2))  # waiting half the time: a halving
+    assert noise.explained_pct(alone) == 0.0
+    assert found.spread_with_waits_pct() == pytest.approx(math.hypot(alone.spread_pct, 100 * math.log(2) / 2))
     assert noise.from_record(found.as_record()) == noise.Noise("median", 3, round(found.spread_pct, 3), (), 50.0)
     assert "50% of its time waiting for a CPU" in found.describe()
-    # no wait, nothing counted; a share that is no percentage is ignored; a whole window of waiting is bounded
-    assert noise.from_details({**details, "cpu_wait_pct": 0.0}) == noise.Noise("median", 3, alone.spread_pct, (), 0.0)
+    # a share that is no percentage is ignored; a whole window of waiting is bounded
     assert noise.from_details({**details, "cpu_wait_pct": 250.0}) == alone
     assert math.isfinite(noise.neighbours_pct(100.0))
+    resolution = rs.of_spreads(samples=found.spread_pct, explained_pct=noise.explained_pct(found))
+    assert resolution is not None and resolution.pct == pytest.approx(2 * alone.spread_pct)
