@@ -42,8 +42,6 @@ MAD_TO_SIGMA = 1.4826
 # 20), so two medians 2 sample spreads apart are about 5 of their own standard deviations apart: only a node that
 # changed between them, or a neighbour that held on for the whole of one, gets there.
 NOISE_K = 2.0
-# A figure whose noise alone allows this much change cannot be judged by a comparison: it says so instead.
-TOO_NOISY_PCT = 50.0
 
 MEDIAN, BEST_PASS = "median", "best_pass"
 # Iglewicz & Hoaglin's cut-off for the modified z-score 0.6745 (x - median) / MAD ("How to Detect and Handle
