@@ -36,8 +36,9 @@ alarm. Two noise sources, each its own table:
 Each figure is judged as one pass: the measuring again gb_expect does before a figure fails (the better pass
 counts) is not applied here.
 
-Each path's resolution (rules/resolution.py; the fleet's: noise.margin_pct of the fleet's typical spread, beside its
-fixed 10% rule) is printed as the median over the cell's trials, with the resolution its metric needs, so that a
+Each path's resolution (rules/resolution.py; the fleet's: the larger of noise.margin_pct of the fleet's typical
+spread and how far below the median its MAD rule reaches, beside its practical margin of the needed resolution) is
+printed as the median over the cell's trials, with the resolution its metric needs, so that a
 reader can check that no fall of at least twice the reported resolution is ever missed; the lines after the tables
 name every cell where one is, and every healthy false alarm. DIR/detection_table.json keeps every count, the
 resolutions and the run's settings. No pytest runs inside; the whole run is meant to take under 3 minutes on a
@@ -395,27 +396,36 @@ def judge_drift(metric: Metric, history: Sequence[Figure], runs: Iterator[Figure
     return "missed", shown
 
 
-def judge_fleet(others: Sequence[Figure], figure: Figure, healthy: bool, cell: Cell) -> tuple[str, float | None]:
-    """rules.outliers over the other nodes and this one (node-09), each with its noise; on a healthy column any
-    node drained is a false alarm. The cell keeps how far the MAD rule asks a node to lie below the median."""
+def judge_fleet(
+    metric: Metric, others: Sequence[Figure], figure: Figure, healthy: bool, cell: Cell
+) -> tuple[str, float | None]:
+    """rules.outliers over the other nodes and this one (node-09), each with its noise, as the fleet summary judges
+    a metric (the family-wise cut-off, the practical margin of the resolution the metric needs); on a healthy column
+    any node drained is a false alarm. Its resolution: the larger of the noise margin of the fleet's typical spread
+    and how far below the median the MAD rule asks a node to lie (as a log ratio), which the cell also keeps."""
     from pytest_gbvalidate.rules import noise, outliers
+    from pytest_gbvalidate.rules import resolution as rs
 
     nodes = {f"node-{i + 1:02d}": f for i, f in enumerate(others)}
     nodes["node-09"] = figure
     values = {host: f.value for host, f in nodes.items()}
     noises = {host: f.noise for host, f in nodes.items()}
-    judgement = outliers.judge(values, "higher", noises=noises)
+    mad_k = noise.family_z(len(values), 1)
+    judgement = outliers.judge(values, "higher", mad_k, noises=noises, needed_pct=metric.reference.needed.pct)
     drained = {o.host for o in judgement.outliers}
     unjudged = {u.host for u in judgement.unjudged}
     spreads = {host: n.spread_pct for host, n in noises.items() if n is not None}
     typical_pct = outliers.fleet_spread_pct(spreads, list(values), "node-09")
-    margin = noise.margin_pct(typical_pct, typical_pct)
+    resolution = noise.margin_pct(typical_pct, typical_pct)
     s = outliers.spread(list(values.values()))
-    if s.median:
-        cell.mad_rule_pcts.append(outliers.DEFAULT_MAD_K * s.mad * noise.MAD_TO_SIGMA / abs(s.median) * 100)
+    if s.median > 0:
+        mad_rule = s.median - mad_k * s.mad * noise.MAD_TO_SIGMA
+        mad_rule_pct = rs.worse_pct(mad_rule, s.median, "higher")
+        cell.mad_rule_pcts.append(mad_rule_pct)
+        resolution = max(resolution, mad_rule_pct)
     if "node-09" in drained or (healthy and drained):
-        return "caught", margin
-    return ("unresolved" if "node-09" in unjudged else "missed"), margin
+        return "caught", resolution
+    return ("unresolved" if "node-09" in unjudged else "missed"), resolution
 
 
 # --- the table ---------------------------------------------------------------------------------------------------
@@ -440,7 +450,7 @@ def fill(source: Source, trials: int, drift_trials: int, progress: Callable[[str
             table["compare"][column].add(*judge_compare(metric, plain, figure))
             table["history"][column].add(*judge_compare(metric, kept, figure))
             cell = table["fleet"][column]
-            cell.add(*judge_fleet(fleet, figure, column in (IDLE, BUSY), cell))
+            cell.add(*judge_fleet(metric, fleet, figure, column in (IDLE, BUSY), cell))
         if trial < drift_trials:
             for column in COLUMNS:
                 table["drift"][column].add(*judge_drift(metric, history, source.drift(column, trial)))
@@ -485,8 +495,9 @@ def render(source: Source, table: Table, trials: int, drift_trials: int) -> list
     mad_rule = table["fleet"][IDLE].mad_rule_pcts
     shown_rule = f"{statistics.median(mad_rule):.1f}%" if mad_rule else "-"
     lines.append(
-        "(fleet: its resolution is the noise margin of the fleet's typical spread; an outlier must also be more "
-        f"than 10% and 3.5 scaled MADs worse: {shown_rule} of the median, at the median of its trials)"
+        "(fleet: its resolution is the larger of the noise margin of the fleet's typical spread and the MAD "
+        f"rule's reach, {shown_rule} below the median at the median of its trials; an outlier must also lie beyond "
+        f"the {ref.needed.pct:g}% the metric needs)"
     )
     return lines
 

@@ -2,9 +2,10 @@
 
 Makes 20 reports from one real report (`--report PATH`, else a fresh `pytest --gb-sku=cpu suites/` run of about
 half a minute): hostnames node-01 to node-20, every numeric measurement scaled by a factor drawn uniformly within
-+-2% (seeded), and node-07's host copy bandwidth 30% lower so that the outputs have an outlier and a drain line.
-Then times `python -m pytest_gbvalidate.fleet summary` in fresh processes, without and with --plots, interleaved,
-and the same in-process through `main()`: the first call (which imports matplotlib) and the median of the rest.
++-2% (seeded), and node-07's host copy bandwidth 60% lower (past the 60% the `cpu` SKU needs to tell, as a log
+ratio) so that the outputs have an outlier and a drain line. Then times `python -m pytest_gbvalidate.fleet
+summary` in fresh processes, without and with --plots, interleaved, and the same in-process through `main()`: the
+first call (which imports matplotlib) and the median of the rest.
 
     python benchmarks/fleet_summary.py [--report PATH] [--runs 7]
 """
@@ -30,7 +31,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 NODES = 20
 JITTER = 0.02  # the +-2% the values vary by between nodes
-SLOW_NODE, SLOW_METRIC, SLOW_FACTOR = "node-07", "host_copy_bandwidth_gbps", 0.7
+SLOW_NODE, SLOW_METRIC, SLOW_FACTOR = "node-07", "host_copy_bandwidth_gbps", 0.4
 
 
 def real_report(directory: Path) -> Path:

@@ -377,8 +377,7 @@ def best_of_passes(
             merged.append(measured)
             continue
         value2, details2 = again[key(metric, scope, details)]
-        higher = directions.get(metric, "higher") == "higher"
-        second_better = value2 > value if higher else value2 < value
+        second_better = rs.is_worse(value, value2, directions.get(metric, "higher"))
         best, best_details = (value2, details2) if second_better else (value, details)
         merged.append(Measured(metric, best, scope, {**best_details, "passes": [value, value2]}))
     return merged

@@ -24,6 +24,7 @@ from pytest_gbvalidate.bench.on_rank import copy_on_rank, gemm_on_rank, has_fp8_
 from pytest_gbvalidate.bench.timing import MIN_TIMED_ITERATIONS
 from pytest_gbvalidate.expect import Expect, Measured
 from pytest_gbvalidate.labels import gpu_label, gpu_pair_label
+from pytest_gbvalidate.node import neighbours
 from pytest_gbvalidate.probes import Gpu
 from pytest_gbvalidate.ranks.gang import Gang, NodeResult, run_on_local_rank
 from pytest_gbvalidate.rules import noise
@@ -64,11 +65,6 @@ def _details(result: NodeResult, **extra: Any) -> dict[str, Any]:
     return {"host": result.host, "rank": result.rank, **extra}
 
 
-def _pct(share: float | None) -> float | None:
-    """A share as a percentage for the report (noise.from_details counts it in the figure's noise)."""
-    return None if share is None else round(share * 100.0, 1)
-
-
 def _copy_measurements(metric: str, label: str, results: list[NodeResult]) -> list[Measured]:
     return [
         Measured(
@@ -80,7 +76,7 @@ def _copy_measurements(metric: str, label: str, results: list[NodeResult]) -> li
                 size_bytes=r.value.size_bytes,
                 iterations=r.value.iterations,
                 samples_gbps=r.value.samples_gbps,
-                cpu_wait_pct=_pct(r.value.cpu_wait_share),
+                cpu_wait_pct=neighbours.as_pct(r.value.cpu_wait_share),
                 src=r.value.src_device,
                 dst=r.value.dst_device,
                 host_binding=r.value.host_binding,
@@ -108,7 +104,7 @@ def _gemm_measurements(metric: str, label: str, results: list[NodeResult]) -> li
                 shape=[r.value.m, r.value.n, r.value.k],
                 iterations=r.value.iterations,
                 samples_tflops=r.value.samples_tflops,
-                cpu_wait_pct=_pct(r.value.cpu_wait_share),
+                cpu_wait_pct=neighbours.as_pct(r.value.cpu_wait_share),
                 relative_error=r.value.relative_error,
             ),
         )

@@ -16,6 +16,7 @@ from pytest_gbvalidate.bench.aggregate import aggregate, concurrent_h2d_on_rank
 from pytest_gbvalidate.bench.triad import TriadResult, triads_on_rank
 from pytest_gbvalidate.expect import Expect, Measured
 from pytest_gbvalidate.labels import numa_label
+from pytest_gbvalidate.node import neighbours
 from pytest_gbvalidate.ranks.gang import Gang, run_on_local_rank
 from pytest_gbvalidate.target import Target
 
@@ -42,6 +43,7 @@ def _triad_details(host: str, rank: int, r: TriadResult) -> dict[str, Any]:
         "median_gbps": r.median_gbps,
         "samples_gbps": r.samples_gbps,
         "passes": r.samples_gbps,  # the figure is the best of them: their spread is its noise (rules/noise.py)
+        "cpu_wait_pct": neighbours.as_pct(r.cpu_wait_share),
         "binding": r.binding,
         "rule": "STREAM: best of the timed runs, 3 arrays counted per element, first run excluded",
     }

@@ -23,9 +23,6 @@ STATUSES = ("measured", "provisional")
 # `resolution_pct`): twice the combined run-to-run spread of two GPU figures, each 2% at most (one H100's bf16 GEMM
 # 784.6 vs 786.6 TFLOPS and D2D 1488 vs 1488 GB/s between runs; 0.3-2% across the GPU figures measured).
 DEFAULT_NEEDED = Needed(6.0, "the default")
-# The bounds a declared resolution must lie within, in percent (a log ratio: 230% is a tenfold change). Past the
-# upper one no allowance means anything: a figure a tenth of its reference would be "within" it.
-MIN_NEEDED_PCT, MAX_NEEDED_PCT = 0.1, 100.0
 
 
 class BaselineError(Exception):
@@ -242,10 +239,6 @@ _WHOLE_UNITS = frozenset({"count"})
 
 def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _better(direction: str) -> Any:
-    return (lambda a, b: a > b) if direction == "higher" else (lambda a, b: a < b)
 
 
 def _is_number(value: Any) -> bool:

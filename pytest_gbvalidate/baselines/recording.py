@@ -44,7 +44,6 @@ from pytest_gbvalidate.baselines.model import (
     Detect,
     Limit,
     MetricBaseline,
-    _better,
     _is_number,
 )
 from pytest_gbvalidate.baselines.verdicts import INFO
@@ -234,7 +233,7 @@ def _limits(floor_only: MetricBaseline | None, expected: float, direction: str, 
         return bands
     fail = floor_only.default.fail
     assert fail is not None  # _floor_only
-    if _better(direction)(expected, fail.threshold(expected, direction)):
+    if rs.is_worse(fail.threshold(expected, direction), expected, direction):
         return {"fail": _limit_value(fail)}
     return {"fail": bands["fail"]}
 

@@ -16,13 +16,10 @@ from pytest_gbvalidate.baselines.fields import Fields, _Mapping
 from pytest_gbvalidate.baselines.model import (
     _WHOLE_UNITS,
     _ZERO_UNITS,
-    MAX_NEEDED_PCT,
-    MIN_NEEDED_PCT,
     STATUSES,
     Limit,
     MetricBaseline,
     Reference,
-    _better,
     _is_number,
     _names,
     _shown,
@@ -30,7 +27,7 @@ from pytest_gbvalidate.baselines.model import (
 from pytest_gbvalidate.labels import parse_size_label, size_label
 from pytest_gbvalidate.metrics import CATALOG, DIRECTIONS, SCOPE_KINDS, UNITS
 from pytest_gbvalidate.rules.noise import NOISE_K
-from pytest_gbvalidate.rules.resolution import Needed
+from pytest_gbvalidate.rules.resolution import MAX_NEEDED_PCT, MIN_NEEDED_PCT, Needed, is_worse
 
 _OVERRIDE_KEYS = {"status", "expected", "fail", "warn", "provenance", "params", "spread_pct", "resolution_pct"}
 # The largest recorded spread a baseline may carry: one whose resolution alone (NOISE_K times it) is the coarsest a
@@ -289,11 +286,10 @@ def _check(f: Fields, m: _Mapping, ref: Reference, fp: str) -> None:
                 raise f.error(m, key, f"{fp}.{key}", f"{lim}: a percentage of expected 0 is 0; give a number")
             if ref.direction == "higher" and lim.relative_pct >= 100:
                 raise f.error(m, key, f"{fp}.{key}", "must be below 100% for a higher-is-better metric")
-    better = _better(ref.direction)
     ordered = [("fail", ref.fail_limit), ("warn", ref.warn_limit), ("expected", ref.expected)]
     present = [(k, v) for k, v in ordered if v is not None]
     for (k1, v1), (k2, v2) in itertools.pairwise(present):
-        if better(v1, v2):
+        if is_worse(v2, v1, ref.direction):
             word = "above" if ref.direction == "higher" else "below"
             raise f.error(m, k1, f"{fp}.{k1}", f"{v1:g} is {word} {k2} {v2:g} ({ref.direction} is better)")
         if v1 == v2 and ref.unit not in _WHOLE_UNITS:

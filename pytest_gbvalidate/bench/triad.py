@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from pytest_gbvalidate.bench.timing import MIN_TIMED_ITERATIONS, median
+from pytest_gbvalidate.node import neighbours
 from pytest_gbvalidate.node.affinity import bound_to
 from pytest_gbvalidate.node.topology import SYSFS_ROOT, format_cpulist, numa_nodes, parse_cpulist
 
@@ -48,6 +49,9 @@ class TriadResult:
     samples_gbps: list[float]
     threads: int
     binding: dict[str, str] = field(default_factory=dict)
+    # The share of the timed runs' time that the process waited for a CPU (node/neighbours.py); None where it
+    # cannot be read.
+    cpu_wait_share: float | None = None
 
 
 def triad_bytes(elements: int, itemsize: int) -> int:
@@ -145,11 +149,15 @@ def triad_on_node(
             a.fill_(0.0), b.fill_(B_VALUE), c.fill_(C_VALUE)
             torch.set_num_threads(len(cpus))
             seconds = []
+            before: neighbours.Reading | None = None
             for i in range(warmup + iterations):
+                if i == warmup:
+                    before = neighbours.read()
                 start = time.perf_counter()
                 torch.add(b, c, alpha=SCALAR, out=a)
                 if i >= warmup:
                     seconds.append(time.perf_counter() - start)
+            waited = neighbours.waited_share(before, neighbours.read())
             expected = B_VALUE + SCALAR * C_VALUE
             wrong = int((a != expected).sum())
         finally:
@@ -168,6 +176,7 @@ def triad_on_node(
         samples,
         len(cpus),
         {**binding, "threads": "every thread of the rank's process"},
+        waited,
     )
 
 

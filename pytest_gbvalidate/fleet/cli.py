@@ -33,7 +33,8 @@ gbvalidate/fault=CATEGORY` lines (printed, never run; each names one node, valid
 Outliers: per metric (metric, scope, and placement and reference tool where given; gated measurements only),
 a node is flagged when it is worse than the fleet median (by the metric's direction) by all of: more than K scaled
 MADs -- the modified z-score of Iglewicz & Hoaglin, 0.6745*(x-median)/MAD -- (far from its peers in robust terms;
-where MAD is 0 any deviation is), more than PCT% of the median (beyond the practical margin), and more than the
+where MAD is 0 any deviation is), beyond the practical margin (the resolution the metric needs, as its reports say,
+as a log ratio; else, or with --below-median-pct, PCT% of the median), and more than the
 fleet's noise allows: each report gives its figures' spread beside them, and a node's dip must exceed
 {noise.NOISE_K:g} times the fleet's typical spread (the median of the other nodes' spreads) for the node and the
 median combined -- never the node's own spread: scatter buys no pass, and a metric noisy on every node drains
@@ -84,10 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
     summary.add_argument(
         "--below-median-pct",
         type=_not_negative,
-        default=outliers.DEFAULT_PCT,
+        default=None,
         metavar="PCT",
-        help="outlier only when worse than the median by more than PCT%% (0 or more) of it (default "
-        f"{outliers.DEFAULT_PCT:g})",
+        help="outlier only when worse than the median by more than PCT%% (0 or more) of it (default: per metric, "
+        "the resolution its reports say it needs, as a log ratio; where they give none, "
+        f"{outliers.DEFAULT_PCT:g}%%)",
     )
     summary.add_argument(
         "--noise-floor-pct",

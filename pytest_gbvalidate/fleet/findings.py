@@ -5,6 +5,7 @@ fault. The summary (summary.py) gathers them per node; these read the reports' o
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from typing import Any
 from pytest_gbvalidate.fleet.reports import Report
 from pytest_gbvalidate.fleet.text import one_line
 from pytest_gbvalidate.rules import noise, outliers
+from pytest_gbvalidate.rules import resolution as rs
 from pytest_gbvalidate.rules.outliers import Outlier, Spread, Unjudged
 
 
@@ -64,6 +66,9 @@ class MetricStats:
     spread: Spread
     outliers: list[Outlier]
     unjudged: list[Unjudged] = field(default_factory=list)  # nodes too noisy to judge on this metric
+    # The practical margin, where it is the resolution the metric's reports say it needs (a log ratio, percent);
+    # None where it is the summary's percent of the median (Summary.pct or outliers.DEFAULT_PCT).
+    needed_pct: float | None = None
 
     def delta_pct(self, value: float) -> float | None:
         """`value` relative to the fleet median, in percent (signed: + above the median)."""
@@ -169,16 +174,18 @@ def failed_checks(report: Report) -> list[FailedCheck]:
 
 
 def metric_stats(
-    reports: Sequence[Report], mad_k: float | None, pct: float, noise_floor_pct: float = 0.0
+    reports: Sequence[Report], mad_k: float | None, pct: float | None, noise_floor_pct: float = 0.0
 ) -> list[MetricStats]:
     """Per metric key across `reports`: the gated measurements (verdict not `info`) with a numeric value. Where a
     report has the same key twice, its worse value counts (with that measurement's noise and run-to-run spread).
     `mad_k` None: each metric's cut-off is the family-wise one for its nodes and the fleet's figures
-    (noise.family_z). Each node is judged against the fleet's noise and run-to-run spread without its own
-    (outliers.judge): its outliers, and the nodes too noisy to judge on it."""
+    (noise.family_z). `pct` None: each metric's practical margin is the resolution its reports say it needs
+    (needed_pct), else outliers.DEFAULT_PCT. Each node is judged against the fleet's noise and run-to-run spread
+    without its own (outliers.judge): its outliers, and the nodes too noisy to judge on it."""
     values: dict[MetricKey, dict[str, float]] = {}
     noises: dict[MetricKey, dict[str, noise.Noise | None]] = {}
     run_to_run: dict[MetricKey, dict[str, float]] = {}  # host -> its figure's spread over its own earlier runs
+    needed: dict[MetricKey, list[float]] = {}  # the resolution each report says the metric needs
     meta: dict[MetricKey, dict[str, Any]] = {}
     expected: dict[MetricKey, Counter[float]] = {}
     for report in reports:
@@ -190,7 +197,10 @@ def metric_stats(
             key = metric_key(m)
             first = meta.setdefault(key, {"unit": str(m.get("unit", "")), "direction": str(m.get("direction"))})
             by_host = values.setdefault(key, {})
-            if host not in by_host or outliers.worse_by(value, by_host[host], first["direction"]) > 0:
+            needed_pct = _needed_pct(m)
+            if needed_pct is not None:
+                needed.setdefault(key, []).append(needed_pct)
+            if host not in by_host or rs.is_worse(value, by_host[host], first["direction"]):
                 by_host[host] = value
                 noises.setdefault(key, {})[host] = noise.from_record(m.get("noise"))
                 spread = _run_to_run_pct(m)
@@ -204,14 +214,16 @@ def metric_stats(
     for key, by_host in values.items():
         direction = meta[key]["direction"]
         common = expected.get(key)
+        needed_pct = statistics.median(needed[key]) if pct is None and key in needed else None
         judged = outliers.judge(
             by_host,
             direction,
             noise.family_z(len(by_host), len(values)) if mad_k is None else mad_k,
-            pct,
+            outliers.DEFAULT_PCT if pct is None else pct,
             noise_floor_pct,
             noises.get(key),
             run_to_runs=run_to_run.get(key),
+            needed_pct=needed_pct,
         )
         found.append(
             MetricStats(
@@ -223,9 +235,18 @@ def metric_stats(
                 outliers.spread(list(by_host.values())),
                 judged.outliers,
                 judged.unjudged,
+                needed_pct,
             )
         )
     return found
+
+
+def _needed_pct(measurement: Mapping[str, Any]) -> float | None:
+    """The resolution (percent) the measurement's report says its metric needs (`resolution.needed_pct`), where it
+    gives a finite one within the baselines' bounds; else None."""
+    found = measurement.get("resolution")
+    needed = noise.finite(found.get("needed_pct")) if isinstance(found, dict) else None
+    return needed if needed is not None and rs.MIN_NEEDED_PCT <= needed <= rs.MAX_NEEDED_PCT else None
 
 
 def _run_to_run_pct(measurement: Mapping[str, Any]) -> float | None:

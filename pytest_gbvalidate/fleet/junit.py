@@ -1,9 +1,9 @@
 """The fleet summary as JUnit XML (fleet.xml), for a CI system's test view: one <testsuite> per node, named by its
 hostname, with one testcase per test of the node's report (a failure carries its message and, as its type, the
 fault's category; the suite's `fault[<test id>]` properties say the disposition and action), a failing testcase
-per outlier metric, and one for a partial report. Multi-node runs get a suite each; the reports not merged are
-testcases of a last suite (a corrupt report an error, another SKU's or a superseded one skipped). Valid xunit2,
-as the plugin's own file."""
+per outlier metric, an erroring one per figure too noisy to judge (no verdict on it), and one for a partial report.
+Multi-node runs get a suite each; the reports not merged are testcases of a last suite (a corrupt report an error,
+another SKU's or a superseded one skipped). Valid xunit2, as the plugin's own file."""
 
 from __future__ import annotations
 
@@ -30,6 +30,9 @@ def fleet_junit(summary: Summary) -> str:
         for o in node.outliers:
             case = _case(suite, "fleet.outliers", o.metric.key.label)
             ET.SubElement(case, "failure", message=o.describe())
+        for u in node.unjudged:  # no verdict on the figure: an error, as a run that gave none is
+            case = _case(suite, "fleet.too_noisy", u.metric.key.label)
+            ET.SubElement(case, "error", message=u.describe())
         _suspect_cases(suite, node.suspected)
     for host, found in summary.unreported_suspects.items():
         suite = ET.SubElement(root, "testsuite", name=host, hostname=host)

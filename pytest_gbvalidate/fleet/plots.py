@@ -2,11 +2,11 @@
 
 Each band shows every node's value relative to the fleet median (the solid line through the band), oriented so
 that better is up and worse is down whatever the metric's direction, the baseline's expected value (dashed,
-green), the percent outlier limit below the median (dotted), and the outliers in red; a value beyond the band's
-range sits on its edge as a triangle. The band's label names the metric (its median and expected value are in
-summary.md's metrics table). All bands of a page share one set of axes, without ticks, at a low resolution:
-matplotlib's cost is per axes, per tick and per glyph, and the whole command with 20 nodes' reports has to take
-under a second (benchmarks/fleet_summary.py times it).
+green), the practical margin below the median (dotted: the metric's needed resolution, or the percent rule), and
+the outliers in red; a value beyond the band's range sits on its edge as a triangle. The band's label names the
+metric (its median and expected value are in summary.md's metrics table). All bands of a page share one set of
+axes, without ticks, at a low resolution: matplotlib's cost is per axes, per tick and per glyph, and the whole
+command with 20 nodes' reports has to take under a second (benchmarks/fleet_summary.py times it).
 
 matplotlib is optional (`pip install 'pytest-gbvalidate[plots]'`): without it the plots are skipped with a note.
 """
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from pytest_gbvalidate.files import atomic_write_bytes
 from pytest_gbvalidate.fleet.findings import MetricStats
 from pytest_gbvalidate.fleet.summary import Summary
-from pytest_gbvalidate.rules.outliers import LOWER
+from pytest_gbvalidate.rules.outliers import DEFAULT_PCT, LOWER
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -74,11 +74,13 @@ def _page(summary: Summary, hosts: Sequence[str], metrics: Sequence[MetricStats]
     # The band's range: twice the percent rule's limit, so that limit sits half-way down; a rule switched off
     # (inf) leaves the largest deviation shown.
     deviations = [abs(_relative(m, v)) for m in metrics for v in m.values.values()]
-    span = 2 * summary.pct / 100 if math.isfinite(summary.pct) else max(deviations, default=0) or 1.0
+    margins = [_margin(summary, m) for m in metrics]
+    finite = [margin for margin in margins if math.isfinite(margin)]
+    span = 2 * max(finite) if finite and max(finite) > 0 else max(deviations, default=0) or 1.0
     labels = [m.key.label for m in metrics]  # short: every glyph drawn costs time
     left_in = CHAR_IN * max(len(label) for label in labels) + 0.2
     bottom_in = CHAR_IN * max(len(h) for h in hosts) + 0.3
-    limit = f"; dotted: -{summary.pct:g}%" if math.isfinite(summary.pct) else ""
+    limit = "; dotted: the practical margin" if finite else ""
     title = (
         f"SKU {summary.sku}: each node against the fleet median (solid line), better up, band \u00b1{span * 100:.0f}%\n"
         f"dashed green: baseline expected (triangle: off the band){limit}; red: outlier"
@@ -119,9 +121,10 @@ def _page(summary: Summary, hosts: Sequence[str], metrics: Sequence[MetricStats]
     x_min, x_max = -0.5, len(hosts) - 0.5
     ax.hlines([c + 0.5 for c in centers[1:]], x_min, x_max, color="0.7", linewidth=0.5)  # between the bands
     ax.hlines(centers, x_min, x_max, color="black", linewidth=0.7)
-    if math.isfinite(summary.pct):
-        below = summary.pct / 100 / span * BAND_HALF
-        ax.hlines([c - below for c in centers], x_min, x_max, color="0.35", linewidth=0.8, linestyles="dotted")
+    dotted = [(c, margin / span * BAND_HALF) for c, margin in zip(centers, margins, strict=True) if margin <= span]
+    if dotted:
+        ys = [c - below for c, below in dotted]
+        ax.hlines(ys, x_min, x_max, color="0.35", linewidth=0.8, linestyles="dotted")
     if expected_y:
         ax.hlines(expected_y, x_min, x_max, color="tab:green", linewidth=0.8, linestyles="dashed")
     for marker, ys in zip("v^", expected_off, strict=True):
@@ -144,6 +147,17 @@ def _page(summary: Summary, hosts: Sequence[str], metrics: Sequence[MetricStats]
     # A figure text, not an axes title: the title's automatic placement measures the axes' texts again.
     figure.text(0.1 / width_in, 1 - 0.08 / height_in, title, fontsize=6, va="top")
     return figure
+
+
+def _margin(summary: Summary, m: MetricStats) -> float:
+    """How far below the median (a fraction of it, as _relative draws it) the practical margin lies: the summary's
+    percent, else the metric's needed resolution (a log ratio), else the default percent."""
+    if summary.pct is not None:
+        return summary.pct / 100
+    if m.needed_pct is None:
+        return DEFAULT_PCT / 100
+    log = m.needed_pct / 100
+    return math.expm1(log) if m.direction == LOWER else -math.expm1(-log)
 
 
 def _relative(m: MetricStats, value: float) -> float:

@@ -86,7 +86,7 @@ def terminal(summary: Summary, written: Sequence[Path], plot_note: str | None) -
 
 
 def headline(summary: Summary) -> str:
-    counts = Counter(n.verdict for n in summary.nodes)
+    counts = Counter(n.fleet_verdict for n in summary.nodes)
     verdicts = ", ".join(f"{counts[v]} {v}" for v in ("pass", "fail", "unresolved", "partial", NO_VERDICT) if counts[v])
     outlying = sum(1 for n in summary.nodes if n.outliers)
     failures = summary.failures()
@@ -174,7 +174,7 @@ class NodeRow:
     and test ids, "; " between items, empty for none)."""
 
     hostname: str
-    verdict: str  # as the report says: pass, fail or partial
+    verdict: str  # Node.fleet_verdict: the report's, unresolved where the fleet could not judge a passing node
     drain: str  # yes or no
     drain_reason: str  # empty where the node stays in service
     checks: str  # the failed checks for people (`checks_cell`)
@@ -212,7 +212,7 @@ class NodeRow:
 def node_row(n: Node) -> NodeRow:
     return NodeRow(
         hostname=n.hostname,
-        verdict=n.verdict,
+        verdict=n.fleet_verdict,
         drain=yes(n.drain),
         drain_reason=n.drain_reason() if n.drain else "",
         checks=checks_cell(n.failed),

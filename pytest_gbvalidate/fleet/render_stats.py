@@ -21,10 +21,19 @@ def rules_text(summary: Summary) -> str:
     )
     return (
         f"worse than the fleet median by more than {cut_off} (modified z-score "
-        f"0.6745*(x-median)/MAD), and by more than {summary.pct:g}% of the median{floor}, and by more than the "
+        f"0.6745*(x-median)/MAD), and by more than {margin_text(summary)}{floor}, and by more than the "
         f"fleet's noise allows ({noise.NOISE_K:g} times the fleet's typical spread, the median of the other "
         f"nodes' where the reports give it, for the node and for the median combined: never the node's own); where "
         f"MAD is 0 any deviation is far in robust terms; at least {outliers.MIN_NODES} nodes"
+    )
+
+
+def margin_text(summary: Summary) -> str:
+    if summary.pct is not None:
+        return f"{summary.pct:g}% of the median"
+    return (
+        "the resolution its metric needs (as its reports give it, a log ratio; "
+        f"{outliers.DEFAULT_PCT:g}% of the median where they give none)"
     )
 
 

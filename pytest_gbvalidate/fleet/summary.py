@@ -57,6 +57,12 @@ class Node:
         return self.report.verdict
 
     @property
+    def fleet_verdict(self) -> str:
+        """What the fleet says of the node, for its row: the report's verdict, except that a passing node too noisy
+        to judge on some figure of the fleet's (`unjudged`) is unresolved, neither passed nor drained."""
+        return UNRESOLVED if self.verdict == "pass" and self.unjudged and not self.drain else self.verdict
+
+    @property
     def software(self) -> dict[str, str]:
         node: Mapping[str, object] = self.report.data["node"]
         return {name: str(node[name]) for name in SOFTWARE if node.get(name) is not None}
@@ -95,7 +101,7 @@ class Summary:
     metrics: list[MetricStats]
     scaling: list[WeakScaling]
     mad_k: float | None  # None: the family-wise cut-off of each metric (noise.family_z)
-    pct: float
+    pct: float | None  # None: each metric's needed resolution, where its reports give it (MetricStats.needed_pct)
     noise_floor_pct: float
     unreported_suspects: dict[str, list[Suspect]]  # host -> findings, for hosts without a node report here
 
@@ -192,7 +198,7 @@ def summarize(
     paths: Sequence[Path],
     sku: str | None = None,
     mad_k: float | None = None,
-    pct: float = outliers.DEFAULT_PCT,
+    pct: float | None = None,
     noise_floor_pct: float = 0.0,
 ) -> Summary:
     sorted_reports = sort_reports(paths, sku)

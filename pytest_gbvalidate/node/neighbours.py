@@ -58,3 +58,8 @@ def waited_share(start: Reading | None, end: Reading | None) -> float | None:
     for tid in both:
         none_waiting *= 1.0 - min(1.0, max(0.0, (end.waited_ns[tid] - start.waited_ns[tid]) / window_ns))
     return 1.0 - none_waiting
+
+
+def as_pct(share: float | None) -> float | None:
+    """A waited share as the percentage a report keeps (`cpu_wait_pct`: noise.from_details reads it)."""
+    return None if share is None else round(share * 100.0, 1)

@@ -268,10 +268,6 @@ class RunToRun:
             return 0.0 if value == self.median else math.copysign(math.inf, value - self.median)
         return (value - self.median) / sigma
 
-    def worse_z(self, value: float, direction: str) -> float:
-        """z(value) with + to the worse side of a metric where `direction` ("higher" or "lower") is better."""
-        return -self.z(value) if direction == "higher" else self.z(value)
-
     def as_record(self, value: float) -> RunToRunRecord:
         z = self.z(value)
         shown_z: float | str = round(z, 3) if math.isfinite(z) else str(z)

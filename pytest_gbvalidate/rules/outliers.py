@@ -6,7 +6,8 @@ A node is an outlier of a metric when it is worse than the fleet median (directi
 - more than `mad_k` scaled MADs: far from its peers in robust terms, the modified z-score of Iglewicz & Hoaglin,
   0.6745 * (x - median) / MAD, where MAD is the median absolute deviation from the median ("How to Detect and
   Handle Outliers", ASQC Basic References in Quality Control vol. 16, 1993, which recommends flagging |z| > 3.5);
-- more than `pct` percent of the median: beyond the practical margin (a node a few percent slow is a node);
+- beyond the practical margin: the resolution the metric needs (rules/resolution.py, as a log ratio), where its
+  reports give it, else `pct` percent of the median (a node a few percent slow is a node);
 - more than the fleet's noise allows (noise.margin_pct of the fleet's typical spread, twice: the node's figure and
   the median it is held against): the fleet's typical spread is the median of the other nodes' spreads (of two,
   the smaller), as their reports give them beside the figure. A metric noisy on every node drains nobody; a node's
@@ -96,11 +97,6 @@ def mad(values: Sequence[float], center: float) -> float:
     return statistics.median(abs(v - center) for v in values)
 
 
-def worse_by(value: float, center: float, direction: str) -> float:
-    """How much worse than `center` `value` is, in the metric's unit: positive when worse, negative when better."""
-    return center - value if direction == HIGHER else value - center
-
-
 def outliers(
     values: Mapping[str, float],
     direction: str,
@@ -110,9 +106,12 @@ def outliers(
     noises: Mapping[str, nz.Noise | None] | None = None,
     run_to_run_pct: float | None = None,
     run_to_runs: Mapping[str, float] | None = None,
+    needed_pct: float | None = None,
 ) -> list[Outlier]:
     """The outliers of judge(): the hosts to drain for this metric."""
-    return judge(values, direction, mad_k, pct, noise_floor_pct, noises, run_to_run_pct, run_to_runs).outliers
+    return judge(
+        values, direction, mad_k, pct, noise_floor_pct, noises, run_to_run_pct, run_to_runs, needed_pct
+    ).outliers
 
 
 def judge(
@@ -124,10 +123,15 @@ def judge(
     noises: Mapping[str, nz.Noise | None] | None = None,
     run_to_run_pct: float | None = None,
     run_to_runs: Mapping[str, float] | None = None,
+    needed_pct: float | None = None,
 ) -> Judgement:
     """The hosts of `values` (host -> value) worse than their median by more than `mad_k` scaled MADs, by more than
-    `pct` and `noise_floor_pct` percent of the median, and by more than the fleet's noise allows; and the hosts too
-    noisy to judge (Unjudged), in the order of `values`.
+    the practical margin and `noise_floor_pct` percent of the median, and by more than the fleet's noise allows; and
+    the hosts too noisy to judge (Unjudged), in the order of `values`.
+
+    The practical margin: `needed_pct`, where given, the resolution the metric needs (rules/resolution.py, a log
+    ratio), in place of `pct`: a fleet drains for no finer a fall than its metric must be able to tell, and drains
+    every fall that much beyond the other rules; else `pct` percent of the median.
 
     `noises`: host -> the noise its report gives beside the figure, where it gives one. Each host is held against
     the fleet's typical spread without it (fleet_spread_pct of the other hosts'), never its own. `run_to_run_pct`:
@@ -146,13 +150,15 @@ def judge(
         r2r = max(run_to_run_pct or 0.0, fleet_spread_pct(run_to_runs or {}, hosts, host) or 0.0)
         floor = abs(s.median) * r2r / 100.0 / nz.MAD_TO_SIGMA
         mad_value = max(s.mad, floor)
-        worse = worse_by(value, s.median, direction)
+        worse = rs.toward_worse(value - s.median, direction)
         z = modified_z(value, s.median, mad_value)
         worse_pct = math.inf if s.median == 0 else worse / abs(s.median) * 100.0
         margin = nz.margin_pct(typical_pct, typical_pct)
         far_out = z is None or abs(z) > mad_k
         noisy = too_noisy(spreads, hosts, host, max(mad_k, nz.OUTLIER_Z))
-        if worse > 0 and far_out and worse_pct > max(pct, noise_floor_pct) and nz.beyond(value, s.median, margin):
+        linear_pct = max(pct, noise_floor_pct) if needed_pct is None else noise_floor_pct
+        practical = _practical(value, s.median, direction, worse_pct, linear_pct, needed_pct)
+        if worse > 0 and far_out and practical is not None and nz.beyond(value, s.median, margin):
             busy = _waits_explain(value, s.median, direction, (noises or {}).get(host), margin)
             if busy is not None:  # a neighbour held its CPUs: the dip may be the neighbour's, not the node's
                 unjudged.append(Unjudged(host, value, spreads[host], typical_pct or 0.0, None, busy))
@@ -161,7 +167,7 @@ def judge(
             if z is not None and floor > s.mad:
                 far += f" (the MAD taken as the nodes' typical run-to-run spread, {r2r:.1f}%)"
             rules = [far or "the value of more than half the nodes differs"]
-            rules.append(f"{worse_pct:.1f}% of the median > {max(pct, noise_floor_pct):g}%")
+            rules.append(practical)
             if margin:
                 rules.append(f"beyond the {margin:.1f}% the figures' noise allows (the fleet's spread, not its own)")
             if noisy is not None:
@@ -172,6 +178,22 @@ def judge(
         if noisy is not None:
             unjudged.append(Unjudged(host, value, spreads[host], noisy[0], noisy[1]))
     return Judgement(found, unjudged)
+
+
+def _practical(
+    value: float, median: float, direction: str, worse_pct: float, pct: float, needed_pct: float | None
+) -> str | None:
+    """Why `value` lies beyond the practical margin below the fleet's `median` (judge), or None where it does not:
+    `worse_pct` (percent of the median) beyond `pct`, and, where the metric's needed resolution is given, its log
+    ratio beyond that."""
+    if not worse_pct > pct:
+        return None
+    if needed_pct is None:
+        return f"{worse_pct:.1f}% of the median > {pct:g}%"
+    log_pct = rs.worse_pct(value, median, direction)
+    if not log_pct > needed_pct:
+        return None
+    return f"{log_pct:.1f}% below the median as a log ratio > the {needed_pct:g}% its metric needs to tell"
 
 
 def _waits_explain(

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_gbvalidate.rules.noise import MAD_TO_SIGMA, MAX_RUNS, MIN_RUNS, of_runs
+from pytest_gbvalidate.rules.resolution import toward_worse
 
 # The fewest figures a run's pace is taken over: the median of fewer says as little as one figure does.
 MIN_PACE_FIGURES = 5
@@ -104,7 +105,7 @@ def _figure_paces(
         spread = of_runs([run[key] for run in runs if key in run])
         if spread is None or spread.spread_pct == 0 or key not in directions or not math.isfinite(value):
             continue
-        worse_pct = (value - spread.median) / abs(spread.median) * 100.0
-        sign = -1.0 if directions[key] == "higher" else 1.0
-        found.append((spread.worse_z(value, directions[key]), sign * worse_pct))
+        above_pct = (value - spread.median) / abs(spread.median) * 100.0
+        direction = directions[key]
+        found.append((toward_worse(spread.z(value), direction), toward_worse(above_pct, direction)))
     return found

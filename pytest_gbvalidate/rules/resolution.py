@@ -41,8 +41,18 @@ def worse_pct(value: float, reference: float, direction: str) -> float:
     ("higher" or "lower") is better: a log ratio in percent where both are above 0 (a tenfold fall is 230%, and
     small changes read as percentages), else in percent of |reference|, infinite from a reference of 0. Monotonic
     in `value` for every reference: a figure at or below 0 is infinitely far below a positive reference."""
-    above = _above_pct(value, reference)
-    return -above if direction == "higher" else above
+    return toward_worse(_above_pct(value, reference), direction)
+
+
+def toward_worse(signed: float, direction: str) -> float:
+    """A signed difference (+ above) turned toward the worse side (+ worse) of a metric where `direction` ("higher"
+    or "lower") is better: the one place a direction decides which side is worse."""
+    return -signed if direction == "higher" else signed
+
+
+def is_worse(value: float, reference: float, direction: str) -> bool:
+    """`value` lies to the worse side of `reference`."""
+    return worse_pct(value, reference, direction) > 0
 
 
 def _above_pct(value: float, reference: float) -> float:
@@ -78,6 +88,11 @@ def of_spreads(*, explained_pct: float = 0.0, **spreads: float | None) -> Resolu
         return None
     # hypot, not the root of the squares' sum: a report's spread of 1e200 must not overflow.
     return Resolution(NOISE_K * math.hypot(*(s for _, s in known)), known, explained_pct)
+
+
+# The bounds a declared resolution must lie within, in percent (a log ratio: 230% is a tenfold change). Past the
+# upper one no allowance means anything: a figure a tenth of its reference would be "within" it.
+MIN_NEEDED_PCT, MAX_NEEDED_PCT = 0.1, 100.0
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ unit/test_fleet_summary.py.)"""
 
 from __future__ import annotations
 
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_gbvalidate.fleet import findings
+from pytest_gbvalidate.fleet.render_stats import rules_text
 from pytest_gbvalidate.fleet.reports import NotMerged, read
 from pytest_gbvalidate.fleet.summary import summarize
 from pytest_gbvalidate.rules import noise, outliers
+from pytest_gbvalidate.rules import resolution as rs
 from tests.helpers.fleet_reports import write
 from tests.helpers.reports import minimal_report
 
@@ -221,6 +224,17 @@ def test_the_summary_lists_a_node_too_noisy_to_judge_drains_it_not_and_passes_it
 
     assert "### Too noisy to judge" in outliers_md(summary)
     assert any("node-06" in line and "too noisy to judge" in line for line in outliers_terminal(summary))
+    # Every per-node view says so: the node table and nodes.csv (unresolved, not PASS), fleet.xml (an error).
+    from pytest_gbvalidate.fleet.junit import fleet_junit
+    from pytest_gbvalidate.fleet.render import node_row
+
+    rows = {n.hostname: node_row(n) for n in summary.nodes}
+    assert rows["node-06"].cells([])[1:] == ["UNRESOLVED", "-", "-", "no"] and rows["node-06"].csv()["drain"] == "no"
+    assert {row.verdict for host, row in rows.items() if host != "node-06"} == {"pass"}
+    suite = next(s for s in ET.fromstring(fleet_junit(summary)) if s.get("name") == "node-06")
+    (case,) = [c for c in suite.iter("testcase") if c.get("classname") == "fleet.too_noisy"]
+    (error,) = case.findall("error")
+    assert "too noisy to judge" in str(error.get("message")) and suite.get("errors") == "1"
 
 
 def test_a_node_whose_measurement_waited_for_a_cpu_is_too_busy_to_judge_not_drained() -> None:
@@ -237,3 +251,80 @@ def test_a_node_whose_measurement_waited_for_a_cpu_is_too_busy_to_judge_not_drai
     assert [o.host for o in outliers.judge(values, "higher", noises=noises).outliers] == ["n5"]
     far = outliers.judge(HEALTHY | {"n5": 1.0}, "higher", noises=noises | {"n5": busy})
     assert [o.host for o in far.outliers] == ["n5"]
+
+
+# GPU-like figures: ten nodes within 1% of each other, each with 1% spread on its samples.
+GPU_FLEET = {f"g{i:02d}": 100.0 + d for i, d in enumerate([0.4, -0.3, 0.1, -0.6, 0.8, -0.2, 0.5, 0.0, -0.4])}
+
+
+def _gpu_fleet_outliers(value: float, needed_pct: float | None) -> list[outliers.Outlier]:
+    values = GPU_FLEET | {"g09": value}
+    noises = _noises(dict.fromkeys(values, 1.0))
+    return outliers.outliers(values, "higher", noise.family_z(len(values), 1), noises=noises, needed_pct=needed_pct)
+
+
+def _gpu_fleet_with(value: float, needed_pct: float | None) -> list[str]:
+    return [o.host for o in _gpu_fleet_outliers(value, needed_pct)]
+
+
+def test_the_practical_margin_is_the_resolution_the_metric_needs() -> None:
+    """A GPU metric that needs 6%: a node 8% slow is drained, where the fixed 10% of the median let it pass; the
+    cpu SKU's 60% drains no node for a fall the metric does not need to tell (30%), and does drain one past it."""
+    assert _gpu_fleet_with(92.0, needed_pct=6.0) == ["g09"]
+    assert _gpu_fleet_with(92.0, needed_pct=None) == []
+    assert _gpu_fleet_with(96.0, needed_pct=6.0) == []  # 4%: finer than the metric needs
+    assert _gpu_fleet_with(70.0, needed_pct=60.0) == []
+    assert _gpu_fleet_with(50.0, needed_pct=60.0) == ["g09"]  # 69% as a log ratio
+    (slow,) = _gpu_fleet_outliers(92.0, needed_pct=6.0)
+    assert "8.2% below the median as a log ratio > the 6% its metric needs to tell" in slow.rules
+
+
+@settings(deadline=None, max_examples=200)
+@given(
+    peers=st.lists(st.floats(min_value=50.0, max_value=150.0), min_size=3, max_size=12),
+    value=st.floats(min_value=1.0, max_value=200.0),
+    worse=st.floats(min_value=0.0, max_value=100.0),
+    needed_pct=st.floats(min_value=0.1, max_value=100.0),
+    direction=st.sampled_from(["higher", "lower"]),
+)
+def test_a_drained_node_stays_drained_as_it_gets_worse_and_never_for_less_than_the_metric_needs(
+    peers: list[float], value: float, worse: float, needed_pct: float, direction: str
+) -> None:
+    values = {f"p{i:02d}": v for i, v in enumerate(peers)}
+    worse_value = value * (1 - worse / 200) if direction == "higher" else value * (1 + worse / 100)
+
+    def drained(v: float) -> list[outliers.Outlier]:
+        return [o for o in outliers.outliers(values | {"x": v}, direction, needed_pct=needed_pct) if o.host == "x"]
+
+    found = drained(value)
+    if found:
+        median = outliers.spread([*peers, value]).median
+        assert rs.worse_pct(value, median, direction) > needed_pct
+        assert drained(worse_value), (value, worse_value)
+
+
+def test_the_fleet_summary_takes_each_metric_s_needed_resolution_from_its_reports(tmp_path: Path) -> None:
+    """Reports that say their metric needs 6%: a node 8% slow is drained, and the rule says by what; with
+    --below-median-pct the operator's percent holds instead, and reports that say nothing keep the 10%."""
+
+    def reports(needed_pct: float | None) -> list[Path]:
+        (tmp_path / str(needed_pct)).mkdir(exist_ok=True)
+        paths = []
+        for host, gbps in (GPU_FLEET | {"g09": 92.0}).items():
+            report = minimal_report()
+            report["node"]["hostname"] = host
+            (m,) = report["measurements"]
+            m |= {"value": gbps, "expected": 100.0, "noise": {"summary": "median", "count": 20, "spread_pct": 1.0}}
+            if needed_pct is not None:
+                spreads = {"samples": 1.0}
+                m["resolution"] = {"pct": 2.8, "spreads": spreads, "needed_pct": needed_pct, "needed_source": "x"}
+            paths.append(write(tmp_path / str(needed_pct), f"{host}.json", report))
+        return paths
+
+    needed = summarize(reports(6.0))
+    assert [n.hostname for n in needed.drained] == ["g09"] and needed.metrics[0].needed_pct == 6.0
+    assert "the resolution its metric needs" in rules_text(needed)
+    assert summarize(reports(6.0), pct=10.0).drained == []
+    assert "10% of the median" in rules_text(summarize(reports(6.0), pct=10.0))
+    assert summarize(reports(None)).drained == [] and summarize(reports(None)).metrics[0].needed_pct is None
+    assert summarize(reports(1e9)).drained == []  # out of the baselines' bounds: not believed, the 10% holds
