@@ -283,9 +283,9 @@ def test_a_rank_returning_wrong_data_is_caught_and_named(gang: LocalGang) -> Non
 
 def test_sweeps_leave_no_memory_behind_with_the_collector_off(gang: LocalGang) -> None:
     # Above glibc's largest mmap threshold (32 MiB): a freed buffer leaves the resident set at once, and one left
-    # behind by each sweep would add twice the allowance.
-    size = 40 * 2**20
-    growth = gang.run(f.memory_growth_of_sweeps, 6, size)
+    # behind by each of the four sweeps would add a third more than the allowance.
+    size = 34 * 2**20
+    growth = gang.run(f.memory_growth_of_sweeps, 4, size)
     assert all(g < 3 * size for g in growth), [f"{g / 2**20:.0f} MiB" for g in growth]
 
 
