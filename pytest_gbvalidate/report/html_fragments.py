@@ -1,10 +1,12 @@
 """The node's page for a person: HTML fragments for pytest-html's page (html_page.py puts them there). No pytest.
 
-At the top, the node's verdict (SKU, level, hostname, pass or fail, the failures by fault category with the
-operator's action, the level times and skips) and the measured-vs-baseline table, with the same rows as the
-terminal (terminal.py). Beside each test, its own measurements, its busbw against size (a collective sweep), its
-telemetry summary and its pretraining loss curve, the pictures as PNG bytes (the page embeds them: one file that
-opens offline). Every text is escaped: hostnames, messages and test ids are untrusted."""
+At the top, the node's verdict (SKU, level, hostname; pass, warn, fail, unresolved, partial or no verdict, as
+report/node_verdict.py reads the report, warn where a pass has a figure past its warn limit; the failures by fault
+category with the operator's action, the level times and skips) and the measured-vs-baseline table, with the same
+rows as the terminal (terminal.py), its WARN, FAIL and UNRESOLVED cells coloured. Beside each test, its own
+measurements, its busbw against size (a collective sweep), its telemetry summary and its pretraining loss curve, the
+pictures as PNG bytes (the page embeds them: one file that opens offline). Every text is escaped: hostnames,
+messages and test ids are untrusted."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from html import escape
 
 from pytest_gbvalidate.report import collective_tables
+from pytest_gbvalidate.report.node_verdict import of_report as node_verdict_of
 from pytest_gbvalidate.report.records import MeasurementRecord, RunReportRecord, TelemetryRecord
 from pytest_gbvalidate.report.terminal import faults_by_category, gated, level_lines, measured_rows, skipped_lines
 
@@ -23,9 +26,16 @@ CSS_CLASS = "gbvalidate"
 STYLE = f"""<style>
 .{CSS_CLASS} table {{ border-collapse: collapse; margin: 0.5em 0; font-size: 12px; }}
 .{CSS_CLASS} th, .{CSS_CLASS} td {{ border: 1px solid #ccc; padding: 2px 6px; text-align: left; }}
-.{CSS_CLASS} .verdict-pass {{ color: #fff; background: #2a7d2a; padding: 2px 8px; }}
-.{CSS_CLASS} .verdict-fail {{ color: #fff; background: #b22222; padding: 2px 8px; }}
+.{CSS_CLASS} .verdict {{ color: #fff; background: #6e7781; padding: 2px 8px; }}
+.{CSS_CLASS} .verdict-pass {{ background: #2a7d2a; }}
+.{CSS_CLASS} .verdict-warn {{ background: #9a6700; }}
+.{CSS_CLASS} .verdict-fail {{ background: #b22222; }}
+.{CSS_CLASS} td.cell-warn {{ color: #9a6700; font-weight: bold; }}
+.{CSS_CLASS} td.cell-fail {{ color: #b22222; font-weight: bold; }}
+.{CSS_CLASS} td.cell-unresolved {{ color: #6e7781; font-weight: bold; }}
 </style>"""
+# A measured-vs-baseline cell's first word -> its class: a WARN, a FAIL or an UNRESOLVED figure seen at a glance.
+CELL_CLASSES = {"WARN": "cell-warn", "FAIL": "cell-fail", "REGRESSED": "cell-fail", "UNRESOLVED": "cell-unresolved"}
 
 
 @dataclass(frozen=True)
@@ -38,8 +48,12 @@ class Extra:
 
 
 def node_verdict(report: RunReportRecord) -> str:
-    """PASS where the run exited 0, else FAIL (the exit status says why: failed tests, an interrupt, ...)."""
-    return "PASS" if report["exit_status"] == 0 else "FAIL"
+    """What the report says of the node (report/node_verdict.py), and WARN for a pass with a measurement past its
+    warn limit: the badge a reader sees first."""
+    verdict = node_verdict_of(report)
+    if verdict == "pass" and any(m["verdict"] == "warn" for m in report["measurements"]):
+        return "warn"
+    return verdict
 
 
 def verdict_html(report: RunReportRecord) -> str:
@@ -53,10 +67,11 @@ def verdict_html(report: RunReportRecord) -> str:
         ("status", report["status"]),
     ]
     verdict = node_verdict(report)
+    badge = f'<span class="verdict verdict-{verdict.replace(" ", "-")}">{verdict.upper()}</span>'
     parts = [
         STYLE,
         f'<div class="{CSS_CLASS}" id="gbvalidate-verdict">',
-        f'<h2>gbvalidate: node <span class="verdict-{verdict.lower()}">{verdict}</span></h2>',
+        f"<h2>gbvalidate: node {badge}</h2>",
         "<p>" + "; ".join(f"{escape(name)} <b>{escape(value)}</b>" for name, value in facts) + "</p>",
     ]
     by_category = faults_by_category(report["tests"])
@@ -169,8 +184,13 @@ def _table(rows: Sequence[Sequence[str]]) -> str:
     """A header row and its data rows, every cell escaped."""
     header, *data = rows
     head = "".join(f"<th>{_text(c)}</th>" for c in header)
-    body = "".join("<tr>" + "".join(f"<td>{_text(c)}</td>" for c in row) + "</tr>" for row in data)
+    body = "".join("<tr>" + "".join(_cell(c) for c in row) + "</tr>" for row in data)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _cell(value: str) -> str:
+    found = CELL_CLASSES.get(value.split(" ", 1)[0]) if value else None
+    return f'<td class="{found}">{_text(value)}</td>' if found else f"<td>{_text(value)}</td>"
 
 
 def _text(value: object) -> str:

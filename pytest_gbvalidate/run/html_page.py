@@ -104,7 +104,7 @@ class HtmlPage:
         """The results table in ROW_ORDER, each group in the order the tests ran, unless the operator chose an
         `initial_sort` (pytest-html sorts in the page from its data's `initialSort`: this sets its `original`, the
         order of its data's `tests`); the skipped rows collapsed as the passed ones are, their reasons grouped in
-        the verdict on top, unless the operator chose a `render_collapsed`. pytest-html has no public way to its
+        the verdict on top, unless the operator chose another `render_collapsed`. pytest-html has no public way to its
         data (its 4.x writer's ReportData, read just before it writes the page): where it is not as expected, the
         page stays as pytest-html made it."""
         from pytest_html.basereport import BaseReport  # the page's writer, registered without a name
@@ -114,7 +114,9 @@ class HtmlPage:
         if not isinstance(data, dict):
             return
         tests = data.get("tests")
-        if "initial_sort" not in config.inicfg and isinstance(tests, dict):
+        # "Chosen": other than pytest-html's defaults (`result`, `passed`), read through getini (Config.inicfg,
+        # which told whether an option was set at all, is deprecated since pytest 9.1).
+        if config.getini("initial_sort") == "result" and isinstance(tests, dict):
             warned = self._warned()
 
             def place(item: tuple[str, Any]) -> int:
@@ -129,5 +131,5 @@ class HtmlPage:
                 tests.clear()
                 tests.update(ordered)
                 data["initialSort"] = "original"
-        if "render_collapsed" not in config.inicfg and data.get("renderCollapsed") == ["passed"]:
+        if data.get("renderCollapsed") == ["passed"]:
             data["renderCollapsed"] = ["passed", "skipped"]

@@ -145,3 +145,25 @@ def test_without_matplotlib_the_pictures_are_left_out(monkeypatch: pytest.Monkey
     report: Any = minimal_report()
     report["measurements"] += [sweep(1024, "1KiB")]
     assert [e.name for e in html_fragments.test_extras("t.py::test_sweep", report)] == ["measurements"]
+
+
+def test_a_pass_with_a_warned_figure_is_marked_warn_at_a_glance() -> None:
+    """The badge says WARN (amber), not a green PASS, and the table's WARN cell is coloured as the terminal's is."""
+    report: Any = minimal_report()
+    report["measurements"][0] |= {"verdict": "warn", "message": "past its warn limit"}
+    fragment = html_fragments.verdict_html(report)
+    assert '<span class="verdict verdict-warn">WARN</span>' in fragment
+    assert '<td class="cell-warn">WARN</td>' in fragment
+    assert "gbvalidate: node WARN" in Page(fragment).all_text
+
+
+def test_the_badge_reads_the_one_rule_for_what_a_report_says_of_its_node() -> None:
+    """A failed run is FAIL (red); a run whose only failures were figures too noisy to judge is UNRESOLVED, never a
+    PASS or a FAIL; a finished run with exit status 1 and no failed test is NO VERDICT."""
+    assert '<span class="verdict verdict-fail">FAIL</span>' in html_fragments.verdict_html(failed_run())
+    unresolved: Any = failed_run()
+    unresolved["tests"][-1]["fault"] |= {"category": "unresolved"}
+    assert '<span class="verdict verdict-unresolved">UNRESOLVED</span>' in html_fragments.verdict_html(unresolved)
+    no_verdict: Any = minimal_report()
+    no_verdict["exit_status"] = 1
+    assert '<span class="verdict verdict-no-verdict">NO VERDICT</span>' in html_fragments.verdict_html(no_verdict)
