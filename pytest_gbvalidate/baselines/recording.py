@@ -23,15 +23,19 @@ A floor-only metric (the previous baseline gave it a fail limit and no expected 
 figures that differ tenfold between machines) stays floor-only: its floor is kept while the node measures above it.
 
 Several runs: with --gb-record, gb_expect.each measures every figure again and keeps the better pass (expect.py),
-so a figure measured that way is the best of 2 passes and its spread is what its samples show; each metric's
-provenance says how many of its figures were, and what spread was seen. The node's kept history (--gb-history) is
-not read here."""
+so a figure measured that way is the best of 2 passes and its spread is what its samples show. With the node's kept
+history (--gb-history), an expected value whose figure the node's last runs kept (noise.MIN_RUNS of them or more,
+this run among them; noise.MAX_RUNS at most) is the median of those runs' figures, and the spread written is the
+larger of its samples' and its run-to-run spread (noise.of_runs): the drift between runs that one run's samples do
+not show is counted, once, and a node whose runs scatter too widely to judge is refused. Each metric's provenance
+says how many runs each expected value was taken from, how many of its figures were the best of two passes, and
+what spread was seen."""
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
 from pathlib import Path
@@ -73,18 +77,24 @@ class _Figure:
     needed: rs.Needed
 
 
+# The node's kept runs (compare.node_runs): each figure's value by its measurement key, (metric, scope, ...).
+Runs = Sequence[Mapping[tuple[str, str, str, str], float]]
+
+
 def recorded_baseline(
     sku: str,
     previous: Baseline | None,
     measurements: list[dict[str, Any]],
     provenance: str,
     node_gpu_count: int | None = None,
+    runs: Runs = (),
 ) -> dict[str, Any]:
-    """A baseline document whose expected values are this run's medians, with limits from the resolution each
-    metric needs (see the module's rule). The needed resolutions, params and the detect, health, topology and
-    pretrain sections carry over from `previous` (the baseline the run was checked against) where it had them; a
-    SKU recorded for the first time gets the node's GPU count as its `detect.gpu_count`. TooNoisy where a figure
-    is too noisy for the resolution its metric needs."""
+    """A baseline document whose expected values are this run's medians (or, with the node's kept `runs`, the
+    median over them and this run), with limits from the resolution each metric needs (see the module's rule). The
+    needed resolutions, params and the detect, health, topology and pretrain sections carry over from `previous`
+    (the baseline the run was checked against) where it had them; a SKU recorded for the first time gets the node's
+    GPU count as its `detect.gpu_count`. TooNoisy where a figure is too noisy for the resolution its metric
+    needs."""
     sku_needed = previous.resolution if previous is not None else DEFAULT_NEEDED
     by_metric: dict[str, list[dict[str, Any]]] = {}
     for m in measurements:
@@ -104,7 +114,8 @@ def recorded_baseline(
             # a spec that disagrees with the catalog keeps them, and the loader refuses the recording.)
             entry.update(unit=unit, direction=direction, scope=kind)
         seen = _noisiest(records)
-        entry.update(status="measured", provenance=provenance + _seen_note(seen, records))
+        counted: list[int] = []  # how many runs each expected value of the metric was taken from
+        entry.update(status="measured")
         if needed != sku_needed:
             entry["resolution_pct"] = needed.pct
         floor_only = old is not None and _floor_only(old)
@@ -115,10 +126,9 @@ def recorded_baseline(
             values: dict[str, Any] = {}
             for label, of_label in labels.items():
                 label_needed = _label_needed(old, label, needed)
-                values[label] = {
-                    "expected": _rounded(statistics.median(r["value"] for r in of_label), label_needed.pct)
-                }
-                figure = _figure(name, of_label, label_needed)
+                expected, figure, count = _expected(name, label, of_label, runs, label_needed)
+                counted.append(count)
+                values[label] = {"expected": _rounded(expected, label_needed.pct)}
                 if figure is not None:
                     figures.append(figure)
                     values[label]["spread_pct"] = figure.spread_pct  # each size its own: a quiet one stays quiet
@@ -129,12 +139,14 @@ def recorded_baseline(
             entry.update(_limits(old if floor_only else None, anchor, direction, needed))
             entry["values"] = values
         else:
-            figure = _figure(name, records, needed)
+            expected, figure, count = _expected(name, None, records, runs, needed)
+            counted.append(count)
             if figure is not None:
                 figures.append(figure)
                 entry["spread_pct"] = figure.spread_pct
-            entry["expected"] = _rounded(statistics.median(r["value"] for r in records), needed.pct)
+            entry["expected"] = _rounded(expected, needed.pct)
             entry.update(_limits(old if floor_only else None, entry["expected"], direction, needed))
+        entry["provenance"] = provenance + _runs_note(counted) + _seen_note(seen, records)
         if old is not None and old.default.params:
             entry["params"] = dict(old.default.params)
         metrics[name] = entry
@@ -166,6 +178,44 @@ def recorded_baseline(
     if previous is not None and previous.pretrain is not None:
         doc["pretrain"] = previous.pretrain.as_doc()
     return doc
+
+
+def _expected(
+    metric: str, scope: str | None, records: Sequence[dict[str, Any]], runs: Runs, needed: rs.Needed
+) -> tuple[float, _Figure | None, int]:
+    """One expected value of `metric` (at `scope`; None: every scope of the metric, pooled) from this run's
+    `records` and the node's kept `runs`: (the value, its figure as written, how many runs it was taken from).
+    Where the kept runs and this one give noise.MIN_RUNS figures or more, the median of the last noise.MAX_RUNS of
+    them, with the larger of the samples' spread and the runs' (noise.of_runs); else this run's median and its
+    samples' spread."""
+    now = statistics.median(r["value"] for r in records)
+    figure = _figure(metric, records, needed)
+    across = noise.of_runs([*_kept_figures(runs, metric, scope), now])
+    if across is None:
+        return now, figure, 1
+    between = _rounded_up(across.spread_pct)
+    if figure is None or between > figure.spread_pct:
+        figure = _Figure(metric, scope or str(records[0]["scope"]), between, needed)
+    return across.median, figure, across.runs
+
+
+def _kept_figures(runs: Runs, metric: str, scope: str | None) -> list[float]:
+    """The figure in each kept run that has it, oldest first: the median of its measurements of `metric` at
+    `scope` (every scope where None), which a run may hold for several placements or tools."""
+    found = []
+    for run in runs:
+        values = [v for key, v in run.items() if key[0] == metric and (scope is None or key[1] == scope)]
+        if values:
+            found.append(statistics.median(values))
+    return found
+
+
+def _runs_note(counted: Sequence[int]) -> str:
+    if max(counted, default=1) <= 1:
+        return ""
+    low, high = min(counted), max(counted)
+    runs = f"{low}" if low == high else f"{low} to {high}"
+    return f"; each figure the median of {runs} runs: this one and the node's kept ones (--gb-history)"
 
 
 def _figure(metric: str, records: Sequence[dict[str, Any]], needed: rs.Needed) -> _Figure | None:
@@ -260,7 +310,11 @@ def _spread_written(record: dict[str, Any]) -> float | None:
     seen = noise.from_record(record.get("noise"))
     if seen is None:
         return None
-    spread = seen.spread_with_waits_pct()  # a figure measured beside a neighbour is too low by up to its waits
+    return _rounded_up(seen.spread_with_waits_pct())  # beside a neighbour a figure is too low by up to its waits
+
+
+def _rounded_up(spread: float) -> float:
+    """A spread as a recording writes it: rounded up to three significant digits, never less noise than seen."""
     if not spread > 0:
         return 0.0
     d = Decimal(repr(spread))
@@ -303,6 +357,7 @@ def write_recorded_baseline(
     measurements: list[dict[str, Any]],
     node_facts: dict[str, str],
     node_gpu_count: int | None,
+    runs: Runs = (),
 ) -> list[str]:
     """Write the baseline recorded from `measurements` to `path` (its file name is the SKU), atomically, with a
     provenance naming the node and its software stack. A node too noisy to record (TooNoisy) and a file the
@@ -316,7 +371,7 @@ def write_recorded_baseline(
     stack = ", ".join(f"{k} {v}" for k, v in node_facts.items() if k != "hostname")
     provenance = f"measured on {node_facts.get('hostname', '?')} ({utc_now()[:10]}; {stack}) by --gb-record"
     try:
-        doc = recorded_baseline(path.stem, previous, measurements, provenance, node_gpu_count)
+        doc = recorded_baseline(path.stem, previous, measurements, provenance, node_gpu_count, runs)
     except TooNoisy as exc:
         raise OutputError(f"{path}: not written, {exc}") from None
     text = dump_baseline(doc)

@@ -112,6 +112,25 @@ def node_history(s: Settings) -> tuple[Path, list[Entry]]:
         raise pytest.UsageError(f"{s.history.source}: {exc}") from None
 
 
+def kept_reports(s: Settings) -> tuple[Path | None, list[Path]]:
+    """With --gb-history: this node's directory in it and the kept reports that count, oldest first: not dated in
+    the future (history.in_future), chosen before this run keeps its own. (None, []) without."""
+    if s.history.value is None:
+        return None, []
+    from pytest_gbvalidate.report import history
+
+    directory, entries = node_history(s)
+    return directory, [e.path for e in entries if not history.in_future(e.start)]
+
+
+def kept_runs(s: Settings, sku: str) -> tuple[dict[tuple[str, str, str, str], float], ...]:
+    """With --gb-history: the node's kept runs of `sku`, each figure's value (compare.node_runs); () without."""
+    from pytest_gbvalidate import compare as cmp
+
+    _, kept = kept_reports(s)
+    return cmp.node_runs(kept, sku, labels.hostname()) if kept else ()
+
+
 def earlier_report(
     s: Settings, target: Target, world: tuple[int, int, int] | None
 ) -> tuple[tuple[EarlierReport, SameNode] | None, str | None]:
@@ -127,15 +146,9 @@ def earlier_report(
             f"{setting.source}: compares a node with its own earlier single-node run; under torchrun / srun "
             "each node is compared in its own run, or the fleet summary compares the nodes"
         )
-    from pytest_gbvalidate.report import history
-
     hostname = labels.hostname()
-    # The node's kept runs that count: not dated in the future (history.in_future), chosen before this run keeps
-    # its own. With --gb-history they also give each figure's run-to-run spread (compare.node_runs).
-    kept: list[Path] = []
-    if s.history.value is not None:
-        directory, entries = node_history(s)
-        kept = [e.path for e in entries if not history.in_future(e.start)]
+    # With --gb-history the node's kept runs also give each figure's run-to-run spread (compare.node_runs).
+    directory, kept = kept_reports(s)
     try:
         if isinstance(setting.value, Path):
             earlier = cmp.load_earlier(setting.value)

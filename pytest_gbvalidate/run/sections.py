@@ -4,7 +4,7 @@ the busbw plot and the recorded baseline. No pytest here: session.py calls these
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -125,18 +125,25 @@ def attach_busbw_plot(report: RunReport, base: Path | None, sku: str) -> str | N
 
 
 def record_baseline(
-    report: RunReport, target: Target, path: Path, node_facts: dict[str, str], why_not: str | None
+    report: RunReport,
+    target: Target,
+    path: Path,
+    node_facts: dict[str, str],
+    why_not: str | None,
+    runs: Sequence[Mapping[tuple[str, str, str, str], float]] = (),
 ) -> str | None:
-    """Write the recorded baseline to `path` unless `why_not` says the run did not complete; the outcome goes in
-    the report's `record` section. Why it could not be written, else None."""
+    """Write the recorded baseline to `path` unless `why_not` says the run did not complete, from this run's
+    figures and the node's kept `runs` (--gb-history); the outcome goes in the report's `record` section. Why it
+    could not be written, else None."""
     from pytest_gbvalidate.baselines.recording import write_recorded_baseline
     from pytest_gbvalidate.files import OutputError
 
     error = None
     if why_not is None:
         try:
+            measurements = [dict(m) for m in report.measurements]
             skipped = write_recorded_baseline(
-                path, target.baseline, [dict(m) for m in report.measurements], node_facts, target.node_gpu_count
+                path, target.baseline, measurements, node_facts, target.node_gpu_count, runs
             )
             note = f"recorded baseline: {path}"
             if skipped:  # failed or broken measurements: no expected value of 0 or "nan"

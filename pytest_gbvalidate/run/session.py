@@ -451,7 +451,7 @@ class GbSession:
             session.exitstatus = exitstatus = pytest.ExitCode.USAGE_ERROR
         if not self.is_controller or not self.engaged:
             return
-        from pytest_gbvalidate.run import sections
+        from pytest_gbvalidate.run import paths, sections
 
         t = self.target
         suite = {"sku": t.sku, "sku_source": t.source, "level": self.settings.level.value, **self.node_facts}
@@ -464,7 +464,11 @@ class GbSession:
         if self.settings.record.value is not None:
             why_not = _incomplete(session, exitstatus)
             path = self.settings.record.value
-            self.record_error = sections.record_baseline(self.report, t, path, self.node_facts, why_not)
+            try:
+                runs = paths.kept_runs(self.settings, t.sku) if why_not is None else ()
+            except pytest.UsageError:  # the history went since the run began: the recording is this run's alone
+                runs = ()
+            self.record_error = sections.record_baseline(self.report, t, path, self.node_facts, why_not, runs)
         exitstatus = self._judge_pace(session, exitstatus)
         exitstatus = self._fail_on_lost_outputs(session, exitstatus)
         status: RunStatus = "interrupted" if exitstatus == pytest.ExitCode.INTERRUPTED else "finished"

@@ -121,6 +121,25 @@ def test_a_node_passes_the_baseline_it_recorded(lab: pytest.Pytester, monkeypatc
     assert "GbValidateWarning" not in result.stdout.str()
 
 
+def test_a_recording_with_the_node_s_history_is_the_median_of_its_runs(
+    lab: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four runs kept in --gb-history, then --gb-record with it: the expected value is the median of the five runs'
+    figures, and the provenance says so."""
+    (lab.path / "baselines" / "LAB.yaml").write_text(resolved(20))
+    lab.makepyfile(CHECK)
+    (lab.path / "recorded").mkdir()
+    for gbps in ("10.2", "9.9", "10.3", "10.0"):
+        monkeypatch.setenv("COPY_GBPS", gbps)
+        lab.runpytest(*ARGS, "--gb-history=history").assert_outcomes(passed=1)
+    monkeypatch.setenv("COPY_GBPS", "9.0")
+    result = lab.runpytest(*ARGS, "--gb-history=history", "--gb-record=recorded/LAB.yaml")
+    assert result.ret == 0, result.stdout.str()
+    entry = yaml.safe_load((lab.path / "recorded" / "LAB.yaml").read_text())["metrics"]["host_copy_bandwidth_gbps"]
+    assert entry["expected"] == 10.0  # of 9.0 now and 10.2, 9.9, 10.3, 10.0 kept; this run's alone would be 9.0
+    assert "each figure the median of 5 runs: this one and the node's kept ones (--gb-history)" in entry["provenance"]
+
+
 def test_the_noise_of_two_runs_is_no_regression_and_a_fall_beyond_it_is(
     lab: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -213,3 +213,44 @@ def test_a_floor_only_metric_stays_floor_only_and_a_node_below_its_floor_gets_th
     assert (above.fail, above.warn, above.expected) == (bl.Limit(absolute=2.0), None, 44.6)
     below = recorded(cpu, [triad(1.5)]).metrics["host_memory_triad_gbps"].default
     assert (str(below.fail), below.warn) == ("36%", None)
+
+
+def kept(values: list[float], direction: str = "higher") -> list[dict[tuple[str, str, str, str], float]]:
+    """The node's kept runs (compare.node_runs' shape), one figure each."""
+    metric = METRICS[direction][0]
+    return [{(metric, "node", "", ""): v} for v in values]
+
+
+def test_with_the_node_s_kept_runs_the_expected_value_is_their_median_and_their_drift_is_counted() -> None:
+    """Four kept runs and this one (noise.MIN_RUNS): the expected value is the median of the five, and the spread
+    written is their run-to-run spread where it is wider than the samples' -- the drift one run's samples hide."""
+    runs = kept([10.0, 11.0, 12.0, 10.5])
+    doc = bl.recorded_baseline("LAB", previous(60.0), [figure(9.0, 1.0)], "measured on node7", runs=runs)
+    entry = doc["metrics"]["host_copy_bandwidth_gbps"]
+    assert entry["expected"] == 10.5
+    assert entry["spread_pct"] > 1.0  # the runs' spread (1.4826 x MAD 0.5 of 10.5 = 7.06%), not the samples' 1%
+    assert entry["spread_pct"] == pytest.approx(7.06, abs=0.01)
+    assert "each figure the median of 5 runs: this one and the node's kept ones (--gb-history)" in (entry["provenance"])
+    # Too few kept runs: this run alone, as without a history.
+    alone = bl.recorded_baseline("LAB", previous(60.0), [figure(9.0, 1.0)], "on node7", runs=runs[:2])
+    assert alone["metrics"]["host_copy_bandwidth_gbps"]["expected"] == 9.0
+    assert "kept ones" not in alone["metrics"]["host_copy_bandwidth_gbps"]["provenance"]
+
+
+def test_a_node_whose_runs_scatter_too_widely_is_refused_though_each_run_s_samples_agree() -> None:
+    """Samples within 1% each run, runs 10 to 30 GB/s: a recording the node's next runs could never be judged
+    against at 6%."""
+    runs = kept([10.0, 30.0, 12.0, 25.0])
+    with pytest.raises(recording.TooNoisy, match=r"too noisy to record: host_copy_bandwidth_gbps \[node\]"):
+        bl.recorded_baseline("LAB", previous(6.0), [figure(20.0, 1.0)], "on node7", runs=runs)
+    assert bl.recorded_baseline("LAB", previous(6.0), [figure(20.0, 1.0)], "on node7")  # one run: its samples
+
+
+def test_per_size_figures_are_matched_to_their_own_size_in_the_kept_runs() -> None:
+    metric = "all_reduce_busbw_gbps"
+    runs = [{(metric, "1KiB", "in_place", ""): 1.0 + i / 100, (metric, "1MiB", "in_place", ""): 5.0} for i in range(4)]
+    doc = bl.recorded_baseline(
+        "LAB", previous(60.0), [busbw("1KiB", 2.0, 1.0), busbw("1MiB", 4.0, 1.0)], "on node7", runs=runs
+    )
+    values = doc["metrics"][metric]["values"]
+    assert (values["1KiB"]["expected"], values["1MiB"]["expected"]) == (1.02, 5.0)
