@@ -3,10 +3,12 @@ file and the JSON report give it."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
+
+from pytest_gbvalidate.report.records import MeasurementRecord
 
 
 def junit_path(config: pytest.Config) -> Path | None:
@@ -30,6 +32,24 @@ def add_suite_properties(config: pytest.Config, properties: Mapping[str, str]) -
 
         for name, value in properties.items():  # text from the system may hold bytes that were not UTF-8
             xml.add_global_property(text_safe(f"gb_{name}"), text_safe(value) if isinstance(value, str) else value)
+
+
+def add_testcase_output(config: pytest.Config, report: pytest.TestReport, records: Sequence[MeasurementRecord]) -> None:
+    """A testcase's measurements as its `system-out`, the terminal's table of them: what CI systems show of a test
+    (Jenkins' Standard Output, GitLab's and Azure DevOps' output), in either family -- xunit2, pytest's default,
+    has no properties on a testcase. Called with the teardown's report, before junitxml closes the testcase."""
+    from _pytest.junitxml import bin_xml_escape, xml_key  # as pytest escapes a test's captured output
+
+    xml = config.stash.get(xml_key, None)
+    if xml is None or not records:
+        return
+    from xml.etree import ElementTree as ET
+
+    from pytest_gbvalidate.report.terminal import terminal_table
+
+    output = ET.Element("system-out")
+    output.text = bin_xml_escape("\n".join(["gbvalidate: measured vs baseline", *terminal_table(records)]) + "\n")
+    xml.node_reporter(report).append(output)
 
 
 def stop_writing(config: pytest.Config) -> None:

@@ -342,6 +342,9 @@ class GbSession:
             self.report.set_section(name, value)
         for section, record in data.get("records", []):
             self.report.add_record(section, record)
+        if report.when == "teardown":
+            measured = [m for m in self.report.data["measurements"] if m["test_id"] == report.nodeid]
+            junit_hooks.add_testcase_output(self.config, report, measured)
         if records or report.when == "teardown":
             self.report.write()
 

@@ -41,3 +41,26 @@ def test_xunit1_keeps_the_measurements_on_the_testcase_which_xunit2_rejects(lab:
     assert metrics == ["host_copy_bandwidth_gbps"]
     # (xunit1 also gives each testcase file and line attributes, which xunit2 has not either)
     assert any("Unexpected child with tag 'properties'" in e for e in schema_errors(lab.path / "r.xml"))
+
+
+@pytest.mark.parametrize("family", ["xunit2", "xunit1"])
+def test_a_ci_reader_sees_each_test_s_figures_under_either_family(lab: pytest.Pytester, family: str) -> None:
+    """junitparser, as a CI system reads the file: each measuring testcase's output is the terminal's table of its
+    figures (xunit2 has no testcase properties); xunit1 keeps them as properties too."""
+    from junitparser import JUnitXml
+
+    lab.runpytest(*ARGS, "-o", f"junit_family={family}").assert_outcomes(passed=2, failed=1, skipped=3, warnings=0)
+    cases = {case.name: case for suite in JUnitXml.fromfile(str(lab.path / "r.xml")) for case in suite}
+    failed = cases["test_fail"]
+    assert failed.system_out is not None and failed.system_out.startswith("gbvalidate: measured vs baseline\n")
+    header, row = failed.system_out.splitlines()[1:3]
+    assert header.split()[:4] == ["test", "metric", "scope", "measured"]
+    assert row.split()[:5] == ["test_fail", "host_copy_bandwidth_gbps", "node", "40", "100"]
+    assert row.rstrip().endswith("FAIL")
+    assert cases["test_warn"].system_out is not None and "WARN" in cases["test_warn"].system_out
+    case = ET.parse(lab.path / "r.xml").getroot().find(".//testcase[@name='test_fail']")
+    assert case is not None
+    metrics = [p.get("value") for p in case.iterfind("properties/property[@name='gb_metric']")]
+    assert metrics == (["host_copy_bandwidth_gbps"] if family == "xunit1" else [])
+    if family == "xunit2":
+        assert schema_errors(lab.path / "r.xml") == []
