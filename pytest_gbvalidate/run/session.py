@@ -236,7 +236,8 @@ class GbSession:
         level = self.settings.level
         line = f"gbvalidate: SKU {t.sku} ({t.source}); level {level.value}"
         line += "" if level.is_default else f" ({level.source})"
-        line += f"; baseline {baseline}"
+        chosen = self.settings.baselines
+        line += f"; baseline {baseline} ({'bundled with the plugin' if chosen.is_default else chosen.source})"
         if self.world_rank not in (None, 0):  # the node facts and the reports are global rank 0's
             return [f"{line}; rank {self.world_rank} of a torchrun / srun world (rank 0 writes the reports)"]
         created = [

@@ -24,7 +24,8 @@ def test_verdicts_land_in_the_test_junit_and_json(lab: pytest.Pytester) -> None:
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(
         [
-            "gbvalidate: SKU LAB (--gb-sku on the command line); level full; baseline *LAB.yaml; *torch *",
+            "gbvalidate: SKU LAB (--gb-sku on the command line); level full; "
+            "baseline *LAB.yaml (--gb-baselines on the command line); *torch *",
             "host_copy_bandwidth_gbps [[]node[]]: measured 40 GB/s, expected 100 GB/s, fail limit 50 GB/s, "
             "warn limit 90 GB/s, delta -60.0%, higher is better -> FAIL (measured baseline: the plugin's tests)",
             "FAILED test_checks.py::test_fail - Failed: host_copy_bandwidth_gbps*",

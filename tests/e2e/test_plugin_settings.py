@@ -19,7 +19,7 @@ def test_auto_detects_cpu_without_gpus_and_records_where_it_came_from(pytester: 
     result = pytester.runpytest()
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
-        ["gbvalidate: SKU cpu (no NVIDIA GPU or driver on this node); level full; baseline *cpu.yaml*"]
+        ["gbvalidate: SKU cpu (no NVIDIA GPU or driver on this node); level full; baseline *cpu.yaml (bundled *"]
     )
 
 
@@ -186,3 +186,17 @@ def test_list_skus(pytester: pytest.Pytester) -> None:
             "(baselines in *)",
         ]
     )
+
+
+def test_a_run_from_the_checkout_reads_the_checkout_s_baselines_and_the_header_says_why(
+    pytester: pytest.Pytester,
+) -> None:
+    """Whichever copy of the plugin is imported (plain `pytest` after `pip install .` imports the installed one),
+    the checkout's ini file names its own baselines; a project with none gets the bundled copy, said so too."""
+    result = pytester.runpytest_subprocess(str(REPO / "suites"), "--gb-sku=cpu", "--collect-only", "-q")
+    ini = REPO / "pyproject.toml"
+    result.stdout.fnmatch_lines(
+        [f"gbvalidate: SKU cpu (*); level full; baseline {REPO}/baselines/cpu.yaml (gb_baselines in {ini});*"]
+    )
+    pytester.makepyfile("def test_x(gb_target):\n    pass\n")
+    pytester.runpytest("--gb-sku=cpu").stdout.fnmatch_lines(["*; baseline *cpu.yaml (bundled with the plugin);*"])
