@@ -39,6 +39,7 @@ import torch.distributed as dist
 
 from pytest_gbvalidate.bench.timing import time_op_s
 from pytest_gbvalidate.labels import bytes_label, size_label
+from pytest_gbvalidate.node import neighbours
 from pytest_gbvalidate.ranks.gang import RankContext
 
 # Small messages are timed in loops of back-to-back calls (see the module's docstring): below about 1 MiB a
@@ -191,6 +192,9 @@ class RankSizeResult:
     # The caching allocator's high-water mark while measuring it (accelerators only): our buffers, not NCCL's own
     # (its channels' buffers and NVLS memory are allocated outside torch's allocator).
     peak_memory_bytes: int | None = None
+    # On the CPU (gloo), the share of the timed window this rank waited for a CPU (node/neighbours.py); None on an
+    # accelerator, whose host only launches the work, or where it cannot be read.
+    cpu_wait_share: float | None = None
 
 
 @dataclass(frozen=True)
@@ -213,6 +217,9 @@ class SizeRow:
     not_run: str | None = None  # why this size was not measured; its times and bandwidths are then NaN
     peak_memory_bytes: int | None = None  # the largest of the ranks' device-memory high-water marks
     samples_busbw_gbps: tuple[float, ...] = ()  # each timed iteration's busbw: the figure is their median
+    # The share of the timed window in which some rank waited for a CPU (neighbours.combined: a collective waits for
+    # its slowest rank); None where no rank could tell.
+    cpu_wait_share: float | None = None
 
     def details(self) -> dict[str, object]:
         """What a report keeps of this row besides busbw itself."""
@@ -234,6 +241,8 @@ class SizeRow:
         }
         if self.peak_memory_bytes is not None:
             details["peak_memory_bytes"] = self.peak_memory_bytes
+        if self.cpu_wait_share is not None:
+            details["cpu_wait_pct"] = neighbours.as_pct(self.cpu_wait_share)
         return details
 
 
@@ -294,10 +303,14 @@ def _measure(
     case = _Case(ctx, collective, placement, count, group)
     case.fill()
     calls = calls_per_sample(size, ctx.device)
+    on_host = ctx.device.type == "cpu"  # a neighbour holding the host's CPUs slows it as a slow link would
+    before = neighbours.read() if on_host else None
     seconds = time_op_s(ctx.device, case.run, warmup=warmup, iterations=iterations, calls_per_sample=calls)
+    waited = neighbours.waited_share(before, neighbours.read() if on_host else None)
     case.fill()
     case.run()
-    return RankSizeResult(size, count, seconds, case.count_wrong(), peak_memory_bytes=_peak_memory(ctx.device))
+    peak = _peak_memory(ctx.device)
+    return RankSizeResult(size, count, seconds, case.count_wrong(), peak_memory_bytes=peak, cpu_wait_share=waited)
 
 
 def summarize(collective: str, placement: str, per_rank: Sequence[Sequence[RankSizeResult]]) -> list[SizeRow]:
@@ -330,6 +343,7 @@ def summarize(collective: str, placement: str, per_rank: Sequence[Sequence[RankS
                 not_run=first.not_run,
                 peak_memory_bytes=max(peaks) if peaks else None,
                 samples_busbw_gbps=tuple(algbw_gbps(size, s) * factor for s in per_iteration if s > 0),
+                cpu_wait_share=neighbours.combined(r.cpu_wait_share for r in by_rank),
             )
         )
     return rows

@@ -14,7 +14,9 @@ or where it cannot be read. No torch, no pytest.
 
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,10 +56,15 @@ def waited_share(start: Reading | None, end: Reading | None) -> float | None:
     if not both:
         return None
     window_ns = (end.at_s - start.at_s) * 1e9
-    none_waiting = 1.0
-    for tid in both:
-        none_waiting *= 1.0 - min(1.0, max(0.0, (end.waited_ns[tid] - start.waited_ns[tid]) / window_ns))
-    return 1.0 - none_waiting
+    return combined([(end.waited_ns[tid] - start.waited_ns[tid]) / window_ns for tid in both])
+
+
+def combined(shares: Iterable[float | None]) -> float | None:
+    """The share of a window in which some of several waiters waited, each of its own share (capped to 0..1):
+    1 - prod(1 - w) -- the threads of one process, or the ranks of one collective, which waits for its slowest.
+    None where none gives a share."""
+    known = [min(1.0, max(0.0, w)) for w in shares if w is not None]
+    return 1.0 - math.prod(1.0 - w for w in known) if known else None
 
 
 def as_pct(share: float | None) -> float | None:

@@ -272,6 +272,10 @@ def test_every_collective_returns_the_right_data(gang: LocalGang) -> None:
             assert too_small.not_run == "size: 8 B is less than one float element per rank (3 ranks)"
         assert [r.wrong for r in rows] == [0] * len(rows), (collective, placement)
         assert all(r.busbw_gbps > 0 and r.iterations == 10 and r.not_run is None for r in rows)
+        # on the CPU each rank read how long it waited for a CPU while timed; the row, any rank's wait
+        waits = [r.cpu_wait_share for r in rows]
+        assert all(w is not None and 0 <= w <= 1 for w in waits), waits
+        assert all(r.details()["cpu_wait_pct"] == round(r.cpu_wait_share * 100, 1) for r in rows if r.cpu_wait_share)
 
 
 def test_a_rank_returning_wrong_data_is_caught_and_named(gang: LocalGang) -> None:

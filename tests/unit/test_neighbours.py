@@ -91,3 +91,12 @@ def test_a_figure_s_waits_explain_a_fall_and_widen_nothing() -> None:
     assert math.isfinite(noise.neighbours_pct(100.0))
     resolution = rs.of_spreads(samples=found.spread_pct, explained_pct=noise.explained_pct(found))
     assert resolution is not None and resolution.pct == pytest.approx(2 * alone.spread_pct)
+
+
+def test_several_waiters_combine_into_the_share_in_which_some_of_them_waited() -> None:
+    """A collective waits for its slowest rank, as a parallel op for its slowest thread: two ranks each waiting half
+    the time left it waiting three quarters of it, if their waits were independent."""
+    assert neighbours.combined([0.5, 0.5]) == 0.75
+    assert neighbours.combined([0.2, None]) == pytest.approx(0.2)
+    assert neighbours.combined([None, None]) is None and neighbours.combined([]) is None
+    assert neighbours.combined([1.5, -0.5]) == 1.0  # each capped to 0..1
