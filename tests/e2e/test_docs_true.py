@@ -66,3 +66,25 @@ def test_the_report_page_names_every_section_of_the_schema_and_no_other() -> Non
         if section in schema["properties"] and "$ref" in schema["properties"][section]:
             record = schema["$defs"][schema["properties"][section]["$ref"].rsplit("/", 1)[-1]]
             assert field in record.get("properties", {}), f"docs/report.md: `{section}.{field}` is no field"
+
+
+def test_the_worked_example_of_a_site_s_own_check_runs_from_its_page(pytester: pytest.Pytester) -> None:
+    """docs/writing-checks.md's worked example, as a site engineer copies it: each file its block names, then its
+    command. The check passes against its floor, with its samples' spread read as its noise."""
+    page = (REPO / "docs" / "writing-checks.md").read_text()
+    example = page.split("## A worked example", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"^```(\w+)\n(.*?)^```$", example, re.MULTILINE | re.DOTALL)
+    files = {body.split("\n", 1)[0].removeprefix("# "): body for kind, body in blocks if kind in ("yaml", "python")}
+    assert sorted(files) == ["baselines/SITE_LAB.yaml", "checks/test_site_read.py"], sorted(files)
+    for name, body in files.items():
+        (pytester.path / name).parent.mkdir(exist_ok=True)
+        (pytester.path / name).write_text(body)
+    (command,) = [body.strip() for kind, body in blocks if kind == "bash"]
+    args = command.split()
+    assert args[0] == "pytest", command
+    result = pytester.runpytest_subprocess(*args[1:], "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["gbvalidate: SKU SITE_LAB (--gb-sku on the command line); level full; baseline *"])
+    (measured,) = json.loads((pytester.path / "site.json").read_text())["measurements"]
+    assert (measured["metric"], measured["unit"], measured["verdict"]) == ("site_file_read_gbps", "GB/s", "pass")
+    assert measured["noise"]["count"] == 10 and measured["resolution"]["needed_pct"] == 60
