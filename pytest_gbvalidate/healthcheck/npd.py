@@ -33,7 +33,7 @@ def line(verdict: Verdict, max_chars: int, *notes: str) -> str:
     if verdict.state == OK:
         text = f"{verdict.level} GPU node checks pass"
     elif verdict.state == FAIL:  # the categories first: the message is cut at max_chars (80 by default)
-        text = "; ".join([verdict.categories(), *verdict.findings()])
+        text = "; ".join(part for part in [verdict.categories(), verdict.cause, *verdict.findings()] if part)
     elif verdict.state == TIMEOUT:
         text = "unknown: " + "; ".join(verdict.findings())
     else:

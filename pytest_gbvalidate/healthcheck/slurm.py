@@ -78,7 +78,7 @@ def line(verdict: Verdict, *notes: str) -> str:
         # with many failures the list alone would fill it, leaving out the action and whether the node drained.
         actions = [f"action: {'; '.join(verdict.actions())}"] if verdict.actions() else []
         checks = [f"checks: {'; '.join(verdict.findings())}"]
-        found = [verdict.categories(), *actions, verdict.detail, *notes, *checks]
+        found = [verdict.categories(), verdict.cause, *actions, verdict.detail, *notes, *checks]
         return one_line(f"ERROR:  {NAME}:  Health check failed:  " + "; ".join(part for part in found if part))
     elif verdict.state == TIMEOUT:
         text = f"ERROR:  {NAME}:  Health check failed:  " + "; ".join([*verdict.findings(), verdict.detail])

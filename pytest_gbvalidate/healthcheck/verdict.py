@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from pytest_gbvalidate.fleet.text import join_within, one_line, shorten
 from pytest_gbvalidate.labels import printable
+from pytest_gbvalidate.node.preconditions import PRECONDITIONS_TEST_ID
 from pytest_gbvalidate.report import node_verdict
 from pytest_gbvalidate.report.records import RunReportRecord
 
@@ -73,6 +74,9 @@ class Verdict:
     duration_s: float
     deadline_s: float
     detail: str  # one line: why, for TIMEOUT and UNKNOWN; for FAIL, how the run ended where it did not finish
+    # For FAIL where the node's GPUs cannot be used at all (node/preconditions.py): that cause, one line, named
+    # before anything else (its dependents were not run); else empty.
+    cause: str = ""
 
     def findings(self) -> list[str]:
         """What the run found, without the leader: `gpu_hardware: test_gpu_count` per fault category (its checks
@@ -111,8 +115,11 @@ def judge(run: Run) -> Verdict:
     unresolved: set[str] = set()
     passed: set[str] = set()
     skipped: set[str] = set()
+    cause = ""
     for test in [] if report is None else report["tests"]:
         test_id = printable(one_line(test["test_id"]))
+        if test["outcome"] == "failed" and test["test_id"] == PRECONDITIONS_TEST_ID:
+            cause = shorten(escaped(one_line(test["message"] or "")), PROBLEM_MAX_CHARS)
         if test["outcome"] == "failed" and node_verdict.is_unresolved(test):
             unresolved.add(test_id)
         elif test["outcome"] == "failed" and test_id not in failures:
@@ -135,7 +142,7 @@ def judge(run: Run) -> Verdict:
     def verdict(state: str, detail: str = "") -> Verdict:
         detail = shorten(escaped(detail), PROBLEM_MAX_CHARS)  # our own words: their values escaped already
         counts = (len(passed), len(skipped), run.duration_s, run.deadline_s)
-        return Verdict(state, level, tuple(failures.values()), *counts, detail)
+        return Verdict(state, level, tuple(failures.values()), *counts, detail, cause if state == FAIL else "")
 
     if failures:
         return verdict(FAIL, _cut_short(run) or "")

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_gbvalidate.report.records import MeasurementRecord
+if TYPE_CHECKING:  # an unrelated test run imports none of the report's modules
+    from pytest_gbvalidate.report.records import MeasurementRecord
 
 
 def junit_path(config: pytest.Config) -> Path | None:

@@ -4,9 +4,14 @@ warning filter that leaves a WARN to the reports."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from pytest_gbvalidate.levels import DEFAULT_LEVEL, LEVELS, MARKER, Level, LevelError, parse_level, runs
+
+if TYPE_CHECKING:
+    from pytest_gbvalidate.node.preconditions import Unmet
 
 GPU_MARKER = "gb_gpu"
 WARN_FILTER = "ignore::pytest_gbvalidate.hooks.GbValidateWarning"
@@ -67,13 +72,27 @@ def level_problems(nodes: list[pytest.Item | pytest.Collector]) -> str | None:
     return "\n".join(found) or None
 
 
-def select(config: pytest.Config, items: list[pytest.Item], run_level: Level, gpu_sku: str | None) -> None:
+def select(
+    config: pytest.Config,
+    items: list[pytest.Item],
+    run_level: Level,
+    gpu_sku: str | None,
+    unusable: Unmet | None = None,
+) -> None:
     """Deselect the checks above `run_level`, as -m deselects (counted in pytest's summary line, absent from the
-    reports), and skip the GPU checks where the SKU (`gpu_sku`: its name when it has no GPUs) has none."""
+    reports), skip the GPU checks where the SKU (`gpu_sku`: its name when it has no GPUs) has none, and skip the
+    checks that depend on a precondition the node's GPUs do not meet (`unusable`, node/preconditions.py), naming
+    it: the run fails once, for the precondition."""
     selected = {item: runs(run_level, check_level(item)) for item in items}
     if not all(selected.values()):
         config.hook.pytest_deselected(items=[item for item, kept in selected.items() if not kept])
         items[:] = [item for item, kept in selected.items() if kept]
+    if unusable is not None:
+        blocked = pytest.mark.skip(reason=unusable.skip_reason())
+        for item in items:
+            fixtures = set(getattr(item, "fixturenames", ()))
+            if unusable.blocks(item.get_closest_marker(GPU_MARKER) is not None, fixtures):
+                item.add_marker(blocked)
     if gpu_sku is None:
         return
     skip = pytest.mark.skip(reason=f"needs NVIDIA GPUs; this run checks the {gpu_sku} SKU, which has none")

@@ -29,6 +29,7 @@ from pytest_gbvalidate.settings import Setting, Settings
 
 if TYPE_CHECKING:
     from pytest_gbvalidate.compare import EarlierReport, SameNode
+    from pytest_gbvalidate.node.preconditions import Unmet
     from pytest_gbvalidate.ranks.gang import Gang
     from pytest_gbvalidate.report.records import (
         FaultRecord,
@@ -83,6 +84,7 @@ class GbSession:
         self._comparison: tuple[EarlierReport, SameNode] | None = None  # --gb-compare, checked with the target
         # The measurements of the run's second pass, taken where its pace would have regressed (_measure_again)
         self._measured_again: list[MeasurementRecord] | None = None
+        self._unusable: tuple[Unmet | None] | None = None  # the node's GPU preconditions, once probed
         self._level_times: dict[Level, LevelTimeRecord] = {}  # what each level's checks took, on the controller
         self.suite_error = False  # a usage error found where the checks were collected (markers.USAGE_ERROR)
         self.compare_note: str | None = None  # --gb-compare=last with no earlier report in the history yet
@@ -292,7 +294,19 @@ class GbSession:
         if not self.settings.explicit and not any(ENGAGING_FIXTURES & set(_fixturenames(i)) for i in items):
             return
         target = self.engage()
-        markers.select(config, items, self.settings.level.value, None if target.is_gpu else target.sku)
+        unusable = self.unusable_gpus()
+        markers.select(config, items, self.settings.level.value, None if target.is_gpu else target.sku, unusable)
+
+    def unusable_gpus(self) -> Unmet | None:
+        """The precondition the node's GPUs do not meet (node/preconditions.py), probed once; None where they are
+        usable, and on a SKU that promises no number of GPUs (none, or a site's baseline without `detect`)."""
+        if self.target.device_type != "cuda" or not self.target.gpu_count:
+            return None
+        if self._unusable is None:
+            from pytest_gbvalidate.node import preconditions
+
+            self._unusable = (preconditions.probe(),)
+        return self._unusable[0]
 
     def pytest_report_collectionfinish(self) -> list[str]:
         return self.header_lines()
@@ -465,6 +479,7 @@ class GbSession:
         for plot in self.report.data.get("plots", []):
             junit_hooks.add_suite_properties(self.config, {"busbw_plot": plot["path"]})
         junit_hooks.add_suite_properties(self.config, {name: v["value"] for name, v in self.nccl_env.items()})
+        exitstatus = self._judge_preconditions(session, exitstatus)
         if self.settings.record.value is not None:
             why_not = _incomplete(session, exitstatus)
             path = self.settings.record.value
@@ -514,6 +529,29 @@ class GbSession:
         location = (PACE_TEST_ID.split("::")[0], None, PACE_TEST_ID.split("::")[1])
         failed = pytest.TestReport(PACE_TEST_ID, location, {}, "failed", pace["message"], "call")
         fault = faults.load().classify(PACE_TEST_ID, pace["message"], {cmp.REGRESSED})
+        failed.gb_payload = {"fault": fault.as_dict()}  # type: ignore[attr-defined]
+        self.config.hook.pytest_runtest_logreport(report=failed)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        return session.exitstatus
+
+    def _judge_preconditions(self, session: pytest.Session, exitstatus: int) -> int:
+        """A node whose GPUs cannot be used fails the test PRECONDITIONS_TEST_ID once, with the cause and its fault
+        category, reported as the checks' tests are; the checks that depend on it were skipped naming it
+        (markers.select). Only for a run that ran its checks. The exit status the run ends with."""
+        unusable = self.unusable_gpus()
+        if (
+            unusable is None
+            or self.config.option.collectonly
+            or exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
+        ):
+            return exitstatus
+        from pytest_gbvalidate import faults
+        from pytest_gbvalidate.node.preconditions import PRECONDITIONS_TEST_ID
+
+        message = f"the node's GPUs cannot be used: {unusable.why}"
+        location = (PRECONDITIONS_TEST_ID.split("::")[0], None, PRECONDITIONS_TEST_ID.split("::")[1])
+        failed = pytest.TestReport(PRECONDITIONS_TEST_ID, location, {}, "failed", message, "call")
+        fault = faults.load().classify(PRECONDITIONS_TEST_ID, message, set())
         failed.gb_payload = {"fault": fault.as_dict()}  # type: ignore[attr-defined]
         self.config.hook.pytest_runtest_logreport(report=failed)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -209,36 +209,40 @@ def test_a_gpu_lost_mid_run_fails_its_own_checks_from_then_on(
 
 
 @pytest.mark.parametrize(
-    ("lib", "nvml_error"),
+    ("lib", "nvml_error", "category"),
     [
-        (None, "NVML Shared Library Not Found"),
-        (FakeNvmlLib(init_error=pynvml.NVML_ERROR_DRIVER_NOT_LOADED), "Driver Not Loaded"),
+        (None, "NVML Shared Library Not Found", "software"),
+        (FakeNvmlLib(init_error=pynvml.NVML_ERROR_DRIVER_NOT_LOADED), "Driver Not Loaded", "reboot"),
     ],
     ids=["no-library", "driver-not-loaded"],
 )
-def test_without_a_driver_every_gpu_check_fails_with_the_nvml_error(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, lib: FakeNvmlLib | None, nvml_error: str
+def test_without_a_driver_the_run_fails_once_for_it_and_no_gpu_check_runs(
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    lib: FakeNvmlLib | None,
+    nvml_error: str,
+    category: str,
 ) -> None:
-    # A GB200 node whose sysfs, HCAs and kernel log are in order (the checks that read only those pass), and
-    # whose NVIDIA driver does not answer.
+    """A GB200 node whose sysfs, HCAs and kernel log are in order (the checks that read only those pass), and
+    whose NVIDIA driver does not answer: one root failure naming NVML's error, with its fault category; every GPU
+    check not run, saying why; nothing else failed."""
     nd_gb200_v6().install(monkeypatch, tmp_path)
     install(monkeypatch, lib)
     result, cases, report = run_suites(pytester, "ND_GB200_v6")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert not with_outcome(cases, "error")
-    failed = with_outcome(cases, "failure")
-    assert {"test_gpu_count", "test_telemetry_reads_every_sensor", "test_nvlinks[gpu3]"} <= set(failed)
-    for name, message in failed.items():
-        assert f"NVML cannot list this node's GPUs: nvmlInit: {nvml_error}" in message, name
+    why = f"NVML does not load: {nvml_error}"
+    assert with_outcome(cases, "failure") == {"node_gpus_usable": f"the node's GPUs cannot be used: {why}"}
+    skipped = with_outcome(cases, "skipped")
+    assert {"test_gpu_count", "test_telemetry_reads_every_sensor", "test_nvlinks[gpu3]"} <= set(skipped)
+    blocked = f"not run: the node's GPUs cannot be used ({why}); gbvalidate::node_gpus_usable failed"
+    assert {m for m in skipped.values() if m != blocked} == {"ib_write_bw (perftest) is not on PATH"}
+    assert skipped["test_imex"] == skipped["test_nccl_net_plugin"] == blocked  # GPU checks: four categories once
     passed = {n for n, c in cases.items() if c["outcome"] == "passed"}
-    # sysfs only, NCCL's net plugin (a library of its own) and IMEX (its devices and its daemon)
-    assert passed == {
-        "test_numa_nodes_hold_every_cpu",
-        "test_infiniband_ports_active",
-        "test_nccl_net_plugin",
-        "test_imex",
-    }
-    assert report["gpus"]["nvml_error"] == f"nvmlInit: {nvml_error}"
+    assert passed == {"test_numa_nodes_hold_every_cpu", "test_infiniband_ports_active"}  # sysfs only
+    (root,) = [t for t in report["tests"] if t["outcome"] == "failed"]
+    assert (root["test_id"], root["fault"]["category"]) == ("gbvalidate::node_gpus_usable", category)
 
 
 # A plugin for a pytest subprocess: the node it runs on has no NVIDIA driver, whatever the host has.
@@ -251,7 +255,7 @@ def pytest_configure(config):
 """
 
 
-def test_in_a_fresh_process_a_gpu_sku_without_a_driver_fails_with_the_nvml_error(
+def test_in_a_fresh_process_a_gpu_sku_without_a_driver_fails_once_with_the_nvml_error(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What an operator sees running the GB200 health suite on a node without a working NVIDIA driver."""
@@ -261,11 +265,13 @@ def test_in_a_fresh_process_a_gpu_sku_without_a_driver_fails_with_the_nvml_error
         HEALTH, "--gb-sku=ND_GB200_v6", "--junitxml=r.xml", "-p", "no:cacheprovider", "-p", "no_nvidia_driver"
     )
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(["*_ test_gpu_count _*", "NVML cannot list this node's GPUs: nvmlInit: *"])
+    result.stdout.fnmatch_lines(
+        ["*skipped: * checks: not run: the node's GPUs cannot be used (NVML does not load: *", "*1 failed, * skipped*"]
+    )
     cases = junit_cases(pytester.path / "r.xml")
     assert not with_outcome(cases, "error")
-    assert all(cases[f"{t}[gpu{i}]"]["outcome"] == "failure" for t in LIVE_READINGS for i in range(4))
-    assert "nvmlInit: NVML Shared Library Not Found" in (cases["test_gpu_count"]["message"] or "")
+    assert all(cases[f"{t}[gpu{i}]"]["outcome"] == "skipped" for t in LIVE_READINGS for i in range(4))
+    assert "NVML does not load: NVML Shared Library Not Found" in (cases["node_gpus_usable"]["message"] or "")
 
 
 def test_topology_faults_fail_the_gpus_and_ports_they_touch(

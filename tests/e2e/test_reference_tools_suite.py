@@ -10,8 +10,9 @@ import stat
 from pathlib import Path
 
 import pytest
-import torch  # noqa: F401 -- in-process pytester runs drop modules they imported, and torch cannot load twice
+import torch  # imported here too: in-process pytester runs drop modules they imported, torch cannot load twice
 
+from tests.helpers.fakenvml import FakeGpu, FakeNvmlLib, install
 from tests.helpers.runs import SUITES, junit_cases
 from tests.helpers.tool_output import NCCL_JSON, NCCL_OUTPUT, NVB_JSON, NVB_OUTPUT
 
@@ -48,9 +49,12 @@ def stand_in(bin_dir: Path, name: str, output: str) -> None:
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
 
 
-def lab_gpu_node(pytester: pytest.Pytester) -> Path:
-    """The LABGPU baseline under baselines/, and an empty bin/ for the stand-ins (made before PATH is set to bin/
+def lab_gpu_node(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A node of the LABGPU SKU: its two GPUs behind the fake NVML, seen by torch (node/preconditions.py asks),
+    the LABGPU baseline under baselines/, and an empty bin/ for the stand-ins (made before PATH is set to bin/
     alone: a GPU host may have the real tools installed)."""
+    install(monkeypatch, FakeNvmlLib([FakeGpu(pci_bus_id=f"00000000:0{i}:00.0") for i in range(2)]))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     (pytester.path / "baselines").mkdir()
     (pytester.path / "baselines" / "LABGPU.yaml").write_text(LAB_GPU)
     bin_dir = pytester.path / "bin"
@@ -59,7 +63,7 @@ def lab_gpu_node(pytester: pytest.Pytester) -> Path:
 
 
 def test_reference_tools_run_and_report_beside_ours(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    bin_dir = lab_gpu_node(pytester)
+    bin_dir = lab_gpu_node(pytester, monkeypatch)
     stand_in(bin_dir, "all_reduce_perf", NCCL_OUTPUT)
     stand_in(bin_dir, "nvbandwidth", NVB_OUTPUT)
     monkeypatch.setenv("PATH", str(bin_dir))
@@ -112,9 +116,8 @@ def test_reference_tools_run_and_report_beside_ours(pytester: pytest.Pytester, m
     )
 
 
-def test_reference_tools_are_off_unless_asked(pytester: pytest.Pytester) -> None:
-    (pytester.path / "baselines").mkdir()
-    (pytester.path / "baselines" / "LABGPU.yaml").write_text(LAB_GPU)
+def test_reference_tools_are_off_unless_asked(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    lab_gpu_node(pytester, monkeypatch)
     result = pytester.runpytest(
         str(SUITES / "test_reference_tools.py"), "--gb-sku=LABGPU", "--gb-baselines=baselines", "-rs"
     )
@@ -141,7 +144,7 @@ def stand_in_writing_json(bin_dir: Path, name: str, output: str, json_text: str)
 def test_a_build_that_writes_json_is_read_from_its_json(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    bin_dir = lab_gpu_node(pytester)
+    bin_dir = lab_gpu_node(pytester, monkeypatch)
     stand_in_writing_json(bin_dir, "all_reduce_perf", NCCL_OUTPUT, NCCL_JSON)
     monkeypatch.setenv("PATH", str(bin_dir))
     args = ["--gb-sku=LABGPU", "--gb-baselines=baselines", "--gb-report=r.json", "--gb-reference-tools"]
@@ -172,7 +175,7 @@ def stand_in_nvbandwidth_json(bin_dir: Path, output: str, json_text: str) -> Non
 def test_an_nvbandwidth_that_writes_json_is_read_from_its_json(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    bin_dir = lab_gpu_node(pytester)
+    bin_dir = lab_gpu_node(pytester, monkeypatch)
     stand_in_nvbandwidth_json(bin_dir, NVB_OUTPUT, NVB_JSON)
     monkeypatch.setenv("PATH", str(bin_dir))
     args = ["--gb-sku=LABGPU", "--gb-baselines=baselines", "--gb-report=r.json", "--gb-reference-tools"]

@@ -9,7 +9,7 @@ import textwrap
 from typing import Any
 
 import pytest
-import torch  # noqa: F401 -- in-process pytester runs drop modules they imported, and torch cannot load twice
+import torch  # imported here too: in-process pytester runs drop modules they imported, torch cannot load twice
 
 from tests.helpers.fakenvml import FakeGpu, FakeNvmlLib, install
 
@@ -127,6 +127,7 @@ def test_a_sku_recorded_for_the_first_time_gets_the_node_s_gpus(
     install(
         monkeypatch, FakeNvmlLib([FakeGpu(pci_bus_id=f"00000000:0{i}:00.0") for i in range(gpus)]) if gpus else None
     )
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)  # torch sees the GPUs NVML lists, as it would
     lab.makepyfile(
         test_a=f"""
         def test_a(gb_target, gb_gang, gb_expect):

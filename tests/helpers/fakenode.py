@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pynvml
 import pytest
+import torch
 
 from pytest_gbvalidate import sku
 from pytest_gbvalidate.node import imex, nccl_stack, topology, xid
@@ -106,6 +107,9 @@ class FakeNode:
         self._install_imex(monkeypatch, tmp_path)
         lib = self.nvml()
         install(monkeypatch, lib)
+        # torch on this node sees the GPUs NVML lists, as on a working one (node/preconditions.py asks it); ranks
+        # a check starts are other processes, which the fake does not reach: they fail to start, as before.
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: len(self.gpus))
         return lib
 
     def _install_imex(self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -110,3 +110,21 @@ def test_what_a_report_says_reaches_a_line_printable_and_bounded() -> None:
     assert finding == "a\\nb: test_x[ \\x1b[2J]" and finding.isprintable()
     long = judge(run(None, returncode=4, why="x" * 1000))
     assert len(long.detail) == 300 and long.detail.endswith("...")
+
+
+def test_a_node_whose_gpus_cannot_be_used_is_named_by_the_cause_first() -> None:
+    """The one root failure of a node whose driver did not load, its dependents not run: the Slurm and NPD lines
+    give the cause itself, not only its category and the check's name."""
+    from pytest_gbvalidate.healthcheck import npd, slurm
+    from pytest_gbvalidate.node.preconditions import PRECONDITIONS_TEST_ID
+
+    cause = "the node's GPUs cannot be used: NVML does not load: Driver Not Loaded"
+    reboot = FAULT | {"category": "reboot", "action": "reboot the node", "disposition": "REBOOT"}
+    root = record(PRECONDITIONS_TEST_ID, "failed", fault=reboot) | {"message": cause}
+    skipped = record("s/test_health.py::test_gpu_count", "skipped", "setup")
+    verdict = judge(run(report_with([root, skipped], exit_status=1), returncode=1))
+    assert (verdict.state, verdict.cause, verdict.findings()) == (FAIL, cause, ["reboot: node_gpus_usable"])
+    assert slurm.line(verdict).startswith(f"ERROR:  gbvalidate:  Health check failed:  reboot (1 check); {cause}; ")
+    shown = npd.line(verdict, 80)
+    assert len(shown) <= 80 and shown.startswith("reboot (1 check); the node's GPUs cannot be used: NVML does not load")
+    assert judge(run(report_with(HEALTHY))).cause == ""

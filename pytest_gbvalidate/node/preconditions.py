@@ -1,0 +1,81 @@
+"""Whether a GPU node's GPUs can be used at all, asked once before its checks: the most common broken node after
+maintenance -- a driver that did not load, GPUs that torch cannot see -- is one root failure, not a hundred checks
+failing on their own in four fault categories (each starting its ranks again, each start retried).
+
+Two preconditions, each with the checks that depend on it:
+- NVML loads (the driver and its library) and lists GPUs: every GPU check needs it (the `gb_gpu` checks, those run
+  per GPU or pair -- the `gpu` and `gb_gpu_pair` fixtures --, those that sample the GPUs, and those that start ranks
+  on them).
+- torch sees the GPUs NVML lists: the checks that start ranks on the GPUs need it (those taking `gb_gang`); those
+  that read NVML alone (ECC, Xids, clocks, the GPU count and model) run, and say what else is wrong.
+A check whose precondition failed is not run, its skip naming the failed precondition; the run fails once, in the
+test PRECONDITIONS_TEST_ID, with the cause (faults.yaml classifies it by its message: NVML's own errors, or torch
+seeing none of the GPUs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+PRECONDITIONS_TEST_ID = "gbvalidate::node_gpus_usable"
+Precondition = Literal["nvml", "torch_gpus"]
+# The fixtures of a check that starts ranks on the node's GPUs (ranks/gang.py), and of one run per GPU or pair the
+# SKU promises or that samples them (probes.py); a test's fixture closure counts. (`gpus` alone is no dependency:
+# a check that reads NVML through it is marked `gb_gpu`, and the NUMA map takes it without needing NVML.)
+RANK_FIXTURES = frozenset({"gb_gang"})
+NVML_FIXTURES = frozenset({"gpu", "gb_gpu_pair", "gb_telemetry"})
+
+
+@dataclass(frozen=True)
+class Unmet:
+    """A precondition the node does not meet, and why (one line)."""
+
+    precondition: Precondition
+    why: str
+
+    def skip_reason(self) -> str:
+        return f"not run: the node's GPUs cannot be used ({self.why}); {PRECONDITIONS_TEST_ID} failed"
+
+    def blocks(self, gpu_check: bool, fixtures: set[str]) -> bool:
+        """Whether a check depends on it: one marked as needing GPUs (`gpu_check`), or by its fixture closure."""
+        starts_ranks = bool(RANK_FIXTURES & fixtures)
+        if self.precondition == "nvml":
+            return gpu_check or starts_ranks or bool(NVML_FIXTURES & fixtures)
+        return starts_ranks
+
+
+def unmet(nvml_gpus: int | str, torch_gpus: int, torch_build: str) -> Unmet | None:
+    """The first precondition a GPU node does not meet, else None. `nvml_gpus`: the GPUs NVML lists, or NVML's
+    error where it does not load; `torch_gpus`: the GPUs torch sees; `torch_build`: torch's version and CUDA build,
+    for the message."""
+    if isinstance(nvml_gpus, str):
+        return Unmet("nvml", f"NVML does not load: {nvml_gpus}")
+    if nvml_gpus == 0:
+        return Unmet("nvml", "NVML lists no GPU")
+    if torch_gpus == 0 and nvml_gpus > 0:
+        return Unmet("torch_gpus", f"torch sees none of the {nvml_gpus} GPUs NVML lists ({torch_build})")
+    return None
+
+
+def probe() -> Unmet | None:
+    """The node's preconditions, asked of NVML and torch."""
+    import importlib.metadata
+    import os
+
+    import torch
+
+    from pytest_gbvalidate.node import nvml
+
+    listed: int | str
+    try:
+        with nvml.session():
+            listed = nvml.gpu_count()
+    except nvml.NvmlError as exc:
+        listed = exc.text
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    build = f"torch {importlib.metadata.version('torch')}, CUDA {torch.version.cuda or 'none: a CPU build'}"
+    if visible is not None:
+        build += f", CUDA_VISIBLE_DEVICES={visible!r}"
+    return unmet(listed, torch.cuda.device_count(), build)
