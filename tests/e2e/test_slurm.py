@@ -162,6 +162,8 @@ def test_our_own_failure_in_the_prolog_drains_nothing_and_the_job_runs(
     assert (printed, status) == ("the job ran\n", 0)
     # sbatch --wait returns when the job ends, maybe before the Epilog has written its line: wait for both.
     prolog_node.wait_until(lambda: len(logged(log)) >= before + 2, "Prolog and Epilog lines", timeout=60)
+    # and slurmctld may not have seen the Epilog end yet (IDLE+COMPLETING): a drain would stay, COMPLETING goes
+    prolog_node.wait_until(lambda: "COMPLETING" not in prolog_node.state("gpu-017"), "the job's end", timeout=60)
     assert prolog_node.reasons() == {} and prolog_node.state("gpu-017") == "IDLE"
     for line in logged(log)[before:]:
         assert line.startswith("ERROR:  gbvalidate:  ") and cause in line, line
