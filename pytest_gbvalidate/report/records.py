@@ -61,11 +61,15 @@ class FaultRecord(TypedDict):
     why: str | None  # the rule that matched; None for the default category
 
 
+# The phase of a test a record is of (pytest's `when`, without `collect`).
+Phase = Literal["setup", "call", "teardown"]
+
+
 class TestRecord(TypedDict):
     """One phase of a test that ran (`call`) or did not pass (`setup`, `teardown`)."""
 
     test_id: str
-    when: Literal["setup", "call", "teardown"]
+    when: Phase
     outcome: Literal["passed", "failed", "skipped"]
     duration_s: float
     message: str | None  # what went wrong, in one line

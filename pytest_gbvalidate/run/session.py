@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         LevelTimeRecord,
         MeasurementRecord,
         NcclVariableRecord,
+        Phase,
         RunStatus,
         TestRecord,
     )
@@ -50,6 +51,8 @@ ENGAGING_FIXTURES = frozenset({"gb_expect", "gb_target", "gb_gang", "gb_gpu_pair
 # A test's phases and outcomes as the report's records have them (TestRecord). pytest-xdist reports a worker that
 # died under a test with the phase "???"; pytest-rerunfailures an attempt it runs again with the outcome "rerun".
 PHASES, OUTCOMES = ("setup", "call", "teardown"), ("passed", "failed", "skipped")
+# A phase as a record keeps it (pytest before 9 types a report's `when` as any text).
+RECORDED_PHASES: dict[str, Phase] = {"setup": "setup", "call": "call", "teardown": "teardown"}
 # How long one call on the ranks may take (--gb-timeout overrides): a GPU sweep to 16 GiB, or NCCL setting up
 # its communicators on many nodes, takes minutes at worst; the CPU smoke run finishes in seconds.
 DEFAULT_TIMEOUT_S = {"gpu": 300.0, "cpu": 30.0}
@@ -413,8 +416,9 @@ class GbSession:
 
     def _test_record(self, report: pytest.TestReport, fault: FaultRecord | None, level: Level | None) -> TestRecord:
         message, text = (None, None) if report.passed else junit_hooks.failure_text(report)
-        when, outcome = report.when, report.outcome
-        if when not in PHASES:
+        outcome = report.outcome
+        when = RECORDED_PHASES.get(report.when or "")
+        if when is None:
             # pytest-xdist's report of a worker that died under a test (the OOM killer, a driver's segfault, a
             # signal) says when "???": the test failed by crashing, which the node's record must say in its terms.
             when, outcome = "call", "failed"
