@@ -38,11 +38,15 @@ counts) is not applied here.
 
 Each path's resolution (rules/resolution.py; the fleet's: the larger of noise.margin_pct of the fleet's typical
 spread and how far below the median its MAD rule reaches, beside its practical margin of the needed resolution) is
-printed as the median over the cell's trials, with the resolution its metric needs, so that a
-reader can check that no fall of at least twice the reported resolution is ever missed; the lines after the tables
-name every cell where one is, and every healthy false alarm. DIR/detection_table.json keeps every count, the
-resolutions and the run's settings. No pytest runs inside; the whole run is meant to take under 3 minutes on a
-2-core machine (the measured drift dominates: --drift-trials).
+printed as the median over the cell's trials, with the resolution its metric needs, and so is the fall each path
+allows by design: how far below the node's healthy figure its threshold lies (the bundled baseline's fail limit, the
+recording's, the earlier figure less the allowed change, the fleet's median less the needed resolution): a fall
+finer than that passes by design. A figure past its threshold by at least twice its resolution must never pass; the
+lines after the tables name every trial where one did, every healthy false alarm, and every GPU-like fall of 10% or
+more not caught.
+DIR/detection_table.json keeps every count, the resolutions, what each path allowed and the run's settings. No
+pytest runs inside; the whole run is meant to take under 3 minutes on a 2-core machine (the measured drift
+dominates: --drift-trials).
 """
 
 from __future__ import annotations
@@ -141,14 +145,38 @@ class Metric:
 class Cell:
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
     resolutions: list[float] = field(default_factory=list)
+    # Each trial's (outcome, resolution %, the fall % the path allows by design: how far below the node's healthy
+    # figure its threshold lay; how far past that threshold the judged figure lay; both log ratios, None where the
+    # path has no threshold).
+    judged: list[tuple[str, float | None, float | None, float | None]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     # The fleet's MAD rule: how far below the median (percent of it) a node must lie to be 3.5 scaled MADs out.
     mad_rule_pcts: list[float] = field(default_factory=list)
 
-    def add(self, outcome: str, resolution_pct: float | None) -> None:
+    def add(
+        self,
+        outcome: str,
+        resolution_pct: float | None,
+        allowed_pct: float | None = None,
+        past_pct: float | None = None,
+    ) -> None:
         self.counts[outcome] += 1
         if resolution_pct is not None and math.isfinite(resolution_pct):
             self.resolutions.append(resolution_pct)
+        self.judged.append((outcome, resolution_pct, allowed_pct, past_pct))
+
+    def allowed(self) -> float | None:
+        found = [a for _, _, a, _ in self.judged if a is not None and math.isfinite(a)]
+        return statistics.median(found) if found else None
+
+    def must_catch_missed(self) -> int:
+        """The trials whose figure lay past the path's threshold by at least twice its resolution and still
+        passed: what no path may ever do."""
+        return sum(
+            1
+            for outcome, res, _, past in self.judged
+            if outcome == "missed" and past is not None and past > 0 and past >= 2 * (res or 0.0)
+        )
 
     def trials(self) -> int:
         return sum(self.counts.values())
@@ -178,6 +206,10 @@ class Source:
         raise NotImplementedError
 
     def judged(self, column: str, trial: int) -> Figure:
+        raise NotImplementedError
+
+    def healthy(self, trial: int) -> float:
+        """The node's healthy figure in this trial: what each fall is a fall from."""
         raise NotImplementedError
 
     def drift(self, column: str, trial: int) -> Iterator[Figure]:
@@ -220,6 +252,9 @@ class Measured(Source):
         history = [self.idle[i] for i in order[:HISTORY_RUNS]]
         passes = [self.idle[i] for i in order[HISTORY_RUNS : HISTORY_RUNS + 2]]
         return history, passes, history  # the fleet: this machine measured 8 times, as 8 nodes
+
+    def healthy(self, trial: int) -> float:
+        return statistics.median(f.value for f in self.idle)
 
     def judged(self, column: str, trial: int) -> Figure:
         if column == IDLE:
@@ -277,6 +312,9 @@ class GpuLike(Source):
         fleet = [self.run(self._node()) for _ in range(FLEET_NODES)]
         return history, passes, fleet
 
+    def healthy(self, trial: int) -> float:
+        return self.node(trial)
+
     def judged(self, column: str, trial: int) -> Figure:
         return self.run(self.node(trial), 1.0 - FALLS.get(column, 0.0), busy=column == BUSY)
 
@@ -309,26 +347,36 @@ def from_compare(word: str) -> str:
     return {"regressed": "caught", "unresolved": "unresolved"}.get(word, "missed")
 
 
-def judge_baseline(metric: Metric, figure: Figure, reference: Any = None) -> tuple[str, float | None]:
+# What a path returns for a figure: its outcome, its resolution (%), the threshold it held it against (the value
+# past which it fails or regresses; None where it has none) and the figure it judged (for a drift, its worst run).
+Judged = tuple[str, float | None, float | None, float]
+
+
+def judge_baseline(metric: Metric, figure: Figure, reference: Any = None) -> Judged:
     from pytest_gbvalidate.baselines import verdicts
 
     ref = metric.reference if reference is None else reference
     verdict = verdicts.compare(ref, figure.value, metric.scope, verdicts.resolution_of(figure.noise, ref))
-    return from_verdict(verdict.verdict), None if verdict.resolution is None else verdict.resolution.pct
+    resolution = None if verdict.resolution is None else verdict.resolution.pct
+    return from_verdict(verdict.verdict), resolution, ref.fail_limit, figure.value
 
 
 def recorded_reference(metric: Metric, passes: Sequence[Figure]) -> Any:
-    """The reference a --gb-record run of these two passes writes (the better pass, their noise), read back as
-    the loader reads it; None where the recording refuses the node as too noisy."""
+    """The reference a --gb-record run of these two passes writes (the better pass, as expect.best_of_passes keeps
+    it: its details and both figures, its noise read from them as a report's is), read back as the loader reads it;
+    None where the recording refuses the node as too noisy."""
     from pytest_gbvalidate.baselines import recording
     from pytest_gbvalidate.baselines.loading import parse_baseline
+    from pytest_gbvalidate.expect import Measured, best_of_passes
     from pytest_gbvalidate.rules import noise
 
-    best = max(passes, key=lambda f: f.value)
-    record = metric.record(best)
-    both = noise.of_passes([f.value for f in passes], [f.noise for f in passes])
-    if both is not None:
-        record["noise"] = both.as_record()
+    first, second = ([Measured(metric.name, f.value, metric.scope, f.details)] for f in passes)
+    (best,) = best_of_passes(first, second, {metric.name: "higher"})
+    record = metric.record(Figure(best.value, tuple(best.details[metric.samples_key])))
+    record["details"] = dict(best.details)
+    found = noise.from_details(best.details)
+    if found is not None:
+        record["noise"] = found.as_record()
     try:
         doc = recording.recorded_baseline(metric.previous.sku, metric.previous, [record], "detection_table")
     except recording.TooNoisy:
@@ -357,7 +405,7 @@ def earlier_report(metric: Metric, figure: Figure, runs: Sequence[Figure] = ()) 
     return compare.with_history(earlier, [{key: f.value} for f in runs])
 
 
-def judge_compare(metric: Metric, earlier: Any, figure: Figure) -> tuple[str, float | None]:
+def judge_compare(metric: Metric, earlier: Any, figure: Figure) -> Judged:
     """compare.compare_one of `figure` against `earlier`, allowed the resolution the metric needs (no
     --gb-compare-fail)."""
     from pytest_gbvalidate import compare
@@ -370,19 +418,23 @@ def judge_compare(metric: Metric, earlier: Any, figure: Figure) -> tuple[str, fl
         raise RuntimeError("compare_one found no earlier figure")
     found = section.get("resolution")
     resolution = found.get("pct") if isinstance(found, Mapping) else None
-    return from_compare(str(section["verdict"])), resolution
+    threshold = float(section["earlier_value"]) * math.exp(-float(section["allowed_pct"] or 0.0) / 100)
+    return from_compare(str(section["verdict"])), resolution, threshold, figure.value
 
 
-def judge_drift(metric: Metric, history: Sequence[Figure], runs: Iterator[Figure]) -> tuple[str, float | None]:
-    """Each run against the one before, with the node's kept runs (the last noise.MAX_RUNS) behind it."""
+def judge_drift(metric: Metric, history: Sequence[Figure], runs: Iterator[Figure]) -> Judged:
+    """Each run against the one before, with the node's kept runs (the last noise.MAX_RUNS) behind it; its
+    threshold: the needed resolution below the median of the node's healthy runs (its reference runs')."""
     from pytest_gbvalidate.rules import noise
 
     kept = list(history)
+    worst = math.inf
     seen: list[str] = []
     resolutions: list[float] = []
     for figure in runs:
         recent = kept[-noise.MAX_RUNS :]
-        outcome, resolution = judge_compare(metric, earlier_report(metric, recent[-1], recent), figure)
+        outcome, resolution, _, _ = judge_compare(metric, earlier_report(metric, recent[-1], recent), figure)
+        worst = min(worst, figure.value)
         seen.append(outcome)
         if resolution is not None:
             resolutions.append(resolution)
@@ -390,15 +442,14 @@ def judge_drift(metric: Metric, history: Sequence[Figure], runs: Iterator[Figure
             break
         kept.append(figure)
     shown = statistics.median(resolutions) if resolutions else None
+    threshold = statistics.median(f.value for f in history) * math.exp(-metric.reference.needed.pct / 100)
     for outcome in OUTCOMES:
         if outcome in seen:
-            return outcome, shown
-    return "missed", shown
+            return outcome, shown, threshold, worst
+    return "missed", shown, threshold, worst
 
 
-def judge_fleet(
-    metric: Metric, others: Sequence[Figure], figure: Figure, healthy: bool, cell: Cell
-) -> tuple[str, float | None]:
+def judge_fleet(metric: Metric, others: Sequence[Figure], figure: Figure, healthy: bool, cell: Cell) -> Judged:
     """rules.outliers over the other nodes and this one (node-09), each with its noise, as the fleet summary judges
     a metric (the family-wise cut-off, the practical margin of the resolution the metric needs); on a healthy column
     any node drained is a false alarm. Its resolution: the larger of the noise margin of the fleet's typical spread
@@ -423,9 +474,10 @@ def judge_fleet(
         mad_rule_pct = rs.worse_pct(mad_rule, s.median, "higher")
         cell.mad_rule_pcts.append(mad_rule_pct)
         resolution = max(resolution, mad_rule_pct)
+    threshold = s.median * math.exp(-metric.reference.needed.pct / 100)  # its practical margin
     if "node-09" in drained or (healthy and drained):
-        return "caught", resolution
-    return ("unresolved" if "node-09" in unjudged else "missed"), resolution
+        return "caught", resolution, threshold, figure.value
+    return ("unresolved" if "node-09" in unjudged else "missed"), resolution, threshold, figure.value
 
 
 # --- the table ---------------------------------------------------------------------------------------------------
@@ -434,26 +486,38 @@ def judge_fleet(
 def fill(source: Source, trials: int, drift_trials: int, progress: Callable[[str], None]) -> Table:
     table = new_table()
     metric = source.metric
+    from pytest_gbvalidate.rules import resolution as rs
+
+    def add(cell: Cell, judged: Judged, healthy: float) -> None:
+        outcome, resolution, threshold, value = judged
+        if threshold is None or threshold <= 0:
+            cell.add(outcome, resolution)
+        else:
+            allowed = rs.worse_pct(threshold, healthy, "higher")
+            cell.add(outcome, resolution, allowed, rs.worse_pct(value, threshold, "higher"))
+
     for trial in range(trials):
         history, passes, fleet = source.references(trial)
+        healthy = source.healthy(trial)
         recorded = recorded_reference(metric, passes)
         plain = earlier_report(metric, history[-1])
         kept = earlier_report(metric, history[-1], history)
         for column in COLUMNS:
             figure = source.judged(column, trial)
-            table["baseline"][column].add(*judge_baseline(metric, figure))
+            add(table["baseline"][column], judge_baseline(metric, figure), healthy)
             if recorded is None:
                 table["recorded"][column].add("unresolved", None)
                 table["recorded"][column].notes.append(f"trial {trial}: recording refused (too noisy)")
             else:
-                table["recorded"][column].add(*judge_baseline(metric, figure, recorded))
-            table["compare"][column].add(*judge_compare(metric, plain, figure))
-            table["history"][column].add(*judge_compare(metric, kept, figure))
+                add(table["recorded"][column], judge_baseline(metric, figure, recorded), healthy)
+            add(table["compare"][column], judge_compare(metric, plain, figure), healthy)
+            add(table["history"][column], judge_compare(metric, kept, figure), healthy)
             cell = table["fleet"][column]
-            cell.add(*judge_fleet(metric, fleet, figure, column in (IDLE, BUSY), cell))
+            add(cell, judge_fleet(metric, fleet, figure, column in (IDLE, BUSY), cell), healthy)
         if trial < drift_trials:
             for column in COLUMNS:
-                table["drift"][column].add(*judge_drift(metric, history, source.drift(column, trial)))
+                runs = list(source.drift(column, trial))  # all drawn, whatever is caught: the draws stay the same
+                add(table["drift"][column], judge_drift(metric, history, iter(runs)), healthy)
         progress(f"{source.name}: trial {trial + 1}/{trials} done")
     return table
 
@@ -489,9 +553,18 @@ def render(source: Source, table: Table, trials: int, drift_trials: int) -> list
     for path in PATHS:
         cells = [table[path][c].resolution() for c in COLUMNS]
         lines.append(f"{path:<9} {'':>8} " + " ".join(f"{'-' if r is None else f'{r:.1f}':>15}" for r in cells))
-    refused = sum(1 for note in table["recorded"][IDLE].notes if "refused" in note)
-    if refused:
-        lines.append(f"(recorded: refused as too noisy in {refused} trial(s), counted unresolved)")
+    lines += [
+        "",
+        "median fall each path allows by design, % as a log ratio (its threshold below the node's healthy figure)",
+    ]
+    for path in PATHS:
+        cells = [table[path][c].allowed() for c in COLUMNS]
+        lines.append(f"{path:<9} {'':>8} " + " ".join(f"{'-' if a is None else f'{a:.1f}':>15}" for a in cells))
+    if refused(table["recorded"][IDLE]):
+        lines.append(
+            f"(recorded: refused as too noisy in {refused(table['recorded'][IDLE])} trial(s), counted unresolved: "
+            "no recording to judge against)"
+        )
     mad_rule = table["fleet"][IDLE].mad_rule_pcts
     shown_rule = f"{statistics.median(mad_rule):.1f}%" if mad_rule else "-"
     lines.append(
@@ -502,29 +575,34 @@ def render(source: Source, table: Table, trials: int, drift_trials: int) -> list
     return lines
 
 
+def refused(cell: Cell) -> int:
+    """The trials whose recording was refused as too noisy: no recording to judge against (the operator is told so
+    when recording), counted unresolved, not a miss."""
+    return sum(1 for note in cell.notes if "refused" in note)
+
+
 def findings(source: Source, table: Table) -> list[str]:
-    """Every healthy false alarm, and every fall at least twice the cell's median resolution that was missed."""
+    """Every healthy false alarm; every fall past its path's threshold by at least twice its figure's resolution
+    that still passed (per trial: no path may do that); and, on GPU-like noise, every fall of 10% or more not
+    caught."""
     found = []
     for path in PATHS:
         for column in COLUMNS:
             cell = table[path][column]
             c = cell.counts
+            missed = cell.must_catch_missed()
+            if missed:
+                found.append(
+                    f"{source.name} {path} {column}: {missed} of {cell.trials()} passed though past the path's "
+                    "threshold by at least twice their resolution"
+                )
             if column in (IDLE, BUSY):
                 if c["caught"] + c["warn"]:
                     found.append(
                         f"{source.name} {path} {column}: {c['caught'] + c['warn']} false alarm(s) in {cell.trials()}"
                     )
-                continue
-            res = cell.resolution()
-            fall_log_pct = -math.log1p(-FALLS[column]) * 100
-            rule = cell.mad_rule_pcts
-            asked = f"; the MAD rule asked {statistics.median(rule):.0f}%" if rule else ""
-            if res is not None and fall_log_pct >= 2 * res and c["missed"]:
-                found.append(
-                    f"{source.name} {path} {column} ({fall_log_pct:.0f}% as a log ratio): missed {c['missed']} of "
-                    f"{cell.trials()}, at least twice its resolution ({res:.1f}%; needed "
-                    f"{source.metric.reference.needed.pct:g}%{asked})"
-                )
+            elif isinstance(source, GpuLike) and c["caught"] < cell.trials() - refused(cell):
+                found.append(f"{source.name} {path} {column}: caught {c['caught']} of {cell.trials()}")
     return found
 
 
@@ -535,6 +613,8 @@ def as_json(table: Table) -> dict[str, Any]:
                 **cell.counts,
                 "trials": cell.trials(),
                 "resolution_pct": cell.resolution(),
+                "allowed_pct": cell.allowed(),
+                "must_catch_missed": cell.must_catch_missed(),
                 "notes": cell.notes,
                 **({"fleet_mad_rule_pct": statistics.median(cell.mad_rule_pcts)} if cell.mad_rule_pcts else {}),
             }

@@ -14,6 +14,12 @@ A node is an outlier of a metric when it is worse than the fleet median (directi
   own scatter never widens its own allowance (an erratic figure is itself a symptom: a link retraining, a
   throttling GPU), and no single node, however noisy, widens anybody's.
 
+Where the metric's needed resolution is given (its reports say it), that resolution decides alone: a node worse
+than the median by more than it is an outlier, unless its waits for a CPU explain the dip, and no finer fall
+drains; the MAD rule and the fleet's noise excuse nothing beyond it (nine GPU-like nodes 1% apart drew peers from
+-3.6% to +2.5%, a MAD rule reaching 13% below their median, and a node 10% slower passed). The rules above judge
+reports that do not say it.
+
 A node whose own spread for a figure lies far beyond the fleet's (more than max(`mad_k`, OUTLIER_Z) scaled MADs of
 the other nodes' spreads above their median, and more than TOO_NOISY_RATIO times it) and that is no outlier by the
 rule above is too noisy to judge for that figure (Unjudged): neither drained nor passed; run it again on an idle
@@ -158,7 +164,14 @@ def judge(
         noisy = too_noisy(spreads, hosts, host, max(mad_k, nz.OUTLIER_Z))
         linear_pct = max(pct, noise_floor_pct) if needed_pct is None else noise_floor_pct
         practical = _practical(value, s.median, direction, worse_pct, linear_pct, needed_pct)
-        if worse > 0 and far_out and practical is not None and nz.beyond(value, s.median, margin):
+        if needed_pct is None:
+            out = worse > 0 and far_out and practical is not None and nz.beyond(value, s.median, margin)
+        else:
+            # The metric's needed resolution decides alone (rules/resolution.py): nothing finer drains, and the
+            # fleet's scatter and noise excuse nothing beyond it, however widely a few peers happen to scatter.
+            margin = min(margin, needed_pct)
+            out = practical is not None
+        if out and practical is not None:
             busy = _waits_explain(value, s.median, direction, (noises or {}).get(host), margin)
             if busy is not None:  # a neighbour held its CPUs: the dip may be the neighbour's, not the node's
                 unjudged.append(Unjudged(host, value, spreads[host], typical_pct or 0.0, None, busy))
@@ -166,10 +179,15 @@ def judge(
             far = f"{abs(z):.1f} scaled MADs > {mad_k:.1f}" if z is not None else ""
             if z is not None and floor > s.mad:
                 far += f" (the MAD taken as the nodes' typical run-to-run spread, {r2r:.1f}%)"
-            rules = [far or "the value of more than half the nodes differs"]
-            rules.append(practical)
-            if margin:
-                rules.append(f"beyond the {margin:.1f}% the figures' noise allows (the fleet's spread, not its own)")
+            if needed_pct is None:
+                rules = [far or "the value of more than half the nodes differs", practical]
+                if margin:
+                    rules.append(
+                        f"beyond the {margin:.1f}% the figures' noise allows (the fleet's spread, not its own)"
+                    )
+            else:
+                scatter = f"{abs(z):.1f} scaled MADs from the median" if z is not None else "off the median"
+                rules = [f"{scatter}: the fleet's scatter excuses no more than its metric needs", practical]
             if noisy is not None:
                 own = f"its own spread, {spreads[host]:.1f}% against the fleet's {noisy[0]:.1f}%"
                 rules.append(f"{own}, excuses nothing")

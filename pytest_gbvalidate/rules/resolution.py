@@ -107,7 +107,8 @@ def side(beyond_pct: float, resolution: Resolution | None, needed: Needed, toler
     """A figure `beyond_pct` past a threshold (worse_pct against it: + beyond, - short of it), with this
     `resolution`, for a metric that needs `needed`: `beyond` where it is past by more than min(resolution, needed)
     and by more than its waits for a CPU explain (or is not a number); `unresolved` where it is past by more than
-    the noise may excuse but no more than those waits explain (a neighbour held its CPUs), or where its resolution
+    the noise may excuse, or past at all where those waits explain at least that much, but by no more than those
+    waits explain (a neighbour held its CPUs), or where its resolution
     is coarser than needed and it lies within that resolution of the threshold; `within` where it is short of the
     threshold and either resolved or short by more than its whole resolution; else `within_noise` (past it, by no
     more than its resolution, which the metric allows).
@@ -120,7 +121,9 @@ def side(beyond_pct: float, resolution: Resolution | None, needed: Needed, toler
     explained = (0.0 if resolution is None else resolution.explained_pct) - tolerance_pct
     if math.isnan(beyond_pct) or beyond_pct > max(excused, explained):
         return "beyond"
-    if beyond_pct > excused:
+    # Past the threshold by no more than its waits explain, where they explain all its noise excuses: a neighbour's
+    # fall, not the node's, and no more within the noise (a WARN) than beyond it.
+    if beyond_pct > excused or (beyond_pct > 0 and explained >= excused):
         return "unresolved"
     if r > needed.pct:
         return "within" if beyond_pct <= -r else "unresolved"

@@ -297,10 +297,28 @@ def test_a_drained_node_stays_drained_as_it_gets_worse_and_never_for_less_than_t
         return [o for o in outliers.outliers(values | {"x": v}, direction, needed_pct=needed_pct) if o.host == "x"]
 
     found = drained(value)
+    median = outliers.spread([*peers, value]).median
+    # Drained exactly where it is worse than the median by more than the metric needs: the peers' scatter excuses
+    # no more than that, and nothing finer drains.
+    assert bool(found) == (rs.worse_pct(value, median, direction) > needed_pct)
     if found:
-        median = outliers.spread([*peers, value]).median
-        assert rs.worse_pct(value, median, direction) > needed_pct
         assert drained(worse_value), (value, worse_value)
+
+
+def test_a_widely_scattered_fleet_excuses_no_more_than_the_metric_needs() -> None:
+    """Nine GPU-like peers that happened to scatter from -3.6% to +2.5% (a MAD rule reaching 13%): a node 10% slow
+    is drained all the same, and says why."""
+    scatter = [-0.0359, -0.0248, -0.0024, 0.0, 0.0131, 0.0188, 0.0238, 0.0246]
+    values = {f"p{i}": 100.0 * (1 + d) for i, d in enumerate(scatter)} | {"x": 89.5}
+    noises = _noises(dict.fromkeys(values, 1.5))
+    found = outliers.outliers(values, "higher", noise.family_z(len(values), 1), noises=noises, needed_pct=6.0)
+    assert [o.host for o in found] == ["x"]
+    assert (
+        found[0].rules[0]
+        == "3.0 scaled MADs from the median: the fleet's scatter excuses no more than its metric needs"
+    )
+    assert found[0].rules[1].endswith("below the median as a log ratio > the 6% its metric needs to tell")
+    assert outliers.outliers(values, "higher", noise.family_z(len(values), 1), noises=noises) == []  # without it
 
 
 def test_the_fleet_summary_takes_each_metric_s_needed_resolution_from_its_reports(tmp_path: Path) -> None:

@@ -180,3 +180,14 @@ def test_a_fall_its_waits_for_a_cpu_explain_is_unresolved_not_a_fail() -> None:
     assert bl.compare(ref, 30.0, "node", waited).verdict == bl.FAIL  # 110% past it: more than the waits explain
     assert bl.compare(ref, 60.0, "node", rs.of_spreads(samples=36.0)).verdict == bl.FAIL  # scatter explains nothing
     assert "its waits for a CPU explain a fall of 69%" in waited.describe()
+
+
+def test_a_figure_within_its_noise_of_its_fail_limit_that_waited_for_a_cpu_is_unresolved_not_a_warn() -> None:
+    """A host copy beside a busy neighbour, 8% past a recorded fail limit, resolved (24%), its waits explaining
+    138%: a WARN there was a false alarm on a healthy node; the same figure without waits warns."""
+    ref = reference()  # fail limit 90, needs 6%
+    waited = rs.of_spreads(samples=2.5, explained_pct=138.0)
+    still = rs.of_spreads(samples=2.5)
+    assert bl.compare(ref, 86.0, "node", waited).verdict == bl.UNRESOLVED
+    assert bl.compare(ref, 86.0, "node", still).verdict == bl.WARN
+    assert bl.compare(ref, 95.0, "node", waited).verdict == bl.PASS  # above its floor: waits change nothing
