@@ -1,16 +1,22 @@
 """Whether a GPU node's GPUs can be used at all, asked once before its checks: the most common broken node after
-maintenance -- a driver that did not load, GPUs that torch cannot see -- is one root failure, not a hundred checks
-failing on their own in four fault categories (each starting its ranks again, each start retried).
+maintenance -- a driver that did not load, GPUs that torch cannot see, a GPU that fell off the bus -- is one root
+failure, not a hundred checks failing on their own in four fault categories (each starting its ranks again, each
+start retried).
 
-Two preconditions, each with the checks that depend on it:
+Four preconditions, in the order they are asked, each with the checks that depend on it:
 - NVML loads (the driver and its library) and lists GPUs: every GPU check needs it (the `gb_gpu` checks, those run
   per GPU or pair -- the `gpu` and `gb_gpu_pair` fixtures --, those that sample the GPUs, and those that start ranks
   on them).
 - torch sees the GPUs NVML lists: the checks that start ranks on the GPUs need it (those taking `gb_gang`); those
   that read NVML alone (ECC, Xids, clocks, the GPU count and model) run, and say what else is wrong.
+- The GPUs are the SKU's model (its baseline's `detect.gpu_name_contains`): every check judged against the SKU's
+  baseline (`gb_expect`) and every one that starts ranks needs it -- a figure of another GPU against this one's
+  baseline says nothing of the node -- while the health checks run, the GPU model check among them.
+- NVML lists and torch sees as many GPUs as the SKU promises (`detect.gpu_count`): the checks that start ranks need
+  it (the gang starts one rank per promised GPU, and a rank without a GPU cannot start); the GPU count check and
+  each present GPU's checks run, and name the missing one.
 A check whose precondition failed is not run, its skip naming the failed precondition; the run fails once, in the
-test PRECONDITIONS_TEST_ID, with the cause (faults.yaml classifies it by its message: NVML's own errors, or torch
-seeing none of the GPUs).
+test PRECONDITIONS_TEST_ID, with the cause (faults.yaml classifies it by its message).
 """
 
 from __future__ import annotations
@@ -19,12 +25,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 PRECONDITIONS_TEST_ID = "gbvalidate::node_gpus_usable"
-Precondition = Literal["nvml", "torch_gpus"]
+Precondition = Literal["nvml", "torch_gpus", "gpu_model", "gpu_count"]
 # The fixtures of a check that starts ranks on the node's GPUs (ranks/gang.py), and of one run per GPU or pair the
 # SKU promises or that samples them (probes.py); a test's fixture closure counts. (`gpus` alone is no dependency:
 # a check that reads NVML through it is marked `gb_gpu`, and the NUMA map takes it without needing NVML.)
 RANK_FIXTURES = frozenset({"gb_gang"})
 NVML_FIXTURES = frozenset({"gpu", "gb_gpu_pair", "gb_telemetry"})
+# A check that judges its figures against the SKU's baseline.
+BASELINE_FIXTURES = frozenset({"gb_expect"})
 
 
 @dataclass(frozen=True)
@@ -42,24 +50,56 @@ class Unmet:
         starts_ranks = bool(RANK_FIXTURES & fixtures)
         if self.precondition == "nvml":
             return gpu_check or starts_ranks or bool(NVML_FIXTURES & fixtures)
+        if self.precondition == "gpu_model":
+            return starts_ranks or bool(BASELINE_FIXTURES & fixtures)
         return starts_ranks
 
 
-def unmet(nvml_gpus: int | str, torch_gpus: int, torch_build: str) -> Unmet | None:
+@dataclass(frozen=True)
+class Promised:
+    """What the SKU's baseline promises of the node's GPUs (`detect`): how many, and a text each one's name holds;
+    None where it does not say."""
+
+    sku: str
+    gpu_count: int | None = None
+    gpu_name_contains: str | None = None
+
+
+def unmet(
+    nvml_gpus: int | str,
+    torch_gpus: int,
+    torch_build: str,
+    promised: Promised | None = None,
+    names: tuple[str, ...] = (),
+) -> Unmet | None:
     """The first precondition a GPU node does not meet, else None. `nvml_gpus`: the GPUs NVML lists, or NVML's
     error where it does not load; `torch_gpus`: the GPUs torch sees; `torch_build`: torch's version and CUDA build,
-    for the message."""
+    for the message; `promised`: what the SKU promises; `names`: the GPUs' names, as NVML gives them."""
     if isinstance(nvml_gpus, str):
         return Unmet("nvml", f"NVML does not load: {nvml_gpus}")
     if nvml_gpus == 0:
         return Unmet("nvml", "NVML lists no GPU")
     if torch_gpus == 0 and nvml_gpus > 0:
         return Unmet("torch_gpus", f"torch sees none of the {nvml_gpus} GPUs NVML lists ({torch_build})")
+    if promised is None:
+        return None
+    want = promised.gpu_name_contains
+    others = sorted({n for n in names if want is not None and want not in n})
+    if others:
+        shown = ", ".join(repr(n) for n in others)
+        return Unmet("gpu_model", f"they are {shown}, not {promised.sku}'s ({want!r} in the name)")
+    have = min(nvml_gpus, torch_gpus)
+    if promised.gpu_count is not None and have < promised.gpu_count:
+        return Unmet(
+            "gpu_count",
+            f"only {have} of the {promised.gpu_count} GPUs {promised.sku} promises are there (NVML lists "
+            f"{nvml_gpus}, torch sees {torch_gpus}; {torch_build})",
+        )
     return None
 
 
-def probe() -> Unmet | None:
-    """The node's preconditions, asked of NVML and torch."""
+def probe(promised: Promised | None = None) -> Unmet | None:
+    """The node's preconditions, asked of NVML and torch, against what its SKU `promised`."""
     import importlib.metadata
     import os
 
@@ -67,10 +107,18 @@ def probe() -> Unmet | None:
 
     from pytest_gbvalidate.node import nvml
 
+    def name(index: int) -> str | None:
+        try:
+            return str(nvml.call("nvmlDeviceGetName", nvml.handle(index)))
+        except nvml.NvmlError:  # a GPU that does not answer: its own checks name it
+            return None
+
     listed: int | str
+    names: tuple[str, ...] = ()
     try:
         with nvml.session():
             listed = nvml.gpu_count()
+            names = tuple(n for n in map(name, range(listed)) if n is not None)
     except nvml.NvmlError as exc:
         listed = exc.text
 
@@ -78,4 +126,4 @@ def probe() -> Unmet | None:
     build = f"torch {importlib.metadata.version('torch')}, CUDA {torch.version.cuda or 'none: a CPU build'}"
     if visible is not None:
         build += f", CUDA_VISIBLE_DEVICES={visible!r}"
-    return unmet(listed, torch.cuda.device_count(), build)
+    return unmet(listed, torch.cuda.device_count(), build, promised, names)

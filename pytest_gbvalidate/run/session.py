@@ -308,7 +308,11 @@ class GbSession:
         if self._unusable is None:
             from pytest_gbvalidate.node import preconditions
 
-            self._unusable = (preconditions.probe(),)
+            detect = None if self.target.baseline is None else self.target.baseline.detect
+            promised = preconditions.Promised(
+                self.target.sku, self.target.gpu_count, None if detect is None else detect.gpu_name_contains
+            )
+            self._unusable = (preconditions.probe(promised),)
         return self._unusable[0]
 
     def pytest_report_collectionfinish(self) -> list[str]:

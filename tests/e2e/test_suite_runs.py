@@ -322,6 +322,56 @@ def test_where_torch_sees_none_of_the_gpus_nvml_lists_only_the_checks_on_the_ran
     assert root["fault"]["category"] == "software"
 
 
+@pytest.mark.parametrize(
+    ("sku", "torch_gpus", "why", "category", "health"),
+    [
+        (
+            "ND_GB200_v6",
+            3,
+            "only 3 of the 4 GPUs ND_GB200_v6 promises are there (NVML lists 4, torch sees 3; torch ",
+            "gpu_hardware",
+            {"test_gpu_count": "passed", "test_gpu_model": "passed"},
+        ),
+        (
+            "ND_H100_v5",
+            4,
+            "they are 'NVIDIA GB200', not ND_H100_v5's ('H100 80GB HBM3' in the name)",
+            "configuration",
+            {"test_gpu_count": "failure", "test_gpu_model": "failure"},
+        ),
+    ],
+    ids=["a-gpu-missing-to-torch", "another-sku-s-gpus"],
+)
+def test_a_gpu_missing_or_gpus_of_another_model_fail_once_and_start_no_ranks(
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    sku: str,
+    torch_gpus: int,
+    why: str,
+    category: str,
+    health: dict[str, str],
+) -> None:
+    """A GB200 node of which torch sees 3 GPUs (the gang starts one rank per GPU the SKU promises), and the same node
+    checked as an H100 one (its figures judged against another GPU's baseline): one root failure naming the cause,
+    in its fault category; the checks that start ranks or judge a figure against the baseline are not run; the
+    health checks run and say what else is wrong."""
+    from tests.helpers.fakenode import nd_gb200_v6
+
+    nd_gb200_v6().install(monkeypatch, tmp_path)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: torch_gpus)
+    args = [str(SUITES / "test_bandwidth.py"), str(SUITES / "test_health.py"), f"--gb-sku={sku}"]
+    pytester.runpytest(*args, "--junitxml=r.xml", "--gb-report=r.json", "-k", "h2d or gpu_count or gpu_model")
+    cases = junit_cases(pytester.path / "r.xml")
+    assert {n: c["outcome"] for n, c in cases.items() if "h2d" not in n} == health | {"node_gpus_usable": "failure"}
+    h2d = [c for n, c in cases.items() if "h2d" in n]
+    assert h2d and all(c["outcome"] == "skipped" and why in (c["message"] or "") for c in h2d)
+    report = json.loads((pytester.path / "r.json").read_text())
+    (root,) = [t for t in report["tests"] if t["test_id"] == "gbvalidate::node_gpus_usable"]
+    assert root["message"].startswith(f"the node's GPUs cannot be used: {why}")
+    assert root["fault"]["category"] == category
+
+
 # --- sweep sizes that were not run ------------------------------------------------------------------------------
 
 NOT_RUN_CHECK = """

@@ -49,3 +49,42 @@ def test_which_checks_depend_on_which_precondition(
 ) -> None:
     assert pc.Unmet("nvml", "x").blocks(gpu_check, fixtures) is nvml
     assert pc.Unmet("torch_gpus", "x").blocks(gpu_check, fixtures) is torch_gpus
+
+
+GB200 = pc.Promised("ND_GB200_v6", 4, "GB200")
+
+
+def test_gpus_of_another_model_are_the_cause_before_their_count() -> None:
+    """An H100 node checked as a GB200 one (a wrong --gb-sku): eight GPUs of another model, not four missing."""
+    found = pc.unmet(8, 8, BUILD, GB200, ("NVIDIA H100 80GB HBM3",) * 8)
+    assert found == pc.Unmet("gpu_model", "they are 'NVIDIA H100 80GB HBM3', not ND_GB200_v6's ('GB200' in the name)")
+
+
+@pytest.mark.parametrize(("nvml_gpus", "torch_gpus"), [(3, 3), (4, 3), (3, 4)])
+def test_fewer_gpus_than_the_sku_promises_to_nvml_or_to_torch_are_the_cause(nvml_gpus: int, torch_gpus: int) -> None:
+    found = pc.unmet(nvml_gpus, torch_gpus, BUILD, GB200, ("NVIDIA GB200",) * nvml_gpus)
+    assert found == pc.Unmet(
+        "gpu_count",
+        f"only 3 of the 4 GPUs ND_GB200_v6 promises are there (NVML lists {nvml_gpus}, torch sees {torch_gpus}; "
+        f"{BUILD})",
+    )
+
+
+def test_the_sku_s_gpus_all_there_meet_them_and_a_sku_that_promises_nothing_asks_nothing() -> None:
+    assert pc.unmet(4, 4, BUILD, GB200, ("NVIDIA GB200",) * 4) is None
+    assert pc.unmet(4, 3, BUILD, pc.Promised("SITE"), ("Some GPU",) * 4) is None
+
+
+@pytest.mark.parametrize(
+    ("gpu_check", "fixtures", "model", "count"),
+    [
+        (True, {"gb_expected"}, False, False),  # a health check reading NVML: it names what is wrong
+        (False, {"gpu", "gb_expect"}, True, False),  # a figure judged against the SKU's baseline
+        (False, {"gb_gang"}, True, True),  # starts one rank per promised GPU
+    ],
+)
+def test_which_checks_depend_on_the_gpus_model_and_count(
+    gpu_check: bool, fixtures: set[str], model: bool, count: bool
+) -> None:
+    assert pc.Unmet("gpu_model", "x").blocks(gpu_check, fixtures) is model
+    assert pc.Unmet("gpu_count", "x").blocks(gpu_check, fixtures) is count
