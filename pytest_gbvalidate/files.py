@@ -165,9 +165,10 @@ def writable_by_others(path: Path) -> str | None:
 
 
 def _private_group(st: os.stat_result) -> bool:
-    """Whether the group of a file is its owner's private group (the owner's primary group, no other members), as
-    on systems whose users' umask is 002: writable by that group is writable by the owner alone (Debian's OpenSSH
-    accepts it, user-group-modes)."""
+    """Whether the group of a file is its owner's private group (the owner's primary group, no other members, and
+    no other account's primary group), as on systems whose users' umask is 002: writable by that group is writable
+    by the owner alone (Debian's OpenSSH accepts it, user-group-modes). An account whose primary group it is can
+    write as that group without being listed among its members (RHEL's `operator` has root's group, gid 0)."""
     import grp
     import pwd
 
@@ -175,7 +176,9 @@ def _private_group(st: os.stat_result) -> bool:
         owner, group = pwd.getpwuid(st.st_uid), grp.getgrgid(st.st_gid)
     except KeyError:
         return False
-    return owner.pw_gid == st.st_gid and set(group.gr_mem) <= {owner.pw_name} and group.gr_name == owner.pw_name
+    others_primary = any(a.pw_gid == st.st_gid and a.pw_uid != st.st_uid for a in pwd.getpwall())
+    private = owner.pw_gid == st.st_gid and set(group.gr_mem) <= {owner.pw_name} and group.gr_name == owner.pw_name
+    return private and not others_primary
 
 
 def same_file(a: Path, b: Path) -> bool:

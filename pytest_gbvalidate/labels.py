@@ -59,6 +59,13 @@ def printable(text: str) -> str:
     return text if text.isascii() and text.isprintable() else ascii(text)[1:-1]
 
 
+def visible(text: str) -> str:
+    """`text` with every character that does not print -- control characters, a terminal's escape sequences, line
+    breaks, bidirectional overrides -- shown as its escape (`\\x01`), and every other one, letters of any script
+    included, as it is: for a page, where HTML escaping leaves such characters raw."""
+    return text if text.isprintable() else "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
 def printable_exactly(text: str) -> str:
     """`text` as printable() shows it, every backslash escaped too (`\\\\`): two texts are never shown alike, where
     printable() shows the name `né` and the name `n\\xe9` alike. For names that are counted as they are shown."""

@@ -17,7 +17,8 @@
 #                            20 s: 40 before Slurm 26.05, whose HealthCheckTimeout raises it)
 #   GBVALIDATE_KEEP_REPORT   keep the last run's JSON report here (default: none)
 #   GBVALIDATE_PYTEST_ARGS   more pytest arguments, split at spaces, e.g. "--gb-sku=ND_GB200_v6"
-#   GBVALIDATE_LOG_FILE      also append each line, dated, to this file (default: none)
+#   GBVALIDATE_LOG_FILE      also append each line, dated, to this file (default: none); never through a
+#                            symbolic link, and only in a directory no one but root (or this user) may write in
 #   GBVALIDATE_SYSLOG        1: also send the line to syslog with logger(1) (default: 1)
 set -u
 
@@ -28,12 +29,27 @@ SETTINGS=(GBVALIDATE_PYTHON GBVALIDATE_DRAIN GBVALIDATE_DEADLINE_S GBVALIDATE_KE
     GBVALIDATE_LOG_FILE GBVALIDATE_SYSLOG)
 conf="${GBVALIDATE_CONF:-${0%.sh}.conf}"
 
+# Whether the log file may be appended to as root: no symbolic link (root would append to whatever it names), a
+# regular file where it exists, in a directory owned by root or us that nobody else may write in (else another
+# account could put a link there between this check and the write). Where not, the line goes to syslog, saying so.
+log_file_safe() {
+    local file=$1 directory downer dmode
+    directory="$(dirname -- "$file")"
+    read -r downer dmode < <(stat -c '%u %a' -- "$directory" 2>/dev/null) || downer=""
+    if [[ -L "$file" ]] || { [[ -e "$file" ]] && ! [[ -f "$file" ]]; } || [[ -z "$downer" ]] ||
+        [[ "$downer" != 0 && "$downer" != "$(id -u)" ]] || (((8#$dmode & 8#022) != 0)); then
+        logger -t gbvalidate-healthcheck -- "GBVALIDATE_LOG_FILE=$file: not written (a symbolic link, not a regular" \
+            "file, or in a directory others may write in)" 2>/dev/null || true
+        return 1
+    fi
+}
+
 # The line, printed and logged; the status, with "no verdict" made 0 where Slurm would drain for it.
 finish() {
     local line status=$2
     line="$(printf '%s' "$1" | tr -c '[:print:]' ' ' | cut -c1-1000)"
     echo "$line"
-    if [[ -n "${GBVALIDATE_LOG_FILE:-}" ]]; then
+    if [[ -n "${GBVALIDATE_LOG_FILE:-}" ]] && log_file_safe "$GBVALIDATE_LOG_FILE"; then
         echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) ${SLURMD_NODENAME:-$(hostname -s)} $line" >>"$GBVALIDATE_LOG_FILE" 2>/dev/null
     fi
     if [[ "${GBVALIDATE_SYSLOG:-1}" == "1" ]]; then
@@ -50,15 +66,21 @@ no_verdict() {
     finish "ERROR:  gbvalidate:  Health check could not run:  $1" 10
 }
 
-# The settings file: owned by root or by us, writable by its owner only, KEY=VALUE lines of known keys.
-if [[ -e "$conf" ]]; then
+# The settings file: a regular file (a directory or a FIFO would fail or hang the read), owned by root or by us,
+# writable by its owner only, KEY=VALUE lines of known keys, each set once, with Unix line ends.
+if [[ -e "$conf" || -L "$conf" ]]; then
+    [[ -f "$conf" ]] || no_verdict "$conf: not a regular file"
     read -r owner mode < <(stat -L -c '%u %a' -- "$conf" 2>/dev/null) || no_verdict "$conf: cannot be read"
     if [[ "$owner" != 0 && "$owner" != "$(id -u)" ]] || (((8#$mode & 8#022) != 0)); then
         no_verdict "$conf: owned by uid $owner with mode $mode: it must be writable by root (or uid $(id -u)) only"
     fi
     number=0
+    declare -A first_line=()
     while IFS= read -r text || [[ -n "$text" ]]; do
         number=$((number + 1))
+        if [[ "$text" == *$'\r'* ]]; then
+            no_verdict "$conf: line $number: ends in a carriage return (Windows line ends: convert with dos2unix)"
+        fi
         [[ "$text" =~ ^[[:space:]]*(#.*)?$ ]] && continue
         if ! [[ "$text" =~ ^[[:space:]]*([A-Z_]+)=(.*)$ ]]; then
             no_verdict "$conf: line $number: not KEY=VALUE"
@@ -67,6 +89,10 @@ if [[ -e "$conf" ]]; then
         if ! [[ " ${SETTINGS[*]} " == *" $key "* ]]; then
             no_verdict "$conf: line $number: unknown setting $key (known: ${SETTINGS[*]})"
         fi
+        if [[ -n "${first_line[$key]:-}" ]]; then
+            no_verdict "$conf: line $number: $key is set again (first on line ${first_line[$key]}): which one holds?"
+        fi
+        first_line[$key]=$number
         if [[ "$value" =~ ^\"(.*)\"$ || "$value" =~ ^\'(.*)\'$ ]]; then
             value="${BASH_REMATCH[1]}"
         fi

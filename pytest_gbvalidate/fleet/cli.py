@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -203,6 +205,15 @@ def _number(text: str) -> float:
     return value
 
 
+def say(lines: Sequence[str]) -> None:
+    """Print `lines`. A reader that stops early (`| head -1`) has what it wanted: the rest goes nowhere, the files
+    are written and the exit status is still the verdict's, with no traceback (Python's own advice for SIGPIPE)."""
+    try:
+        print("\n".join(lines), flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -245,7 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(exc))
     if args.history is not None:
         lines += ["", *fleet_offenders(parser, summary, args.history, args.failed, args.of)]
-    print("\n".join(lines))
+    say(lines)
     return summary.exit_code
 
 
@@ -309,7 +320,7 @@ def node_history(parser: argparse.ArgumentParser, directory: Path, plots: Path |
         except OSError as exc:  # OutputError names the file
             parser.error(str(exc))
         lines += ["", *(f"plot: {path}" for path in paths), *([note] if note else [])]
-    print("\n".join(lines))
+    say(lines)
     return history.exit_code
 
 
@@ -325,5 +336,5 @@ def offenders(parser: argparse.ArgumentParser, root: Path, failed: int, of: int)
         found, nodes = repeat_offenders(root, failed, of)
     except HistoryError as exc:
         parser.error(str(exc))
-    print("\n".join(render_offenders(root, found, nodes, failed, of)))
+    say(render_offenders(root, found, nodes, failed, of))
     return 1 if found else 0

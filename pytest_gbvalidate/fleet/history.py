@@ -76,6 +76,7 @@ class NodeHistory:
     runs: list[Report]  # finished, oldest first
     left_out: list[NotMerged]  # corrupt, another node's, or partial: with why
     trends: list[Trend]
+    stopped: list[Report] = field(default_factory=list)  # the partial ones (interrupted, or never finished)
 
     @property
     def exit_code(self) -> int:
@@ -89,6 +90,7 @@ def read_history(directory: Path) -> NodeHistory:
     the directory cannot be listed."""
     hostname = directory.name
     runs: list[Report] = []
+    stopped: list[Report] = []
     left_out: list[NotMerged] = []
     for order, entry in enumerate(kept.entries(directory)):
         report = read(entry.path, order)
@@ -99,6 +101,7 @@ def read_history(directory: Path) -> NodeHistory:
             left_out.append(NotMerged(entry.path, OTHER_NODE, reason, report.hostname))
         elif not report.finished:
             left_out.append(NotMerged(entry.path, PARTIAL, f"status {report.status}: left out", report.hostname))
+            stopped.append(report)
         else:
             runs.append(report)
     runs.sort(key=lambda r: (r.start_time, r.order))
@@ -110,7 +113,7 @@ def read_history(directory: Path) -> NodeHistory:
             if r.sku != sku
         ]
         runs = [r for r in runs if r.sku == sku]
-    return NodeHistory(directory, hostname, runs, left_out, _trends(runs))
+    return NodeHistory(directory, hostname, runs, left_out, _trends(runs), stopped)
 
 
 def _trends(runs: Sequence[Report]) -> list[Trend]:
@@ -219,34 +222,47 @@ class Offender:
     runs: int
     last_failed: dt.datetime
     categories: dict[str, int]  # the failed checks' fault categories over those runs, most first
+    stopped: int = 0  # how many of the failed runs never finished (hung and stopped, or interrupted)
 
     def describe(self) -> str:
         found = ", ".join(f"{category} {n}" for category, n in self.categories.items()) or "no category"
         when = self.last_failed.astimezone(dt.timezone.utc).isoformat(timespec="seconds")
+        stopped = f", {self.stopped} of them stopped before the end" if self.stopped else ""
         return (
-            f"{printable_exactly(self.hostname)}: failed {self.failed} of its last {self.runs} runs "
+            f"{printable_exactly(self.hostname)}: failed {self.failed} of its last {self.runs} runs{stopped} "
             f"(the latest at {when}): {found}"
         )
 
 
 def repeat_offenders(root: Path, failed: int = DEFAULT_FAILED, of: int = DEFAULT_OF) -> tuple[list[Offender], int]:
     """The nodes under the history root `root` (`root/<hostname>/`) that failed in at least `failed` of their last
-    `of` finished runs, the largest share of failed runs first (then the most failures); and how many node
-    directories were read. Raises
-    history.HistoryError where `root` cannot be listed."""
+    `of` runs, the largest share of failed runs first (then the most failures); and how many node directories were
+    read. A run that never finished (interrupted: stopped for hanging past its limit, or by hand) counts as failed
+    -- a node that hangs run after run is the worst offender, not none -- but for the node's latest, where it may
+    still be running (a run kept as `running`). Raises history.HistoryError where `root` cannot be listed."""
     try:
         directories = sorted(d for d in root.iterdir() if d.is_dir())
     except OSError as exc:
         raise kept.HistoryError(f"{root}: cannot list it: {exc.strerror or exc}") from None
     found = []
     for directory in directories:
-        last = read_history(directory).runs[-of:]
-        failing = [r for r in last if r.verdict in COUNTED]
+        node = read_history(directory)
+        every = sorted([*node.runs, *node.stopped], key=lambda r: (r.start_time, r.order))
+        if every and every[-1].status == "running":  # perhaps running now
+            every.pop()
+        last = every[-of:]
+        failing = [r for r in last if not r.finished or r.verdict in COUNTED]
         if len(failing) >= failed:
             categories = Counter(c.category or "unclassified" for r in failing for c in failed_checks(r))
+            stopped = sum(1 for r in failing if not r.finished)
+            if stopped:
+                categories[f"stopped ({', '.join(sorted({str(r.status) for r in failing if not r.finished}))})"] = (
+                    stopped
+                )
             start = failing[-1].start_time
             assert start is not None  # reports.read refuses a report without one
-            found.append(Offender(directory.name, len(failing), len(last), start, dict(categories.most_common())))
+            counts = dict(categories.most_common())
+            found.append(Offender(directory.name, len(failing), len(last), start, counts, stopped))
     found.sort(key=lambda o: (-o.failed / o.runs, -o.failed, o.hostname))
     return found, len(directories)
 

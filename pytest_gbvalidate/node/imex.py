@@ -147,6 +147,8 @@ def domain_state(run: Runner = run_command, timeout_s: float = QUERY_TIMEOUT_S) 
         data = json.loads(out)
     except ValueError as exc:
         return Domain(None, (), f"{shown} printed no JSON ({exc})")
+    except RecursionError:  # thousands of `[`: Python's stack ends before the parser does
+        return Domain(None, (), f"{shown} printed no JSON (nested too deeply to read)")
     state = data.get("status") if isinstance(data, dict) else None
     listed = data.get("nodes") if isinstance(data, dict) else None
     if not isinstance(state, str) or not isinstance(listed, dict):
@@ -181,7 +183,8 @@ def judge_domain(domain: Domain, own: Collection[str]) -> DomainVerdict:
     """This node's place in its IMEX domain, found by its hostname or one of its addresses (`own`): its own entry
     READY, and connected to at least one of the other READY nodes. A node down elsewhere, or one connection
     down, is the domain's state, not this node's fault: it is said in `others` (the other node's own run names
-    it). A node that reaches none of the READY nodes is the one cut off. A node not found by its names (a
+    it). A node that reaches none of the READY nodes is the one cut off, and so is one that reaches no other node
+    at all, each of them UNAVAILABLE as it sees them. A node not found by its names (a
     container's hostname and addresses are not the host's) is not judged: `others` says so; its daemon READY
     (`-q`) is what says it is in its domain."""
     if domain.status is None:
@@ -198,12 +201,18 @@ def judge_domain(domain: Domain, own: Collection[str]) -> DomainVerdict:
     others = [n for n in domain.nodes if n is not me]
     ready = [n for n in others if n.status == READY]
     cut = [n for n in ready if me.connections.get(n.index) != CONNECTED]
+    reached = [n for n in others if me.connections.get(n.index) == CONNECTED]
     problem = None
     if me.status != READY:
         problem = f"this node's daemon is {me.status!r} in its IMEX domain, not {READY}"
     elif ready and len(cut) == len(ready):
         shown = ", ".join(f"{_name(n)} {me.connections.get(n.index) or 'not listed'}" for n in cut)
         problem = f"this node reaches none of the {len(ready)} other READY nodes of its IMEX domain ({shown})"
+    elif others and not reached:
+        # Every peer unreachable and so UNAVAILABLE as this node sees them: a node cut off from its domain sees
+        # exactly that (and each of its peers, seeing the same of it, names it); it can run no multi-node job.
+        shown = "; ".join(f"{_name(n)} {n.status}, {me.connections.get(n.index) or 'not connected'}" for n in others)
+        problem = f"this node reaches none of the {len(others)} other nodes of its IMEX domain ({shown})"
     said = [f"{_name(n)} {n.status}" for n in others if n.status != READY]
     if problem is None:
         said += [f"no connection to {_name(n)} ({me.connections.get(n.index) or 'not listed'})" for n in cut]

@@ -24,7 +24,7 @@ def parse_fio(text: str, rw: str) -> float:
     try:
         job = json.loads(text[text.index("{") :])["jobs"][0]
         return float(job[rw]["bw_bytes"]) / 1e9
-    except (ValueError, KeyError, IndexError, TypeError) as exc:
+    except (ValueError, KeyError, IndexError, TypeError, RecursionError) as exc:  # too deep: RecursionError
         raise ToolError(
             f"fio --output-format=json: cannot read the {rw} bandwidth: {type(exc).__name__}: {exc}"
         ) from None

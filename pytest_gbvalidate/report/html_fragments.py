@@ -14,8 +14,9 @@ import io
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from html import escape
+from html import escape as html_escape
 
+from pytest_gbvalidate.labels import visible
 from pytest_gbvalidate.report import collective_tables
 from pytest_gbvalidate.report.node_verdict import of_report as node_verdict_of
 from pytest_gbvalidate.report.records import MeasurementRecord, RunReportRecord, TelemetryRecord
@@ -194,4 +195,10 @@ def _cell(value: str) -> str:
 
 
 def _text(value: object) -> str:
-    return escape(str(value), quote=True)
+    return escape(str(value))
+
+
+def escape(text: str) -> str:
+    """`text` for the page: HTML's special characters escaped, and the characters that do not print shown as
+    escapes (labels.visible: a hostname's control characters reached the page raw)."""
+    return html_escape(visible(text), quote=True)

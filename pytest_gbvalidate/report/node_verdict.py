@@ -33,7 +33,21 @@ def of_report(report: RunReportRecord) -> NodeVerdict:
         return UNRESOLVED if all(is_unresolved(t) for t in failed) else "fail"
     if report["exit_status"] != 0:
         return NO_VERDICT
-    return "pass" if any(t["outcome"] == "passed" for t in report["tests"]) else NO_VERDICT
+    return "pass" if checked(report) else NO_VERDICT
+
+
+# A measurement's verdicts that judged it (against a baseline, or by recording it), where its test may not say so:
+# a check that hands its figures over and is then skipped for a reason of its own still judged them.
+JUDGED: Final = frozenset({"pass", "warn", "fail", "unresolved", "recorded"})
+
+
+def checked(report: RunReportRecord) -> bool:
+    """Whether the run checked anything: a test passed, or a measurement was judged. A run whose every test was
+    skipped and that judged nothing (a baseline that gates none of its checks, a -k that matched only checks the
+    node cannot run) measured nothing, and passes nothing."""
+    return any(t["outcome"] == "passed" for t in report["tests"]) or any(
+        m["verdict"] in JUDGED for m in report["measurements"]
+    )
 
 
 def failed_tests(tests: Sequence[TestRecord]) -> list[TestRecord]:

@@ -9,7 +9,6 @@ self-contained); and the results table put in the order a person reads it."""
 from __future__ import annotations
 
 import base64
-import html
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -54,7 +53,7 @@ class HtmlPage:
                 # Inline at its own size: pytest-html's image extras are 320x240 thumbnails, cropped, unreadable
                 # until clicked.
                 data = base64.b64encode(extra.png).decode("ascii")
-                content = f'<img alt="{html.escape(extra.name)}" src="data:image/png;base64,{data}" {PLOT_STYLE}>'
+                content = f'<img alt="{_escape(extra.name)}" src="data:image/png;base64,{data}" {PLOT_STYLE}>'
             if content is not None:
                 added.append(extras.html(content) | {"name": extra.name})  # named: told apart on the page
         if added:
@@ -70,7 +69,7 @@ class HtmlPage:
         warned = report.passed and report.nodeid in self._warned()
         for index, cell in enumerate(cells):
             if cell.startswith(ID_CELL):
-                cells[index] = f"{ID_CELL}{html.escape(test_id)}</td>"
+                cells[index] = f"{ID_CELL}{_escape(test_id)}</td>"
             elif cell.startswith(RESULT_CELL) and warned:
                 # The text stays "Passed": pytest-html reads the cell back as the row's result, which its filters
                 # and sorting know by name (another word would hide the row).
@@ -81,7 +80,7 @@ class HtmlPage:
         """A skipped test's log is its reason: pytest-html shows the skip's (path, line, reason) tuple as text, an
         absolute path the reader has no use for."""
         if report.skipped and isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:
-            data[:1] = [html.escape(str(report.longrepr[2])) + "\n"]
+            data[:1] = [_escape(str(report.longrepr[2])) + "\n"]
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_html_results_summary(
@@ -133,3 +132,9 @@ class HtmlPage:
                 data["initialSort"] = "original"
         if data.get("renderCollapsed") == ["passed"]:
             data["renderCollapsed"] = ["passed", "skipped"]
+
+
+def _escape(text: str) -> str:
+    from pytest_gbvalidate.report.html_fragments import escape  # the page's one rule; imported where a page is made
+
+    return escape(text)

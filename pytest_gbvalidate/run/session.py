@@ -284,6 +284,7 @@ class GbSession:
             return report
         problem = markers.level_problems(report.result)
         items = [node for node in report.result if isinstance(node, pytest.Item)]
+        problem = problem or self._gangs_at_once(items)
         if problem is None and any(ENGAGING_FIXTURES & set(_fixturenames(i)) for i in items):
             try:  # where the checks are collected (in pytest-xdist's workers too): a bad setting or SKU
                 self.engage()
@@ -292,6 +293,24 @@ class GbSession:
         if problem is not None:  # a collection error: shown the same with and without pytest-xdist
             report.outcome, report.longrepr, report.result = "failed", f"{markers.USAGE_ERROR}{problem}", []
         return report
+
+    def _gangs_at_once(self, items: list[pytest.Item]) -> str | None:
+        """Why checks that start ranks cannot run here, or None: under pytest-xdist with more than one worker each
+        worker would start a gang of its own, at once, on the same GPUs (two 2-rank gangs on a 2-rank SKU halved
+        its figures and passed, or their ranks joined one world and failed). A gang needs the whole node."""
+        workers = int(getattr(self.config, "workerinput", {}).get("workercount", 1))
+        if workers <= 1:
+            return None
+        from pytest_gbvalidate.node.preconditions import RANK_FIXTURES
+
+        ranked = [i.nodeid for i in items if RANK_FIXTURES & set(_fixturenames(i))]
+        if not ranked:
+            return None
+        return (
+            f"{ranked[0]}{f' and {len(ranked) - 1} more' if len(ranked) > 1 else ''} start ranks on the node's GPUs, "
+            f"and pytest-xdist runs {workers} workers, each of which would start a gang of its own at once: run "
+            "them without -n (or with -n 0)"
+        )
 
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         if not self.settings.explicit and not any(ENGAGING_FIXTURES & set(_fixturenames(i)) for i in items):
@@ -497,12 +516,14 @@ class GbSession:
                 runs = ()
             self.record_error = sections.record_baseline(self.report, t, path, self.node_facts, why_not, runs)
         exitstatus = self._judge_pace(session, exitstatus)
+        exitstatus = self._judge_nothing_checked(session, exitstatus)
         exitstatus = self._fail_on_lost_outputs(session, exitstatus)
         status: RunStatus = "interrupted" if exitstatus == pytest.ExitCode.INTERRUPTED else "finished"
         self.report.finish(int(exitstatus), status)
         if not self.config.option.collectonly:  # a run that measured nothing replaces no node's figures
             prometheus = self.settings.prometheus.value
-            self.output_notes, self.output_errors = sections.keep_report(self.report, self.history_dir, prometheus)
+            notes, self.output_errors = sections.keep_report(self.report, self.history_dir, prometheus)
+            self.output_notes += notes
             exitstatus = self._fail_on_lost_outputs(session, exitstatus)
             self.report.data["exit_status"] = int(exitstatus)  # a file lost fails the run, and the report says so
         self.report.write()
@@ -563,6 +584,25 @@ class GbSession:
         failed.gb_payload = {"fault": fault.as_dict()}  # type: ignore[attr-defined]
         self.config.hook.pytest_runtest_logreport(report=failed)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        return session.exitstatus
+
+    def _judge_nothing_checked(self, session: pytest.Session, exitstatus: int) -> int:
+        """A run that would pass having checked nothing -- every check skipped and no figure judged: a baseline that
+        gates nothing, a -k that matched only checks this node cannot run -- no verdict (pytest's
+        NO_TESTS_COLLECTED, as a run that selected nothing), never a pass. Not under torchrun / srun, whose launcher
+        reads any other status of a rank as its failure and ends the world: the report says no verdict all the same
+        (report/node_verdict.py), which the fleet summary reads. The exit status the run ends with."""
+        from pytest_gbvalidate.report.node_verdict import checked
+
+        data: Any = self.report.data  # a RunReportRecord by now: the run described, its tests and measurements
+        quiet = self.world is not None or self.config.option.collectonly
+        if exitstatus != pytest.ExitCode.OK or quiet or checked(data):
+            return exitstatus
+        self.output_notes.append(
+            "no check ran: every selected check was skipped (see why above), so nothing was measured or judged: no "
+            f"verdict (exit {int(pytest.ExitCode.NO_TESTS_COLLECTED)}), never a pass"
+        )
+        session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
         return session.exitstatus
 
     def _fail_on_lost_outputs(self, session: pytest.Session, exitstatus: int) -> int:

@@ -116,7 +116,19 @@ def test_a_prolog_keeps_a_verdict_s_status_and_makes_no_verdict_0(tmp_path: Path
         ("GBVALIDATE_PYTON=python3\n", 0o644, "line 1: unknown setting GBVALIDATE_PYTON (known: GBVALIDATE_PYTHON "),
         ("# ok\n\n$(reboot)\n", 0o644, "line 3: not KEY=VALUE"),
         ("GBVALIDATE_DRAIN=yes\n", 0o644, "GBVALIDATE_DRAIN=yes: expected 1 or 0"),
+        # a node drained after draining was switched off: the first of two values held, silently
+        (
+            "GBVALIDATE_DRAIN=0\n#\nGBVALIDATE_DRAIN=1\n",
+            0o644,
+            "line 3: GBVALIDATE_DRAIN is set again (first on line 1)",
+        ),
+        (
+            "GBVALIDATE_DRAIN=0\r\n",
+            0o644,
+            "line 1: ends in a carriage return (Windows line ends: convert with dos2unix)",
+        ),
     ],
+    ids=["everyone-writes", "group-writes", "unknown-key", "not-key-value", "bad-value", "repeated", "crlf"],
 )
 def test_a_settings_file_that_cannot_be_trusted_or_read_is_no_verdict(
     tmp_path: Path, python: Path, conf: str, mode: int, why: str
@@ -130,3 +142,41 @@ def test_a_settings_file_that_cannot_be_trusted_or_read_is_no_verdict(
     assert done.stdout.startswith("ERROR:  gbvalidate:  Health check could not run:  ")
     assert why.format(uid=os.geteuid()) in done.stdout, done.stdout
     assert "argv=" not in done.stdout  # nothing ran
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo"])
+def test_a_settings_path_that_is_no_regular_file_is_no_verdict_at_once(tmp_path: Path, kind: str) -> None:
+    """A directory made the Prolog exit 1 (Slurm drained the node); a FIFO hung it until slurmd killed it."""
+    settings = tmp_path / "gbvalidate-healthcheck.conf"
+    if kind == "directory":
+        settings.mkdir()
+    else:
+        os.mkfifo(settings, 0o644)
+    environment = run_env(tmp_path, GBVALIDATE_CONF=str(settings), SLURM_SCRIPT_CONTEXT="prolog_slurmd")
+    done = subprocess.run(["bash", str(SCRIPT)], env=environment, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0
+    assert done.stdout == f"ERROR:  gbvalidate:  Health check could not run:  {settings}: not a regular file\n"
+
+
+def test_the_log_file_is_never_written_through_a_link_or_in_a_directory_others_may_write(
+    tmp_path: Path, python: Path
+) -> None:
+    """Root appended the line to whatever a link at GBVALIDATE_LOG_FILE named."""
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    logs = tmp_path / "logs"
+    logs.mkdir(mode=0o755)
+    link = logs / "hc.log"
+    link.symlink_to(victim)
+    conf = f"GBVALIDATE_PYTHON={python}\nGBVALIDATE_SYSLOG=0\nGBVALIDATE_LOG_FILE={link}\n"
+    done = run_script(tmp_path, conf)
+    assert done.returncode == 0 and done.stdout.startswith("gbvalidate:  argv=")
+    assert victim.read_text() == "precious\n"
+    link.unlink()
+    logs.chmod(0o777)  # anyone could put a link there between the check and the write
+    run_script(tmp_path, conf)
+    assert not link.exists()
+    logs.chmod(0o755)
+    run_script(tmp_path, conf)
+    (logged,) = link.read_text().splitlines()
+    assert logged.endswith("gbvalidate:  argv=-m pytest_gbvalidate.healthcheck slurm --drain -- cuda=unset")

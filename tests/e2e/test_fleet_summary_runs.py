@@ -127,6 +127,22 @@ def outcome(case: ET.Element) -> str:
     return next((tag for tag in ("failure", "error", "skipped") if case.find(tag) is not None), "passed")
 
 
+def test_a_reader_that_stops_reading_gets_no_traceback_and_the_verdict_stands(
+    real_report: dict[str, Any], tmp_path: Path
+) -> None:
+    """`fleet summary ... | head -1`: the reader is gone before the summary is printed (its end of the pipe closed
+    first); no BrokenPipeError traceback, the files are written, the exit status is the fleet's verdict."""
+    paths = healthy_fleet(real_report, tmp_path)
+    command = [sys.executable, "-m", "pytest_gbvalidate.fleet", "summary", *map(str, paths), "--out", "out"]
+    with subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as reader:
+        assert reader.stdout is not None and reader.stderr is not None
+        reader.stdout.close()
+        said = reader.stderr.read()
+        assert reader.wait(timeout=120) == 0, said
+    assert "Traceback" not in said and "BrokenPipeError" not in said, said
+    assert (tmp_path / "out" / "summary.md").is_file()
+
+
 def test_a_healthy_fleet_passes_with_every_output_written(real_report: dict[str, Any], tmp_path: Path) -> None:
     paths = healthy_fleet(real_report, tmp_path)
     out = tmp_path / "out"

@@ -170,3 +170,22 @@ def test_a_usage_error_met_where_the_checks_are_collected_is_one_line_under_xdis
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stdout.fnmatch_lines(["gbvalidate usage error: RANK=1 is set without WORLD_SIZE: *"])
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+
+
+def test_checks_that_start_ranks_are_refused_under_more_than_one_xdist_worker(pytester: pytest.Pytester) -> None:
+    """Two workers each started a gang on the same node at once: four ranks on a two-rank SKU, the figures halved,
+    exit 0. A usage error now, naming the checks (at collection, where the workers see them); checks that start
+    no ranks still run under -n."""
+    pytester.makepyfile(test_checks="def test_ranks(gb_gang):\n    pass\n\ndef test_target(gb_target):\n    pass\n")
+    result = pytester.runpytest_subprocess("--gb-sku=cpu", "-p", "no:cacheprovider", "-n", "2")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stdout.fnmatch_lines(
+        [
+            "*gbvalidate usage error: test_checks.py::test_ranks start ranks on the node's GPUs, and pytest-xdist "
+            "runs 2 workers, each of which would start a gang of its own at once: run them without -n (or with -n 0)*"
+        ]
+    )
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    (pytester.path / "test_checks.py").write_text("def test_target(gb_target):\n    pass\n")
+    alone = pytester.runpytest_subprocess("--gb-sku=cpu", "-p", "no:cacheprovider", "-n", "2")
+    assert alone.ret == pytest.ExitCode.OK, alone.stdout.str()

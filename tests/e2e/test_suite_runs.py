@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch  # imported here too: in-process pytester runs drop modules they imported, torch cannot load twice
 
+from pytest_gbvalidate.report import node_verdict
 from tests.helpers.runs import SUITES, assert_usage_error, junit_cases
 
 LAB = """\
@@ -370,6 +371,21 @@ def test_a_gpu_missing_or_gpus_of_another_model_fail_once_and_start_no_ranks(
     (root,) = [t for t in report["tests"] if t["test_id"] == "gbvalidate::node_gpus_usable"]
     assert root["message"].startswith(f"the node's GPUs cannot be used: {why}")
     assert root["fault"]["category"] == category
+
+
+def test_a_baseline_that_gates_nothing_gives_no_verdict_not_a_pass(pytester: pytest.Pytester) -> None:
+    """A site's baseline without the metrics its checks measure: every check skipped. That run exited 0 -- a gate
+    that measured nothing passed; it is no verdict now (pytest's "nothing ran", 5), in the report too."""
+    (pytester.path / "baselines").mkdir()
+    (pytester.path / "baselines" / "EMPTY.yaml").write_text(
+        "schema_version: 1\nsku: EMPTY\ndetect: {gpu_count: 0}\nmetrics: {}\n"
+    )
+    args = ["--gb-sku=EMPTY", "--gb-baselines=baselines", "--gb-report=r.json", "-k", "host_copy"]
+    result = pytester.runpytest(str(SUITES / "test_bandwidth.py"), *args)
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    result.stdout.fnmatch_lines(["*no check ran: every selected check was skipped * no verdict (exit 5), never a pass"])
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert report["exit_status"] == 5 and node_verdict.of_report(report) == node_verdict.NO_VERDICT
 
 
 # --- sweep sizes that were not run ------------------------------------------------------------------------------

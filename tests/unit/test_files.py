@@ -222,3 +222,28 @@ def test_who_besides_root_and_this_user_could_change_a_file(tmp_path: Path) -> N
     if os.geteuid() == 0:  # only root can give a file away
         os.chown(path, 4242, -1)
         assert files.writable_by_others(path) == f"{path} is owned by uid 4242, neither root nor this user (uid 0)"
+
+
+def test_a_group_is_private_only_while_no_other_account_has_it_as_its_primary_group(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory its owner's group may write in, that group the owner's own: writable by the owner alone -- until
+    another account has that group as its primary group without being listed in it (RHEL's `operator`, gid 0)."""
+    import grp
+    import pwd
+
+    directory = tmp_path / "d"
+    directory.mkdir()
+    directory.chmod(0o775)
+    path = directory / "f.yaml"
+    path.write_text("x")
+    st = os.stat(directory)
+    owner = pwd.struct_passwd(("owner", "x", st.st_uid, st.st_gid, "", "/", "/bin/sh"))
+    operator = pwd.struct_passwd(("operator", "x", st.st_uid + 4242, st.st_gid, "", "/", "/sbin/nologin"))
+    accounts = [owner]
+    monkeypatch.setattr(pwd, "getpwuid", lambda uid: owner)
+    monkeypatch.setattr(pwd, "getpwall", lambda: accounts)
+    monkeypatch.setattr(grp, "getgrgid", lambda gid: grp.struct_group(("owner", "x", gid, [])))
+    assert files.writable_by_others(path) is None
+    accounts.append(operator)
+    assert files.writable_by_others(path) == f"{directory} is writable by its group (mode 0775)"

@@ -165,6 +165,42 @@ def test_repeat_offenders_are_the_nodes_that_failed_in_k_of_their_last_n_runs(
     assert "--failed 6 is more than --of 5" in capsys.readouterr().err
 
 
+def test_a_node_stopped_run_after_run_is_an_offender_and_a_run_perhaps_running_now_is_not_counted(
+    tmp_path: Path,
+) -> None:
+    """A node whose runs hang until the job's limit stops them (kept as `interrupted`) was never named: only
+    finished runs counted. A report still `running`, the node's latest, may be a run in progress."""
+    root = tmp_path / "h"
+    for day in (20, 21, 22):
+        keep(root / "node7", f"2026-11-{day}T12:00:00+00:00", 10.0, status="interrupted", exit_status=2)
+    keep(root / "node8", "2026-11-20T12:00:00+00:00", 10.0, node={"hostname": "node8"})
+    keep(
+        root / "node8",
+        "2026-11-21T12:00:00+00:00",
+        10.0,
+        node={"hostname": "node8"},
+        status="interrupted",
+        exit_status=2,
+    )
+    keep(
+        root / "node8",
+        "2026-11-22T12:00:00+00:00",
+        10.0,
+        node={"hostname": "node8"},
+        status="running",
+        exit_status=None,
+    )
+    found, nodes = repeat_offenders(root, failed=2, of=5)
+    assert nodes == 2 and [o.describe() for o in found] == [
+        "node7: failed 3 of its last 3 runs, 3 of them stopped before the end (the latest at "
+        "2026-11-22T12:00:00+00:00): stopped (interrupted) 3"
+    ]
+    assert [o.describe() for o in repeat_offenders(root, failed=1, of=5)[0]][1] == (
+        "node8: failed 1 of its last 2 runs, 1 of them stopped before the end (the latest at "
+        "2026-11-21T12:00:00+00:00): stopped (interrupted) 1"
+    )
+
+
 def test_a_node_unresolved_again_and_again_is_an_offender_named_so(tmp_path: Path) -> None:
     """Figures too noisy to judge run after run drain nothing, one run at a time; repeated, they are a symptom."""
     root = tmp_path / "h"

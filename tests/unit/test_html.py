@@ -73,6 +73,16 @@ def test_the_verdict_names_the_node_and_its_faults_and_escapes_them() -> None:
     assert page.tags.count("tr") == 2  # its header and one gated measurement
 
 
+def test_characters_that_do_not_print_reach_the_page_as_escapes_and_letters_as_they_are() -> None:
+    """A hostname with a control character and a terminal's colour code reached the page raw; a bidirectional
+    override would reorder what a reader sees. Letters of any script are shown as they are."""
+    report: Any = failed_run()
+    report["node"]["hostname"] = "nœud\x01\x1b[31m\u202e"
+    text = Page(html_fragments.verdict_html(report)).all_text
+    assert "host nœud\\x01\\x1b[31m\\u202e;" in text
+    assert not any(c in text for c in "\x01\x1b\u202e")
+
+
 def test_a_passed_run_is_pass() -> None:
     report: Any = minimal_report()
     page = Page(html_fragments.verdict_html(report))

@@ -145,6 +145,19 @@ def test_this_node_not_ready_or_cut_off_is_its_own_problem() -> None:
     )
 
 
+def test_a_node_cut_off_from_its_whole_domain_is_cut_off() -> None:
+    """READY itself, reaching no peer, which it therefore sees UNAVAILABLE, the domain DOWN: it passed (no other
+    node was READY to be unreachable), and so did each of its peers, seeing the same: nobody was named."""
+    alone = judged(domain_json(["READY", "UNAVAILABLE", "UNAVAILABLE"], ["CONNECTED", "", ""], "DOWN"))
+    assert alone.problem == (
+        "this node reaches none of the 2 other nodes of its IMEX domain (node-1 UNAVAILABLE, not connected; "
+        "node-2 UNAVAILABLE, not connected)"
+    )
+    # a peer down while another answers: the domain's state, not this node's
+    one_down = judged(domain_json(["READY", "UNAVAILABLE", "READY"], ["CONNECTED", "", "CONNECTED"], "DEGRADED"))
+    assert one_down.problem is None
+
+
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
@@ -157,8 +170,12 @@ def test_this_node_not_ready_or_cut_off_is_its_own_problem() -> None:
             '{"status": "UP", "nodes": {"0": {"status": 5}}}',
             "`nvidia-imex-ctl -N -j -H`: node '0' has no `host` and `status`",
         ),
+        (
+            "[" * 100_000 + "]" * 100_000,
+            "`nvidia-imex-ctl -N -j -H` printed no JSON (nested too deeply to read)",
+        ),
     ],
-    ids=["not-json", "no-domain", "bad-node"],
+    ids=["not-json", "no-domain", "bad-node", "too-deep"],
 )
 def test_an_answer_that_is_not_the_domain_s_json_is_no_answer_saying_why(text: str, problem: str) -> None:
     assert imex.domain_state(answers(0, text, flags=DOMAIN)) == imex.Domain(None, (), problem)
