@@ -7,8 +7,9 @@ Which report counts as what, in this order:
    (report/records.py: the first field that does not is named), without `node.hostname`, with a `start_time`
    that cannot be read or lies in the future (report.history.in_future): the latest report counts, so such a
    date would hide every later one; or saying what its writer never does: a finished run without one of pytest's
-   exit statuses, a gang of no nodes or of more or fewer than its hosts. Such a node has not shown it is healthy:
-   the summary fails (exit 1).
+   exit statuses, a gang of no nodes or of more or fewer than its hosts; or contradicting itself (_contradiction:
+   a passing run with a failed test, a measurement's verdict its own value and limit deny). Such a node has not
+   shown it is healthy: the summary fails (exit 1).
 2. another SKU: its `sku.name` is not the fleet's (`--sku`, else the most common among the finished reports).
    It is not part of this fleet's statistics: listed; one that did not pass its own checks fails the summary
    (exit 1: summarise its SKU with --sku), one that passed has no effect on it. (A report without a SKU, from a
@@ -17,7 +18,9 @@ Which report counts as what, in this order:
    run, summarised apart from the per-node rows.
 4. superseded: an earlier report (by `start_time`; on a tie, the earlier on the command line) of a hostname
    that has a later one, or an earlier multi-node run over the same hostnames as a later one. Listed, no effect
-   on the exit code: the later report speaks for the node (its findings, such as pairwise suspects, too).
+   on the exit code: the later report speaks for the node (its findings, such as pairwise suspects, too). But a
+   narrowed report (`narrowed_by`: `-k`, `-m`, a test id) after a whole one of its node is listed as narrowed
+   instead: a subset run again (`-k` the check that failed) does not speak for the node a whole run judged.
 5. the rest are the fleet's nodes. A node whose latest report is partial (`status` running or interrupted) is
    listed as partial: it has not shown it is healthy (exit 1), and its measurements stay out of the statistics.
 
@@ -29,6 +32,7 @@ two hostnames that differ are never shown, or counted, as one.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
 import re
 from collections import Counter
@@ -43,12 +47,14 @@ from pytest_gbvalidate.report import history, node_verdict, schema
 from pytest_gbvalidate.report.node_verdict import NO_VERDICT as NO_VERDICT  # where the fleet's modules take it
 from pytest_gbvalidate.report.node_verdict import NodeVerdict
 from pytest_gbvalidate.report.records import HostRecord, MeasurementRecord, RunReportRecord, TestRecord
+from pytest_gbvalidate.rules import resolution as rs
 
 FINISHED = "finished"
 PARTIAL_STATUSES = ("running", "interrupted")
 # What a finished run's report may say (pytest.ExitCode: 2, interrupted, is written as the status `interrupted`).
 FINISHED_EXIT_STATUSES = (0, 1, 2, 3, 4, 5)
 CORRUPT, OTHER_SKU, SUPERSEDED = "corrupt", "other SKU", "superseded"
+NARROWED = "narrowed"  # a subset's run after a whole one of its node: listed, the whole one counts
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,11 @@ class Report:
     @property
     def finished(self) -> bool:
         return self.status == FINISHED
+
+    @property
+    def narrowed_by(self) -> list[str]:
+        """What narrowed the run's checks beyond its level (`-k`, ...); empty for its whole selection."""
+        return self.data.get("narrowed_by", [])
 
     @property
     def nodes(self) -> int:
@@ -117,7 +128,7 @@ class NotMerged:
     """A report left out of the fleet's statistics, with why. `hostname` where the file says one."""
 
     path: Path
-    kind: str  # CORRUPT, OTHER_SKU or SUPERSEDED
+    kind: str  # CORRUPT, OTHER_SKU, SUPERSEDED or NARROWED
     reason: str
     hostname: str | None
     sku: str | None = None
@@ -192,6 +203,35 @@ def _problem(data: dict[str, Any], hostname: str | None, now: dt.datetime | None
     gang = data.get("gang")
     if gang is not None and not gang["nodes"] == len(gang["hosts"]) >= 1:
         return f"gang.nodes is {gang['nodes']} and gang.hosts names {len(gang['hosts'])}: a gang has 1 node or more"
+    return _contradiction(cast(RunReportRecord, data))
+
+
+# How far (percent, a log ratio) a value may lie past the limit beside it and still have passed: the limit is
+# written to six significant digits.
+LIMIT_ROUNDING_PCT = 1e-3
+
+
+def _contradiction(report: RunReportRecord) -> str | None:
+    """Where a report contradicts itself, what it says both ways, else None: a run its writer says passed with a
+    failed test; a measurement that failed in a test that passed; a measurement's verdict that its own value and
+    fail limit deny (a PASS is never past its fail limit, a FAIL of a number never short of it). Such a report
+    was edited or written by something else than a run: it is believed in neither direction."""
+    failed = [t["test_id"] for t in report["tests"] if t["outcome"] == "failed"]
+    if report["status"] == FINISHED and report["exit_status"] == 0 and failed:
+        return f"exit_status 0 of a finished run with {len(failed)} failed test(s) ({failed[0]}, ...)"
+    passed = {t["test_id"] for t in report["tests"] if t["outcome"] == "passed" and t["when"] == "call"}
+    for m in report["measurements"]:
+        shown = f"measurement {m['metric']} [{m['scope']}]"
+        if m["verdict"] == "fail" and m["test_id"] in passed:
+            return f"{shown}: verdict fail in the test {m['test_id']}, which passed"
+        value, limit = m["value"], m.get("limit")
+        if not isinstance(value, (int, float)) or not isinstance(limit, (int, float)) or not math.isfinite(value):
+            continue
+        past_pct = rs.worse_pct(value, limit, m["direction"])
+        if m["verdict"] == "pass" and past_pct > LIMIT_ROUNDING_PCT:
+            return f"{shown}: verdict pass, though its value {value:g} is past its fail limit {limit:g}"
+        if m["verdict"] == "fail" and past_pct < -LIMIT_ROUNDING_PCT:
+            return f"{shown}: verdict fail, though its value {value:g} is within its fail limit {limit:g}"
     return None
 
 
@@ -219,6 +259,14 @@ def sort_reports(paths: Sequence[Path], sku: str | None = None) -> Sorted:
     latest: dict[str, Report] = {}
     for report in sorted((r for r in ours if r.nodes == 1), key=_age):
         earlier = latest.get(report.hostname)
+        if earlier is not None and report.narrowed_by and not earlier.narrowed_by:
+            # A subset run again (`-k` the failed check) does not speak for the node a whole run judged.
+            reason = (
+                f"checked a subset ({'; '.join(report.narrowed_by)}): {earlier.path}, a whole run of "
+                f"{report.hostname}, still speaks for it"
+            )
+            not_merged.append(NotMerged(report.path, NARROWED, reason, report.hostname, report.sku))
+            continue
         if earlier is not None:
             reason = f"{report.hostname} has a later report: {report.path} ({report.data.get('start_time')})"
             not_merged.append(NotMerged(earlier.path, SUPERSEDED, reason, earlier.hostname, earlier.sku))

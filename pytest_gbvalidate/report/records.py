@@ -332,6 +332,10 @@ class RunReportRecord(TypedDict):
     # The inputs that decide verdicts (the baseline, the earlier report) which others than root and the running
     # user could have written (files.writable_by_others): who could have set the limits a node was judged by.
     writable_inputs: NotRequired[list[WritableInputRecord]]
+    # What narrowed the checks beyond the run's level (`-k 'copy'`, `-m ...`, `--deselect ...`, a test id): such a
+    # run checked a subset, and speaks for its node only where no whole run of the node came before it. Absent or
+    # empty: the level's whole selection (of the paths given).
+    narrowed_by: NotRequired[list[str]]
     tests: list[TestRecord]
     measurements: list[MeasurementRecord]
     nccl_env: NotRequired[dict[str, NcclVariableRecord]]

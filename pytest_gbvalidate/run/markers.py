@@ -44,6 +44,16 @@ def leave_warns_to_the_reports(config: pytest.Config) -> None:
         config.addinivalue_line("filterwarnings", WARN_FILTER)
 
 
+def narrowed_by(config: pytest.Config) -> list[str]:
+    """What narrows a run's checks beyond its level, as given: pytest's -k and -m expressions, --deselect, and a
+    test id (`path::test`) where a path names all the checks it holds. Empty: the level's whole selection."""
+    option = config.option
+    found = [f"-k {option.keyword!r}"] if getattr(option, "keyword", "") else []
+    found += [f"-m {option.markexpr!r}"] if getattr(option, "markexpr", "") else []
+    found += [f"--deselect {d}" for d in getattr(option, "deselect", None) or ()]
+    return found + [arg for arg in config.args if "::" in arg]
+
+
 def check_level(item: pytest.Item) -> Level:
     """The level of a check: its `gb_level` marker's (the closest one: a test's own, else its class's or
     module's), else full. Only for items collected (level_problems refuses the others at collection)."""

@@ -170,6 +170,7 @@ class GbSession:
         describe_run(
             self.report, target, self.settings, self.timeout, node, self.nccl_env, self._comparison, world_size
         )
+        self.report.data["narrowed_by"] = markers.narrowed_by(self.config)
         writable = paths.writable_inputs(target, None if self._comparison is None else self._comparison[0])
         if writable:
             self.report.data["writable_inputs"] = writable

@@ -22,7 +22,7 @@ import pytest
 
 from pytest_gbvalidate.fleet import commands, junit, render
 from pytest_gbvalidate.fleet.cli import main
-from pytest_gbvalidate.fleet.reports import CORRUPT, OTHER_SKU, SUPERSEDED
+from pytest_gbvalidate.fleet.reports import CORRUPT, NARROWED, OTHER_SKU, SUPERSEDED
 from pytest_gbvalidate.fleet.summary import Summary, summarize
 from tests.helpers.fleet_reports import write
 from tests.helpers.runs import SUITES, schema_errors
@@ -284,6 +284,58 @@ def test_a_non_zero_exit_status_without_a_failed_test_gives_no_verdict(
     assert own == ["node-08", "node-09", "node-10", "node-11"]
     assert "4 node(s) gave no verdict (pytest's own error, or no check ran: see their reports)" in summary.failures()
     assert summary.exit_code == 1
+
+
+@pytest.mark.parametrize(
+    "lie", ["passed-with-a-failure", "pass-past-its-limit", "fail-within-its-limit", "fail-in-a-pass"]
+)
+def test_a_report_that_contradicts_itself_is_believed_in_neither_direction(
+    real_report: dict[str, Any], tmp_path: Path, lie: str
+) -> None:
+    """A run that says it passed with a failed test, a measurement whose verdict its own value and fail limit deny,
+    a measurement that failed in a test that passed: edited, or written by something else than a run. The node
+    was passed (or drained) on it; it is corrupt now, the field named, and the fleet does not pass."""
+    report = node(real_report, "node-09")
+    gated = next(m for m in report["measurements"] if m.get("limit") and isinstance(m["value"], float))
+    if lie == "passed-with-a-failure":
+        report["tests"][0] |= {"outcome": "failed", "message": "boom", "text": "boom"}
+        why = "exit_status 0 of a finished run with 1 failed test(s)"
+    elif lie == "pass-past-its-limit":
+        gated["value"] = gated["limit"] * (0.5 if gated["direction"] == "higher" else 2.0)
+        why = "verdict pass, though its value"
+    elif lie == "fail-within-its-limit":
+        gated["verdict"] = "fail"
+        report["exit_status"] = 1
+        test = next(t for t in report["tests"] if t["test_id"] == gated["test_id"] and t["when"] == "call")
+        test |= {"outcome": "failed", "message": "boom", "text": "boom"}
+        why = "verdict fail, though its value"
+    else:
+        gated["verdict"] = "fail"
+        why = f"verdict fail in the test {gated['test_id']}, which passed"
+    paths = [*healthy_fleet(real_report, tmp_path), write(tmp_path, "lie.json", report)]
+    summary = summarize(paths)
+    (corrupt,) = [r for r in summary.not_merged if r.kind == CORRUPT]
+    assert corrupt.path.name == "lie.json" and why in corrupt.reason, corrupt.reason
+    assert summary.exit_code == 1 and not summary.drained
+
+
+def test_a_narrowed_rerun_does_not_speak_for_a_node_a_whole_run_failed(
+    real_report: dict[str, Any], tmp_path: Path
+) -> None:
+    """node-06 failed a check; run again with `-k` that check alone, it passed, and superseded the whole run: the
+    fleet passed. The whole run still speaks for it; a later whole run does."""
+    paths = healthy_fleet(real_report, tmp_path)
+    whole = failing(real_report, "node-06", start_time="2026-11-28T10:00:00+00:00", narrowed_by=[])
+    rerun = node(real_report, "node-06", start_time="2026-11-28T11:00:00+00:00", narrowed_by=["-k 'host_copy'"])
+    paths += [write(tmp_path, "whole.json", whole), write(tmp_path, "rerun.json", rerun)]
+    summary = summarize(paths)
+    assert [n.hostname for n in summary.drained] == ["node-06"] and summary.exit_code == 1
+    (narrowed,) = [r for r in summary.not_merged if r.kind == NARROWED]
+    assert narrowed.path.name == "rerun.json"
+    assert narrowed.reason.startswith("checked a subset (-k 'host_copy'): ") and "whole.json" in narrowed.reason
+    again = node(real_report, "node-06", start_time="2026-11-28T12:00:00+00:00", narrowed_by=[])
+    summary = summarize([*paths, write(tmp_path, "again.json", again)])
+    assert summary.drained == [] and summary.exit_code == 0
 
 
 def test_a_missing_report_is_corrupt_and_fails_the_fleet(real_report: dict[str, Any], tmp_path: Path) -> None:

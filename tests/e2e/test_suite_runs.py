@@ -386,6 +386,7 @@ def test_a_baseline_that_gates_nothing_gives_no_verdict_not_a_pass(pytester: pyt
     result.stdout.fnmatch_lines(["*no check ran: every selected check was skipped * no verdict (exit 5), never a pass"])
     report = json.loads((pytester.path / "r.json").read_text())
     assert report["exit_status"] == 5 and node_verdict.of_report(report) == node_verdict.NO_VERDICT
+    assert report["narrowed_by"] == ["-k 'host_copy'"]  # a subset: it speaks for the node only after no whole run
 
 
 # --- sweep sizes that were not run ------------------------------------------------------------------------------

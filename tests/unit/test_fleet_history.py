@@ -21,6 +21,9 @@ def keep(directory: Path, start: str, value: Any, **changes: Any) -> Path:
     report: Any = minimal_report() | changes
     report["start_time"] = start
     report["measurements"][0] |= {"value": value, "verdict": "pass" if value != 5.0 else "fail"}
+    if value == 5.0:  # its test failed with it, and the run: a report that says both ways is believed in neither
+        report["tests"][0] |= {"outcome": "failed", "message": "host copy: measured 5 GB/s -> FAIL"}
+        report["exit_status"] = changes.get("exit_status", 1)
     return history.keep(directory, cast(RunReportRecord, report))
 
 
