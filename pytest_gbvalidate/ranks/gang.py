@@ -23,6 +23,7 @@ import multiprocessing as mp
 import os
 import shutil
 import signal
+import socket
 import tempfile
 import time
 import traceback
@@ -107,10 +108,35 @@ def device_for(device_type: str, local_rank: int) -> torch.device:
     return torch.device("cpu") if device_type == "cpu" else torch.device(device_type, local_rank)
 
 
+# gloo names this host by its hostname in a buffer of 64 bytes, its terminator included: at the kernel's 64
+# characters it fails to start ("File name too long").
+GLOO_HOSTNAME_MAX = 63
+
+
+def gloo_interface(hostname: str, env: Mapping[str, str], local: bool) -> str | None:
+    """The network interface gloo must be given (GLOO_SOCKET_IFNAME) where it cannot name this host by its
+    hostname, else None: the loopback for a local gang, whose ranks are all on this host. Raises WorldError for a
+    world's rank, whose peers are elsewhere: which interface reaches them is the launcher's to say."""
+    from pytest_gbvalidate.ranks.world import WorldError
+
+    if len(hostname.encode("utf-8", "surrogateescape")) <= GLOO_HOSTNAME_MAX or "GLOO_SOCKET_IFNAME" in env:
+        return None
+    if local:
+        return "lo"
+    raise WorldError(
+        f"this node's hostname is {len(hostname)} characters, and gloo (torch's CPU collectives) holds "
+        f"{GLOO_HOSTNAME_MAX} at most: set GLOO_SOCKET_IFNAME to the interface the nodes reach each other on"
+    )
+
+
 def _init_rank(device: torch.device, rank: int, world_size: int, init_method: str, timeout_s: float) -> str:
     if device.type != "cpu":
         torch.accelerator.set_device_index(device.index)
     backend = dist.get_default_backend_for_device(device)
+    if backend == "gloo":
+        interface = gloo_interface(socket.gethostname(), os.environ, init_method.startswith("file://"))
+        if interface is not None:
+            os.environ["GLOO_SOCKET_IFNAME"] = interface
     dist.init_process_group(
         backend, init_method=init_method, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s)
     )

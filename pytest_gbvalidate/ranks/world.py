@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+import socket
+from collections.abc import Callable, Mapping
 
 __all__ = [
     "DeviceChoiceError",
@@ -158,17 +159,35 @@ def _whole(text: str) -> bool:
     return text.isascii() and text.isdecimal()
 
 
-def rendezvous_problem(env: Mapping[str, str]) -> str | None:
-    """Why this process cannot join its world's rendezvous (env://), or None. torchrun sets MASTER_ADDR and
-    MASTER_PORT; `srun` does not, and a missing one would otherwise surface as an obscure store error."""
+def rendezvous_problem(env: Mapping[str, str], resolves: Callable[[str], bool] | None = None) -> str | None:
+    """Why this process cannot join its world's rendezvous (env://), or None: the launcher's setting, named, never
+    a test failed on the node. torchrun sets MASTER_ADDR and MASTER_PORT; `srun` does not, and a missing one, a
+    port that is no port or an address that does not resolve (`resolves`: by getaddrinfo) would otherwise
+    surface as an obscure store error in a test, `unclassified`."""
     missing = [name for name in ("MASTER_ADDR", "MASTER_PORT") if not env.get(name)]
-    if not missing:
-        return None
-    return (
-        f"{' and '.join(missing)} not set: under srun export MASTER_ADDR (the address of the step's first node: "
-        "its NodeAddr in `scontrol show node`, not its NodeName) and MASTER_PORT (a free port) for every task, as "
-        "contrib/slurm/gbvalidate-world.sbatch does"
-    )
+    if missing:
+        return (
+            f"{' and '.join(missing)} not set: under srun export MASTER_ADDR (the address of the step's first "
+            "node: its NodeAddr in `scontrol show node`, not its NodeName) and MASTER_PORT (a free port) for every "
+            "task, as contrib/slurm/gbvalidate-world.sbatch does"
+        )
+    port, address = env["MASTER_PORT"], env["MASTER_ADDR"]
+    if not _whole(port) or not 1 <= int(port) <= 65535:
+        return f"MASTER_PORT={port!r} is no port (a whole number from 1 to 65535): the launcher's setting"
+    if not (resolves or _resolves)(address):
+        return (
+            f"MASTER_ADDR={address!r} does not resolve to an address on this node: the launcher's setting (the "
+            "step's first node as this node can reach it)"
+        )
+    return None
+
+
+def _resolves(host: str) -> bool:
+    try:
+        socket.getaddrinfo(host, None)
+    except (OSError, UnicodeError):
+        return False
+    return True
 
 
 def world_rank(env: Mapping[str, str]) -> int | None:

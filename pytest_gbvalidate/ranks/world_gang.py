@@ -28,6 +28,7 @@ from pytest_gbvalidate.ranks.gang import (
 )
 from pytest_gbvalidate.ranks.world import (
     DeviceChoiceError,
+    WorldError,
     cuda_device_index,
     nccl_error_settings,
     node_rank_from_environment,
@@ -76,7 +77,10 @@ class WorldGang:
             os.environ.setdefault("LOCAL_RANK", str(local_rank))
             # A dead or hung peer must fail a test, not take the process (and the report) down.
             os.environ.update(nccl_error_settings(os.environ))
-            _init_rank(self.device, rank, world_size, "env://", timeout_s)
+            try:
+                _init_rank(self.device, rank, world_size, "env://", timeout_s)
+            except WorldError as exc:  # the launcher's to set: no test of the node failed for it
+                raise GangError(rank, "cannot join its world", str(exc)) from None
         node_rank = node_rank_from_environment(os.environ, rank)
         backend = dist.get_backend()
         # Results and verdicts travel on a gloo group of their own (over TCP, on the host): a dead or hung peer

@@ -164,8 +164,16 @@ def test_only_global_rank_0_writes_the_reports(
     [
         ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, "ERROR: MASTER_ADDR and MASTER_PORT not set: "),
         ({"RANK": "0", "WORLD_SIZE": "2"} | RENDEZVOUS, "ERROR: RANK=0 and WORLD_SIZE=2 are set without LOCAL_RANK"),
+        (
+            {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"} | RENDEZVOUS | {"MASTER_PORT": "29500/tcp"},
+            "ERROR: MASTER_PORT='29500/tcp' is no port (a whole number from 1 to 65535): the launcher's setting",
+        ),
+        (
+            {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"} | RENDEZVOUS | {"MASTER_ADDR": "node-0.invalid"},
+            "ERROR: MASTER_ADDR='node-0.invalid' does not resolve to an address on this node",
+        ),
     ],
-    ids=["no-rendezvous", "no-local-rank"],
+    ids=["no-rendezvous", "no-local-rank", "port-no-number", "address-unresolvable"],
 )
 def test_a_world_its_launcher_left_incomplete_is_a_usage_error_before_any_test(
     lab: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], said: str

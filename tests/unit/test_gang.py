@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import shlex
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -223,9 +225,26 @@ def test_node_rank_from_environment(env: dict[str, str], rank: int, node: int) -
 
 
 def test_rendezvous_problem_names_what_srun_does_not_set() -> None:
-    assert rendezvous_problem({"MASTER_ADDR": "n1", "MASTER_PORT": "29500"}) is None
+    assert rendezvous_problem({"MASTER_ADDR": "n1", "MASTER_PORT": "29500"}, lambda host: True) is None
     problem = rendezvous_problem({"MASTER_ADDR": "n1"})
     assert problem is not None and problem.startswith("MASTER_PORT not set: under srun export MASTER_ADDR")
+
+
+@pytest.mark.parametrize(
+    ("env", "said"),
+    [
+        ({"MASTER_PORT": "29500x"}, "MASTER_PORT='29500x' is no port (a whole number from 1 to 65535)"),
+        ({"MASTER_PORT": "70000"}, "MASTER_PORT='70000' is no port"),
+        ({"MASTER_PORT": "0"}, "MASTER_PORT='0' is no port"),
+        ({"MASTER_ADDR": "no-such-host.invalid"}, "MASTER_ADDR='no-such-host.invalid' does not resolve"),
+    ],
+    ids=["not-a-number", "too-high", "zero", "unresolvable"],
+)
+def test_a_rendezvous_the_launcher_set_wrong_is_named_as_its_setting(env: dict[str, str], said: str) -> None:
+    """Each failed the node's first test that started ranks, `unclassified`: the launcher's fault, not the node's."""
+    problem = rendezvous_problem({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"} | env)
+    assert problem is not None and problem.startswith(said) and "the launcher's setting" in problem
+    assert rendezvous_problem({"MASTER_ADDR": "localhost", "MASTER_PORT": "65535"}) is None
 
 
 def test_a_rank_in_a_device_synchronisation_is_waiting_not_the_culprit() -> None:
@@ -239,3 +258,43 @@ def test_a_rank_in_a_device_synchronisation_is_waiting_not_the_culprit() -> None
     ]
     assert all(gang_module.waiting_for_a_peer(frame) for frame in waiting)
     assert not gang_module.waiting_for_a_peer("/x/tests/gang_functions.py:40 in hang_on")
+
+
+def test_gloo_is_given_an_interface_where_it_cannot_hold_the_hostname() -> None:
+    from pytest_gbvalidate.ranks.gang import gloo_interface
+    from pytest_gbvalidate.ranks.world import WorldError
+
+    assert gloo_interface("a" * 63, {}, local=True) is None
+    assert gloo_interface("a" * 64, {}, local=True) == "lo"  # a local gang's ranks are all on this host
+    assert gloo_interface("a" * 64, {"GLOO_SOCKET_IFNAME": "eth0"}, local=False) is None  # the operator's choice
+    with pytest.raises(WorldError, match=r"hostname is 64 characters, .* set GLOO_SOCKET_IFNAME to the interface"):
+        gloo_interface("a" * 64, {}, local=False)
+
+
+LONG_HOSTNAME_GANG = """
+from pytest_gbvalidate.ranks.gang import LocalGang
+from tests.helpers import gang_functions as f
+gang = LocalGang(2, start_timeout_s=60)
+try:
+    print(gang.run(f.all_reduce_rank, 2, timeout_s=60))
+finally:
+    gang.close()
+"""
+
+
+def _own_hostname_allowed() -> bool:
+    """Whether this process may give a child a hostname of its own (a UTS namespace: root, and a container that
+    allows it)."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return False
+    return subprocess.run(["unshare", "-u", "true"], capture_output=True, timeout=30).returncode == 0
+
+
+@pytest.mark.skipif(not _own_hostname_allowed(), reason="a hostname of our own needs root and a UTS namespace")
+def test_a_local_gang_starts_on_a_host_whose_name_is_the_kernel_s_longest() -> None:
+    """64 characters, the kernel's most: gloo failed to start every rank ("File name too long")."""
+    script = f"hostname {'a' * 64} && {shlex.quote(sys.executable)} -c {shlex.quote(LONG_HOSTNAME_GANG)}"
+    done = subprocess.run(
+        ["unshare", "-u", "bash", "-c", script], capture_output=True, text=True, timeout=120, cwd=REPO
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "[(0, 2, 6.0), (1, 2, 6.0)]", done.stdout + done.stderr
