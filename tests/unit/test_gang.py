@@ -297,4 +297,5 @@ def test_a_local_gang_starts_on_a_host_whose_name_is_the_kernel_s_longest() -> N
     done = subprocess.run(
         ["unshare", "-u", "bash", "-c", script], capture_output=True, text=True, timeout=120, cwd=REPO
     )
-    assert done.returncode == 0 and done.stdout.strip() == "[(0, 2, 6.0), (1, 2, 6.0)]", done.stdout + done.stderr
+    said = done.stdout.strip().splitlines()  # torch 2.9's gloo prints its connections first
+    assert done.returncode == 0 and said[-1:] == ["[(0, 2, 6.0), (1, 2, 6.0)]"], done.stdout + done.stderr
