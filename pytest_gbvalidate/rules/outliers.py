@@ -176,10 +176,10 @@ def judge(
             if busy is not None:  # a neighbour held its CPUs: the dip may be the neighbour's, not the node's
                 unjudged.append(Unjudged(host, value, spreads[host], typical_pct or 0.0, None, busy))
                 continue
-            far = f"{abs(z):.1f} scaled MADs > {mad_k:.1f}" if z is not None else ""
-            if z is not None and floor > s.mad:
-                far += f" (the MAD taken as the nodes' typical run-to-run spread, {r2r:.1f}%)"
             if needed_pct is None:
+                far = f"{abs(z):.1f} scaled MADs > {mad_k:.1f}" if z is not None else ""
+                if z is not None and floor > s.mad:
+                    far += f" (the MAD taken as the nodes' typical run-to-run spread, {r2r:.1f}%)"
                 rules = [far or "the value of more than half the nodes differs", practical]
                 if margin:
                     rules.append(
