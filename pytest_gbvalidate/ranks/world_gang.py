@@ -8,6 +8,9 @@ so all ranks see the same results (and the same failures). The shared interface 
 from __future__ import annotations
 
 import os
+import socket
+import threading
+import time
 import traceback
 from collections.abc import Callable, Mapping
 from datetime import timedelta
@@ -35,6 +38,54 @@ from pytest_gbvalidate.ranks.world import (
     number_gpus_by_pci_bus,
     rendezvous_problem,
 )
+
+
+def port_in_use(port: int) -> str:
+    return (
+        f"MASTER_PORT={port} is in use on this node by another program, and rank 0 makes the world's store there: "
+        "the launcher's setting (a free port)"
+    )
+
+
+def store_problem(address: str, port: int, timeout_s: float) -> str | None:
+    """Why no torch store answered at `address`:`port` within `timeout_s`, else None. Asked before the process
+    group is made: there, a program other than the world's store that holds the port and accepts without answering
+    held the rank in torch's handshake whatever its timeout (ten minutes, deaf to SIGTERM: torch 2.13). Here the
+    handshake runs on a thread of its own, waited on in steps (a signal's handler runs between them) and left
+    behind if it never ends."""
+    outcome: list[Exception | None] = []
+
+    def connect() -> None:
+        try:  # a client that only connects: it does not count as one of the world's ranks (wait_for_workers)
+            store = dist.TCPStore  # type: ignore[attr-defined, unused-ignore]  # documented; not in torch's stubs
+            store(address, port, None, False, timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
+            outcome.append(None)
+        except Exception as exc:  # torch's DistNetworkError or DistStoreError, as the case may be
+            outcome.append(exc)
+
+    probe = threading.Thread(target=connect, name="gbvalidate-store-probe", daemon=True)
+    probe.start()
+    deadline = time.monotonic() + timeout_s
+    while probe.is_alive() and time.monotonic() < deadline:
+        probe.join(0.2)
+    where = f"MASTER_ADDR={address} MASTER_PORT={port}"
+    if outcome == [None]:
+        return None
+    if not outcome and _accepts(address, port):
+        return (
+            f"{where} accepted a connection but no torch store answered within {timeout_s:g} s: another program "
+            "holds MASTER_PORT on the first node (the launcher's setting: a free port)"
+        )
+    why = f": {(str(outcome[0]).strip().splitlines() or [''])[0]}" if outcome and outcome[0] is not None else ""
+    return f"no world's store answered at {where} within {timeout_s:g} s (did rank 0 start?){why}"
+
+
+def _accepts(address: str, port: int) -> bool:
+    try:
+        with socket.create_connection((address, port), timeout=5.0):
+            return True
+    except OSError:
+        return False
 
 
 class WorldGang:
@@ -77,10 +128,19 @@ class WorldGang:
             os.environ.setdefault("LOCAL_RANK", str(local_rank))
             # A dead or hung peer must fail a test, not take the process (and the report) down.
             os.environ.update(nccl_error_settings(os.environ))
+            address, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+            if rank != 0 or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":  # a client of the store
+                problem = store_problem(address, port, timeout_s)
+                if problem is not None:
+                    raise GangError(rank, "cannot join its world", problem)
             try:
                 _init_rank(self.device, rank, world_size, "env://", timeout_s)
             except WorldError as exc:  # the launcher's to set: no test of the node failed for it
                 raise GangError(rank, "cannot join its world", str(exc)) from None
+            except dist.DistNetworkError as exc:
+                if "EADDRINUSE" not in str(exc):
+                    raise
+                raise GangError(rank, "cannot join its world", port_in_use(port)) from None
         node_rank = node_rank_from_environment(os.environ, rank)
         backend = dist.get_backend()
         # Results and verdicts travel on a gloo group of their own (over TCP, on the host): a dead or hung peer

@@ -196,7 +196,7 @@ class GbSession:
     def make_gang(self) -> Gang:
         """The session's ranks: this process's torchrun / srun world when it is in one, else local ranks (one per
         GPU, or CPU_RANKS on the CPU) started on first use, with the SKU's NCCL environment and the timeout."""
-        from pytest_gbvalidate.ranks.gang import LocalGang
+        from pytest_gbvalidate.ranks.gang import GangError, LocalGang
         from pytest_gbvalidate.ranks.world_gang import WorldGang
 
         t = self.target
@@ -204,7 +204,13 @@ class GbSession:
         env = {name: v["value"] for name, v in self.nccl_env.items() if name not in os.environ}
         gang: Gang
         if self.world is not None:
-            gang = WorldGang(*self.world, device_type=t.device_type, timeout_s=timeout_s, env=env)
+            try:
+                gang = WorldGang(*self.world, device_type=t.device_type, timeout_s=timeout_s, env=env)
+            except GangError as exc:
+                if exc.cause != "cannot join its world":
+                    raise
+                # The launcher's rendezvous, not the node: no verdict, as the problems found before any test.
+                pytest.exit(f"{exc} (the launcher's failure: no verdict on this node)", pytest.ExitCode.USAGE_ERROR)
         else:
             # The call timeout bounds every call; the ranks' own collective timeout is only a backstop, longer,
             # so that the call timeout fires first and can say which rank is stuck where.

@@ -4,8 +4,12 @@ test cases, the NCCL environment the ranks get, reports under a torchrun / srun 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
+import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -13,7 +17,7 @@ import pytest
 import torch  # imported here too: in-process pytester runs drop modules they imported, torch cannot load twice
 
 from pytest_gbvalidate.report import node_verdict
-from tests.helpers.runs import SUITES, assert_usage_error, junit_cases
+from tests.helpers.runs import REPO, SUITES, assert_usage_error, junit_cases
 
 LAB = """\
 schema_version: 1
@@ -185,6 +189,67 @@ def test_a_world_its_launcher_left_incomplete_is_a_usage_error_before_any_test(
     result = lab.runpytest(*ARGS)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert result.stderr.str().startswith(said) and "Traceback" not in result.stderr.str()
+
+
+GANG_CHECK = "def test_x(gb_gang):\n    assert gb_gang.world_size == 2\n"
+
+
+def held_port() -> socket.socket:
+    """A port another program holds: it accepts connections (the kernel's backlog) and never answers."""
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(8)
+    return holder
+
+
+@pytest.mark.parametrize("rank", ["1", "0"], ids=["client-rank", "rank-0"])
+def test_a_rendezvous_port_another_program_holds_is_the_launcher_s_usage_error_within_the_timeout(
+    lab: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, rank: str
+) -> None:
+    """A client rank sat ten minutes in torch's handshake with the holder, whatever --gb-timeout said; rank 0,
+    which makes the store there, failed the node's first gang test `unclassified`."""
+    with held_port() as holder:
+        port = str(holder.getsockname()[1])
+        env = {"RANK": rank, "WORLD_SIZE": "2", "LOCAL_RANK": rank} | RENDEZVOUS | {"MASTER_PORT": port}
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        lab.makepyfile(GANG_CHECK)
+        result = lab.runpytest(*ARGS, "--gb-timeout=2")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    said = (
+        f"MASTER_ADDR=127.0.0.1 MASTER_PORT={port} accepted a connection but no torch store answered within 2 s"
+        if rank == "1"
+        else f"MASTER_PORT={port} is in use on this node by another program"
+    )
+    assert said in result.stdout.str() and "the launcher's failure: no verdict on this node" in result.stdout.str()
+    if rank == "0":
+        assert node_verdict.of_report(json.loads((lab.path / "r.json").read_text())) == node_verdict.NO_VERDICT
+
+
+def test_a_rank_waiting_on_a_held_rendezvous_port_ends_on_sigterm(lab: pytest.Pytester) -> None:
+    """It ignored SIGTERM while torch's handshake held it: scancel could not end it."""
+    lab.makepyfile(GANG_CHECK)
+    with held_port() as holder:
+        env = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"} | RENDEZVOUS
+        env |= {"MASTER_PORT": str(holder.getsockname()[1]), "PYTHONPATH": str(REPO)}
+        run = subprocess.Popen(
+            [sys.executable, "-m", "pytest", *ARGS, "--gb-timeout=300", "-p", "no:cacheprovider"],
+            cwd=lab.path,
+            env=os.environ | env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            holder.settimeout(90)
+            holder.accept()[0].close()  # the rank is in its handshake now
+            sent = time.monotonic()
+            run.send_signal(signal.SIGTERM)
+            out, _ = run.communicate(timeout=30)
+        finally:
+            run.kill()
+    assert run.returncode == pytest.ExitCode.INTERRUPTED, out
+    assert time.monotonic() - sent < 20, out
 
 
 def test_an_unrelated_suite_under_torchrun_keeps_its_junit_on_every_rank(

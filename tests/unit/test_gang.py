@@ -7,6 +7,7 @@ import fnmatch
 import os
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 import textwrap
@@ -299,3 +300,18 @@ def test_a_local_gang_starts_on_a_host_whose_name_is_the_kernel_s_longest() -> N
     )
     said = done.stdout.strip().splitlines()  # torch 2.9's gloo prints its connections first
     assert done.returncode == 0 and said[-1:] == ["[(0, 2, 6.0), (1, 2, 6.0)]"], done.stdout + done.stderr
+
+
+def test_a_rendezvous_nobody_listens_on_is_named_within_the_timeout() -> None:
+    """Rank 0 never made its store (it failed, or the address is another node's): the client rank says so."""
+    from pytest_gbvalidate.ranks.world_gang import store_problem
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]  # closed again before the probe: nothing listens there
+    started = time.monotonic()
+    problem = store_problem("127.0.0.1", port, 1.0)
+    assert problem is not None and problem.startswith(
+        f"no world's store answered at MASTER_ADDR=127.0.0.1 MASTER_PORT={port} within 1 s (did rank 0 start?)"
+    )
+    assert time.monotonic() - started < 10
