@@ -25,7 +25,7 @@ import json
 import os
 import secrets
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -209,6 +209,17 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
+    def write(name: str) -> None:
+        with open(name, "wb") as f:
+            f.write(data)
+
+    atomic_write_by(path, write)
+
+
+def atomic_write_by(path: Path, write: Callable[[str], None]) -> None:
+    """Write `path` by `write(name)`, which writes the whole file at `name` itself (pytest's JUnit writer opens its
+    own file), under the module's rules: `name` is the temporary file beside `path`, renamed over it only once
+    `write` returned. An OSError from `write` is an OutputError like any other."""
     problem = unwritable(path)
     if problem is not None:
         raise OutputError(f"{path}: {problem}")
@@ -220,12 +231,15 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         except FileNotFoundError:
             mode = None
         fd, tmp = _new_temp_file(path.parent)
-        with os.fdopen(fd, "wb") as f:
+        os.close(fd)
+        write(tmp)
+        fd = os.open(tmp, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
             if mode is not None:
-                os.fchmod(f.fileno(), mode)
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+                os.fchmod(fd, mode)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
         tmp = None
         _sync_directory(path.parent)

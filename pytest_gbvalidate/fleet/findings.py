@@ -150,6 +150,10 @@ def suspects(runs: Sequence[Report]) -> list[Suspect]:
     return found
 
 
+# The check of a finished run that exited non-zero without a failed test: pytest's own error, or a file it lost.
+SESSION_CHECK = "(session)"
+
+
 def failed_checks(report: Report) -> list[FailedCheck]:
     """The report's failed tests, once each; a finished run that exited non-zero without a failed test (an
     internal or usage error, no tests collected) gets a check of its own."""
@@ -169,7 +173,10 @@ def failed_checks(report: Report) -> list[FailedCheck]:
     exit_status = report.data.get("exit_status")
     if report.finished and exit_status != 0 and not checks:
         message = f"pytest exited with status {exit_status} and no failed test"
-        checks["(session)"] = FailedCheck("(session)", message, None, None, None)
+        lost = report.data.get("outputs_lost") or []
+        if lost:  # a file the run could not write: its evidence is missing, not the node's fault
+            message += f": {one_line(lost[0])}{f' (and {len(lost) - 1} more)' if len(lost) > 1 else ''}"
+        checks[SESSION_CHECK] = FailedCheck(SESSION_CHECK, message, None, None, None)
     return list(checks.values())
 
 

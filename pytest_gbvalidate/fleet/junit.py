@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
-from pytest_gbvalidate.fleet.findings import Suspect, failed_checks
+from pytest_gbvalidate.fleet.findings import SESSION_CHECK, Suspect, failed_checks
 from pytest_gbvalidate.fleet.reports import CORRUPT, NO_VERDICT, Report
 from pytest_gbvalidate.fleet.summary import Summary
 from pytest_gbvalidate.fleet.text import one_line
@@ -72,7 +72,7 @@ def _report_suite(name: str, report: Report, root: ET.Element | None = None) -> 
         by_test.setdefault(str(test.get("test_id")), []).append(test)
     for test_id, records in by_test.items():
         _test_case(suite, test_id, records)
-    if any(c.test_id == "(session)" for c in failed_checks(report)):
+    if any(c.test_id == SESSION_CHECK for c in failed_checks(report)):
         case = _case(suite, "fleet.report", "pytest session")
         # An error, not a failure, where the run's own failure left no verdict on the node (reports.NO_VERDICT).
         kind = "error" if report.verdict == NO_VERDICT else "failure"

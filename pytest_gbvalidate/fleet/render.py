@@ -21,7 +21,7 @@ from pytest_gbvalidate.fleet.commands import (
     kubectl_notes,
     not_drained,
 )
-from pytest_gbvalidate.fleet.findings import Suspect
+from pytest_gbvalidate.fleet.findings import SESSION_CHECK, Suspect
 from pytest_gbvalidate.fleet.markup import checks_cell, columns, csv_text, md, md_table, yes
 from pytest_gbvalidate.fleet.render_stats import (
     METRIC_COLUMNS,
@@ -230,7 +230,14 @@ def node_row(n: Node) -> NodeRow:
 def _nodes_md(summary: Summary) -> list[str]:
     software = [name for name in SOFTWARE if any(name in n.software for n in summary.nodes)]
     rows = [node_row(n).cells(software) for n in summary.nodes]
-    return ["", "## Nodes", "", *md_table([*NODE_TABLE, *software], rows)]
+    why_none = [  # the run's own words: what to fix before it can speak for its node
+        f"- **{md(n.hostname)}** (no verdict): {md(shorten(c.message, MESSAGE_MAX_CHARS))}"
+        for n in summary.nodes
+        if n.fleet_verdict == NO_VERDICT
+        for c in n.failed
+        if c.test_id == SESSION_CHECK
+    ]
+    return ["", "## Nodes", "", *md_table([*NODE_TABLE, *software], rows), *(["", *why_none] if why_none else [])]
 
 
 def _nodes_terminal(summary: Summary) -> list[str]:

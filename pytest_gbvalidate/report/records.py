@@ -349,3 +349,6 @@ class RunReportRecord(TypedDict):
     plots: NotRequired[list[PlotRecord]]
     plot_note: NotRequired[str]
     record: NotRequired[RecordedBaselineRecord]
+    # The run's files that could not be written (a full disk, a path that went): each names the file and why. Such a
+    # run does not pass: its evidence is missing where the operator looks for it.
+    outputs_lost: NotRequired[list[str]]

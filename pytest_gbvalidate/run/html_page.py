@@ -9,6 +9,7 @@ self-contained); and the results table put in the order a person reads it."""
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -21,6 +22,29 @@ def register(config: pytest.Config, gb: GbSession) -> None:
     """Where pytest-html is enabled and this process writes its page (`--html` given: plugin.py asks)."""
     if gb.is_controller and config.pluginmanager.hasplugin("html"):
         config.pluginmanager.register(HtmlPage(gb), "gbvalidate-html")
+
+
+def keep_last_good(config: pytest.Config, lost: dict[str, str]) -> None:
+    """pytest-html's page written as the plugin writes its own files (files.atomic_write_text): pytest-html opens
+    the page for writing first, so a full disk left an empty page where the last good one was, and a traceback. A
+    write that fails now leaves the last good page and goes in `lost` by its path, until a later write succeeds."""
+    from pytest_html.basereport import BaseReport
+
+    from pytest_gbvalidate.files import OutputError, atomic_write_text
+
+    for page in config.pluginmanager.get_plugins():
+        if not isinstance(page, BaseReport) or not hasattr(page, "_write_report"):
+            continue
+        path = Path(page._report_path)
+
+        def write_report(rendered: str, path: Path = path) -> None:
+            try:
+                atomic_write_text(path, rendered)
+                lost.pop(str(path), None)
+            except OutputError as exc:
+                lost[str(path)] = f"HTML page NOT written: {exc}; the last good page, if any, left as it was"
+
+        page._write_report = write_report  # pytest-html's one writer of the page (basereport.py)
 
 
 ID_CELL = '<td class="col-testId">'  # pytest-html's cells of the test id and the result (basereport.py)

@@ -64,6 +64,41 @@ def stop_writing(config: pytest.Config) -> None:
         config.pluginmanager.unregister(xml)
 
 
+def keep_last_good(config: pytest.Config, lost: dict[str, str]) -> None:
+    """pytest's JUnit XML written as the plugin writes its own files (files.atomic_write_by): pytest opens the
+    file for writing first, so a full disk left an empty file where the last good one was, and a traceback. A write
+    that fails now leaves the last good file and goes in `lost` by its path."""
+    from _pytest.junitxml import xml_key
+
+    xml = config.stash.get(xml_key, None)
+    if xml is None:
+        return
+    from pytest_gbvalidate.files import OutputError, atomic_write_by
+
+    write_xml = xml.pytest_sessionfinish
+
+    def pytest_sessionfinish() -> None:
+        final = xml.logfile
+
+        def write(name: str) -> None:
+            xml.logfile = name
+            try:
+                write_xml()
+            finally:
+                xml.logfile = final
+
+        try:
+            atomic_write_by(Path(final), write)
+        except OutputError as exc:
+            lost[final] = f"JUnit XML NOT written: {exc}; the last good file, if any, left as it was"
+
+    # pluggy holds the hook as the plugin had it when registered: registered again, with the kept writer.
+    name = config.pluginmanager.get_name(xml)
+    config.pluginmanager.unregister(xml)
+    setattr(xml, "pytest_sessionfinish", pytest_sessionfinish)  # noqa: B010 (an instance's hook, not the class's)
+    config.pluginmanager.register(xml, name)
+
+
 def failure_text(report: pytest.TestReport) -> tuple[str, str]:
     """(the first line of what went wrong, as JUnit's message attribute starts; the whole text the terminal
     shows). A failed test's exception is in its crash line, never in the traceback's last line, which names only

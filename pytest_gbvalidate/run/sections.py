@@ -158,19 +158,24 @@ def record_baseline(
     return error
 
 
-def keep_report(report: RunReport, history_dir: Path | None, prometheus: Path | None) -> tuple[list[str], list[str]]:
+def output_lost(report: RunReport, line: str) -> None:
+    """A file of the run that could not be written, named in the report (`outputs_lost`)."""
+    report.data.setdefault("outputs_lost", []).append(line)
+
+
+def keep_report(report: RunReport, history_dir: Path | None, prometheus: Path | None) -> list[str]:
     """The finished report kept in the node's history (--gb-history), then written as a Prometheus file
-    (--gb-prometheus), which then says whether the history could be kept. Lines for the terminal summary, and the
-    files that could not be written (each naming the file): such a run fails."""
+    (--gb-prometheus), which then says whether the history could be kept. Lines for the terminal summary; a file
+    that could not be written is in the report's `outputs_lost`, and fails the run."""
     from pytest_gbvalidate.files import OutputError
     from pytest_gbvalidate.report import history
 
-    written, errors = [], []
+    written = []
     if history_dir is not None:
         try:
             written.append(f"report kept in the history: {history.keep(history_dir, report.data)}")
         except OutputError as exc:
-            errors.append(f"report NOT kept in the history: {exc}")
+            output_lost(report, f"report NOT kept in the history: {exc}")
             report.data["exit_status"] = report.data["exit_status"] or 1  # pytest's TESTS_FAILED
     if prometheus is not None:
         from pytest_gbvalidate.report.prometheus import write
@@ -179,5 +184,5 @@ def keep_report(report: RunReport, history_dir: Path | None, prometheus: Path | 
             write(prometheus, report.data)
             written.append(f"Prometheus file: {prometheus}")
         except OutputError as exc:
-            errors.append(f"Prometheus file NOT written: {exc}")
-    return [*written, *(f"{error}; the run fails" for error in errors)], errors
+            output_lost(report, f"Prometheus file NOT written: {exc}")
+    return written

@@ -92,7 +92,8 @@ class GbSession:
         self.suite_error = False  # a usage error found where the checks were collected (markers.USAGE_ERROR)
         self.compare_note: str | None = None  # --gb-compare=last with no earlier report in the history yet
         self.history_dir: Path | None = None  # --gb-history: this node's directory in it (the controller's)
-        self.output_errors: list[str] = []  # --gb-history and --gb-prometheus files that could not be written
+        self._writers_lost: dict[str, str] = {}  # pytest's JUnit XML and pytest-html's page not written, by path
+        self._pytest_writers_kept = False
         self.output_notes: list[str] = []  # where they went, or why not: for the terminal summary
 
     def check_outputs(self) -> None:
@@ -281,6 +282,21 @@ class GbSession:
         self._pytest_session = session  # its exit status, for a rank that ends at once (pytest_unconfigure)
         if self.world_rank not in (None, 0) and self.settings.explicit:
             junit_hooks.stop_writing(self.config)
+        if self.settings.explicit:
+            self._keep_pytest_writers()
+
+    def _keep_pytest_writers(self) -> None:
+        """pytest's JUnit XML and pytest-html's page, written as the plugin writes its own files: a write that
+        fails leaves the last good file, and the report says so. Once all plugins are configured, on the process that
+        writes them, where gbvalidate was asked for or its checks collected: an unrelated run keeps pytest's ways."""
+        if not self.is_controller or self._pytest_writers_kept:
+            return
+        self._pytest_writers_kept = True
+        junit_hooks.keep_last_good(self.config, self._writers_lost)
+        if self.config.getoption("htmlpath", None) and self.config.pluginmanager.hasplugin("html"):
+            from pytest_gbvalidate.run import html_page
+
+            html_page.keep_last_good(self.config, self._writers_lost)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_make_collect_report(
@@ -323,6 +339,7 @@ class GbSession:
         if not self.settings.explicit and not any(ENGAGING_FIXTURES & set(_fixturenames(i)) for i in items):
             return
         target = self.engage()
+        self._keep_pytest_writers()
         unusable = self.unusable_gpus()
         markers.select(config, items, self.settings.level.value, None if target.is_gpu else target.sku, unusable)
 
@@ -524,13 +541,31 @@ class GbSession:
             self.record_error = sections.record_baseline(self.report, t, path, self.node_facts, why_not, runs)
         exitstatus = self._judge_pace(session, exitstatus)
         exitstatus = self._judge_nothing_checked(session, exitstatus)
-        exitstatus = self._fail_on_lost_outputs(session, exitstatus)
         status: RunStatus = "interrupted" if exitstatus == pytest.ExitCode.INTERRUPTED else "finished"
-        self.report.finish(int(exitstatus), status)
+        self.report.finish(int(exitstatus), status)  # written, kept and exported once pytest's writers are done
+
+    @pytest.hookimpl(specname="pytest_sessionfinish", wrapper=True, trylast=True)
+    def pytest_sessionfinish_after_writers(self, session: pytest.Session) -> Generator[None]:
+        """The innermost wrapper: after pytest's own writers (junitxml's, pytest-html's), the run's own files, so
+        that the report says which of theirs were lost."""
+        try:
+            return (yield)
+        finally:
+            if self.is_controller and self.engaged:
+                self._write_outputs(session)
+
+    def _write_outputs(self, session: pytest.Session) -> None:
+        """The report, with the files lost so far (`outputs_lost`: a lost file fails the run), kept in the node's
+        history, written as a Prometheus file, and written."""
+        from pytest_gbvalidate.run import sections
+
+        for line in self._writers_lost.values():
+            sections.output_lost(self.report, line)
+        exitstatus = self._fail_on_lost_outputs(session, session.exitstatus)
+        self.report.data["exit_status"] = int(exitstatus)
         if not self.config.option.collectonly:  # a run that measured nothing replaces no node's figures
             prometheus = self.settings.prometheus.value
-            notes, self.output_errors = sections.keep_report(self.report, self.history_dir, prometheus)
-            self.output_notes += notes
+            self.output_notes += sections.keep_report(self.report, self.history_dir, prometheus)
             exitstatus = self._fail_on_lost_outputs(session, exitstatus)
             self.report.data["exit_status"] = int(exitstatus)  # a file lost fails the run, and the report says so
         self.report.write()
@@ -615,7 +650,7 @@ class GbSession:
     def _fail_on_lost_outputs(self, session: pytest.Session, exitstatus: int) -> int:
         """A run whose report, recorded baseline, kept report or Prometheus file could not be written does not pass:
         a gate's evidence is missing. The exit status it ends with."""
-        lost = self.report.write_error or self.record_error or self.output_errors
+        lost = self.report.write_error or self.record_error or self.report.data.get("outputs_lost")
         if exitstatus == pytest.ExitCode.OK and lost:
             session.exitstatus = exitstatus = pytest.ExitCode.TESTS_FAILED
         elif exitstatus == pytest.ExitCode.OK and self.report.misfit:  # our own failure: no verdict on the node
@@ -667,6 +702,7 @@ class GbSession:
             )
         notes += [note for note in (self.plot_note, None if recorded is None else recorded["note"]) if note]
         notes += self.output_notes
+        notes += [f"{line}; the run fails" for line in self.report.data.get("outputs_lost", [])]
         given = terminal.SummaryInput(
             verbose=terminalreporter.verbosity > 0,
             json_report=str(self.settings.report.value) if written else None,

@@ -8,12 +8,17 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pytest_gbvalidate.fleet.cli import main as fleet_main
+from pytest_gbvalidate.report import node_verdict
+from tests.helpers.full_disk import on_full_disk
 from tests.helpers.reports import report_text
 from tests.helpers.runs import LAB, assert_usage_error, lab_project
 
@@ -109,6 +114,48 @@ def test_a_report_that_cannot_be_written_fails_the_run_in_one_line(lab: pytest.P
     )
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
     assert sorted(p.name for p in lab.path.iterdir() if p.name.startswith(".gbvalidate")) == []
+
+
+def test_pytest_s_writers_on_a_full_disk_leave_the_last_good_files_and_the_report_says_so(
+    lab: pytest.Pytester,
+) -> None:
+    """pytest's JUnit XML and pytest-html's page emptied the last good file and ended in a traceback, and the JSON
+    report said the run passed; a lost Prometheus file drained the node in the fleet summary."""
+    full = lab.path / "full"
+    full.mkdir()
+    pytest_run = [sys.executable, "-m", "pytest", *ARGS, "--gb-report=r.json", "-p", "no:cacheprovider"]
+    pytest_run += [
+        "--junitxml=full/j.xml",
+        "--html=full/p.html",
+        "--self-contained-html",
+        "--gb-prometheus=full/n.prom",
+    ]
+    command = on_full_disk(full, {"j.xml": "last good XML", "p.html": "last good page"}, pytest_run)
+    if command is None:
+        pytest.skip("a full disk of its own needs a mount namespace (unshare), which this machine does not allow")
+    done = subprocess.run(command, cwd=lab.path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == pytest.ExitCode.TESTS_FAILED, done.stdout + done.stderr  # the check passed
+    assert "Traceback" not in done.stdout + done.stderr and "INTERNALERROR" not in done.stdout
+    after = lab.path / "full.after"
+    assert sorted(p.name for p in after.iterdir()) == ["j.xml", "p.html"]  # no temporary file left
+    assert (after / "j.xml").read_text() == "last good XML" and (after / "p.html").read_text() == "last good page"
+    report = json.loads((lab.path / "r.json").read_text())
+    lost = report["outputs_lost"]
+    assert [line.split(":")[0] for line in lost] == [
+        "JUnit XML NOT written",
+        "HTML page NOT written",
+        "Prometheus file NOT written",
+    ]
+    assert all("No space left on device" in line for line in lost), lost
+    assert report["exit_status"] == 1 and node_verdict.of_report(report) == node_verdict.NO_VERDICT
+    for line in lost:
+        assert f"{line}; the run fails" in done.stdout
+    fleet_main(["summary", "--out", str(lab.path / "fleet"), str(lab.path / "r.json")])
+    summary = (lab.path / "fleet" / "summary.md").read_text()
+    host = report["node"]["hostname"]
+    said = f"- **{host}** (no verdict): pytest exited with status 1 and no failed test: JUnit XML NOT written"
+    assert said in summary
+    assert "## Take out of service\n\nNone." in summary
 
 
 def stopped_checks(signal_name: str) -> str:
