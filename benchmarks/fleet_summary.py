@@ -43,11 +43,11 @@ def real_report(directory: Path) -> Path:
     return path
 
 
-def node_reports(source: dict[str, Any], directory: Path) -> list[Path]:
+def node_reports(source: dict[str, Any], directory: Path, nodes: int = NODES) -> list[Path]:
     rng = random.Random(0)  # noqa: S311 -- test data, seeded for repeatable figures
     directory.mkdir()
     paths = []
-    for i in range(1, NODES + 1):
+    for i in range(1, nodes + 1):
         report = copy.deepcopy(source)
         host = f"node-{i:02d}"
         report["node"]["hostname"] = host

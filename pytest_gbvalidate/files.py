@@ -61,13 +61,16 @@ def read_input(path: Path, max_bytes: int = MAX_INPUT_BYTES) -> bytes:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        kind = next((k for is_kind, k in _KINDS if is_kind(mode)), "not a regular file")
+        kind = next((k for is_kind, k in _KINDS if is_kind(st.st_mode)), "not a regular file")
         raise InputError(f"{path}: is {kind}, not a regular file")
     with os.fdopen(fd, "rb") as f:
-        data = f.read(max_bytes + 1)
+        # As much as the file holds, and a byte more: reading max_bytes at once would allocate them all first.
+        data = f.read(min(st.st_size, max_bytes) + 1)
+        if st.st_size < len(data) <= max_bytes:  # it grew since: the rest, up to the bound
+            data += f.read(max_bytes + 1 - len(data))
     if len(data) > max_bytes:
         raise InputError(f"{path}: larger than {max_bytes} bytes, more than any real one")
     return data

@@ -35,6 +35,7 @@ import datetime as dt
 import math
 import os
 import re
+import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -164,18 +165,44 @@ def read(path: Path, order: int, now: dt.datetime | None = None) -> Report | Not
     problem = _problem(data, hostname, now)
     if problem is not None:
         return NotMerged(path, CORRUPT, problem, hostname)
-    report = cast(RunReportRecord, escaped(data))  # checked against the records by _problem
+    report = cast(RunReportRecord, escaped(fleet_part(data)))  # checked against the records by _problem
     return Report(path, report, order)
+
+
+# What the fleet reads of a report, kept once the whole report is checked: the rest -- telemetry series, the GPU
+# inventory, the NUMA map, each figure's samples (the lists in its details), where its reference came from -- goes
+# as each report is read, so the summary holds what each node adds to it and one report's parse at a time, not every
+# report given (benchmarks/fleet_memory.py: 1,000 nodes).
+FLEET_SECTIONS = frozenset(
+    {"report_version", "status", "exit_status", "start_time", "end_time", "sku", "level", "node", "settings"}
+    | {"narrowed_by", "tests", "measurements", "gang", "world", "suspects", "outputs_lost"}
+)
+MEASUREMENT_DROPPED = frozenset({"provenance", "message", "scope_kind", "warn_limit", "delta_pct", "status"})
+
+
+def fleet_part(data: dict[str, Any]) -> dict[str, Any]:
+    kept = {name: value for name, value in data.items() if name in FLEET_SECTIONS}
+    kept["measurements"] = [
+        {name: value for name, value in m.items() if name not in MEASUREMENT_DROPPED}
+        | {"details": {name: value for name, value in m["details"].items() if not isinstance(value, list)}}
+        for m in data["measurements"]
+    ]
+    return kept
+
+
+# Texts this short are mostly names that recur in every report (keys, metrics, scopes, units, verdicts): held once.
+SHARED_TEXT_MAX = 64
 
 
 def escaped(value: Any) -> Any:
     """`value` (JSON) with every text in it, keys too, as it may be shown (labels.printable_exactly)."""
     if isinstance(value, str):
-        return printable_exactly(value)
+        text = printable_exactly(value)
+        return sys.intern(text) if len(text) <= SHARED_TEXT_MAX else text
     if isinstance(value, list):
         return [escaped(v) for v in value]
     if isinstance(value, dict):
-        return {printable_exactly(k): escaped(v) for k, v in value.items()}
+        return {sys.intern(printable_exactly(k)): escaped(v) for k, v in value.items()}
     return value
 
 

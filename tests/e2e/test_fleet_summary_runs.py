@@ -22,7 +22,7 @@ import pytest
 
 from pytest_gbvalidate.fleet import commands, junit, render
 from pytest_gbvalidate.fleet.cli import main
-from pytest_gbvalidate.fleet.reports import CORRUPT, NARROWED, OTHER_SKU, SUPERSEDED
+from pytest_gbvalidate.fleet.reports import CORRUPT, NARROWED, OTHER_SKU, SUPERSEDED, Report, read
 from pytest_gbvalidate.fleet.summary import Summary, summarize
 from tests.helpers.fleet_reports import write
 from tests.helpers.runs import SUITES, schema_errors
@@ -722,3 +722,43 @@ def test_plots_show_a_reports_dollar_signs_as_text(real_report: dict[str, Any], 
     out = tmp_path / "out"
     assert main(["summary", *map(str, paths), "--out", str(out), "--plots"]) == 0
     assert (out / "plots" / "fleet.png").stat().st_size > 0
+
+
+def heavy(report: dict[str, Any]) -> dict[str, Any]:
+    """`report` with more of what the summary never reads: long telemetry series, each figure's samples a hundred
+    times over, a GPU inventory, a longer provenance and message of each measurement."""
+    report = copy.deepcopy(report)
+    samples = 5000
+    sampler = {"test_id": report["tests"][0]["test_id"], "label": "", "interval_s": 0.1, "duration_s": samples / 10}
+    sampler |= {"sample_count": samples, "sources": ["cpu"], "errors": [], "summary": {}}
+    sampler |= {"t_s": [i / 10 for i in range(samples)], "series": {"cpu.freq_mhz": [2596.152] * samples}}
+    report["telemetry"] = [sampler]
+    report["gpus"] = {f"gpu{i}": {"serial": str(i) * 40} for i in range(8)}
+    for m in report["measurements"]:
+        m["provenance"] = m.get("provenance", "") + " (measured here)" * 50
+        m["message"] += " (again)" * 50
+        for name, value in m["details"].items():
+            if name.startswith("samples_") and isinstance(value, list):
+                value *= 100
+    return report
+
+
+def test_what_the_summary_never_reads_is_dropped_as_each_report_is_read_and_changes_nothing(
+    real_report: dict[str, Any], tmp_path: Path
+) -> None:
+    """Every report given was held whole until the end: three of 45 MiB took 717 MiB (benchmarks/fleet_memory.py
+    measures the bound at 1,000 nodes)."""
+    reports = {host: node(real_report, host, factor) for host, factor in HEALTHY.items()}
+    reports["node-05"] = failing(real_report, "node-05")
+    outputs = []
+    for made in (lambda r: r, heavy):
+        paths = [write(tmp_path, f"{host}.json", made(report)) for host, report in reports.items()]
+        out = tmp_path / f"out-{len(outputs)}"
+        main(["summary", *map(str, paths), "--out", str(out)])
+        outputs.append({name: (out / name).read_text() for name in ("summary.md", "nodes.csv", "metrics.csv")})
+        outputs[-1]["fleet.xml"] = ET.tostring(ET.parse(out / "fleet.xml").getroot(), encoding="unicode")
+    assert outputs[0] == outputs[1]
+    kept = read(tmp_path / "node-05.json", 0)
+    assert isinstance(kept, Report) and "telemetry" not in kept.data and "gpus" not in kept.data
+    for m in kept.data["measurements"]:
+        assert "provenance" not in m and not any(isinstance(v, list) for v in m["details"].values())
