@@ -750,7 +750,7 @@ def test_what_the_summary_never_reads_is_dropped_as_each_report_is_read_and_chan
     measures the bound at 1,000 nodes)."""
     reports = {host: node(real_report, host, factor) for host, factor in HEALTHY.items()}
     reports["node-05"] = failing(real_report, "node-05")
-    outputs = []
+    outputs: list[dict[str, str]] = []
     for made in (lambda r: r, heavy):
         paths = [write(tmp_path, f"{host}.json", made(report)) for host, report in reports.items()]
         out = tmp_path / f"out-{len(outputs)}"
