@@ -113,6 +113,7 @@ def read_history(directory: Path) -> NodeHistory:
             if r.sku != sku
         ]
         runs = [r for r in runs if r.sku == sku]
+        stopped = [r for r in stopped if r.sku in (None, sku)]  # one stopped before it knew its SKU counts
     return NodeHistory(directory, hostname, runs, left_out, _trends(runs), stopped)
 
 

@@ -193,6 +193,11 @@ def test_a_node_stopped_run_after_run_is_an_offender_and_a_run_perhaps_running_n
         status="running",
         exit_status=None,
     )
+    other_sku = minimal_report()["sku"] | {"name": "ND_H100_v5"}
+    keep(root / "node8", "2026-11-19T12:00:00+00:00", 10.0, node={"hostname": "node8"}, sku=other_sku)
+    for day in (16, 17, 18):  # stopped while it was checked as another SKU: not this SKU's offender
+        changes = {"node": {"hostname": "node8"}, "sku": other_sku, "status": "interrupted", "exit_status": 2}
+        keep(root / "node8", f"2026-11-{day}T12:00:00+00:00", 10.0, **changes)
     found, nodes = repeat_offenders(root, failed=2, of=5)
     assert nodes == 2 and [o.describe() for o in found] == [
         "node7: failed 3 of its last 3 runs, 3 of them stopped before the end (the latest at "
