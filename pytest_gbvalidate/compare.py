@@ -193,7 +193,8 @@ def load_earlier(path: Path) -> EarlierReport:
 def node_runs(paths: Sequence[Path], sku: str, hostname: str) -> tuple[dict[tuple[str, str, str, str], float], ...]:
     """This node's kept reports `paths` (oldest first, future-dated ones left out already) as runs, oldest first:
     the last noise.MAX_RUNS that read as reports of this node and SKU, each figure's value. A report that cannot
-    be read, or is another node's or SKU's, is no run of this node."""
+    be read, or is another node's or SKU's, is no run of this node; nor is one that did not finish (killed, stopped,
+    or this very run's own record, kept `running` as it started)."""
     runs: list[dict[tuple[str, str, str, str], float]] = []
     for path in reversed(paths):
         if len(runs) == noise.MAX_RUNS:
@@ -202,7 +203,7 @@ def node_runs(paths: Sequence[Path], sku: str, hostname: str) -> tuple[dict[tupl
             earlier = load_earlier(path)
         except CompareError:
             continue
-        if (earlier.hostname, earlier.sku) != (hostname, sku):
+        if (earlier.hostname, earlier.sku, earlier.status) != (hostname, sku, "finished"):
             continue
         values = {key: noise.finite(record["value"]) for key, record in earlier.measurements.items()}
         runs.insert(0, {key: value for key, value in values.items() if value is not None})

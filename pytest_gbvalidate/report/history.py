@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_gbvalidate.files import OutputError, atomic_create_bytes
+from pytest_gbvalidate.files import OutputError, atomic_create_bytes, atomic_write_bytes
 from pytest_gbvalidate.labels import printable
 from pytest_gbvalidate.report.records import RunReportRecord
 from pytest_gbvalidate.report.writer import as_json
@@ -114,6 +114,13 @@ def start_time(report: RunReportRecord) -> dt.datetime:
     """The run's start time as the report says it (the writer's utc_now(): ISO 8601 with its offset)."""
     start = dt.datetime.fromisoformat(report["start_time"])
     return start if start.tzinfo is not None else start.replace(tzinfo=dt.timezone.utc)
+
+
+def replace(path: Path, report: RunReportRecord) -> Path:
+    """Write `report` over the one this run kept at `path` when it started (its record `running`, which a run
+    killed outright leaves as it is); the path. Raises OutputError (naming the path) where it cannot."""
+    atomic_write_bytes(path, as_json(report).encode("utf-8"))
+    return path
 
 
 def keep(directory: Path, report: RunReportRecord) -> Path:

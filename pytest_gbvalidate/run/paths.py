@@ -166,12 +166,13 @@ def earlier_report(
 def _latest_of_sku(kept: list[Path], sku: str) -> EarlierReport | None:
     """The newest of the node's kept reports `kept` (oldest first) that checked `sku`. One that cannot be read is
     a usage error naming it (compare.CompareError), not passed over: the node's last evidence is unreadable, and
-    the operator has to say what it means. Another SKU's run (the node checked as something else) is passed over."""
+    the operator has to say what it means. Another SKU's run (the node checked as something else) is passed over, and
+    so is a run that did not finish (kept `running` as it started, then killed; or stopped)."""
     from pytest_gbvalidate import compare as cmp
 
     for path in reversed(kept):
         earlier = cmp.load_earlier(path)
-        if earlier.sku == sku:
+        if earlier.sku == sku and earlier.status == "finished":
             return earlier
     return None
 

@@ -163,17 +163,34 @@ def output_lost(report: RunReport, line: str) -> None:
     report.data.setdefault("outputs_lost", []).append(line)
 
 
-def keep_report(report: RunReport, history_dir: Path | None, prometheus: Path | None) -> list[str]:
-    """The finished report kept in the node's history (--gb-history), then written as a Prometheus file
-    (--gb-prometheus), which then says whether the history could be kept. Lines for the terminal summary; a file
-    that could not be written is in the report's `outputs_lost`, and fails the run."""
+def keep_started(report: RunReport, history_dir: Path) -> Path | None:
+    """The report as the checks start (`running`) kept in the node's history (--gb-history), to be replaced by the
+    finished one: a run killed outright (SIGKILL after a hang) is still a run of the node there, which `fleet
+    offenders` counts. Its path, or None where it could not be written (the end tries again, and says so)."""
+    from pytest_gbvalidate.files import OutputError
+    from pytest_gbvalidate.report import history
+
+    try:
+        return history.keep(history_dir, report.data)
+    except OutputError:
+        return None
+
+
+def keep_report(
+    report: RunReport, history_dir: Path | None, prometheus: Path | None, started: Path | None = None
+) -> list[str]:
+    """The finished report kept in the node's history (--gb-history: over the record kept as it `started`, where
+    there is one), then written as a Prometheus file (--gb-prometheus), which then says whether the history could be
+    kept. Lines for the terminal summary; a file that could not be written is in the report's `outputs_lost`, and
+    fails the run."""
     from pytest_gbvalidate.files import OutputError
     from pytest_gbvalidate.report import history
 
     written = []
     if history_dir is not None:
         try:
-            written.append(f"report kept in the history: {history.keep(history_dir, report.data)}")
+            kept = history.replace(started, report.data) if started else history.keep(history_dir, report.data)
+            written.append(f"report kept in the history: {kept}")
         except OutputError as exc:
             output_lost(report, f"report NOT kept in the history: {exc}")
             report.data["exit_status"] = report.data["exit_status"] or 1  # pytest's TESTS_FAILED

@@ -92,6 +92,7 @@ class GbSession:
         self.suite_error = False  # a usage error found where the checks were collected (markers.USAGE_ERROR)
         self.compare_note: str | None = None  # --gb-compare=last with no earlier report in the history yet
         self.history_dir: Path | None = None  # --gb-history: this node's directory in it (the controller's)
+        self._kept_started: Path | None = None  # this run's record in it, kept `running` as the checks started
         self._writers_lost: dict[str, str] = {}  # pytest's JUnit XML and pytest-html's page not written, by path
         self._pytest_writers_kept = False
         self.output_notes: list[str] = []  # where they went, or why not: for the terminal summary
@@ -415,6 +416,10 @@ class GbSession:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
+        if self.engaged and self.is_controller and self.history_dir is not None and not self.config.option.collectonly:
+            from pytest_gbvalidate.run import sections
+
+            self._kept_started = sections.keep_started(self.report, self.history_dir)
         result = yield
         self._measured_again = self._measure_again(session)
         return result
@@ -565,7 +570,7 @@ class GbSession:
         self.report.data["exit_status"] = int(exitstatus)
         if not self.config.option.collectonly:  # a run that measured nothing replaces no node's figures
             prometheus = self.settings.prometheus.value
-            self.output_notes += sections.keep_report(self.report, self.history_dir, prometheus)
+            self.output_notes += sections.keep_report(self.report, self.history_dir, prometheus, self._kept_started)
             exitstatus = self._fail_on_lost_outputs(session, exitstatus)
             self.report.data["exit_status"] = int(exitstatus)  # a file lost fails the run, and the report says so
         self.report.write()

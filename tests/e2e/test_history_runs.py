@@ -170,12 +170,12 @@ def test_an_unsafe_hostname_or_a_missing_extra_is_one_line(
 
 
 CHECKS = """\
-import os, socket
+import os, shutil, socket
 
 def test_copy(gb_expect):
     gb_expect("host_copy_bandwidth_gbps", 101.0)
     if os.environ.get("LOSE") == "history":  # something takes the node's directory's place
-        os.makedirs("h", exist_ok=True)
+        shutil.rmtree(os.path.join("h", socket.gethostname()))  # with the record kept as the run started
         open(os.path.join("h", socket.gethostname()), "w").close()
     if os.environ.get("LOSE") == "prometheus":  # the last run's file replaced by a directory
         os.remove("node.prom")
@@ -191,7 +191,7 @@ def test_a_file_that_cannot_be_written_fails_the_run_and_says_so(
     monkeypatch.setenv("LOSE", "history")
     result = pytester.runpytest(*args, "--gb-report=r.json", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(["Prometheus file: *node.prom", "report NOT kept in the history: cannot write *h/*"])
+    result.stdout.fnmatch_lines(["Prometheus file: *node.prom", "report NOT kept in the history: *h/*"])
     assert result.stdout.str().count("the run fails") == 1
     assert json.loads((pytester.path / "r.json").read_text())["exit_status"] == 1
     assert series(pytester.path / "node.prom")[("gbvalidate_run_exit_code", frozenset())] == 1.0  # it says so too
@@ -260,3 +260,35 @@ def test_node_exporter_s_textfile_collector_reads_the_file(tmp_path: Path) -> No
     assert str(scraped[("gbvalidate_measurement_value", frozenset(value.items()))]) == "nan"
     info = {"sku": "cpu", "level": "", "hostname": 'node"7\\\n'}
     assert scraped[("gbvalidate_run_info", frozenset(info.items()))] == 1.0
+
+
+KILLED = """\
+import os, signal
+
+def test_copy(gb_expect):
+    gb_expect("host_copy_bandwidth_gbps", 101.0)
+    os.kill(os.getpid(), signal.SIGKILL)  # as slurmd ends a run that hung past its grace
+"""
+
+
+def test_a_run_killed_outright_stays_in_the_history_as_running_and_is_an_offender(pytester: pytest.Pytester) -> None:
+    """The history kept a run only as it ended: a node whose runs hung until SIGKILL left nothing there, and `fleet
+    offenders` could not name it."""
+    lab_project(pytester, LAB, KILLED)
+    args = ["--gb-sku=LAB", "--gb-baselines=baselines", "--gb-history=h", "-p", "no:cacheprovider"]
+    for _ in range(3):
+        result = pytester.runpytest_subprocess(*args)
+        assert result.ret == -9
+        time.sleep(1.1)  # kept by start time, to the second
+    directory = pytester.path / "h" / socket.gethostname()
+    kept = [json.loads(p.read_text()) for p in sorted(directory.iterdir())]
+    assert [(r["status"], r["sku"]["name"]) for r in kept] == [("running", "LAB")] * 3
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_gbvalidate.fleet", "offenders", "h", "--failed", "2"],
+        cwd=pytester.path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"{socket.gethostname()}: failed 2 of its last 2 runs, 2 of them stopped before the end" in done.stdout
