@@ -67,8 +67,9 @@ def stop_writing(config: pytest.Config) -> None:
 def keep_last_good(config: pytest.Config, lost: dict[str, str]) -> None:
     """pytest's JUnit XML written as the plugin writes its own files (files.atomic_write_by): pytest opens the
     file for writing first, so a full disk left an empty file where the last good one was, and a traceback. A write
-    that fails now leaves the last good file and goes in `lost` by its path."""
-    from _pytest.junitxml import xml_key
+    that fails now leaves the last good file and goes in `lost` by its path. What XML cannot hold is escaped as
+    pytest escapes it elsewhere in the file."""
+    from _pytest.junitxml import bin_xml_escape, xml_key
 
     xml = config.stash.get(xml_key, None)
     if xml is None:
@@ -86,6 +87,11 @@ def keep_last_good(config: pytest.Config, lost: dict[str, str]) -> None:
                 write_xml()
             finally:
                 xml.logfile = final
+            # pytest escapes what XML cannot hold in texts and properties, not in the suite's `hostname`
+            # (platform.node()): a hostname with a control character made the file no XML at all.
+            text = Path(name).read_text(encoding="utf-8")
+            if (held := bin_xml_escape(text)) != text:
+                Path(name).write_text(held, encoding="utf-8")
 
         try:
             atomic_write_by(Path(final), write)

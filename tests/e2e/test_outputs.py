@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import pytest
 from pytest_gbvalidate.fleet.cli import main as fleet_main
 from pytest_gbvalidate.report import node_verdict
 from tests.helpers.full_disk import on_full_disk
+from tests.helpers.namespaces import with_hostname
 from tests.helpers.reports import report_text
 from tests.helpers.runs import LAB, assert_usage_error, lab_project
 
@@ -348,6 +350,20 @@ def test_a_hostname_that_is_not_utf8_is_written_escaped_in_every_file(
     assert read_json(lab.path / "r.json")["node"]["hostname"] == "node\\xff7"
     assert 'gb_hostname" value="node\\xff7"' in (lab.path / "r.xml").read_text(encoding="utf-8")
     assert 'hostname="node\\\\xff7"' in (lab.path / "node.prom").read_text(encoding="utf-8")
+
+
+def test_a_hostname_with_control_characters_leaves_the_junit_xml_well_formed(lab: pytest.Pytester) -> None:
+    """pytest writes the suite's `hostname` raw: a control character (a terminal's escape, here) made the file no
+    XML at all, and the CI system reading it saw no tests."""
+    run = [sys.executable, "-m", "pytest", *ARGS, "--junitxml=r.xml", "--gb-report=r.json", "-p", "no:cacheprovider"]
+    command = with_hostname("node\x01\x1b[31m7", run)
+    if command is None:
+        pytest.skip("a hostname of our own needs a UTS namespace (unshare), which this machine does not allow")
+    done = subprocess.run(command, cwd=lab.path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    suite = ET.parse(lab.path / "r.xml").getroot().find("testsuite")
+    assert suite is not None and suite.get("hostname") == "node#x01#x1B[31m7"  # as pytest escapes a text
+    assert suite.get("tests") == "1" and suite.get("failures") == "0"
 
 
 def test_a_baseline_others_could_have_written_is_used_and_the_report_says_who(lab: pytest.Pytester) -> None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import shlex
-import shutil
 import socket
 import subprocess
 import sys
@@ -26,6 +24,7 @@ from pytest_gbvalidate.ranks.world import (
     world_from_environment,
 )
 from tests.helpers import gang_functions as f
+from tests.helpers.namespaces import with_hostname
 
 pytestmark = pytest.mark.torch_version  # the gang: torch.distributed and torch.accelerator
 
@@ -89,6 +88,7 @@ def test_ranks_do_not_outlive_a_killed_parent() -> None:
         sys.path.insert(0, {str(REPO)!r})
         from pytest_gbvalidate.ranks.gang import LocalGang
         from tests.helpers import gang_functions as f
+from tests.helpers.namespaces import with_hostname
         if __name__ == "__main__":
             gang = LocalGang(2)
             pids = gang.run(f.pid, timeout_s=60)
@@ -275,6 +275,7 @@ def test_gloo_is_given_an_interface_where_it_cannot_hold_the_hostname() -> None:
 LONG_HOSTNAME_GANG = """
 from pytest_gbvalidate.ranks.gang import LocalGang
 from tests.helpers import gang_functions as f
+from tests.helpers.namespaces import with_hostname
 gang = LocalGang(2, start_timeout_s=60)
 try:
     print(gang.run(f.all_reduce_rank, 2, timeout_s=60))
@@ -283,23 +284,13 @@ finally:
 """
 
 
-def _own_hostname_allowed() -> bool:
-    """Whether this process may give a child a hostname of its own (a UTS namespace: root, and a container that
-    allows it)."""
-    if os.geteuid() != 0 or not shutil.which("unshare"):
-        return False
-    return subprocess.run(["unshare", "-u", "true"], capture_output=True, timeout=30).returncode == 0
-
-
-@pytest.mark.skipif(not _own_hostname_allowed(), reason="a hostname of our own needs root and a UTS namespace")
 def test_a_local_gang_starts_on_a_host_whose_name_is_the_kernel_s_longest() -> None:
     """64 characters, the kernel's most: gloo failed to start every rank ("File name too long")."""
-    script = f"hostname {'a' * 64} && {shlex.quote(sys.executable)} -c {shlex.quote(LONG_HOSTNAME_GANG)}"
-    done = subprocess.run(
-        ["unshare", "-u", "bash", "-c", script], capture_output=True, text=True, timeout=120, cwd=REPO
-    )
-    said = done.stdout.strip().splitlines()  # torch 2.9's gloo prints its connections first
-    assert done.returncode == 0 and said[-1:] == ["[(0, 2, 6.0), (1, 2, 6.0)]"], done.stdout + done.stderr
+    command = with_hostname("a" * 64, [sys.executable, "-c", LONG_HOSTNAME_GANG])
+    if command is None:
+        pytest.skip("a hostname of our own needs a UTS namespace (unshare), which this machine does not allow")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode == 0 and done.stdout.strip() == "[(0, 2, 6.0), (1, 2, 6.0)]", done.stdout + done.stderr
 
 
 def test_a_rendezvous_nobody_listens_on_is_named_within_the_timeout() -> None:
