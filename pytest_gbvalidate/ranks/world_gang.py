@@ -119,6 +119,9 @@ class WorldGang:
         self.broken = False
         if self._made_group:
             problem = rendezvous_problem(os.environ)
+            port = int(os.environ["MASTER_PORT"]) if problem is None else 0
+            if problem is None and (rank != 0 or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"):
+                problem = store_problem(os.environ["MASTER_ADDR"], port, timeout_s)  # a client: the store answers
             if problem is not None:
                 raise GangError(rank, "cannot join its world", problem)
             for name, value in (env or {}).items():  # read by NCCL when the first communicator is made
@@ -128,11 +131,6 @@ class WorldGang:
             os.environ.setdefault("LOCAL_RANK", str(local_rank))
             # A dead or hung peer must fail a test, not take the process (and the report) down.
             os.environ.update(nccl_error_settings(os.environ))
-            address, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
-            if rank != 0 or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":  # a client of the store
-                problem = store_problem(address, port, timeout_s)
-                if problem is not None:
-                    raise GangError(rank, "cannot join its world", problem)
             try:
                 _init_rank(self.device, rank, world_size, "env://", timeout_s)
             except WorldError as exc:  # the launcher's to set: no test of the node failed for it

@@ -88,7 +88,6 @@ def test_ranks_do_not_outlive_a_killed_parent() -> None:
         sys.path.insert(0, {str(REPO)!r})
         from pytest_gbvalidate.ranks.gang import LocalGang
         from tests.helpers import gang_functions as f
-from tests.helpers.namespaces import with_hostname
         if __name__ == "__main__":
             gang = LocalGang(2)
             pids = gang.run(f.pid, timeout_s=60)
@@ -275,7 +274,6 @@ def test_gloo_is_given_an_interface_where_it_cannot_hold_the_hostname() -> None:
 LONG_HOSTNAME_GANG = """
 from pytest_gbvalidate.ranks.gang import LocalGang
 from tests.helpers import gang_functions as f
-from tests.helpers.namespaces import with_hostname
 gang = LocalGang(2, start_timeout_s=60)
 try:
     print(gang.run(f.all_reduce_rank, 2, timeout_s=60))

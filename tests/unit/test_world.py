@@ -162,6 +162,7 @@ def _world_gang_events(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], gpu
 
     monkeypatch.setattr(torch.cuda, "device_count", device_count)
     monkeypatch.setattr(gang_module, "_init_rank", init_rank)
+    monkeypatch.setattr(gang_module, "store_problem", lambda *_: None)  # no world's store is run here
     world = world_from_environment(os.environ)
     assert world is not None
     with pytest.raises(_Stop):
@@ -217,6 +218,7 @@ def test_under_nccl_results_travel_on_a_gloo_group_and_a_dead_peer_is_reported(m
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
     monkeypatch.setattr(gang_module, "_init_rank", init_rank)
+    monkeypatch.setattr(gang_module, "store_problem", lambda *_: None)  # no world's store is run here
     monkeypatch.setattr(dist, "is_initialized", lambda: False)
     monkeypatch.setattr(dist, "get_backend", lambda group=None: "nccl")
     control = mock.NonCallableMagicMock(spec=dist.ProcessGroup)
