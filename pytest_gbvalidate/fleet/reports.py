@@ -21,8 +21,9 @@ Which report counts as what, in this order:
    on the exit code: the later report speaks for the node (its findings, such as pairwise suspects, too). But a
    narrowed report (`narrowed_by`: `-k`, `-m`, a test id) after a whole one of its node is listed as narrowed
    instead: a subset run again (`-k` the check that failed) does not speak for the node a whole run judged.
-5. the rest are the fleet's nodes. A node whose latest report is partial (`status` running or interrupted) is
-   listed as partial: it has not shown it is healthy (exit 1), and its measurements stay out of the statistics.
+5. the rest are the fleet's nodes. A node whose latest report is `interrupted` is listed as partial: it has not
+   shown it is healthy (exit 1). One whose latest report is still `running` gave no verdict (exit 1, no drain
+   line): its run is being written, or was killed outright. Neither's measurements count in the statistics.
 
 Every text a report holds is escaped as it is read (labels.printable_exactly: anything but printable ASCII, and
 every backslash), so nothing from a file reaches the terminal, Markdown, CSV or a drain command as more than text, and

@@ -151,7 +151,7 @@ def _slurm(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> i
     if unmeetable is not None:
         return _say(slurm.error_line(f"usage:  {unmeetable}"), slurm.EXIT_NOT_RUN)
     if node is not None:  # HealthCheckProgram runs on drained nodes too: theirs is someone's word already
-        state = scontrol.node_state(node, env)
+        state = scontrol.node_state(node)
         if state is not None and state.out_of_service:
             return _say(slurm.not_checked_line(node, state), slurm.EXIT_OK)
     try:
@@ -164,24 +164,33 @@ def _slurm(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> i
     notes = [not_kept or "", dropped_note(env) or ""]
     reason = slurm.drain_reason(verdict)  # FAIL and TIMEOUT only
     if node is not None and reason is not None:
-        notes.append(scontrol.drain(node, reason, env))
+        notes.append(scontrol.drain(node, reason))
     return _say(slurm.line(verdict, *notes), slurm.exit_code(verdict))
 
 
 def _slurm_deadline(given: float | None, env: Mapping[str, str], scontrol: slurm.Scontrol) -> tuple[float, str | None]:
-    """The checks' deadline, and why it cannot be kept where it cannot: as HealthCheckProgram it must end, with its
-    start-up, report and scontrol calls, before slurmd kills it."""
-    if not slurm.is_health_check_program(env):
+    """The checks' deadline, and why it cannot be kept where it cannot: as HealthCheckProgram, and as a Prolog or
+    Epilog under a PrologEpilogTimeout, it must end, with its start-up, report and scontrol calls, before slurmd
+    kills it (and slurmd's kill leaves no line and the run's directory behind)."""
+    if slurm.is_health_check_program(env):
+        limit_s: float | None = scontrol.health_check_limit_s()
+        named = "as HealthCheckProgram", "HealthCheckTimeout, 60 before Slurm 26.05", "HealthCheckTimeout"
+    elif slurm.is_prolog_or_epilog(env):
+        limit_s = scontrol.prolog_epilog_limit_s()
+        named = f"as {env['SLURM_SCRIPT_CONTEXT'].split('_')[0].title()}", "PrologEpilogTimeout", "PrologEpilogTimeout"
+    else:
+        limit_s = None
+    if limit_s is None:
         return (DEFAULT_DEADLINE_S if given is None else given), None
-    limit_s = scontrol.health_check_limit_s()
     room_s = limit_s - slurm.RESERVE_S
     if given is None:
         given = min(DEFAULT_DEADLINE_S, room_s)
     if given > room_s or given < MIN_DEADLINE_S:
+        where, limit_name, raise_it = named
         return given, (
-            f"--deadline-s {given:g}: as HealthCheckProgram slurmd kills the check after {limit_s:g} s "
-            f"(HealthCheckTimeout, 60 before Slurm 26.05), so the checks get {room_s:g} s at most ({slurm.RESERVE_S:g} "
-            f"s are start-up, the report and scontrol) and at least {MIN_DEADLINE_S:g}: raise HealthCheckTimeout"
+            f"--deadline-s {given:g}: {where} slurmd kills the check after {limit_s:g} s ({limit_name}), so the "
+            f"checks get {room_s:g} s at most ({slurm.RESERVE_S:g} s are start-up, the report and scontrol) and at "
+            f"least {MIN_DEADLINE_S:g}: raise {raise_it}"
         )
     return given, None
 

@@ -14,10 +14,12 @@ signal included. We drain only with --drain, and only on a failed check or the d
 node's problem, as NHC's watchdog holds); never when no verdict could be made (exit 10: no report, a broken one,
 pytest's usage or internal error, every check skipped), since that says nothing of the node, and never on a signal,
 which comes from outside (slurmd's own timeout, an operator). NHC leaves alone a node that is already down or that
-someone else drained; so do we, and we do not check such a node either: HealthCheckProgram runs on drained nodes
-too, and `scontrol update state=drain reason=...` would replace the reason someone else gave. slurmd 26.11 tells
-its HealthCheckProgram (SLURM_NODE_IS_HEALTHY=no); before it we ask `scontrol show node`. NHC's node-mark-online
-resumes nodes it drained once they pass; we never resume a node.
+someone else drained. We leave alone, unchecked, a node someone drained (or failed, or put in maintenance): its
+reason is theirs, and `scontrol update state=drain reason=...` would replace it. But a node that is only DOWN --
+Slurm's own mark for a node that stopped responding -- is checked, and drained if it fails: Slurm returns it to
+service as its slurmd starts again (ReturnToService=1), and the check at slurmd's start is the only guard of that
+return (skipped, a failing node went back to IDLE and ran a job). NHC's node-mark-online resumes nodes it drained
+once they pass; we never resume a node.
 
 Slurm's limits: slurmd kills HealthCheckProgram after 60 s (src/common/run_command.c: SIGTERM to its process group,
 SIGKILL 10 ms later), up to Slurm 25.11; from 26.05 after HealthCheckTimeout (slurm.conf, default 60). As
@@ -51,11 +53,11 @@ HEALTH_CHECK_KILL_S = 60.0
 # Of that limit, what is not the checks': Python's start-up (about 2 s), the interrupted run's report
 # (run.KILL_GRACE_S, 5 s), scontrol (two calls of SCONTROL_TIMEOUT_S at most: Scontrol) and a margin of 3 s.
 RESERVE_S = 20.0
-# Node states and flags of a node out of service (scontrol's State=, e.g. IDLE+DRAIN, DOWN+NOT_RESPONDING).
-OUT_OF_SERVICE = frozenset({"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "MAINT", "REBOOT_ISSUED"})
-# What slurmd 26.11 says of such a node to HealthCheckProgram: unhealthy (down, drained, draining, failing or in
-# maintenance), without which.
-UNHEALTHY = "SLURM_NODE_IS_HEALTHY=no"
+# Node states and flags of a node someone took out of service (scontrol's State=, e.g. IDLE+DRAIN, DOWN+DRAIN):
+# left alone, its reason kept. DOWN alone is not one of them: Slurm sets it itself for a node that stopped
+# responding (DOWN+NOT_RESPONDING), and returns such a node to service when its slurmd starts again
+# (ReturnToService=1, the default): the check at slurmd's start is the guard of exactly that return.
+OUT_OF_SERVICE = frozenset({"DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "MAINT", "REBOOT_ISSUED"})
 
 
 def exit_code(verdict: Verdict) -> int:
@@ -123,6 +125,11 @@ def drain_reason(verdict: Verdict) -> str | None:
 JOB_VARIABLES = ("SLURM_SCRIPT_CONTEXT", "SLURM_JOB_ID", "SLURM_JOBID")
 
 
+def is_prolog_or_epilog(env: Mapping[str, str]) -> bool:
+    """Whether slurmd runs this as a Prolog or Epilog (its script context says so)."""
+    return env.get("SLURM_SCRIPT_CONTEXT") in ("prolog_slurmd", "epilog_slurmd")
+
+
 def is_health_check_program(env: Mapping[str, str]) -> bool:
     """Whether slurmd runs this as its HealthCheckProgram: outside any job, with an environment of SLURMD_NODENAME
     alone (src/slurmd/slurmd/slurmd.c, run_script_health_check: a new, empty environment array and that one
@@ -140,7 +147,7 @@ class NodeState:
 
     @property
     def out_of_service(self) -> bool:
-        return self.state == UNHEALTHY or bool(OUT_OF_SERVICE & set(self.state.upper().split("+")))
+        return bool(OUT_OF_SERVICE & set(self.state.upper().split("+")))
 
     def shown(self) -> str:
         reason = "" if self.reason is None else f", reason {self.reason!a}"
@@ -171,22 +178,26 @@ class Scontrol:
     def health_check_limit_s(self) -> float:
         """Seconds slurmd lets HealthCheckProgram run: HealthCheckTimeout where `scontrol show config` has one
         (Slurm 26.05 and later), else 60."""
-        said = self._ask("show", "config")
-        found = re.search(r"^HealthCheckTimeout\s*=\s*(\d+)", said or "", re.MULTILINE)
-        return float(found[1]) if found else HEALTH_CHECK_KILL_S
+        found = _config_seconds(self._ask("show", "config"), "HealthCheckTimeout")
+        return HEALTH_CHECK_KILL_S if found is None else found
 
-    def node_state(self, node: str, env: Mapping[str, str]) -> NodeState | None:
-        """The node's state: SLURM_NODE_IS_HEALTHY=no from slurmd (26.11 and later) says it is out already; else
-        scontrol's word. None where neither says (no scontrol, no answer): the check goes on."""
-        if env.get("SLURM_NODE_IS_HEALTHY") == "no":
-            return NodeState(UNHEALTHY, None)
+    def prolog_epilog_limit_s(self) -> float | None:
+        """Seconds slurmd lets a Prolog or Epilog run: PrologEpilogTimeout, where `scontrol show config` gives a
+        limit (its unset value, 65534, is none: slurmd waits); None where there is none or no answer."""
+        found = _config_seconds(self._ask("show", "config"), "PrologEpilogTimeout")
+        return found if found is not None and found < NO_LIMIT else None
+
+    def node_state(self, node: str) -> NodeState | None:
+        """The node's state, as scontrol says it. None where it does not (no scontrol, no answer): the check goes
+        on. (slurmd 26.11's SLURM_NODE_IS_HEALTHY=no says a node is down, drained or failing without which: a
+        node down for not responding is the one to check.)"""
         said = self._ask("show", "node", "-o", node)
         return None if said is None else parse_node_state(said)
 
-    def drain(self, node: str, reason: str, env: Mapping[str, str]) -> str:
-        """Drain `node`, unless it is out of service already (its reason, someone else's perhaps, is kept:
-        scontrol would replace it); what happened, in a few words."""
-        state = self.node_state(node, env)
+    def drain(self, node: str, reason: str) -> str:
+        """Drain `node`, unless someone took it out of service already (their reason is kept: scontrol would
+        replace it); what happened, in a few words. A node only DOWN drains: the drain outlives its return."""
+        state = self.node_state(node)
         if state is not None and state.out_of_service:
             return f"not drained: {node} is out of service already ({state.shown()}), kept as it is"
         done = self._run(*drain_argv(node, reason)[1:])
@@ -218,6 +229,15 @@ class Scontrol:
             return f"scontrol did not finish within {SCONTROL_TIMEOUT_S:g} s"
         except OSError as exc:
             return f"scontrol: {exc.strerror or exc}"
+
+
+# What `scontrol show config` shows for a 16-bit limit never set (Slurm's NO_VAL16 less one, INFINITE16).
+NO_LIMIT = 65534
+
+
+def _config_seconds(config: str | None, key: str) -> float | None:
+    found = re.search(rf"^{key}\s*=\s*(\d+)", config or "", re.MULTILINE)
+    return float(found[1]) if found else None
 
 
 def not_checked_line(node: str, state: NodeState) -> str:

@@ -2,7 +2,10 @@
 no I/O, no pytest.
 
 In this order, the first that applies:
-1. partial: the run did not finish; what it showed is not the node's whole story.
+0. no verdict: the report still says `running`: the run is being written (a summary taken while the nodes' runs
+   go on, as a job array's first task to end did) or was killed outright. Neither is a finding about the node
+   (`fleet offenders` counts a killed run, once a later one of the node is kept).
+1. partial: the run was stopped (`interrupted`); what it showed is not the node's whole story.
 2. fail: a check failed on the node (a failed test whose fault is not `unresolved`).
 3. unresolved: every failed test failed only because its figures were too noisy to judge (rules/resolution.py): neither
    a pass nor a fault of the node; run again on an idle node.
@@ -26,6 +29,8 @@ UNRESOLVED_CATEGORY: Final = "unresolved"
 
 
 def of_report(report: RunReportRecord) -> NodeVerdict:
+    if report["status"] == "running":
+        return NO_VERDICT
     if report["status"] != "finished":
         return "partial"
     failed = failed_tests(report["tests"])

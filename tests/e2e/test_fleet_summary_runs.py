@@ -98,7 +98,7 @@ def troubled_fleet(real: dict[str, Any], directory: Path) -> list[Path]:
     other_sku = node(real, "node-08", sku=real["sku"] | {"name": "ND_H100_v5"})
     earlier = node(real, "node-01", start_time="2020-01-01T00:00:00+00:00", exit_status=1)
     paths += [write(directory, "node-05.json", slow), write(directory, "node-06.json", failed)]
-    paths += [write(directory, "node-07.json", node(real, "node-07", status="running", exit_status=None))]
+    paths += [write(directory, "node-07.json", node(real, "node-07", status="interrupted", exit_status=2))]
     paths += [write(directory, "broken.json", '{"schema": "pytest-gbvalidate/report/1", "stat')]
     paths += [write(directory, "node-08.json", other_sku), write(directory, "node-01-old.json", earlier)]
     return paths
@@ -202,7 +202,7 @@ def test_failed_outlier_partial_and_unusable_reports_are_listed_and_fail_the_fle
     reasons = [c[4] for c in commands]
     assert reasons[0] == f"reason=gbvalidate: outlier {HOST_COPY}[node] -50%"
     assert reasons[1].startswith("reason=gbvalidate: performance: test_")
-    assert reasons[2] == "reason=gbvalidate: report running"
+    assert reasons[2] == "reason=gbvalidate: report interrupted"
     # and Kubernetes': cordon, taint and label each node with what took it out, printed, never run
     kubectl = [shlex.split(line) for line in done.stdout.splitlines() if line.strip().startswith("kubectl")]
     assert kubectl == [
@@ -239,6 +239,20 @@ def test_failed_outlier_partial_and_unusable_reports_are_listed_and_fail_the_fle
         assert heading in markdown
     assert f"| {tmp_path / 'broken.json'} | corrupt |" in markdown
     assert "plots not drawn (--plots draws them)" in markdown
+
+
+def test_a_report_still_running_gives_no_verdict_and_no_drain_line(real_report: dict[str, Any], tmp_path: Path) -> None:
+    """A summary taken while some nodes' runs go on (the per-node recipe as a job array, its first job to end) named
+    those healthy nodes for draining: a report still `running` is being written, or was killed outright."""
+    paths = healthy_fleet(real_report, tmp_path)
+    paths.append(write(tmp_path, "node-05.json", node(real_report, "node-05", status="running", exit_status=None)))
+    out = tmp_path / "out"
+    done = run_cli(*paths, "--out", out)
+    assert done.returncode == 1, done.stdout + done.stderr
+    rows = {r["hostname"]: r for r in read_csv(out / "nodes.csv")}
+    assert (rows["node-05"]["verdict"], rows["node-05"]["drain"]) == ("no verdict", "no")
+    assert "scontrol" not in done.stdout and "kubectl" not in done.stdout
+    assert all(rows[host]["verdict"] == "pass" for host in HEALTHY)
 
 
 def test_another_sku_is_left_out_without_failing_and_sku_picks_the_fleet(

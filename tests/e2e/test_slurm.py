@@ -6,6 +6,7 @@ scontrol that hangs or fails) stays with the stub in test_contrib_slurm.py and t
 
 from __future__ import annotations
 
+import csv
 import json
 import sys
 from collections.abc import Iterator
@@ -188,6 +189,27 @@ def test_a_node_someone_else_drained_is_not_checked_and_keeps_its_reason(prolog_
     assert prolog_node.reasons() == {"gpu-017": reason}
 
 
+def test_a_node_down_for_not_responding_is_checked_as_slurmd_starts_and_stays_out_if_it_fails(
+    prolog_node: SlurmCluster,
+) -> None:
+    """slurmd died: Slurm marks the node DOWN, `Not responding`, and returns it to service as its slurmd starts again
+    (ReturnToService=1, the default). The start-up check skipped it as out of service already, and a failing node
+    went back to IDLE and ran a job."""
+    site = prolog_node.root / "site" / "test_site.py"
+    site.parent.mkdir(exist_ok=True)
+    site.write_text(SITE_CHECK)
+    log = install_recipe(prolog_node, GBVALIDATE_PYTEST_ARGS=f"--gb-sku=cpu {site} -k test_site")
+    prolog_node.stop_slurmd("gpu-017")
+    # What slurmctld sets once SlurmdTimeout passes without an answer (here at once, not 30 s later).
+    prolog_node.scontrol("update", "nodename=gpu-017", "state=down", "reason=Not responding")
+    before = len(logged(log))
+    prolog_node.start_slurmd("gpu-017")
+    prolog_node.wait_until(lambda: len(logged(log)) > before, "health check line", timeout=60)
+    assert logged(log)[-1].startswith("ERROR:  gbvalidate:  Health check failed:  "), logged(log)[-1]
+    assert prolog_node.reasons() == {"gpu-017": "gbvalidate: unclassified: test_site_fan"}
+    assert "DRAIN" in prolog_node.state("gpu-017")
+
+
 # --- worlds: what srun's tasks are, and what a batch script is not ----------------------------------------------
 
 
@@ -264,6 +286,35 @@ def test_the_world_recipe_runs_one_world_across_the_nodes(two_nodes: SlurmCluste
     assert [t["outcome"] for t in report["tests"] if t["when"] == "call"] == ["passed"]
 
 
+WORLD_FAIL = """\
+def test_world_site_fan(gb_gang):
+    assert gb_gang.world_size == 2
+    assert False, "fan 3 stopped"
+"""
+
+
+def test_the_world_recipe_s_job_fails_with_its_checks_not_cancelled(two_nodes: SlurmCluster, tmp_path: Path) -> None:
+    """With `srun --kill-on-bad-exit=1`, the first rank to exit 1 had srun kill the others: the step CANCELLED, the
+    job's exit status 143, and the job no longer said the node had failed its check."""
+    (tmp_path / "test_world_site.py").write_text(WORLD_FAIL)
+    env = {"GBVALIDATE_PYTHON": sys.executable, "GBVALIDATE_OUT": str(tmp_path / "out")}
+    env["MASTER_PORT"] = str(free_ports(1)[0])
+    done = two_nodes.run(
+        *("sbatch", "--wait", "-N2", "--ntasks-per-node=1", "--time=3", "--output=world.out"),
+        *(str(CONTRIB / "gbvalidate-world.sbatch"), "--gb-sku=cpu", str(tmp_path / "test_world_site.py")),
+        *("-k", "test_world_site_fan"),
+        env=env,
+        cwd=tmp_path,
+        timeout=200,
+    )
+    printed = (tmp_path / "world.out").read_text()
+    assert done.returncode == 1, printed
+    assert "CANCELLED" not in printed and "Terminated" not in printed, printed
+    (report_path,) = (tmp_path / "out").glob("gbvalidate-world-*.json")
+    report = json.loads(report_path.read_text())
+    assert report["exit_status"] == 1 and [t["outcome"] for t in report["tests"] if t["when"] == "call"] == ["failed"]
+
+
 def test_the_per_node_recipe_writes_one_report_per_node(two_nodes: SlurmCluster, tmp_path: Path) -> None:
     env = {"GBVALIDATE_PYTHON": sys.executable, "GBVALIDATE_OUT": str(tmp_path / "out")}
     done = two_nodes.run(
@@ -280,8 +331,48 @@ def test_the_per_node_recipe_writes_one_report_per_node(two_nodes: SlurmCluster,
         report = json.loads((tmp_path / "out" / name).read_text())
         assert report["node"]["hostname"] == name.removesuffix(".json") and report["exit_status"] == 0
         assert report["gang"]["kind"] == "local" if "gang" in report else "world" not in report
-    assert (tmp_path / "out" / "summary" / "summary.md").exists(), printed
+    (summary,) = (tmp_path / "out").glob("summary-*/summary.md")
+    assert "node1" in summary.read_text() and "node2" in summary.read_text(), printed
     assert done.returncode in (0, 1), printed  # the summary's verdict: two nodes are too few for outliers
+
+
+def test_a_job_array_s_jobs_summarise_their_own_nodes_and_a_dependent_job_all(
+    two_nodes: SlurmCluster, tmp_path: Path
+) -> None:
+    """The per-node recipe as a job array writing into one directory: the first job to end summarised the others'
+    reports while they were still `running`, and printed drain lines for healthy nodes. Each job now summarises
+    the reports its own step wrote; the summary over all of them is a job that waits for the whole array."""
+    out = tmp_path / "out"
+    env = {"GBVALIDATE_PYTHON": sys.executable, "GBVALIDATE_OUT": str(out)}
+    submitted = two_nodes.run(
+        *("sbatch", "--parsable", "--array=0-1", "-N1", "--exclusive", "--time=3", "--output=array-%a.out"),
+        *(str(CONTRIB / "gbvalidate-per-node.sbatch"), *HEALTHY.split()),
+        env=env,
+        cwd=tmp_path,
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    array = submitted.stdout.strip().split(";")[0]
+    summary = f"{sys.executable} -m pytest_gbvalidate.fleet summary --out {out}/summary {out}/*.json"
+    done = two_nodes.run(
+        *("sbatch", "--wait", f"--dependency=afterany:{array}", "--time=3", "--output=summary.out"),
+        *("--wrap", summary),
+        cwd=tmp_path,
+        timeout=200,
+    )
+    printed = "".join(p.read_text() for p in sorted(tmp_path.glob("*.out")))
+    assert sorted(p.name for p in out.glob("*.json")) == ["node1.json", "node2.json"], printed
+    assert "scontrol update" not in printed, printed
+    per_job = [read_nodes(path) for path in sorted(out.glob("summary-*/nodes.csv"))]
+    assert sorted(len(rows) for rows in per_job) == [1, 1], per_job  # each job its own node
+    assert done.returncode in (0, 1), printed  # two nodes are too few for outliers
+    assert sorted((r["hostname"], r["verdict"]) for r in read_nodes(out / "summary" / "nodes.csv")) == [
+        ("node1", "pass"),
+        ("node2", "pass"),
+    ]
+
+
+def read_nodes(path: Path) -> list[dict[str, str]]:
+    return list(csv.DictReader(path.read_text().splitlines()))
 
 
 def test_the_fleet_summary_s_scontrol_lines_drain_as_printed(two_nodes: SlurmCluster, tmp_path: Path) -> None:

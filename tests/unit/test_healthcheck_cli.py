@@ -180,7 +180,7 @@ def test_a_deadline_past_slurmd_s_kill_is_a_usage_error(
     assert scontrol_calls(calls) == []
 
 
-@pytest.mark.parametrize("state", ["IDLE+DRAIN", "DOWN+NOT_RESPONDING", "MIXED+DRAIN", "IDLE+COMPLETING+DRAIN"])
+@pytest.mark.parametrize("state", ["IDLE+DRAIN", "DOWN+DRAIN", "MIXED+DRAIN", "IDLE+COMPLETING+DRAIN"])
 @pytest.mark.usefixtures("nothing_runs")
 def test_a_node_out_of_service_already_is_not_checked_and_keeps_its_reason(
     state: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
@@ -195,17 +195,23 @@ def test_a_node_out_of_service_already_is_not_checked_and_keeps_its_reason(
     assert scontrol_calls(calls) == []
 
 
-@pytest.mark.usefixtures("nothing_runs")
-def test_slurmd_s_word_that_the_node_is_unhealthy_needs_no_question(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("env", [HEALTH_CHECK_PROGRAM, HEALTH_CHECK_PROGRAM | {"SLURM_NODE_IS_HEALTHY": "no"}])
+def test_a_node_down_for_not_responding_is_checked_and_drains_for_a_failed_check(
+    env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Slurm 26.11 tells HealthCheckProgram what slurmctld thinks of the node (SLURM_NODE_IS_HEALTHY)."""
-    calls = stub_scontrol(tmp_path)
+    """Slurm returns such a node to service as its slurmd starts (ReturnToService=1): skipped as out of service,
+    a failing node went back to IDLE and ran a job. slurmd 26.11's SLURM_NODE_IS_HEALTHY=no does not say which."""
+    runs = captured_run(monkeypatch)
+    calls = stub_scontrol(tmp_path, state="DOWN+NOT_RESPONDING", reason="Not responding")
     monkeypatch.setenv("PATH", str(tmp_path))
-    env = HEALTH_CHECK_PROGRAM | {"SLURM_NODE_IS_HEALTHY": "no"}
-    assert cli.main(["slurm", "--drain", "--deadline-s", "30"], env=env, hostname="h") == 0
-    assert "is out of service already (state SLURM_NODE_IS_HEALTHY=no)" in capsys.readouterr().out
-    assert scontrol_calls(calls) == []
+    assert cli.main(["slurm", "--drain", "--deadline-s", "30"], env=env, hostname="h") == 1
+    assert len(runs) == 1 and "; drained gpu-017; " in capsys.readouterr().out
+    assert scontrol_calls(calls)[-1] == [
+        "update",
+        "nodename=gpu-017",
+        "state=drain",
+        "reason=gbvalidate: gpu_hardware: test_gpu_count",
+    ]
 
 
 def test_a_node_someone_drains_while_the_check_runs_keeps_their_reason(
@@ -361,3 +367,35 @@ def test_the_settings_named_are_settings_py_s() -> None:
     names = {spec.name for spec in TABLE}
     assert set(cli.INPUT_SETTINGS) <= names and cli_flag("report") == cli.REPORT_OPTION
     assert {name: (cli_flag(name), env_name(name)) for name in cli.INPUT_SETTINGS} == cli.INPUT_SETTINGS
+
+
+@pytest.mark.parametrize(
+    ("config", "deadline_s"),
+    [("PrologEpilogTimeout     = 60", 40.0), ("PrologEpilogTimeout     = 65534", 90.0), ("", 90.0)],
+    ids=["limit", "unset", "no-answer"],
+)
+def test_a_prolog_s_deadline_leaves_room_within_prolog_epilog_timeout(
+    config: str, deadline_s: float, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """slurmd kills a Prolog or Epilog at PrologEpilogTimeout: the check's own 90 s outlived a 60 s limit, and the
+    kill left no line and the run's directory behind. 65534 is Slurm's word for no limit."""
+    runs = captured_run(monkeypatch)
+    stub_scontrol(tmp_path, config=config)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    cli.main(["slurm", "--drain"], env=PROLOG, hostname="h")
+    assert [deadline for deadline, _ in runs] == [deadline_s]
+
+
+@pytest.mark.usefixtures("nothing_runs")
+def test_an_epilog_deadline_past_prolog_epilog_timeout_is_refused_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stub_scontrol(tmp_path, config="PrologEpilogTimeout = 60")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    env = PROLOG | {"SLURM_SCRIPT_CONTEXT": "epilog_slurmd"}
+    assert cli.main(["slurm", "--deadline-s", "90"], env=env, hostname="h") == 10
+    assert capsys.readouterr().out == (
+        "ERROR:  gbvalidate:  usage:  --deadline-s 90: as Epilog slurmd kills the check after 60 s "
+        "(PrologEpilogTimeout), so the checks get 40 s at most (20 s are start-up, the report and scontrol) and at "
+        "least 20: raise PrologEpilogTimeout\n"
+    )

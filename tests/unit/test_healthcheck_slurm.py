@@ -123,7 +123,7 @@ def test_only_slurmd_s_own_health_check_program_has_its_limit(env: dict[str, str
 def test_the_drain_runs_scontrol_from_path_with_one_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = stub_scontrol(tmp_path)
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert slurm.Scontrol().drain("gpu-017", "gbvalidate: gpu_hardware: test_gpu_count", {}) == "drained gpu-017"
+    assert slurm.Scontrol().drain("gpu-017", "gbvalidate: gpu_hardware: test_gpu_count") == "drained gpu-017"
     assert scontrol_calls(calls) == [
         ["update", "nodename=gpu-017", "state=drain", "reason=gbvalidate: gpu_hardware: test_gpu_count"]
     ]
@@ -132,9 +132,9 @@ def test_the_drain_runs_scontrol_from_path_with_one_node(tmp_path: Path, monkeyp
 
 def test_a_drain_that_fails_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert slurm.Scontrol().drain("gpu-017", "r", {}) == "not drained: scontrol is not on PATH"
+    assert slurm.Scontrol().drain("gpu-017", "r") == "not drained: scontrol is not on PATH"
     stub_scontrol(tmp_path, status=1, say="slurm_update error: Invalid node name specified\n")
-    said = slurm.Scontrol().drain("gpu-017", "r", {})
+    said = slurm.Scontrol().drain("gpu-017", "r")
     assert said == "not drained: scontrol exit status 1: slurm_update error: Invalid node name specified"
 
 
@@ -158,17 +158,20 @@ def test_scontrol_s_node_line_gives_its_state_and_reason(line: str, state: str, 
     assert slurm.parse_node_state(line) == slurm.NodeState(state, reason)
 
 
-def test_out_of_service_is_any_drain_down_or_fail_flag() -> None:
-    out = ["IDLE+DRAIN", "MIXED+DRAIN", "DOWN", "DOWN+NOT_RESPONDING", "IDLE+FAIL", "ALLOCATED+MAINT", "idle+drain"]
+def test_out_of_service_is_a_drain_fail_or_maintenance_flag_and_down_alone_is_not() -> None:
+    """DOWN alone is Slurm's own mark for a node that stopped responding, which it returns to service as its slurmd
+    starts again: such a node is checked."""
+    out = ["IDLE+DRAIN", "MIXED+DRAIN", "DOWN+DRAIN", "IDLE+FAIL", "ALLOCATED+MAINT", "idle+drain"]
     assert all(slurm.NodeState(state, None).out_of_service for state in out)
-    assert not any(slurm.NodeState(s, None).out_of_service for s in ["IDLE", "MIXED", "ALLOCATED+COMPLETING"])
+    checked = ["IDLE", "MIXED", "ALLOCATED+COMPLETING", "DOWN", "DOWN+NOT_RESPONDING", "IDLE+NOT_RESPONDING"]
+    assert not any(slurm.NodeState(s, None).out_of_service for s in checked)
 
 
 def test_an_unreadable_node_state_is_none_and_the_check_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert slurm.Scontrol().node_state("gpu-017", {}) is None  # no scontrol
+    assert slurm.Scontrol().node_state("gpu-017") is None  # no scontrol
     assert slurm.Scontrol().health_check_limit_s() == slurm.HEALTH_CHECK_KILL_S
 
 
@@ -191,8 +194,8 @@ def test_a_controller_that_does_not_answer_costs_two_timeouts_at_most(
     monkeypatch.setattr(slurm, "SCONTROL_TIMEOUT_S", 0.5)
     scontrol = slurm.Scontrol()
     assert scontrol.health_check_limit_s() == slurm.HEALTH_CHECK_KILL_S
-    assert scontrol.node_state("gpu-017", {}) is None
-    assert scontrol.drain("gpu-017", "r", {}) == "not drained: scontrol did not finish within 0.5 s"
+    assert scontrol.node_state("gpu-017") is None
+    assert scontrol.drain("gpu-017", "r") == "not drained: scontrol did not finish within 0.5 s"
     assert (tmp_path / "asked").read_text().splitlines() == [
         "show config",
         "update nodename=gpu-017 state=drain reason=r",
