@@ -1,4 +1,4 @@
-"""What each level takes: the suites at --gb-level quick, standard and full, side by side, on the SKU given.
+"""What each level takes: the suites at --gb-level passive, quick, standard and full, side by side, on the SKU given.
 
 Runs `pytest suites/ --gb-level=LEVEL` in a fresh process per level (interleaved over --runs rounds, so every
 level sees the same machine load) and prints, per level, the median wall time of the whole process (pytest's and

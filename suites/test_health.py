@@ -17,7 +17,7 @@ import pytest
 from pytest_gbvalidate.node import imex, nccl_stack, nvml, xid
 from pytest_gbvalidate.probes import Expected, Gpu, NodeGpus, Telemetry
 
-pytestmark = pytest.mark.gb_level("quick")
+pytestmark = pytest.mark.gb_level("passive")  # reads the node, measures nothing
 
 TELEMETRY_WINDOW_S = 0.5
 LIMITS = "health.ecc_limits"

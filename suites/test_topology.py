@@ -15,7 +15,7 @@ from pytest_gbvalidate.probes import Expected, Gpu, NodeGpus
 from pytest_gbvalidate.reference_tools import perftest, runner
 from pytest_gbvalidate.target import ReferenceTools, Target
 
-pytestmark = pytest.mark.gb_level("quick")
+pytestmark = pytest.mark.gb_level("passive")  # reads the node, measures nothing
 
 IB_WRITE_METRIC = "ib_write_bandwidth_gbps"
 IB_WRITE_BYTES, IB_WRITE_ITERATIONS = 2**20, 5000  # large messages, a few seconds per port

@@ -1,5 +1,5 @@
 #!/bin/bash
-# pytest-gbvalidate's quick node health check for Slurm: one script for Prolog=, Epilog= and HealthCheckProgram=
+# pytest-gbvalidate's node health check for Slurm: one script for Prolog=, Epilog= and HealthCheckProgram=
 # (README.md beside it has the slurm.conf lines). It runs
 #   python -m pytest_gbvalidate.healthcheck slurm [--drain] [--deadline-s S] [--keep-report P] -- [pytest arguments]
 # prints its one line (LBNL NHC's: `ERROR:  gbvalidate:  Health check failed:  CATEGORY (N checks); action: ...; checks: CATEGORY: CHECK`), logs it and exits
@@ -13,8 +13,10 @@
 # runs as). A variable set in the environment (a run by hand) wins over the file.
 #   GBVALIDATE_PYTHON        the Python with pytest-gbvalidate installed            (default: python3)
 #   GBVALIDATE_DRAIN         1: a failed node drains itself through scontrol; 0: the exit status only (default: 1)
-#   GBVALIDATE_DEADLINE_S    seconds the checks may take (default: 90; as HealthCheckProgram, slurmd's limit less
-#                            20 s: 40 before Slurm 26.05, whose HealthCheckTimeout raises it)
+#   GBVALIDATE_LEVEL         passive: the checks that measure nothing, fit beside a job; quick: a short copy, GEMM
+#                            and all_reduce too (default: passive)
+#   GBVALIDATE_DEADLINE_S    seconds the checks may take (default: 45 passive, 90 quick; within slurmd's limit less
+#                            20 s: HealthCheckTimeout, 60 before Slurm 26.05; PrologEpilogTimeout where set)
 #   GBVALIDATE_KEEP_REPORT   keep the last run's JSON report here (default: none)
 #   GBVALIDATE_PYTEST_ARGS   more pytest arguments, split at spaces, e.g. "--gb-sku=ND_GB200_v6"
 #   GBVALIDATE_LOG_FILE      also append each line, dated, to this file (default: none); never through a
@@ -25,8 +27,8 @@ set -u
 # slurmd runs Prolog, Epilog and HealthCheckProgram without a search path (Slurm's prolog_epilog guide).
 export PATH="${PATH:+$PATH:}/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-SETTINGS=(GBVALIDATE_PYTHON GBVALIDATE_DRAIN GBVALIDATE_DEADLINE_S GBVALIDATE_KEEP_REPORT GBVALIDATE_PYTEST_ARGS
-    GBVALIDATE_LOG_FILE GBVALIDATE_SYSLOG)
+SETTINGS=(GBVALIDATE_PYTHON GBVALIDATE_DRAIN GBVALIDATE_LEVEL GBVALIDATE_DEADLINE_S GBVALIDATE_KEEP_REPORT
+    GBVALIDATE_PYTEST_ARGS GBVALIDATE_LOG_FILE GBVALIDATE_SYSLOG)
 conf="${GBVALIDATE_CONF:-${0%.sh}.conf}"
 
 # Whether the log file may be appended to as root: no symbolic link (root would append to whatever it names), a
@@ -103,7 +105,12 @@ if [[ -e "$conf" || -L "$conf" ]]; then
 fi
 
 python="${GBVALIDATE_PYTHON:-python3}"
-args=(slurm)
+case "${GBVALIDATE_LEVEL:-passive}" in
+    passive | quick) args=(slurm --level "${GBVALIDATE_LEVEL:-passive}") ;;
+    *) no_verdict "GBVALIDATE_LEVEL=${GBVALIDATE_LEVEL}: expected passive or quick" ;;
+esac
+# The plugin reads GBVALIDATE_LEVEL too (--gb-level): the health check names the level itself.
+unset GBVALIDATE_LEVEL
 if [[ -n "${GBVALIDATE_DEADLINE_S:-}" ]]; then
     args+=(--deadline-s "$GBVALIDATE_DEADLINE_S")
 fi

@@ -19,10 +19,18 @@ from pytest_gbvalidate.levels import BUDGET_S, Level
 from pytest_gbvalidate.setting_values import bundled_baselines
 
 PROG = "python -m pytest_gbvalidate.healthcheck"
-LEVEL: Level = "quick"
-# Half again what the quick level may take on the SKU it is made for (a 4-GPU node: levels.BUDGET_S); as Slurm's
-# HealthCheckProgram, what slurmd's kill leaves (slurm.py).
-DEFAULT_DEADLINE_S = 1.5 * BUDGET_S[LEVEL]
+# The levels a health check runs, and each mode's default: in slurmd's hooks (which may run beside a job) the checks
+# that measure nothing; as a node-problem-detector plugin, one short measurement of each path too.
+HEALTH_LEVELS: tuple[Level, ...] = ("passive", "quick")
+DEFAULT_LEVEL: dict[str, Level] = {"slurm": "passive", "npd": "quick"}
+
+
+def default_deadline_s(level: Level) -> float:
+    """Half again what the level may take on the SKU it is made for (a 4-GPU node: levels.BUDGET_S); as Slurm's
+    HealthCheckProgram or under PrologEpilogTimeout, what slurmd's kill leaves (slurm.py)."""
+    return 1.5 * BUDGET_S[level]
+
+
 # Below this no run reaches its checks: Python, torch and pytest start, the suites are collected and the node's
 # GPUs opened before the first check (about 4 s on a 2-vCPU VM, more where CUDA starts). A deadline under it would
 # turn our own start-up into a verdict on the node.
@@ -42,9 +50,10 @@ INPUT_SETTINGS = {
     "history": ("--gb-history", "GBVALIDATE_HISTORY"),
 }
 
-DESCRIPTION = f"""\
-Run the {LEVEL} level of the shipped suites (pytest --pyargs pytest_gbvalidate.suites --gb-level={LEVEL}) in a
-subprocess within a deadline, read its JSON report and print one line. Arguments after `--` go to pytest (e.g.
+DESCRIPTION = """\
+Run a level of the shipped suites (pytest --pyargs pytest_gbvalidate.suites --gb-level=LEVEL: `passive`, the
+checks that measure nothing, or `quick`, one short measurement of each path too) in a subprocess within a
+deadline, read its JSON report and print one line. Arguments after `--` go to pytest (e.g.
 -- --gb-sku=ND_GB200_v6). `slurm`: LBNL NHC's exit codes and line, for Prolog, Epilog and HealthCheckProgram;
 with --drain, a failed node drains itself through scontrol. `npd`: a Kubernetes node-problem-detector custom
 plugin (exit 0 OK, 1 NonOK, 2 Unknown)."""
@@ -81,10 +90,17 @@ def build_parser() -> argparse.ArgumentParser:
         sub = modes.add_parser(
             mode, help=summary, description=DESCRIPTION, epilog=epilog, formatter_class=argparse.RawTextHelpFormatter
         )
-        default = f"{DEFAULT_DEADLINE_S:g}" + (
-            f"; as HealthCheckProgram, slurmd's limit (60 s before Slurm 26.05) less {slurm.RESERVE_S:g}"
+        budgets = ", ".join(f"{level} {default_deadline_s(level):g}" for level in HEALTH_LEVELS)
+        default = f"1.5 times the level's budget: {budgets}" + (
+            f"; within slurmd's limit (HealthCheckTimeout, PrologEpilogTimeout) less {slurm.RESERVE_S:g}"
             if mode == "slurm"
             else ""
+        )
+        sub.add_argument(
+            "--level",
+            choices=HEALTH_LEVELS,
+            default=DEFAULT_LEVEL[mode],
+            help=f"the checks to run (default {DEFAULT_LEVEL[mode]})",
         )
         sub.add_argument(
             "--deadline-s",
@@ -147,7 +163,7 @@ def _slurm(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> i
         if node is None:
             return _say(slurm.error_line(f"refusing to drain:  {why}"), slurm.EXIT_NOT_RUN)
     scontrol = slurm.Scontrol()
-    deadline_s, unmeetable = _slurm_deadline(args.deadline_s, env, scontrol)
+    deadline_s, unmeetable = _slurm_deadline(args.deadline_s, args.level, env, scontrol)
     if unmeetable is not None:
         return _say(slurm.error_line(f"usage:  {unmeetable}"), slurm.EXIT_NOT_RUN)
     if node is not None:  # HealthCheckProgram runs on drained nodes too: theirs is someone's word already
@@ -155,7 +171,7 @@ def _slurm(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> i
         if state is not None and state.out_of_service:
             return _say(slurm.not_checked_line(node, state), slurm.EXIT_OK)
     try:
-        run, not_kept = run_checks(LEVEL, deadline_s, [*args.pytest_args, NODE_ONLY], args.keep_report)
+        run, not_kept = run_checks(args.level, deadline_s, [*args.pytest_args, NODE_ONLY], args.keep_report)
     except Stopped as stop:
         return _say(slurm.stopped_by(stop.signum), slurm.signal_exit_code(stop.signum))
     except CannotRun as exc:
@@ -168,7 +184,9 @@ def _slurm(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> i
     return _say(slurm.line(verdict, *notes), slurm.exit_code(verdict))
 
 
-def _slurm_deadline(given: float | None, env: Mapping[str, str], scontrol: slurm.Scontrol) -> tuple[float, str | None]:
+def _slurm_deadline(
+    given: float | None, level: Level, env: Mapping[str, str], scontrol: slurm.Scontrol
+) -> tuple[float, str | None]:
     """The checks' deadline, and why it cannot be kept where it cannot: as HealthCheckProgram, and as a Prolog or
     Epilog under a PrologEpilogTimeout, it must end, with its start-up, report and scontrol calls, before slurmd
     kills it (and slurmd's kill leaves no line and the run's directory behind)."""
@@ -181,10 +199,10 @@ def _slurm_deadline(given: float | None, env: Mapping[str, str], scontrol: slurm
     else:
         limit_s = None
     if limit_s is None:
-        return (DEFAULT_DEADLINE_S if given is None else given), None
+        return (default_deadline_s(level) if given is None else given), None
     room_s = limit_s - slurm.RESERVE_S
     if given is None:
-        given = min(DEFAULT_DEADLINE_S, room_s)
+        given = min(default_deadline_s(level), room_s)
     if given > room_s or given < MIN_DEADLINE_S:
         where, limit_name, raise_it = named
         return given, (
@@ -196,9 +214,9 @@ def _slurm_deadline(given: float | None, env: Mapping[str, str], scontrol: slurm
 
 
 def _npd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
-    deadline_s = DEFAULT_DEADLINE_S if args.deadline_s is None else args.deadline_s
+    deadline_s = default_deadline_s(args.level) if args.deadline_s is None else args.deadline_s
     try:
-        run, not_kept = run_checks(LEVEL, deadline_s, [*args.pytest_args, NODE_ONLY], args.keep_report)
+        run, not_kept = run_checks(args.level, deadline_s, [*args.pytest_args, NODE_ONLY], args.keep_report)
     except Stopped as stop:
         return _say(npd.one_line(f"unknown: stopped by {stop}", args.max_output_length), npd.EXIT_UNKNOWN)
     except CannotRun as exc:

@@ -60,7 +60,7 @@ GBVALIDATE_SYSLOG=0
     assert epilog.returncode == 142
     argv, cuda = epilog.stdout.strip().removeprefix("gbvalidate:  argv=").rsplit(" cuda=", 1)
     assert shlex.split(argv) == [
-        *("-m", "pytest_gbvalidate.healthcheck", "slurm", "--deadline-s", "45", "--drain"),
+        *("-m", "pytest_gbvalidate.healthcheck", "slurm", "--level", "passive", "--deadline-s", "45", "--drain"),
         *("--keep-report", "/var/log/gb.json", "--", "--gb-sku=cpu", "-k", "copy"),
     ]
     assert cuda == "unset"  # a Prolog's or Epilog's CUDA_VISIBLE_DEVICES names the job's GPUs, not the node's
@@ -69,7 +69,8 @@ GBVALIDATE_SYSLOG=0
     by_hand = run_script(tmp_path, conf, CUDA_VISIBLE_DEVICES="2", GBVALIDATE_DRAIN="0", GBVALIDATE_PYTEST_ARGS="")
     assert by_hand.returncode == 0
     assert by_hand.stdout == (
-        "gbvalidate:  argv=-m pytest_gbvalidate.healthcheck slurm --deadline-s 45 --keep-report /var/log/gb.json -- "
+        "gbvalidate:  argv=-m pytest_gbvalidate.healthcheck slurm --level passive --deadline-s 45 --keep-report "
+        "/var/log/gb.json -- "
         "cuda=2\n"
     )
 
@@ -179,4 +180,6 @@ def test_the_log_file_is_never_written_through_a_link_or_in_a_directory_others_m
     logs.chmod(0o755)
     run_script(tmp_path, conf)
     (logged,) = link.read_text().splitlines()
-    assert logged.endswith("gbvalidate:  argv=-m pytest_gbvalidate.healthcheck slurm --drain -- cuda=unset")
+    assert logged.endswith(
+        "gbvalidate:  argv=-m pytest_gbvalidate.healthcheck slurm --level passive --drain -- cuda=unset"
+    )

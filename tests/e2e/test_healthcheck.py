@@ -46,7 +46,7 @@ def processes_with(mark: str) -> list[psutil.Process]:
 def test_a_healthy_node_passes_in_one_line_and_is_not_drained(tmp_path: Path) -> None:
     calls = stub_scontrol(tmp_path)
     kept = tmp_path / "kept.json"
-    args = ("slurm", "--drain", "--keep-report", str(kept), "--", "--gb-sku=cpu")
+    args = ("slurm", "--level", "quick", "--drain", "--keep-report", str(kept), "--", "--gb-sku=cpu")
     done = healthcheck(tmp_path, *args, SLURMD_NODENAME="gpu-017")
     assert done.returncode == 0, done.stdout + done.stderr
     (line,) = done.stdout.splitlines()
@@ -64,7 +64,7 @@ def test_a_healthy_node_passes_in_one_line_and_is_not_drained(tmp_path: Path) ->
         "quick",
         "cpu",
     )
-    assert all(t["level"] == "quick" for t in report["tests"])
+    assert {t["level"] for t in report["tests"]} == {"passive", "quick"}  # a level runs those below it too
     passed = {t["test_id"] for t in report["tests"] if t["outcome"] == "passed" and t["when"] == "call"}
     skipped = {t["test_id"] for t in report["tests"] if t["outcome"] == "skipped"}
     assert (int(match[1]), int(match[2])) == (len(passed), len(skipped))
@@ -117,11 +117,11 @@ def test_a_run_past_its_deadline_is_killed_with_its_process_group(tmp_path: Path
         "unknown: timeout: the quick checks did not finish within 20 s\n",
     )
     assert runs["slurm"].returncode == 142, out["slurm"]
-    assert out["slurm"] == (
-        "ERROR:  gbvalidate:  Health check failed:  timeout: the quick checks did not finish within 20 s; "
+    assert out["slurm"] == (  # slurmd's hooks run the passive level by default
+        "ERROR:  gbvalidate:  Health check failed:  timeout: the passive checks did not finish within 20 s; "
         "killed at the 20 s deadline; drained gpu-017\n"
     )
-    reason = "reason=gbvalidate: timeout: the quick checks did not finish within 20 s"
+    reason = "reason=gbvalidate: timeout: the passive checks did not finish within 20 s"
     assert scontrol_calls(calls) == [["update", "nodename=gpu-017", "state=drain", reason]]
     for path in hung.values():
         assert path.exists(), "the run was killed before it hung: nothing shows the SIGKILL reached its process group"

@@ -93,9 +93,9 @@ def test_a_marker_that_names_no_level_fails_collection_naming_the_check(
     result.stdout.fnmatch_lines(
         [
             "*ERROR collecting test_checks.py*",
-            "gbvalidate usage error: test_checks.py::test_x: @pytest.mark.gb_level('quik'): not a level: one of quick, "
-            "standard, full",
-            "test_checks.py::test_y: @pytest.mark.gb_level(): not a level: one of quick, standard, full",
+            "gbvalidate usage error: test_checks.py::test_x: @pytest.mark.gb_level('quik'): not a level: one of "
+            "passive, quick, standard, full",
+            "test_checks.py::test_y: @pytest.mark.gb_level(): not a level: one of passive, quick, standard, full",
         ]
     )
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
@@ -105,7 +105,7 @@ def test_a_setting_that_names_no_level_is_a_usage_error_naming_where_it_came_fro
     pytester.makeini("[pytest]\ngb_level = nightly\n")
     assert_usage_error(
         pytester.runpytest(),
-        "ERROR: gb_level in *tox.ini: 'nightly': not a level: one of quick, standard, full",
+        "ERROR: gb_level in *tox.ini: 'nightly': not a level: one of passive, quick, standard, full",
     )
 
 

@@ -23,9 +23,9 @@ pytestmark = [pytest.mark.outside, pytest.mark.skipif(bool(SKIP_REASON), reason=
 
 CONTRIB = REPO / "contrib" / "slurm"
 HEALTHY = "--gb-sku=cpu -k test_numa_nodes_hold_every_cpu"  # one quick check that passes on any machine
-# A site's own check at the quick level, failing.
+# A site's own check at the passive level (it reads the node), failing.
 SITE_CHECK = (
-    "import pytest\n\n\n@pytest.mark.gb_level('quick')\ndef test_site_fan():\n    assert False, 'fan 3 stopped'\n"
+    "import pytest\n\n\n@pytest.mark.gb_level('passive')\ndef test_site_fan():\n    assert False, 'fan 3 stopped'\n"
 )
 
 
@@ -80,7 +80,7 @@ def test_the_recipe_s_lines_load_and_a_healthy_node_passes_when_slurmd_starts(re
     recipe.wait_until(lambda: logged(log), "health check line", timeout=60)
     (line,) = logged(log)
     assert line.startswith("gbvalidate:  Node Health Check completed successfully ("), line
-    assert line.endswith("quick level, 1 passed, 0 skipped")
+    assert line.endswith("passive level, 1 passed, 0 skipped")
     assert recipe.state("gpu-017") == "IDLE" and recipe.reasons() == {}
 
 
@@ -110,6 +110,21 @@ def test_prolog_and_epilog_check_a_healthy_node_around_a_job(prolog_node: SlurmC
     prolog_node.wait_until(lambda: len(logged(log)) == before + 2, "Prolog and Epilog lines", timeout=60)
     assert all(line.startswith("gbvalidate:  Node Health Check completed successfully") for line in logged(log)[-2:])
     assert prolog_node.reasons() == {}
+
+
+def test_the_hooks_run_the_passive_checks_beside_a_job_and_start_no_ranks(prolog_node: SlurmCluster) -> None:
+    """slurmd's hooks may run beside a job: the checks that measured (a copy, a GEMM, an all_reduce) measured the
+    job too, down about 60% here. By default the recipe runs the passive level: every check reads the node."""
+    kept = prolog_node.root / "prolog.json"
+    log = install_recipe(prolog_node, GBVALIDATE_PYTEST_ARGS="--gb-sku=cpu", GBVALIDATE_KEEP_REPORT=str(kept))
+    before = len(logged(log))
+    printed, status = run_job(prolog_node)
+    assert (printed, status) == ("the job ran\n", 0)
+    prolog_node.wait_until(lambda: len(logged(log)) >= before + 2, "Prolog and Epilog lines", timeout=60)
+    assert all(" passive level, " in line for line in logged(log)[before:]), logged(log)[before:]
+    report = json.loads(kept.read_text())
+    assert report["level"] == "passive" and {t["level"] for t in report["tests"]} == {"passive"}
+    assert "gang" not in report  # no ranks started, no device or link loaded
 
 
 def test_a_failing_node_drains_itself_in_the_prolog_and_resumes_as_documented(prolog_node: SlurmCluster) -> None:

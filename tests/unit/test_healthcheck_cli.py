@@ -138,12 +138,13 @@ BATCH_SCRIPT = {"SLURMD_NODENAME": "gpu-017", "SLURM_JOB_ID": "42", "SLURM_JOBID
     ("env", "argv", "config", "deadline_s"),
     [
         (HEALTH_CHECK_PROGRAM, [], "", 40.0),  # Slurm before 26.05: killed at 60 s
-        (HEALTH_CHECK_PROGRAM, [], "HealthCheckTimeout      = 300 sec", 90.0),  # 26.05: its own limit
+        (HEALTH_CHECK_PROGRAM, [], "HealthCheckTimeout      = 300 sec", 45.0),  # 26.05: its own limit
+        (HEALTH_CHECK_PROGRAM, ["--level", "quick"], "HealthCheckTimeout      = 300 sec", 90.0),
         (HEALTH_CHECK_PROGRAM, [], "HealthCheckTimeout      = 50 sec", 30.0),
         (HEALTH_CHECK_PROGRAM, ["--deadline-s", "35"], "", 35.0),
-        (PROLOG, [], "", 90.0),  # no such limit for a Prolog
+        (PROLOG, [], "", 45.0),  # no PrologEpilogTimeout: slurmd waits
         (PROLOG, ["--deadline-s", "600"], "", 600.0),
-        (JOB_STEP, [], "", 90.0),  # `srun -N16 ... slurm --drain`: no slurmd kill either
+        (JOB_STEP, [], "", 45.0),  # `srun -N16 ... slurm --drain`: no slurmd kill either
         (JOB_STEP, ["--deadline-s", "600"], "", 600.0),
         (BATCH_SCRIPT, ["--deadline-s", "600"], "", 600.0),
     ],
@@ -274,7 +275,7 @@ def test_an_inherited_pytest_addopts_is_not_passed_on_and_the_line_says_so(
     monkeypatch.setenv("PATH", str(tmp_path))
     runs = captured_run(monkeypatch)
     assert cli.main(["slurm", "--", "--gb-sku=cpu"], env=PROLOG | {"PYTEST_ADDOPTS": "-k numa"}, hostname="h") == 1
-    assert runs == [(90.0, ["--gb-sku=cpu", "--gb-world=none"])]
+    assert runs == [(45.0, ["--gb-sku=cpu", "--gb-world=none"])]  # the passive level's default
     out = capsys.readouterr().out
     assert "; PYTEST_ADDOPTS='-k numa' not passed on: the level's checks run as given (pytest options go after --)" in (
         out
@@ -371,7 +372,7 @@ def test_the_settings_named_are_settings_py_s() -> None:
 
 @pytest.mark.parametrize(
     ("config", "deadline_s"),
-    [("PrologEpilogTimeout     = 60", 40.0), ("PrologEpilogTimeout     = 65534", 90.0), ("", 90.0)],
+    [("PrologEpilogTimeout     = 60", 40.0), ("PrologEpilogTimeout     = 65534", 45.0), ("", 45.0)],
     ids=["limit", "unset", "no-answer"],
 )
 def test_a_prolog_s_deadline_leaves_room_within_prolog_epilog_timeout(

@@ -8,9 +8,10 @@ from pytest_gbvalidate.levels import BUDGET_S, LEVELS, LevelError, parse_level, 
 
 
 def test_each_level_runs_its_own_checks_and_those_below() -> None:
-    assert [check for check in LEVELS if runs("quick", check)] == ["quick"]
-    assert [check for check in LEVELS if runs("standard", check)] == ["quick", "standard"]
-    assert [check for check in LEVELS if runs("full", check)] == ["quick", "standard", "full"]
+    assert [check for check in LEVELS if runs("passive", check)] == ["passive"]
+    assert [check for check in LEVELS if runs("quick", check)] == ["passive", "quick"]
+    assert [check for check in LEVELS if runs("standard", check)] == ["passive", "quick", "standard"]
+    assert [check for check in LEVELS if runs("full", check)] == ["passive", "quick", "standard", "full"]
 
 
 def test_names_are_read_as_written_by_hand() -> None:
@@ -19,7 +20,7 @@ def test_names_are_read_as_written_by_hand() -> None:
 
 @pytest.mark.parametrize("given", ["", "quik", "level1", 1, None, ("quick",)])
 def test_anything_else_is_refused_naming_the_levels(given: object) -> None:
-    with pytest.raises(LevelError, match=r"^not a level: one of quick, standard, full$"):
+    with pytest.raises(LevelError, match=r"^not a level: one of passive, quick, standard, full$"):
         parse_level(given)
 
 
