@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import NoReturn
 
 from pytest_gbvalidate.files import clashes, unwritable
-from pytest_gbvalidate.healthcheck import npd, slurm
+from pytest_gbvalidate.healthcheck import gate, npd, slurm
 from pytest_gbvalidate.healthcheck.level_run import CannotRun, Stopped, dropped_note, run_checks
 from pytest_gbvalidate.healthcheck.verdict import judge
-from pytest_gbvalidate.levels import BUDGET_S, Level
+from pytest_gbvalidate.levels import BUDGET_S, LEVELS, Level
 from pytest_gbvalidate.setting_values import bundled_baselines
 
 PROG = "python -m pytest_gbvalidate.healthcheck"
@@ -98,9 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
         )
         sub.add_argument(
             "--level",
-            choices=HEALTH_LEVELS,
+            choices=LEVELS if mode == "slurm" else HEALTH_LEVELS,
             default=DEFAULT_LEVEL[mode],
-            help=f"the checks to run (default {DEFAULT_LEVEL[mode]})",
+            help=f"the checks to run (default {DEFAULT_LEVEL[mode]})"
+            + ("; standard and full only with --gate" if mode == "slurm" else ""),
         )
         sub.add_argument(
             "--deadline-s",
@@ -118,6 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARG", help="passed on to pytest")
         if mode == "slurm":
             sub.add_argument("--drain", action="store_true", help="drain this node through scontrol on a failure")
+            sub.add_argument(
+                "--gate",
+                action="store_true",
+                help="the measuring gate, in an exclusive job: drain the node as it starts, resume it on a pass, "
+                "drain it with the failed checks on a failure (healthcheck/gate.py)",
+            )
             sub.add_argument("--node", metavar="NAME", help="this node's Slurm name (default: see below)")
         else:
             sub.add_argument(
@@ -157,8 +164,11 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
 
 
 def _slurm(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> int:
+    if args.level not in HEALTH_LEVELS and not args.gate:
+        why = f"--level {args.level} measures for minutes: run it as the gate (--gate) in an exclusive job"
+        return _say(slurm.error_line(f"usage:  {why} (contrib/slurm/gbvalidate-gate.sbatch)"), slurm.EXIT_NOT_RUN)
     node = None
-    if args.drain:  # before any check runs: a drain line names exactly one node, or nothing runs
+    if args.drain or args.gate:  # before any check runs: a drain line names exactly one node, or nothing runs
         node, why = slurm.node_name(args.node, env, hostname)
         if node is None:
             return _say(slurm.error_line(f"refusing to drain:  {why}"), slurm.EXIT_NOT_RUN)
@@ -166,6 +176,20 @@ def _slurm(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> i
     deadline_s, unmeetable = _slurm_deadline(args.deadline_s, args.level, env, scontrol)
     if unmeetable is not None:
         return _say(slurm.error_line(f"usage:  {unmeetable}"), slurm.EXIT_NOT_RUN)
+    if args.gate:
+        assert node is not None
+        refused = gate.refusal(env, scontrol)
+        if refused is not None:
+            return _say(slurm.error_line(f"usage:  {refused}"), slurm.EXIT_NOT_RUN)
+        line, code = gate.run_gate(
+            node,
+            args.level,
+            env,
+            scontrol,
+            lambda: run_checks(args.level, deadline_s, [*args.pytest_args, NODE_ONLY], args.keep_report),
+            lambda not_kept: [not_kept or "", dropped_note(env) or ""],
+        )
+        return _say(line, code)
     if node is not None:  # HealthCheckProgram runs on drained nodes too: theirs is someone's word already
         state = scontrol.node_state(node)
         if state is not None and state.out_of_service:

@@ -38,7 +38,7 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pytest_gbvalidate.healthcheck.verdict import FAIL, OK, TIMEOUT, Verdict, escaped
+from pytest_gbvalidate.healthcheck.verdict import FAIL, LEADER, OK, TIMEOUT, Verdict, escaped
 from pytest_gbvalidate.labels import printable
 from pytest_gbvalidate.service import reason_text, slurm_node_name
 
@@ -149,6 +149,11 @@ class NodeState:
     def out_of_service(self) -> bool:
         return bool(OUT_OF_SERVICE & set(self.state.upper().split("+")))
 
+    @property
+    def ours(self) -> bool:
+        """Whether the reason it is out for is one of ours (`gbvalidate: ...`)."""
+        return (self.reason or "").startswith(LEADER)
+
     def shown(self) -> str:
         reason = "" if self.reason is None else f", reason {self.reason!a}"
         return f"state {printable(self.state)}{reason}"
@@ -195,18 +200,38 @@ class Scontrol:
         return None if said is None else parse_node_state(said)
 
     def drain(self, node: str, reason: str) -> str:
-        """Drain `node`, unless someone took it out of service already (their reason is kept: scontrol would
-        replace it); what happened, in a few words. A node only DOWN drains: the drain outlives its return."""
+        """Drain `node`, unless someone else took it out of service already (their reason is kept: scontrol would
+        replace it; a reason of ours is replaced by the newer one); what happened, in a few words. A node only DOWN
+        drains: the drain outlives its return."""
         state = self.node_state(node)
-        if state is not None and state.out_of_service:
+        if state is not None and state.out_of_service and not state.ours:
             return f"not drained: {node} is out of service already ({state.shown()}), kept as it is"
-        done = self._run(*drain_argv(node, reason)[1:])
+        return self._update(node, "drained", drain_argv(node, reason)[1:])
+
+    def resume(self, node: str, reason_prefix: str) -> str:
+        """Resume `node` where it is drained with a reason that starts with `reason_prefix` (ours, for the gate
+        under way); else leave it. What happened, in a few words."""
+        state = self.node_state(node)
+        if state is None or not state.out_of_service or not (state.reason or "").startswith(reason_prefix):
+            shown = "no answer" if state is None else state.shown()
+            return f"not resumed: {node} is not drained for the gate ({shown})"
+        return self._update(node, "resumed", ["update", f"nodename={node}", "state=resume"])
+
+    def _update(self, node: str, done_word: str, args: list[str]) -> str:
+        done = self._run(*args)
         if isinstance(done, str):
-            return f"not drained: {done}"
+            return f"not {done_word}: {done}"
         if done.returncode != 0:
             said = [text.strip() for text in (done.stderr + done.stdout).splitlines() if text.strip()]
-            return f"not drained: scontrol exit status {done.returncode}: {said[-1] if said else 'no output'}"
-        return f"drained {node}"
+            return f"not {done_word}: scontrol exit status {done.returncode}: {said[-1] if said else 'no output'}"
+        return f"{done_word} {node}"
+
+    def exclusive(self, job_id: str) -> bool | None:
+        """Whether job `job_id` holds its nodes alone (`scontrol show job`: OverSubscribe=NO, as `sbatch --exclusive`
+        gives it); None where scontrol does not say."""
+        said = self._ask("show", "job", "-o", job_id)
+        found = re.search(r"(?:^|\s)OverSubscribe=(\S+)", said or "")
+        return None if found is None else found[1] == "NO"
 
     def _ask(self, *args: str) -> str | None:
         """scontrol's answer to a question, or None where it gave none."""

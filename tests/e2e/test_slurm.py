@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -408,3 +409,58 @@ def test_the_fleet_summary_s_scontrol_lines_drain_as_printed(two_nodes: SlurmClu
     reason = two_nodes.reasons()["node2"]
     assert reason == "gbvalidate: gpu_hardware: test_gpu_count"
     two_nodes.scontrol("update", "nodename=node2", "state=resume")
+
+
+# --- the measuring gate as an exclusive job ---------------------------------------------------------------------
+
+
+def submit_gate(cluster: SlurmCluster, tmp_path: Path, hosts: str, *pytest_args: str) -> dict[str, str]:
+    """contrib/slurm/gbvalidate-gate-submit.sh over `hosts`, as an operator runs it; once the jobs it submitted have
+    ended, what it said of each node."""
+    env = {"GBVALIDATE_PYTHON": sys.executable, "GBVALIDATE_OUT": str(tmp_path / "out")}
+    done = cluster.run(str(CONTRIB / "gbvalidate-gate-submit.sh"), hosts, *pytest_args, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = dict(line.split(": ", 1) for line in done.stdout.splitlines())
+    jobs = [text.removeprefix("submitted job ") for text in said.values() if text.startswith("submitted job ")]
+    cluster.wait_until(
+        lambda: not any(cluster.run("squeue", "-h", "-j", job).stdout.strip() for job in jobs),
+        "the gate's jobs to end",
+        timeout=120,
+    )
+    return said
+
+
+def test_the_gate_resumes_a_node_that_passes_and_drains_one_that_fails(two_nodes: SlurmCluster, tmp_path: Path) -> None:
+    """The standard level as an exclusive job per node: drained while it measures (no job lands beside it), resumed
+    on a pass, drained with the failed check as the reason on a failure."""
+    site = tmp_path / "test_site.py"  # the fan of node2 only: it fails there
+    site.write_text("import socket\n" + SITE_CHECK.replace("assert False", "assert socket.gethostname() == 'node1'"))
+    try:
+        said = submit_gate(two_nodes, tmp_path, "node[1-2]", "--gb-sku=cpu", str(site), "-k", "test_site_fan")
+        assert [text.split(" ", 2)[:2] for text in said.values()] == [["submitted", "job"]] * 2, said
+        assert two_nodes.reasons() == {"node2": "gbvalidate: unclassified: test_site_fan"}
+        assert two_nodes.state("node1") == "IDLE"
+        lines = sorted(p.read_text().splitlines()[-1] for p in tmp_path.glob("gbvalidate-gate-*.out"))
+        assert lines[0].startswith("ERROR:  gbvalidate:  Health check failed:  unclassified (1 check); ")
+        assert "; drained node2; checks: unclassified: test_site_fan" in lines[0]
+        assert re.fullmatch(
+            r"gbvalidate:  Node Health Check completed successfully \(\d+s\): standard level, 1 passed, 0 skipped; "
+            r"resumed node1",
+            lines[1],
+        ), lines
+        reports = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "out").glob("*.json")}
+        assert {host: r["level"] for host, r in reports.items()} == {"node1": "standard", "node2": "standard"}
+    finally:
+        two_nodes.scontrol("update", "nodename=node2", "state=resume")
+
+
+def test_the_gate_leaves_a_node_with_a_running_job_untouched(two_nodes: SlurmCluster, tmp_path: Path) -> None:
+    busy = two_nodes.run("sbatch", "--parsable", "-w", "node2", "--time=3", "--wrap", "sleep 120", cwd=tmp_path)
+    job = busy.stdout.strip()
+    try:
+        two_nodes.wait_until(lambda: two_nodes.state("node2").startswith(("ALLOCATED", "MIXED")), "node2 to run it")
+        said = submit_gate(two_nodes, tmp_path, "node2", "--gb-sku=cpu", "-k", "test_numa_nodes_hold_every_cpu")
+        assert said == {"node2": f"left alone ({two_nodes.state('node2')}: a job runs there)"}, said
+        assert two_nodes.reasons() == {} and list(tmp_path.glob("gbvalidate-gate-*.out")) == []
+    finally:
+        two_nodes.run("scancel", job)

@@ -400,3 +400,32 @@ def test_an_epilog_deadline_past_prolog_epilog_timeout_is_refused_naming_it(
         "(PrologEpilogTimeout), so the checks get 40 s at most (20 s are start-up, the report and scontrol) and at "
         "least 20: raise PrologEpilogTimeout\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "said"),
+    [
+        (["--level", "standard"], BATCH_SCRIPT, "--level standard measures for minutes: run it as the gate (--gate)"),
+        (["--gate", "--level", "standard"], HEALTH_CHECK_PROGRAM, "--gate measures for minutes: not in slurmd's hooks"),
+        (["--gate"], PROLOG, "--gate measures for minutes: not in slurmd's hooks"),
+        (["--gate"], {"SLURMD_NODENAME": "gpu-017"} | {"SLURM_JOB_ID": ""}, "--gate runs in a Slurm job that holds"),
+        (["--gate", "--level", "full"], BATCH_SCRIPT, "job 42 does not hold its node alone (sbatch --exclusive)"),
+    ],
+    ids=["level-without-gate", "health-check-program", "prolog", "no-job", "not-exclusive"],
+)
+@pytest.mark.usefixtures("nothing_runs")
+def test_the_measuring_gate_runs_only_in_a_job_that_holds_the_node_alone(
+    argv: list[str],
+    env: dict[str, str],
+    said: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The standard and full levels measure for minutes with every GPU and link: beside a job they measured the job
+    too. Nothing runs, and nothing is drained, where the gate cannot hold the node alone."""
+    calls = stub_scontrol(tmp_path)  # `show job` says nothing of OverSubscribe: not known to be exclusive
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert cli.main(["slurm", *argv], env=env, hostname="gpu-017") == 10
+    assert capsys.readouterr().out.startswith(f"ERROR:  gbvalidate:  usage:  {said}")
+    assert scontrol_calls(calls) == []

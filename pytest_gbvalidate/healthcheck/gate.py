@@ -1,0 +1,75 @@
+"""The measuring gate as an exclusive Slurm job (`python -m pytest_gbvalidate.healthcheck slurm --gate`, from
+contrib/slurm/gbvalidate-gate.sbatch): the standard or full level on a node no other job shares.
+
+slurmd's hooks may run beside a job and get the passive level (slurm.py); the levels that measure -- copies, GEMMs,
+collective sweeps, pretraining -- take minutes and load every GPU and link, and are run the way the field runs them
+(AMD's Slurm operator, Nebius, Azure's runbook): as a job of their own on an idle node. The job must hold the node
+alone (`sbatch --exclusive`, OverSubscribe=NO): else it is refused, nothing run. As it starts, the node is drained
+with the reason `gbvalidate: gate running (job N)`, so no job lands there after it; then
+
+- a pass resumes the node (only where that reason of ours still stands: someone's later drain is theirs);
+- a failure or the deadline drains it with the failed checks as the reason, replacing ours;
+- no verdict (our own failure, a signal) resumes it: the gate said nothing of the node.
+
+A node someone else took out of service is left alone, unchecked."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from pytest_gbvalidate.healthcheck import slurm
+from pytest_gbvalidate.healthcheck.level_run import CannotRun, Stopped
+from pytest_gbvalidate.healthcheck.verdict import FAIL, OK, TIMEOUT, Run, judge
+from pytest_gbvalidate.levels import Level
+
+GATE_REASON = "gbvalidate: gate running"
+
+
+def refusal(env: Mapping[str, str], scontrol: slurm.Scontrol) -> str | None:
+    """Why the gate cannot run here, or None: only in a job of its own that holds the node alone."""
+    if slurm.is_health_check_program(env) or slurm.is_prolog_or_epilog(env):
+        return "--gate measures for minutes: not in slurmd's hooks, but as a job (contrib/slurm/gbvalidate-gate.sbatch)"
+    job = env.get("SLURM_JOB_ID")
+    if not job:
+        return "--gate runs in a Slurm job that holds the node alone: sbatch --exclusive -w NODE gbvalidate-gate.sbatch"
+    if scontrol.exclusive(job) is not True:
+        return f"job {job} does not hold its node alone (sbatch --exclusive): the gate would measure beside a job"
+    return None
+
+
+def run_gate(
+    node: str,
+    level: Level,
+    env: Mapping[str, str],
+    scontrol: slurm.Scontrol,
+    run: Callable[[], tuple[Run, str | None]],
+    notes: Callable[[str | None], list[str]],
+) -> tuple[str, int]:
+    """The gate on `node`: its line and exit status (slurm.py's). `run` runs the level's checks; `notes` gives the
+    line's notes from what `run` says of the kept report."""
+    state = scontrol.node_state(node)
+    if state is not None and state.out_of_service and not state.ours:
+        return slurm.not_checked_line(node, state), slurm.EXIT_OK
+    reason = f"{GATE_REASON} (job {env.get('SLURM_JOB_ID', '?')})"
+    took = scontrol.drain(node, reason)
+    if not took.startswith("drained"):  # another job could land beside the gate's minutes of measuring
+        return slurm.error_line(f"Gate could not run:  {took}"), slurm.EXIT_NOT_RUN
+    try:
+        found, not_kept = run()
+    except Stopped as stop:
+        return f"{slurm.stopped_by(stop.signum)} {scontrol.resume(node, GATE_REASON)}", slurm.signal_exit_code(
+            stop.signum
+        )
+    except CannotRun as exc:
+        line = slurm.error_line(f"Gate could not run:  {exc}; {scontrol.resume(node, GATE_REASON)}")
+        return line, slurm.EXIT_NOT_RUN
+    verdict = judge(found)
+    said = notes(not_kept)
+    failed = slurm.drain_reason(verdict)
+    if failed is not None:
+        said.append(scontrol.drain(node, failed))
+    else:
+        said.append(scontrol.resume(node, GATE_REASON))
+    if verdict.state not in (OK, FAIL, TIMEOUT):
+        said.append(f"the {level} level gave no verdict")
+    return slurm.line(verdict, *said), slurm.exit_code(verdict)
