@@ -464,3 +464,36 @@ def test_the_gate_leaves_a_node_with_a_running_job_untouched(two_nodes: SlurmClu
         assert two_nodes.reasons() == {} and list(tmp_path.glob("gbvalidate-gate-*.out")) == []
     finally:
         two_nodes.run("scancel", job)
+
+
+HANGING_CHECK = (
+    "import time\n\nimport pytest\n\n\n@pytest.mark.gb_level('passive')\ndef test_site_hang():\n    time.sleep(300)\n"
+)
+
+
+def test_a_hung_prolog_ends_within_prolog_epilog_timeout_with_its_line(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """With PrologEpilogTimeout=40 the check kept its own 90 s deadline: slurmd killed it at 40 s, and it wrote no
+    line and left its directory. Its deadline is now the limit less what its start-up, report and scontrol take."""
+    root = tmp_path_factory.mktemp("slurm-prolog-limit")
+    cluster = SlurmCluster(root, ("gpu-018",), recipe_lines() + "PrologEpilogTimeout=40\n")
+    (root / "etc").mkdir()
+    log = install_recipe(cluster, GBVALIDATE_PYTEST_ARGS=HEALTHY)  # slurmd's start-up check passes
+    site = root / "site" / "test_site.py"
+    site.parent.mkdir()
+    site.write_text(HANGING_CHECK)
+    try:
+        cluster.start()
+        cluster.wait_until(lambda: logged(log), "the start-up check's line", timeout=60)
+        install_recipe(cluster, GBVALIDATE_PYTEST_ARGS=f"--gb-sku=cpu {site} -k test_site_hang")
+        before = len(logged(log))
+        cluster.run("sbatch", "-N1", f"--output={root / 'job.out'}", "--wrap", "echo the job ran")
+        cluster.wait_until(lambda: len(logged(log)) > before, "the Prolog's line", timeout=90)
+        assert logged(log)[-1].startswith(
+            "ERROR:  gbvalidate:  Health check failed:  timeout: the passive checks did not finish within 20 s"
+        ), logged(log)[-1]
+        assert not (root / "job.out").exists() or "the job ran" not in (root / "job.out").read_text()
+    finally:
+        cluster.run("scancel", "--full", "--user=root")
+        cluster.stop()
