@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -202,7 +203,18 @@ def held_port() -> socket.socket:
     return holder
 
 
+@pytest.fixture
+def environ_kept() -> Iterator[None]:
+    """This process's environment as it was: a rank that got as far as its NCCL settings sets them here (in-process
+    pytester run) for the ranks it would start."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
 @pytest.mark.parametrize("rank", ["1", "0"], ids=["client-rank", "rank-0"])
+@pytest.mark.usefixtures("environ_kept")
 def test_a_rendezvous_port_another_program_holds_is_the_launcher_s_usage_error_within_the_timeout(
     lab: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, rank: str
 ) -> None:
