@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pytest_gbvalidate.files import atomic_write_text, clashes, same_file, unwritable
-from pytest_gbvalidate.fleet import junit, render
+from pytest_gbvalidate.fleet import breaker, junit, render
 from pytest_gbvalidate.fleet.history import DEFAULT_FAILED, DEFAULT_OF
 from pytest_gbvalidate.fleet.plots import PLOT_NAME
 from pytest_gbvalidate.fleet.summary import Summary, summarize
@@ -110,6 +110,21 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="also name the fleet's nodes that fail again and again in this --gb-history root (see `offenders`)",
     )
+    summary.add_argument(
+        "--max-drain-pct",
+        type=_share_pct,
+        default=breaker.DEFAULT_MAX_PCT,
+        metavar="PCT",
+        help="print no drain line where more than PCT%% of the fleet's nodes would go at once: the breaker "
+        f"(default {breaker.DEFAULT_MAX_PCT:g}; one node always may)",
+    )
+    summary.add_argument(
+        "--max-drain",
+        type=_count,
+        default=None,
+        metavar="N",
+        help="nor where more than N nodes would (default: none, the share alone)",
+    )
     add_repeat_options(summary)
     node = commands.add_parser(
         "history",
@@ -188,6 +203,13 @@ def _count(text: str) -> int:
     return int(text)
 
 
+def _share_pct(text: str) -> float:
+    value = _number(text)
+    if not 0 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"{text!r}: a share in percent, from 0 to 100")
+    return value
+
+
 def _not_negative(text: str) -> float:
     value = _number(text)
     if value < 0 or math.isinf(value):
@@ -249,7 +271,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         parser.error(f"--out {out}: cannot create it: {exc.strerror or exc}")
-    summary = summarize(args.reports, args.sku, args.mad_k, args.below_median_pct, args.noise_floor_pct)
+    summary = summarize(
+        args.reports,
+        args.sku,
+        args.mad_k,
+        args.below_median_pct,
+        args.noise_floor_pct,
+        breaker.Breaker(args.max_drain_pct, args.max_drain),
+    )
     try:
         lines = write(summary, out, plots=args.plots)
     except OSError as exc:  # OutputError names the file

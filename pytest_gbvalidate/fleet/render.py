@@ -209,11 +209,12 @@ class NodeRow:
         }
 
 
-def node_row(n: Node) -> NodeRow:
+def node_row(n: Node, held: bool = False) -> NodeRow:
+    """The node's row; `held`: the breaker tripped, and a node to take out is held (no drain line)."""
     return NodeRow(
         hostname=n.hostname,
         verdict=n.fleet_verdict,
-        drain=yes(n.drain),
+        drain="held" if held and n.drain else yes(n.drain),
         drain_reason=n.drain_reason() if n.drain else "",
         checks=checks_cell(n.failed),
         check_ids=tuple(_check_id(c.test_id, c.category) for c in n.failed),
@@ -229,7 +230,7 @@ def node_row(n: Node) -> NodeRow:
 
 def _nodes_md(summary: Summary) -> list[str]:
     software = [name for name in SOFTWARE if any(name in n.software for n in summary.nodes)]
-    rows = [node_row(n).cells(software) for n in summary.nodes]
+    rows = [node_row(n, bool(summary.tripped)).cells(software) for n in summary.nodes]
     why_none = [  # the run's own words: what to fix before it can speak for its node
         f"- **{md(n.hostname)}** (no verdict): {md(shorten(c.message, MESSAGE_MAX_CHARS))}"
         for n in summary.nodes
@@ -241,12 +242,12 @@ def _nodes_md(summary: Summary) -> list[str]:
 
 
 def _nodes_terminal(summary: Summary) -> list[str]:
-    rows = [node_row(n).cells([])[: len(TERMINAL_NODE_TABLE)] for n in summary.nodes]
+    rows = [node_row(n, bool(summary.tripped)).cells([])[: len(TERMINAL_NODE_TABLE)] for n in summary.nodes]
     return columns([TERMINAL_NODE_TABLE, *rows])
 
 
 def _nodes_rows(summary: Summary) -> list[dict[str, object]]:
-    return [node_row(n).csv() for n in summary.nodes]
+    return [node_row(n, bool(summary.tripped)).csv() for n in summary.nodes]
 
 
 def _check_id(test_id: str, category: str | None) -> str:
@@ -260,6 +261,9 @@ def _check_id(test_id: str, category: str | None) -> str:
 def _drain_md(summary: Summary) -> list[str]:
     """Each node with everything against it, then the Slurm lines."""
     lines = ["", "## Take out of service", ""]
+    if summary.tripped:
+        held = ", ".join(md(host) for host, _ in summary.to_take_out())
+        return [*lines, f"None: the {md(summary.tripped)}.", "", f"Held: {held}."]
     if not summary.drain_list():
         return [*lines, "None."]
     for n in summary.drained:
@@ -288,6 +292,8 @@ def _suspect_md(suspect: Suspect) -> str:
 
 
 def _drain_terminal(summary: Summary) -> list[str]:
+    if summary.tripped:
+        return [summary.tripped]
     if not summary.drain_list():
         return []
     lines = ["take out of service (Slurm, printed, not run):"]
@@ -306,7 +312,7 @@ def _drain_rows(summary: Summary) -> list[dict[str, object]]:
         {
             "hostname": host,
             "verdict": "multi-node finding",
-            "drain": "yes",
+            "drain": "held" if summary.tripped else "yes",
             "reason": reasons[host],
             "failed_checks": "; ".join(dict.fromkeys(_check_id(s.test_id, s.category) for s in found)),
             "report": "; ".join(dict.fromkeys(str(s.run) for s in found)),

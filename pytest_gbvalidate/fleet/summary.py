@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pytest_gbvalidate.fleet.breaker import Breaker
 from pytest_gbvalidate.fleet.findings import (
     FailedCheck,
     MetricStats,
@@ -104,6 +105,7 @@ class Summary:
     pct: float | None  # None: each metric's needed resolution, where its reports give it (MetricStats.needed_pct)
     noise_floor_pct: float
     unreported_suspects: dict[str, list[Suspect]]  # host -> findings, for hosts without a node report here
+    breaker: Breaker = field(default_factory=Breaker)
 
     @property
     def sku(self) -> str | None:
@@ -121,13 +123,23 @@ class Summary:
     def drained(self) -> list[Node]:
         return [n for n in self.nodes if n.drain]
 
-    def drain_list(self) -> list[tuple[str, str]]:
+    def to_take_out(self) -> list[tuple[str, str]]:
         """(host, reason) of every node to take out of service: the drained nodes, then the hosts a multi-node run
         found at fault that have no report of their own here."""
         found = [(n.hostname, n.drain_reason()) for n in self.drained]
         for host, findings in self.unreported_suspects.items():
             found.append((host, join_within("gbvalidate: ", suspect_parts(findings), REASON_MAX_CHARS)))
         return found
+
+    @property
+    def tripped(self) -> str | None:
+        """Why no drain line is printed, where the breaker tripped (fleet/breaker.py); else None."""
+        fleet = len(self.nodes) + len(self.unreported_suspects)
+        return self.breaker.tripped(len(self.to_take_out()), fleet)
+
+    def drain_list(self) -> list[tuple[str, str]]:
+        """What the drain lines take out: to_take_out(), or nothing where the breaker tripped."""
+        return [] if self.tripped else self.to_take_out()
 
     @property
     def outliers(self) -> list[tuple[Node, NodeOutlier]]:
@@ -187,6 +199,8 @@ class Summary:
             why.append(f"{bad_runs} multi-node run(s) did not pass")
         if not self.nodes:
             why.append(f"no node report of SKU {self.sku}")
+        if self.tripped:
+            why.append(self.tripped)
         return why
 
     @property
@@ -200,6 +214,7 @@ def summarize(
     mad_k: float | None = None,
     pct: float | None = None,
     noise_floor_pct: float = 0.0,
+    breaker: Breaker | None = None,
 ) -> Summary:
     sorted_reports = sort_reports(paths, sku)
     nodes = [Node(r, failed_checks(r)) for r in sorted_reports.nodes]
@@ -216,7 +231,8 @@ def summarize(
         node = by_host.get(suspect.host)
         (node.suspected if node is not None else unreported.setdefault(suspect.host, [])).append(suspect)
     scaling = weak_scaling(sorted_reports.multi_node, sorted_reports.nodes)
-    return Summary(sorted_reports, nodes, metrics, scaling, mad_k, pct, noise_floor_pct, unreported)
+    breaker = breaker or Breaker()
+    return Summary(sorted_reports, nodes, metrics, scaling, mad_k, pct, noise_floor_pct, unreported, breaker)
 
 
 def coverage(nodes: Sequence[Node]) -> None:

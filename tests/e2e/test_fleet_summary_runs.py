@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from pytest_gbvalidate.fleet import commands, junit, render
+from pytest_gbvalidate.fleet.breaker import Breaker
 from pytest_gbvalidate.fleet.cli import main
 from pytest_gbvalidate.fleet.reports import CORRUPT, NARROWED, OTHER_SKU, SUPERSEDED, Report, read
 from pytest_gbvalidate.fleet.summary import Summary, summarize
@@ -551,7 +552,8 @@ def test_only_a_hostname_that_names_one_node_gets_a_drain_line(real_report: dict
     """Slurm reads ALL, lists and ranges as many nodes; a newline or an escape sequence must not reach a terminal."""
     odd = ["ALL", "n1,n2", "node[01-99]", "evil\n\x1b[2J", "n\u043e\u0434e-1", "n1.cluster.local"]
     failed = [write(tmp_path, f"odd{i}.json", failing(real_report, host)) for i, host in enumerate(odd)]
-    summary = summarize([*healthy_fleet(real_report, tmp_path), *failed])
+    fleet = [*healthy_fleet(real_report, tmp_path), *failed]
+    summary = summarize(fleet, breaker=Breaker(max_pct=100))  # the lines are tested here, not the breaker
     drains = commands.drain_commands(summary)
     assert [c.split()[2] for c in drains] == ["nodename=n1"]
     assert commands.not_drained(summary) == ["ALL", "evil\\n\\x1b[2J", "n1,n2", "n\\u043e\\u0434e-1", "node[01-99]"]
@@ -776,3 +778,28 @@ def test_what_the_summary_never_reads_is_dropped_as_each_report_is_read_and_chan
     assert isinstance(kept, Report) and "telemetry" not in kept.data and "gpus" not in kept.data
     for m in kept.data["measurements"]:
         assert "provenance" not in m and not any(isinstance(v, list) for v in m["details"].values())
+
+
+def test_the_breaker_prints_no_drain_line_past_half_the_fleet_or_the_number_given(
+    real_report: dict[str, Any], tmp_path: Path
+) -> None:
+    """A wrong baseline, image or fabric fails every node alike: the summary printed a drain line for each."""
+    paths = [write(tmp_path, f"{host}.json", failing(real_report, host)) for host in ("node-01", "node-02", "node-03")]
+    paths.append(write(tmp_path, "node-04.json", node(real_report, "node-04")))
+    out = tmp_path / "out"
+    done = run_cli(*paths, "--out", out)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "breaker tripped: 3 of 4 nodes to take out, more than the 2 allowed at once" in done.stdout
+    assert "scontrol" not in done.stdout and "kubectl" not in done.stdout
+    rows = {r["hostname"]: (r["verdict"], r["drain"]) for r in read_csv(out / "nodes.csv")}
+    assert rows == {f"node-0{i}": ("fail", "held") for i in (1, 2, 3)} | {"node-04": ("pass", "no")}
+    assert "Held: node-01, node-02, node-03." in (out / "summary.md").read_text()
+
+    done = run_cli(*paths[2:], "--out", tmp_path / "two")  # one of two: within half
+    assert "scontrol update nodename=node-03 state=drain" in done.stdout
+    done = run_cli(*paths, "--out", tmp_path / "most", "--max-drain-pct", "75")
+    assert [line.split()[2] for line in done.stdout.splitlines() if line.strip().startswith("scontrol")] == [
+        f"nodename=node-0{i}" for i in (1, 2, 3)
+    ]
+    done = run_cli(*paths, "--out", tmp_path / "number", "--max-drain-pct", "75", "--max-drain", "2")
+    assert "breaker tripped: 3 of 4 nodes to take out, more than the 2 allowed" in done.stdout

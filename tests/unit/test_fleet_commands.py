@@ -10,10 +10,14 @@ from typing import Any
 import pytest
 
 from pytest_gbvalidate.fleet import commands
+from pytest_gbvalidate.fleet.breaker import Breaker
 from pytest_gbvalidate.fleet.summary import summarize
 from pytest_gbvalidate.service import kubernetes_node_name, label_value_problem, qualified_name_problem
 from tests.helpers.fleet_reports import write
 from tests.helpers.healthcheck import FAULT, record, report_with
+
+# Most of these fleets' nodes fail: the lines themselves are tested here, not the breaker (test_fleet_breaker.py).
+NO_BREAKER = Breaker(max_pct=100)
 
 
 def node(host: str, *tests: dict[str, Any], **changes: Any) -> dict[str, Any]:
@@ -36,7 +40,8 @@ def test_each_node_out_of_service_gets_cordon_taint_and_label_lines(tmp_path: Pa
         node("node-05", failed("not a label value!"), exit_status=1),
         node("n1,n2", failed("link"), exit_status=1),
     ]
-    summary = summarize([write(tmp_path, f"r{i}.json", r) for i, r in enumerate(reports)])
+    paths = [write(tmp_path, f"r{i}.json", r) for i, r in enumerate(reports)]
+    summary = summarize(paths, breaker=NO_BREAKER)
     assert [(n.host, n.category) for n in commands.out_of_service(summary)] == [
         ("GPU-03.Cluster.Local", "link"),
         ("n1,n2", "link"),
@@ -73,7 +78,8 @@ def test_every_kubectl_line_holds_valid_names_and_values_only(tmp_path: Path) ->
     hosts = ["node-1", "ALL", "x" * 70, "a.b", "UPPER", "evil;rm -rf /", "$(reboot)", "n\u043e", "-x"]
     categories = ["gpu_hardware", "x" * 64, "a b", "", "ok.1", "_x"]
     reports = [node(h, failed(categories[i % len(categories)]), exit_status=1) for i, h in enumerate(hosts)]
-    summary = summarize([write(tmp_path, f"r{i}.json", r) for i, r in enumerate(reports)])
+    paths = [write(tmp_path, f"r{i}.json", r) for i, r in enumerate(reports)]
+    summary = summarize(paths, breaker=NO_BREAKER)
     lines = commands.kubectl_commands(summary)
     labels = {line.split()[4] for line in lines if line.startswith("kubectl label")}
     assert labels == {"gbvalidate/fault=gpu_hardware", "gbvalidate/fault=ok.1", "gbvalidate/fault=unclassified"}
