@@ -183,7 +183,6 @@ def _slurm(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> i
             return _say(slurm.error_line(f"usage:  {refused}"), slurm.EXIT_NOT_RUN)
         line, code = gate.run_gate(
             node,
-            args.level,
             env,
             scontrol,
             lambda: run_checks(args.level, deadline_s, [*args.pytest_args, NODE_ONLY], args.keep_report),

@@ -19,8 +19,7 @@ from collections.abc import Callable, Mapping
 
 from pytest_gbvalidate.healthcheck import slurm
 from pytest_gbvalidate.healthcheck.level_run import CannotRun, Stopped
-from pytest_gbvalidate.healthcheck.verdict import FAIL, OK, TIMEOUT, Run, judge
-from pytest_gbvalidate.levels import Level
+from pytest_gbvalidate.healthcheck.verdict import Run, judge
 
 GATE_REASON = "gbvalidate: gate running"
 
@@ -39,7 +38,6 @@ def refusal(env: Mapping[str, str], scontrol: slurm.Scontrol) -> str | None:
 
 def run_gate(
     node: str,
-    level: Level,
     env: Mapping[str, str],
     scontrol: slurm.Scontrol,
     run: Callable[[], tuple[Run, str | None]],
@@ -57,19 +55,12 @@ def run_gate(
     try:
         found, not_kept = run()
     except Stopped as stop:
-        return f"{slurm.stopped_by(stop.signum)} {scontrol.resume(node, GATE_REASON)}", slurm.signal_exit_code(
-            stop.signum
-        )
+        resumed = scontrol.resume(node, GATE_REASON)
+        return f"{slurm.stopped_by(stop.signum)} {resumed}", slurm.signal_exit_code(stop.signum)
     except CannotRun as exc:
         line = slurm.error_line(f"Gate could not run:  {exc}; {scontrol.resume(node, GATE_REASON)}")
         return line, slurm.EXIT_NOT_RUN
     verdict = judge(found)
-    said = notes(not_kept)
-    failed = slurm.drain_reason(verdict)
-    if failed is not None:
-        said.append(scontrol.drain(node, failed))
-    else:
-        said.append(scontrol.resume(node, GATE_REASON))
-    if verdict.state not in (OK, FAIL, TIMEOUT):
-        said.append(f"the {level} level gave no verdict")
-    return slurm.line(verdict, *said), slurm.exit_code(verdict)
+    failed = slurm.drain_reason(verdict)  # a failure or the deadline; else a pass, or no verdict
+    done = scontrol.drain(node, failed) if failed is not None else scontrol.resume(node, GATE_REASON)
+    return slurm.line(verdict, *notes(not_kept), done), slurm.exit_code(verdict)
