@@ -12,12 +12,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pytest_gbvalidate.files import atomic_write_text, clashes, same_file, unwritable
-from pytest_gbvalidate.fleet import breaker, junit, render
+from pytest_gbvalidate.fleet import junit, render
 from pytest_gbvalidate.fleet.history import DEFAULT_FAILED, DEFAULT_OF
 from pytest_gbvalidate.fleet.plots import PLOT_NAME
 from pytest_gbvalidate.fleet.summary import Summary, summarize
 from pytest_gbvalidate.labels import printable_exactly
-from pytest_gbvalidate.rules import noise, outliers
+from pytest_gbvalidate.rules import breaker, noise, outliers
 
 PROG = "python -m pytest_gbvalidate.fleet"
 OUT_FILES = ("summary.md", "nodes.csv", "metrics.csv", "fleet.xml")  # in --out; plots/ beside them
@@ -110,21 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="also name the fleet's nodes that fail again and again in this --gb-history root (see `offenders`)",
     )
-    summary.add_argument(
-        "--max-drain-pct",
-        type=_share_pct,
-        default=breaker.DEFAULT_MAX_PCT,
-        metavar="PCT",
-        help="print no drain line where more than PCT%% of the fleet's nodes would go at once: the breaker "
-        f"(default {breaker.DEFAULT_MAX_PCT:g}; one node always may)",
-    )
-    summary.add_argument(
-        "--max-drain",
-        type=_count,
-        default=None,
-        metavar="N",
-        help="nor where more than N nodes would (default: none, the share alone)",
-    )
+    breaker.add_options(summary, "print no drain line")
     add_repeat_options(summary)
     node = commands.add_parser(
         "history",
@@ -203,13 +189,6 @@ def _count(text: str) -> int:
     return int(text)
 
 
-def _share_pct(text: str) -> float:
-    value = _number(text)
-    if not 0 <= value <= 100:
-        raise argparse.ArgumentTypeError(f"{text!r}: a share in percent, from 0 to 100")
-    return value
-
-
 def _not_negative(text: str) -> float:
     value = _number(text)
     if value < 0 or math.isinf(value):
@@ -277,7 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.mad_k,
         args.below_median_pct,
         args.noise_floor_pct,
-        breaker.Breaker(args.max_drain_pct, args.max_drain),
+        breaker.from_options(args),
     )
     try:
         lines = write(summary, out, plots=args.plots)

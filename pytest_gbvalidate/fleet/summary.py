@@ -17,7 +17,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pytest_gbvalidate.fleet.breaker import Breaker
 from pytest_gbvalidate.fleet.findings import (
     FailedCheck,
     MetricStats,
@@ -33,6 +32,7 @@ from pytest_gbvalidate.fleet.scaling import WeakScaling, weak_scaling
 from pytest_gbvalidate.fleet.text import join_within
 from pytest_gbvalidate.report.node_verdict import UNRESOLVED
 from pytest_gbvalidate.rules import outliers
+from pytest_gbvalidate.rules.breaker import Breaker
 
 # The software stack, as the report's `node` section names it, in the order shown.
 SOFTWARE = ("torch", "nccl", "driver", "cuda_driver", "cuda_runtime", "pytest_gbvalidate", "python")
@@ -133,7 +133,7 @@ class Summary:
 
     @property
     def tripped(self) -> str | None:
-        """Why no drain line is printed, where the breaker tripped (fleet/breaker.py); else None."""
+        """Why no drain line is printed, where the breaker tripped (rules/breaker.py); else None."""
         fleet = len(self.nodes) + len(self.unreported_suspects)
         return self.breaker.tripped(len(self.to_take_out()), fleet)
 

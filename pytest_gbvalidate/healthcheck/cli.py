@@ -16,6 +16,7 @@ from pytest_gbvalidate.healthcheck import gate, npd, slurm
 from pytest_gbvalidate.healthcheck.level_run import CannotRun, Stopped, dropped_note, run_checks
 from pytest_gbvalidate.healthcheck.verdict import judge
 from pytest_gbvalidate.levels import BUDGET_S, LEVELS, Level
+from pytest_gbvalidate.rules import breaker
 from pytest_gbvalidate.setting_values import bundled_baselines
 
 PROG = "python -m pytest_gbvalidate.healthcheck"
@@ -126,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "drain it with the failed checks on a failure (healthcheck/gate.py)",
             )
             sub.add_argument("--node", metavar="NAME", help="this node's Slurm name (default: see below)")
+            breaker.add_options(sub, "do not drain")
         else:
             sub.add_argument(
                 "--max-output-length",
@@ -203,7 +205,9 @@ def _slurm(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> i
     notes = [not_kept or "", dropped_note(env) or ""]
     reason = slurm.drain_reason(verdict)  # FAIL and TIMEOUT only
     if node is not None and reason is not None:
-        notes.append(scontrol.drain(node, reason))
+        cluster = scontrol.cluster()  # where it cannot be counted, the node's own evidence stands
+        held = None if not cluster else slurm.held_by_breaker(node, cluster, breaker.from_options(args))
+        notes.append(held or scontrol.drain(node, reason))
     return _say(slurm.line(verdict, *notes), slurm.exit_code(verdict))
 
 

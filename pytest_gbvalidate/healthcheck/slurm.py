@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 from pytest_gbvalidate.healthcheck.verdict import FAIL, LEADER, OK, TIMEOUT, Verdict, escaped
 from pytest_gbvalidate.labels import printable
+from pytest_gbvalidate.rules.breaker import Breaker
 from pytest_gbvalidate.service import reason_text, slurm_node_name
 
 NAME = "gbvalidate"
@@ -168,6 +169,34 @@ def parse_node_state(text: str) -> NodeState | None:
     return NodeState(state[1], reason[1] if reason else None)
 
 
+@dataclass(frozen=True)
+class ClusterNode:
+    """A node of the cluster as `scontrol show node -o` gives it: for the breaker's count."""
+
+    name: str
+    state: NodeState
+    has_gpu: bool  # a GPU among its generic resources (Gres=gpu:...)
+
+
+def parse_cluster(text: str) -> list[ClusterNode]:
+    """`scontrol show node -o`'s lines, one node each; a line without a name or a state is left out."""
+    found = []
+    for line in text.splitlines():
+        name = re.search(r"(?:^|\s)NodeName=(\S+)", line)
+        state = parse_node_state(line)
+        if name is not None and state is not None:
+            found.append(ClusterNode(name[1], state, re.search(r"(?:^|\s)Gres=\S*gpu", line) is not None))
+    return found
+
+
+def held_by_breaker(node: str, cluster: list[ClusterNode], breaker: Breaker) -> str | None:
+    """Why `node` is not drained, where the nodes drained by us with it would be more than `breaker` allows of the
+    cluster's GPU nodes (every node, where none has a GPU); else None."""
+    counted = [n for n in cluster if n.has_gpu] or cluster
+    ours = {n.name for n in counted if n.state.out_of_service and n.state.ours}
+    return breaker.tripped(len(ours | {node}), max(len(counted), 1), held=f"{node} not drained")
+
+
 def drain_argv(node: str, reason: str) -> list[str]:
     return ["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"]
 
@@ -225,6 +254,11 @@ class Scontrol:
             said = [text.strip() for text in (done.stderr + done.stdout).splitlines() if text.strip()]
             return f"not {done_word}: scontrol exit status {done.returncode}: {said[-1] if said else 'no output'}"
         return f"{done_word} {node}"
+
+    def cluster(self) -> list[ClusterNode] | None:
+        """Every node of the cluster, or None where scontrol does not say."""
+        said = self._ask("show", "node", "-o")
+        return None if said is None else parse_cluster(said)
 
     def exclusive(self, job_id: str) -> bool | None:
         """Whether job `job_id` holds its nodes alone (`scontrol show job`: OverSubscribe=NO, as `sbatch --exclusive`

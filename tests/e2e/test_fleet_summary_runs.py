@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 
 from pytest_gbvalidate.fleet import commands, junit, render
-from pytest_gbvalidate.fleet.breaker import Breaker
 from pytest_gbvalidate.fleet.cli import main
 from pytest_gbvalidate.fleet.reports import CORRUPT, NARROWED, OTHER_SKU, SUPERSEDED, Report, read
 from pytest_gbvalidate.fleet.summary import Summary, summarize
+from pytest_gbvalidate.rules.breaker import Breaker
 from tests.helpers.fleet_reports import write
 from tests.helpers.runs import SUITES, schema_errors
 

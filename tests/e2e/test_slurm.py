@@ -497,3 +497,26 @@ def test_a_hung_prolog_ends_within_prolog_epilog_timeout_with_its_line(
     finally:
         cluster.run("scancel", "--full", "--user=root")
         cluster.stop()
+
+
+def test_the_health_check_s_breaker_holds_a_drain_past_half_the_cluster(
+    two_nodes: SlurmCluster, tmp_path: Path
+) -> None:
+    """node1 is out for one of our reasons already: node2 failing too would take the whole cluster out, which a wrong
+    image or baseline does; the check says so and leaves node2 in."""
+    site = tmp_path / "test_site.py"
+    site.write_text(SITE_CHECK)
+    two_nodes.scontrol("update", "nodename=node1", "state=drain", "reason=gbvalidate: link: test_pcie_link")
+    try:
+        done = two_nodes.run(
+            *("srun", "-w", "node2", "-N1", "--time=3", sys.executable, "-m", "pytest_gbvalidate.healthcheck"),
+            *("slurm", "--drain", "--deadline-s", "90", "--", "--gb-sku=cpu", str(site), "-k", "test_site_fan"),
+            cwd=tmp_path,
+            timeout=200,
+        )
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "breaker tripped: 2 of 2 nodes to take out, more than the 1 allowed at once" in done.stdout
+        assert "node2 not drained" in done.stdout
+        assert two_nodes.reasons() == {"node1": "gbvalidate: link: test_pcie_link"}
+    finally:
+        two_nodes.scontrol("update", "nodename=node1", "state=resume")

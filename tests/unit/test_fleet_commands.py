@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 
 from pytest_gbvalidate.fleet import commands
-from pytest_gbvalidate.fleet.breaker import Breaker
 from pytest_gbvalidate.fleet.summary import summarize
+from pytest_gbvalidate.rules.breaker import Breaker
 from pytest_gbvalidate.service import kubernetes_node_name, label_value_problem, qualified_name_problem
 from tests.helpers.fleet_reports import write
 from tests.helpers.healthcheck import FAULT, record, report_with
 
-# Most of these fleets' nodes fail: the lines themselves are tested here, not the breaker (test_fleet_breaker.py).
+# Most of these fleets' nodes fail: the lines themselves are tested here, not the breaker (test_breaker.py).
 NO_BREAKER = Breaker(max_pct=100)
 
 

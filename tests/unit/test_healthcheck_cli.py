@@ -3,6 +3,7 @@ the mode's "no verdict" exit status (Slurm 10, NPD 2); nothing runs and nothing 
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -429,3 +430,38 @@ def test_the_measuring_gate_runs_only_in_a_job_that_holds_the_node_alone(
     assert cli.main(["slurm", *argv], env=env, hostname="gpu-017") == 10
     assert capsys.readouterr().out.startswith(f"ERROR:  gbvalidate:  usage:  {said}")
     assert scontrol_calls(calls) == []
+
+
+CLUSTER_SCONTROL = """#!{python}
+import json, sys
+with open({calls!r}, "a") as f:
+    f.write(json.dumps(sys.argv[1:]) + "\\n")
+nodes = {nodes!r}
+if sys.argv[1:3] == ["show", "node"]:
+    asked = [n for n in nodes if n.split()[0] == "NodeName=" + sys.argv[-1]] or nodes
+    print("\\n".join(asked))
+"""
+
+
+def test_the_breaker_holds_a_drain_past_half_the_cluster_s_gpu_nodes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A wrong image or baseline fails every node's check alike: each drained itself, and the cluster went out."""
+    gpu = "Gres=gpu:4 State={state} Partitions=debug{reason}"
+    ours = gpu.format(state="IDLE+DRAIN", reason=" Reason=gbvalidate: link: x")
+    nodes = [f"NodeName=gpu-0{i} {ours}" for i in (1, 2)]
+    nodes += [f"NodeName=gpu-017 {gpu.format(state='IDLE', reason='')}"]
+    nodes += [f"NodeName=gpu-018 {gpu.format(state='IDLE', reason='')}", "NodeName=login State=IDLE Gres=(null)"]
+    calls = tmp_path / "scontrol.calls"
+    (tmp_path / "scontrol").write_text(CLUSTER_SCONTROL.format(python=sys.executable, calls=str(calls), nodes=nodes))
+    (tmp_path / "scontrol").chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    captured_run(monkeypatch)
+    assert cli.main(["slurm", "--drain"], env=PROLOG, hostname="h") == 1
+    out = capsys.readouterr().out
+    # Of the four GPU nodes (the login node has none), two are out already: a third would be more than half.
+    assert "; breaker tripped: 3 of 4 nodes to take out, more than the 2 allowed at once" in out
+    assert "gpu-017 not drained, look at what they share first" in out
+    assert scontrol_calls(calls) == []
+    assert cli.main(["slurm", "--drain", "--max-drain-pct", "75"], env=PROLOG, hostname="h") == 1
+    assert "; drained gpu-017; " in capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""fleet/breaker.py: how many nodes the fleet summary takes out at once (property tests of the rule)."""
+"""rules/breaker.py: how many nodes the fleet summary takes out at once (property tests of the rule)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_gbvalidate.fleet.breaker import DEFAULT_MAX_PCT, Breaker
+from pytest_gbvalidate.rules.breaker import DEFAULT_MAX_PCT, Breaker
 
 shares = st.floats(min_value=0, max_value=100, allow_nan=False)
 numbers = st.one_of(st.none(), st.integers(min_value=1, max_value=10_000))
