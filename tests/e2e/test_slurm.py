@@ -12,6 +12,7 @@ import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -281,22 +282,29 @@ def test_health_checks_started_by_one_srun_are_one_check_per_node(two_nodes: Slu
     assert two_nodes.reasons() == {}
 
 
-def test_the_world_recipe_runs_one_world_across_the_nodes(two_nodes: SlurmCluster, tmp_path: Path) -> None:
-    """contrib/slurm/gbvalidate-world.sbatch: MASTER_ADDR is the first node's NodeAddr (its NodeName resolves on
-    no other node here, as on clusters whose NodeNames are not host names)."""
+def run_world(cluster: SlurmCluster, tmp_path: Path, *pytest_args: str) -> tuple[int, str, dict[str, Any]]:
+    """contrib/slurm/gbvalidate-world.sbatch over both nodes, `sbatch --wait`: its exit status, its output and the
+    report rank 0 wrote."""
     env = {"GBVALIDATE_PYTHON": sys.executable, "GBVALIDATE_OUT": str(tmp_path / "out")}
     env["MASTER_PORT"] = str(free_ports(1)[0])  # clusters of other test workers run jobs with the same ids
-    done = two_nodes.run(
+    done = cluster.run(
         *("sbatch", "--wait", "-N2", "--ntasks-per-node=1", "--time=3", "--output=world.out"),
-        *(str(CONTRIB / "gbvalidate-world.sbatch"), "--gb-sku=cpu", "-k", "test_all_reduce_one_size"),
+        *(str(CONTRIB / "gbvalidate-world.sbatch"), "--gb-sku=cpu", *pytest_args),
         env=env,
         cwd=tmp_path,
         timeout=200,
     )
     printed = (tmp_path / "world.out").read_text()
-    assert done.returncode == 0, printed
-    (report_path,) = (tmp_path / "out").glob("gbvalidate-world-*.json")
-    report = json.loads(report_path.read_text())
+    reports = list((tmp_path / "out").glob("gbvalidate-world-*.json"))
+    assert len(reports) == 1, printed
+    return done.returncode, printed, json.loads(reports[0].read_text())
+
+
+def test_the_world_recipe_runs_one_world_across_the_nodes(two_nodes: SlurmCluster, tmp_path: Path) -> None:
+    """contrib/slurm/gbvalidate-world.sbatch: MASTER_ADDR is the first node's NodeAddr (its NodeName resolves on
+    no other node here, as on clusters whose NodeNames are not host names)."""
+    status, printed, report = run_world(two_nodes, tmp_path, "-k", "test_all_reduce_one_size")
+    assert status == 0, printed
     assert report["world"] == {"world_size": 2} and report["gang"]["kind"] == "world"
     assert [h["hostname"] for h in report["gang"]["hosts"]] == ["node1", "node2"]
     assert [t["outcome"] for t in report["tests"] if t["when"] == "call"] == ["passed"]
@@ -313,21 +321,9 @@ def test_the_world_recipe_s_job_fails_with_its_checks_not_cancelled(two_nodes: S
     """With `srun --kill-on-bad-exit=1`, the first rank to exit 1 had srun kill the others: the step CANCELLED, the
     job's exit status 143, and the job no longer said the node had failed its check."""
     (tmp_path / "test_world_site.py").write_text(WORLD_FAIL)
-    env = {"GBVALIDATE_PYTHON": sys.executable, "GBVALIDATE_OUT": str(tmp_path / "out")}
-    env["MASTER_PORT"] = str(free_ports(1)[0])
-    done = two_nodes.run(
-        *("sbatch", "--wait", "-N2", "--ntasks-per-node=1", "--time=3", "--output=world.out"),
-        *(str(CONTRIB / "gbvalidate-world.sbatch"), "--gb-sku=cpu", str(tmp_path / "test_world_site.py")),
-        *("-k", "test_world_site_fan"),
-        env=env,
-        cwd=tmp_path,
-        timeout=200,
-    )
-    printed = (tmp_path / "world.out").read_text()
-    assert done.returncode == 1, printed
+    status, printed, report = run_world(two_nodes, tmp_path, str(tmp_path / "test_world_site.py"), "-k", "site_fan")
+    assert status == 1, printed
     assert "CANCELLED" not in printed and "Terminated" not in printed, printed
-    (report_path,) = (tmp_path / "out").glob("gbvalidate-world-*.json")
-    report = json.loads(report_path.read_text())
     assert report["exit_status"] == 1 and [t["outcome"] for t in report["tests"] if t["when"] == "call"] == ["failed"]
 
 
