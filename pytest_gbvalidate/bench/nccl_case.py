@@ -9,7 +9,7 @@ process group (a new NCCL communicator), sweeps on it, and puts the environment 
 once per process; ``ncclResetDebugInit`` (exported by libnccl, src/debug.cc: "Use this after changing NCCL_DEBUG
 and related parameters in the environment") makes it read ``NCCL_DEBUG*`` again, before the case and after it.
 Where torch's NCCL is not the shared libnccl.so.2 the reset is not available and NCCL may write no log: the check
-then fails saying NCCL did not confirm the algorithm, never passes on bandwidth alone.
+then says NCCL did not confirm the algorithm, unresolved: never a pass on bandwidth alone, nor the node's fault.
 
 `sweep_with_nccl_log_on_rank` runs on every rank of a gang (SPMD).
 """

@@ -1,5 +1,6 @@
-"""What NCCL's own log says it did: whether NVLS (NVLink SHARP) was available and used, and whether a communicator
-spans nodes over multi-node NVLink (MNNVL). Pure text parsing, no torch, no pytest.
+"""What NCCL's own log says it did: whether NVLS (NVLink SHARP) was available and used, whether a communicator
+spans nodes over multi-node NVLink (MNNVL), and which transport each of its connections used. Pure text parsing, no
+torch, no pytest.
 
 The lines read, with where NCCL prints them (github.com/NVIDIA/nccl, master at 5067397c):
 
@@ -10,18 +11,37 @@ The lines read, with where NCCL prints them (github.com/NVIDIA/nccl, master at 5
   or ``NVLS``/``RING``; both are read.
 - ``comm %p rank %d nRanks %d nNodes %d localRanks %d localRank %d MNNVL %d`` -- src/init.cc (INIT): MNNVL 1
   when the communicator runs over multi-node NVLink (NCCL then counts the NVLink domain as one node).
+- ``Channel %02d/%d : %d[%d] -> %d[%d] via P2P/%s%s%s`` (and ``P2P/IPC``, ``P2P/direct pointer``,
+  ``P2P/indirect/...``) -- src/transport/p2p.cc, printed by the sending rank when it sets a connection up:
+  ``P2P/MNNVL`` where the communicator runs over multi-node NVLink, ``P2P/CUMEM`` or ``P2P/IPC`` within one node;
+  ``Channel %02d : %d[%d] -> %d[%d] via SHM/%s/%s`` -- src/transport/shm.cc (same host, through host memory);
+  ``Channel %02d/%d : %d[%d] -> %d[%d] [send] via NET/%s/%d%s%s%s`` and its ``[receive]`` twin (printed by the
+  receiving rank) -- src/transport/net.cc: the network, ``NET/IB/0/GDRDMA``, ``NET/Socket/0``, or a plugin's
+  name (``NET/IBext_v8/2``); ``NET/%s/%d(%d)`` names the rank whose NIC proxies it (PXN). Older releases differ,
+  and are read too: before 2.18 the brackets hold the rank's PCI bus id (``2[c7000]``); the connection index
+  (``Channel 00/1``) came to NET's lines in 2.12 and P2P's in 2.14 (SHM's have none); before 2.13 SHM said ``via
+  direct shared memory``. Each is one connection of one channel: its ranks, its transport (the path's first two
+  parts: ``P2P/MNNVL``, ``NET/IB``; ``SHM`` alone) and the whole path. With ``NCCL_RUNTIME_CONNECT=1`` (the
+  default since 2.22) NCCL connects, and prints, only what the algorithms it runs need, at the first call that
+  needs them. Not read: CollNet's ``CollNet %02d/%1d : %d [send] via COLLNET/...`` (one rank, no peer), and NVLS,
+  which connects through multicast objects and prints no line per peer (``Connected NVLS tree`` only where NCCL
+  counts more than one node).
 - ``NCCL WARN ...`` lines, e.g. ``No algorithm/protocol available for function AllReduce with datatype ...
   NCCL_ALGO was set to NVLS.`` (src/enqueue.cc: NCCL_ALGO asks for an algorithm this communicator cannot run,
   and the call fails) or ``MNNVL (cliqueSize %d) is available but not working on this system. Check the IMEX ...``
   (src/mnnvl.cc).
 
-NCCL writes these with NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS naming INIT and TUNING (`debug_env`); each line is
-prefixed ``host:pid:tid [dev] NCCL INFO`` (or ``NCCL WARN``).
+NCCL writes these with NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS naming INIT and TUNING (`debug_env`): the connection
+lines are logged under ``INIT|P2P``, ``INIT|SHM`` and ``INIT|NET``, and NCCL prints a line whose subsystems share
+one with NCCL_DEBUG_SUBSYS (src/debug.cc), so INIT is enough. Each line is prefixed ``host:pid:tid [dev] NCCL
+INFO`` (or ``NCCL WARN``): the host of a communicator's rank is read from its init line, and from the connection
+lines it prints.
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -35,11 +55,25 @@ NCCL_FUNCTION = {
     "broadcast": "Broadcast",
 }
 SUBSYSTEMS = "INIT,ENV,TUNING"
+# How a problem starts where the log does not say what ran (no line of the kind the check reads): the check cannot
+# tell, and says so as unresolved, never as the node's fault (suites/test_collectives.py).
+NOT_CONFIRMED = "NCCL did not confirm"
 
 _NVLS_SUPPORT = re.compile(r"NVLS multicast support is (not )?available on dev (\d+)")
 _CHOICE = re.compile(r"(?:^|\s)(\w+): (\d+) Bytes -> Algo (\w+) proto (\w+)")
 _COMM = re.compile(r"\bcomm \S+ rank (\d+) nRanks (\d+) nNodes (\d+) localRanks \d+ localRank \d+ MNNVL (\d+)")
 _WARN = re.compile(r"NCCL WARN (.*)")
+# The ``host:pid:tid [dev]`` before NCCL INFO / WARN (a WARN puts ``file:line`` between them).
+_HOST = re.compile(r"(\S+):\d+:\d+ \[\d+\] (?:\S+:\d+ )?NCCL (?:INFO|WARN)")
+_CONNECTION = re.compile(
+    r"\bChannel (\d+)(?:/(\d+))? : (\d+)\[[0-9a-fA-F]+\] -> (\d+)\[[0-9a-fA-F]+\](?: \[(send|receive)\])? via (\S.*)"
+)
+# A transport's name where its second part may hold a space: a network plugin's (``NET/AWS Libfabric/0``, up to
+# the device number) and P2P's ``direct pointer``.
+_NET_PATH = re.compile(r"(NET/.+?)/\d+\S*")
+_P2P_PATH = re.compile(r"(P2P/(?:direct pointer|[^/\s]+))\S*")
+# What multi-node NVLink runs a connection between nodes over (p2p.cc: ``comm->MNNVL ? "MNNVL" : "CUMEM"``).
+MNNVL_TRANSPORT = "P2P/MNNVL"
 
 
 @dataclass(frozen=True)
@@ -62,6 +96,30 @@ class CommInit:
     mnnvl: bool
 
 
+@dataclass(frozen=True)
+class Connection:
+    """One connection of one channel as NCCL set it up: from `source` to `target` (communicator ranks) over
+    `transport`."""
+
+    channel: int
+    index: int  # NCCL's connection index (0 where the release prints none)
+    source: int  # the sending rank
+    target: int  # the receiving rank
+    transport: str  # the path's first two parts (SHM alone): P2P/MNNVL, P2P/CUMEM, P2P/IPC, SHM, NET/IB, NET/Socket
+    path: str  # as NCCL printed it: NET/IB/0/GDRDMA, P2P/CUMEM/read, SHM/direct/direct
+    side: str | None = None  # NET's "send" or "receive": the end that printed the line
+
+    @property
+    def key(self) -> tuple[int, int, int, int]:
+        """The connection whichever end printed it (NET prints both ends)."""
+        return (self.channel, self.index, self.source, self.target)
+
+    @property
+    def printed_by(self) -> int:
+        """The rank whose log line this is: the receiver for NET's [receive], else the sender."""
+        return self.target if self.side == "receive" else self.source
+
+
 @dataclass
 class NcclLog:
     """What one or more ranks' NCCL logs say (`merge` combines ranks)."""
@@ -69,8 +127,39 @@ class NcclLog:
     nvls_support: dict[int, bool] = field(default_factory=dict)  # CUDA device -> multicast available
     choices: list[AlgoChoice] = field(default_factory=list)
     comms: list[CommInit] = field(default_factory=list)
+    connections: list[Connection] = field(default_factory=list)  # as logged: NET's twice where both ends are
+    hosts: dict[int, str] = field(default_factory=dict)  # rank -> the host its lines name (the first one read)
     warnings: list[str] = field(default_factory=list)
     lines: int = 0
+
+    def links(self) -> list[Connection]:
+        """Each connection once (NET's [send] and [receive] lines are the two ends of one), in the log's order."""
+        first: dict[tuple[int, int, int, int], Connection] = {}
+        for c in self.connections:
+            first.setdefault(c.key, c)
+        return list(first.values())
+
+    def transports(self) -> dict[str, int]:
+        """How many connections ran over each transport (`links`), by name: ``{"NET/IB": 16, "P2P/IPC": 112}``."""
+        return dict(sorted(Counter(c.transport for c in self.links()).items()))
+
+    def between_nodes(self, connection: Connection) -> bool:
+        """Whether `connection` joins two hosts: unless the log puts both its ranks on one host. A rank whose host the
+        log does not name counts as elsewhere; NCCL joins two ranks of one host over the network only where neither
+        P2P nor SHM can connect them."""
+        source, target = self.hosts.get(connection.source), self.hosts.get(connection.target)
+        return source is None or target is None or source != target
+
+    def describe(self, connection: Connection) -> str:
+        """``rank 1 -> rank 8 (node-b), channel 00/0, via NET/IB/0/GDRDMA``: a connection in a failure's words."""
+
+        def rank(r: int) -> str:
+            return f"rank {r} ({self.hosts[r]})" if r in self.hosts else f"rank {r}"
+
+        return (
+            f"{rank(connection.source)} -> {rank(connection.target)}, channel "
+            f"{connection.channel:02d}/{connection.index}, via {connection.path}"
+        )
 
     def algorithms(self, function: str, size_bytes: int | None = None) -> list[str]:
         """The distinct ``ALGO/PROTO`` NCCL ran `function` with (at `size_bytes` only, when given), sorted."""
@@ -89,19 +178,47 @@ def debug_env(path: str) -> dict[str, str]:
 
 
 def parse(text: str) -> NcclLog:
-    """The NVLS, algorithm, communicator and warning lines of one NCCL log; every other line is ignored."""
+    """The NVLS, algorithm, communicator, connection and warning lines of one NCCL log; every other line is
+    ignored."""
     log = NcclLog()
     for line in text.splitlines():
         log.lines += 1
         if m := _CHOICE.search(line):
             log.choices.append(AlgoChoice(m[1], int(m[2]), m[3].upper(), m[4].upper()))
+        elif m := _CONNECTION.search(line):
+            transport, path = _transport(m[6])
+            connection = Connection(int(m[1]), int(m[2] or 0), int(m[3]), int(m[4]), transport, path, m[5])
+            log.connections.append(connection)
+            if host := _host(line):
+                log.hosts.setdefault(connection.printed_by, host)
         elif m := _NVLS_SUPPORT.search(line):
             log.nvls_support[int(m[2])] = m[1] is None
         elif m := _COMM.search(line):
             log.comms.append(CommInit(int(m[1]), int(m[2]), int(m[3]), m[4] != "0"))
+            if host := _host(line):
+                log.hosts.setdefault(int(m[1]), host)
         elif m := _WARN.search(line):
             log.warnings.append(m[1].strip())
     return log
+
+
+def _host(line: str) -> str | None:
+    """The host a line's ``host:pid:tid [dev]`` prefix names, None where it has none."""
+    return m[1] if (m := _HOST.search(line)) else None
+
+
+def _transport(via: str) -> tuple[str, str]:
+    """A connection line's text after ``via``: its transport's name and its path as NCCL printed it."""
+    if m := _NET_PATH.match(via):
+        return m[1], m[0]
+    if m := _P2P_PATH.match(via):
+        return m[1], m[0]
+    path = via.split()[0]
+    if via.startswith("direct shared memory"):  # SHM before NCCL 2.13
+        return "SHM", "direct shared memory"
+    if path.startswith("SHM"):  # SHM/direct/direct: the second part is a copy mode, not a transport
+        return "SHM", path
+    return "/".join(path.split("/")[:2]), path
 
 
 def merge(logs: Iterable[NcclLog]) -> NcclLog:
@@ -112,6 +229,9 @@ def merge(logs: Iterable[NcclLog]) -> NcclLog:
             out.nvls_support[dev] = out.nvls_support.get(dev, True) and ok
         out.choices += log.choices
         out.comms += log.comms
+        out.connections += log.connections
+        for rank, host in log.hosts.items():
+            out.hosts.setdefault(rank, host)
         out.warnings += [w for w in log.warnings if w not in out.warnings]
         out.lines += log.lines
     return out
@@ -137,7 +257,7 @@ def nvls_problem(log: NcclLog, function: str) -> str | None:
         )
     if not calls:
         return (
-            f"NCCL did not confirm NVLS: its log ({log.lines} lines) names no algorithm for {function} "
+            f"{NOT_CONFIRMED} NVLS: its log ({log.lines} lines) names no algorithm for {function} "
             f"(NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS={SUBSYSTEMS} on the ranks)"
         )
     return None
@@ -145,10 +265,20 @@ def nvls_problem(log: NcclLog, function: str) -> str | None:
 
 def mnnvl_problem(log: NcclLog) -> str | None:
     """Why NCCL's log does not show the communicator running over multi-node NVLink, in one line; None when
-    every communicator init line says MNNVL 1."""
+    every communicator init line says MNNVL 1 and the connection lines (one at least) show no connection between
+    nodes over the network (NET/...): the transport NCCL used decides, whatever the init line said."""
     broken = [w for w in log.warnings if w.startswith("MNNVL")]
     if broken:
         return f"NCCL did not use multi-node NVLink: {broken[0]}"
+    links = log.links()
+    network = [c for c in links if c.transport.startswith("NET/") and log.between_nodes(c)]
+    if network:
+        used = ", ".join(sorted({c.transport for c in network}))
+        counts = ", ".join(f"{name} {n}" for name, n in log.transports().items())
+        return (
+            f"NCCL did not use multi-node NVLink: {_connections(len(network))} between nodes ran over {used}, not "
+            f"{MNNVL_TRANSPORT} (first: {log.describe(network[0])}; NCCL's connections: {counts})"
+        )
     off = [c for c in log.comms if not c.mnnvl]
     if off:
         return (
@@ -157,10 +287,19 @@ def mnnvl_problem(log: NcclLog) -> str | None:
         )
     if not log.comms:
         return (
-            f"NCCL did not confirm multi-node NVLink: its log ({log.lines} lines) has no communicator init line "
+            f"{NOT_CONFIRMED} multi-node NVLink: its log ({log.lines} lines) has no communicator init line "
             f"(NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS={SUBSYSTEMS} on the ranks)"
         )
+    if not links:
+        return (
+            f"{NOT_CONFIRMED} multi-node NVLink: its log ({log.lines} lines) has no channel connection line, "
+            f"so the transport between nodes is unknown (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS={SUBSYSTEMS} on the ranks)"
+        )
     return None
+
+
+def _connections(n: int) -> str:
+    return f"{n} connection" if n == 1 else f"{n} connections"
 
 
 def shown_env(env: Mapping[str, str], names: Iterable[str]) -> dict[str, str]:

@@ -36,11 +36,70 @@ AllReduce: 2097152 Bytes -> Algo NVLS proto SIMPLE channel{Lo..Hi}={0..15}
 """
 
 # src/init.cc "comm %p rank %d nRanks %d nNodes %d localRanks %d localRank %d MNNVL %d" and src/mnnvl.cc
-# "MNNVL %d cliqueId %x cliqueSize %d cliqueRank %d nvlDomainSize %d": a communicator over multi-node NVLink
-# (a published GB200 log, 4 ranks).
+# "MNNVL %d cliqueId %x cliqueSize %d cliqueRank %d nvlDomainSize %d": a communicator over multi-node NVLink, and
+# src/transport/p2p.cc "Channel %02d/%01d : %d[%d] -> %d[%d] via P2P/%s%s%s" with "MNNVL" (GB200, 4 ranks, NCCL
+# 2.30.7: run A of https://github.com/NVIDIA/nccl/issues/2303, whose every connection line was P2P/MNNVL).
 MNNVL_ON = """\
 watchtower-navy-cn13:2619530:2619530 [0] NCCL INFO MNNVL 1 cliqueId 2786 cliqueSize 4 cliqueRank 0 nvlDomainSize 4
 watchtower-navy-cn13:2619530:2619530 [0] NCCL INFO comm 0x9a39870 rank 0 nRanks 4 nNodes 1 localRanks 4 localRank 0 MNNVL 1
+watchtower-navy-cn13:2619530:2619530 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/MNNVL
+"""
+
+# The same node with NCCL_MNNVL_ENABLE=0: the same p2p.cc line says "CUMEM" (run B of NVIDIA/nccl#2303, above; the
+# reporter's note in parentheses follows NCCL's line as published).
+MNNVL_OFF_CUMEM = """\
+watchtower-navy-cn13:2630772:2630772 [0] NCCL INFO comm 0x440e92d0 rank 0 nRanks 4 nNodes 1 localRanks 4 localRank 0 MNNVL 0
+watchtower-navy-cn13:2630772:2630772 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM (all 256 connect lines are P2P/CUMEM)
+"""
+
+# src/transport/net.cc "Channel %02d/%d : %d[%d] -> %d[%d] [send] via NET/%s/%d%s%s%s" and its "[receive]" twin:
+# rank 8 of a 16-rank job on two nodes of 8 GPUs, whose ranks 0-7 ran on the other node, over InfiniBand with GPUDirect
+# RDMA; within the node, p2p.cc's P2P/IPC (NCCL 2.27.5; the sglang deployment RING_CHOSEN below is from:
+# github.com/devopsrustem/slurmv4, 3/13.sh at e95c7d7cc07303628822f12a30d607d38da1f54d, lines 341, 355, 411, 413,
+# 529, 553).
+NET_IB_COMMS = """\
+tpgds-aihub0008:207014:207014 [7] NCCL INFO comm 0x562f37374680 rank 15 nRanks 16 nNodes 2 localRanks 8 localRank 7 MNNVL 0
+tpgds-aihub0008:207007:207007 [0] NCCL INFO comm 0x55a223a946d0 rank 8 nRanks 16 nNodes 2 localRanks 8 localRank 0 MNNVL 0
+"""
+NET_IB_CHANNELS = """\
+tpgds-aihub0008:207007:207007 [0] NCCL INFO Channel 00/0 : 1[1] -> 8[0] [receive] via NET/IB/0/GDRDMA
+tpgds-aihub0008:207007:207007 [0] NCCL INFO Channel 00/0 : 8[0] -> 15[7] via P2P/IPC
+tpgds-aihub0008:207007:207007 [0] NCCL INFO Channel 07/0 : 8[0] -> 7[7] [send] via NET/IB/0/GDRDMA
+tpgds-aihub0008:207007:207007 [0] NCCL INFO Connected all rings, use ring PXN 0 GDR 1
+"""
+
+# NET over TCP sockets between nodes, P2P/IPC with P2P read within one (NVIDIA/nccl#952, the log NVLS_NOT_AVAILABLE
+# is from).
+NET_SOCKET = """\
+<cluster_name>:919:1150 [0] NCCL INFO Channel 01/0 : 8[0] -> 15[7] via P2P/IPC/read
+<cluster_name>:926:1151 [7] NCCL INFO Channel 03/0 : 15[7] -> 6[6] [send] via NET/Socket/3
+"""
+
+# src/transport/shm.cc "Channel %02d : %d[%d] -> %d[%d] via SHM/%s/%s" where P2P could not be enabled, then the
+# network to a rank of another node; a release before 2.18, with the PCI bus id in the brackets
+# (https://github.com/NVIDIA/nccl/issues/1516).
+SHM_THEN_NET = """\
+ault43:1696335:1696335 [1] NCCL INFO Channel 00 : 1[81000] -> 0[41000] via SHM/direct/direct
+ault43:1696335:1696402 [1] NCCL INFO Channel 00/1 : 1[81000] -> 2[41000] [send] via NET/IB/1/Shared
+"""
+
+# NET/IB between the four GPUs of one host (one process, a thread per GPU), both ends of 3 -> 2 logged; net.cc's line
+# before NCCL 2.12, "Channel %02d : %d[%lx] -> %d[%lx] [receive] via NET/%s/%d%s%s"
+# (https://github.com/NVIDIA/nccl/issues/707).
+NET_WITHIN_A_HOST = """\
+10-90-43-152:120890:121560 [0] NCCL INFO Channel 01 : 2[c7000] -> 0[87000] [receive] via NET/IB/5/GDRDMA
+10-90-43-152:120890:121561 [1] NCCL INFO Channel 01 : 2[c7000] -> 1[8d000] [receive] via NET/IB/5/GDRDMA
+10-90-43-152:120890:121563 [3] NCCL INFO Channel 01 : 3[ca000] -> 2[c7000] [send] via NET/IB/2/GDRDMA
+10-90-43-152:120890:121562 [2] NCCL INFO Channel 01 : 3[ca000] -> 2[c7000] [receive] via NET/IB/2/GDRDMA
+"""
+
+# p2p.cc's "via P2P/direct pointer%s" (ranks in one process: https://github.com/NVIDIA/nccl/issues/1817), an
+# external net plugin's name (nccl-rdma-sharp-plugins' IBext_v8: https://github.com/NVIDIA/nccl/issues/1814), and
+# "P2P/IPC/read" with PCI bus ids in the brackets (https://github.com/NVIDIA/Megatron-LM/issues/516).
+OTHER_TRANSPORTS = """\
+sh9-machine-20250813085604-64df4c99dc-m27xf:3884994:3885084 [0] NCCL INFO Channel 01/1 : 0[0] -> 3[3] via P2P/direct pointer
+hostname-test:987:1260 [7] NCCL INFO Channel 03/0 : 47[7] -> 39[7] [receive] via NET/IBext_v8/2
+09677202c889:5278:5702 [3] NCCL INFO Channel 12/0 : 3[201d0] -> 2[201c0] via P2P/IPC/read
 """
 
 # The same init line without it: NVIDIA/nccl-tests#213 (8 GPUs).
@@ -60,6 +119,9 @@ LOGS = {
     "RING_CHOSEN": RING_CHOSEN,
     "NVLS_CHOSEN": NVLS_CHOSEN,
     "MNNVL_ON": MNNVL_ON,
+    # Its init lines alone: MNNVL 1, and no connection line to say what the connections ran over.
+    "MNNVL_UNTOLD": "".join(MNNVL_ON.splitlines(keepends=True)[:2]),
     "MNNVL_OFF": MNNVL_OFF,
+    "NET_IB": NET_IB_COMMS + NET_IB_CHANNELS,
     "NO_ALGORITHM": NO_ALGORITHM,
 }
