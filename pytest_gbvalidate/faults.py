@@ -9,7 +9,9 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
+
+from pytest_gbvalidate.report.records import ReasonClass
 
 if TYPE_CHECKING:
     from pytest_gbvalidate.report.records import FaultRecord
@@ -24,6 +26,7 @@ class Category:
     title: str
     action: str
     disposition: str  # ISOLATE, RESET, REBOOT or MONITOR: what happens to the node until the action is done
+    reason_class: ReasonClass  # whose problem it is: a drain reason starts with it
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,7 @@ class Fault:
             "title": self.category.title,
             "action": self.category.action,
             "disposition": self.category.disposition,
+            "reason_class": self.category.reason_class,
             "why": None if self.rule is None else self.rule.why,
         }
 
@@ -109,7 +113,10 @@ def _category(name: str, fields: Mapping[str, Any]) -> Category:
     disposition = str(fields["disposition"])
     if disposition not in DISPOSITIONS:
         raise TypeError(f"{name}: disposition {disposition!r} is not one of {', '.join(DISPOSITIONS)}")
-    return Category(name, str(fields["title"]), str(fields["action"]), disposition)
+    reason_class = fields["class"]
+    if reason_class not in get_args(ReasonClass):
+        raise TypeError(f"{name}: class {reason_class!r} is not one of {', '.join(get_args(ReasonClass))}")
+    return Category(name, str(fields["title"]), str(fields["action"]), disposition, reason_class)
 
 
 def _rule(fields: Mapping[str, Any]) -> Rule:

@@ -18,6 +18,7 @@ from pytest_gbvalidate.node import nvml, telemetry
 if TYPE_CHECKING:
     from pytest_gbvalidate.node.topology import NumaMap
     from pytest_gbvalidate.run.session import GbSession
+    from pytest_gbvalidate.settings import Setting
     from pytest_gbvalidate.target import Target
 
 T = TypeVar("T")
@@ -246,6 +247,11 @@ class Expected:
 
     def require(self, field: str) -> Any:
         return self.require_any(field)[field]
+
+    def setting(self, name: str) -> Setting[Any]:
+        """A setting of the run that says what the node is expected to be now (`node_idle`, `compute_domain`),
+        with where its value came from."""
+        return self.gb.settings.get(name)
 
     def require_any(self, *fields: str) -> dict[str, Any]:
         """The expectations among `fields` the baseline gives; skips (or fails) when it gives none of them."""

@@ -10,7 +10,7 @@ import shlex
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from pytest_gbvalidate.levels import Level, LevelError
 from pytest_gbvalidate.levels import parse_level as _level
@@ -23,6 +23,11 @@ LAST: Literal["last"] = "last"  # --gb-compare=last: the node's latest report in
 # `none`, it is one node's own run whatever a launcher set (a per-node check launched on every node at once).
 World = Literal["auto", "none"]
 WORLDS: tuple[World, ...] = ("auto", "none")
+# --gb-compute-domain: whether this node is to be in a multi-node NVLink compute domain now, for which IMEX must be
+# ready (suites/test_health.py test_imex). `auto`: where IMEX is set up on the node (a channel device or the daemon);
+# a node left idle outside any domain (a Kubernetes ComputeDomain or a Slurm job makes one on demand) has none.
+ComputeDomain = Literal["auto", "expected", "none"]
+COMPUTE_DOMAINS: tuple[ComputeDomain, ...] = ("auto", "expected", "none")
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
 
@@ -212,8 +217,20 @@ def parse_command(raw: str, base: Path) -> tuple[str, ...]:
 
 
 def parse_world(raw: str, _base: Path) -> World:
+    return _one_of(raw, WORLDS)
+
+
+def parse_compute_domain(raw: str, _base: Path) -> ComputeDomain:
+    return _one_of(raw, COMPUTE_DOMAINS)
+
+
+Word = TypeVar("Word", bound=str)
+
+
+def _one_of(raw: str, choices: tuple[Word, ...]) -> Word:
+    """The choice `raw` names (case and surrounding space aside)."""
     word = raw.strip().lower()
-    for world in WORLDS:
-        if word == world:
-            return world
-    raise SettingError(f"expected one of {', '.join(WORLDS)}")
+    for choice in choices:
+        if word == choice:
+            return choice
+    raise SettingError(f"expected one of {', '.join(choices)}")

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 from pytest_gbvalidate.levels import DEFAULT_LEVEL, LEVELS, Level
 from pytest_gbvalidate.setting_values import (
     LAST,
+    ComputeDomain,
     SettingError,
     World,
     ancestors,
@@ -19,8 +20,10 @@ from pytest_gbvalidate.setting_values import (
     parse_bool,
     parse_command,
     parse_compare,
+    parse_compute_domain,
     parse_dir,
     parse_history_dir,
+    parse_input_file,
     parse_level,
     parse_output_path,
     parse_prometheus_path,
@@ -85,7 +88,10 @@ class Settings:
     # launcher ending in one (`srun --container-image=... python`). None: the baseline's, else this interpreter.
     engine_python: Setting[tuple[str, ...] | None]
     world: Setting[World]  # whether a launcher's variables make this process a rank of a world (ranks/world.py)
+    compute_domain: Setting[ComputeDomain]  # whether IMEX is judged (setting_values.py)
+    node_idle: Setting[bool]  # no job runs on the node now: a process on its GPUs is one a job left behind
     record: Setting[Path | None]  # command line only: a one-off action, not a standing configuration
+    rerun_failed: Setting[Path | None]  # command line only: the earlier report whose failed checks to run again
     list_skus: Setting[bool]
     # Missing directories that writing the report or the recorded baseline will create, as pytest's --junitxml
     # creates its own: (where the path came from, the outermost missing directory).
@@ -326,11 +332,35 @@ TABLE: tuple[SettingSpec, ...] = (
         "WORLD",
     ),
     SettingSpec(
+        "compute_domain",
+        parse_compute_domain,
+        lambda: AUTO,
+        "whether this node is to be in a multi-node NVLink compute domain now, so that IMEX must be ready: expected; "
+        "none (IMEX is not judged); auto: judged where IMEX is set up on the node (a channel device or the "
+        "nvidia-imex daemon), not on an idle node outside any domain. Default: auto.",
+        "MODE",
+    ),
+    SettingSpec(
+        "node_idle",
+        parse_bool,
+        _off,
+        "no job runs on this node now: a process on its GPUs is one a job left behind, and fails "
+        "test_no_leftover_gpu_processes (the Slurm health check sets it where Slurm says the node is idle).",
+    ),
+    SettingSpec(
         "record",
         parse_record_path,
         _none,
         "write a baseline for this node from this run's measurements to PATH (the file name is the SKU).",
         "PATH",
+        cli_only=True,
+    ),
+    SettingSpec(
+        "rerun_failed",
+        parse_input_file,
+        _none,
+        "run only the checks that failed in this earlier JSON report (run/rerun.py; same paths as that run).",
+        "REPORT",
         cli_only=True,
     ),
     SettingSpec("list_skus", parse_bool, _off, "list known SKUs and exit.", cli_only=True),

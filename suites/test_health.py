@@ -119,8 +119,17 @@ def test_imex(gb_expected: Expected, record_property: Callable[[str, object], No
     fault: it passes, the domain's state in the JUnit property `imex_domain`."""
     if not gb_expected.require("health.multi_node_nvlink"):
         pytest.skip("the baseline says this node is in no multi-node NVLink domain: IMEX is not needed")
+    domain_setting = gb_expected.setting("compute_domain")
+    if domain_setting.value == "none":
+        pytest.skip(f"no compute domain is expected here ({domain_setting.source}): IMEX is not judged")
     channels = imex.read_channels(imex.CHANNELS_DIR)
     daemon = imex.daemon_state()
+    if domain_setting.value == "auto" and not imex.set_up(channels, daemon):
+        # An idle node outside any compute domain: a Kubernetes ComputeDomain or a Slurm job sets IMEX up on demand.
+        pytest.skip(
+            f"no compute domain here ({domain_setting.source}: auto): no IMEX channel in {imex.CHANNELS_DIR}, no "
+            f"nvidia-imex daemon answering, no {imex.NODES_CONFIG}; --gb-compute-domain=expected judges IMEX anyway"
+        )
     domain = imex.judge_domain(imex.domain_state(), imex.own_names()) if daemon.problem is None else None
     problems = [p for p in (channels.problem, daemon.problem, domain and domain.problem) if p]
     if not channels.numbers and channels.problem is None:
@@ -244,6 +253,28 @@ def test_no_slowdown(gpu: Gpu) -> None:
     mask = gpu.read(nvml.clocks_event_reasons)
     reasons = nvml.slowdown_reasons(mask)
     assert not reasons, f"{gpu}: clocks held down by {', '.join(reasons)} (clocks event reasons {mask:#x})"
+
+
+def test_no_leftover_gpu_processes(gpu: Gpu, gb_expected: Expected) -> None:
+    """On a node no job runs on (--gb-node-idle: the Slurm health check sets it where Slurm says the node is idle),
+    no process holds the GPU: one that does is what a finished job left behind (a process stuck in the driver, a
+    server a job started), and the next job finds its memory taken. This run's own processes are not counted."""
+    idle = gb_expected.setting("node_idle")
+    if not idle.value:
+        pytest.skip(f"a job may run on this node ({idle.source}): its processes on the GPUs are its own")
+    ours = _own_processes()
+    left = [p for p in gpu.read(nvml.compute_processes) if p.pid not in ours]
+    shown = ", ".join(
+        f"pid {p.pid}" + ("" if p.used_bytes is None else f" ({p.used_bytes / 2**30:.1f} GiB)") for p in left[:5]
+    )
+    assert not left, f"{gpu}: {len(left)} process(es) left on a node no job runs on: {shown}"
+
+
+def _own_processes() -> set[int]:
+    import psutil
+
+    me = psutil.Process()
+    return {me.pid} | {child.pid for child in me.children(recursive=True)}
 
 
 def test_persistence_mode(gpu: Gpu) -> None:

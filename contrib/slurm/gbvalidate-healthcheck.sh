@@ -13,6 +13,8 @@
 # runs as). A variable set in the environment (a run by hand) wins over the file.
 #   GBVALIDATE_PYTHON        the Python with pytest-gbvalidate installed            (default: python3)
 #   GBVALIDATE_DRAIN         1: a failed node drains itself through scontrol; 0: the exit status only (default: 1)
+#   GBVALIDATE_CONFIRM       1: failed checks run once more within the deadline, only what fails again counts (a
+#                            check that then passes is flapping, not drained); 0: one run (default: 1)
 #   GBVALIDATE_LEVEL         passive: the checks that measure nothing, fit beside a job; quick: a short copy, GEMM
 #                            and all_reduce too (default: passive)
 #   GBVALIDATE_DEADLINE_S    seconds the checks may take (default: 45 passive, 90 quick; within slurmd's limit less
@@ -27,7 +29,7 @@ set -u
 # slurmd runs Prolog, Epilog and HealthCheckProgram without a search path (Slurm's prolog_epilog guide).
 export PATH="${PATH:+$PATH:}/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-SETTINGS=(GBVALIDATE_PYTHON GBVALIDATE_DRAIN GBVALIDATE_LEVEL GBVALIDATE_DEADLINE_S GBVALIDATE_KEEP_REPORT
+SETTINGS=(GBVALIDATE_PYTHON GBVALIDATE_DRAIN GBVALIDATE_CONFIRM GBVALIDATE_LEVEL GBVALIDATE_DEADLINE_S GBVALIDATE_KEEP_REPORT
     GBVALIDATE_PYTEST_ARGS GBVALIDATE_LOG_FILE GBVALIDATE_SYSLOG)
 conf="${GBVALIDATE_CONF:-${0%.sh}.conf}"
 
@@ -118,6 +120,11 @@ case "${GBVALIDATE_DRAIN:-1}" in
     1) args+=(--drain) ;;
     0) ;;
     *) no_verdict "GBVALIDATE_DRAIN=${GBVALIDATE_DRAIN}: expected 1 or 0" ;;
+esac
+case "${GBVALIDATE_CONFIRM:-1}" in
+    1) ;;
+    0) args+=(--no-confirm) ;;
+    *) no_verdict "GBVALIDATE_CONFIRM=${GBVALIDATE_CONFIRM}: expected 1 or 0" ;;
 esac
 if [[ -n "${GBVALIDATE_KEEP_REPORT:-}" ]]; then
     args+=(--keep-report "$GBVALIDATE_KEEP_REPORT")

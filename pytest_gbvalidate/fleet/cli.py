@@ -110,6 +110,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="also name the fleet's nodes that fail again and again in this --gb-history root (see `offenders`)",
     )
+    summary.add_argument(
+        "--confirm",
+        action="store_true",
+        help="take a failed node out only for the checks that failed again in a second run of them among the "
+        "reports (pytest --gb-rerun-failed=ITS_REPORT); one that passed is flapping, listed and not drained; a failed "
+        "node with no second run here is not confirmed: no drain line",
+    )
     breaker.add_options(summary, "print no drain line")
     add_repeat_options(summary)
     node = commands.add_parser(
@@ -257,6 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.below_median_pct,
         args.noise_floor_pct,
         breaker.from_options(args),
+        args.confirm,
     )
     try:
         lines = write(summary, out, plots=args.plots)

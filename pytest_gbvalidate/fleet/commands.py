@@ -13,6 +13,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+from pytest_gbvalidate.fleet.domains import FABRIC_CATEGORY
 from pytest_gbvalidate.fleet.summary import Node, Summary
 from pytest_gbvalidate.service import kubernetes_node_name, label_value_problem, slurm_node_name
 
@@ -45,6 +46,8 @@ def _category(node: Node) -> str:
     """The first failed check's, else what else took the node out (Node.drain's order)."""
     if node.failed:
         return node.failed[0].category or "unclassified"
+    if node.domain is not None:
+        return FABRIC_CATEGORY
     if node.verdict == "partial":
         return "partial"
     if node.outliers:

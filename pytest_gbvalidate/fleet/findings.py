@@ -14,6 +14,7 @@ from typing import Any
 
 from pytest_gbvalidate.fleet.reports import Report
 from pytest_gbvalidate.fleet.text import one_line
+from pytest_gbvalidate.report.records import ReasonClass
 from pytest_gbvalidate.rules import noise, outliers
 from pytest_gbvalidate.rules import resolution as rs
 from pytest_gbvalidate.rules.outliers import Outlier, Spread, Unjudged
@@ -28,6 +29,7 @@ class FailedCheck:
     category: str | None
     action: str | None
     disposition: str | None
+    reason_class: ReasonClass = "hardware"  # whose problem it is (faults.yaml); a report without one: hardware
 
     @property
     def name(self) -> str:
@@ -169,6 +171,7 @@ def failed_checks(report: Report) -> list[FailedCheck]:
             None if fault is None else _text(fault["category"]),
             None if fault is None else _text(fault["action"]),
             None if fault is None else _text(fault["disposition"]),
+            "hardware" if fault is None else fault.get("reason_class", "hardware"),
         )
     exit_status = report.data.get("exit_status")
     if report.finished and exit_status != 0 and not checks:

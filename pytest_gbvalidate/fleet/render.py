@@ -34,7 +34,7 @@ from pytest_gbvalidate.fleet.render_stats import (
     rules_text,
 )
 from pytest_gbvalidate.fleet.reports import CORRUPT, NO_VERDICT, NotMerged
-from pytest_gbvalidate.fleet.summary import SOFTWARE, Node, Summary
+from pytest_gbvalidate.fleet.summary import FLAPPING, SOFTWARE, UNCONFIRMED, Node, Summary
 from pytest_gbvalidate.fleet.text import shorten
 
 # Long failure messages are cut in tables: the whole message is in the node's own report.
@@ -49,6 +49,7 @@ def markdown(summary: Summary, plots: Sequence[Path], plot_note: str | None, out
         *_overview_md(summary),
         *_software_md(summary),
         *_nodes_md(summary),
+        *_domains_md(summary),
         *_drain_md(summary),
         *outliers_md(summary),
         *metrics_md(summary),
@@ -73,6 +74,7 @@ def terminal(summary: Summary, written: Sequence[Path], plot_note: str | None) -
     return [
         *_overview_terminal(summary),
         *_nodes_terminal(summary),
+        *[finding.line() for finding in summary.domains],
         *outliers_terminal(summary),
         *_software_terminal(summary),
         *_not_merged_terminal(summary),
@@ -87,7 +89,8 @@ def terminal(summary: Summary, written: Sequence[Path], plot_note: str | None) -
 
 def headline(summary: Summary) -> str:
     counts = Counter(n.fleet_verdict for n in summary.nodes)
-    verdicts = ", ".join(f"{counts[v]} {v}" for v in ("pass", "fail", "unresolved", "partial", NO_VERDICT) if counts[v])
+    shown = ("pass", "fail", FLAPPING, "unresolved", UNCONFIRMED, "partial", NO_VERDICT)
+    verdicts = ", ".join(f"{counts[v]} {v}" for v in shown if counts[v])
     outlying = sum(1 for n in summary.nodes if n.outliers)
     failures = summary.failures()
     outcome = "FAIL (exit 1): " + "; ".join(failures) if failures else "PASS (exit 0)"
@@ -238,12 +241,13 @@ def _nodes_md(summary: Summary) -> list[str]:
         for c in n.failed
         if c.test_id == SESSION_CHECK
     ]
+    why_none += [f"- {md(note)}" for n in summary.nodes if (note := n.confirm_note()) is not None]
     return ["", "## Nodes", "", *md_table([*NODE_TABLE, *software], rows), *(["", *why_none] if why_none else [])]
 
 
 def _nodes_terminal(summary: Summary) -> list[str]:
     rows = [node_row(n, bool(summary.tripped)).cells([])[: len(TERMINAL_NODE_TABLE)] for n in summary.nodes]
-    return columns([TERMINAL_NODE_TABLE, *rows])
+    return [*columns([TERMINAL_NODE_TABLE, *rows]), *filter(None, (n.confirm_note() for n in summary.nodes))]
 
 
 def _nodes_rows(summary: Summary) -> list[dict[str, object]]:
@@ -253,6 +257,15 @@ def _nodes_rows(summary: Summary) -> list[dict[str, object]]:
 def _check_id(test_id: str, category: str | None) -> str:
     """A failed check for nodes.csv: its whole test id and its fault category."""
     return f"{test_id} [{category or '-'}]"
+
+
+# --- NVLink domains that fail together ---------------------------------------------------------------------------
+
+
+def _domains_md(summary: Summary) -> list[str]:
+    if not summary.domains:
+        return []
+    return ["", "## NVLink domains", "", *[f"- {md(finding.line())}" for finding in summary.domains]]
 
 
 # --- take out of service -----------------------------------------------------------------------------------------

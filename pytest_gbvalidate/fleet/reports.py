@@ -39,12 +39,13 @@ import re
 import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 from pytest_gbvalidate.files import InputError, read_json
 from pytest_gbvalidate.labels import printable, printable_exactly
+from pytest_gbvalidate.node.fabric import nvlink_domain
 from pytest_gbvalidate.report import history, node_verdict, schema
 from pytest_gbvalidate.report.node_verdict import NO_VERDICT as NO_VERDICT  # where the fleet's modules take it
 from pytest_gbvalidate.report.node_verdict import NodeVerdict
@@ -57,6 +58,7 @@ PARTIAL_STATUSES = ("running", "interrupted")
 FINISHED_EXIT_STATUSES = (0, 1, 2, 3, 4, 5)
 CORRUPT, OTHER_SKU, SUPERSEDED = "corrupt", "other SKU", "superseded"
 NARROWED = "narrowed"  # a subset's run after a whole one of its node: listed, the whole one counts
+CONFIRMATION = "confirmation"  # a second run of a node's failed checks: listed; `fleet summary --confirm` reads it
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,8 @@ class Report:
     path: Path
     data: RunReportRecord
     order: int  # position on the command line: breaks ties of start_time
+    # `<cluster UUID>/<clique>` of the NVLink domain its GPUs joined (node/fabric.py), as it may be shown; None: none
+    nvlink_domain: str | None = None
 
     @property
     def hostname(self) -> str:
@@ -89,6 +93,11 @@ class Report:
     def narrowed_by(self) -> list[str]:
         """What narrowed the run's checks beyond its level (`-k`, ...); empty for its whole selection."""
         return self.data.get("narrowed_by", [])
+
+    @property
+    def reruns_failed(self) -> bool:
+        """Whether the run is a second run of an earlier one's failed checks (`--gb-rerun-failed`, run/rerun.py)."""
+        return any(n.startswith("--gb-rerun-failed ") for n in self.narrowed_by)
 
     @property
     def nodes(self) -> int:
@@ -130,7 +139,7 @@ class NotMerged:
     """A report left out of the fleet's statistics, with why. `hostname` where the file says one."""
 
     path: Path
-    kind: str  # CORRUPT, OTHER_SKU, SUPERSEDED or NARROWED
+    kind: str  # CORRUPT, OTHER_SKU, SUPERSEDED, NARROWED or CONFIRMATION
     reason: str
     hostname: str | None
     sku: str | None = None
@@ -150,6 +159,9 @@ class Sorted:
     nodes: list[Report]  # one per hostname, the latest; finished or partial; by hostname
     multi_node: list[Report]
     not_merged: list[NotMerged]
+    # A node's latest run of the checks that failed in its whole run (`--gb-rerun-failed`), after that run: what
+    # `fleet summary --confirm` holds its failures to (fleet/confirm.py). By hostname.
+    confirmations: dict[str, Report] = field(default_factory=dict)
 
 
 def read(path: Path, order: int, now: dt.datetime | None = None) -> Report | NotMerged:
@@ -167,7 +179,10 @@ def read(path: Path, order: int, now: dt.datetime | None = None) -> Report | Not
     if problem is not None:
         return NotMerged(path, CORRUPT, problem, hostname)
     report = cast(RunReportRecord, escaped(fleet_part(data)))  # checked against the records by _problem
-    return Report(path, report, order)
+    gpus = data.get("gpus")
+    devices = gpus.get("devices") if isinstance(gpus, dict) else None
+    domain = nvlink_domain(devices if isinstance(devices, list) else [])
+    return Report(path, report, order, None if domain is None else printable_exactly(domain))
 
 
 # What the fleet reads of a report, kept once the whole report is checked: the rest -- telemetry series, the GPU
@@ -285,8 +300,14 @@ def sort_reports(paths: Sequence[Path], sku: str | None = None) -> Sorted:
         else:
             ours.append(report)
     latest: dict[str, Report] = {}
+    confirmations: dict[str, Report] = {}
     for report in sorted((r for r in ours if r.nodes == 1), key=_age):
         earlier = latest.get(report.hostname)
+        if earlier is not None and report.reruns_failed and not earlier.reruns_failed:
+            reason = f"runs the failed checks of {report.hostname} again (fleet summary --confirm reads it)"
+            not_merged.append(NotMerged(report.path, CONFIRMATION, reason, report.hostname, report.sku))
+            confirmations[report.hostname] = report
+            continue
         if earlier is not None and report.narrowed_by and not earlier.narrowed_by:
             # A subset run again (`-k` the failed check) does not speak for the node a whole run judged.
             reason = (
@@ -299,6 +320,7 @@ def sort_reports(paths: Sequence[Path], sku: str | None = None) -> Sorted:
             reason = f"{report.hostname} has a later report: {report.path} ({report.data.get('start_time')})"
             not_merged.append(NotMerged(earlier.path, SUPERSEDED, reason, earlier.hostname, earlier.sku))
         latest[report.hostname] = report
+        confirmations.pop(report.hostname, None)  # a second run of an earlier run's failures: not this one's
     nodes = sorted(latest.values(), key=lambda r: natural_key(r.hostname))
     # A multi-node run over the same hosts as a later one is superseded by it; runs that do not name their hosts
     # all count.
@@ -314,7 +336,7 @@ def sort_reports(paths: Sequence[Path], sku: str | None = None) -> Sorted:
         if hosts:
             latest_runs[hosts] = report
         multi_node.append(report)
-    return Sorted(fleet_sku, sku_note, nodes, multi_node, not_merged)
+    return Sorted(fleet_sku, sku_note, nodes, multi_node, not_merged, confirmations)
 
 
 def _start_time(data: Mapping[str, Any]) -> dt.datetime | None:

@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pytest_gbvalidate.fleet import confirm as confirmation
+from pytest_gbvalidate.fleet.domains import DomainFinding, domain_findings
 from pytest_gbvalidate.fleet.findings import (
     FailedCheck,
     MetricStats,
@@ -29,13 +31,16 @@ from pytest_gbvalidate.fleet.findings import (
 )
 from pytest_gbvalidate.fleet.reports import CORRUPT, NO_VERDICT, OTHER_SKU, NotMerged, Report, Sorted, sort_reports
 from pytest_gbvalidate.fleet.scaling import WeakScaling, weak_scaling
-from pytest_gbvalidate.fleet.text import join_within
+from pytest_gbvalidate.fleet.text import drain_reason
 from pytest_gbvalidate.report.node_verdict import UNRESOLVED
+from pytest_gbvalidate.report.records import ReasonClass
 from pytest_gbvalidate.rules import outliers
 from pytest_gbvalidate.rules.breaker import Breaker
 
 # The software stack, as the report's `node` section names it, in the order shown.
 SOFTWARE = ("torch", "nccl", "driver", "cuda_driver", "cuda_runtime", "pytest_gbvalidate", "python")
+# What --confirm makes of a failed node (confirm.py): every failure passed its second run, or none was told again.
+FLAPPING, UNCONFIRMED = "flapping", "unconfirmed"
 # A drain reason is for `sinfo -R` and the Slurm log: the categories and metrics, the details are in summary.md.
 REASON_MAX_CHARS = 120
 
@@ -48,6 +53,10 @@ class Node:
     unjudged: list[NodeUnjudged] = field(default_factory=list)  # figures too noisy to judge: no verdict on them
     suspected: list[Suspect] = field(default_factory=list)
     lacks: list[str] = field(default_factory=list)  # checks most of its peers ran and it did not (`coverage`)
+    domain: DomainFinding | None = None  # its NVLink domain fails its fabric checks together (domains.py)
+    # --confirm (confirm.py): the failed checks that passed their second run; why a failure is not confirmed
+    flapping: list[str] = field(default_factory=list)
+    unconfirmed: str | None = None
 
     @property
     def hostname(self) -> str:
@@ -61,7 +70,21 @@ class Node:
     def fleet_verdict(self) -> str:
         """What the fleet says of the node, for its row: the report's verdict, except that a passing node too noisy
         to judge on some figure of the fleet's (`unjudged`) is unresolved, neither passed nor drained."""
+        if self.unconfirmed is not None:
+            return UNCONFIRMED
+        if self.verdict == "fail" and self.flapping and not self.failed:
+            return FLAPPING
         return UNRESOLVED if self.verdict == "pass" and self.unjudged and not self.drain else self.verdict
+
+    def confirm_note(self) -> str | None:
+        """What --confirm found of the node's failures, one line; None where it found nothing to say."""
+        if self.unconfirmed is not None:
+            return f"{self.hostname}: failed once, not confirmed: {self.unconfirmed}"
+        if self.flapping:
+            return f"{self.hostname}: flapping (failed, then passed on a second run; not drained): " + ", ".join(
+                self.flapping
+            )
+        return None
 
     @property
     def software(self) -> dict[str, str]:
@@ -74,25 +97,29 @@ class Node:
         multi-node run, or short of checks its peers ran (it has not shown what they showed); never a node whose
         run gave no verdict (its own usage or internal error), nor one only too noisy to judge on some figure
         (`unjudged`), which are listed instead."""
+        if self.domain is not None:  # the domain goes out as a unit, whatever this node's own run said
+            return True
         if self.verdict in (NO_VERDICT, UNRESOLVED):  # the run's own failure, or its figures too noisy: not judged
             return False
-        return self.verdict != "pass" or bool(self.outliers) or bool(self.suspected) or bool(self.lacks)
+        failure_stands = self.verdict == "fail" and bool(self.failed) and self.unconfirmed is None
+        return self.verdict == "partial" or failure_stands or bool(self.outliers or self.suspected or self.lacks)
 
     def drain_reason(self) -> str:
-        """Short, one line: the partial report, the failed checks by fault category, the outlier metrics, what
-        multi-node runs found."""
-        parts = []
-        if self.verdict == "partial":
-            parts.append(f"report {self.report.status}")
+        """Short, one line: the most pressing class of what was found, the failed checks by fault category, then
+        the partial report, the outlier metrics, what multi-node runs found (the node's hardware, each of them,
+        until a person says otherwise)."""
+        partial = [self.domain.reason_part()] if self.domain is not None else []
+        partial += [f"report {self.report.status}"] if self.verdict == "partial" else []
         by_category: dict[str, list[str]] = {}
         for check in self.failed:
             by_category.setdefault(check.category or "failed", []).append(check.name)
-        parts += [f"{category}: {','.join(names)}" for category, names in by_category.items()]
-        parts += [f"outlier {o.short(compact=True)}" for o in self.outliers]
-        parts += suspect_parts(self.suspected)
+        checks = [f"{category}: {','.join(names)}" for category, names in by_category.items()]
+        others = [f"outlier {o.short(compact=True)}" for o in self.outliers] + suspect_parts(self.suspected)
         if self.lacks:
-            parts.append(f"ran less than its peers: {','.join(self.lacks)}")
-        return join_within("gbvalidate: ", parts, REASON_MAX_CHARS)
+            others.append(f"ran less than its peers: {','.join(self.lacks)}")
+        classes: list[ReasonClass] = [c.reason_class for c in self.failed]
+        classes += ["hardware"] if partial or others else []
+        return drain_reason(classes, [*partial, *checks, *others], REASON_MAX_CHARS)
 
 
 @dataclass
@@ -106,6 +133,7 @@ class Summary:
     noise_floor_pct: float
     unreported_suspects: dict[str, list[Suspect]]  # host -> findings, for hosts without a node report here
     breaker: Breaker = field(default_factory=Breaker)
+    domains: list[DomainFinding] = field(default_factory=list)
 
     @property
     def sku(self) -> str | None:
@@ -128,7 +156,7 @@ class Summary:
         found at fault that have no report of their own here."""
         found = [(n.hostname, n.drain_reason()) for n in self.drained]
         for host, findings in self.unreported_suspects.items():
-            found.append((host, join_within("gbvalidate: ", suspect_parts(findings), REASON_MAX_CHARS)))
+            found.append((host, drain_reason([], suspect_parts(findings), REASON_MAX_CHARS)))
         return found
 
     @property
@@ -163,9 +191,12 @@ class Summary:
     def failures(self) -> list[str]:
         """Why the exit code is 1; empty when it is 0."""
         why = []
-        counts = Counter(n.verdict for n in self.nodes)
+        counts = Counter(n.verdict for n in self.nodes if n.unconfirmed is None and (n.failed or n.verdict != "fail"))
         if counts["fail"]:
             why.append(f"{counts['fail']} node(s) fail their checks")
+        unconfirmed = sum(1 for n in self.nodes if n.unconfirmed is not None)
+        if unconfirmed:
+            why.append(f"{unconfirmed} node(s) failed once, not confirmed (no verdict: run their failed checks again)")
         outlying = sum(1 for n in self.nodes if n.outliers and n.drain)
         if outlying:
             why.append(f"{outlying} node(s) are outliers")
@@ -180,6 +211,8 @@ class Summary:
         suspected = sum(1 for n in self.nodes if n.suspected and n.drain) + len(self.unreported_suspects)
         if suspected:
             why.append(f"{suspected} node(s) found at fault by a multi-node run")
+        if self.domains:
+            why.append(f"{len(self.domains)} NVLink domain(s) fail their fabric checks together (see each domain)")
         if counts[UNRESOLVED]:
             why.append(
                 f"{counts[UNRESOLVED]} node(s) unresolved: too noisy to judge (no verdict: run again on an idle node)"
@@ -215,9 +248,14 @@ def summarize(
     pct: float | None = None,
     noise_floor_pct: float = 0.0,
     breaker: Breaker | None = None,
+    confirm: bool = False,
 ) -> Summary:
+    """With `confirm`, a failed node's failures stand only where a second run of them here failed them again
+    (confirm.py)."""
     sorted_reports = sort_reports(paths, sku)
     nodes = [Node(r, failed_checks(r)) for r in sorted_reports.nodes]
+    for failed in (n for n in nodes if confirm and n.verdict == "fail"):
+        confirmation.apply(failed, sorted_reports.confirmations.get(failed.hostname))
     coverage(nodes)
     metrics = metric_stats([n.report for n in nodes if n.report.finished], mad_k, pct, noise_floor_pct)
     by_host = {n.hostname: n for n in nodes}
@@ -231,8 +269,12 @@ def summarize(
         node = by_host.get(suspect.host)
         (node.suspected if node is not None else unreported.setdefault(suspect.host, [])).append(suspect)
     scaling = weak_scaling(sorted_reports.multi_node, sorted_reports.nodes)
+    domains = domain_findings(nodes)
+    for finding in domains:
+        for host in finding.hosts:
+            by_host[host].domain = finding
     breaker = breaker or Breaker()
-    return Summary(sorted_reports, nodes, metrics, scaling, mad_k, pct, noise_floor_pct, unreported, breaker)
+    return Summary(sorted_reports, nodes, metrics, scaling, mad_k, pct, noise_floor_pct, unreported, breaker, domains)
 
 
 def coverage(nodes: Sequence[Node]) -> None:

@@ -4,7 +4,15 @@ joined within a limit."""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import get_args
+
+from pytest_gbvalidate.report.records import ReasonClass
+
+LEADER = "gbvalidate: "  # whose drain a reason is (NHC's start with "NHC:")
+# Whose problem a node's findings are, most pressing first: a reason names the first its findings have, so one that
+# starts `gbvalidate: [job_leftovers]` has no hardware or configuration finding (the health check resumes it).
+CLASS_ORDER: tuple[ReasonClass, ...] = get_args(ReasonClass)
 
 
 def one_line(text: str) -> str:
@@ -33,3 +41,10 @@ def join_within(prefix: str, parts: Sequence[str], limit: int) -> str:
     if not kept:
         return shorten(prefix + parts[0], limit - len(tail)) + tail
     return prefix + "; ".join(kept) + tail
+
+
+def drain_reason(classes: Iterable[ReasonClass], parts: Sequence[str], limit: int) -> str:
+    """A drain reason: whose drain it is, the most pressing class of the findings (`[hardware]` where none is
+    given), and as many `parts` as fit in `limit` characters."""
+    first = min(classes, key=CLASS_ORDER.index, default="hardware")
+    return join_within(f"{LEADER}[{first}] ", parts, limit)

@@ -13,8 +13,9 @@ from typing import NoReturn
 
 from pytest_gbvalidate.files import clashes, unwritable
 from pytest_gbvalidate.healthcheck import gate, npd, slurm
+from pytest_gbvalidate.healthcheck.confirm import confirm
 from pytest_gbvalidate.healthcheck.level_run import CannotRun, Stopped, dropped_note, run_checks
-from pytest_gbvalidate.healthcheck.verdict import judge
+from pytest_gbvalidate.healthcheck.verdict import OK, Verdict, judge
 from pytest_gbvalidate.levels import BUDGET_S, LEVELS, Level
 from pytest_gbvalidate.rules import breaker
 from pytest_gbvalidate.setting_values import bundled_baselines
@@ -40,6 +41,7 @@ MAX_DEADLINE_S = 24 * 3600.0
 # Passed to pytest last: a health check is this node's own, whatever launched it (srun -N2 ... healthcheck on two
 # nodes is two checks, not one world of two).
 NODE_ONLY = "--gb-world=none"
+NODE_IDLE = "--gb-node-idle"  # settings.py's TABLE: node_idle
 # The report the run writes is the health check's own (level_run.py): given after `--` too, pytest's last one would
 # win and the run's report go elsewhere.
 REPORT_OPTION = "--gb-report"
@@ -62,9 +64,10 @@ plugin (exit 0 OK, 1 NonOK, 2 Unknown)."""
 SLURM_EPILOG = f"""\
 Exit status: 0 healthy; 1 a check failed; 142 the checks ran past the deadline (killed); 10 no verdict (no report,
 a broken one, a usage or internal error, every check skipped) or a usage error; 128+N stopped by signal N.
---drain runs `scontrol update nodename=NODE state=drain reason="gbvalidate: CATEGORY: CHECK"` on exit 1 and 142
-only. NODE: --node, else $SLURMD_NODENAME, else the hostname up to its first dot; one node's name or nothing
-runs (exit {slurm.EXIT_NOT_RUN})."""
+--drain runs `scontrol update nodename=NODE state=drain reason="gbvalidate: [CLASS] CATEGORY: CHECK"` on exit 1
+and 142 only (failed checks run once more first: only what fails again counts), and resumes a node it drained for
+[job_leftovers] alone once its checks pass. NODE: --node, else $SLURMD_NODENAME, else the hostname up to its first
+dot; one node's name or nothing runs (exit {slurm.EXIT_NOT_RUN})."""
 
 NPD_EPILOG = f"""\
 Exit status: 0 OK; 1 NonOK (a check failed); 2 Unknown (the checks ran past the deadline, no verdict, a usage
@@ -116,6 +119,13 @@ def build_parser() -> argparse.ArgumentParser:
             type=_keep_path,
             metavar="PATH",
             help="also keep the run's JSON report at PATH (replaced; none of the run's inputs)",
+        )
+        sub.add_argument(
+            "--confirm",
+            action=argparse.BooleanOptionalAction,
+            default=True,
+            help="run the failed checks once more within the deadline and count only what fails again; a check "
+            "that then passes is flapping, said and not a failure (default: on)",
         )
         sub.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARG", help="passed on to pytest")
         if mode == "slurm":
@@ -187,27 +197,29 @@ def _slurm(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> i
             node,
             env,
             scontrol,
-            lambda: run_checks(args.level, deadline_s, [*args.pytest_args, NODE_ONLY], args.keep_report),
+            lambda: checked(args, deadline_s, [NODE_IDLE]),  # the gate's job holds the node alone
             lambda not_kept: [not_kept or "", dropped_note(env) or ""],
         )
         return _say(line, code)
-    if node is not None:  # HealthCheckProgram runs on drained nodes too: theirs is someone's word already
-        state = scontrol.node_state(node)
-        if state is not None and state.out_of_service:
-            return _say(slurm.not_checked_line(node, state), slurm.EXIT_OK)
+    state = None if node is None else scontrol.node_state(node)
+    # HealthCheckProgram runs on drained nodes too: theirs is someone's word already; ours for a job's leftovers
+    # alone is checked, to be resumed once they are gone.
+    if node is not None and state is not None and state.out_of_service and not state.for_leftovers:
+        return _say(slurm.not_checked_line(node, state), slurm.EXIT_OK)
     try:
-        run, not_kept = run_checks(args.level, deadline_s, [*args.pytest_args, NODE_ONLY], args.keep_report)
+        verdict, not_kept = checked(args, deadline_s, idle_node(state))
     except Stopped as stop:
         return _say(slurm.stopped_by(stop.signum), slurm.signal_exit_code(stop.signum))
     except CannotRun as exc:
         return _say(slurm.error_line(f"Health check could not run:  {exc}"), slurm.EXIT_NOT_RUN)
-    verdict = judge(run)
     notes = [not_kept or "", dropped_note(env) or ""]
     reason = slurm.drain_reason(verdict)  # FAIL and TIMEOUT only
     if node is not None and reason is not None:
         cluster = scontrol.cluster()  # where it cannot be counted, the node's own evidence stands
         held = None if not cluster else slurm.held_by_breaker(node, cluster, breaker.from_options(args))
         notes.append(held or scontrol.drain(node, reason))
+    elif node is not None and state is not None and state.for_leftovers and verdict.state == OK:
+        notes.append(scontrol.resume(node, slurm.LEFTOVERS_REASON))
     return _say(slurm.line(verdict, *notes), slurm.exit_code(verdict))
 
 
@@ -243,14 +255,30 @@ def _slurm_deadline(
 def _npd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     deadline_s = default_deadline_s(args.level) if args.deadline_s is None else args.deadline_s
     try:
-        run, not_kept = run_checks(args.level, deadline_s, [*args.pytest_args, NODE_ONLY], args.keep_report)
+        verdict, not_kept = checked(args, deadline_s)
     except Stopped as stop:
         return _say(npd.one_line(f"unknown: stopped by {stop}", args.max_output_length), npd.EXIT_UNKNOWN)
     except CannotRun as exc:
         return _say(npd.one_line(f"unknown: {exc}", args.max_output_length), npd.EXIT_UNKNOWN)
-    verdict = judge(run)
     notes = (not_kept or "", dropped_note(env) or "")
     return _say(npd.line(verdict, args.max_output_length, *notes), npd.exit_code(verdict))
+
+
+def idle_node(state: slurm.NodeState | None) -> list[str]:
+    """pytest's option that says no job runs on the node (a process on its GPUs is a job's leftover), where Slurm
+    says it is idle."""
+    return [NODE_IDLE] if state is not None and state.idle else []
+
+
+def checked(args: argparse.Namespace, deadline_s: float, extra: Sequence[str] = ()) -> tuple[Verdict, str | None]:
+    """The level's checks within the deadline, their failures confirmed by a second run (confirm.py) unless
+    --no-confirm; and why the report was not kept, or None. Raises Stopped and CannotRun as run_checks does."""
+    pytest_args = [*args.pytest_args, *extra, NODE_ONLY]
+    run, not_kept = run_checks(args.level, deadline_s, pytest_args, args.keep_report)
+    if not args.confirm:
+        return judge(run), not_kept
+    rerun = lambda report, left_s: run_checks(args.level, left_s, pytest_args, None, report)[0]  # noqa: E731
+    return confirm(run, rerun, MIN_DEADLINE_S), not_kept
 
 
 def _say(line: str, code: int) -> int:

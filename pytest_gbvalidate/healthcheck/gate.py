@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 
 from pytest_gbvalidate.healthcheck import slurm
 from pytest_gbvalidate.healthcheck.level_run import CannotRun, Stopped
-from pytest_gbvalidate.healthcheck.verdict import Run, judge
+from pytest_gbvalidate.healthcheck.verdict import Verdict
 
 GATE_REASON = "gbvalidate: gate running"
 
@@ -40,11 +40,11 @@ def run_gate(
     node: str,
     env: Mapping[str, str],
     scontrol: slurm.Scontrol,
-    run: Callable[[], tuple[Run, str | None]],
+    run: Callable[[], tuple[Verdict, str | None]],
     notes: Callable[[str | None], list[str]],
 ) -> tuple[str, int]:
-    """The gate on `node`: its line and exit status (slurm.py's). `run` runs the level's checks; `notes` gives the
-    line's notes from what `run` says of the kept report."""
+    """The gate on `node`: its line and exit status (slurm.py's). `run` runs the level's checks and judges them;
+    `notes` gives the line's notes from what `run` says of the kept report."""
     state = scontrol.node_state(node)
     if state is not None and state.out_of_service and not state.ours:
         return slurm.not_checked_line(node, state), slurm.EXIT_OK
@@ -53,14 +53,13 @@ def run_gate(
     if not took.startswith("drained"):  # another job could land beside the gate's minutes of measuring
         return slurm.error_line(f"Gate could not run:  {took}"), slurm.EXIT_NOT_RUN
     try:
-        found, not_kept = run()
+        verdict, not_kept = run()
     except Stopped as stop:
         resumed = scontrol.resume(node, GATE_REASON)
         return f"{slurm.stopped_by(stop.signum)} {resumed}", slurm.signal_exit_code(stop.signum)
     except CannotRun as exc:
         line = slurm.error_line(f"Gate could not run:  {exc}; {scontrol.resume(node, GATE_REASON)}")
         return line, slurm.EXIT_NOT_RUN
-    verdict = judge(found)
     failed = slurm.drain_reason(verdict)  # a failure or the deadline; else a pass, or no verdict
     done = scontrol.drain(node, failed) if failed is not None else scontrol.resume(node, GATE_REASON)
     return slurm.line(verdict, *notes(not_kept), done), slurm.exit_code(verdict)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import fcntl
+import json
 import os
 import shutil
 import signal
@@ -68,17 +69,24 @@ class Stopped(Exception):
         self.signum = signum
 
 
-def pytest_command(report: Path, level: str, pytest_args: Sequence[str]) -> list[str]:
+def pytest_command(report: Path, level: str, pytest_args: Sequence[str], rerun: Path | None = None) -> list[str]:
+    """The level's run; with `rerun`, an earlier run's report, only the checks that failed in it (run/rerun.py)."""
     command = [sys.executable, "-m", "pytest", "--pyargs", SUITES_PACKAGE, f"--gb-level={level}"]
-    return [*command, f"--gb-report={report}", "-p", "no:cacheprovider", "-q", *pytest_args]
+    again = [] if rerun is None else [f"--gb-rerun-failed={rerun}"]
+    return [*command, f"--gb-report={report}", *again, "-p", "no:cacheprovider", "-q", *pytest_args]
 
 
 def run_checks(
-    level: str, deadline_s: float, pytest_args: Sequence[str], keep_report: Path | None
+    level: str,
+    deadline_s: float,
+    pytest_args: Sequence[str],
+    keep_report: Path | None,
+    rerun: RunReportRecord | None = None,
 ) -> tuple[Run, str | None]:
-    """Run the checks and read their report; with `keep_report`, copy the report there (files.py's rules) and
-    say why not where it could not be. Raises Stopped (after killing the run) on SIGTERM, SIGINT or SIGHUP, and
-    CannotRun where the run could not start (nothing is left behind)."""
+    """Run the checks (with `rerun`, an earlier run's report: only those that failed in it, given the same
+    `pytest_args`) and read their report; with `keep_report`, copy the report there (files.py's rules) and say why
+    not where it could not be. Raises Stopped (after killing the run) on SIGTERM, SIGINT or SIGHUP, and CannotRun
+    where the run could not start (nothing is left behind)."""
     if not sys.executable:  # Python sets it empty where it cannot tell its own path
         raise CannotRun("this Python cannot tell its own path (sys.executable is empty): no interpreter for the checks")
     try:
@@ -96,7 +104,13 @@ def run_checks(
         except OSError as exc:
             raise CannotRun(f"cannot lock the run's directory: {_why(exc)}") from None
         report_path, output_path = directory / "report.json", directory / "output.log"
-        command = pytest_command(report_path, level, pytest_args)
+        earlier = None if rerun is None else directory / "earlier.json"
+        if earlier is not None:
+            try:
+                atomic_write_bytes(earlier, json.dumps(rerun).encode())
+            except OSError as exc:
+                raise CannotRun(f"cannot write the earlier report for the second run: {_why(exc)}") from None
+        command = pytest_command(report_path, level, pytest_args, earlier)
         start = time.monotonic()
         returncode, timed_out = _run(command, directory, output_path, deadline_s)
         duration_s = time.monotonic() - start

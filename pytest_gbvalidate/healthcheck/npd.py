@@ -38,7 +38,7 @@ def line(verdict: Verdict, max_chars: int, *notes: str) -> str:
         text = "unknown: " + "; ".join(verdict.findings())
     else:
         text = f"unknown: {verdict.detail}"
-    return one_line("; ".join(part for part in (text, *notes) if part), max_chars)
+    return one_line("; ".join(part for part in (text, verdict.confirmation(), *notes) if part), max_chars)
 
 
 def one_line(text: str, max_chars: int) -> str:

@@ -19,7 +19,8 @@ reason is theirs, and `scontrol update state=drain reason=...` would replace it.
 Slurm's own mark for a node that stopped responding -- is checked, and drained if it fails: Slurm returns it to
 service as its slurmd starts again (ReturnToService=1), and the check at slurmd's start is the only guard of that
 return (skipped, a failing node went back to IDLE and ran a job). NHC's node-mark-online resumes nodes it drained
-once they pass; we never resume a node.
+once they pass; we resume only a node we drained for what a job left behind alone (`[job_leftovers]`, the reason's
+class: LEFTOVERS_REASON), once its checks pass: every other drain waits for a person.
 
 Slurm's limits: slurmd kills HealthCheckProgram after 60 s (src/common/run_command.c: SIGTERM to its process group,
 SIGKILL 10 ms later), up to Slurm 25.11; from 26.05 after HealthCheckTimeout (slurm.conf, default 60). As
@@ -38,7 +39,8 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pytest_gbvalidate.healthcheck.verdict import FAIL, LEADER, OK, TIMEOUT, Verdict, escaped
+from pytest_gbvalidate.fleet.text import LEADER
+from pytest_gbvalidate.healthcheck.verdict import FAIL, OK, TIMEOUT, Verdict, escaped
 from pytest_gbvalidate.labels import printable
 from pytest_gbvalidate.rules.breaker import Breaker
 from pytest_gbvalidate.service import reason_text, slurm_node_name
@@ -59,6 +61,9 @@ RESERVE_S = 20.0
 # responding (DOWN+NOT_RESPONDING), and returns such a node to service when its slurmd starts again
 # (ReturnToService=1, the default): the check at slurmd's start is the guard of exactly that return.
 OUT_OF_SERVICE = frozenset({"DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "MAINT", "REBOOT_ISSUED"})
+# A drain of ours for what a job left behind (faults.yaml's class job_leftovers): the health check checks such a node
+# and resumes it once the check passes (Nebius's operator does the same for its `[user_problem]` drains).
+LEFTOVERS_REASON = f"{LEADER}[job_leftovers]"
 
 
 def exit_code(verdict: Verdict) -> int:
@@ -76,17 +81,19 @@ def line(verdict: Verdict, *notes: str) -> str:
             f"{NAME}:  Node Health Check completed successfully ({verdict.duration_s:.0f}s): {verdict.level} level,"
             f" {verdict.passed} passed, {verdict.skipped} skipped"
         )
+        notes = (verdict.confirmation(), *notes)
     elif verdict.state == FAIL:
         # What an operator acts on first, the list of failed checks last: the line is cut at LINE_MAX_CHARS, and
         # with many failures the list alone would fill it, leaving out the action and whether the node drained.
         actions = [f"action: {'; '.join(verdict.actions())}"] if verdict.actions() else []
         checks = [f"checks: {'; '.join(verdict.findings())}"]
-        found = [verdict.categories(), verdict.cause, *actions, verdict.detail, *notes, *checks]
+        found = [verdict.categories(), verdict.cause, *actions, verdict.confirmation(), verdict.detail, *notes, *checks]
         return one_line(f"ERROR:  {NAME}:  Health check failed:  " + "; ".join(part for part in found if part))
     elif verdict.state == TIMEOUT:
         text = f"ERROR:  {NAME}:  Health check failed:  " + "; ".join([*verdict.findings(), verdict.detail])
     else:
         text = f"ERROR:  {NAME}:  Health check could not run:  {verdict.detail}"
+        notes = (verdict.confirmation(), *notes)
     return one_line("; ".join(part for part in (text, *notes) if part))
 
 
@@ -154,6 +161,17 @@ class NodeState:
     def ours(self) -> bool:
         """Whether the reason it is out for is one of ours (`gbvalidate: ...`)."""
         return (self.reason or "").startswith(LEADER)
+
+    @property
+    def for_leftovers(self) -> bool:
+        """Whether we drained it for what a job left behind alone (a reason's classes come hardware first)."""
+        return self.out_of_service and (self.reason or "").startswith(LEFTOVERS_REASON)
+
+    @property
+    def idle(self) -> bool:
+        """Whether no job runs on it: its base state is IDLE (`IDLE`, `IDLE+DRAIN`, `IDLE+COMPLETING` in the last
+        job's Epilog)."""
+        return self.state.upper().split("+", 1)[0] == "IDLE"
 
     def shown(self) -> str:
         reason = "" if self.reason is None else f", reason {self.reason!a}"
@@ -238,12 +256,12 @@ class Scontrol:
         return self._update(node, "drained", drain_argv(node, reason)[1:])
 
     def resume(self, node: str, reason_prefix: str) -> str:
-        """Resume `node` where it is drained with a reason that starts with `reason_prefix` (ours, for the gate
-        under way); else leave it. What happened, in a few words."""
+        """Resume `node` where it is drained with a reason that starts with `reason_prefix` (ours: for the gate
+        under way, for a job's leftovers); else leave it. What happened, in a few words."""
         state = self.node_state(node)
         if state is None or not state.out_of_service or not (state.reason or "").startswith(reason_prefix):
             shown = "no answer" if state is None else state.shown()
-            return f"not resumed: {node} is not drained for the gate ({shown})"
+            return f"not resumed: {node} is not drained for {reason_prefix.removeprefix(LEADER)!a} ({shown})"
         return self._update(node, "resumed", ["update", f"nodename={node}", "state=resume"])
 
     def _update(self, node: str, done_word: str, args: list[str]) -> str:

@@ -18,15 +18,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pytest_gbvalidate.fleet.text import join_within, one_line, shorten
+from pytest_gbvalidate.fleet.text import drain_reason, one_line, shorten
 from pytest_gbvalidate.labels import printable
 from pytest_gbvalidate.node.preconditions import PRECONDITIONS_TEST_ID
 from pytest_gbvalidate.report import node_verdict
-from pytest_gbvalidate.report.records import RunReportRecord
+from pytest_gbvalidate.report.records import ReasonClass, RunReportRecord
 
 OK, FAIL, TIMEOUT, UNKNOWN = "ok", "fail", "timeout", "unknown"
-# What a drain reason starts with, as the fleet summary's do: whose drain it is (NHC's start with "NHC:").
-LEADER = "gbvalidate: "
 # What pytest's exit statuses mean (pytest.ExitCode), for a line that says why there is no verdict.
 EXIT_MEANINGS = {
     0: "tests passed",
@@ -58,6 +56,7 @@ class Failure:
     category: str  # the fault table's; `unclassified` where the record has no fault
     disposition: str | None
     action: str | None
+    reason_class: ReasonClass = "hardware"  # whose problem it is (faults.yaml); a report without one: hardware
 
     @property
     def name(self) -> str:
@@ -77,6 +76,11 @@ class Verdict:
     # For FAIL where the node's GPUs cannot be used at all (node/preconditions.py): that cause, one line, named
     # before anything else (its dependents were not run); else empty.
     cause: str = ""
+    passed_checks: frozenset[str] = frozenset()  # the test ids of `passed`
+    # Where the failures were run once more (confirm.py): True, they failed again (the only ones `failures` keeps);
+    # `flapping`, the checks that failed, then passed on the second run. False: not run again.
+    confirmed: bool = False
+    flapping: tuple[str, ...] = ()
 
     def findings(self) -> list[str]:
         """What the run found, without the leader: `gpu_hardware: test_gpu_count` per fault category (its checks
@@ -87,6 +91,12 @@ class Verdict:
         for f in self.failures:
             by_category.setdefault(f.category, []).append(f.name)
         return [f"{category}: {','.join(names)}" for category, names in by_category.items()]
+
+    def confirmation(self) -> str:
+        """What the line says of the second run (confirm.py): the failures it confirmed, the checks that flapped."""
+        confirmed = "confirmed: failed again on a second run" if self.confirmed else ""
+        flapped = f"flapping (failed, then passed; not drained): {', '.join(self.flapping)}" if self.flapping else ""
+        return "; ".join(part for part in (confirmed, flapped) if part)
 
     def categories(self) -> str:
         """The failed checks' fault categories with their counts, most first: `link (2 checks), gpu_hardware (1
@@ -106,7 +116,7 @@ class Verdict:
         the node stays in (OK) or nothing is known of it (UNKNOWN)."""
         if self.state not in (FAIL, TIMEOUT):
             return None
-        return join_within(LEADER, self.findings(), limit)
+        return drain_reason((f.reason_class for f in self.failures), self.findings(), limit)
 
 
 def judge(run: Run) -> Verdict:
@@ -129,6 +139,7 @@ def judge(run: Run) -> Verdict:
                 printable(fault["category"]) if fault else "unclassified",
                 printable(fault["disposition"]) if fault else None,
                 printable(fault["action"]) if fault else None,
+                fault.get("reason_class", "hardware") if fault else "hardware",
             )
         elif test["outcome"] == "passed" and test["when"] == "call":
             passed.add(test_id)
@@ -142,7 +153,8 @@ def judge(run: Run) -> Verdict:
     def verdict(state: str, detail: str = "") -> Verdict:
         detail = shorten(escaped(detail), PROBLEM_MAX_CHARS)  # our own words: their values escaped already
         counts = (len(passed), len(skipped), run.duration_s, run.deadline_s)
-        return Verdict(state, level, tuple(failures.values()), *counts, detail, cause if state == FAIL else "")
+        found = tuple(failures.values())
+        return Verdict(state, level, found, *counts, detail, cause if state == FAIL else "", frozenset(passed))
 
     if failures:
         return verdict(FAIL, _cut_short(run) or "")

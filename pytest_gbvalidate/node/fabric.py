@@ -7,6 +7,8 @@ nvml.py makes the call (`nvmlDeviceGetGpuFabricInfoV`) and fills the struct."""
 from __future__ import annotations
 
 import uuid
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,3 +106,17 @@ def health_fields(mask: int) -> dict[str, str]:
         ]
         found[field] = min(names, key=len) if names else str(value)  # the shortest of NVML's aliases
     return found
+
+
+def nvlink_domain(devices: Iterable[Mapping[str, Any]]) -> str | None:
+    """The NVLink domain a node's GPUs joined, ``<cluster UUID>/<clique id>``, from a report's GPU inventory
+    (``gpus.devices``): the place most of its GPUs registered in; None where no GPU registered with a fabric. A GPU
+    placed elsewhere is the clique check's finding (test_nvlink_fabric_clique), not a second domain."""
+    places = Counter(
+        f"{d['fabric_cluster_uuid']}/{d['fabric_clique_id']}"
+        for d in devices
+        if isinstance(d, Mapping)
+        and isinstance(d.get("fabric_cluster_uuid"), str)
+        and isinstance(d.get("fabric_clique_id"), int)
+    )
+    return places.most_common(1)[0][0] if places else None

@@ -17,6 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CHANNELS_DIR = Path("/dev/nvidia-caps-imex-channels")
+# The daemon's list of the domain's nodes, where IMEX is set up at boot for a whole rack (NVIDIA's IMEX guide); a
+# domain made on demand (a Kubernetes ComputeDomain, a Slurm job) brings its own configuration with it.
+NODES_CONFIG = Path("/etc/nvidia-imex/nodes_config.cfg")
 CTL = "nvidia-imex-ctl"
 READY = "READY"
 # The states `nvidia-imex-ctl -q` prints (NVIDIA DCGM's DCGM_FI_IMEX_DAEMON_STATUS lists the same values).
@@ -70,6 +73,12 @@ def read_channels(directory: Path) -> Channels:
             strays.append(name)
     problem = f"{', '.join(strays)} in {directory} not a character device" if strays else None
     return Channels(tuple(sorted(numbers)), problem)
+
+
+def set_up(channels: Channels, daemon: Daemon) -> bool:
+    """Whether IMEX is set up on this node: a channel device, a daemon that answers, or the daemon's static
+    configuration. An idle node outside any compute domain has none of them."""
+    return bool(channels.numbers) or daemon.state is not None or NODES_CONFIG.is_file()
 
 
 def run_command(command: Sequence[str], timeout_s: float) -> tuple[int, str, str]:

@@ -185,6 +185,20 @@ def c2c_enabled(h: Any) -> bool | None:
     return None if info is None else bool(info.isC2cEnabled)
 
 
+@dataclass(frozen=True)
+class GpuProcess:
+    pid: int  # in the host's process namespace: in a container, perhaps no process this one can see
+    used_bytes: int | None  # None where the driver does not say
+
+
+def compute_processes(h: Any) -> list[GpuProcess]:
+    """The processes holding a CUDA context on the GPU (nvidia-smi's compute apps)."""
+    return [
+        GpuProcess(int(p.pid), None if p.usedGpuMemory is None else int(p.usedGpuMemory))
+        for p in call("nvmlDeviceGetComputeRunningProcesses", h)
+    ]
+
+
 def persistence_mode(h: Any) -> bool | None:
     mode = _optional("nvmlDeviceGetPersistenceMode", h)
     return None if mode is None else bool(mode)

@@ -51,6 +51,11 @@ class SettingRecord(TypedDict):
 CreatedDirectory = TypedDict("CreatedDirectory", {"path": str, "for": str})
 
 
+# Whose problem a failure is (faults.yaml's classes): the node's hardware, its configuration, or what a job left
+# behind. A drain reason starts with it (`gbvalidate: [hardware] link: test_pcie_link`).
+ReasonClass = Literal["hardware", "configuration", "job_leftovers"]
+
+
 class FaultRecord(TypedDict):
     """A failure's category in the fault table (faults.yaml) and what the operator does about it."""
 
@@ -59,6 +64,7 @@ class FaultRecord(TypedDict):
     action: str
     disposition: str
     why: str | None  # the rule that matched; None for the default category
+    reason_class: NotRequired[ReasonClass]  # absent in reports of 0.x before classes: hardware
 
 
 # The phase of a test a record is of (pytest's `when`, without `collect`).

@@ -51,6 +51,8 @@ def narrowed_by(config: pytest.Config) -> list[str]:
     found = [f"-k {option.keyword!r}"] if getattr(option, "keyword", "") else []
     found += [f"-m {option.markexpr!r}"] if getattr(option, "markexpr", "") else []
     found += [f"--deselect {d}" for d in getattr(option, "deselect", None) or ()]
+    rerun = getattr(option, "gb_rerun_failed", None)
+    found += [f"--gb-rerun-failed {rerun}"] if rerun else []
     return found + [arg for arg in config.args if "::" in arg]
 
 

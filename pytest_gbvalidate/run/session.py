@@ -342,6 +342,12 @@ class GbSession:
         target = self.engage()
         self._keep_pytest_writers()
         unusable = self.unusable_gpus()
+        if self.settings.rerun_failed.value is not None:
+            from pytest_gbvalidate.run import rerun
+
+            failed = rerun.failed_checks(self.settings.rerun_failed.value)
+            if failed is not None:
+                rerun.select(config, items, failed)
         markers.select(config, items, self.settings.level.value, None if target.is_gpu else target.sku, unusable)
 
     def unusable_gpus(self) -> Unmet | None:

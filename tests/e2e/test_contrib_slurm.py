@@ -66,11 +66,18 @@ GBVALIDATE_SYSLOG=0
     assert cuda == "unset"  # a Prolog's or Epilog's CUDA_VISIBLE_DEVICES names the job's GPUs, not the node's
 
     # By hand: the environment wins over the file. HealthCheckProgram (no script context) keeps the job's GPUs.
-    by_hand = run_script(tmp_path, conf, CUDA_VISIBLE_DEVICES="2", GBVALIDATE_DRAIN="0", GBVALIDATE_PYTEST_ARGS="")
+    by_hand = run_script(
+        tmp_path,
+        conf,
+        CUDA_VISIBLE_DEVICES="2",
+        GBVALIDATE_DRAIN="0",
+        GBVALIDATE_CONFIRM="0",
+        GBVALIDATE_PYTEST_ARGS="",
+    )
     assert by_hand.returncode == 0
     assert by_hand.stdout == (
-        "gbvalidate:  argv=-m pytest_gbvalidate.healthcheck slurm --level passive --deadline-s 45 --keep-report "
-        "/var/log/gb.json -- "
+        "gbvalidate:  argv=-m pytest_gbvalidate.healthcheck slurm --level passive --deadline-s 45 --no-confirm "
+        "--keep-report /var/log/gb.json -- "
         "cuda=2\n"
     )
 
@@ -117,6 +124,7 @@ def test_a_prolog_keeps_a_verdict_s_status_and_makes_no_verdict_0(tmp_path: Path
         ("GBVALIDATE_PYTON=python3\n", 0o644, "line 1: unknown setting GBVALIDATE_PYTON (known: GBVALIDATE_PYTHON "),
         ("# ok\n\n$(reboot)\n", 0o644, "line 3: not KEY=VALUE"),
         ("GBVALIDATE_DRAIN=yes\n", 0o644, "GBVALIDATE_DRAIN=yes: expected 1 or 0"),
+        ("GBVALIDATE_CONFIRM=twice\n", 0o644, "GBVALIDATE_CONFIRM=twice: expected 1 or 0"),
         # a node drained after draining was switched off: the first of two values held, silently
         (
             "GBVALIDATE_DRAIN=0\n#\nGBVALIDATE_DRAIN=1\n",
@@ -129,7 +137,16 @@ def test_a_prolog_keeps_a_verdict_s_status_and_makes_no_verdict_0(tmp_path: Path
             "line 1: ends in a carriage return (Windows line ends: convert with dos2unix)",
         ),
     ],
-    ids=["everyone-writes", "group-writes", "unknown-key", "not-key-value", "bad-value", "repeated", "crlf"],
+    ids=[
+        "everyone-writes",
+        "group-writes",
+        "unknown-key",
+        "not-key-value",
+        "bad-value",
+        "bad-confirm",
+        "repeated",
+        "crlf",
+    ],
 )
 def test_a_settings_file_that_cannot_be_trusted_or_read_is_no_verdict(
     tmp_path: Path, python: Path, conf: str, mode: int, why: str

@@ -141,3 +141,35 @@ def test_gpus_without_a_fabric_skip_saying_why_unless_the_baseline_asks_for_one(
     assert failed["test_nvlink_fabric[gpu3]"].endswith(
         "NVML reports no NVLink fabric for this GPU; the baseline says this node is in a multi-node NVLink domain"
     )
+
+
+def test_imex_is_judged_where_a_compute_domain_is_and_a_job_s_leftovers_only_on_an_idle_node(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """An idle GB200 node outside any compute domain (no IMEX channel, no daemon, no static configuration, as a
+    Kubernetes ComputeDomain or a Slurm job leaves it between jobs) is not flagged IMEX unhealthy unless the run says
+    a domain is expected; a process left on a GPU fails only where the run says no job runs on the node."""
+    node = nd_gb200_v6()
+    node.imex_channels, node.imex_ctl, node.imex_nodes_config = None, None, False
+    node.gpus[1].processes = [(4242, 2 * 2**30)]
+    node.install(monkeypatch, tmp_path)
+    checks = ("-k", "imex or leftover")
+
+    _, cases, report = run_suites(pytester, "ND_GB200_v6", *checks, suites=(HEALTH,))
+    skipped = with_outcome(cases, "skipped")
+    assert set(skipped) == set(cases), cases
+    assert "no compute domain here (default: auto): no IMEX channel in " in skipped["test_imex"]
+    assert "a job may run on this node (default)" in skipped["test_no_leftover_gpu_processes[gpu1]"]
+    assert report["settings"]["compute_domain"] == {"value": "auto", "source": "default"}
+
+    idle = ("--gb-compute-domain=expected", "--gb-node-idle")
+    _, cases, report = run_suites(pytester, "ND_GB200_v6", *checks, *idle, suites=(HEALTH,))
+    failed = with_outcome(cases, "failure")
+    assert set(failed) == {"test_imex", "test_no_leftover_gpu_processes[gpu1]"}, failed
+    assert (
+        "gpu1 (00000009:01:00.0): 1 process(es) left on a node no job runs on: pid 4242 (2.0 GiB)"
+        in (failed["test_no_leftover_gpu_processes[gpu1]"])
+    )
+    fault = {t["test_id"].rsplit("::", 1)[-1]: t.get("fault") for t in report["tests"] if t["outcome"] == "failed"}
+    leftover = fault["test_no_leftover_gpu_processes[gpu1]"]
+    assert leftover is not None and leftover["category"] == leftover["reason_class"] == "job_leftovers"

@@ -201,9 +201,9 @@ def test_failed_outlier_partial_and_unusable_reports_are_listed_and_fail_the_fle
         ["scontrol", "update", f"nodename={host}", "state=drain"] for host in ("node-05", "node-06", "node-07")
     ]
     reasons = [c[4] for c in commands]
-    assert reasons[0] == f"reason=gbvalidate: outlier {HOST_COPY}[node] -50%"
-    assert reasons[1].startswith("reason=gbvalidate: performance: test_")
-    assert reasons[2] == "reason=gbvalidate: report interrupted"
+    assert reasons[0] == f"reason=gbvalidate: [hardware] outlier {HOST_COPY}[node] -50%"
+    assert reasons[1].startswith("reason=gbvalidate: [hardware] performance: test_")
+    assert reasons[2] == "reason=gbvalidate: [hardware] report interrupted"
     # and Kubernetes': cordon, taint and label each node with what took it out, printed, never run
     kubectl = [shlex.split(line) for line in done.stdout.splitlines() if line.strip().startswith("kubectl")]
     assert kubectl == [
@@ -280,7 +280,7 @@ def test_the_latest_report_of_a_host_speaks_for_it_even_when_partial(
     summary = summarize([new, old])
     assert [(n.hostname, n.verdict) for n in summary.nodes] == [("node-01", "partial")]
     assert [(r.path, r.kind) for r in summary.not_merged] == [(old, SUPERSEDED)]
-    assert summary.exit_code == 1 and summary.nodes[0].drain_reason() == "gbvalidate: report interrupted"
+    assert summary.exit_code == 1 and summary.nodes[0].drain_reason() == "gbvalidate: [hardware] report interrupted"
     assert summary.metrics == []  # a partial report's measurements stay out of the statistics
 
 
@@ -460,8 +460,8 @@ def test_a_node_a_multi_node_run_found_at_fault_is_drained_with_or_without_its_o
     summary = summarize(paths)
     assert [n.hostname for n in summary.drained] == ["node-02"]
     assert summary.drain_list() == [
-        ("node-02", "gbvalidate: link: test_pairwise_all_reduce_busbw (multi-node)"),
-        ("node-99", "gbvalidate: x: test_pairwise_all_reduce_busbw (multi-node)"),
+        ("node-02", "gbvalidate: [hardware] link: test_pairwise_all_reduce_busbw (multi-node)"),
+        ("node-99", "gbvalidate: [hardware] x: test_pairwise_all_reduce_busbw (multi-node)"),
     ]
     assert [shlex.split(c)[2] for c in commands.drain_commands(summary)] == ["nodename=node-02", "nodename=node-99"]
     rows = {r["hostname"]: r for r in read_csv_text(render.nodes_csv(summary))}
@@ -488,7 +488,7 @@ def test_drain_reasons_are_short_and_survive_the_shell(real_report: dict[str, An
     summary = summarize(paths)
     (line,) = commands.drain_commands(summary)
     *_, reason = shlex.split(line)
-    assert reason.startswith("reason=gbvalidate: performance: test_it's_0,test_it's_1,")
+    assert reason.startswith("reason=gbvalidate: [hardware] performance: test_it's_0,test_it's_1,")
     assert len(reason) - len("reason=") <= 120 and "\n" not in reason
 
 

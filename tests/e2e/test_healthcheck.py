@@ -121,7 +121,7 @@ def test_a_run_past_its_deadline_is_killed_with_its_process_group(tmp_path: Path
         "ERROR:  gbvalidate:  Health check failed:  timeout: the passive checks did not finish within 20 s; "
         "killed at the 20 s deadline; drained gpu-017\n"
     )
-    reason = "reason=gbvalidate: timeout: the passive checks did not finish within 20 s"
+    reason = "reason=gbvalidate: [hardware] timeout: the passive checks did not finish within 20 s"
     assert scontrol_calls(calls) == [["update", "nodename=gpu-017", "state=drain", reason]]
     for path in hung.values():
         assert path.exists(), "the run was killed before it hung: nothing shows the SIGKILL reached its process group"

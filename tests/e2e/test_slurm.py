@@ -145,7 +145,7 @@ def test_a_failing_node_drains_itself_in_the_prolog_and_resumes_as_documented(pr
     assert prolog.startswith("ERROR:  gbvalidate:  Health check failed:  unclassified (1 check); action: ")
     assert prolog.endswith("; drained gpu-017; checks: unclassified: test_site_fan")
     assert epilog.startswith("gbvalidate:  Node Health Check skipped:  gpu-017 is out of service already (state ")
-    assert prolog_node.reasons() == {"gpu-017": "gbvalidate: unclassified: test_site_fan"}
+    assert prolog_node.reasons() == {"gpu-017": "gbvalidate: [hardware] unclassified: test_site_fan"}
     assert "DRAIN" in prolog_node.state("gpu-017")
     assert not out.exists()  # the job did not run on the failed node (Slurm requeues and holds it)
 
@@ -223,8 +223,40 @@ def test_a_node_down_for_not_responding_is_checked_as_slurmd_starts_and_stays_ou
     prolog_node.start_slurmd("gpu-017")
     prolog_node.wait_until(lambda: len(logged(log)) > before, "health check line", timeout=60)
     assert logged(log)[-1].startswith("ERROR:  gbvalidate:  Health check failed:  "), logged(log)[-1]
-    assert prolog_node.reasons() == {"gpu-017": "gbvalidate: unclassified: test_site_fan"}
+    assert prolog_node.reasons() == {"gpu-017": "gbvalidate: [hardware] unclassified: test_site_fan"}
     assert "DRAIN" in prolog_node.state("gpu-017")
+
+
+def test_a_node_drained_for_a_job_s_leftovers_resumes_once_they_are_gone(prolog_node: SlurmCluster) -> None:
+    """A process a job left on a GPU (here a file the site's stand-in for the check reads): the node drains with
+    the class of its failure first, `[job_leftovers]`, confirmed by a second run; once the leftover is gone, the
+    next health check (at slurmd's start) passes and resumes it. A reason of any other class stays for a person."""
+    leftover = prolog_node.root / "leftover-pid"
+    site = prolog_node.root / "site" / "test_site.py"
+    site.parent.mkdir(exist_ok=True)
+    site.write_text(
+        "import pathlib\n\nimport pytest\n\n\n@pytest.mark.gb_level('passive')\n"
+        "def test_no_leftover_gpu_processes():\n"
+        f"    assert not pathlib.Path({str(leftover)!r}).exists(), 'gpu0: pid 4242 left on a node no job runs on'\n"
+    )
+    log = install_recipe(prolog_node, GBVALIDATE_PYTEST_ARGS=f"--gb-sku=cpu {site} -k leftover")
+    leftover.write_text("4242\n")
+    before = len(logged(log))
+    prolog_node.stop_slurmd("gpu-017")
+    prolog_node.start_slurmd("gpu-017")
+    prolog_node.wait_until(lambda: len(logged(log)) > before, "health check line", timeout=60)
+    assert "; confirmed: failed again on a second run; drained gpu-017; " in logged(log)[-1], logged(log)[-1]
+    reason = "gbvalidate: [job_leftovers] job_leftovers: test_no_leftover_gpu_processes"
+    assert prolog_node.reasons() == {"gpu-017": reason}
+
+    leftover.unlink()
+    before = len(logged(log))
+    prolog_node.stop_slurmd("gpu-017")
+    prolog_node.start_slurmd("gpu-017")
+    prolog_node.wait_until(lambda: len(logged(log)) > before, "health check line", timeout=60)
+    assert logged(log)[-1].endswith("; resumed gpu-017"), logged(log)[-1]
+    prolog_node.wait_until(lambda: prolog_node.state("gpu-017") == "IDLE", "resumed")
+    assert prolog_node.reasons() == {}
 
 
 # --- worlds: what srun's tasks are, and what a batch script is not ----------------------------------------------
@@ -327,16 +359,22 @@ def test_the_world_recipe_s_job_fails_with_its_checks_not_cancelled(two_nodes: S
     assert report["exit_status"] == 1 and [t["outcome"] for t in report["tests"] if t["when"] == "call"] == ["failed"]
 
 
-def test_the_per_node_recipe_writes_one_report_per_node(two_nodes: SlurmCluster, tmp_path: Path) -> None:
+def run_per_node(cluster: SlurmCluster, tmp_path: Path, *pytest_args: str) -> tuple[int, str]:
+    """contrib/slurm/gbvalidate-per-node.sbatch over both nodes, `sbatch --wait`: its exit status and its output;
+    the reports in tmp_path/out."""
     env = {"GBVALIDATE_PYTHON": sys.executable, "GBVALIDATE_OUT": str(tmp_path / "out")}
-    done = two_nodes.run(
+    done = cluster.run(
         *("sbatch", "--wait", "-N2", "--time=3", "--output=per-node.out"),
-        *(str(CONTRIB / "gbvalidate-per-node.sbatch"), *HEALTHY.split()),
+        *(str(CONTRIB / "gbvalidate-per-node.sbatch"), *pytest_args),
         env=env,
         cwd=tmp_path,
         timeout=200,
     )
-    printed = (tmp_path / "per-node.out").read_text()
+    return done.returncode, (tmp_path / "per-node.out").read_text()
+
+
+def test_the_per_node_recipe_writes_one_report_per_node(two_nodes: SlurmCluster, tmp_path: Path) -> None:
+    status, printed = run_per_node(two_nodes, tmp_path, *HEALTHY.split())
     reports = sorted(p.name for p in (tmp_path / "out").glob("*.json"))
     assert reports == ["node1.json", "node2.json"], printed
     for name in reports:
@@ -345,7 +383,40 @@ def test_the_per_node_recipe_writes_one_report_per_node(two_nodes: SlurmCluster,
         assert report["gang"]["kind"] == "local" if "gang" in report else "world" not in report
     (summary,) = (tmp_path / "out").glob("summary-*/summary.md")
     assert "node1" in summary.read_text() and "node2" in summary.read_text(), printed
-    assert done.returncode in (0, 1), printed  # the summary's verdict: two nodes are too few for outliers
+    assert status in (0, 1), printed  # the summary's verdict: two nodes are too few for outliers
+
+
+FLAPPING_CHECK = """\
+import pathlib
+import socket
+
+
+def test_site_link():
+    host = socket.gethostname()
+    seen = pathlib.Path(__file__).with_name(f"seen-{host}")
+    first = not seen.exists()
+    seen.touch()
+    assert not first and host != "node2", "link retrained"
+"""
+
+
+def test_the_per_node_recipe_confirms_a_failure_before_the_summary_takes_a_node_out(
+    two_nodes: SlurmCluster, tmp_path: Path
+) -> None:
+    """node1's check fails, then passes on its second run (flapping: listed, no drain line); node2's fails twice
+    (confirmed: its drain line)."""
+    site = tmp_path / "site" / "test_site.py"
+    site.parent.mkdir()
+    site.write_text(FLAPPING_CHECK)
+    status, printed = run_per_node(two_nodes, tmp_path, "--gb-sku=cpu", str(site), "-k", "test_site")
+    assert status == 1, printed
+    reports = sorted(p.name for p in (tmp_path / "out").glob("*.json"))
+    assert reports == ["node1-again.json", "node1.json", "node2-again.json", "node2.json"], printed
+    assert "node1: flapping (failed, then passed on a second run; not drained): test_site_link" in printed
+    drains = [line.strip() for line in printed.splitlines() if line.strip().startswith("scontrol update")]
+    assert drains == [
+        "scontrol update nodename=node2 state=drain reason='gbvalidate: [hardware] unclassified: test_site_link'"
+    ], printed
 
 
 def test_a_job_array_s_jobs_summarise_their_own_nodes_and_a_dependent_job_all(
@@ -403,7 +474,7 @@ def test_the_fleet_summary_s_scontrol_lines_drain_as_printed(two_nodes: SlurmClu
         ran = two_nodes.run("bash", "-c", line)
         assert ran.returncode == 0, ran.stderr
     reason = two_nodes.reasons()["node2"]
-    assert reason == "gbvalidate: gpu_hardware: test_gpu_count"
+    assert reason == "gbvalidate: [hardware] gpu_hardware: test_gpu_count"
     two_nodes.scontrol("update", "nodename=node2", "state=resume")
 
 
@@ -434,7 +505,7 @@ def test_the_gate_resumes_a_node_that_passes_and_drains_one_that_fails(two_nodes
     try:
         said = submit_gate(two_nodes, tmp_path, "node[1-2]", "--gb-sku=cpu", str(site), "-k", "test_site_fan")
         assert [text.split(" ", 2)[:2] for text in said.values()] == [["submitted", "job"]] * 2, said
-        assert two_nodes.reasons() == {"node2": "gbvalidate: unclassified: test_site_fan"}
+        assert two_nodes.reasons() == {"node2": "gbvalidate: [hardware] unclassified: test_site_fan"}
         assert two_nodes.state("node1") == "IDLE"
         lines = sorted(p.read_text().splitlines()[-1] for p in tmp_path.glob("gbvalidate-gate-*.out"))
         assert lines[0].startswith("ERROR:  gbvalidate:  Health check failed:  unclassified (1 check); ")
@@ -502,7 +573,7 @@ def test_the_health_check_s_breaker_holds_a_drain_past_half_the_cluster(
     image or baseline does; the check says so and leaves node2 in."""
     site = tmp_path / "test_site.py"
     site.write_text(SITE_CHECK)
-    two_nodes.scontrol("update", "nodename=node1", "state=drain", "reason=gbvalidate: link: test_pcie_link")
+    two_nodes.scontrol("update", "nodename=node1", "state=drain", "reason=gbvalidate: [hardware] link: test_pcie_link")
     try:
         done = two_nodes.run(
             *("srun", "-w", "node2", "-N1", "--time=3", sys.executable, "-m", "pytest_gbvalidate.healthcheck"),
@@ -513,6 +584,6 @@ def test_the_health_check_s_breaker_holds_a_drain_past_half_the_cluster(
         assert done.returncode == 1, done.stdout + done.stderr
         assert "breaker tripped: 2 of 2 nodes to take out, more than the 1 allowed at once" in done.stdout
         assert "node2 not drained" in done.stdout
-        assert two_nodes.reasons() == {"node1": "gbvalidate: link: test_pcie_link"}
+        assert two_nodes.reasons() == {"node1": "gbvalidate: [hardware] link: test_pcie_link"}
     finally:
         two_nodes.scontrol("update", "nodename=node1", "state=resume")

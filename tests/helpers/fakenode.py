@@ -57,6 +57,8 @@ class FakeNode:
     # What `nvidia-imex-ctl -N -j -H` answers (exit status, what it prints); None: a domain of this node and
     # another, both READY and connected (imex_domain_json).
     imex_domain: tuple[int, str] | None = None
+    # The daemon's static configuration (/etc/nvidia-imex/nodes_config.cfg), as a rack set up for IMEX at boot has.
+    imex_nodes_config: bool = True
 
     def nvml(self) -> FakeNvmlLib:
         return FakeNvmlLib(self.gpus)
@@ -115,6 +117,11 @@ class FakeNode:
     def _install_imex(self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         channels = tmp_path / "dev/nvidia-caps-imex-channels"
         monkeypatch.setattr(imex, "CHANNELS_DIR", channels)
+        nodes_config = tmp_path / "etc/nvidia-imex/nodes_config.cfg"
+        monkeypatch.setattr(imex, "NODES_CONFIG", nodes_config)
+        if self.imex_nodes_config:
+            nodes_config.parent.mkdir(parents=True)
+            nodes_config.write_text("10.0.0.1\n10.0.0.2\n")
         if self.imex_channels is not None:
             channels.mkdir(parents=True)
             for n in self.imex_channels:

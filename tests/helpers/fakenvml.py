@@ -95,6 +95,7 @@ class FakeGpu:
     retired_pages: tuple[int, int, int] | None = None  # single-bit, double-bit, pending
     clocks_event_reasons: int = IDLE
     lost: bool = False  # fell off the bus: every call answers NVML_ERROR_GPU_IS_LOST
+    processes: list[tuple[int, int]] = field(default_factory=list)  # compute processes: (pid, used bytes)
 
 
 def _out(ref: Any, value: Any) -> None:
@@ -196,6 +197,24 @@ class FakeNvmlLib:
         ref._obj.total = gpu.memory_total_bytes
         ref._obj.used = gpu.memory_used_bytes
         ref._obj.free = gpu.memory_total_bytes - gpu.memory_used_bytes
+
+    def nvmlDeviceGetComputeRunningProcesses_v3(self, handle: Any, count_ref: Any, procs: Any) -> int:
+        """NVML's two calls: the count (INSUFFICIENT_SIZE where there are processes), then the array."""
+        gpu = self.gpu(handle)
+        if gpu.lost:
+            return int(pynvml.NVML_ERROR_GPU_IS_LOST)
+        count = count_ref._obj
+        if not gpu.processes:
+            count.value = 0
+            return SUCCESS
+        if procs is None or count.value < len(gpu.processes):
+            count.value = len(gpu.processes)
+            return int(pynvml.NVML_ERROR_INSUFFICIENT_SIZE)
+        for i, (pid, used) in enumerate(gpu.processes):
+            procs[i].pid = pid
+            procs[i].usedGpuMemory = used
+        count.value = len(gpu.processes)
+        return SUCCESS
 
     @_per_gpu
     def nvmlDeviceGetEccMode(self, gpu: FakeGpu, current: Any, pending: Any) -> None:

@@ -151,18 +151,25 @@ def test_a_failure_gets_the_first_matching_rule(
 def test_a_broken_table_names_the_file_and_what_is_wrong(tmp_path: Path) -> None:
     table = tmp_path / "faults.yaml"
     table.write_text(
-        "categories:\n  unclassified: {title: t, action: a, disposition: MONITOR}\n"
+        "categories:\n  unclassified: {title: t, action: a, disposition: MONITOR, class: hardware}\n"
         "rules:\n  - {category: gone, why: w}\n"
     )
     with pytest.raises(faults.FaultTableError, match=r"faults.yaml: categories used but not defined: gone"):
         faults.load(table)
-    table.write_text("categories:\n  unclassified: {title: t, action: a, disposition: PANIC}\nrules: []\n")
+    table.write_text(
+        "categories:\n  unclassified: {title: t, action: a, disposition: PANIC, class: hardware}\nrules: []\n"
+    )
     with pytest.raises(faults.FaultTableError, match=r"disposition 'PANIC' is not one of ISOLATE"):
+        faults.load(table)
+    table.write_text(
+        "categories:\n  unclassified: {title: t, action: a, disposition: MONITOR, class: user}\nrules: []\n"
+    )
+    with pytest.raises(faults.FaultTableError, match=r"class 'user' is not one of hardware, configuration, job_"):
         faults.load(table)
     # A category written twice (two changes that each added one) would silently lose the first.
     table.write_text(
-        "categories:\n  unclassified: {title: t, action: a, disposition: MONITOR}\n"
-        "  unclassified: {title: u, action: b, disposition: ISOLATE}\nrules: []\n"
+        "categories:\n  unclassified: {title: t, action: a, disposition: MONITOR, class: hardware}\n"
+        "  unclassified: {title: u, action: b, disposition: ISOLATE, class: hardware}\nrules: []\n"
     )
     with pytest.raises(faults.FaultTableError, match=r"faults.yaml: 3: duplicate key 'unclassified'"):
         faults.load(table)

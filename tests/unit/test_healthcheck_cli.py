@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -119,8 +120,11 @@ def captured_run(monkeypatch: pytest.MonkeyPatch) -> list[tuple[float, list[str]
 
     runs: list[tuple[float, list[str]]] = []
 
-    def run_checks(level: str, deadline_s: float, pytest_args: list[str], keep: object) -> tuple[Run, None]:
-        runs.append((deadline_s, pytest_args))
+    def run_checks(
+        level: str, deadline_s: float, pytest_args: list[str], keep: object, rerun: object = None
+    ) -> tuple[Run, None]:
+        if rerun is None:  # the level's run; its failed checks' second run (confirm.py) finds them failed again
+            runs.append((deadline_s, pytest_args))
         report = report_with([record("s.py::test_gpu_count", "failed", fault=FAULT)], exit_status=1)
         return Run(level, 1, False, deadline_s, 3.0, report), None
 
@@ -212,7 +216,7 @@ def test_a_node_down_for_not_responding_is_checked_and_drains_for_a_failed_check
         "update",
         "nodename=gpu-017",
         "state=drain",
-        "reason=gbvalidate: gpu_hardware: test_gpu_count",
+        "reason=gbvalidate: [hardware] gpu_hardware: test_gpu_count",
     ]
 
 
@@ -448,7 +452,7 @@ def test_the_breaker_holds_a_drain_past_half_the_cluster_s_gpu_nodes(
 ) -> None:
     """A wrong image or baseline fails every node's check alike: each drained itself, and the cluster went out."""
     gpu = "Gres=gpu:4 State={state} Partitions=debug{reason}"
-    ours = gpu.format(state="IDLE+DRAIN", reason=" Reason=gbvalidate: link: x")
+    ours = gpu.format(state="IDLE+DRAIN", reason=" Reason=gbvalidate: [hardware] link: x")
     nodes = [f"NodeName=gpu-0{i} {ours}" for i in (1, 2)]
     nodes += [f"NodeName=gpu-017 {gpu.format(state='IDLE', reason='')}"]
     nodes += [f"NodeName=gpu-018 {gpu.format(state='IDLE', reason='')}", "NodeName=login State=IDLE Gres=(null)"]
@@ -465,3 +469,67 @@ def test_the_breaker_holds_a_drain_past_half_the_cluster_s_gpu_nodes(
     assert scontrol_calls(calls) == []
     assert cli.main(["slurm", "--drain", "--max-drain-pct", "75"], env=PROLOG, hostname="h") == 1
     assert "; drained gpu-017; " in capsys.readouterr().out
+
+
+# --- a job's leftovers: checked on an idle node, the node resumed once they are gone ------------------------------
+
+LEFTOVERS = "gbvalidate: [job_leftovers] job_leftovers: test_no_leftover_gpu_processes[gpu0]"
+
+
+def passing_run(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The pytest arguments of each run of the checks; every run passes."""
+    from pytest_gbvalidate.healthcheck.verdict import Run
+    from tests.helpers.healthcheck import record, report_with
+
+    runs: list[list[str]] = []
+
+    def run_checks(level: str, deadline_s: float, args: list[str], keep: object, rerun: object = None) -> Any:
+        runs.append(args)
+        return Run(level, 0, False, deadline_s, 3.0, report_with([record("s.py::test_x", "passed")])), None
+
+    monkeypatch.setattr(cli, "run_checks", run_checks)
+    return runs
+
+
+@pytest.mark.parametrize(
+    ("state", "idle"), [("IDLE", True), ("IDLE+COMPLETING", True), ("MIXED", False), ("ALLOCATED", False)]
+)
+def test_a_node_slurm_says_is_idle_is_checked_for_a_job_s_leftovers(
+    state: str, idle: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs = passing_run(monkeypatch)
+    stub_scontrol(tmp_path, state=state)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert cli.main(["slurm", "--drain"], env=PROLOG, hostname="h") == 0
+    assert ("--gb-node-idle" in runs[0]) == idle
+
+
+def test_a_node_drained_for_a_job_s_leftovers_alone_resumes_once_its_checks_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runs = passing_run(monkeypatch)
+    calls = stub_scontrol(tmp_path, state="IDLE+DRAIN", reason=LEFTOVERS)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert cli.main(["slurm", "--drain"], env=HEALTH_CHECK_PROGRAM, hostname="h") == 0
+    assert "--gb-node-idle" in runs[0]
+    assert capsys.readouterr().out.endswith("; resumed gpu-017\n")
+    assert scontrol_calls(calls) == [["update", "nodename=gpu-017", "state=resume"]]
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [
+        "gbvalidate: [hardware] gpu_hardware: test_gpu_count; job_leftovers: test_no_leftover_gpu_processes[gpu0]",
+        "gbvalidate: [configuration] configuration: test_persistence_mode[gpu0]",
+        "admin: [job_leftovers] cleaning up",  # someone else's words, however they read
+    ],
+)
+@pytest.mark.usefixtures("nothing_runs")
+def test_a_node_drained_for_more_than_leftovers_is_left_alone(
+    reason: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls = stub_scontrol(tmp_path, state="IDLE+DRAIN", reason=reason)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert cli.main(["slurm", "--drain"], env=HEALTH_CHECK_PROGRAM, hostname="h") == 0
+    assert "Node Health Check skipped:  gpu-017 is out of service already" in capsys.readouterr().out
+    assert scontrol_calls(calls) == []

@@ -33,6 +33,9 @@ def test_the_command_runs_the_shipped_suites_at_the_level_into_the_report(tmp_pa
         *("-m", "pytest", "--pyargs", "pytest_gbvalidate.suites", "--gb-level=quick"),
         *(f"--gb-report={tmp_path / 'r.json'}", "-p", "no:cacheprovider", "-q", "--gb-sku=cpu", "-k", "copy"),
     ]
+    # A second run of what failed in the first (healthcheck/confirm.py): the same arguments, so the same test ids.
+    again = pytest_command(tmp_path / "r.json", "quick", ["--gb-sku=cpu", "-k", "copy"], tmp_path / "earlier.json")
+    assert again == [*command[:7], f"--gb-rerun-failed={tmp_path / 'earlier.json'}", *command[7:]]
 
 
 def test_a_good_report_reads(tmp_path: Path) -> None:

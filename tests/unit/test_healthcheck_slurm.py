@@ -66,15 +66,16 @@ def test_a_line_at_its_length_limit_keeps_the_verdict_the_action_and_the_drain()
 
 
 def test_only_a_failure_or_a_timeout_has_a_drain_reason() -> None:
-    assert slurm.drain_reason(FAILED) == "gbvalidate: gpu_hardware: test_gpu_count"
-    assert slurm.drain_reason(TIMED_OUT) == "gbvalidate: timeout: the quick checks did not finish within 90 s"
+    assert slurm.drain_reason(FAILED) == "gbvalidate: [hardware] gpu_hardware: test_gpu_count"
+    timeout = "gbvalidate: [hardware] timeout: the quick checks did not finish within 90 s"
+    assert slurm.drain_reason(TIMED_OUT) == timeout
     assert slurm.drain_reason(PASSED) is None and slurm.drain_reason(NO_VERDICT) is None
     quoted = verdict_of([record('s/t.py::test_it\'s["a"]', "failed", fault=FAULT)], returncode=1)
-    assert slurm.drain_reason(quoted) == "gbvalidate: gpu_hardware: test_its[a]"
+    assert slurm.drain_reason(quoted) == "gbvalidate: [hardware] gpu_hardware: test_its[a]"
     many = verdict_of([record(f"s/t.py::test_{i:03d}_{'x' * 40}", "failed") for i in range(9)], returncode=1)
     reason = slurm.drain_reason(many)
     assert reason is not None and len(reason) == slurm.REASON_MAX_CHARS
-    assert reason.startswith("gbvalidate: unclassified: test_000_") and reason.endswith("...")
+    assert reason.startswith("gbvalidate: [hardware] unclassified: test_000_") and reason.endswith("...")
 
 
 def test_this_nodes_name_comes_from_node_then_slurmd_then_the_short_hostname() -> None:
@@ -123,9 +124,9 @@ def test_only_slurmd_s_own_health_check_program_has_its_limit(env: dict[str, str
 def test_the_drain_runs_scontrol_from_path_with_one_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = stub_scontrol(tmp_path)
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert slurm.Scontrol().drain("gpu-017", "gbvalidate: gpu_hardware: test_gpu_count") == "drained gpu-017"
+    assert slurm.Scontrol().drain("gpu-017", "gbvalidate: [hardware] gpu_hardware: test_gpu_count") == "drained gpu-017"
     assert scontrol_calls(calls) == [
-        ["update", "nodename=gpu-017", "state=drain", "reason=gbvalidate: gpu_hardware: test_gpu_count"]
+        ["update", "nodename=gpu-017", "state=drain", "reason=gbvalidate: [hardware] gpu_hardware: test_gpu_count"]
     ]
     assert slurm.drain_argv("n1", "r")[0] == "scontrol"
 

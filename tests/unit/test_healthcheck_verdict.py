@@ -43,12 +43,39 @@ def test_failed_checks_are_grouped_by_fault_category_in_the_reason() -> None:
         "link: test_ib_ports[mlx5_0],test_ib_ports[mlx5_1]",
         "unclassified: test_copy",
     ]
-    assert verdict.drain_reason(120) == "gbvalidate: " + "; ".join(verdict.findings())
-    assert verdict.drain_reason(100) == (
-        "gbvalidate: gpu_hardware: test_gpu_count; link: test_ib_ports[mlx5_0],test_ib_ports[mlx5_1]; +1 more"
+    assert verdict.drain_reason(140) == "gbvalidate: [hardware] " + "; ".join(verdict.findings())
+    assert verdict.drain_reason(111) == (
+        "gbvalidate: [hardware] gpu_hardware: test_gpu_count; link: test_ib_ports[mlx5_0],test_ib_ports[mlx5_1]; "
+        "+1 more"
     )
     assert verdict.actions() == [f"gpu_hardware: {FAULT['action']}", "link: check the cable or port"]
     assert verdict.detail == ""
+
+
+@pytest.mark.parametrize(
+    ("classes", "leader"),
+    [
+        (["job_leftovers"], "gbvalidate: [job_leftovers] "),
+        (["job_leftovers", "configuration"], "gbvalidate: [configuration] "),
+        (["configuration", "hardware", "job_leftovers"], "gbvalidate: [hardware] "),
+        ([None], "gbvalidate: [hardware] "),  # a report from before classes: the node's hardware
+    ],
+)
+def test_a_drain_reason_starts_with_the_most_pressing_class_of_its_failures(
+    classes: list[str | None], leader: str
+) -> None:
+    """A reason that starts with [job_leftovers] has nothing else in it: the health check resumes such a node."""
+    tests = [
+        record(
+            f"s/t.py::test_{i}",
+            "failed",
+            fault=FAULT | ({} if cls is None else {"reason_class": cls, "category": cls}),
+        )
+        for i, cls in enumerate(classes)
+    ]
+    verdict = judge(run(report_with(tests, exit_status=1), returncode=1))
+    reason = verdict.drain_reason(120)
+    assert reason is not None and reason.startswith(leader), reason
 
 
 def test_a_failure_stands_when_the_run_then_timed_out_or_stopped() -> None:
@@ -64,7 +91,8 @@ def test_a_run_past_its_deadline_without_a_failure_is_a_timeout() -> None:
         verdict = judge(run(report, returncode=-15, timed_out=True, why="no report"))
         assert verdict.state == TIMEOUT
         assert verdict.findings() == ["timeout: the quick checks did not finish within 90 s"]
-        assert verdict.drain_reason(120) == "gbvalidate: timeout: the quick checks did not finish within 90 s"
+        timeout = "gbvalidate: [hardware] timeout: the quick checks did not finish within 90 s"
+        assert verdict.drain_reason(120) == timeout
 
 
 @pytest.mark.parametrize(

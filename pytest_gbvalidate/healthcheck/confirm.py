@@ -1,0 +1,73 @@
+"""Confirm before drain: a health check's failed checks are run once more, within what is left of its deadline, and
+only what fails again stands. Azure's runbook for its health checks drains only what still fails after a second
+run, and AzNHC passes a bandwidth check at the first of its tries that clears it, because "a single pass might
+fail and drain the node"; a check that fails, then passes, is flapping: said, counted by `fleet offenders` from the
+kept reports, never drained.
+
+What the second run says of each check that failed the first:
+
+- failed again: confirmed, the verdict's failure (a drain where the node drains);
+- passed: flapping, not a failure;
+- anything else (skipped, too noisy to judge, not run, the second run could not start or ran out of time): not
+  confirmed; where no failure is confirmed, that is no verdict -- the evidence cannot tell, so no drain.
+
+A run that hung past the deadline is not run again: no time is left, and a hang is the node's (slurm.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+from pytest_gbvalidate.healthcheck.level_run import CannotRun
+from pytest_gbvalidate.healthcheck.verdict import FAIL, OK, UNKNOWN, Run, Verdict, judge
+from pytest_gbvalidate.report.records import RunReportRecord
+
+# (the first run's report, whose failed checks run again; the seconds they may take) -> what the run left
+Rerun = Callable[[RunReportRecord, float], Run]
+
+
+def confirm(first: Run, rerun: Rerun, min_s: float) -> Verdict:
+    """The first run's verdict, its failures run once more where at least `min_s` of its deadline is left."""
+    verdict = judge(first)
+    if verdict.state != FAIL or first.timed_out:
+        return verdict
+    left_s = first.deadline_s - first.duration_s
+    if left_s < min_s:
+        return unconfirmed(verdict, f"{left_s:.0f} s of the {first.deadline_s:g} s deadline left, {min_s:g} needed")
+    assert first.report is not None  # judge() finds a failure in a report only
+    try:
+        second = judge(rerun(first.report, left_s))
+    except CannotRun as exc:
+        return unconfirmed(verdict, str(exc))
+    return combined(verdict, second)
+
+
+def combined(first: Verdict, second: Verdict) -> Verdict:
+    """`first`'s failures as `second` (their second run) judges them. Pure."""
+    again = {f.test_id for f in second.failures}
+    kept = tuple(f for f in first.failures if f.test_id in again)
+    flapping = tuple(f.name for f in first.failures if f.test_id in second.passed_checks and f.test_id not in again)
+    duration_s = first.duration_s + second.duration_s
+    if kept:
+        return dataclasses.replace(first, failures=kept, confirmed=True, flapping=flapping, duration_s=duration_s)
+    left = [f.name for f in first.failures if f.name not in flapping]
+    if left:
+        why = second.detail or f"the second run was {second.state}"
+        return unconfirmed(dataclasses.replace(first, flapping=flapping, duration_s=duration_s), why, left)
+    return dataclasses.replace(
+        first,
+        state=OK,
+        failures=(),
+        cause="",
+        detail="",
+        flapping=flapping,
+        duration_s=duration_s,
+        passed=first.passed + len(flapping),
+    )
+
+
+def unconfirmed(verdict: Verdict, why: str, names: Sequence[str] | None = None) -> Verdict:
+    """No verdict: checks failed once and the second run could not say whether they fail again."""
+    shown = ", ".join(names if names is not None else [f.name for f in verdict.failures])
+    detail = f"failed once, not confirmed ({shown}): {why}; run it again"
+    return dataclasses.replace(verdict, state=UNKNOWN, failures=(), cause="", detail=detail)

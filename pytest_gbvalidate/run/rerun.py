@@ -1,0 +1,44 @@
+"""`--gb-rerun-failed REPORT`: run only the checks that failed in an earlier JSON report of this plugin, as pytest's
+`--lf` does from its cache -- but from the report, so it works where the cache is off (`-p no:cacheprovider`, as
+the health check runs) and on another machine than the one that failed. The health check confirms a failure so
+before it drains (healthcheck/confirm.py), and the fleet recipe's confirm step runs it on the failed nodes.
+
+A check is named by its test id as the earlier run wrote it: give the same paths and rootdir as that run. Where the
+earlier run found the node's GPUs unusable (node/preconditions.py), its other checks did not run: every check of
+the level runs again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_gbvalidate.files import InputError, read_json
+from pytest_gbvalidate.node.preconditions import PRECONDITIONS_TEST_ID
+from pytest_gbvalidate.report import schema
+
+OPTION = "--gb-rerun-failed"
+
+
+def failed_checks(path: Path) -> frozenset[str] | None:
+    """The test ids that failed in the report at `path`; None where every check is to run again. A report that
+    cannot be read is a usage error naming the file and the field."""
+    try:
+        report = read_json(path)
+    except InputError as exc:
+        raise pytest.UsageError(f"{OPTION} {exc}") from None
+    problem = schema.problem(report)
+    if problem is not None:
+        raise pytest.UsageError(f"{OPTION} {path}: {problem}")
+    failed = frozenset(t["test_id"] for t in report["tests"] if t["outcome"] == "failed")
+    if not failed:
+        raise pytest.UsageError(f"{OPTION} {path}: no check failed in that run: nothing to run again")
+    return None if PRECONDITIONS_TEST_ID in failed else failed
+
+
+def select(config: pytest.Config, items: list[pytest.Item], failed: frozenset[str]) -> None:
+    """Deselect every check but `failed` (counted in pytest's summary line, as -k deselects)."""
+    kept = [item for item in items if item.nodeid in failed]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item.nodeid not in failed])
+        items[:] = kept

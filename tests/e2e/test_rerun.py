@@ -1,0 +1,58 @@
+"""pytest_gbvalidate/run/rerun.py end to end: `--gb-rerun-failed REPORT` runs only the checks that failed in an
+earlier report (with the cache off), says so in the new report's `narrowed_by`, and refuses a report it cannot
+read in one line naming the file and the field."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.helpers.reports import minimal_report
+from tests.helpers.runs import XUNIT1, assert_usage_error, junit_cases
+
+CHECKS = """\
+import pytest
+
+def test_fan(gb_target):
+    assert False, 'fan 3 stopped'
+
+@pytest.mark.parametrize("gpu", [0, 1])
+def test_link(gb_target, gpu):
+    assert gpu == 0, 'gen 3, not 5'
+
+def test_clock(gb_target):
+    pass
+"""
+
+
+def test_a_second_run_takes_the_failed_checks_only(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_node=CHECKS)
+    first = pytester.runpytest("--gb-sku=cpu", "--gb-report=first.json", "-p", "no:cacheprovider")
+    first.assert_outcomes(passed=2, failed=2)
+
+    again = pytester.runpytest(
+        "--gb-sku=cpu", "--gb-rerun-failed=first.json", "--gb-report=again.json", *XUNIT1, "-p", "no:cacheprovider"
+    )
+    again.assert_outcomes(failed=2, deselected=2)
+    assert set(junit_cases(pytester.path / "r.xml")) == {"test_fan", "test_link[1]"}
+    report = json.loads((pytester.path / "again.json").read_text())
+    assert report["narrowed_by"] == ["--gb-rerun-failed first.json"]
+    assert {t["test_id"] for t in report["tests"]} == {"test_node.py::test_fan", "test_node.py::test_link[1]"}
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        ('{"tests": []}', "*--gb-rerun-failed *earlier.json: report_version is missing*"),
+        ("[1]", "*--gb-rerun-failed *earlier.json: not a JSON object*"),
+        (json.dumps(minimal_report()), "*--gb-rerun-failed *earlier.json: no check failed in that run*"),
+    ],
+)
+def test_an_earlier_report_that_does_not_read_is_a_usage_error(
+    pytester: pytest.Pytester, content: str, said: str
+) -> None:
+    pytester.makepyfile(test_node=CHECKS)
+    (pytester.path / "earlier.json").write_text(content)
+    result = pytester.runpytest("--gb-sku=cpu", "--gb-rerun-failed=earlier.json", "-p", "no:cacheprovider")
+    assert_usage_error(result, said)
