@@ -52,9 +52,9 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers",
-        "outside: the test meets a program outside Python (a real Slurm, Chromium, node_exporter, pip's resolver) "
-        "or checks files for one (Kubernetes): what it tests is that program's side, the same whatever torch, so "
-        "CI runs it on the newest torch only",
+        "outside: the test meets a program outside Python (a real Slurm, Chromium, node_exporter, Prometheus and "
+        "promtool, pip's resolver) or checks files for one (Kubernetes): what it tests is that program's side, the "
+        "same whatever torch, so CI runs it on the newest torch only",
     )
     config.addinivalue_line(
         "markers",

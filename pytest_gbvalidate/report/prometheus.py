@@ -13,10 +13,22 @@ The families (docs/prometheus.md shows a file):
   and where that figure comes from;
 - `gbvalidate_test_outcome{test, outcome}`: the same one-hot encoding of each test's outcome (passed, failed,
   skipped; failed where any phase failed);
+- `gbvalidate_test_fault{test, category} 1`: each failed test's fault category in the fault table (faults.yaml, the
+  report's `fault`), once per test (its first failed phase's, as the fleet summary reads it); a failed test without
+  a fault has none. Rules select checks by what the fault table says of them (`category="nvlink_fabric"`: the
+  fleet's NVLink domain finding, fleet/domains.py), not by test names;
+- `gbvalidate_measurement_compare_verdict{..., verdict}`: with --gb-compare, the same one-hot encoding of each
+  compared measurement's verdict against the node's earlier report (ok, regressed, within_noise, unresolved,
+  gpu_replaced: records.CompareVerdict);
 - `gbvalidate_run_status{status}` (one-hot), `gbvalidate_run_exit_code` (pytest's: 0 is a passed gate),
-  `gbvalidate_run_start_timestamp_seconds`, `gbvalidate_run_end_timestamp_seconds` (Unix time) and
-  `gbvalidate_run_info{sku, level, hostname} 1` (the info-metric pattern: what describes the run, joined onto the
-  other series in a query rather than repeated on each).
+  `gbvalidate_run_verdict{verdict}` (one-hot: what the run says about its node, node_verdict.py's rule, the fleet's:
+  pass, fail, unresolved, partial, no verdict), `gbvalidate_run_start_timestamp_seconds`,
+  `gbvalidate_run_end_timestamp_seconds` (Unix time) and `gbvalidate_run_info{sku, level, hostname, nvlink_domain}
+  1` (the info-metric pattern: what describes the run, joined onto the other series in a query rather than repeated
+  on each; `nvlink_domain` is node/fabric.py's `<cluster UUID>/<clique id>` of the GPU inventory, empty where no
+  GPU registered with an NVLink fabric);
+- `gbvalidate_node_consecutive_unresolved_runs`: with --gb-history, how many of the node's runs in a row, this one
+  the last, were unresolved (consecutive_unresolved): one file holds one run, and this is how an alert sees two.
 
 Naming follows prometheus.io's "Metric and label naming": the `gbvalidate_` prefix, base units (a value is
 converted to the unit BASE_UNITS names: GB/s to bytes per second, TFLOPS to floating-point operations per second,
@@ -32,17 +44,20 @@ import datetime as dt
 import math
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
-from pytest_gbvalidate.files import atomic_write_bytes
+from pytest_gbvalidate.files import InputError, atomic_write_bytes, read_json
+from pytest_gbvalidate.node.fabric import nvlink_domain
+from pytest_gbvalidate.report import history, node_verdict, schema
 from pytest_gbvalidate.report.records import (
     FAIL,
     INFO,
     PASS,
     WARN,
+    CompareVerdict,
     MeasurementRecord,
     RunReportRecord,
     TestRecord,
@@ -54,6 +69,8 @@ PREFIX = "gbvalidate"
 VERDICTS = (PASS, WARN, FAIL, INFO)
 OUTCOMES = ("passed", "failed", "skipped")
 RUN_STATUSES = ("running", "finished", "interrupted")  # records.RunStatus
+RUN_VERDICTS: tuple[str, ...] = get_args(node_verdict.NodeVerdict)  # pass, fail, unresolved, partial, no verdict
+COMPARE_VERDICTS: tuple[str, ...] = get_args(CompareVerdict)  # ok, regressed, within_noise, unresolved, gpu_replaced
 MEASUREMENT_LABELS = ("metric", "scope", "placement", "tool")
 
 # The units of metrics.UNITS in Prometheus's base units: (the unit label, the factor to it). A unit not here (a
@@ -110,6 +127,17 @@ def _test_outcomes(tests: list[TestRecord]) -> dict[str, str]:
 _WORSE = {"passed": 0, "skipped": 1, "failed": 2}
 
 
+def _test_faults(tests: list[TestRecord]) -> dict[str, str]:
+    """Each failed test's fault category, from its first failed phase (fleet/findings.py's failed_checks: the
+    fleet's category of the test); a test whose first failed phase has no fault (a report from before the fault
+    table) is left out."""
+    first: dict[str, TestRecord] = {}
+    for test in tests:
+        if test["outcome"] == "failed":
+            first.setdefault(test["test_id"], test)
+    return {test_id: test["fault"]["category"] for test_id, test in first.items() if "fault" in test}
+
+
 class _RunCollector:
     """The report's families, for a registry of their own (no process or platform metrics of this interpreter)."""
 
@@ -138,12 +166,22 @@ class _RunCollector:
             "1 for the measurement's verdict against its baseline, 0 for the other verdicts.",
             labels=[*MEASUREMENT_LABELS, "verdict"],
         )
+        compared = GaugeMetricFamily(
+            f"{PREFIX}_measurement_compare_verdict",
+            "With --gb-compare: 1 for the measurement's verdict against the node's earlier report, 0 for the others.",
+            labels=[*MEASUREMENT_LABELS, "verdict"],
+        )
         # The same measurement twice (it cannot be, in a report of the bundled suites): the later one counts, as
         # --gb-compare reads an earlier report; two series of the same labels would make the file unreadable.
         latest: dict[tuple[str, str, str, str], MeasurementRecord] = {}
+        latest_compared: dict[tuple[str, str, str, str], MeasurementRecord] = {}
         for record in self.report["measurements"]:
             if record.get("expected") is not None:
                 latest[measurement_key(record)] = record
+            if record.get("compare") is not None:  # a regression matters with or without a baseline's reference
+                latest_compared[measurement_key(record)] = record
+        for key, record in latest_compared.items():
+            _one_hot(compared, list(key), COMPARE_VERDICTS, record["compare"]["verdict"])
         for key, record in latest.items():
             unit, factor = base_unit(record["unit"])
             fields: Mapping[str, Any] = record
@@ -154,6 +192,7 @@ class _RunCollector:
             _one_hot(verdict, list(key), VERDICTS, record["verdict"])
         yield from families.values()
         yield verdict
+        yield compared
         yield self._mfu_peaks()
 
     def _mfu_peaks(self) -> Metric:
@@ -183,6 +222,14 @@ class _RunCollector:
         for test_id, outcome in _test_outcomes(self.report["tests"]).items():
             _one_hot(family, [test_id], OUTCOMES, outcome)
         yield family
+        faults = GaugeMetricFamily(
+            f"{PREFIX}_test_fault",
+            "1 for a failed test's fault category in the fault table (faults.yaml): one series per failed test.",
+            labels=["test", "category"],
+        )
+        for test_id, category in _test_faults(self.report["tests"]).items():
+            faults.add_metric([test_id, category], 1.0)
+        yield faults
 
     def _run(self) -> Iterator[Metric]:
         report = self.report
@@ -191,6 +238,21 @@ class _RunCollector:
         )
         _one_hot(status, [], RUN_STATUSES, report["status"])
         yield status
+        verdict = GaugeMetricFamily(
+            f"{PREFIX}_run_verdict",
+            "1 for what the run says about its node (pass, fail, unresolved, partial, no verdict), 0 for the others.",
+            labels=["verdict"],
+        )
+        _one_hot(verdict, [], RUN_VERDICTS, node_verdict.of_report(report))
+        yield verdict
+        streak = consecutive_unresolved(report)
+        if streak is not None:
+            yield GaugeMetricFamily(
+                f"{PREFIX}_node_consecutive_unresolved_runs",
+                "The node's runs in a row, this one the last, that were unresolved (its --gb-history): 0 where this "
+                "one was not.",
+                streak,
+            )
         if report["exit_status"] is not None:
             yield GaugeMetricFamily(
                 f"{PREFIX}_run_exit_code", "pytest's exit status: 0 when every check passed.", report["exit_status"]
@@ -204,11 +266,72 @@ class _RunCollector:
                 )
         sku, node = report["sku"], report.get("node")
         info = GaugeMetricFamily(
-            f"{PREFIX}_run_info", "The run's SKU, level and node: always 1.", labels=["sku", "level", "hostname"]
+            f"{PREFIX}_run_info",
+            "The run's SKU, level, node and the node's NVLink domain: always 1.",
+            labels=["sku", "level", "hostname", "nvlink_domain"],
         )
         hostname = "" if node is None else node["hostname"]
-        info.add_metric(["" if sku is None else sku["name"], report.get("level", ""), hostname], 1.0)
+        domain = _nvlink_domain(report)
+        info.add_metric(["" if sku is None else sku["name"], report.get("level", ""), hostname, domain], 1.0)
         yield info
+
+
+def _nvlink_domain(report: RunReportRecord) -> str:
+    """The NVLink domain of the report's GPU inventory (node/fabric.py), empty where it names none."""
+    gpus = report.get("gpus")
+    devices = gpus.get("devices") if isinstance(gpus, Mapping) else None
+    return (nvlink_domain(devices) if isinstance(devices, list) else None) or ""
+
+
+def consecutive_unresolved(report: RunReportRecord) -> int | None:
+    """How many of the node's runs in a row, `report`'s the last, were unresolved (node_verdict.py): 0 where this
+    one was not; None where the run kept no --gb-history (the report's `history` setting) to count in, or its node's
+    directory there cannot be listed.
+
+    Counted back through the node's kept reports of the same SKU and level, from this run's start, until one whose
+    verdict is pass or fail. Runs that say nothing of the node (partial, no verdict: stopped, a usage error) are
+    passed over, neither counted nor ending the count, and so are the other SKUs' and levels' runs (a health check's
+    passive runs between two gates measure nothing, and cannot be unresolved). A report that cannot be read, or
+    does not fit the records, ends the count there: what it said is not known. The history is read only for an
+    unresolved run, and only as far back as the count goes."""
+    setting = report["settings"].get("history")
+    root = None if setting is None else setting.get("value")
+    node = report.get("node")
+    if not isinstance(root, str) or node is None:
+        return None
+    if node_verdict.of_report(report) != node_verdict.UNRESOLVED:
+        return 0
+    try:
+        this_start = history.start_time(report)
+        kept = history.entries(history.node_directory(Path(root), node["hostname"]))
+    except (ValueError, history.HistoryError):  # no history this report's node could have kept
+        return None
+    count = 1
+    for kept_entry in reversed(kept):
+        if kept_entry.start > this_start:  # a later run's (this file made from an earlier report)
+            continue
+        try:
+            data = read_json(kept_entry.path)
+        except (InputError, OSError):  # no failure to read the history may cost the run its file
+            break
+        if schema.problem(data) is not None:
+            break
+        earlier: RunReportRecord = data
+        if earlier["start_time"] == report["start_time"]:  # this run's own, kept before this file is written
+            continue
+        if _sku_name(earlier) != _sku_name(report) or earlier.get("level") != report.get("level"):
+            continue
+        verdict = node_verdict.of_report(earlier)
+        if verdict == node_verdict.UNRESOLVED:
+            count += 1
+        elif verdict in ("pass", "fail"):
+            break
+    return count
+
+
+def _sku_name(report: RunReportRecord) -> str | None:
+    sku = report["sku"]
+    return None if sku is None else sku["name"]
 
 
 def _unix_seconds(stamp: str) -> float:

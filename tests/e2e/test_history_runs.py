@@ -90,7 +90,7 @@ def test_each_run_is_kept_exported_and_compared_with_the_one_before(pytester: py
     assert samples[("gbvalidate_run_status", frozenset({"status": "finished"}.items()))] == 1.0
     assert samples[("gbvalidate_run_exit_code", frozenset())] == 0.0
     assert samples[("gbvalidate_run_end_timestamp_seconds", frozenset())] == unix_seconds(report["end_time"])
-    info = {"sku": "cpu", "level": "full", "hostname": socket.gethostname()}  # the default level
+    info = {"sku": "cpu", "level": "full", "hostname": socket.gethostname(), "nvlink_domain": ""}  # the default level
     assert samples[("gbvalidate_run_info", frozenset(info.items()))] == 1.0
 
     second = pytester.runpytest(*args, "--gb-report=second.json")
@@ -258,7 +258,7 @@ def test_node_exporter_s_textfile_collector_reads_the_file(tmp_path: Path) -> No
     assert "level=error" not in log
     value = {"metric": METRIC, "scope": "node", "placement": "", "tool": "", "unit": "bytes_per_second"}
     assert str(scraped[("gbvalidate_measurement_value", frozenset(value.items()))]) == "nan"
-    info = {"sku": "cpu", "level": "", "hostname": 'node"7\\\n'}
+    info = {"sku": "cpu", "level": "", "hostname": 'node"7\\\n', "nvlink_domain": ""}
     assert scraped[("gbvalidate_run_info", frozenset(info.items()))] == 1.0
 
 
