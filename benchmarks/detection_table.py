@@ -386,11 +386,11 @@ def recorded_reference(metric: Metric, passes: Sequence[Figure]) -> Any:
 
 
 def earlier_report(metric: Metric, figure: Figure, runs: Sequence[Figure] = ()) -> Any:
-    from pytest_gbvalidate import compare
+    from pytest_gbvalidate.report import earlier as er
     from pytest_gbvalidate.report.records import measurement_key
 
     record: Any = metric.record(figure)  # a MeasurementRecord
-    earlier = compare.EarlierReport(
+    earlier = er.EarlierReport(
         path=Path("earlier.json"),
         date=EARLIER_DATE,
         status="finished",
@@ -402,17 +402,18 @@ def earlier_report(metric: Metric, figure: Figure, runs: Sequence[Figure] = ()) 
     if not runs:
         return earlier
     key = measurement_key(record)
-    return compare.with_history(earlier, [{key: f.value} for f in runs])
+    return er.with_history(earlier, [{key: f.value} for f in runs])
 
 
 def judge_compare(metric: Metric, earlier: Any, figure: Figure) -> Judged:
     """compare.compare_one of `figure` against `earlier`, allowed the resolution the metric needs (no
     --gb-compare-fail)."""
     from pytest_gbvalidate import compare
+    from pytest_gbvalidate.report.earlier import SameNode
 
     needed = metric.reference.needed
     section = compare.compare_one(
-        earlier, metric.record(figure), compare.AllowedRegression(), needed, compare.SameNode({}, ()), NOW
+        earlier, metric.record(figure), compare.AllowedRegression(), needed, SameNode({}, ()), NOW
     )
     if section is None:
         raise RuntimeError("compare_one found no earlier figure")

@@ -208,12 +208,16 @@ def sibling_trial(slow: int | None, speed: float) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="where the runs' files go (emptied first)")
-    parser.add_argument("--first-runs", type=int, default=4, help="a node's first runs, kept (default 4)")
-    parser.add_argument("--runs", type=int, default=10, help="healthy runs after those (default 10)")
-    parser.add_argument("--degraded-runs", type=int, default=3, help="slowed runs (default 3)")
-    parser.add_argument("--pairwise-runs", type=int, default=3, help="4-node pairwise rounds, each way (default 3)")
-    parser.add_argument("--sibling-trials", type=int, default=10, help="4-device trials, each way (default 10)")
-    parser.add_argument("--speed", type=float, default=0.75, help="a degraded device's speed (default 0.75)")
+    parser.add_argument("--first-runs", type=int, default=4, help="a node's first runs, kept (default %(default)s)")
+    parser.add_argument("--runs", type=int, default=10, help="healthy runs after those (default %(default)s)")
+    parser.add_argument("--degraded-runs", type=int, default=3, help="slowed runs (default %(default)s)")
+    parser.add_argument(
+        "--pairwise-runs", type=int, default=3, help="4-node pairwise rounds, each way (default %(default)s)"
+    )
+    parser.add_argument(
+        "--sibling-trials", type=int, default=10, help="4-device trials, each way (default %(default)s)"
+    )
+    parser.add_argument("--speed", type=float, default=0.75, help="a degraded device's speed (default %(default)s)")
     parser.add_argument("-k", dest="select", help="pytest -k expression for the suite runs (default: all)")
     args = parser.parse_args(argv)
     out: Path = args.out.resolve()

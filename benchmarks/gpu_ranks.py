@@ -552,7 +552,7 @@ def _pretrain_8b4(gang: Any) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ranks", default="2,4", help="rank counts, comma-separated (default 2,4)")
+    parser.add_argument("--ranks", default="2,4", help="rank counts, comma-separated (default %(default)s)")
     parser.add_argument("--out", type=Path, help="where reports and logs go (default: a new temp dir)")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("-k", dest="keyword", help="run only the cases whose names contain one of these (a,b)")

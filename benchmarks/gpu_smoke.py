@@ -168,7 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, help="where reports and baselines go (default: a new temp dir)")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    parser.add_argument("--layers", type=int, default=4, help="transformer layers of the engine run (default 4)")
+    parser.add_argument(
+        "--layers", type=int, default=4, help="transformer layers of the engine run (default %(default)s)"
+    )
     parser.add_argument("--mbs", type=int, default=1)
     parser.add_argument("--gbs", type=int, default=4)
     parser.add_argument("--peak-tflops", type=float, help="dense bf16 peak per GPU for MFU (default: by name)")

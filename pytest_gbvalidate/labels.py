@@ -1,8 +1,10 @@
 """Scope labels, written one way everywhere (test ids, baselines, reports): message sizes (`8B`, `1KiB`,
-`128MiB`, `8GiB`), GPUs (`gpu3`), ordered GPU pairs (`gpu0->gpu1`) and NUMA nodes (`numa1`). Pure Python."""
+`128MiB`, `8GiB`), GPUs (`gpu3`), ordered GPU pairs (`gpu0->gpu1`) and NUMA nodes (`numa1`); a measured number as
+people read it (`number`); texts as they may be shown. Pure Python."""
 
 from __future__ import annotations
 
+import math
 import re
 import socket
 
@@ -50,6 +52,12 @@ def gpu_pair_label(src: int, dst: int, node: str | None = None) -> str:
 def numa_label(node: int) -> str:
     """A NUMA node: `numa1`."""
     return f"numa{node}"
+
+
+def number(x: float) -> str:
+    """A measured figure as people read it, in the terminal, the fleet's summaries and messages alike: 4
+    significant digits (`1234`, `0.01235`, `1.235e+05`), NaN and infinity as text (`nan`, `inf`, `-inf`)."""
+    return f"{x:.4g}" if math.isfinite(x) else str(x)
 
 
 def printable(text: str) -> str:

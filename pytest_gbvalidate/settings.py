@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 from pytest_gbvalidate.levels import DEFAULT_LEVEL, LEVELS, Level
 from pytest_gbvalidate.setting_values import (
     LAST,
+    MAX_TIMEOUT_S,
+    MIN_TIMEOUT_S,
     ComputeDomain,
     SettingError,
     World,
@@ -276,8 +278,8 @@ TABLE: tuple[SettingSpec, ...] = (
         "timeout",
         parse_timeout,
         _none,
-        "seconds one call on the ranks may take before the gang is torn down and the test fails, 1 to 604800 (a "
-        "week). Default: 300 on GPU SKUs, 30 on cpu.",
+        "seconds one call on the ranks may take before the gang is torn down and the test fails, "
+        f"{MIN_TIMEOUT_S:g} to {MAX_TIMEOUT_S:g} (a week). Default: 300 on GPU SKUs, 30 on cpu.",
         "SECONDS",
     ),
     SettingSpec(

@@ -222,8 +222,7 @@ SIBLING_CHECKS = {
 # (stats.sibling_outliers): what drifts over the check's seconds moves every GPU of a round alike. Each round times
 # its share of the planned iterations, at least as many as a figure needs. Eight: the more rounds, the better a
 # device's own rounds tell its error (stats.sibling_z for four devices: 17.9 at three rounds, 4.8 at six, 4.0 at
-# eight); at three, a fake device 25% slow on a busy VM was named in 21 trials of 30 (a fleet's rule), at six in 19
-# of 20 (round by round).
+# eight; docs/noise.md, behind the constants).
 SIBLING_ROUNDS = 8
 
 

@@ -37,9 +37,8 @@ pytestmark = pytest.mark.gb_level("standard")
 # quoted at (sweeps.DEFAULT_GATES), and the CPU sweep's largest gated size.
 PAIRWISE_BYTES = {"gpu": 2**30, "cpu": 2**20}
 # Timed samples per pair in each of its repeats (bench/pairwise.REPEATS in the first pass, RECHECK_REPEATS in each
-# second-pass round). Four single-rank nodes on a 2-vCPU VM: one 1 MiB sample spreads 20-95% (robust spread), about
-# 60% typically; a pair 25% slower (29% as a log ratio) stands beyond two errors of a median of 240 such samples
-# (2 x 4.9%) or 120 (2 x 6.9%), not of 30 (2 x 13.7%). A GPU pair's samples agree far closer.
+# second-pass round): on cpu enough that a pair 25% slower stands beyond two errors of its median where one sample
+# spreads about 60% (docs/noise.md, behind the constants); a GPU pair's samples agree far closer.
 PAIRWISE_ITERATIONS = {"gpu": 10, "cpu": 40}
 # The NVLS case's communicator: NCCL_ALGO names the one algorithm (NCCL then refuses a call it cannot run with it,
 # src/enqueue.cc "No algorithm/protocol available"; an older NCCL may run another silently: the log says which).

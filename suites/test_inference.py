@@ -20,8 +20,7 @@ pytestmark = pytest.mark.gb_level("full")
 
 METRIC = "inference_tokens_per_s"
 # Generations per rank, the best counting, as the storage checks take theirs: interference slows a pass, a degraded
-# GPU every one. One generation was one figure with no noise of its own: a healthy 2-vCPU VM's rank generated 41%
-# slower than its ten other runs' median in one run, and the fleet summary drained it.
+# GPU every one; one generation is one figure with no noise of its own (docs/noise.md, behind the constants).
 PASSES = 3
 # Llama 3 8B in bf16 fits one GPU of every GPU SKU; a batch of 8 prompts of 1024 tokens and 128 new ones each.
 DEFAULTS: dict[str, dict[str, Any]] = {

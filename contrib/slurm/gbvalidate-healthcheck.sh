@@ -10,27 +10,42 @@
 # Settings: slurmd passes none of its environment to Prolog, Epilog or HealthCheckProgram, so they are read from
 # the file beside this script with .conf for .sh (e.g. /etc/slurm/gbvalidate-healthcheck.conf), one KEY=VALUE a
 # line, `#` comments. The file is read, never run, and must be writable by its owner only (root, or the user this
-# runs as). A variable set in the environment (a run by hand) wins over the file.
-#   GBVALIDATE_PYTHON        the Python with pytest-gbvalidate installed            (default: python3)
-#   GBVALIDATE_DRAIN         1: a failed node drains itself through scontrol; 0: the exit status only (default: 1)
-#   GBVALIDATE_CONFIRM       1: failed checks run once more within the deadline, only what fails again counts (a
-#                            check that then passes is flapping, not drained); 0: one run (default: 1)
-#   GBVALIDATE_LEVEL         passive: the checks that measure nothing, fit beside a job; quick: a short copy, GEMM
-#                            and all_reduce too (default: passive)
-#   GBVALIDATE_DEADLINE_S    seconds the checks may take (default: 45 passive, 90 quick; within slurmd's limit less
-#                            20 s: HealthCheckTimeout, 60 before Slurm 26.05; PrologEpilogTimeout where set)
-#   GBVALIDATE_KEEP_REPORT   keep the last run's JSON report here (default: none)
-#   GBVALIDATE_PYTEST_ARGS   more pytest arguments, split at spaces, e.g. "--gb-sku=ND_GB200_v6"
-#   GBVALIDATE_LOG_FILE      also append each line, dated, to this file (default: none); never through a
-#                            symbolic link, and only in a directory no one but root (or this user) may write in
-#   GBVALIDATE_SYSLOG        1: also send the line to syslog with logger(1) (default: 1)
+# runs as). A variable set in the environment (a run by hand) wins over the file. SETTINGS below has a row per
+# setting, NAME|default|meaning: the keys the file may set, and what one unset or empty means.
 set -u
 
 # slurmd runs Prolog, Epilog and HealthCheckProgram without a search path (Slurm's prolog_epilog guide).
 export PATH="${PATH:+$PATH:}/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-SETTINGS=(GBVALIDATE_PYTHON GBVALIDATE_DRAIN GBVALIDATE_CONFIRM GBVALIDATE_LEVEL GBVALIDATE_DEADLINE_S GBVALIDATE_KEEP_REPORT
-    GBVALIDATE_PYTEST_ARGS GBVALIDATE_LOG_FILE GBVALIDATE_SYSLOG)
+SETTINGS=(
+    "GBVALIDATE_PYTHON|python3|the Python with pytest-gbvalidate installed"
+    "GBVALIDATE_DRAIN|1|1: a failed node drains itself through scontrol; 0: the exit status only"
+    "GBVALIDATE_CONFIRM|1|1: failed checks run once more within the deadline, only what fails again counts (a check
+        that then passes is flapping, not drained); 0: one run"
+    "GBVALIDATE_LEVEL|passive|passive: the checks that measure nothing, fit beside a job; quick: a short copy, GEMM
+        and all_reduce too"
+    "GBVALIDATE_DEADLINE_S||seconds the checks may take (none: 45 passive, 90 quick; within slurmd's limit less 20 s:
+        HealthCheckTimeout, 60 before Slurm 26.05; PrologEpilogTimeout where set)"
+    "GBVALIDATE_KEEP_REPORT||keep the last run's JSON report here"
+    "GBVALIDATE_PYTEST_ARGS||more pytest arguments, split at spaces, e.g. --gb-sku=ND_GB200_v6"
+    "GBVALIDATE_LOG_FILE||also append each line, dated, to this file; never through a symbolic link, and only in a
+        directory no one but root (or this user) may write in"
+    "GBVALIDATE_SYSLOG|1|1: also send the line to syslog with logger(1)"
+)
+setting_names=()
+declare -A setting_default=()
+for row in "${SETTINGS[@]}"; do
+    IFS='|' read -r name value _ <<<"$row"
+    setting_names+=("$name")
+    setting_default[$name]=$value
+done
+
+# A setting's value: the environment's or the file's, else (unset or empty) its default.
+setting() {
+    local name=$1
+    printf '%s' "${!name:-${setting_default[$name]}}"
+}
+
 conf="${GBVALIDATE_CONF:-${0%.sh}.conf}"
 
 # Whether the log file may be appended to as root: no symbolic link (root would append to whatever it names), a
@@ -50,13 +65,14 @@ log_file_safe() {
 
 # The line, printed and logged; the status, with "no verdict" made 0 where Slurm would drain for it.
 finish() {
-    local line status=$2
+    local line status=$2 log_file
     line="$(printf '%s' "$1" | tr -c '[:print:]' ' ' | cut -c1-1000)"
     echo "$line"
-    if [[ -n "${GBVALIDATE_LOG_FILE:-}" ]] && log_file_safe "$GBVALIDATE_LOG_FILE"; then
-        echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) ${SLURMD_NODENAME:-$(hostname -s)} $line" >>"$GBVALIDATE_LOG_FILE" 2>/dev/null
+    log_file="$(setting GBVALIDATE_LOG_FILE)"
+    if [[ -n "$log_file" ]] && log_file_safe "$log_file"; then
+        echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) ${SLURMD_NODENAME:-$(hostname -s)} $line" >>"$log_file" 2>/dev/null
     fi
-    if [[ "${GBVALIDATE_SYSLOG:-1}" == "1" ]]; then
+    if [[ "$(setting GBVALIDATE_SYSLOG)" == "1" ]]; then
         logger -t gbvalidate-healthcheck -- "$line" 2>/dev/null || true
     fi
     case "${SLURM_SCRIPT_CONTEXT:-}:$status" in
@@ -90,8 +106,8 @@ if [[ -e "$conf" || -L "$conf" ]]; then
             no_verdict "$conf: line $number: not KEY=VALUE"
         fi
         key="${BASH_REMATCH[1]}" value="${BASH_REMATCH[2]}"
-        if ! [[ " ${SETTINGS[*]} " == *" $key "* ]]; then
-            no_verdict "$conf: line $number: unknown setting $key (known: ${SETTINGS[*]})"
+        if [[ -z "${setting_default[$key]+known}" ]]; then
+            no_verdict "$conf: line $number: unknown setting $key (known: ${setting_names[*]})"
         fi
         if [[ -n "${first_line[$key]:-}" ]]; then
             no_verdict "$conf: line $number: $key is set again (first on line ${first_line[$key]}): which one holds?"
@@ -106,30 +122,35 @@ if [[ -e "$conf" || -L "$conf" ]]; then
     done <"$conf"
 fi
 
-python="${GBVALIDATE_PYTHON:-python3}"
-case "${GBVALIDATE_LEVEL:-passive}" in
-    passive | quick) args=(slurm --level "${GBVALIDATE_LEVEL:-passive}") ;;
-    *) no_verdict "GBVALIDATE_LEVEL=${GBVALIDATE_LEVEL}: expected passive or quick" ;;
+python="$(setting GBVALIDATE_PYTHON)"
+level="$(setting GBVALIDATE_LEVEL)"
+case "$level" in
+    passive | quick) args=(slurm --level "$level") ;;
+    *) no_verdict "GBVALIDATE_LEVEL=$level: expected passive or quick" ;;
 esac
 # The plugin reads GBVALIDATE_LEVEL too (--gb-level): the health check names the level itself.
 unset GBVALIDATE_LEVEL
-if [[ -n "${GBVALIDATE_DEADLINE_S:-}" ]]; then
-    args+=(--deadline-s "$GBVALIDATE_DEADLINE_S")
+deadline_s="$(setting GBVALIDATE_DEADLINE_S)"
+if [[ -n "$deadline_s" ]]; then
+    args+=(--deadline-s "$deadline_s")
 fi
-case "${GBVALIDATE_DRAIN:-1}" in
+drain="$(setting GBVALIDATE_DRAIN)"
+case "$drain" in
     1) args+=(--drain) ;;
     0) ;;
-    *) no_verdict "GBVALIDATE_DRAIN=${GBVALIDATE_DRAIN}: expected 1 or 0" ;;
+    *) no_verdict "GBVALIDATE_DRAIN=$drain: expected 1 or 0" ;;
 esac
-case "${GBVALIDATE_CONFIRM:-1}" in
+confirm="$(setting GBVALIDATE_CONFIRM)"
+case "$confirm" in
     1) ;;
     0) args+=(--no-confirm) ;;
-    *) no_verdict "GBVALIDATE_CONFIRM=${GBVALIDATE_CONFIRM}: expected 1 or 0" ;;
+    *) no_verdict "GBVALIDATE_CONFIRM=$confirm: expected 1 or 0" ;;
 esac
-if [[ -n "${GBVALIDATE_KEEP_REPORT:-}" ]]; then
-    args+=(--keep-report "$GBVALIDATE_KEEP_REPORT")
+keep_report="$(setting GBVALIDATE_KEEP_REPORT)"
+if [[ -n "$keep_report" ]]; then
+    args+=(--keep-report "$keep_report")
 fi
-read -r -a extra <<<"${GBVALIDATE_PYTEST_ARGS:-}"
+read -r -a extra <<<"$(setting GBVALIDATE_PYTEST_ARGS)"
 
 # In a Prolog or Epilog, CUDA_VISIBLE_DEVICES names the job's GPUs only; the check is of the whole node.
 case "${SLURM_SCRIPT_CONTEXT:-}" in

@@ -20,8 +20,8 @@ STATUSES = ("measured", "provisional")
 
 
 # The resolution a metric needs where its baseline declares none (`resolution` at the top of the file, or a metric's
-# `resolution_pct`): twice the combined run-to-run spread of two GPU figures, each 2% at most (one H100's bf16 GEMM
-# 784.6 vs 786.6 TFLOPS and D2D 1488 vs 1488 GB/s between runs; 0.3-2% across the GPU figures measured).
+# `resolution_pct`): twice the combined run-to-run spread of two GPU figures, each 2% at most (docs/noise.md: one
+# H100's figures moved 0.3-2% between runs).
 DEFAULT_NEEDED = Needed(6.0, "the default")
 
 
@@ -199,7 +199,7 @@ class PretrainSpec:
         """The section as it is written in a baseline file."""
         layout = self.layout
         doc: dict[str, Any] = {"model": self.model, "seq_len": self.seq_len}
-        doc.update({k: getattr(layout, k) for k in llama_parallel.SIZES})
+        doc.update(layout.sizes())
         doc.update(precision=layout.precision, engine=layout.engine)
         if layout.precision == "fp8":
             doc.update(fp8_recipe=layout.fp8_recipe)

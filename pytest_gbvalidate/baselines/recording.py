@@ -77,7 +77,7 @@ class _Figure:
     needed: rs.Needed
 
 
-# The node's kept runs (compare.node_runs): each figure's value by its measurement key, (metric, scope, ...).
+# The node's kept runs (report/earlier.py's node_runs): each figure's value by its measurement key.
 Runs = Sequence[Mapping[tuple[str, str, str, str], float]]
 
 

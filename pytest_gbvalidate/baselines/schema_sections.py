@@ -24,12 +24,7 @@ from pytest_gbvalidate.workloads.llama.config import CONFIGS as LLAMA_CONFIGS
 
 _PRETRAIN_REQUIRED = {
     "model",
-    "mbs",
-    "gbs",
-    "tp",
-    "pp",
-    "cp",
-    "dp",
+    *llama_parallel.SIZES,
     "precision",
     "engine",
     "warmup_steps",

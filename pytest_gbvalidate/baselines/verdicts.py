@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_gbvalidate.baselines.model import DEFAULT_NEEDED, Reference
+from pytest_gbvalidate.labels import number
 from pytest_gbvalidate.report.records import FAIL, INFO, PASS, UNRESOLVED, WARN, ResolutionRecord
 from pytest_gbvalidate.report.records import Verdict as VerdictWord
 from pytest_gbvalidate.rules import noise
@@ -45,13 +46,13 @@ class Verdict:
 
     @property
     def message(self) -> str:
-        parts = [f"{self.metric} [{self.scope}]: measured {_fmt(self.value)} {self.unit}"]
+        parts = [f"{self.metric} [{self.scope}]: measured {number(self.value)} {self.unit}"]
         if self.expected is not None:
-            parts.append(f"expected {_fmt(self.expected)} {self.unit}")
+            parts.append(f"expected {number(self.expected)} {self.unit}")
         if self.fail_limit is not None:
-            parts.append(f"fail limit {_fmt(self.fail_limit)} {self.unit}")
+            parts.append(f"fail limit {number(self.fail_limit)} {self.unit}")
         if self.warn_limit is not None:
-            parts.append(f"warn limit {_fmt(self.warn_limit)} {self.unit}")
+            parts.append(f"warn limit {number(self.warn_limit)} {self.unit}")
         if self.delta_pct is not None:
             parts.append(f"delta {self.delta_pct:+.1f}%")
         parts.append(f"{self.direction} is better")
@@ -167,7 +168,3 @@ def _coarse(resolution: rs.Resolution | None, needed: rs.Needed) -> bool:
 def _round(x: float | None) -> float | None:
     """Limits derived from percentages print as 1.0899999999999999; six significant digits are plenty."""
     return None if x is None else float(f"{x:.6g}")
-
-
-def _fmt(x: float) -> str:
-    return f"{x:.4g}" if math.isfinite(x) else str(x)

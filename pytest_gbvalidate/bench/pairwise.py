@@ -35,25 +35,20 @@ from pytest_gbvalidate.rules import noise
 # metric's params).
 SLOW_PCT = 10.0
 # How often the first pass measures each round, the rounds in turn, each time `iterations` samples per pair: a
-# pair's figure is the median of them all. Four single-rank nodes on a 2-vCPU VM: one pair's median of ten 1 MiB
-# samples ranged from 1.5 to 4.0 ms over eight repeats a second apart; measured in turns, that moves the pairs of
-# both rounds alike. Three repeats left a node 25% slower off the suspects in 8 of 63 runs, its pairs 12-25% below
-# the others: within twice their medians' error (7-9%) in three of them. Six make each median's error √2 smaller.
+# pair's figure is the median of them all. Measured in turns, what drifts from second to second moves the pairs of
+# both rounds alike; six make each median's error √2 smaller than three (docs/noise.md, behind the constants).
 REPEATS = 6
 # How often each round of the second pass is measured, in turn: its verdict rests on how its rounds scatter
 # (`shortfall`), not on any one round's precision.
 RECHECK_REPEATS = 3
 # How often the second pass measures each suspect beside a node that passed (a different one each time where there
-# are enough), a round each: enough rounds to see how far they scatter. Four single-rank nodes on a 2-vCPU VM, one
-# 25% slower: its second-pass pairs came out 5% above to 46% below the pairs beside them, round by round (the two
-# pairs of a round share the cores: one's loss is the other's gain), about 25% below on average with a spread of
-# about 20% between rounds: its mean stands 1.25 x sqrt(rounds) standard errors below, 3.5 with eight rounds.
-# Judged a round at a time over two rounds, one weak round cleared it (3 of 10 missed).
+# are enough), a round each: enough rounds to see how far they scatter. A slowed node's rounds scatter about as
+# widely as it falls short (pairs sharing cores: one's loss is the other's gain), so its mean stands about
+# 1.25 x sqrt(rounds) standard errors below, 3.5 with eight rounds (docs/noise.md, behind the constants).
 RECHECKS = 8
 # How many standard errors of their mean a suspect's rounds must stand below the pairs beside them (`shortfall`).
 # Eight normal rounds of a healthy node reach it in 1% of cases (Student's t, 7 degrees of freedom), and only where
-# the node is a suspect already. On that VM, over eight rounds, the slowed node's rounds stood 3.1 to 22 standard
-# errors below (29 runs), 15 healthy suspects' from 2.8 below to 2.8 above.
+# the node is a suspect already (docs/noise.md, the pairwise second pass: slowed and healthy suspects measured).
 SHORTFALL_T = 3.0
 # Pairs a verdict on one node needs: its own (one pair cannot tell which side is at fault), and as the reference
 # for slowness the pairs without it (one such pair may just be two nodes on the same leaf switch).
@@ -285,9 +280,8 @@ def recheck_pairs(rows: list[PairRow], node_of_rank: list[int], slow_pct: float)
 
 def beside(row: PairRow, references: list[PairRow]) -> float:
     """The median of the `references` (pairs without the suspect) measured in the same round as `row`, all of them
-    where its round has none: what drifts between rounds moves a round's pairs alike. On a 2-vCPU VM one second
-    pass's rounds differed by a third (reference pairs at 0.43 and 0.32 GB/s): a node 25% slower, 23% and 18%
-    below the pair beside it in each round, was within the noise of their median."""
+    where its round has none: what drifts between rounds moves a round's pairs alike, by as much as a third on a
+    2-vCPU VM (docs/noise.md, behind the constants)."""
     same_round = [r.busbw_gbps for r in references if r.round == row.round]
     return statistics.median(same_round or [r.busbw_gbps for r in references])
 
@@ -328,9 +322,9 @@ def blame(
     which was slow and that was slow again beside a node that passed (`rechecks`, the second pass, `shortfall`:
     round after round, beyond the rounds' scatter; each pair against the reference pairs of its round, `beside`:
     pairs of nodes that passed where the pass has MIN_PAIRS of them, else the pairs measured without this suspect,
-    other suspects' among them (two suspects of four nodes leave no two nodes that passed to pair; judged against
-    the first pass's figures instead, a healthy suspect was named when the whole machine ran a quarter slower in
-    the second pass), else against the first pass's reference; a suspect the second pass could not pair, every
+    other suspects' among them (two suspects of four nodes leave no two nodes that passed to pair, and the first
+    pass's figures would blame a suspect for a machine slower as a whole in the second pass), else against the
+    first pass's reference; a suspect the second pass could not pair, every
     other node being suspect too, is named on the first pass's evidence alone, saying so). Wrong data never
     passes: where no node explains it, the pair is named."""
     wrong, suspects = first_pass(rows, node_of_rank, slow_pct)

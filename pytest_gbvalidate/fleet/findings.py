@@ -14,6 +14,7 @@ from typing import Any
 
 from pytest_gbvalidate.fleet.reports import Report
 from pytest_gbvalidate.fleet.text import one_line
+from pytest_gbvalidate.labels import number
 from pytest_gbvalidate.report.records import ReasonClass
 from pytest_gbvalidate.rules import noise, outliers
 from pytest_gbvalidate.rules import resolution as rs
@@ -90,7 +91,7 @@ class NodeOutlier:
         z = "" if o.z is None else f", modified z {o.z:+.1f}"
         better = f"{s.direction} is better"
         return (
-            f"{s.key.label}: {o.value:.4g} {s.unit} vs fleet median {s.spread.median:.4g} {s.unit}{versus}, "
+            f"{s.key.label}: {number(o.value)} {s.unit} vs fleet median {number(s.spread.median)} {s.unit}{versus}, "
             f"{better}{z}; flagged: {'; '.join(o.rules)}"
         )
 
@@ -109,7 +110,10 @@ class NodeUnjudged:
 
     def describe(self) -> str:
         s, u = self.metric, self.unjudged
-        return f"{s.key.label}: {u.value:.4g} {s.unit} vs fleet median {s.spread.median:.4g} {s.unit}, {u.describe()}"
+        return (
+            f"{s.key.label}: {number(u.value)} {s.unit} vs fleet median {number(s.spread.median)} {s.unit}, "
+            f"{u.describe()}"
+        )
 
 
 @dataclass(frozen=True)

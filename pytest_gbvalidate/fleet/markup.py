@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 
 from pytest_gbvalidate.fleet.findings import FailedCheck
 from pytest_gbvalidate.fleet.text import one_line
+from pytest_gbvalidate.labels import number
 
 
 def md(text: str) -> str:
@@ -44,7 +45,7 @@ def yes(flag: bool) -> str:
 
 
 def num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4g}"
+    return "-" if value is None else number(value)
 
 
 def checks_cell(checks: Sequence[FailedCheck]) -> str:

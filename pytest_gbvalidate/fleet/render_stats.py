@@ -8,6 +8,7 @@ from pytest_gbvalidate.fleet.findings import MetricStats, failed_checks
 from pytest_gbvalidate.fleet.markup import checks_cell, md, md_table, num
 from pytest_gbvalidate.fleet.scaling import WeakScaling
 from pytest_gbvalidate.fleet.summary import Summary
+from pytest_gbvalidate.labels import number
 from pytest_gbvalidate.rules import noise, outliers
 
 
@@ -62,8 +63,8 @@ def outliers_md(summary: Summary) -> list[str]:
             [
                 n.hostname,
                 s.key.label,
-                f"{out.value:.4g} {s.unit}",
-                f"{s.spread.median:.4g} {s.unit}",
+                f"{number(out.value)} {s.unit}",
+                f"{number(s.spread.median)} {s.unit}",
                 "-" if delta is None else f"{delta:+.1f}%",
                 "-" if out.z is None else f"{out.z:+.2f}",
                 "; ".join(out.rules),
@@ -82,8 +83,8 @@ def _unjudged_md(summary: Summary) -> list[str]:
         [
             n.hostname,
             u.metric.key.label,
-            f"{u.unjudged.value:.4g} {u.metric.unit}",
-            f"{u.metric.spread.median:.4g} {u.metric.unit}",
+            f"{number(u.unjudged.value)} {u.metric.unit}",
+            f"{number(u.metric.spread.median)} {u.metric.unit}",
             u.unjudged.describe(),
         ]
         for n, u in summary.unjudged
@@ -214,7 +215,7 @@ def multi_node_md(summary: Summary) -> list[str]:
         if w.per_node_s:
             straggler = w.straggler
             lines += ["", f"Per-node {w.per_node_what} of {md(str(w.run.path))} ({w.step.metric}):", ""]
-            lines += md_table(["node", f"{w.per_node_what} (s)"], [[h, f"{s:.4g}"] for h, s in w.per_node_s.items()])
+            lines += md_table(["node", f"{w.per_node_what} (s)"], [[h, number(s)] for h, s in w.per_node_s.items()])
             if straggler is not None:
                 lines += ["", f"Straggler: {md(straggler.host)}, {_straggler_text(w)}."]
     return lines
@@ -227,8 +228,9 @@ def multi_node_terminal(summary: Summary) -> list[str]:
     ]
     for w in summary.scaling:
         efficiency = w.note if w.efficiency is None else f"efficiency {w.efficiency:.3f}"
-        reference = "" if w.reference_s is None else f" vs 1 node {w.reference_s:.4g} s"
-        line = f"  weak scaling {w.step.model} on {w.nodes} nodes: step {w.step.value_s:.4g} s{reference}: {efficiency}"
+        reference = "" if w.reference_s is None else f" vs 1 node {number(w.reference_s)} s"
+        step = f"step {number(w.step.value_s)} s{reference}"
+        line = f"  weak scaling {w.step.model} on {w.nodes} nodes: {step}: {efficiency}"
         if w.straggler is not None:
             line += f"; straggler {w.straggler.host} ({_straggler_text(w)})"
         lines.append(line)
@@ -242,9 +244,9 @@ def _scaling_cells(w: WeakScaling) -> list[str]:
         w.step.model,
         str(w.nodes),
         w.step.layout,
-        f"{w.step.value_s:.4g} s",
+        f"{number(w.step.value_s)} s",
         ", ".join(layouts) or "-",
-        "-" if reference is None else f"{reference:.4g} s (median of {len(w.references)})",
+        "-" if reference is None else f"{number(reference)} s (median of {len(w.references)})",
         w.note if w.efficiency is None else f"{w.efficiency:.3f}",
     ]
 
@@ -255,6 +257,7 @@ def _straggler_text(w: WeakScaling) -> str:
     if s is None:
         return ranks.removeprefix("; ")
     return (
-        f"{w.per_node_what}: slowest {s.slowest_s:.4g} s, fastest {s.fastest_s:.4g} s, median {s.median_s:.4g} s: "
+        f"{w.per_node_what}: slowest {number(s.slowest_s)} s, fastest {number(s.fastest_s)} s, "
+        f"median {number(s.median_s)} s: "
         f"spread (max-min)/median {s.spread_pct:.1f}%{ranks}"
     )

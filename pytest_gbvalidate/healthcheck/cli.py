@@ -14,23 +14,26 @@ from typing import NoReturn
 from pytest_gbvalidate.files import clashes, unwritable
 from pytest_gbvalidate.healthcheck import gate, npd, slurm
 from pytest_gbvalidate.healthcheck.confirm import confirm
-from pytest_gbvalidate.healthcheck.level_run import CannotRun, Stopped, dropped_note, run_checks
+from pytest_gbvalidate.healthcheck.level_run import KILL_GRACE_S, CannotRun, Stopped, dropped_note, run_checks
 from pytest_gbvalidate.healthcheck.verdict import OK, Verdict, judge
 from pytest_gbvalidate.levels import BUDGET_S, LEVELS, Level
 from pytest_gbvalidate.rules import breaker
 from pytest_gbvalidate.setting_values import bundled_baselines
+from pytest_gbvalidate.settings import cli_flag, env_name
 
 PROG = "python -m pytest_gbvalidate.healthcheck"
 # The levels a health check runs, and each mode's default: in slurmd's hooks (which may run beside a job) the checks
 # that measure nothing; as a node-problem-detector plugin, one short measurement of each path too.
 HEALTH_LEVELS: tuple[Level, ...] = ("passive", "quick")
 DEFAULT_LEVEL: dict[str, Level] = {"slurm": "passive", "npd": "quick"}
+# The default deadline, in times what the level may take: half again, for a node slower to answer than the SKU's.
+DEADLINE_FACTOR = 1.5
 
 
 def default_deadline_s(level: Level) -> float:
-    """Half again what the level may take on the SKU it is made for (a 4-GPU node: levels.BUDGET_S); as Slurm's
-    HealthCheckProgram or under PrologEpilogTimeout, what slurmd's kill leaves (slurm.py)."""
-    return 1.5 * BUDGET_S[level]
+    """DEADLINE_FACTOR times what the level may take on the SKU it is made for (a 4-GPU node: levels.BUDGET_S); as
+    Slurm's HealthCheckProgram or under PrologEpilogTimeout, what slurmd's kill leaves (slurm.py)."""
+    return DEADLINE_FACTOR * BUDGET_S[level]
 
 
 # Below this no run reaches its checks: Python, torch and pytest start, the suites are collected and the node's
@@ -40,39 +43,41 @@ MIN_DEADLINE_S = 20.0
 MAX_DEADLINE_S = 24 * 3600.0
 # Passed to pytest last: a health check is this node's own, whatever launched it (srun -N2 ... healthcheck on two
 # nodes is two checks, not one world of two).
-NODE_ONLY = "--gb-world=none"
-NODE_IDLE = "--gb-node-idle"  # settings.py's TABLE: node_idle
+NODE_ONLY = f"{cli_flag('world')}=none"
+NODE_IDLE = cli_flag("node_idle")
 # The report the run writes is the health check's own (level_run.py): given after `--` too, pytest's last one would
 # win and the run's report go elsewhere.
-REPORT_OPTION = "--gb-report"
-# The run's settings that name files it reads, as settings.py's TABLE spells them (its option, its environment
-# variable); settings.py is no module of this layer to import (tests/unit/test_healthcheck_cli.py holds them to it).
-INPUT_SETTINGS = {
-    "baselines": ("--gb-baselines", "GBVALIDATE_BASELINES"),
-    "compare": ("--gb-compare", "GBVALIDATE_COMPARE"),
-    "history": ("--gb-history", "GBVALIDATE_HISTORY"),
-}
+REPORT_OPTION = cli_flag("report")
+# The run's settings that name files it reads (settings.py's TABLE spells their option and environment variable).
+INPUT_SETTINGS = ("baselines", "compare", "history")
 
-DESCRIPTION = """\
+DESCRIPTION = f"""\
 Run a level of the shipped suites (pytest --pyargs pytest_gbvalidate.suites --gb-level=LEVEL: `passive`, the
 checks that measure nothing, or `quick`, one short measurement of each path too) in a subprocess within a
 deadline, read its JSON report and print one line. Arguments after `--` go to pytest (e.g.
 -- --gb-sku=ND_GB200_v6). `slurm`: LBNL NHC's exit codes and line, for Prolog, Epilog and HealthCheckProgram;
 with --drain, a failed node drains itself through scontrol. `npd`: a Kubernetes node-problem-detector custom
-plugin (exit 0 OK, 1 NonOK, 2 Unknown)."""
+plugin (exit {npd.EXIT_OK} OK, {npd.EXIT_NONOK} NonOK, {npd.EXIT_UNKNOWN} Unknown)."""
 
-SLURM_EPILOG = f"""\
-Exit status: 0 healthy; 1 a check failed; 142 the checks ran past the deadline (killed); 10 no verdict (no report,
-a broken one, a usage or internal error, every check skipped) or a usage error; 128+N stopped by signal N.
---drain runs `scontrol update nodename=NODE state=drain reason="gbvalidate: [CLASS] CATEGORY: CHECK"` on exit 1
-and 142 only (failed checks run once more first: only what fails again counts), and resumes a node it drained for
-[job_leftovers] alone once its checks pass. NODE: --node, else $SLURMD_NODENAME, else the hostname up to its first
-dot; one node's name or nothing runs (exit {slurm.EXIT_NOT_RUN})."""
+SLURM_EPILOG = (
+    f"Exit status: {slurm.EXIT_OK} healthy; {slurm.EXIT_FAILED} a check failed; {slurm.EXIT_TIMEOUT} the checks ran "
+    f"past the deadline (killed); {slurm.EXIT_NOT_RUN} no verdict (no report,\n"
+    "a broken one, a usage or internal error, every check skipped) or a usage error; 128+N stopped by signal N.\n"
+    '--drain runs `scontrol update nodename=NODE state=drain reason="gbvalidate: [CLASS] CATEGORY: CHECK"` on exit '
+    f"{slurm.EXIT_FAILED}\n"
+    f"and {slurm.EXIT_TIMEOUT} only (failed checks run once more first: only what fails again counts), and resumes a "
+    "node it drained for\n"
+    "[job_leftovers] alone once its checks pass. NODE: --node, else $SLURMD_NODENAME, else the hostname up to its "
+    "first\n"
+    f"dot; one node's name or nothing runs (exit {slurm.EXIT_NOT_RUN})."
+)
 
-NPD_EPILOG = f"""\
-Exit status: 0 OK; 1 NonOK (a check failed); 2 Unknown (the checks ran past the deadline, no verdict, a usage
-error, a signal). One line on stdout, at most --max-output-length characters (NPD's default is
-{npd.DEFAULT_MAX_OUTPUT_LENGTH}). Set the rule's timeout above the deadline plus 10 s."""
+NPD_EPILOG = (
+    f"Exit status: {npd.EXIT_OK} OK; {npd.EXIT_NONOK} NonOK (a check failed); {npd.EXIT_UNKNOWN} Unknown (the checks "
+    "ran past the deadline, no verdict, a usage\n"
+    "error, a signal). One line on stdout, at most --max-output-length characters (NPD's default is\n"
+    f"{npd.DEFAULT_MAX_OUTPUT_LENGTH}). Set the rule's timeout above the deadline plus 10 s."
+)
 
 
 class UsageError(Exception):
@@ -95,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
             mode, help=summary, description=DESCRIPTION, epilog=epilog, formatter_class=argparse.RawTextHelpFormatter
         )
         budgets = ", ".join(f"{level} {default_deadline_s(level):g}" for level in HEALTH_LEVELS)
-        default = f"1.5 times the level's budget: {budgets}" + (
+        default = f"{DEADLINE_FACTOR:g} times the level's budget: {budgets}" + (
             f"; within slurmd's limit (HealthCheckTimeout, PrologEpilogTimeout) less {slurm.RESERVE_S:g}"
             if mode == "slurm"
             else ""
@@ -112,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
             type=_deadline,
             metavar="SECONDS",
             help=f"kill the checks after SECONDS, {MIN_DEADLINE_S:g} to {MAX_DEADLINE_S:g} (SIGTERM, then SIGKILL "
-            f"5 s later; default {default})",
+            f"{KILL_GRACE_S:g} s later; default {default})",
         )
         sub.add_argument(
             "--keep-report",
@@ -334,7 +339,7 @@ def run_inputs(pytest_args: Sequence[str], env: Mapping[str, str]) -> dict[str, 
 
     def given(name: str) -> tuple[str, str] | None:
         """Where the run takes the setting `name` from, and its text; None where neither gives it."""
-        option, variable = INPUT_SETTINGS[name]
+        option, variable = cli_flag(name), env_name(name)
         for raw, source in (
             (_given(pytest_args, option), f"{option} after --"),
             (env.get(variable), f"{variable} in the environment"),

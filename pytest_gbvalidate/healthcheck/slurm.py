@@ -18,9 +18,9 @@ someone else drained. We leave alone, unchecked, a node someone drained (or fail
 reason is theirs, and `scontrol update state=drain reason=...` would replace it. But a node that is only DOWN --
 Slurm's own mark for a node that stopped responding -- is checked, and drained if it fails: Slurm returns it to
 service as its slurmd starts again (ReturnToService=1), and the check at slurmd's start is the only guard of that
-return (skipped, a failing node went back to IDLE and ran a job). NHC's node-mark-online resumes nodes it drained
-once they pass; we resume only a node we drained for what a job left behind alone (`[job_leftovers]`, the reason's
-class: LEFTOVERS_REASON), once its checks pass: every other drain waits for a person.
+return. NHC's node-mark-online resumes nodes it drained once they pass; we resume only a node we drained for what
+a job left behind alone (`[job_leftovers]`, the reason's class: LEFTOVERS_REASON), once its checks pass: every
+other drain waits for a person.
 
 Slurm's limits: slurmd kills HealthCheckProgram after 60 s (src/common/run_command.c: SIGTERM to its process group,
 SIGKILL 10 ms later), up to Slurm 25.11; from 26.05 after HealthCheckTimeout (slurm.conf, default 60). As
@@ -54,7 +54,7 @@ LINE_MAX_CHARS = 1000
 # slurmd's kill of HealthCheckProgram before HealthCheckTimeout existed (Slurm 26.05), and its default since.
 HEALTH_CHECK_KILL_S = 60.0
 # Of that limit, what is not the checks': Python's start-up (about 2 s), the interrupted run's report
-# (run.KILL_GRACE_S, 5 s), scontrol (two calls of SCONTROL_TIMEOUT_S at most: Scontrol) and a margin of 3 s.
+# (level_run.KILL_GRACE_S, 5 s), scontrol (two calls of SCONTROL_TIMEOUT_S at most: Scontrol) and a margin of 3 s.
 RESERVE_S = 20.0
 # Node states and flags of a node someone took out of service (scontrol's State=, e.g. IDLE+DRAIN, DOWN+DRAIN):
 # left alone, its reason kept. DOWN alone is not one of them: Slurm sets it itself for a node that stopped

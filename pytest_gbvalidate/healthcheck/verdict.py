@@ -1,5 +1,5 @@
 """A health check run's verdict, from what the run left: pytest's exit code, whether the deadline killed it, and
-its JSON report (read and checked against the report's records by run.py). Pure: no I/O, no pytest.
+its JSON report (read and checked against the report's records by level_run.py). Pure: no I/O, no pytest.
 
 In this order, the first that applies:
 

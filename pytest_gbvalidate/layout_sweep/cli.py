@@ -4,7 +4,7 @@
     python -m pytest_gbvalidate.layout_sweep --sku cpu --mbs 1,2 --tp 1,2 --pp 1,2 --cp 1 --out sweep/
 
 The SKU's baseline `pretrain` section gives the model, sequence length, GBS, precision and step counts; the
-grid defaults to MBS 1-16 and TP, PP, CP 1-4 in powers of two. The ranks are local: one per GPU the baseline's
+grid defaults to layout_grid.DEFAULT_GRID (`--help` lists it). The ranks are local: one per GPU the baseline's
 SKU has, else the cpu SKU's."""
 
 from __future__ import annotations

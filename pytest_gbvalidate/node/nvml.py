@@ -89,7 +89,18 @@ def session() -> Iterator[None]:
 
 
 def gpu_count() -> int:
+    """How many GPUs NVML lists; NVML started (`session`)."""
     return int(call("nvmlDeviceGetCount"))
+
+
+def gpus_seen() -> int | str:
+    """How many GPUs NVML lists, asked in a session of its own; NVML's own words where it cannot count them (no
+    driver, a driver that does not answer)."""
+    try:
+        with session():
+            return gpu_count()
+    except NvmlError as exc:
+        return exc.text
 
 
 def handle(index: int) -> Any:

@@ -113,14 +113,14 @@ def probe(promised: Promised | None = None) -> Unmet | None:
         except nvml.NvmlError:  # a GPU that does not answer: its own checks name it
             return None
 
-    listed: int | str
+    listed = nvml.gpus_seen()
     names: tuple[str, ...] = ()
-    try:
-        with nvml.session():
-            listed = nvml.gpu_count()
-            names = tuple(n for n in map(name, range(listed)) if n is not None)
-    except nvml.NvmlError as exc:
-        listed = exc.text
+    if isinstance(listed, int):
+        try:
+            with nvml.session():
+                names = tuple(n for n in map(name, range(listed)) if n is not None)
+        except nvml.NvmlError:  # NVML gone between the two questions: the count stands, the names are unknown
+            pass
 
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     build = f"torch {importlib.metadata.version('torch')}, CUDA {torch.version.cuda or 'none: a CPU build'}"

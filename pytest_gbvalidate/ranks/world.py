@@ -7,11 +7,14 @@ import os
 import re
 import socket
 from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
 __all__ = [
     "DeviceChoiceError",
+    "World",
     "WorldError",
     "cuda_device_index",
+    "launcher_world",
     "nccl_error_settings",
     "node_rank_from_environment",
     "number_gpus_by_pci_bus",
@@ -25,7 +28,15 @@ class WorldError(ValueError):
     """The launcher's variables contradict each other: whether this process is a rank, and of what, is unknown."""
 
 
-def world_from_environment(env: Mapping[str, str]) -> tuple[int, int, int] | None:
+class World(NamedTuple):
+    """This process's place in a launcher's world."""
+
+    rank: int  # global
+    size: int  # ranks in the world
+    local_rank: int  # on its node
+
+
+def world_from_environment(env: Mapping[str, str]) -> World | None:
     """(rank, world_size, local_rank) when this process is one task of a launcher's world of two or more, else
     None. A world is what a launcher says of its tasks, and only that:
     - torchrun's ranks carry RANK and WORLD_SIZE (together, always);
@@ -50,8 +61,8 @@ def world_from_environment(env: Mapping[str, str]) -> tuple[int, int, int] | Non
         world = _world(env, "RANK", "WORLD_SIZE", _local_rank(env)[1])
         if world is not None and "LOCAL_RANK" not in env:
             raise WorldError(
-                f"RANK={world[0]} and WORLD_SIZE={world[1]} are set without LOCAL_RANK: torchrun sets all three for "
-                "each rank (under srun, SLURM_LOCALID is the task's LOCAL_RANK)"
+                f"RANK={world.rank} and WORLD_SIZE={world.size} are set without LOCAL_RANK: torchrun sets all three "
+                "for each rank (under srun, SLURM_LOCALID is the task's LOCAL_RANK)"
             )
         return world
     if "SLURM_STEP_NUM_TASKS" in env and "SLURM_PTY_PORT" not in env:  # a task of an srun step, not a --pty shell
@@ -61,11 +72,11 @@ def world_from_environment(env: Mapping[str, str]) -> tuple[int, int, int] | Non
     return None
 
 
-def _world(env: Mapping[str, str], rank_name: str, size_name: str, local_rank: int) -> tuple[int, int, int] | None:
+def _world(env: Mapping[str, str], rank_name: str, size_name: str, local_rank: int) -> World | None:
     rank, size = _count(env, rank_name), _count(env, size_name)
     if size < 1 or rank >= size:
         raise WorldError(f"{rank_name}={rank} is no rank of a world of {size_name}={size}")
-    return (rank, size, local_rank) if size > 1 else None
+    return World(rank, size, local_rank) if size > 1 else None
 
 
 def _count(env: Mapping[str, str], name: str) -> int:
@@ -190,10 +201,22 @@ def _resolves(host: str) -> bool:
     return True
 
 
+def launcher_world(hint: str, env: Mapping[str, str] = os.environ) -> tuple[World | None, str | None]:
+    """The launcher's world this process is a rank of, else None; and why that cannot be told, where it cannot
+    (`hint`, what the operator can do about it, appended)."""
+    try:
+        world = world_from_environment(env)
+    except WorldError as exc:
+        return None, f"{exc} ({hint})"
+    # Its rendezvous too, before any test: a test that cannot join its world is the launcher's failure, not the node's.
+    problem = None if world is None else rendezvous_problem(env)
+    return world, None if problem is None else f"{problem} ({hint})"
+
+
 def world_rank(env: Mapping[str, str]) -> int | None:
     """This process's global rank when it is one rank of a world, else None."""
     world = world_from_environment(env)
-    return None if world is None else world[0]
+    return None if world is None else world.rank
 
 
 # torch's TORCH_NCCL_ASYNC_ERROR_HANDLING values: 0 no handling, 1 tear down, 2 clean up only, 3 skip clean-up.

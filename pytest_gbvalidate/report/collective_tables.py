@@ -6,6 +6,7 @@ import io
 from pathlib import Path
 from typing import Any
 
+from pytest_gbvalidate import labels
 from pytest_gbvalidate.files import atomic_write_bytes
 from pytest_gbvalidate.report.records import MeasurementRecord
 
@@ -137,9 +138,9 @@ def busbw_png(records: list[MeasurementRecord], title: str) -> bytes:
 
 
 def number(value: Any) -> str:
-    """A figure as the tables show it: 4 significant digits, `-` for none."""
+    """A figure as the tables show it: labels.number (4 significant digits), `-` for none."""
     if value is None:
         return "-"
     if isinstance(value, (int, float)):
-        return f"{value:.4g}"
+        return labels.number(value)
     return str(value)

@@ -3,7 +3,7 @@
 Details first (the collectives' per-size tables, with -v only), then the run (level and the time each level's
 checks took, the checks skipped and why, where the outputs went), then the measured-vs-baseline table and the
 failures by fault category with the operator's action -- the last lines before pytest's own closing line. The
-HTML page (html.py) shows the same rows, made by the functions here."""
+HTML page (html_fragments.py) shows the same rows, made by the functions here."""
 
 from __future__ import annotations
 

@@ -16,6 +16,7 @@ from pytest_gbvalidate.report import schema
 from pytest_gbvalidate.report.records import (
     REPORT_VERSION,
     MeasurementRecord,
+    RunPaceRecord,
     RunReportRecord,
     RunStatus,
     TestRecord,
@@ -24,6 +25,27 @@ from pytest_gbvalidate.report.records import (
 # Sections about the whole node or run, the latest value winning, and sections that collect one record per test.
 NodeSection = Literal["gpus", "numa_map", "gang"]
 ListSection = Literal["telemetry", "suspects"]
+# Lists of the run's own: its plots, the files it could not write.
+RunList = Literal["plots", "outputs_lost"]
+# The run's own fields, set as the run is described and as it ends (`set`); the tests, measurements and the
+# sections above have methods of their own.
+RunField = Literal[
+    "sku",
+    "level",
+    "level_budget_s",
+    "level_times",
+    "node",
+    "settings",
+    "nccl_env",
+    "created_directories",
+    "compare",
+    "world",
+    "narrowed_by",
+    "writable_inputs",
+    "plot_note",
+    "record",
+    "exit_status",
+]
 
 
 def utc_now() -> str:
@@ -88,14 +110,27 @@ class RunReport:
             self._check(schema.field_problem("measurements", record, len(self.data["measurements"])))
             self.data["measurements"].append(record)
 
+    def set(self, field: RunField, value: Any) -> None:
+        """A top-level field of the run (its description, times by level, the exit status...), checked as kept."""
+        self._check(schema.field_problem(field, value))
+        data: dict[str, Any] = self.data  # type: ignore[assignment]  # any RunField, checked above
+        data[field] = value
+
+    def set_pace(self, pace: RunPaceRecord) -> None:
+        """The run as a whole against the node's history, in the comparison section (set once the run is
+        described)."""
+        self.set("compare", {**self.data["compare"], "pace": pace})
+
     def set_section(self, name: NodeSection, value: Any) -> None:
         """A section about the whole node or run (`gpus`, `numa_map`, `gang`): the latest value wins."""
         self._check(schema.field_problem(name, value))
         self.data[name] = value
 
-    def add_record(self, section: ListSection, record: Any) -> None:
-        """A record in a list section (`telemetry`: one per sampler; `suspects`), created on first use."""
-        found = self.data.setdefault(section, [])
+    def add_record(self, section: ListSection | RunList, record: Any) -> None:
+        """A record in a list section (`telemetry`: one per sampler; `suspects`; the run's `plots` and
+        `outputs_lost`), created on first use."""
+        data: dict[str, Any] = self.data  # type: ignore[assignment]  # a list section, checked below
+        found = data.setdefault(section, [])
         self._check(schema.field_problem(section, record, len(found)))
         found.append(record)
 

@@ -9,10 +9,9 @@ and a gate must not fail a node for it. A difference between two figures is real
 combined noise.
 
 Within one run the samples agree more than runs do: the page cache, a VM's neighbours, clocks and thermals drift
-between runs and hold still within one (a healthy 2-core VM: inference 7-35%, a checkpoint read 24-38% slower than
-the run a minute before, in both passes). A comparison of two runs therefore also asks the node's own history:
-from MIN_RUNS kept runs on, a figure counts as changed only where it is an outlier among them too (RunToRun: the
-fleet's modified z-score, over time instead of over nodes).
+between runs and hold still within one (docs/noise.md measures it on a 2-core VM). A comparison of two runs
+therefore also asks the node's own history: from MIN_RUNS kept runs on, a figure counts as changed only where it is
+an outlier among them too (RunToRun: the fleet's modified z-score, over time instead of over nodes).
 
 A capacity figure (bandwidth, TFLOPS, tokens/s) measured in several passes is the best pass (STREAM's rule, the
 storage check's): interference only slows a pass down, so a degraded node is slow in every pass and a busy one is

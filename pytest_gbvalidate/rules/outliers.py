@@ -16,9 +16,8 @@ A node is an outlier of a metric when it is worse than the fleet median (directi
 
 Where the metric's needed resolution is given (its reports say it), that resolution decides alone: a node worse
 than the median by more than it is an outlier, unless its waits for a CPU explain the dip, and no finer fall
-drains; the MAD rule and the fleet's noise excuse nothing beyond it (nine GPU-like nodes 1% apart drew peers from
--3.6% to +2.5%, a MAD rule reaching 13% below their median, and a node 10% slower passed). The rules above judge
-reports that do not say it.
+drains; the MAD rule and the fleet's noise excuse nothing beyond it, since peers that happen to scatter widely
+would let a slow node pass (docs/noise.md). The rules above judge reports that do not say it.
 
 A node whose own spread for a figure lies far beyond the fleet's (more than max(`mad_k`, OUTLIER_Z) scaled MADs of
 the other nodes' spreads above their median, and more than TOO_NOISY_RATIO times it) and that is no outlier by the
@@ -29,13 +28,10 @@ The MAD is never taken as less than the nodes' typical run-to-run spread, where 
 with --gb-compare: `compare.run_to_run`): nodes differ at least as much as one node's runs do, and a few nodes'
 figures can agree closer than that by chance. That typical spread is the median of the other nodes' run-to-run
 spreads (of two, the smaller), taken where more than half of them give one: never the judged node's own, never one
-node's for the fleet.
-Ten runs of one healthy VM, as ten nodes: nine checkpoint reads within 24-28 ms (a MAD of 2% of the median), the
-tenth at 32 ms (11 scaled MADs, drained), its passes agreeing to 0.3%; the nodes' runs spread 6.5% (median), against
-which it is 4.8 out, within the family-wise cut-off of 7.5.
+node's for the fleet (docs/noise.md: ten runs of one healthy VM as ten nodes).
 
-Each rule alone drains healthy nodes: the percent rule any metric noisier than `pct` (four reports of one healthy
-machine were all drained by it), the MAD rule a dip of 2% where a few nodes happen to agree closely.
+Each rule alone drains healthy nodes: the percent rule any metric noisier than `pct`, the MAD rule a dip of 2%
+where a few nodes happen to agree closely.
 MAD == 0 (more than half of the nodes report the very same value, as quantised readings do): the modified
 z-score is undefined there (any deviation at all is infinitely many MADs), so the MAD rule holds for any deviation.
 `noise_floor_pct` (default 0, off) also requires the deviation to exceed that percent of the median: the metric's

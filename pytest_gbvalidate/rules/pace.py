@@ -33,8 +33,8 @@ class Pace:
 
     `worse_share`: the share of its figures more than SHARE_Z of the runs' spreads to the worse side, and
     `earlier_shares` each run's. The median moves only once most figures have moved; a node slower across the board
-    on a machine whose runs drift as wholes (a VM: its healthy runs -18% to +23% at the median) moves its
-    share first (a run 25% slower: 39-46% of its figures against healthy runs' 1-20%, its median 2.9 spreads)."""
+    on a machine whose runs drift as wholes (a VM) moves its share first (docs/noise.md: a run 25% slower among a
+    VM's healthy runs)."""
 
     figures: int
     worse_z: float

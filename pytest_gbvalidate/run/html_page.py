@@ -1,10 +1,10 @@
 """pytest-html's page (`--html=node.html --self-contained-html`) with the node's verdict and each test's figures.
 
 Registered only where pytest-html is installed and enabled and this process writes the page (the xdist
-controller, global rank 0), so a run without it is untouched. The fragments are made by report/html.py from the
-JSON report's records; here they are handed to pytest-html: the verdict through its `pytest_html_results_summary`
-hook, a test's figures as its extras (its plots inline as base64 images, whether or not the page is
-self-contained); and the results table put in the order a person reads it."""
+controller, global rank 0), so a run without it is untouched. The fragments are made by report/html_fragments.py
+from the JSON report's records; here they are handed to pytest-html: the verdict through its
+`pytest_html_results_summary` hook, a test's figures as its extras (its plots inline as base64 images, whether or
+not the page is self-contained); and the results table put in the order a person reads it."""
 
 from __future__ import annotations
 

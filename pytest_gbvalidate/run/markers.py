@@ -111,3 +111,22 @@ def select(
     for item in items:
         if item.get_closest_marker(GPU_MARKER) is not None:
             item.add_marker(skip)
+
+
+def gangs_at_once(config: pytest.Config, items: list[pytest.Item]) -> str | None:
+    """Why checks that start ranks cannot run here, or None: under pytest-xdist with more than one worker each
+    worker would start a gang of its own, at once, on the same GPUs (two 2-rank gangs on a 2-rank SKU halved its
+    figures and passed, or their ranks joined one world and failed). A gang needs the whole node."""
+    workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
+    if workers <= 1:
+        return None
+    from pytest_gbvalidate.node.preconditions import RANK_FIXTURES
+
+    ranked = [i.nodeid for i in items if RANK_FIXTURES & set(getattr(i, "fixturenames", ()))]
+    if not ranked:
+        return None
+    return (
+        f"{ranked[0]}{f' and {len(ranked) - 1} more' if len(ranked) > 1 else ''} start ranks on the node's GPUs, "
+        f"and pytest-xdist runs {workers} workers, each of which would start a gang of its own at once: run "
+        "them without -n (or with -n 0)"
+    )

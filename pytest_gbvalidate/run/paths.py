@@ -17,7 +17,8 @@ from pytest_gbvalidate.setting_values import SettingError, parse_output_path
 from pytest_gbvalidate.settings import Settings
 
 if TYPE_CHECKING:
-    from pytest_gbvalidate.compare import EarlierReport, SameNode
+    from pytest_gbvalidate.ranks.world import World
+    from pytest_gbvalidate.report.earlier import EarlierReport, SameNode
     from pytest_gbvalidate.report.history import Entry
     from pytest_gbvalidate.report.records import WritableInputRecord
     from pytest_gbvalidate.target import Target
@@ -124,22 +125,23 @@ def kept_reports(s: Settings) -> tuple[Path | None, list[Path]]:
 
 
 def kept_runs(s: Settings, sku: str) -> tuple[dict[tuple[str, str, str, str], float], ...]:
-    """With --gb-history: the node's kept runs of `sku`, each figure's value (compare.node_runs); () without."""
-    from pytest_gbvalidate import compare as cmp
+    """With --gb-history: the node's kept runs of `sku`, each figure's value (report/earlier.py's node_runs); ()
+    without."""
+    from pytest_gbvalidate.report import earlier as earlier_reports
 
     _, kept = kept_reports(s)
-    return cmp.node_runs(kept, sku, labels.hostname()) if kept else ()
+    return earlier_reports.node_runs(kept, sku, labels.hostname()) if kept else ()
 
 
 def earlier_report(
-    s: Settings, target: Target, world: tuple[int, int, int] | None
+    s: Settings, target: Target, world: World | None
 ) -> tuple[tuple[EarlierReport, SameNode] | None, str | None]:
     """--gb-compare: the node's earlier report, checked to be this node's, and what changed since; or None and
     why nothing is compared (a first run with `last`), else (None, None) where nothing was asked."""
     setting = s.compare
     if setting.value is None:
         return None, None
-    from pytest_gbvalidate import compare as cmp
+    from pytest_gbvalidate.report import earlier as earlier_reports
 
     if world is not None:
         raise pytest.UsageError(
@@ -147,31 +149,33 @@ def earlier_report(
             "each node is compared in its own run, or the fleet summary compares the nodes"
         )
     hostname = labels.hostname()
-    # With --gb-history the node's kept runs also give each figure's run-to-run spread (compare.node_runs).
+    # With --gb-history the node's kept runs also give each figure's run-to-run spread (report/earlier.py's node_runs).
     directory, kept = kept_reports(s)
     try:
         if isinstance(setting.value, Path):
-            earlier = cmp.load_earlier(setting.value)
+            earlier = earlier_reports.load_earlier(setting.value)
         else:  # `last`: this node's latest report of this SKU
             latest = _latest_of_sku(kept, target.sku)
             if latest is None:  # a first run has nothing to regress from: it is judged on its baseline alone
                 return None, f"no earlier report of this node and SKU in {directory} yet: nothing compared"
             earlier = latest
-        same = cmp.check_same_node(earlier, target.sku, hostname, cmp.gpus_of_this_node(target.is_gpu))
-    except cmp.CompareError as exc:
+        gpus_now = earlier_reports.gpus_of_this_node(target.is_gpu)
+        same = earlier_reports.check_same_node(earlier, target.sku, hostname, gpus_now)
+    except earlier_reports.CompareError as exc:
         raise pytest.UsageError(f"{setting.source}: {exc}") from None
-    return (cmp.with_history(earlier, cmp.node_runs(kept, target.sku, hostname)), same), None
+    return (earlier_reports.with_history(earlier, earlier_reports.node_runs(kept, target.sku, hostname)), same), None
 
 
 def _latest_of_sku(kept: list[Path], sku: str) -> EarlierReport | None:
     """The newest of the node's kept reports `kept` (oldest first) that checked `sku`. One that cannot be read is
-    a usage error naming it (compare.CompareError), not passed over: the node's last evidence is unreadable, and
-    the operator has to say what it means. Another SKU's run (the node checked as something else) is passed over, and
-    so is a run that did not finish (kept `running` as it started, then killed; or stopped)."""
-    from pytest_gbvalidate import compare as cmp
+    a usage error naming it (report/earlier.py's CompareError), not passed over: the node's last evidence is
+    unreadable, and the operator has to say what it means. Another SKU's run (the node checked as something else)
+    is passed over, and so is a run that did not finish (kept `running` as it started, then killed; or
+    stopped)."""
+    from pytest_gbvalidate.report import earlier as earlier_reports
 
     for path in reversed(kept):
-        earlier = cmp.load_earlier(path)
+        earlier = earlier_reports.load_earlier(path)
         if earlier.sku == sku and earlier.status == "finished":
             return earlier
     return None

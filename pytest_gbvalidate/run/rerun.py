@@ -36,8 +36,10 @@ def failed_checks(path: Path) -> frozenset[str] | None:
     return None if PRECONDITIONS_TEST_ID in failed else failed
 
 
-def select(config: pytest.Config, items: list[pytest.Item], failed: frozenset[str]) -> None:
-    """Deselect every check but `failed` (counted in pytest's summary line, as -k deselects)."""
+def select(config: pytest.Config, items: list[pytest.Item], failed: frozenset[str] | None) -> None:
+    """Deselect every check but `failed` (counted in pytest's summary line, as -k deselects); None: keep all."""
+    if failed is None:
+        return
     kept = [item for item in items if item.nodeid in failed]
     if len(kept) < len(items):
         config.hook.pytest_deselected(items=[item for item in items if item.nodeid not in failed])

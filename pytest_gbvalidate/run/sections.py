@@ -15,13 +15,14 @@ from pytest_gbvalidate.report.records import (
     NcclVariableRecord,
     NodeRecord,
     RunCompareRecord,
+    WritableInputRecord,
 )
 from pytest_gbvalidate.report.writer import RunReport
 from pytest_gbvalidate.settings import Setting, Settings
 
 if TYPE_CHECKING:
-    from pytest_gbvalidate.compare import EarlierReport, SameNode
     from pytest_gbvalidate.ranks.gang import Gang
+    from pytest_gbvalidate.report.earlier import EarlierReport, SameNode
     from pytest_gbvalidate.target import Target
 
 
@@ -54,23 +55,64 @@ def describe_run(
     nccl_env: dict[str, NcclVariableRecord],
     comparison: tuple[EarlierReport, SameNode] | None,
     world_size: int | None,
+    narrowed_by: list[str],
+    writable: list[WritableInputRecord],
 ) -> None:
-    """The report's header: what is checked against what, on which node and software, with which settings."""
+    """The report's header: what is checked against what, on which node and software, with which settings, what
+    narrowed the checks, and the inputs others could have written."""
     settings_section = settings.report_section()
     settings_section["timeout"] = {"value": timeout.value, "source": timeout.source}  # the SKU's default resolved
     baseline_file = str(target.baseline_file) if target.baseline else None
-    report.data["sku"] = {"name": target.sku, "source": target.source, "baseline_file": baseline_file}
-    report.data["level"] = settings.level.value
-    report.data["level_budget_s"] = BUDGET_S[settings.level.value]
-    report.data["node"] = node
-    report.data["settings"] = settings_section
-    report.data["nccl_env"] = nccl_env
+    report.set("sku", {"name": target.sku, "source": target.source, "baseline_file": baseline_file})
+    report.set("level", settings.level.value)
+    report.set("level_budget_s", BUDGET_S[settings.level.value])
+    report.set("node", node)
+    report.set("settings", settings_section)
+    report.set("nccl_env", nccl_env)
     # Directories the report or the recorded baseline is written into that did not exist: created.
-    report.data["created_directories"] = [{"path": str(path), "for": source} for source, path in settings.created_dirs]
+    report.set("created_directories", [{"path": str(path), "for": source} for source, path in settings.created_dirs])
     if comparison is not None:
-        report.data["compare"] = compare_section(settings, *comparison)
+        report.set("compare", compare_section(settings, *comparison))
     if world_size is not None:
-        report.data["world"] = {"world_size": world_size}
+        report.set("world", {"world_size": world_size})
+    report.set("narrowed_by", narrowed_by)
+    if writable:
+        report.set("writable_inputs", writable)
+
+
+def header_lines(
+    report: RunReport,
+    target: Target,
+    settings: Settings,
+    facts: Mapping[str, str],
+    world_rank: int | None,
+    comparison: tuple[EarlierReport, SameNode] | None,
+    compare_note: str | None,
+) -> list[str]:
+    """The terminal's header: the report's header in a few lines (the SKU, level and baseline, and where each came
+    from; the stack; what is compared with what; the inputs others could have written)."""
+    baseline = str(target.baseline_file) if target.baseline else "none yet (recording)"
+    stack = ", ".join(f"{k} {facts[k]}" for k in ("driver", "cuda_driver", "nccl", "torch") if k in facts)
+    level = settings.level
+    line = f"gbvalidate: SKU {target.sku} ({target.source}); level {level.value}"
+    line += "" if level.is_default else f" ({level.source})"
+    chosen = settings.baselines
+    line += f"; baseline {baseline} ({'bundled with the plugin' if chosen.is_default else chosen.source})"
+    if world_rank not in (None, 0):  # the node facts and the reports are global rank 0's
+        return [f"{line}; rank {world_rank} of a torchrun / srun world (rank 0 writes the reports)"]
+    created = [f"gbvalidate: {source}: creating missing directory {path}" for source, path in settings.created_dirs]
+    lines = [f"{line}; {stack}", *created]
+    if comparison is not None:
+        earlier, same = comparison
+        lines.append(f"gbvalidate: comparing with {earlier.path} ({settings.compare.source}): {'; '.join(same.notes)}")
+    if compare_note is not None:
+        lines.append(f"gbvalidate: {settings.compare.source}: {compare_note}")
+    for found in report.data.get("writable_inputs", []):
+        lines.append(
+            f"gbvalidate: {found['input']} {found['path']} decides verdicts, and others could have written it: "
+            f"{found['problem']}"
+        )
+    return lines
 
 
 def compare_section(settings: Settings, earlier: EarlierReport, same: SameNode) -> RunCompareRecord:
@@ -115,12 +157,13 @@ def attach_busbw_plot(report: RunReport, base: Path | None, sku: str) -> str | N
     try:
         collective_tables.busbw_plot(report.measurements, path, f"{sku}: bus bandwidth per message size")
     except OSError as exc:  # OutputError: the plot is a picture of the report, not evidence: noted
-        report.data["plot_note"] = note = f"busbw plot NOT written: {exc}"
+        note = f"busbw plot NOT written: {exc}"
+        report.set("plot_note", note)
         return note
     except ImportError:
-        report.data["plot_note"] = "busbw plot: needs matplotlib (pip install 'pytest-gbvalidate[plots]')"
+        report.set("plot_note", "busbw plot: needs matplotlib (pip install 'pytest-gbvalidate[plots]')")
         return None
-    report.data.setdefault("plots", []).append({"metric": "busbw_gbps", "path": str(path)})
+    report.add_record("plots", {"metric": "busbw_gbps", "path": str(path)})
     return None
 
 
@@ -154,13 +197,13 @@ def record_baseline(
     else:
         kept = "left as it was" if path.exists() else "not written"
         note = f"nothing recorded: the run did not complete ({why_not}); {path} {kept}"
-    report.data["record"] = {"path": str(path), "written": why_not is None and error is None, "note": note}
+    report.set("record", {"path": str(path), "written": why_not is None and error is None, "note": note})
     return error
 
 
 def output_lost(report: RunReport, line: str) -> None:
     """A file of the run that could not be written, named in the report (`outputs_lost`)."""
-    report.data.setdefault("outputs_lost", []).append(line)
+    report.add_record("outputs_lost", line)
 
 
 def keep_started(report: RunReport, history_dir: Path) -> Path | None:
@@ -193,7 +236,7 @@ def keep_report(
             written.append(f"report kept in the history: {kept}")
         except OutputError as exc:
             output_lost(report, f"report NOT kept in the history: {exc}")
-            report.data["exit_status"] = report.data["exit_status"] or 1  # pytest's TESTS_FAILED
+            report.set("exit_status", report.data["exit_status"] or 1)  # pytest's TESTS_FAILED
     if prometheus is not None:
         from pytest_gbvalidate.report.prometheus import write
 

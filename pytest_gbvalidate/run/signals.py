@@ -3,9 +3,14 @@ one counts, and none cuts the writing of the run's outputs short."""
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    import pytest
 
 STOPS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
@@ -16,12 +21,11 @@ class Stopper:
     `"interrupted"`, records nothing and exits 2. Python's default for SIGTERM and SIGHUP ends the process at once,
     leaving the report "running".
 
-    Only the first signal stops the run. A second one (Ctrl-C pressed twice, scancel then slurmd's own SIGTERM)
-    used to land in pytest's own interrupted path, which then never set the exit status: the report said
-    `finished`, exit status 0, over a part of the checks, and --gb-record wrote a baseline from that part. Once the
-    outputs are being written (`finishing`), a signal no longer interrupts: cut there, the report stayed `running`
-    and the JUnit, Prometheus and history files were lost, after every check had run. `cut_short` says whether a
-    signal stopped the checks, whatever pytest's exit status says."""
+    Only the first signal stops the run: a second one (Ctrl-C pressed twice, scancel then slurmd's own SIGTERM)
+    would land in pytest's own interrupted path, which never sets the exit status, and the report would say
+    `finished` over a part of the checks. Once the outputs are being written (`finishing`), a signal no longer
+    interrupts: cut there, the report would stay `running` and the run's files be lost after every check had run.
+    `cut_short` says whether a signal stopped the checks, whatever pytest's exit status says."""
 
     def __init__(self) -> None:
         self.replaced: dict[int, Any] = {}  # the handlers replaced, to put back when the session ends
@@ -53,3 +57,18 @@ class Stopper:
         if not self._finishing:
             self.cut_short = True
             raise KeyboardInterrupt(f"stopped by {self.signal_name}")
+
+
+def end_now(config: pytest.Config, session: pytest.Session | None) -> NoReturn:
+    """A rank whose process group failed ends here, its reports written, with the run's exit status. Left to the
+    interpreter's exit, torch's NCCL watchdog held it (every collective still queued timed out in turn, a minute
+    apart) or crashed it (SIGABRT, "Broken promise"), and the launcher would wait on it or call a node whose run had
+    ended a crashed one."""
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    if capture is not None:  # what pytest still holds of the output, to the terminal
+        capture.stop_global_capturing()
+    status = int(session.exitstatus) if session is not None else 1
+    print(f"gbvalidate: this rank's process group failed; it exits now ({status}), not waiting on torch's threads")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)

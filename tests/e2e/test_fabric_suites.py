@@ -9,8 +9,8 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from tests.e2e.test_node_suites import HEALTH, NO_TELEMETRY, run_suites, with_outcome
 from tests.helpers.fakenode import imex_domain_json, nd96asr_v4, nd_gb200_v6
+from tests.helpers.runs import HEALTH, NO_TELEMETRY, run_suites, with_outcome
 
 FABRIC_CHECKS = ("-k", "fabric or imex or c2c or nvlink_errors")
 DEGRADED_BW = (

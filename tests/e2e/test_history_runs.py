@@ -1,7 +1,7 @@
 """--gb-history, --gb-compare=last and --gb-prometheus end to end: real runs of the cpu suites' host copy check keep
 their reports, each compares with the one before, and the Prometheus file they write is read back with
 prometheus-client's own parser. Bad paths, an unsafe hostname and a corrupt newest report stop a run before it
-measures; a file that cannot be written at the end fails the run. (The pure parts: unit/test_history.py,
+measures; a file that cannot be written at the end fails the run. (The pure parts: unit/test_report_history.py,
 unit/test_prometheus.py, unit/test_fleet_history.py.)"""
 
 from __future__ import annotations

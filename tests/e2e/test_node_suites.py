@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pynvml
 import pytest
@@ -17,14 +16,12 @@ import torch  # noqa: F401 -- in-process pytester runs drop modules they importe
 from pytest_gbvalidate.node.topology import parse_cpulist
 from tests.helpers.fakenode import nd96asr_v4, nd_gb200_v6, xid_line
 from tests.helpers.fakenvml import HW_SLOWDOWN, HW_THERMAL_SLOWDOWN, FakeNvmlLib, install
-from tests.helpers.runs import REPO, SUITES, XUNIT1, junit_cases
+from tests.helpers.runs import HEALTH, NO_TELEMETRY, REPO, TOPOLOGY, XUNIT1, junit_cases, run_suites, with_outcome
 
 pytestmark = (
     pytest.mark.torch_version
 )  # the aggregate copy check's torch.accelerator; the NCCL stack check names torch's version
 
-HEALTH, TOPOLOGY = str(SUITES / "test_health.py"), str(SUITES / "test_topology.py")
-NO_TELEMETRY = ("-k", "not telemetry")  # the telemetry check samples for half a second: only where it matters
 PER_GPU_HEALTH = (
     "test_ecc_enabled",
     "test_ecc_errors",
@@ -47,21 +44,6 @@ LIVE_READINGS = set(PER_GPU_HEALTH) - {
     "test_c2c_enabled",
     "test_nvlink_errors",
 }
-
-
-def run_suites(
-    pytester: pytest.Pytester, sku: str, *args: str, suites: tuple[str, ...] = (HEALTH, TOPOLOGY)
-) -> tuple[pytest.RunResult, dict[str, dict[str, Any]], dict[str, Any]]:
-    result = pytester.runpytest(
-        *suites, f"--gb-sku={sku}", *XUNIT1, "--gb-report=r.json", "-p", "no:cacheprovider", *args
-    )
-    report = json.loads((pytester.path / "r.json").read_text())
-    return result, junit_cases(pytester.path / "r.xml"), report
-
-
-def with_outcome(cases: dict[str, dict[str, Any]], outcome: str) -> dict[str, str]:
-    """Test case name -> its message, for the cases with this JUnit outcome (failure, error, skipped)."""
-    return {name: case["message"] or "" for name, case in cases.items() if case["outcome"] == outcome}
 
 
 def test_a_healthy_gb200_node_passes_and_reports_its_gpus_numa_map_and_telemetry(

@@ -42,7 +42,8 @@ def test_an_unrelated_test_run_does_nothing(pytester: pytest.Pytester, monkeypat
     # Only what deciding to do nothing takes: no target, baselines, report, metrics or Llama configs.
     loaded = "'pytest_gbvalidate.hooks', 'pytest_gbvalidate.levels', 'pytest_gbvalidate.plugin', "
     loaded += "'pytest_gbvalidate.ranks', 'pytest_gbvalidate.ranks.world', 'pytest_gbvalidate.run', "
-    loaded += "'pytest_gbvalidate.run.junit_hooks', 'pytest_gbvalidate.run.markers', 'pytest_gbvalidate.run.payload', "
+    loaded += "'pytest_gbvalidate.run.junit_hooks', 'pytest_gbvalidate.run.markers', 'pytest_gbvalidate.run.outcomes', "
+    loaded += "'pytest_gbvalidate.run.payload', "
     loaded += "'pytest_gbvalidate.run.session', 'pytest_gbvalidate.setting_values', 'pytest_gbvalidate.settings'"
     result.stdout.fnmatch_lines([f"MODULES: [[]{loaded}[]]"])
     result.stdout.no_fnmatch_line("gbvalidate*")

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.helpers.reports import minimal_report
+from tests.helpers.reports import FIXED_TIMES, minimal_report
 from tests.helpers.runs import XUNIT1, assert_usage_error, junit_cases
 
 CHECKS = """\
@@ -46,8 +46,9 @@ def test_a_second_run_takes_the_failed_checks_only(pytester: pytest.Pytester) ->
     [
         ('{"tests": []}', "*--gb-rerun-failed *earlier.json: report_version is missing*"),
         ("[1]", "*--gb-rerun-failed *earlier.json: not a JSON object*"),
-        (json.dumps(minimal_report()), "*--gb-rerun-failed *earlier.json: no check failed in that run*"),
+        (json.dumps(minimal_report() | FIXED_TIMES), "*--gb-rerun-failed *earlier.json: no check failed in that run*"),
     ],
+    ids=["not-a-report", "not-an-object", "nothing-failed"],
 )
 def test_an_earlier_report_that_does_not_read_is_a_usage_error(
     pytester: pytest.Pytester, content: str, said: str

@@ -1,6 +1,7 @@
 """What the end-to-end tests share: where the repository and its suites are, the lab SKU's baseline and the checks
-run against it, the command line options that write JUnit XML with the measurements, and readers of what a run
-wrote (JUnit test cases, the JSON report's measurements, a usage error, the xunit2 schema)."""
+run against it, the command line options that write JUnit XML with the measurements, a run of the health and
+topology suites, and readers of what a run wrote (JUnit test cases, the JSON report's measurements, a usage error,
+the xunit2 schema)."""
 
 from __future__ import annotations
 
@@ -125,6 +126,11 @@ def junit_cases(path: Path) -> dict[str, dict[str, Any]]:
     return cases
 
 
+def with_outcome(cases: dict[str, dict[str, Any]], outcome: str) -> dict[str, str]:
+    """Test case name -> its message, for the cases of `junit_cases` with this outcome (failure, error, skipped)."""
+    return {name: case["message"] or "" for name, case in cases.items() if case["outcome"] == outcome}
+
+
 def by_test(report: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
     for m in report["measurements"]:
@@ -136,6 +142,22 @@ def assert_usage_error(result: pytest.RunResult, *lines: str) -> None:
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(list(lines))
     assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
+# The health and topology suites, run on a fake node (tests/helpers/fakenode.py) by the node suites' end-to-end tests.
+HEALTH, TOPOLOGY = str(SUITES / "test_health.py"), str(SUITES / "test_topology.py")
+NO_TELEMETRY = ("-k", "not telemetry")  # the telemetry check samples for half a second: only where it matters
+
+
+def run_suites(
+    pytester: pytest.Pytester, sku: str, *args: str, suites: tuple[str, ...] = (HEALTH, TOPOLOGY)
+) -> tuple[pytest.RunResult, dict[str, dict[str, Any]], dict[str, Any]]:
+    """`suites` run in `pytester` on `sku`: pytest's result, the JUnit test cases (xunit1) and the JSON report."""
+    result = pytester.runpytest(
+        *suites, f"--gb-sku={sku}", *XUNIT1, "--gb-report=r.json", "-p", "no:cacheprovider", *args
+    )
+    report = json.loads((pytester.path / "r.json").read_text())
+    return result, junit_cases(pytester.path / "r.xml"), report
 
 
 COLLECTIVE_TESTS = {

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -11,48 +10,8 @@ import pytest
 from pytest_gbvalidate import baselines as bl
 from pytest_gbvalidate.metrics import CATALOG
 from pytest_gbvalidate.settings import bundled_baselines
+from tests.helpers.baseline_files import GOOD, SECTIONS, write
 from tests.helpers.runs import REPO
-
-GOOD = """\
-schema_version: 1
-sku: TEST
-description: a test SKU
-detect: {azure_vm_sizes: [Standard_X], gpu_name_contains: X1, gpu_count: 2}
-metrics:
-  h2d_bandwidth_gbps:
-    unit: GB/s
-    direction: higher
-    scope: gpu
-    status: measured
-    expected: 50
-    fail: 10%
-    warn: 48
-    provenance: golden node
-  step_time_s:
-    unit: s
-    direction: lower
-    scope: node
-    status: provisional
-    expected: 2.0
-    fail: 25%
-    provenance: a guess from a paper
-  all_reduce_busbw_gbps:
-    unit: GB/s
-    direction: higher
-    scope: message_size
-    status: provisional
-    fail: 10%
-    provenance: nccl-tests
-    values:
-      1GiB: {expected: 400}
-      16GiB: {fail: 430, provenance: a public gate}
-"""
-
-
-def write(tmp_path: Path, text: str, sku: str = "TEST") -> Path:
-    path = tmp_path / f"{sku}.yaml"
-    path.write_text(textwrap.dedent(text))
-    return path
 
 
 def test_every_bundled_baseline_loads_and_names_its_file() -> None:
@@ -619,24 +578,6 @@ def test_a_recording_keeps_a_floor_only_metric_floor_only_and_not_the_old_wide_b
 
 
 # --- the health and topology sections ------------------------------------------------------------------------
-
-SECTIONS = GOOD.replace(
-    "metrics:\n",
-    """\
-health:
-  min_driver_version: '570.133.20'
-  nvlinks_per_gpu: 18
-  critical_xids: [48, 79]
-  ecc_limits: {sram_uncorrectable: 0, row_remaps_pending: 0}
-  provenance: a public health check
-topology:
-  gpu_numa_nodes: [1, 0]
-  nic_on_gpu_numa_node: true
-  ib_rate_gbps: 400
-  provenance: the SKU's documentation
-metrics:
-""",
-)
 
 
 def test_health_and_topology_sections_load(tmp_path: Path) -> None:

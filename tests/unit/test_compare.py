@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_gbvalidate import compare as cmp
+from pytest_gbvalidate.report import earlier as er
 from pytest_gbvalidate.report.records import measurement_key
 from pytest_gbvalidate.rules import noise
 from pytest_gbvalidate.rules import resolution as rs
@@ -70,9 +71,9 @@ def test_a_percentage_given_twice_is_refused(text: str, error: str) -> None:
 )
 def test_another_node_s_or_sku_s_report_is_named_once(hostname: str | None, sku: str | None, error: str) -> None:
     """The caller names the setting (`--gb-compare on the command line: ...`): the message names the file only."""
-    earlier = cmp.EarlierReport(Path("e.json"), "then", "finished", sku, hostname, None, {})
-    with pytest.raises(cmp.CompareError) as info:
-        cmp.check_same_node(earlier, "cpu", "n1", None)
+    earlier = er.EarlierReport(Path("e.json"), "then", "finished", sku, hostname, None, {})
+    with pytest.raises(er.CompareError) as info:
+        er.check_same_node(earlier, "cpu", "n1", None)
     assert str(info.value) == error
 
 
@@ -88,7 +89,7 @@ def test_lower_is_better_regresses_upwards_and_sweeps_are_matched_by_placement()
             "details": details,
         }
 
-    earlier = cmp.EarlierReport(
+    earlier = er.EarlierReport(
         Path("e.json"),
         "2026-01-01T00:00:00+00:00",
         "finished",
@@ -100,7 +101,7 @@ def test_lower_is_better_regresses_upwards_and_sweeps_are_matched_by_placement()
             measurement_key(record("busbw", 10.0, "higher", "in_place")): record("busbw", 10.0, "higher"),
         },
     )
-    same = cmp.SameNode({}, ())
+    same = er.SameNode({}, ())
     allowed = cmp.AllowedRegression(5.0)
 
     def verdict(r: dict[str, Any]) -> str | None:
@@ -120,7 +121,7 @@ def test_from_zero_only_a_change_for_the_worse_regresses() -> None:
         return {"metric": "errors", "scope": "node", "value": value, "unit": "count", "direction": direction}
 
     def verdict(before: float, now: float, direction: str) -> str:
-        earlier = cmp.EarlierReport(
+        earlier = er.EarlierReport(
             Path("e.json"),
             "then",
             "finished",
@@ -130,7 +131,7 @@ def test_from_zero_only_a_change_for_the_worse_regresses() -> None:
             {measurement_key(record(before, direction)): record(before, direction)},
         )
         section = cmp.compare_one(
-            earlier, record(now, direction), cmp.AllowedRegression(5.0), GPU_NEEDED, cmp.SameNode({}, ()), "now"
+            earlier, record(now, direction), cmp.AllowedRegression(5.0), GPU_NEEDED, er.SameNode({}, ()), "now"
         )
         assert section is not None
         return str(section["verdict"])
@@ -155,8 +156,8 @@ def _busbw(value: float, spread_pct: float | None) -> Any:
     return record
 
 
-def _earlier(measurements: dict[Any, Any] | None = None) -> cmp.EarlierReport:
-    return cmp.EarlierReport(Path("e.json"), "then", "finished", "cpu", "n1", None, measurements or {})
+def _earlier(measurements: dict[Any, Any] | None = None) -> er.EarlierReport:
+    return er.EarlierReport(Path("e.json"), "then", "finished", "cpu", "n1", None, measurements or {})
 
 
 def _against(
@@ -168,8 +169,8 @@ def _against(
 ) -> Any:
     """The compare section of `now` against `before`; `runs`: the figure in the node's kept runs, oldest first."""
     key = measurement_key(before)
-    earlier = cmp.with_history(_earlier({key: before}), [{key: value} for value in runs or []])
-    section = cmp.compare_one(earlier, now, allowed or cmp.AllowedRegression(), needed, cmp.SameNode({}, ()), "now")
+    earlier = er.with_history(_earlier({key: before}), [{key: value} for value in runs or []])
+    section = cmp.compare_one(earlier, now, allowed or cmp.AllowedRegression(), needed, er.SameNode({}, ()), "now")
     assert section is not None
     return section
 
@@ -336,8 +337,8 @@ def test_a_scattered_earlier_figure_excuses_no_more_than_the_metric_needs() -> N
 def test_an_earlier_report_with_a_malformed_gpu_is_a_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "e.json"
     path.write_text(report_text({"gpus": {"devices": [{"index": 0}]}}))
-    with pytest.raises(cmp.CompareError, match=r"e.json: a GPU of its `gpus` section lacks index, pci_bus_id or uuid"):
-        cmp.load_earlier(path)
+    with pytest.raises(er.CompareError, match=r"e.json: a GPU of its `gpus` section lacks index, pci_bus_id or uuid"):
+        er.load_earlier(path)
 
 
 def test_the_node_s_run_to_run_spread_is_part_of_the_resolution_and_excuses_no_more_than_needed() -> None:
@@ -417,7 +418,7 @@ def test_the_node_s_runs_are_read_from_its_kept_reports_of_this_node_and_sku(tmp
         return path
 
     paths = [kept(f"{i}.json", v) for i, v in enumerate([0.45, 0.475, 0.525, 0.5])]
-    assert cmp.with_history(_earlier(), cmp.node_runs(paths, "cpu", "n1")).run_to_run == {}  # four: not enough
+    assert er.with_history(_earlier(), er.node_runs(paths, "cpu", "n1")).run_to_run == {}  # four: not enough
     paths += [
         kept("other-node.json", 9.0, hostname="n2"),
         kept("other-sku.json", 9.0, sku="LAB"),
@@ -425,10 +426,10 @@ def test_the_node_s_runs_are_read_from_its_kept_reports_of_this_node_and_sku(tmp
         kept("huge.json", 10**400),  # a JSON integer no float holds: no figure
         kept("last.json", 0.55),
     ]
-    runs = cmp.node_runs(paths, "cpu", "n1")
+    runs = er.node_runs(paths, "cpu", "n1")
     key = measurement_key(minimal_report()["measurements"][0])
     assert runs == tuple({key: value} for value in [0.45, 0.475, 0.525, 0.5, 0.55])
-    ((key, spread),) = cmp.with_history(_earlier(), runs).run_to_run.items()
+    ((key, spread),) = er.with_history(_earlier(), runs).run_to_run.items()
     assert (spread.runs, spread.median) == (5, 0.5)
 
 
@@ -453,7 +454,7 @@ def test_a_run_slower_across_the_board_than_the_node_s_runs_regresses_as_a_whole
     def records(speed: float) -> list[Any]:
         return [_busbw(kept[-1][("reduce_scatter_busbw_gbps", n, "", "")] * speed, 1.0) | {"scope": n} for n in names]
 
-    earlier = cmp.with_history(_earlier(), kept)
+    earlier = er.with_history(_earlier(), kept)
     slowed = cmp.run_pace(earlier, records(0.93), cmp.AllowedRegression())
     assert slowed is not None and slowed["verdict"] == "regressed" and slowed["figures"] == 30 and slowed["runs"] == 8
     assert slowed["worse_pct"] > 5 and isinstance(slowed["z"], float) and slowed["z"] > noise.OUTLIER_Z
@@ -472,4 +473,4 @@ def test_a_run_slower_across_the_board_than_the_node_s_runs_regresses_as_a_whole
     # slower as a whole, but by less than the regression allowed: a practical margin, as for each figure
     assert cmp.run_pace(earlier, records(0.93), cmp.AllowedRegression(default_pct=10.0))["verdict"] == "ok"  # type: ignore[index]
     # no history that can say: no pace
-    assert cmp.run_pace(cmp.with_history(_earlier(), kept[:5]), records(0.5), cmp.AllowedRegression()) is None
+    assert cmp.run_pace(er.with_history(_earlier(), kept[:5]), records(0.5), cmp.AllowedRegression()) is None

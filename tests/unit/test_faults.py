@@ -129,7 +129,7 @@ def test_every_bundled_check_s_common_failures_have_a_category_with_an_action(su
             (),
             "storage",
         ),
-        # the run as a whole slower than the node's history (run/session.py's PACE_TEST_ID, no suite's check)
+        # the run as a whole slower than the node's history (run/ending.py's PACE_TEST_ID, no suite's check)
         (
             "node_pace",
             "the node as a whole: 57 figures, at the median +24.1% ... -> REGRESSED",

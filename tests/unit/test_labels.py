@@ -1,10 +1,10 @@
-"""Scope labels: one formatter for sizes, GPUs and GPU pairs, and its inverse."""
+"""Scope labels: one formatter for sizes, GPUs and GPU pairs, and its inverse; one for measured numbers."""
 
 from __future__ import annotations
 
 import pytest
 
-from pytest_gbvalidate.labels import gpu_label, gpu_pair_label, parse_size_label, size_label
+from pytest_gbvalidate.labels import gpu_label, gpu_pair_label, number, parse_size_label, size_label
 
 
 @pytest.mark.parametrize(
@@ -43,3 +43,22 @@ def test_gpu_labels() -> None:
     assert gpu_label(3, "node1") == "node1/gpu3"
     assert gpu_pair_label(0, 1) == "gpu0->gpu1"
     assert gpu_pair_label(7, 2, "node4") == "node4/gpu7->gpu2"
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (1234.0, "1234"),
+        (0.012346, "0.01235"),
+        (123456.0, "1.235e+05"),
+        (2.0, "2"),
+        (5, "5"),
+        (-0.5, "-0.5"),
+        (float("nan"), "nan"),
+        (float("inf"), "inf"),
+        (float("-inf"), "-inf"),
+    ],
+)
+def test_a_measured_number_has_four_significant_digits_and_nan_and_inf_read_as_text(value: float, shown: str) -> None:
+    assert number(value) == shown
+    assert number(value) == f"{value:.4g}"  # the format every table and message used before: byte for byte

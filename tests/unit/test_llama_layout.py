@@ -13,6 +13,7 @@ from pytest_gbvalidate import baselines as bl
 from pytest_gbvalidate.settings import bundled_baselines
 from pytest_gbvalidate.workloads.llama.config import LLAMA3_8B, LLAMA3_TINY
 from pytest_gbvalidate.workloads.llama.parallel import (
+    SIZES,
     Layout,
     LayoutError,
     check_world,
@@ -29,6 +30,13 @@ def test_the_nd_gb200_v6_layout_fills_four_gpus_with_two_data_parallel_pipelines
     assert (layout.dp, layout.microbatches, layout.world_size) == (2, 64, 4)
     assert layout.label == "native-bf16-mbs4-gbs512-tp1-pp2-cp1-dp2"
     assert engine_of(dataclasses.replace(layout, engine="megatron_bridge").label) == "megatron_bridge"
+
+
+def test_the_sizes_are_the_layouts_integer_fields_in_the_labels_order() -> None:
+    assert SIZES == ("mbs", "gbs", "tp", "pp", "cp", "dp")
+    layout = for_world(4, mbs=4, gbs=512, pp=2)
+    assert layout.sizes() == {"mbs": 4, "gbs": 512, "tp": 1, "pp": 2, "cp": 1, "dp": 2}
+    assert list(layout.sizes()) == list(SIZES)
 
 
 def test_tp_pp_cp_must_divide_the_world() -> None:

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from pytest_gbvalidate.baselines import PretrainSpec, load_baseline
-from pytest_gbvalidate.workloads.llama import nemo
+from pytest_gbvalidate.workloads.llama import nemo, nemo_drivers
+from pytest_gbvalidate.workloads.llama.parallel import SIZES
 from pytest_gbvalidate.workloads.llama.results import MemoryPeak
 from tests.helpers.runs import REPO
 
@@ -88,6 +89,18 @@ def test_the_launch_is_torchrun_on_every_gpu_under_the_engines_python(tmp_path: 
     tiny = dataclasses.replace(gb200_spec("nemo"), model="llama3_tiny")
     with pytest.raises(nemo.EngineUnavailable, match="runs the llama3_8b recipe only, not llama3_tiny"):
         nemo.plan_launch(tiny, gpus=4, workdir=tmp_path)
+
+
+def test_each_recipe_holds_the_layouts_sizes_but_dp_and_the_driver_sets_them(tmp_path: Path) -> None:
+    """Our size names -> each recipe's own fields (nemo_drivers.RECIPE_FIELDS); DP is what the GPUs leave."""
+    assert nemo_drivers.RECIPE_SIZES == ("tp", "pp", "cp", "mbs", "gbs")  # describe() reads them back in this order
+    assert set(nemo_drivers.RECIPE_SIZES) == set(SIZES) - {"dp"}
+    assert all(tuple(nemo_drivers.RECIPE_FIELDS[e]) == nemo_drivers.RECIPE_SIZES for e in nemo_drivers.ENGINES)
+    launch = plan(tmp_path, "nemo")
+    sizes = {k: launch.settings[k] for k in nemo_drivers.RECIPE_SIZES}
+    assert sizes == {"tp": 1, "pp": 2, "cp": 1, "mbs": 4, "gbs": 128}
+    assert "dp" not in launch.settings
+    assert "\nSIZE_FIELDS = {'tp': 'trainer.strategy.tensor_model_parallel_size',\n" in launch.driver_source
 
 
 def test_a_recipe_that_does_not_hold_the_layout_is_refused() -> None:

@@ -216,7 +216,7 @@ def test_a_floor_only_metric_stays_floor_only_and_a_node_below_its_floor_gets_th
 
 
 def kept(values: list[float], direction: str = "higher") -> list[dict[tuple[str, str, str, str], float]]:
-    """The node's kept runs (compare.node_runs' shape), one figure each."""
+    """The node's kept runs (report/earlier.py's node_runs' shape), one figure each."""
     metric = METRICS[direction][0]
     return [{(metric, "node", "", ""): v} for v in values]
 

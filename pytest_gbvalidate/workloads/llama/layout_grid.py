@@ -13,23 +13,28 @@ import io
 import itertools
 import json
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_gbvalidate.labels import number
 from pytest_gbvalidate.workloads.llama.config import LlamaConfig
 from pytest_gbvalidate.workloads.llama.flops import Peak
-from pytest_gbvalidate.workloads.llama.parallel import Layout, LayoutError, for_world, problems
+from pytest_gbvalidate.workloads.llama.parallel import SIZES, Layout, LayoutError, for_world, problems
 from pytest_gbvalidate.workloads.llama.results import PretrainResult
 
 if TYPE_CHECKING:
     from pytest_gbvalidate.ranks.gang import Gang
 
 OK, OOM, INVALID, FAILED = "ok", "oom", "invalid", "failed"
-PARAMETERS = ("mbs", "tp", "pp", "cp")
-DEFAULT_GRID = {"mbs": [1, 2, 4, 8, 16], "tp": [1, 2, 4], "pp": [1, 2, 4], "cp": [1, 2, 4]}
+# A point's sizes (its table's first columns): a layout's sizes but GBS, the baseline's at every point.
+POINT_SIZES = tuple(k for k in SIZES if k != "gbs")
+# The sizes a grid sweeps: those but DP, which is what the others leave of the ranks.
+PARAMETERS = tuple(k for k in POINT_SIZES if k != "dp")
+# MBS from 1 to 16, and each parallel size over one range.
+DEFAULT_GRID = {p: [1, 2, 4, 8, 16] if p == "mbs" else [1, 2, 4] for p in PARAMETERS}
 # How a rank's out-of-memory error reads once it has crossed the gang: torch.OutOfMemoryError (CUDA, and the
 # other accelerators' allocators), or the allocator's message where an engine re-raised it as something else.
 OOM_MARKERS = ("OutOfMemoryError", "out of memory")
@@ -37,6 +42,7 @@ OOM_MARKERS = ("OutOfMemoryError", "out of memory")
 
 @dataclass(frozen=True)
 class SweepPoint:
+    # The point's PARAMETERS, in their order (_point fills them by name); DP is the layout's, below.
     mbs: int
     tp: int
     pp: int
@@ -69,10 +75,10 @@ def layouts(
 ) -> list[tuple[dict[str, int], Layout | str]]:
     """Every point of the grid with the layout that fills `world_size` ranks, or why it cannot run."""
     out: list[tuple[dict[str, int], Layout | str]] = []
-    for mbs, tp, pp, cp in itertools.product(*(grid[p] for p in PARAMETERS)):
-        point = {"mbs": mbs, "tp": tp, "pp": pp, "cp": cp}
+    for values in itertools.product(*(grid[p] for p in PARAMETERS)):
+        point: dict[str, Any] = dict(zip(PARAMETERS, values, strict=True))  # Any: unpacked into keywords
         try:
-            layout = for_world(world_size, gbs=gbs, mbs=mbs, tp=tp, pp=pp, cp=cp, **fixed)
+            layout = for_world(world_size, gbs=gbs, **point, **fixed)
         except LayoutError as exc:
             out.append((point, str(exc)))
             continue
@@ -114,8 +120,8 @@ def sweep(
     return points
 
 
-def _point(at: dict[str, int], status: str, **rest: Any) -> SweepPoint:
-    return SweepPoint(at["mbs"], at["tp"], at["pp"], at["cp"], status, **rest)
+def _point(at: Mapping[str, Any], status: str, **rest: Any) -> SweepPoint:
+    return SweepPoint(**at, status=status, **rest)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -132,7 +138,8 @@ def best(points: Sequence[SweepPoint]) -> SweepPoint | None:
 # --- output -------------------------------------------------------------------------------------------------
 
 COLUMNS = (
-    *("mbs", "tp", "pp", "cp", "dp", "status", "step_time_s", "tokens_per_s_per_gpu", "mfu_pct"),
+    *POINT_SIZES,
+    *("status", "step_time_s", "tokens_per_s_per_gpu", "mfu_pct"),
     *("mfu_peak_tflops", "mfu_peak_source"),  # what the MFU divides by, beside it
     *("peak_memory_gib", "gpu_utilization_pct", "sm_clock_mhz", "reason"),
 )
@@ -141,11 +148,7 @@ COLUMNS = (
 def row(p: SweepPoint) -> dict[str, Any]:
     r = p.result
     return {
-        "mbs": p.mbs,
-        "tp": p.tp,
-        "pp": p.pp,
-        "cp": p.cp,
-        "dp": p.dp,
+        **{k: getattr(p, k) for k in POINT_SIZES},
         "status": p.status,
         "step_time_s": None if r is None else r.step_time_s,
         "tokens_per_s_per_gpu": None if r is None else r.tokens_per_s_per_gpu,
@@ -166,7 +169,7 @@ def markdown_table(points: Sequence[SweepPoint]) -> str:
     winner = best(points)
     if winner is not None and winner.result is not None:
         lines.append("")
-        lines.append(f"Best layout: {winner.result.scope} ({winner.result.step_time_s:.4g} s per step)")
+        lines.append(f"Best layout: {winner.result.scope} ({number(winner.result.step_time_s)} s per step)")
     return "\n".join(lines) + "\n"
 
 
@@ -174,7 +177,7 @@ def _cell(value: Any) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
-        return f"{value:.4g}"
+        return number(value)
     return str(value).replace("|", "/")
 
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_gbvalidate.workloads.llama.nemo_drivers import ENGINES, driver_source
+from pytest_gbvalidate.workloads.llama.nemo_drivers import ENGINES, RECIPE_SIZES, driver_source
 from pytest_gbvalidate.workloads.llama.request import TrainRequest
 from pytest_gbvalidate.workloads.llama.results import GIB, MemoryPeak, PretrainResult, pretrain_result
 
@@ -61,8 +61,8 @@ class EngineFailed(RuntimeError):
 
 @dataclass(frozen=True)
 class EnginePython:
-    """The command the driver runs under (`<command> driver.py`, `<command> -m torch.distributed.run ...`) and
-    where it was named: the plugin's `gb_engine_python`."""
+    """The command the driver runs under (`<command> gbvalidate_<engine>_pretrain.py`, `<command> -m
+    torch.distributed.run ...`) and where it was named: the plugin's `gb_engine_python`."""
 
     command: tuple[str, ...]
     source: str
@@ -91,11 +91,7 @@ def settings(spec: PretrainSpec, gpus: int, workdir: Path) -> dict[str, Any]:
     """What the driver script needs: plain values, written into it as a Python literal."""
     layout = spec.layout
     return {
-        "tp": layout.tp,
-        "pp": layout.pp,
-        "cp": layout.cp,
-        "mbs": layout.mbs,
-        "gbs": layout.gbs,
+        **{size: value for size, value in layout.sizes().items() if size in RECIPE_SIZES},
         "seq_len": spec.seq_len,
         "vocab_size": spec.config.vocab_size,
         "steps": spec.warmup_steps + spec.timed_steps,

@@ -1,9 +1,10 @@
 """The NeMo engines' driver scripts: the Python source nemo.py writes next to the run and starts under the engine's
 own Python (`<python> driver --check`, then torchrun), so they import the engine, which this package never does.
 
-`driver_source(engine, settings)` puts one script together: SETTINGS (a Python literal), the head, the engine's
-`build()` and `describe()`, and the main. What the scripts print for the plugin to read (the recipe line, the
-unavailable line and its exit code) is spelled as nemo.py's RECIPE_MARK, UNAVAILABLE_MARK and UNAVAILABLE_EXIT.
+`driver_source(engine, settings)` puts one script together: SETTINGS and SIZE_FIELDS (Python literals), the head,
+the engine's `build()` and `describe()`, and the main. What the scripts print for the plugin to read (the recipe
+line, the unavailable line and its exit code) is spelled as nemo.py's RECIPE_MARK, UNAVAILABLE_MARK and
+UNAVAILABLE_EXIT.
 """
 
 from __future__ import annotations
@@ -12,18 +13,39 @@ import pprint
 from typing import Any
 
 ENGINES = ("nemo", "megatron_bridge")
+# Where each engine's recipe keeps the layout's sizes: our name (parallel.SIZES) -> the recipe's attribute path,
+# which build() sets and describe() reads back. DP has none: the recipe makes it of the GPUs the others leave.
+RECIPE_FIELDS = {
+    "nemo": {
+        "tp": "trainer.strategy.tensor_model_parallel_size",
+        "pp": "trainer.strategy.pipeline_model_parallel_size",
+        "cp": "trainer.strategy.context_parallel_size",
+        "mbs": "data.micro_batch_size",
+        "gbs": "data.global_batch_size",
+    },
+    "megatron_bridge": {
+        "tp": "model.tensor_model_parallel_size",
+        "pp": "model.pipeline_model_parallel_size",
+        "cp": "model.context_parallel_size",
+        "mbs": "train.micro_batch_size",
+        "gbs": "train.global_batch_size",
+    },
+}
+RECIPE_SIZES = tuple(RECIPE_FIELDS["nemo"])  # the sizes SETTINGS carry, by our name: every engine's the same
 
 
 def driver_source(engine: str, settings: dict[str, Any]) -> str:
-    """The driver script for `engine` (one of ENGINES) with `settings` written into it as a Python literal."""
+    """The driver script for `engine` (one of ENGINES) with `settings` and its recipe's fields of the layout's
+    sizes (RECIPE_FIELDS) written into it as Python literals."""
     body = {"nemo": _NEMO_DRIVER, "megatron_bridge": _MEGATRON_BRIDGE_DRIVER}[engine]
-    return f"SETTINGS = {pprint.pformat(settings)}\n{_DRIVER_HEAD}{body}{_DRIVER_MAIN}"  # a Python literal
+    fields = pprint.pformat(RECIPE_FIELDS[engine], sort_dicts=False)
+    return f"SETTINGS = {pprint.pformat(settings)}\nSIZE_FIELDS = {fields}\n{_DRIVER_HEAD}{body}{_DRIVER_MAIN}"
 
 
 # --- the driver scripts (run under the engine's Python; they import the engine) --------------------------------
-# One script: SETTINGS, the head, an engine's build() and describe(), and the main. `--check` builds and prints
-# what the recipe holds; otherwise it trains. Imports that fail, and what cannot be had (the model hub), are one
-# line the plugin reads, not a traceback.
+# One script: SETTINGS, SIZE_FIELDS, the head, an engine's build() and describe(), and the main. `--check` builds
+# and prints what the recipe holds; otherwise it trains. Imports that fail, and what cannot be had (the model hub),
+# are one line the plugin reads, not a traceback.
 
 _DRIVER_HEAD = """
 import importlib.metadata
@@ -55,6 +77,23 @@ def assign(cfg, path, value):
         MISSING.append(path)
         return
     setattr(cfg, name, value)
+
+
+def assign_sizes(cfg, s):
+    \"\"\"The layout's sizes into the recipe's fields (SIZE_FIELDS: our name -> the recipe's).\"\"\"
+    for size, path in SIZE_FIELDS.items():
+        assign(cfg, path, s[size])
+
+
+def sizes(cfg):
+    \"\"\"The layout's sizes as the recipe holds them, by our name.\"\"\"
+    return {size: read(cfg, path) for size, path in SIZE_FIELDS.items()}
+
+
+def read(cfg, path):
+    for name in path.split("."):
+        cfg = getattr(cfg, name)
+    return cfg
 """
 
 _DRIVER_MAIN = """
@@ -99,17 +138,13 @@ def build(s):
     recipe = llm.llama3_8b.pretrain_recipe(
         name="gbvalidate", dir=s["workdir"], num_nodes=1, num_gpus_per_node=s["gpus"]
     )
-    assign(recipe, "trainer.strategy.tensor_model_parallel_size", s["tp"])
-    assign(recipe, "trainer.strategy.pipeline_model_parallel_size", s["pp"])
-    assign(recipe, "trainer.strategy.context_parallel_size", s["cp"])
+    assign_sizes(recipe, s)
     assign(recipe, "model.config.seq_length", s["seq_len"])
     # Mock data with Llama 3's vocabulary, nothing downloaded: a null tokenizer (it adds an end-of-document
     # token to the size it is given), and the model's vocabulary set rather than padded up from the tokenizer's.
     assign(recipe, "data.tokenizer", run.Config(NullTokenizer, vocab_size=s["vocab_size"] - 1))
     assign(recipe, "model.config.vocab_size", s["vocab_size"])
     assign(recipe, "data.seq_length", s["seq_len"])  # the recipe's data is its MockDataModule
-    assign(recipe, "data.micro_batch_size", s["mbs"])
-    assign(recipe, "data.global_batch_size", s["gbs"])
     if s["activation_checkpointing"] == "selective":  # Megatron's selective: core attention only
         assign(recipe, "model.config.recompute_granularity", "selective")
     elif s["activation_checkpointing"] == "full":
@@ -133,14 +168,10 @@ def describe(recipe):
     \"\"\"The recipe's values in the driver's terms, read back from the recipe (the tokenizer built, offline).\"\"\"
     import fiddle
 
-    strategy, data, plugins = recipe.trainer.strategy, recipe.data, recipe.trainer.plugins
+    data, plugins = recipe.data, recipe.trainer.plugins
     fp8 = getattr(plugins, "fp8_recipe", None) if getattr(plugins, "fp8", None) else None
     return {
-        "tp": strategy.tensor_model_parallel_size,
-        "pp": strategy.pipeline_model_parallel_size,
-        "cp": strategy.context_parallel_size,
-        "mbs": data.micro_batch_size,
-        "gbs": data.global_batch_size,
+        **sizes(recipe),
         "seq_len": recipe.model.config.seq_length,
         "data_seq_len": data.seq_length,
         "vocab_size": recipe.model.config.vocab_size,
@@ -191,17 +222,13 @@ def build(s):
                 f"{type(exc).__name__}: {str(exc)[:300]}"
             )
         raise
-    assign(cfg, "model.tensor_model_parallel_size", s["tp"])
-    assign(cfg, "model.pipeline_model_parallel_size", s["pp"])
-    assign(cfg, "model.context_parallel_size", s["cp"])
+    assign_sizes(cfg, s)
     assign(cfg, "model.seq_length", s["seq_len"])
     # Field names that moved between releases: the one this release has.
     dataset_seq = "sequence_length" if "sequence_length" in fields(cfg.dataset) else "seq_length"
     assign(cfg, f"dataset.{dataset_seq}", s["seq_len"])
     # Mock tokens over Llama 3's vocabulary (the recipes' null tokenizer defaults to 32000; its size counts EOD).
     assign(cfg, "tokenizer.vocab_size", s["vocab_size"])
-    assign(cfg, "train.micro_batch_size", s["mbs"])
-    assign(cfg, "train.global_batch_size", s["gbs"])
     assign(cfg, "train.train_iters", s["steps"])
     assign(cfg, "train.eval_iters" if "eval_iters" in fields(cfg.train) else "validation.eval_iters", 0)
     if s["activation_checkpointing"] == "selective":
@@ -223,11 +250,7 @@ def describe(cfg):
     dataset_seq = getattr(cfg.dataset, "sequence_length", getattr(cfg.dataset, "seq_length", None))
     fp8 = {v: k for k, v in FP8_RECIPES.items()}.get(cfg.mixed_precision)
     return {
-        "tp": m.tensor_model_parallel_size,
-        "pp": m.pipeline_model_parallel_size,
-        "cp": m.context_parallel_size,
-        "mbs": t.micro_batch_size,
-        "gbs": t.global_batch_size,
+        **sizes(cfg),
         "seq_len": m.seq_length,
         "data_seq_len": dataset_seq,
         "steps": t.train_iters,

@@ -9,6 +9,7 @@ feeds them through its pipeline in microbatches of MBS sequences; under CP each 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import get_type_hints
 
 from pytest_gbvalidate.workloads.llama.config import LlamaConfig
 
@@ -22,7 +23,6 @@ PRECISIONS = ("fp32", "bf16", "fp8")
 FP8_RECIPES = ("current", "delayed")
 _FP8_LABELS = {"current": "fp8cs", "delayed": "fp8ds"}
 FP8_MULTIPLE = 16
-SIZES = ("mbs", "gbs", "tp", "pp", "cp", "dp")
 # What the backward pass recomputes instead of keeping: nothing; every transformer block from its input (about a
 # third more compute for the least memory); or a block's cheap elementwise work (norms, rotary embedding, SwiGLU
 # gating, casts) while its matmul and attention outputs are kept.
@@ -36,6 +36,7 @@ class LayoutError(ValueError):
 
 @dataclass(frozen=True)
 class Layout:
+    # The sizes: the integer fields, in the order a label names them (SIZES, below, is read from here).
     mbs: int  # micro-batch size: sequences per pipeline microbatch
     gbs: int  # global batch size: sequences per optimizer step, all DP ranks together
     tp: int = 1  # tensor parallel: each layer's heads and FFN split over TP ranks
@@ -46,6 +47,10 @@ class Layout:
     engine: str = "native"
     activation_checkpointing: str = "none"  # one of CHECKPOINTING
     fp8_recipe: str = "current"  # one of FP8_RECIPES; only fp8 layouts use it
+
+    def sizes(self) -> dict[str, int]:
+        """The layout's sizes by name, in SIZES' order: {"mbs": 4, "gbs": 512, "tp": 1, "pp": 2, "cp": 1, "dp": 2}."""
+        return {k: getattr(self, k) for k in SIZES}
 
     @property
     def world_size(self) -> int:
@@ -61,9 +66,14 @@ class Layout:
         """e.g. native-bf16-mbs4-gbs128-tp1-pp2-cp1-dp2-ac (-ac full, -sac selective activation checkpointing;
         fp8cs / fp8ds for fp8 with current / delayed scaling): what a step time measured with this layout is valid
         for. The engine comes first: `engine_of` reads it."""
-        sizes = "-".join(f"{k}{getattr(self, k)}" for k in SIZES)
+        sizes = "-".join(f"{k}{v}" for k, v in self.sizes().items())
         precision = _FP8_LABELS.get(self.fp8_recipe, "fp8") if self.precision == "fp8" else self.precision
         return f"{self.engine}-{precision}-{sizes}{_CHECKPOINTING_LABELS.get(self.activation_checkpointing, '')}"
+
+
+# The layout's sizes, written once (Layout's integer fields): its label, a baseline's `pretrain` section, a report's
+# layout details and the layout sweep's table name them in this order.
+SIZES = tuple(name for name, kind in get_type_hints(Layout).items() if kind is int)
 
 
 def engine_of(label: str) -> str:

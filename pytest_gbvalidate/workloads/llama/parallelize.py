@@ -13,6 +13,7 @@ reports is lower by that much than an overlapping engine's would be at the same 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +33,10 @@ from pytest_gbvalidate.workloads.llama.parallel import Layout, check_world
 # srun) hold whole pipelines. A layout weak-scaled over N nodes then trains on each node exactly what the node
 # trains alone (its PP, CP and TP traffic stays inside it; only the gradient sync crosses nodes), and a slow node
 # shows in its own ranks' work rather than in every pipeline. (Megatron puts PP outermost, pipelines across nodes.)
+# The layout's parallel sizes (parallel.SIZES), in this order on purpose, not in SIZES' (a label's) order.
 MESH_DIMS = ("dp", "pp", "cp", "tp")
+# The dimensions whose ranks hold the same weights: their gradients are averaged over them together.
+REPLICA_DIMS = ("dp", "cp")
 
 
 @dataclass(frozen=True)
@@ -46,10 +50,10 @@ class Coordinates:
 
 
 def coordinates(rank: int, layout: Layout) -> Coordinates:
-    rest, tp = divmod(rank, layout.tp)
-    rest, cp = divmod(rest, layout.cp)
-    dp, pp = divmod(rest, layout.pp)
-    return Coordinates(pp=pp, dp=dp, cp=cp, tp=tp)
+    sizes, at = layout.sizes(), {}
+    for dim in reversed(MESH_DIMS):  # the innermost first
+        rank, at[dim] = divmod(rank, sizes[dim])
+    return Coordinates(**at)
 
 
 @dataclass
@@ -70,10 +74,14 @@ class RankGroups:
 def build_groups(layout: Layout, device: torch.device) -> RankGroups:
     """The process groups of `layout` over the initialised default group (every rank calls this)."""
     check_world(layout, dist.get_world_size())
-    mesh = init_device_mesh(device.type, (layout.dp, layout.pp, layout.cp, layout.tp), mesh_dim_names=MESH_DIMS)
-    # DP and CP ranks hold the same weights: their gradients are averaged over both dimensions together.
-    grid = torch.arange(layout.world_size).reshape(layout.dp, layout.pp, layout.cp, layout.tp)
-    replicas = grid.permute(1, 3, 0, 2).reshape(layout.pp * layout.tp, layout.dp * layout.cp).tolist()
+    sizes = layout.sizes()
+    shape = tuple(sizes[dim] for dim in MESH_DIMS)
+    mesh = init_device_mesh(device.type, shape, mesh_dim_names=MESH_DIMS)
+    # One group per place in the other dimensions: the grid's REPLICA_DIMS moved last and flattened.
+    others = [dim for dim in MESH_DIMS if dim not in REPLICA_DIMS]
+    order = [MESH_DIMS.index(dim) for dim in (*others, *REPLICA_DIMS)]
+    together = math.prod(sizes[dim] for dim in REPLICA_DIMS)
+    replicas = torch.arange(layout.world_size).reshape(shape).permute(order).reshape(-1, together).tolist()
     replica_group, _ = dist.new_subgroups_by_enumeration(replicas)  # type: ignore[no-untyped-call, unused-ignore]
     if not isinstance(replica_group, dist.ProcessGroup):  # every rank is in one of the groups enumerated
         raise RuntimeError(f"rank {dist.get_rank()} is in no gradient replica group of {replicas}")

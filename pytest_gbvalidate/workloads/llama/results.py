@@ -12,6 +12,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pytest_gbvalidate.labels import number
 from pytest_gbvalidate.workloads.llama import flops
 from pytest_gbvalidate.workloads.llama.parallel import Layout
 
@@ -100,7 +101,7 @@ class PretrainResult:
         return MIN_LOSS_DROP_PCT if native else MIN_LOSS_DROP_PCT_RANDOM_TOKENS
 
     def loss_message(self) -> str:
-        curve = ", ".join(f"{x:.4g}" for x in self.losses)
+        curve = ", ".join(number(x) for x in self.losses)
         return (
             f"{self.model} {self.layout.label}: loss fell {self.loss_drop_pct:.1f}% from the first step to the mean "
             f"of the last {LOSS_TAIL_STEPS} (needs more than {self.min_loss_drop_pct:g}%); ln(vocab) = "
@@ -120,12 +121,7 @@ class PretrainResult:
             "layout": self.scope,
             "engine": self.layout.engine,
             "precision": self.layout.precision,
-            "mbs": self.layout.mbs,
-            "gbs": self.layout.gbs,
-            "tp": self.layout.tp,
-            "pp": self.layout.pp,
-            "cp": self.layout.cp,
-            "dp": self.layout.dp,
+            **self.layout.sizes(),
             "seq_len": self.seq_len,
             "warmup_steps": self.warmup_steps,
             "timed_steps": self.timed_steps,

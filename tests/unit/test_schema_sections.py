@@ -10,8 +10,8 @@ import pytest
 from pytest_gbvalidate import baselines as bl
 from pytest_gbvalidate.baselines import schema_sections
 from pytest_gbvalidate.node import nvml
+from tests.helpers.baseline_files import SECTIONS, write
 from tests.helpers.runs import REPO
-from tests.unit.test_baselines import SECTIONS, write
 
 FABRIC = SECTIONS.replace(
     "  provenance: a public health check\n",

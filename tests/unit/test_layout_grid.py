@@ -4,6 +4,7 @@ sweep moves on; the table names the best layout; CSV, JSON and plots are written
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 from pathlib import Path
 
@@ -89,6 +90,19 @@ def test_a_sweep_records_every_point_and_names_the_fastest(tmp_path: Path) -> No
     assert doc["best"] == "native-bf16-mbs2-gbs16-tp1-pp1-cp1-dp4-seq64"
     for png in written[3:]:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_grid_and_the_table_name_the_layouts_sizes_in_their_order() -> None:
+    """Read from the layout's sizes (parallel.SIZES), as the sweep's files have always named them."""
+    assert layout_grid.PARAMETERS == ("mbs", "tp", "pp", "cp")
+    assert layout_grid.DEFAULT_GRID == {"mbs": [1, 2, 4, 8, 16], "tp": [1, 2, 4], "pp": [1, 2, 4], "cp": [1, 2, 4]}
+    columns = (
+        *("mbs", "tp", "pp", "cp", "dp", "status", "step_time_s", "tokens_per_s_per_gpu", "mfu_pct"),
+        *("mfu_peak_tflops", "mfu_peak_source", "peak_memory_gib", "gpu_utilization_pct", "sm_clock_mhz", "reason"),
+    )
+    assert columns == layout_grid.COLUMNS
+    fields = [f.name for f in dataclasses.fields(layout_grid.SweepPoint)]
+    assert tuple(fields[: len(layout_grid.PARAMETERS)]) == layout_grid.PARAMETERS
 
 
 def test_invalid_layouts_say_why_without_training() -> None:
