@@ -251,10 +251,17 @@ def repeat_offenders(root: Path, failed: int = DEFAULT_FAILED, of: int = DEFAULT
         every = sorted([*node.runs, *node.stopped], key=lambda r: (r.start_time, r.order))
         if every and every[-1].status == "running":  # perhaps running now
             every.pop()
+        # A second run of a run's failed checks (--gb-rerun-failed: the health check's confirmation) is no run of
+        # its own: it says whether that run's failures stood, or flapped.
+        again = [r for r in every if r.reruns_failed]
+        every = [r for r in every if not r.reruns_failed]
         last = every[-of:]
         failing = [r for r in last if not r.finished or r.verdict in COUNTED]
         if len(failing) >= failed:
             categories = Counter(c.category or "unclassified" for r in failing for c in failed_checks(r))
+            flapped = sum(1 for r in failing if _flapped(r, again))
+            if flapped:
+                categories[FLAPPING] = flapped
             stopped = sum(1 for r in failing if not r.finished)
             if stopped:
                 categories[f"stopped ({', '.join(sorted({str(r.status) for r in failing if not r.finished}))})"] = (
@@ -266,6 +273,22 @@ def repeat_offenders(root: Path, failed: int = DEFAULT_FAILED, of: int = DEFAULT
             found.append(Offender(directory.name, len(failing), len(last), start, counts, stopped))
     found.sort(key=lambda o: (-o.failed / o.runs, -o.failed, o.hostname))
     return found, len(directories)
+
+
+# What a failed run whose checks all passed their second run is counted as (fleet/confirm.py's word).
+FLAPPING = "flapping"
+
+
+def _flapped(run: Report, again: Sequence[Report]) -> bool:
+    """Whether the first second run after `run` passed every check `run` failed (none of them failed again)."""
+    later = [r for r in again if (r.start_time, r.order) > (run.start_time, run.order)]
+    if not later:
+        return False
+    second = later[0].tests
+    passed = {t["test_id"] for t in second if t["outcome"] == "passed" and t["when"] == "call"}
+    failed_again = {t["test_id"] for t in second if t["outcome"] == "failed"}
+    checks = {c.test_id for c in failed_checks(run)}
+    return bool(checks) and checks <= passed and not checks & failed_again
 
 
 def render_offenders(root: Path, offenders: Sequence[Offender], nodes: int, failed: int, of: int) -> list[str]:

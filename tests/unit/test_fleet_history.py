@@ -168,6 +168,30 @@ def test_repeat_offenders_are_the_nodes_that_failed_in_k_of_their_last_n_runs(
     assert "--failed 6 is more than --of 5" in capsys.readouterr().err
 
 
+def test_a_second_run_of_failed_checks_is_no_run_of_its_own_and_a_failure_that_passed_it_counts_as_flapping(
+    tmp_path: Path,
+) -> None:
+    """The health check runs its failed checks once more (--gb-rerun-failed) and keeps both reports in the history:
+    counted as runs, a confirmed failure counted twice and a flapping one as a pass beside its failure."""
+    root = tmp_path / "h"
+    passed = {"test_id": "t.py::test_x", "when": "call", "outcome": "passed", "duration_s": 0.5, "text": None}
+    passed |= {"message": None}
+    for day, second in ((20, "passed"), (21, "failed"), (22, "passed")):
+        first = failing(root / "node7", f"2026-11-{day}T12:00:00+00:00", "link", "node7")
+        again: dict[str, Any] = {"narrowed_by": [f"--gb-rerun-failed {first}"], "node": {"hostname": "node7"}}
+        if second == "passed":
+            keep(root / "node7", f"2026-11-{day}T12:01:00+00:00", 10.0, tests=[passed], **again)
+        else:
+            test = passed | {"outcome": "failed", "message": "boom", "text": "boom"}
+            keep(root / "node7", f"2026-11-{day}T12:01:00+00:00", 10.0, tests=[test], exit_status=1, **again)
+    keep(root / "node7", "2026-11-23T12:00:00+00:00", 10.0)
+
+    found, _ = repeat_offenders(root, failed=2, of=5)
+    assert [o.describe() for o in found] == [
+        "node7: failed 3 of its last 4 runs (the latest at 2026-11-22T12:00:00+00:00): link 3, flapping 2"
+    ]
+
+
 def test_a_node_stopped_run_after_run_is_an_offender_and_a_run_perhaps_running_now_is_not_counted(
     tmp_path: Path,
 ) -> None:
