@@ -191,9 +191,10 @@ class Summary:
     def failures(self) -> list[str]:
         """Why the exit code is 1; empty when it is 0."""
         why = []
-        counts = Counter(n.verdict for n in self.nodes if n.unconfirmed is None and (n.failed or n.verdict != "fail"))
-        if counts["fail"]:
-            why.append(f"{counts['fail']} node(s) fail their checks")
+        counts = Counter(n.verdict for n in self.nodes)
+        failing = sum(1 for n in self.nodes if n.fleet_verdict == "fail")  # flapping and unconfirmed apart
+        if failing:
+            why.append(f"{failing} node(s) fail their checks")
         unconfirmed = sum(1 for n in self.nodes if n.unconfirmed is not None)
         if unconfirmed:
             why.append(f"{unconfirmed} node(s) failed once, not confirmed (no verdict: run their failed checks again)")

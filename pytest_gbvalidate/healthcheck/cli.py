@@ -59,25 +59,22 @@ deadline, read its JSON report and print one line. Arguments after `--` go to py
 with --drain, a failed node drains itself through scontrol. `npd`: a Kubernetes node-problem-detector custom
 plugin (exit {npd.EXIT_OK} OK, {npd.EXIT_NONOK} NonOK, {npd.EXIT_UNKNOWN} Unknown)."""
 
-SLURM_EPILOG = (
-    f"Exit status: {slurm.EXIT_OK} healthy; {slurm.EXIT_FAILED} a check failed; {slurm.EXIT_TIMEOUT} the checks ran "
-    f"past the deadline (killed); {slurm.EXIT_NOT_RUN} no verdict (no report,\n"
-    "a broken one, a usage or internal error, every check skipped) or a usage error; 128+N stopped by signal N.\n"
-    '--drain runs `scontrol update nodename=NODE state=drain reason="gbvalidate: [CLASS] CATEGORY: CHECK"` on exit '
-    f"{slurm.EXIT_FAILED}\n"
-    f"and {slurm.EXIT_TIMEOUT} only (failed checks run once more first: only what fails again counts), and resumes a "
-    "node it drained for\n"
-    "[job_leftovers] alone once its checks pass. NODE: --node, else $SLURMD_NODENAME, else the hostname up to its "
-    "first\n"
-    f"dot; one node's name or nothing runs (exit {slurm.EXIT_NOT_RUN})."
-)
+SLURM_EPILOG = f"""\
+Exit status: {slurm.EXIT_OK} healthy; {slurm.EXIT_FAILED} a check failed; {slurm.EXIT_TIMEOUT} the checks ran past \
+the deadline (killed); {slurm.EXIT_NOT_RUN} no verdict (no report,
+a broken one, a usage or internal error, every check skipped) or a usage error; 128+N stopped by signal N.
+--drain runs `scontrol update nodename=NODE state=drain reason="gbvalidate: [CLASS] CATEGORY: CHECK"` on exit \
+{slurm.EXIT_FAILED}
+and {slurm.EXIT_TIMEOUT} only (failed checks run once more first: only what fails again counts), and resumes a node \
+it drained for
+[job_leftovers] alone once its checks pass. NODE: --node, else $SLURMD_NODENAME, else the hostname up to its first
+dot; one node's name or nothing runs (exit {slurm.EXIT_NOT_RUN})."""
 
-NPD_EPILOG = (
-    f"Exit status: {npd.EXIT_OK} OK; {npd.EXIT_NONOK} NonOK (a check failed); {npd.EXIT_UNKNOWN} Unknown (the checks "
-    "ran past the deadline, no verdict, a usage\n"
-    "error, a signal). One line on stdout, at most --max-output-length characters (NPD's default is\n"
-    f"{npd.DEFAULT_MAX_OUTPUT_LENGTH}). Set the rule's timeout above the deadline plus 10 s."
-)
+NPD_EPILOG = f"""\
+Exit status: {npd.EXIT_OK} OK; {npd.EXIT_NONOK} NonOK (a check failed); {npd.EXIT_UNKNOWN} Unknown (the checks ran \
+past the deadline, no verdict, a usage
+error, a signal). One line on stdout, at most --max-output-length characters (NPD's default is
+{npd.DEFAULT_MAX_OUTPUT_LENGTH}). Set the rule's timeout above the deadline plus 10 s."""
 
 
 class UsageError(Exception):
