@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
 
 from pytest_gbvalidate.report.records import ReasonClass
+from pytest_gbvalidate.rules.xids import REPAIR_ACTIONS, RepairAction
 
 if TYPE_CHECKING:
     from pytest_gbvalidate.report.records import FaultRecord
@@ -27,6 +28,7 @@ class Category:
     action: str
     disposition: str  # ISOLATE, RESET, REBOOT or MONITOR: what happens to the node until the action is done
     reason_class: ReasonClass  # whose problem it is: a drain reason starts with it
+    repair: RepairAction  # what brings the node back: a drain reason names it beside the category
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ class Fault:
             "action": self.category.action,
             "disposition": self.category.disposition,
             "reason_class": self.category.reason_class,
+            "repair": self.category.repair,
             "why": None if self.rule is None else self.rule.why,
         }
 
@@ -116,7 +119,10 @@ def _category(name: str, fields: Mapping[str, Any]) -> Category:
     reason_class = fields["class"]
     if reason_class not in get_args(ReasonClass):
         raise TypeError(f"{name}: class {reason_class!r} is not one of {', '.join(get_args(ReasonClass))}")
-    return Category(name, str(fields["title"]), str(fields["action"]), disposition, reason_class)
+    repair = fields["repair"]
+    if repair not in REPAIR_ACTIONS:
+        raise TypeError(f"{name}: repair {repair!r} is not one of {', '.join(REPAIR_ACTIONS)}")
+    return Category(name, str(fields["title"]), str(fields["action"]), disposition, reason_class, repair)
 
 
 def _rule(fields: Mapping[str, Any]) -> Rule:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from pytest_gbvalidate.baselines import Baseline
     from pytest_gbvalidate.expect import Expect
     from pytest_gbvalidate.node.topology import NumaMap
+    from pytest_gbvalidate.node.window import Window
     from pytest_gbvalidate.probes import Expected, Gpu, NodeGpus, Telemetry
     from pytest_gbvalidate.ranks.gang import Gang
     from pytest_gbvalidate.run.session import GbSession
@@ -235,6 +236,15 @@ def gb_telemetry(request: pytest.FixtureRequest, gpus: NodeGpus) -> Iterator[Tel
     samplers = Telemetry(request.config.stash[SESSION], request.node, gpus)
     yield samplers
     samplers.finish()
+
+
+@pytest.fixture(scope="session")
+def gb_window(request: pytest.FixtureRequest) -> Window:
+    """The node's window (--gb-window): where the kernel log and each error counter stood at a check's last clean
+    run. ``gb_window.read(name)`` gives that mark of this boot or None; ``gb_window.write({name: value})`` moves it."""
+    from pytest_gbvalidate.node.window import Window
+
+    return Window(request.config.stash[SESSION].settings.window.value)
 
 
 @pytest.fixture

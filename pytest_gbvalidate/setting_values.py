@@ -91,6 +91,13 @@ def parse_prometheus_path(raw: str, base: Path) -> Path | None:
     return path
 
 
+def parse_window(raw: str, base: Path) -> Path | None:
+    """The node's window file (node/window.py), or `none`: keep no window, every check judges since boot."""
+    if raw.strip().lower() == "none":
+        return None
+    return parse_output_path(raw, base)
+
+
 def parse_history_dir(raw: str, base: Path) -> Path:
     """The directory each run's report is kept in (under DIR/<hostname>/): a directory, or one that can be made."""
     path = base / raw

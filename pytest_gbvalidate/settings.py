@@ -33,6 +33,7 @@ from pytest_gbvalidate.setting_values import (
     parse_scratch_dir,
     parse_sku,
     parse_timeout,
+    parse_window,
     parse_world,
 )
 from pytest_gbvalidate.setting_values import (
@@ -79,6 +80,7 @@ class Settings:
     report: Setting[Path | None]
     prometheus: Setting[Path | None]  # a node_exporter textfile collector's file, written at the end of the run
     history: Setting[Path | None]  # the directory of every node's kept reports, DIR/<hostname>/<time>.json
+    window: Setting[Path | None]  # the node's window (node/window.py): None, every check judges since boot
     strict: Setting[bool]
     # Seconds one call on the ranks may take before the gang is torn down; None: the SKU's default.
     timeout: Setting[float | None]
@@ -229,6 +231,12 @@ def _off() -> bool:
     return False
 
 
+def _default_window() -> Path:
+    from pytest_gbvalidate.node.window import DEFAULT_PATH
+
+    return DEFAULT_PATH
+
+
 # Every setting, in the order `--help` lists them. Options, environment variables, ini keys, `--help` and the
 # report's `settings` section are all made from this table.
 TABLE: tuple[SettingSpec, ...] = (
@@ -272,6 +280,15 @@ TABLE: tuple[SettingSpec, ...] = (
         "at the end of the run, keep its JSON report as DIR/<hostname>/<UTC start time>.json (the node's history, "
         "for --gb-compare=last and `python -m pytest_gbvalidate.fleet history`).",
         "DIR",
+    ),
+    SettingSpec(
+        "window",
+        parse_window,
+        _default_window,
+        "the file that keeps where the kernel log and the error counters stood at each check's last clean run, so "
+        "an Xid or an error is judged once and counters as rates since then; 'none': judge everything since boot. "
+        "Default: /run/gbvalidate/window.json (emptied by a reboot).",
+        "PATH|none",
     ),
     SettingSpec("strict", parse_bool, _off, "fail, rather than skip, a measurement the baseline has no reference for."),
     SettingSpec(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -14,8 +15,11 @@ from typing import NoReturn
 
 import pytest
 
-from pytest_gbvalidate.node import imex, nccl_stack, nvml, xid
+from pytest_gbvalidate.hooks import GbValidateWarning
+from pytest_gbvalidate.node import imex, nccl_stack, nvml, window, xid
+from pytest_gbvalidate.node.window import Window
 from pytest_gbvalidate.probes import Expected, Gpu, NodeGpus, Telemetry
+from pytest_gbvalidate.rules import xids
 
 pytestmark = pytest.mark.gb_level("passive")  # reads the node, measures nothing
 
@@ -198,7 +202,10 @@ def test_ecc_errors(gpu: Gpu, gb_expected: Expected) -> None:
     assert not problems, f"{gpu}: ECC errors: {'; '.join(problems)}"
 
 
-def test_row_remapping(gpu: Gpu, gb_expected: Expected) -> None:
+def test_row_remapping(gpu: Gpu, gb_expected: Expected, request: pytest.FixtureRequest) -> None:
+    """A pending or failed row remap against the baseline's limits; the failure flag is NVIDIA's RMA policy's (a
+    bank out of spare rows, a remapped row remapped again, or 512 uncorrectable remaps in total). 512 or more
+    uncorrectable remaps with no failure flag warns, as DCGM 4.6's health watch does."""
     limits = gb_expected.require_any(f"{LIMITS}.row_remaps_pending", f"{LIMITS}.row_remap_failures")
     remaps = gpu.read(nvml.row_remaps)
     if remaps is None:
@@ -213,6 +220,12 @@ def test_row_remapping(gpu: Gpu, gb_expected: Expected) -> None:
         f"{gpu}: {'; '.join(problems)} ({remaps.corrected_rows} rows remapped after correctable errors, "
         f"{remaps.uncorrected_rows} after uncorrectable ones)"
     )
+    if remaps.uncorrected_rows >= ROW_REMAP_WARN:
+        _warn(
+            request,
+            f"{gpu}: {remaps.uncorrected_rows} rows remapped after uncorrectable errors, {ROW_REMAP_WARN} or more "
+            "(NVIDIA's RMA policy sets the remap failure flag at 512): plan to replace the GPU",
+        )
 
 
 def test_retired_pages(gpu: Gpu, gb_expected: Expected) -> None:
@@ -232,9 +245,16 @@ def test_retired_pages(gpu: Gpu, gb_expected: Expected) -> None:
     assert not problems, f"{gpu}: {'; '.join(problems)}"
 
 
-def test_no_critical_xid(gpu: Gpu, gb_expected: Expected) -> None:
-    critical = set(gb_expected.require("health.critical_xids"))
-    where = xid.pci_of(gpu.info.pci_bus_id)
+def test_no_critical_xid(gpu: Gpu, gb_expected: Expected, gb_window: Window, request: pytest.FixtureRequest) -> None:
+    """The GPU's Xid events since its last clean check, judged by NVIDIA's Xid catalog (rules/xid_catalog.yaml): a
+    code that calls for a reset, a reboot or support fails with that repair; a job's code (13, 31, 45, 68, 69, 80, 94,
+    ...) alone is the job's, reported, and fails only where it repeats on the GPU; an IGNORE or unused code (63: a
+    row-remap event) is counted only. Each code's lines, distinct lines, bursts and times go to the JUnit property
+    `gb_xid_events`; a clean check closes the window on them, so an event is judged once."""
+    catalog = xids.load()
+    actions = gb_expected.get("health.xid_actions")
+    if actions:
+        catalog = catalog.with_actions(actions, f"health.xid_actions of the {gpu.gpus.target.sku} baseline")
     try:
         log = xid.read_kernel_log(xid.KERNEL_LOG)
     except OSError as exc:
@@ -243,10 +263,32 @@ def test_no_critical_xid(gpu: Gpu, gb_expected: Expected) -> None:
             "(run as root, or set kernel.dmesg_restrict=0)",
             pytrace=False,
         )
-    seen = [e for e in xid.xid_events(log) if e.pci == where and e.xid in critical]
-    assert not seen, f"{gpu}: {len(seen)} critical Xid event(s) in the kernel log since boot, e.g. " + " | ".join(
-        e.text for e in seen[:3]
+    where, mark = xid.pci_of(gpu.info.pci_bus_id), xid.clean_mark(gpu.info.uuid)
+    since, repaired = gb_window.read(mark), gb_window.read(xid.REPAIRED_MARK)
+    events = [e for e in xid.xid_events(log) if e.pci == where]
+    findings = xids.judge(
+        events,
+        catalog,
+        after_seq=None if since is None else since.value,
+        floor_seq=None if repaired is None else repaired.value,
+        now_s=window.uptime_s(),
     )
+    if findings:
+        request.node.user_properties.append(("gb_xid_events", "; ".join(f.describe() for f in findings)))
+    drains = [f for f in findings if f.drains]
+    opened = "boot"
+    if since is not None or repaired is not None:
+        repaired_last = repaired is not None and (since is None or repaired.value > since.value)
+        opened = "the repair noted" if repaired_last else "the last clean check"
+    if drains:
+        shown = " | ".join(f"{f.describe()} ({f.policy.why}); e.g. {f.example}" for f in drains)
+        pytest.fail(f"{gpu}: Xid events since {opened}: {shown}", pytrace=False)
+    for f in findings:
+        if f.policy.action in ("job", "warn"):
+            warnings.warn(GbValidateWarning(f"{gpu}: {f.describe()}: {f.policy.why}"), stacklevel=1)
+    last = xid.last_seq(log)
+    if last is not None:
+        _close_window(gb_window, {mark: last}, request)
 
 
 def test_no_slowdown(gpu: Gpu) -> None:
@@ -403,3 +445,174 @@ def test_application_clocks(gpu: Gpu) -> None:
         f"{gpu}: application clocks graphics {c.graphics_app_mhz} of {c.graphics_max_mhz} MHz, memory "
         f"{c.mem_app_mhz} of {c.mem_max_mhz} MHz: `nvidia-smi -i {gpu.index} -ac {c.mem_max_mhz},{c.graphics_max_mhz}`"
     )
+
+
+# --- the driver's own verdicts -----------------------------------------------------------------------------
+# What NVML itself says of a GPU: the repair it asks for, memory it cannot repair, SRAM past its threshold, the
+# thermal margin, and two counters DCGM judges as rates. Thresholds and actions: DCGM 4.6's health watch
+# (modules/health/DcgmHealthWatch.cpp, common/DcgmGPUHardwareLimits.h), NVIDIA's RMA policy for row remapping, and
+# NVSentinel ADR-042 for the thermal offsets. A reading this GPU or driver does not give skips naming the driver.
+
+# nvml.RECOVERY_ACTIONS code -> the repair it asks for. DCGM fails on GPU_RESET, NODE_REBOOT and DRAIN_AND_RESET
+# and warns on DRAIN_P2P (RECOVERY_WARNINGS); the codes newer drivers add fail as their names say.
+RECOVERY_REPAIRS = {
+    1: "reset the GPU (nvidia-smi -r with no process on it, or reboot the node)",
+    2: "reboot the node",
+    4: "drain the node's jobs, then reset the GPU (nvidia-smi -r, or reboot)",
+    5: "recover the node's IMEX domain (restart nvidia-imex on the domain's nodes), then run the checks again",
+    6: "reset the GPU's PCIe bus (nvidia-smi -r, or reboot the node)",
+    7: "reboot the node",
+}
+RECOVERY_WARNINGS = {3: "drain peer-to-peer traffic from the GPU (DCGM warns on it; not yet a fault)"}
+ROW_REMAP_WARN = 512  # uncorrectable remaps: DCGM warns at this many; NVIDIA's RMA policy sets the failure flag
+# PCIe replays: DCGM warns above the replay rate a bit-error rate of 1e-12 gives at the link's transfer rate, per
+# lane: Gen3 0.48, Gen4 0.96, Gen5 1.92 per minute (Gen5 x16: 31).
+PCIE_BER = 1e-12
+PCIE_GT_PER_S = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}  # transfers per second per lane, by generation
+NVLINK_CRC_FAIL_PER_S = 100  # DCGM: 100 or more NVLink CRC errors (flit or data, the GPU's links together) a second
+# A counter's rate over fewer seconds than this is divided by this instead: a lower bound, so a few errors seen in
+# a quick re-run do not read as a high rate.
+MIN_RATE_WINDOW_S = 60.0
+
+
+def _unavailable(gpu: Gpu, what: str) -> NoReturn:
+    pytest.skip(f"{gpu}: {what} unavailable on driver {gpu.info.driver_version}")
+
+
+def _warn(request: pytest.FixtureRequest, text: str) -> None:
+    """A WARN of a check that measures nothing: the test passes, the JUnit property `gb_health_warning` says
+    why (xunit1), and a GbValidateWarning is raised as gb_expect raises one (ignored unless the operator's filters
+    name it: `-W error::pytest_gbvalidate.expect.GbValidateWarning` fails the test on it)."""
+    request.node.user_properties.append(("gb_health_warning", text))
+    warnings.warn(GbValidateWarning(text), stacklevel=2)
+
+
+def _rates(gpu: Gpu, gb_window: Window, counts: dict[str, int]) -> dict[str, window.Rate]:
+    """Mark name -> the counter's rate since the check's last clean run (node/window.py), else since boot (NVML
+    counts since the driver loaded)."""
+    now_s = time.time()
+    rates = {name: window.rate(gb_window, name, count, now_s, MIN_RATE_WINDOW_S) for name, count in counts.items()}
+    unread = [name for name, r in rates.items() if r is None]
+    if unread:
+        pytest.skip(f"{gpu}: no mark this boot for {', '.join(unread)} and {window.UPTIME} unreadable: not judged")
+    return {name: r for name, r in rates.items() if r is not None}
+
+
+def _close_window(gb_window: Window, counts: dict[str, int], request: pytest.FixtureRequest) -> None:
+    """A clean check moves its marks to these readings; a failed one leaves them, so its re-run (confirm before
+    drain) sees the same errors, and they keep failing it until a clean run, a reboot or a repair says otherwise."""
+    problem = gb_window.write(counts)
+    if problem is not None:
+        request.node.user_properties.append(("gb_window_problem", problem))
+
+
+def test_gpu_recovery_action(gpu: Gpu, request: pytest.FixtureRequest) -> None:
+    """The recovery action the driver sets for the GPU (NVML field 230, NVML_FI_DEV_GET_GPU_RECOVERY_ACTION; Xid
+    154 says it changed). As DCGM 4.6's health watch: a GPU reset, a node reboot or a drain and reset fails, naming
+    the action and its repair; drain P2P warns. The actions newer drivers add (RECOVER_IMEX_DOMAIN, BUS_RESET,
+    SYSTEM_REBOOT) fail with the repair their names say."""
+    action = gpu.read(nvml.recovery_action)
+    if action is None:
+        _unavailable(gpu, "the GPU recovery action (NVML field 230)")
+    name = nvml.RECOVERY_ACTIONS.get(action, f"unknown ({action})")
+    said = f"{gpu}: the driver's recovery action is {name}"
+    if action in RECOVERY_WARNINGS:
+        _warn(request, f"{said}: {RECOVERY_WARNINGS[action]}")
+    elif action != 0:
+        repair = RECOVERY_REPAIRS.get(action, "read nvidia-smi -q (GPU Recovery Action), then reboot the node")
+        pytest.fail(f"{said}: {repair}", pytrace=False)
+
+
+def test_memory_unrepairable(gpu: Gpu) -> None:
+    """The driver's flag that the GPU's memory has a fault its repairs (row remapping, channel repair) cannot
+    mend (nvmlDeviceGetUnrepairableMemoryFlag_v1, DCGM field 1507): DCGM fails on any; the GPU is an RMA."""
+    flag = gpu.read(nvml.unrepairable_memory)
+    if flag is None:
+        _unavailable(gpu, "the unrepairable-memory flag (nvmlDeviceGetUnrepairableMemoryFlag_v1)")
+    assert not flag, f"{gpu}: the driver flags its memory unrepairable: replace the GPU (RMA)"
+
+
+def test_memory_repair_pending(gpu: Gpu) -> None:
+    """A repair the GPU made that waits for its next reset (nvmlDeviceGetRepairStatus: an HBM channel repair,
+    Blackwell's step after row remapping in a bank, or a TPC repair): until the reset the GPU runs unrepaired."""
+    status = gpu.read(nvml.repair_status)
+    if status is None:
+        _unavailable(gpu, "the repair status (nvmlDeviceGetRepairStatus)")
+    repairs = (("channel", status.channel_repair_pending), ("TPC", status.tpc_repair_pending))
+    pending = [what for what, on in repairs if on]
+    assert not pending, f"{gpu}: a {' and a '.join(pending)} repair is pending: reset the GPU to apply it"
+
+
+def test_sram_threshold(gpu: Gpu) -> None:
+    """The driver's verdict on the GPU's SRAM ECC errors (nvmlDeviceGetSramEccErrorStatus, DCGM field 346): past
+    its threshold the GPU is an RMA (DCGM SRAM_THRESHOLD; NVIDIA's RMA policy: above 4 unique uncorrectable errors
+    per bank of parity SRAM, above 2 of SECDED SRAM)."""
+    status = gpu.read(nvml.sram_ecc_status)
+    if status is None:
+        _unavailable(gpu, "the SRAM ECC error status (nvmlDeviceGetSramEccErrorStatus)")
+    assert not status.threshold_exceeded, (
+        f"{gpu}: SRAM ECC errors passed the driver's threshold ({status.uncorrectable_parity} uncorrectable parity, "
+        f"{status.uncorrectable_secded} uncorrectable SECDED, {status.correctable} correctable over its life): "
+        "replace the GPU (RMA)"
+    )
+
+
+def test_thermal_margin(gpu: Gpu, gb_expected: Expected) -> None:
+    """The GPU's margin to its shutdown and slowdown temperatures (NVML fields 193, 194: T.Limit, degrees C below
+    each; negative past it) against the SKU's offset (`health.thermal_margin_offset_c`): below it the GPU runs
+    past its limit by more than the SKU allows (NVSentinel ADR-042: -2 C on H100 and GB200; A100 has none)."""
+    offset = gb_expected.require("health.thermal_margin_offset_c")
+    margins = gpu.read(nvml.thermal_margins)
+    read = {"shutdown": margins.shutdown_c, "slowdown": margins.slowdown_c}
+    if all(margin is None for margin in read.values()):
+        _unavailable(gpu, "the thermal margins (NVML fields 193, 194)")
+    below = [f"{margin} C to {limit}" for limit, margin in read.items() if margin is not None and margin < offset]
+    assert not below, (
+        f"{gpu}: thermal margin {', '.join(below)}, below the {gpu.gpus.target.sku} offset of {offset} C: check its "
+        "cooling (fans, inlet temperature, heat sink)"
+    )
+
+
+def test_pcie_replay_rate(gpu: Gpu, gb_window: Window, request: pytest.FixtureRequest) -> None:
+    """PCIe replays (NVML field 94) as a rate since the last check (the node's window), else since boot: above the
+    rate a bit-error rate of 1e-12 gives on the GPU's link (per lane per minute Gen3 0.48, Gen4 0.96, Gen5 1.92:
+    31 on Gen5 x16) it warns, as DCGM 4.6's health watch does."""
+    count = gpu.read(nvml.pcie_replays)
+    if count is None:
+        _unavailable(gpu, "the PCIe replay counter (NVML field 94)")
+    link = gpu.info.pcie
+    if link is None or link.gen_max not in PCIE_GT_PER_S:
+        pytest.skip(f"{gpu}: NVML reports no PCIe link generation to judge its replays by")
+    limit_per_min = PCIE_BER * PCIE_GT_PER_S[link.gen_max] * 1e9 * 60 * link.width_max
+    counts = {f"pcie_replays/{gpu.info.uuid}": count}
+    (replays,) = _rates(gpu, gb_window, counts).values()
+    if replays.per_s * 60 > limit_per_min:
+        _warn(
+            request,
+            f"{gpu}: {replays.per_s * 60:.1f} PCIe replays a minute ({replays.counted}), above the "
+            f"{limit_per_min:.1f} a bit-error rate of 1e-12 gives on gen {link.gen_max} x{link.width_max}: check the "
+            "GPU's PCIe link (riser, slot)",
+        )
+    _close_window(gb_window, counts, request)  # a warning passes: it is not judged again
+
+
+def test_nvlink_crc_error_rate(gpu: Gpu, gb_window: Window, request: pytest.FixtureRequest) -> None:
+    """NVLink CRC errors (flit and data, each the GPU's links together) as a rate since the last check (the node's
+    window), else since boot: 100 or more a second fails, as DCGM 4.6's health watch does."""
+    counts = gpu.read(nvml.nvlink_errors)
+    if not counts:
+        pytest.skip(f"{gpu} has no NVLink")
+    totals = {
+        f"nvlink_{kind}/{gpu.info.uuid}": sum(kept)
+        for kind in ("crc_flit", "crc_data")
+        if (kept := [n for per_link in counts.values() if (n := per_link[kind]) is not None])
+    }
+    if not totals:
+        _unavailable(gpu, "the NVLink CRC error counters (nvmlDeviceGetNvLinkErrorCounter)")
+    over = [
+        f"{name.split('/')[0].removeprefix('nvlink_')} {r.per_s:.1f}/s ({r.counted})"
+        for name, r in _rates(gpu, gb_window, totals).items()
+        if r.per_s >= NVLINK_CRC_FAIL_PER_S
+    ]
+    assert not over, f"{gpu}: NVLink CRC errors {'; '.join(over)}, {NVLINK_CRC_FAIL_PER_S}/s or more: check its links"
+    _close_window(gb_window, totals, request)

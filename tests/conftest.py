@@ -17,6 +17,7 @@ import torch  # noqa: F401
 import yaml  # noqa: F401
 
 import pytest_gbvalidate.baselines  # noqa: F401
+from pytest_gbvalidate.node import window
 from tests.helpers.fakenode import point_detection_at, write_detection_sysfs
 from tests.helpers.fakenvml import install
 from tests.helpers.reports import schema_problems
@@ -115,6 +116,14 @@ def reports_fit_their_schema(request: pytest.FixtureRequest) -> Iterator[None]:
     directories += [made["pytester"].path] if "pytester" in made else []
     problems = [problem for directory in dict.fromkeys(directories) for problem in schema_problems(directory)]
     assert not problems, "reports that do not fit the schema:\n" + "\n".join(problems)
+
+
+@pytest.fixture(autouse=True)
+def a_window_of_its_own(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Each test's in-process runs keep the node's window (node/window.py) in a file of their own, never the host's
+    /run/gbvalidate: a clean check of one test's fake node must not close the window on the next test's events.
+    The default is patched rather than GBVALIDATE_WINDOW set, which would count as the user asking for gbvalidate."""
+    monkeypatch.setattr(window, "DEFAULT_PATH", tmp_path_factory.mktemp("window") / "window.json")
 
 
 @pytest.fixture(autouse=True)

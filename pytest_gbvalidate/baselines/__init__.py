@@ -31,7 +31,7 @@ A baseline file looks like::
         scope: node                # node | gpu | gpu_pair | node_pair | link | message_size | layout
         ...
     health:                        # optional: gates of the health suite (HealthBaseline)
-      critical_xids: [48, 79]
+      xid_actions: {drain: [13]}   # a site's action for Xid codes, where it differs from NVIDIA's catalog
       ecc_limits: {sram_uncorrectable: 0}
       provenance: where the gates come from
     topology:                      # optional: the layout the topology suite expects (TopologyBaseline)

@@ -10,6 +10,7 @@ from typing import Any
 
 from pytest_gbvalidate.rules import noise
 from pytest_gbvalidate.rules.resolution import Needed
+from pytest_gbvalidate.rules.xids import XidAction
 from pytest_gbvalidate.workloads.llama import parallel as llama_parallel
 from pytest_gbvalidate.workloads.llama.config import CONFIGS as LLAMA_CONFIGS
 from pytest_gbvalidate.workloads.llama.config import LlamaConfig
@@ -116,13 +117,20 @@ class HealthBaseline:
     min_nccl_version: str | None = None  # of the NCCL torch loads
     nccl_net_plugin: str | None = None  # the NCCL net plugin library (SHARP on InfiniBand), loaded as NCCL loads it
     nvlinks_per_gpu: int | None = None
-    critical_xids: tuple[int, ...] | None = None
+    # A site's action for an Xid code where it differs from NVIDIA's catalog (rules/xid_catalog.yaml).
+    xid_actions: dict[int, XidAction] = field(default_factory=dict)
     ecc_limits: dict[str, int] = field(default_factory=dict)  # counter -> the most a healthy GPU may have
     # The node is part of a multi-node NVLink domain (GB200 NVL72): every GPU registered with the fabric, all in
     # one clique, and IMEX (a channel device, the daemon READY) in place.
     multi_node_nvlink: bool | None = None
     c2c: bool | None = None  # every GPU's NVLink-C2C to its Grace CPU is enabled
+    # The PCIe link every RDMA NIC trains at, at least ({gen, width}): the card's published host interface.
+    nic_pcie: dict[str, int] = field(default_factory=dict)
+    gpudirect_rdma: bool | None = None  # the NICs read and write GPU memory: nvidia_peermem must be loaded
     nvlink_error_limits: dict[str, int] = field(default_factory=dict)  # counter -> the most any one link may have
+    # The lowest thermal margin (degrees C below the slowdown and shutdown temperatures, NVML's T.Limit) a GPU may
+    # show; below it the GPU is past its limit by more than the SKU allows (NVSentinel ADR-042: -2 on H100, GB200).
+    thermal_margin_offset_c: int | None = None
 
     def as_doc(self) -> dict[str, Any]:
         return _section_doc(self)
@@ -146,7 +154,12 @@ def _section_doc(section: HealthBaseline | TopologyBaseline) -> dict[str, Any]:
     doc: dict[str, Any] = {}
     for f in dataclasses.fields(section):
         value = getattr(section, f.name)
-        if value is not None and value != {}:
+        if f.name == "xid_actions" and value:  # as the file has it: ACTION -> codes
+            by_action: dict[str, list[int]] = {}
+            for code, action in sorted(value.items()):
+                by_action.setdefault(action, []).append(code)
+            doc[f.name] = by_action
+        elif value is not None and value != {}:
             doc[f.name] = list(value) if isinstance(value, tuple) else value
     return doc
 

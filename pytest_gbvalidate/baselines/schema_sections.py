@@ -19,6 +19,8 @@ from pytest_gbvalidate.baselines.model import (
     _names,
     _shown,
 )
+from pytest_gbvalidate.rules import xids
+from pytest_gbvalidate.rules.xids import XidAction
 from pytest_gbvalidate.workloads.llama import parallel as llama_parallel
 from pytest_gbvalidate.workloads.llama.config import CONFIGS as LLAMA_CONFIGS
 
@@ -154,30 +156,81 @@ def health(f: Fields, doc: _Mapping) -> HealthBaseline | None:
     plugin = h.get("nccl_net_plugin")
     if plugin is not None and not (isinstance(plugin, str) and plugin.strip()):
         raise f.error(h, "nccl_net_plugin", "health.nccl_net_plugin", f"{_shown(plugin)}: a library file name")
-    xids = h.get("critical_xids")
-    if xids is not None:
-        if not (isinstance(xids, list) and xids and all(_is_count(x) and x > 0 for x in xids)):
-            raise f.error(h, "critical_xids", "health.critical_xids", "must be a non-empty list of Xid numbers")
-        if len(set(xids)) != len(xids):
-            raise f.error(h, "critical_xids", "health.critical_xids", "lists an Xid twice")
+    if "critical_xids" in h:  # a list of codes that fail, read since boot: the catalog decides now
+        raise f.error(
+            h,
+            "critical_xids",
+            "health.critical_xids",
+            "no longer read: NVIDIA's Xid catalog decides what each code calls for (docs/checks.md, Xid events); "
+            "remove it, and set a code's action where your site differs in health.xid_actions (CODE: drain, job, "
+            "warn or ignore)",
+        )
+    xid_actions = _xid_actions(f, h)
     limits = _counts(f, h, "ecc_limits", _ECC_LIMIT_KEYS)
     flags = {}
-    for key in ("multi_node_nvlink", "c2c"):
+    for key in ("multi_node_nvlink", "c2c", "gpudirect_rdma"):
         flag = flags[key] = h.get(key)
         if flag is not None and not isinstance(flag, bool):
             raise f.error(h, key, f"health.{key}", f"{_shown(flag)}: must be true or false")
+    offset = h.get("thermal_margin_offset_c")
+    if offset is not None and not (isinstance(offset, int) and not isinstance(offset, bool) and -50 <= offset <= 50):
+        raise f.error(
+            h,
+            "thermal_margin_offset_c",
+            "health.thermal_margin_offset_c",
+            f"{_shown(offset)}: must be whole degrees C from -50 to 50 (e.g. -2: 2 C past the T.Limit)",
+        )
     return HealthBaseline(
         provenance=f.provenance(h, "health"),
         min_driver_version=versions["min_driver_version"],
         min_nccl_version=versions["min_nccl_version"],
         nccl_net_plugin=plugin,
         nvlinks_per_gpu=f.positive_int(h, "nvlinks_per_gpu", "health"),
-        critical_xids=None if xids is None else tuple(xids),
+        xid_actions=xid_actions,
         ecc_limits=limits,
         multi_node_nvlink=flags["multi_node_nvlink"],
         c2c=flags["c2c"],
+        nic_pcie=_nic_pcie(f, h),
+        gpudirect_rdma=flags["gpudirect_rdma"],
         nvlink_error_limits=_counts(f, h, "nvlink_error_limits", _NVLINK_ERROR_LIMIT_KEYS),
+        thermal_margin_offset_c=offset,
     )
+
+
+def _xid_actions(f: Fields, h: _Mapping) -> dict[int, XidAction]:
+    """health.xid_actions: ACTION -> the Xid codes of NVIDIA's catalog (rules/xids.py) a site acts on otherwise."""
+    if "xid_actions" not in h:
+        return {}
+    m = f.mapping(h["xid_actions"], h, "xid_actions", "health.xid_actions", set(xids.XID_ACTIONS))
+    catalog = xids.load()
+    actions: dict[int, XidAction] = {}
+    for action in (a for a in xids.XID_ACTIONS if a in m):
+        codes, field = m[action], f"health.xid_actions.{action}"
+        if not (isinstance(codes, list) and codes):
+            raise f.error(m, action, field, f"{_shown(codes)}: must be a list of Xid codes")
+        for code in codes:
+            if not (_is_count(code) and code in catalog.codes):
+                known = f"not an Xid code of the catalog ({catalog.provenance})"
+                raise f.error(m, action, field, f"{_shown(code)}: {known}")
+            if code in actions:
+                raise f.error(m, action, field, f"Xid {code} has an action already: {actions[code]}")
+            actions[int(code)] = action
+    return actions
+
+
+def _nic_pcie(f: Fields, h: _Mapping) -> dict[str, int]:
+    """health.nic_pcie: {gen: 1-6, width: a PCIe lane count}, both given."""
+    if "nic_pcie" not in h:
+        return {}
+    m = f.mapping(h["nic_pcie"], h, "nic_pcie", "health.nic_pcie", {"gen", "width"})
+    for key, allowed in (("gen", (1, 2, 3, 4, 5, 6)), ("width", (1, 2, 4, 8, 16, 32))):
+        value = m.get(key)
+        if value is None:
+            raise f.error(m, None, f"health.nic_pcie.{key}", "missing")
+        if not (isinstance(value, int) and not isinstance(value, bool) and value in allowed):
+            message = f"{_shown(value)}: must be one of {', '.join(map(str, allowed))}"
+            raise f.error(m, key, f"health.nic_pcie.{key}", message)
+    return {"gen": int(m["gen"]), "width": int(m["width"])}
 
 
 def _counts(f: Fields, h: _Mapping, name: str, keys: set[str]) -> dict[str, int]:
@@ -227,7 +280,10 @@ def topology(f: Fields, doc: _Mapping, detect: Detect) -> TopologyBaseline | Non
 
 _HEALTH_KEYS = {
     *("provenance", "min_driver_version", "min_nccl_version", "nccl_net_plugin"),
-    *("nvlinks_per_gpu", "critical_xids", "ecc_limits", "multi_node_nvlink", "c2c", "nvlink_error_limits"),
+    *("nvlinks_per_gpu", "critical_xids", "xid_actions", "ecc_limits", "multi_node_nvlink", "c2c"),
+    "nvlink_error_limits",
+    "thermal_margin_offset_c",
+    *("nic_pcie", "gpudirect_rdma"),
 }
 # Per-link ceilings on NVLink data-link error counters (nvml.NVLINK_ERROR_COUNTERS), since the driver loaded.
 _NVLINK_ERROR_LIMIT_KEYS = {"replay", "recovery", "crc_flit", "crc_data"}

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_gbvalidate.fleet.reports import Report
-from pytest_gbvalidate.fleet.text import one_line
+from pytest_gbvalidate.fleet.text import category_label, one_line
 from pytest_gbvalidate.labels import number
 from pytest_gbvalidate.report.records import ReasonClass
 from pytest_gbvalidate.rules import noise, outliers
@@ -31,6 +31,7 @@ class FailedCheck:
     action: str | None
     disposition: str | None
     reason_class: ReasonClass = "hardware"  # whose problem it is (faults.yaml); a report without one: hardware
+    repair: str | None = None  # what brings the node back (faults.yaml); None in a report from before repairs
 
     @property
     def name(self) -> str:
@@ -126,11 +127,14 @@ class Suspect:
     why: str
     category: str | None
     run: Path  # the multi-node run's report
+    repair: str | None = None  # what brings the node back (faults.yaml); None in a report from before repairs
 
     @property
     def short(self) -> str:
-        """For a drain reason: the category and the check, marked as a multi-node finding."""
-        return f"{self.category or 'failed'}: {self.test_id.rsplit('::', 1)[-1]} (multi-node)"
+        """For a drain reason: the category with its repair and the check, marked as a multi-node finding."""
+        return (
+            f"{category_label(self.category or 'failed', self.repair)}: {self.test_id.rsplit('::', 1)[-1]} (multi-node)"
+        )
 
 
 def suspects(runs: Sequence[Report]) -> list[Suspect]:
@@ -144,6 +148,7 @@ def suspects(runs: Sequence[Report]) -> list[Suspect]:
                 continue
             fault = record.get("fault")
             category = fault.get("category") if isinstance(fault, dict) else None
+            repair = fault.get("repair") if isinstance(fault, dict) else None
             found.append(
                 Suspect(
                     record["host"],
@@ -151,6 +156,7 @@ def suspects(runs: Sequence[Report]) -> list[Suspect]:
                     str(record.get("why")),
                     _text(category),
                     run.path,
+                    None if repair is None else _text(repair),
                 )
             )
     return found
@@ -176,6 +182,7 @@ def failed_checks(report: Report) -> list[FailedCheck]:
             None if fault is None else _text(fault["action"]),
             None if fault is None else _text(fault["disposition"]),
             "hardware" if fault is None else fault.get("reason_class", "hardware"),
+            None if fault is None or "repair" not in fault else _text(fault["repair"]),
         )
     exit_status = report.data.get("exit_status")
     if report.finished and exit_status != 0 and not checks:

@@ -70,6 +70,7 @@ class Report:
     order: int  # position on the command line: breaks ties of start_time
     # `<cluster UUID>/<clique>` of the NVLink domain its GPUs joined (node/fabric.py), as it may be shown; None: none
     nvlink_domain: str | None = None
+    vbios: str | None = None  # each VBIOS version its GPUs run, `/`-joined, as it may be shown; None: none reported
 
     @property
     def hostname(self) -> str:
@@ -181,8 +182,16 @@ def read(path: Path, order: int, now: dt.datetime | None = None) -> Report | Not
     report = cast(RunReportRecord, escaped(fleet_part(data)))  # checked against the records by _problem
     gpus = data.get("gpus")
     devices = gpus.get("devices") if isinstance(gpus, dict) else None
-    domain = nvlink_domain(devices if isinstance(devices, list) else [])
-    return Report(path, report, order, None if domain is None else printable_exactly(domain))
+    devices = devices if isinstance(devices, list) else []
+    domain = nvlink_domain(devices)
+    vbios = sorted({str(d["vbios_version"]) for d in devices if isinstance(d, dict) and d.get("vbios_version")})
+    return Report(
+        path,
+        report,
+        order,
+        None if domain is None else printable_exactly(domain),
+        printable_exactly("/".join(vbios)) if vbios else None,
+    )
 
 
 # What the fleet reads of a report, kept once the whole report is checked: the rest -- telemetry series, the GPU

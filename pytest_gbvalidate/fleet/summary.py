@@ -31,14 +31,14 @@ from pytest_gbvalidate.fleet.findings import (
 )
 from pytest_gbvalidate.fleet.reports import CORRUPT, NO_VERDICT, OTHER_SKU, NotMerged, Report, Sorted, sort_reports
 from pytest_gbvalidate.fleet.scaling import WeakScaling, weak_scaling
-from pytest_gbvalidate.fleet.text import drain_reason
+from pytest_gbvalidate.fleet.text import category_parts, drain_reason
 from pytest_gbvalidate.report.node_verdict import UNRESOLVED
 from pytest_gbvalidate.report.records import ReasonClass
 from pytest_gbvalidate.rules import outliers
 from pytest_gbvalidate.rules.breaker import Breaker
 
 # The software stack, as the report's `node` section names it, in the order shown.
-SOFTWARE = ("torch", "nccl", "driver", "cuda_driver", "cuda_runtime", "pytest_gbvalidate", "python")
+SOFTWARE = ("torch", "nccl", "driver", "cuda_driver", "cuda_runtime", "pytest_gbvalidate", "python", "vbios")
 # What --confirm makes of a failed node (confirm.py): every failure passed its second run, or none was told again.
 FLAPPING, UNCONFIRMED = "flapping", "unconfirmed"
 # A drain reason is for `sinfo -R` and the Slurm log: the categories and metrics, the details are in summary.md.
@@ -88,8 +88,11 @@ class Node:
 
     @property
     def software(self) -> dict[str, str]:
+        """The node's stack, and its GPUs' VBIOS (each version its GPUs have, `/`-joined): a node whose firmware
+        differs from its peers' is named where the fleet summary lists what differs."""
         node: Mapping[str, object] = self.report.data["node"]
-        return {name: str(node[name]) for name in SOFTWARE if node.get(name) is not None}
+        found = {name: str(node[name]) for name in SOFTWARE if node.get(name) is not None}
+        return found | ({"vbios": self.report.vbios} if self.report.vbios else {})
 
     @property
     def drain(self) -> bool:
@@ -110,10 +113,7 @@ class Node:
         until a person says otherwise)."""
         partial = [self.domain.reason_part()] if self.domain is not None else []
         partial += [f"report {self.report.status}"] if self.verdict == "partial" else []
-        by_category: dict[str, list[str]] = {}
-        for check in self.failed:
-            by_category.setdefault(check.category or "failed", []).append(check.name)
-        checks = [f"{category}: {','.join(names)}" for category, names in by_category.items()]
+        checks = category_parts((c.category or "failed", c.repair, c.name) for c in self.failed)
         others = [f"outlier {o.short(compact=True)}" for o in self.outliers] + suspect_parts(self.suspected)
         if self.lacks:
             others.append(f"ran less than its peers: {','.join(self.lacks)}")

@@ -43,6 +43,23 @@ def join_within(prefix: str, parts: Sequence[str], limit: int) -> str:
     return prefix + "; ".join(kept) + tail
 
 
+def category_parts(checks: Iterable[tuple[str, str | None, str]]) -> list[str]:
+    """A drain reason's parts for failed checks given as (category, repair, name): one per fault category, with the
+    repair it calls for where the report says one (`link (rma): test_pcie_link[gpu3],test_nvlinks[gpu3]`; a
+    category whose repair is `none`, unclassified, names none)."""
+    by_category: dict[tuple[str, str | None], list[str]] = {}
+    for category, repair, name in checks:
+        by_category.setdefault((category, repair), []).append(name)
+    return [
+        f"{category_label(category, repair)}: {','.join(names)}" for (category, repair), names in by_category.items()
+    ]
+
+
+def category_label(category: str, repair: str | None) -> str:
+    """A fault category as a drain reason names it: with its repair, where there is one to name."""
+    return category if repair in (None, "none") else f"{category} ({repair})"
+
+
 def drain_reason(classes: Iterable[ReasonClass], parts: Sequence[str], limit: int) -> str:
     """A drain reason: whose drain it is, the most pressing class of the findings (`[hardware]` where none is
     given), and as many `parts` as fit in `limit` characters."""

@@ -1,4 +1,4 @@
-"""The command line: `python -m pytest_gbvalidate.healthcheck slurm [--drain]` and `... npd`."""
+"""The command line: `python -m pytest_gbvalidate.healthcheck slurm [--drain]`, `... npd` and `... repaired`."""
 
 from __future__ import annotations
 
@@ -7,16 +7,18 @@ import math
 import os
 import socket
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NoReturn
 
 from pytest_gbvalidate.files import clashes, unwritable
-from pytest_gbvalidate.healthcheck import gate, npd, slurm
+from pytest_gbvalidate.healthcheck import evidence, gate, npd, slurm
 from pytest_gbvalidate.healthcheck.confirm import confirm
 from pytest_gbvalidate.healthcheck.level_run import KILL_GRACE_S, CannotRun, Stopped, dropped_note, run_checks
 from pytest_gbvalidate.healthcheck.verdict import OK, Verdict, judge
 from pytest_gbvalidate.levels import BUDGET_S, LEVELS, Level
+from pytest_gbvalidate.node import window, xid
 from pytest_gbvalidate.rules import breaker
 from pytest_gbvalidate.setting_values import bundled_baselines
 from pytest_gbvalidate.settings import cli_flag, env_name
@@ -148,7 +150,43 @@ def build_parser() -> argparse.ArgumentParser:
                 metavar="N",
                 help=f"the plugin config's max_output_length, {npd.MIN_OUTPUT_LENGTH} or more",
             )
+    repaired = modes.add_parser("repaired", help=REPAIRED_HELP, description=REPAIRED_HELP)
+    repaired.add_argument(
+        "--window",
+        metavar="PATH",
+        type=Path,
+        help=f"the node's window file (default: {env_name('window')}, else {window.DEFAULT_PATH})",
+    )
     return parser
+
+
+REPAIRED_HELP = (
+    "say a repair was made (a GPU reset, a part replaced): the Xid events the kernel log holds now are closed, and "
+    "the next checks judge only what comes after them (a reboot closes them by itself), as NVSentinel's reset "
+    f"acknowledgement does. Exit {slurm.EXIT_OK} done, {slurm.EXIT_NOT_RUN} not done (the line says why)."
+)
+
+
+def _repaired(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    path = args.window or Path(env.get(env_name("window")) or window.DEFAULT_PATH)
+    try:
+        last = xid.last_seq(xid.read_kernel_log(xid.KERNEL_LOG))
+    except OSError as exc:
+        return _say(
+            f"gbvalidate: not done: cannot read the kernel log {xid.KERNEL_LOG}: {exc.strerror or exc}",
+            slurm.EXIT_NOT_RUN,
+        )
+    if last is None:
+        return _say(
+            f"gbvalidate: not done: the kernel log {xid.KERNEL_LOG} has no numbered record to close at",
+            slurm.EXIT_NOT_RUN,
+        )
+    problem = window.Window(path).write({xid.REPAIRED_MARK: last})
+    if problem is not None:
+        return _say(f"gbvalidate: not done: {problem}", slurm.EXIT_NOT_RUN)
+    return _say(
+        f"gbvalidate: repair noted: Xid events up to kernel log record {last} are closed ({path})", slurm.EXIT_OK
+    )
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None, hostname: str | None = None) -> int:
@@ -157,6 +195,8 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     slurm_mode = bool(argv) and argv[0] == "slurm"
     try:
         args = build_parser().parse_args(argv)
+        if args.mode == "repaired":
+            return _repaired(args, env)
         if any(arg == REPORT_OPTION or arg.startswith(REPORT_OPTION + "=") for arg in args.pytest_args):
             raise UsageError(
                 f"{REPORT_OPTION} after --: the health check names the run's report itself (keep a copy with "
@@ -208,6 +248,7 @@ def _slurm(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> i
     # alone is checked, to be resumed once they are gone.
     if node is not None and state is not None and state.out_of_service and not state.for_leftovers:
         return _say(slurm.not_checked_line(node, state), slurm.EXIT_OK)
+    started = time.monotonic()
     try:
         verdict, not_kept = checked(args, deadline_s, idle_node(state))
     except Stopped as stop:
@@ -216,6 +257,8 @@ def _slurm(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> i
         return _say(slurm.error_line(f"Health check could not run:  {exc}"), slurm.EXIT_NOT_RUN)
     notes = [not_kept or "", dropped_note(env) or ""]
     reason = slurm.drain_reason(verdict)  # FAIL and TIMEOUT only
+    if reason is not None:  # before the node is touched: what the driver knows now goes with a reset or a reboot
+        notes.append(evidence.keep(args.keep_report, deadline_s - (time.monotonic() - started)))
     if node is not None and reason is not None:
         cluster = scontrol.cluster()  # where it cannot be counted, the node's own evidence stands
         held = None if not cluster else slurm.held_by_breaker(node, cluster, breaker.from_options(args))

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pytest_gbvalidate.fleet.text import drain_reason, one_line, shorten
+from pytest_gbvalidate.fleet.text import category_parts, drain_reason, one_line, shorten
 from pytest_gbvalidate.labels import printable
 from pytest_gbvalidate.node.preconditions import PRECONDITIONS_TEST_ID
 from pytest_gbvalidate.report import node_verdict
@@ -57,6 +57,7 @@ class Failure:
     disposition: str | None
     action: str | None
     reason_class: ReasonClass = "hardware"  # whose problem it is (faults.yaml); a report without one: hardware
+    repair: str | None = None  # what brings the node back (faults.yaml); None in a report from before repairs
 
     @property
     def name(self) -> str:
@@ -83,14 +84,11 @@ class Verdict:
     flapping: tuple[str, ...] = ()
 
     def findings(self) -> list[str]:
-        """What the run found, without the leader: `gpu_hardware: test_gpu_count` per fault category (its checks
-        comma-joined, as the fleet summary's reasons), or the timeout; empty for OK and UNKNOWN."""
+        """What the run found, without the leader: `gpu_hardware (rma): test_gpu_count` per fault category with its
+        repair (its checks comma-joined, as the fleet summary's reasons), or the timeout; empty for OK and UNKNOWN."""
         if self.state == TIMEOUT:
             return [f"timeout: the {self.level} checks did not finish within {self.deadline_s:g} s"]
-        by_category: dict[str, list[str]] = {}
-        for f in self.failures:
-            by_category.setdefault(f.category, []).append(f.name)
-        return [f"{category}: {','.join(names)}" for category, names in by_category.items()]
+        return category_parts((f.category, f.repair, f.name) for f in self.failures)
 
     def confirmation(self) -> str:
         """What the line says of the second run (confirm.py): the failures it confirmed, the checks that flapped."""
@@ -140,6 +138,7 @@ def judge(run: Run) -> Verdict:
                 printable(fault["disposition"]) if fault else None,
                 printable(fault["action"]) if fault else None,
                 fault.get("reason_class", "hardware") if fault else "hardware",
+                printable(fault["repair"]) if fault and "repair" in fault else None,
             )
         elif test["outcome"] == "passed" and test["when"] == "call":
             passed.add(test_id)

@@ -269,6 +269,112 @@ def nvlink_errors(h: Any) -> dict[int, dict[str, int | None]]:
     return counts
 
 
+# --- the driver's own verdicts: what NVML says the GPU needs, and the counters DCGM judges as rates -----------
+
+
+def field_values(h: Any, *field_ids: int) -> dict[int, int | float | None]:
+    """NVML field values (`nvmlDeviceGetFieldValues`) by field id: the value, or None where this GPU or driver
+    does not give it (the entry's own return code is not SUCCESS, or the driver has no such function)."""
+    import pynvml
+
+    values = _optional("nvmlDeviceGetFieldValues", h, list(field_ids))
+    if values is None:
+        return dict.fromkeys(field_ids)
+    read: dict[int, int | float | None] = dict.fromkeys(field_ids)
+    for entry in values:
+        if entry.nvmlReturn == pynvml.NVML_SUCCESS and entry.fieldId in read:
+            read[int(entry.fieldId)] = getattr(entry.value, _VALUE_MEMBERS.get(entry.valueType, "ullVal"))
+    return read
+
+
+# nvmlValueType_t -> the member of nvmlValue_t that holds a value of that type
+_VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+FI_PCIE_REPLAY_COUNTER = 94  # NVML_FI_DEV_PCIE_REPLAY_COUNTER: PCIe replays since the driver loaded
+FI_SHUTDOWN_TLIMIT = 193  # NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT: degrees C below the shutdown temperature
+FI_SLOWDOWN_TLIMIT = 194  # NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT: degrees C below the slowdown temperature
+FI_GPU_RECOVERY_ACTION = 230  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: what the driver says the GPU needs
+# nvmlDeviceGpuRecoveryAction_t (NVML_GPU_RECOVERY_ACTION_<name>)
+RECOVERY_ACTIONS = {
+    0: "NONE",
+    1: "GPU_RESET",
+    2: "NODE_REBOOT",
+    3: "DRAIN_P2P",
+    4: "DRAIN_AND_RESET",
+    5: "RECOVER_IMEX_DOMAIN",
+    6: "BUS_RESET",
+    7: "SYSTEM_REBOOT",
+}
+
+
+def recovery_action(h: Any) -> int | None:
+    """The driver's recovery action for the GPU (RECOVERY_ACTIONS; 0: none); None where the driver has none."""
+    action = field_values(h, FI_GPU_RECOVERY_ACTION)[FI_GPU_RECOVERY_ACTION]
+    return None if action is None else int(action)
+
+
+def unrepairable_memory(h: Any) -> bool | None:
+    """Whether the GPU's memory has a fault it cannot repair (row remapping and channel repair exhausted)."""
+    flag = _optional("nvmlDeviceGetUnrepairableMemoryFlag_v1", h)
+    return None if flag is None else bool(flag)
+
+
+@dataclass(frozen=True)
+class RepairStatus:
+    """Repairs the GPU made that take effect at its next reset (Blackwell)."""
+
+    channel_repair_pending: bool  # an HBM channel repair
+    tpc_repair_pending: bool  # a TPC (texture processing cluster) repair
+
+
+def repair_status(h: Any) -> RepairStatus | None:
+    status = _optional("nvmlDeviceGetRepairStatus", h)
+    return None if status is None else RepairStatus(bool(status[0]), bool(status[1]))
+
+
+@dataclass(frozen=True)
+class SramEccStatus:
+    """SRAM ECC errors over the GPU's life, and whether they passed the driver's threshold for this GPU."""
+
+    threshold_exceeded: bool
+    uncorrectable_parity: int
+    uncorrectable_secded: int
+    correctable: int
+
+
+def sram_ecc_status(h: Any) -> SramEccStatus | None:
+    import pynvml
+
+    status = pynvml.c_nvmlEccSramErrorStatus_v1_t()
+    if _optional("nvmlDeviceGetSramEccErrorStatus", h, pynvml.byref(status)) is None:
+        return None
+    return SramEccStatus(
+        bool(status.bThresholdExceeded),
+        int(status.aggregateUncParity),
+        int(status.aggregateUncSecDed),
+        int(status.aggregateCor),
+    )
+
+
+@dataclass(frozen=True)
+class ThermalMargins:
+    """Degrees C the GPU is below its shutdown and slowdown temperatures (T.Limit; negative: past them)."""
+
+    shutdown_c: int | None
+    slowdown_c: int | None
+
+
+def thermal_margins(h: Any) -> ThermalMargins:
+    margins = field_values(h, FI_SHUTDOWN_TLIMIT, FI_SLOWDOWN_TLIMIT)
+    shutdown, slowdown = margins[FI_SHUTDOWN_TLIMIT], margins[FI_SLOWDOWN_TLIMIT]
+    return ThermalMargins(None if shutdown is None else int(shutdown), None if slowdown is None else int(slowdown))
+
+
+def pcie_replays(h: Any) -> int | None:
+    """PCIe replays (a packet sent again after a link error) since the driver loaded."""
+    count = field_values(h, FI_PCIE_REPLAY_COUNTER)[FI_PCIE_REPLAY_COUNTER]
+    return None if count is None else int(count)
+
+
 @dataclass(frozen=True)
 class Clocks:
     """MHz: now, as the application clocks set them (`nvidia-smi -ac <memory>,<graphics>`), and the maximum.

@@ -2,8 +2,9 @@
 
     NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.
 
-Public health checks grep the kernel log for the Xids that mean a broken GPU; so does this module, reading
-/dev/kmsg (the kernel's ring buffer, what `dmesg` prints) since boot. No pytest here.
+This module reads them from /dev/kmsg (the kernel's ring buffer, what `dmesg` prints), each with the record's
+sequence number and time, so a check can judge the events since its last clean run (node/window.py) by NVIDIA's Xid
+catalog (rules/xids.py). No pytest here.
 """
 
 from __future__ import annotations
@@ -14,22 +15,33 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_gbvalidate.rules.xids import XidEvent
+
 KERNEL_LOG = Path("/dev/kmsg")
+# The node's window (node/window.py): per GPU, the last record its clean check judged; node-wide, the last record
+# before a repair was acknowledged (`python -m pytest_gbvalidate.healthcheck repaired`).
+REPAIRED_MARK = "xid/repaired"
+
+
+def clean_mark(gpu_uuid: str) -> str:
+    return f"xid/{gpu_uuid}"
+
+
 _XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F]+):([0-9a-fA-F]+):([0-9a-fA-F]+)[^)]*\): (\d+),\s*(.*)")
 
 
 @dataclass(frozen=True)
-class XidEvent:
-    pci: tuple[int, int, int]  # PCI (domain, bus, device) of the GPU, as the driver names it
-    xid: int
-    text: str  # the whole log line, for the failure message
+class KernelRecord:
+    message: str
+    seq: int | None = None  # /dev/kmsg's sequence number; None for a plain text line
+    time_s: float | None = None  # seconds after boot (the kernel's clock, as dmesg shows it)
 
 
-def read_kernel_log(path: Path) -> list[str]:
-    """The messages in the kernel log. /dev/kmsg returns one record per read and raises when none is left
+def read_kernel_log(path: Path) -> list[KernelRecord]:
+    """The records of the kernel log. /dev/kmsg returns one record per read and raises when none is left
     (it is opened non-blocking); a plain file (the tests' fake log) ends at EOF. Raises OSError when the log
     cannot be read (kernel.dmesg_restrict=1 without root)."""
-    messages: list[str] = []
+    messages: list[KernelRecord] = []
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
         pending = b""
@@ -52,20 +64,32 @@ def read_kernel_log(path: Path) -> list[str]:
     return messages
 
 
-def _message(record: str) -> str:
+def _message(record: str) -> KernelRecord:
     """A /dev/kmsg record is 'priority,sequence,microseconds,flags;message'; plain lines pass through."""
     header, sep, message = record.partition(";")
-    return message if sep and re.fullmatch(r"\d+,\d+,\d+,[^;]*", header) else record
+    fields = re.fullmatch(r"\d+,(\d+),(\d+),[^;]*", header) if sep else None
+    if fields is None:
+        return KernelRecord(record)
+    return KernelRecord(message, int(fields[1]), int(fields[2]) / 1e6)
 
 
-def xid_events(lines: Iterable[str]) -> list[XidEvent]:
+def xid_events(records: Iterable[KernelRecord | str]) -> list[XidEvent]:
     events = []
-    for line in lines:
-        match = _XID.search(line)
+    for record in records:
+        r = KernelRecord(record) if isinstance(record, str) else record
+        if "Xid" not in r.message:  # most lines: skip the expression
+            continue
+        match = _XID.search(r.message)
         if match:
             domain, bus, device, xid, _ = match.groups()
-            events.append(XidEvent((int(domain, 16), int(bus, 16), int(device, 16)), int(xid), line.strip()))
+            pci = (int(domain, 16), int(bus, 16), int(device, 16))
+            events.append(XidEvent(pci, int(xid), r.message.strip(), r.seq, r.time_s))
     return events
+
+
+def last_seq(records: Iterable[KernelRecord]) -> int | None:
+    """The sequence number of the log's last record; None where the records carry none."""
+    return max((r.seq for r in records if r.seq is not None), default=None)
 
 
 def pci_of(bus_id: str) -> tuple[int, int, int]:

@@ -81,8 +81,9 @@ def verdict_html(report: RunReportRecord) -> str:
         for category, failed in by_category.items():
             fault = failed[0]["fault"]
             tests = "".join(f"<li>{_text(t['test_id'])}: {_text(t['message'] or '')}</li>" for t in failed)
+            repair = f" (repair: <b>{_text(fault['repair'])}</b>)" if "repair" in fault else ""
             parts.append(
-                f"<li><b>{_text(category)}</b> ({_text(fault['disposition'])}): {_text(fault['action'])}"
+                f"<li><b>{_text(category)}</b> ({_text(fault['disposition'])}): {_text(fault['action'])}{repair}"
                 f"<ul>{tests}</ul></li>"
             )
         parts.append("</ul>")

@@ -13,10 +13,11 @@ The families (docs/prometheus.md shows a file):
   and where that figure comes from;
 - `gbvalidate_test_outcome{test, outcome}`: the same one-hot encoding of each test's outcome (passed, failed,
   skipped; failed where any phase failed);
-- `gbvalidate_test_fault{test, category} 1`: each failed test's fault category in the fault table (faults.yaml, the
-  report's `fault`), once per test (its first failed phase's, as the fleet summary reads it); a failed test without
-  a fault has none. Rules select checks by what the fault table says of them (`category="nvlink_fabric"`: the
-  fleet's NVLink domain finding, fleet/domains.py), not by test names;
+- `gbvalidate_test_fault{test, category, repair} 1`: each failed test's fault category in the fault table
+  (faults.yaml, the report's `fault`) and the repair it calls for (empty in a report from before repairs), once per
+  test (its first failed phase's, as the fleet summary reads it); a failed test without a fault has none. Rules
+  select checks by what the fault table says of them (`category="nvlink_fabric"`: the fleet's NVLink domain finding,
+  fleet/domains.py; `repair="rma"`), not by test names;
 - `gbvalidate_measurement_compare_verdict{..., verdict}`: with --gb-compare, the same one-hot encoding of each
   compared measurement's verdict against the node's earlier report (ok, regressed, within_noise, unresolved,
   gpu_replaced: records.CompareVerdict);
@@ -127,15 +128,19 @@ def _test_outcomes(tests: list[TestRecord]) -> dict[str, str]:
 _WORSE = {"passed": 0, "skipped": 1, "failed": 2}
 
 
-def _test_faults(tests: list[TestRecord]) -> dict[str, str]:
-    """Each failed test's fault category, from its first failed phase (fleet/findings.py's failed_checks: the
+def _test_faults(tests: list[TestRecord]) -> dict[str, tuple[str, str]]:
+    """Each failed test's fault category and repair, from its first failed phase (fleet/findings.py's failed_checks: the
     fleet's category of the test); a test whose first failed phase has no fault (a report from before the fault
     table) is left out."""
     first: dict[str, TestRecord] = {}
     for test in tests:
         if test["outcome"] == "failed":
             first.setdefault(test["test_id"], test)
-    return {test_id: test["fault"]["category"] for test_id, test in first.items() if "fault" in test}
+    return {
+        test_id: (test["fault"]["category"], test["fault"].get("repair", ""))
+        for test_id, test in first.items()
+        if "fault" in test
+    }
 
 
 class _RunCollector:
@@ -224,11 +229,12 @@ class _RunCollector:
         yield family
         faults = GaugeMetricFamily(
             f"{PREFIX}_test_fault",
-            "1 for a failed test's fault category in the fault table (faults.yaml): one series per failed test.",
-            labels=["test", "category"],
+            "1 for a failed test's fault category in the fault table (faults.yaml) and its repair: one series per "
+            "failed test.",
+            labels=["test", "category", "repair"],
         )
-        for test_id, category in _test_faults(self.report["tests"]).items():
-            faults.add_metric([test_id, category], 1.0)
+        for test_id, (category, repair) in _test_faults(self.report["tests"]).items():
+            faults.add_metric([test_id, category, repair], 1.0)
         yield faults
 
     def _run(self) -> Iterator[Metric]:

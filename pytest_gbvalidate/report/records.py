@@ -14,6 +14,7 @@ from typing import Any, Final, Literal
 from typing_extensions import NotRequired, TypedDict
 
 from pytest_gbvalidate.levels import Level
+from pytest_gbvalidate.rules.xids import RepairAction
 
 REPORT_VERSION = 2
 RunStatus = Literal["running", "finished", "interrupted"]
@@ -65,6 +66,7 @@ class FaultRecord(TypedDict):
     disposition: str
     why: str | None  # the rule that matched; None for the default category
     reason_class: NotRequired[ReasonClass]  # absent in reports of 0.x before classes: hardware
+    repair: NotRequired[RepairAction]  # what brings the node back; absent in reports before repair actions
 
 
 # The phase of a test a record is of (pytest's `when`, without `collect`).

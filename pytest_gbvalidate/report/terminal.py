@@ -194,7 +194,8 @@ def fault_lines(tests: Sequence[TestRecord]) -> list[str]:
     lines = []
     for category, failed in faults_by_category(tests).items():
         fault = failed[0]["fault"]
-        lines.append(f"{category} ({fault['disposition']}): {fault['action']}")
+        repair = f" (repair: {fault['repair']})" if "repair" in fault else ""
+        lines.append(f"{category} ({fault['disposition']}): {fault['action']}{repair}")
         lines += [f"  {t['test_id']}: {t['message']}" for t in failed]
     return lines
 

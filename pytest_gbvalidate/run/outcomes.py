@@ -76,6 +76,7 @@ def fault_of(item: pytest.Item, report: pytest.TestReport, records: list[Measure
     verdicts = {r["verdict"] for r in records} | {r["compare"]["verdict"] for r in records if "compare" in r}
     fault = classify(report.nodeid, message, {v for v in verdicts if v})
     item.user_properties += [("gb_fault_category", fault["category"]), ("gb_fault_action", fault["action"])]
+    item.user_properties += [("gb_fault_repair", fault["repair"])] if "repair" in fault else []
     return fault
 
 

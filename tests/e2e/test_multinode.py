@@ -163,7 +163,7 @@ def test_pairwise_all_reduce_names_the_slow_node_and_the_wrong_one(
     assert fleet_main(["summary", "--out", str(tmp_path / "fleet"), *map(str, tmp_path.glob("node*.json"))]) == 1
     summary = capsys.readouterr().out
     check = "test_pairwise_all_reduce_busbw (multi-node)"
-    reason = f"gbvalidate: [hardware] gpu_hardware: {check}; +1 more"  # 120 characters: the link's in summary.md
+    reason = f"gbvalidate: [hardware] gpu_hardware (rma): {check}; +1 more"  # 120 characters: the link's in summary.md
     assert f"scontrol update nodename={host} state=drain reason='{reason}'" in summary, summary
 
 

@@ -7,16 +7,40 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pynvml
 import pytest
 import torch  # noqa: F401 -- in-process pytester runs drop modules they imported, and torch cannot load twice
 
+from pytest_gbvalidate.healthcheck.cli import main as healthcheck_main
+from pytest_gbvalidate.node import window
 from pytest_gbvalidate.node.topology import parse_cpulist
+from pytest_gbvalidate.node.window import Window
 from tests.helpers.fakenode import nd96asr_v4, nd_gb200_v6, xid_line
 from tests.helpers.fakenvml import HW_SLOWDOWN, HW_THERMAL_SLOWDOWN, FakeNvmlLib, install
-from tests.helpers.runs import HEALTH, NO_TELEMETRY, REPO, TOPOLOGY, XUNIT1, junit_cases, run_suites, with_outcome
+from tests.helpers.kernel_logs import (
+    XID_13_APP,
+    XID_45_TEARDOWN,
+    XID_63_REMAP_EVENT,
+    XID_79_OFF_THE_BUS,
+    XID_145_NVLINK5,
+    XID_149_NVLINK5,
+    XID_154_RECOVERY,
+    on,
+)
+from tests.helpers.runs import (
+    HEALTH,
+    NO_TELEMETRY,
+    REPO,
+    SUITES,
+    TOPOLOGY,
+    XUNIT1,
+    junit_cases,
+    run_suites,
+    with_outcome,
+)
 
 pytestmark = (
     pytest.mark.torch_version
@@ -36,13 +60,21 @@ PER_GPU_HEALTH = (
     "test_c2c_enabled",
     "test_nvlink_errors",
     "test_application_clocks",
+    "test_gpu_recovery_action",
+    "test_memory_unrepairable",
+    "test_memory_repair_pending",
+    "test_sram_threshold",
+    "test_thermal_margin",
+    "test_pcie_replay_rate",
+    "test_nvlink_crc_error_rate",
 )
-# The ND96asr_v4 baseline has no C2C or NVLink error gates: those checks skip before they read.
+# The ND96asr_v4 baseline has no C2C, NVLink error or thermal offset gates: those checks skip before they read.
 LIVE_READINGS = set(PER_GPU_HEALTH) - {
     "test_retired_pages",
     "test_no_critical_xid",
     "test_c2c_enabled",
     "test_nvlink_errors",
+    "test_thermal_margin",
 }
 
 
@@ -124,7 +156,7 @@ def test_each_injected_fault_fails_the_right_check_on_the_right_gpu(
         "test_ecc_errors[gpu0]": "gpu0 (00000008:01:00.0): ECC errors: sram_uncorrectable 2 aggregate, limit 0",
         "test_row_remapping[gpu0]": "gpu0 (00000008:01:00.0): a row remap is pending: reset the GPU to apply it",
         "test_no_slowdown[gpu1]": "gpu1 (00000009:01:00.0): clocks held down by hw_slowdown, hw_thermal_slowdown",
-        "test_no_critical_xid[gpu1]": "NVRM: Xid (PCI:0009:01:00): 79, pid=4242, name=python, GPU has fallen off",
+        "test_no_critical_xid[gpu1]": "Xid 79 ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS (RESTART_BM): 1 line",
         "test_nvlinks[gpu2]": "gpu2 (00000018:01:00.0): 17 NVLink(s) up, expected 18; down: 7",
         "test_persistence_mode[gpu2]": "gpu2 (00000018:01:00.0): persistence mode is off",
         "test_pcie_link[gpu3]": "PCIe link trained at gen 5 x8, the GPU and slot support gen 5 x16",
@@ -142,7 +174,7 @@ def test_each_injected_fault_fails_the_right_check_on_the_right_gpu(
         "test_ecc_errors[gpu0]": ("gpu_hardware", "ISOLATE"),  # uncorrectable SRAM
         "test_row_remapping[gpu0]": ("gpu_reset", "RESET"),  # pending, not failed
         "test_no_slowdown[gpu1]": ("thermal_power", "MONITOR"),
-        "test_no_critical_xid[gpu1]": ("gpu_hardware", "ISOLATE"),  # Xid 79
+        "test_no_critical_xid[gpu1]": ("reboot", "REBOOT"),  # Xid 79: the catalog's RESTART_BM
         "test_nvlinks[gpu2]": ("link", "ISOLATE"),
         "test_persistence_mode[gpu2]": ("configuration", "MONITOR"),
         "test_pcie_link[gpu3]": ("link", "ISOLATE"),
@@ -153,13 +185,105 @@ def test_each_injected_fault_fails_the_right_check_on_the_right_gpu(
     assert faults["test_pcie_link[gpu3]"]["action"].startswith("check the cable or port")
     assert "fault" not in next(t for t in report["tests"] if t["outcome"] == "passed")
     assert dict(cases["test_row_remapping[gpu0]"]["props"])["gb_fault_category"] == "gpu_reset"
+    assert dict(cases["test_no_critical_xid[gpu1]"]["props"])["gb_fault_repair"] == "reboot"
+    assert {f["repair"] for f in faults.values()} == {"rma", "gpu_reset", "reboot", "fix_config"}
     result.stdout.fnmatch_lines(
         [
             "*gbvalidate: failures by fault category*",
-            "gpu_hardware (ISOLATE): replace the GPU*",
+            "gpu_hardware (ISOLATE): replace the GPU* (repair: rma)",
             "  *test_ecc_errors[[]gpu0[]]: *sram_uncorrectable*",
         ]
     )
+
+
+def test_xid_events_are_judged_by_nvidia_s_catalog_once_each_with_their_repair(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Real drivers' lines (tests/helpers/kernel_logs.py). gpu0: an application's Xid 13 and 45, a row-remap event 63
+    and a recovery-action change 154, none a fault of the node; gpu1: a fresh NVLink5 Xid; gpu2: 95 and 140; gpu3:
+    10,000 identical lines of one NVLink5 event. Then a repair is acknowledged, and the next run judges only what
+    came after it."""
+    node = nd_gb200_v6()
+    gpu0, gpu1, gpu2, gpu3 = node.gpus
+    node.kernel_log += [on(gpu0, line) for line in (XID_13_APP, XID_45_TEARDOWN, XID_63_REMAP_EVENT, XID_154_RECOVERY)]
+    node.kernel_log += [on(gpu1, XID_145_NVLINK5)]
+    node.kernel_log += [xid_line(gpu2, 95, "Uncontained memory error"), xid_line(gpu2, 140, "ECC unrecovered error")]
+    node.kernel_log += [on(gpu3, XID_149_NVLINK5)] * 10_000
+    node.install(monkeypatch, tmp_path)
+    xid_checks = ("-k", "critical_xid")
+
+    result, cases, report = run_suites(pytester, "ND_GB200_v6", *xid_checks, suites=(HEALTH,))
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    failed = with_outcome(cases, "failure")
+    assert set(failed) == {f"test_no_critical_xid[gpu{i}]" for i in (1, 2, 3)}
+    assert (
+        "gpu1 (00000009:01:00.0): Xid events since boot: Xid 145 NVLINK_RLW_ERROR (WORKFLOW_NVLINK5_ERR): 1 line "
+        "(1 distinct) in 1 burst, 0.0 s after boot; repair: reboot"
+    ) in failed["test_no_critical_xid[gpu1]"]
+    assert "Xid 95 ROBUST_CHANNEL_UNCONTAINED_ERROR (RESET_GPU)" in failed["test_no_critical_xid[gpu2]"]
+    assert "Xid 140 UNRECOVERABLE_ECC_ERROR_ESCAPE (RESET_GPU)" in failed["test_no_critical_xid[gpu2]"]
+    assert (
+        "Xid 149 NVLINK_NETIR_ERROR (WORKFLOW_NVLINK5_ERR): 10000 lines (1 distinct) in 1 burst"
+        in (failed["test_no_critical_xid[gpu3]"])
+    )
+    faults = {t["test_id"].rsplit("::")[-1]: t["fault"] for t in report["tests"] if t["outcome"] == "failed"}
+    assert {name: (f["category"], f["repair"]) for name, f in faults.items()} == {
+        "test_no_critical_xid[gpu1]": ("reboot", "reboot"),
+        "test_no_critical_xid[gpu2]": ("gpu_reset", "gpu_reset"),
+        "test_no_critical_xid[gpu3]": ("reboot", "reboot"),
+    }
+    seen = dict(cases["test_no_critical_xid[gpu0]"]["props"])["gb_xid_events"]
+    assert "Xid 13 " in seen and "Xid 45 " in seen and "Xid 63 " in seen and "Xid 154 " in seen  # reported only
+    assert cases["test_no_critical_xid[gpu0]"]["outcome"] == "passed"
+
+    # The same log again: gpu0's clean check closed its window, the failed GPUs' stay open (confirm before drain).
+    result, cases, _ = run_suites(pytester, "ND_GB200_v6", *xid_checks, suites=(HEALTH,))
+    assert set(with_outcome(cases, "failure")) == {f"test_no_critical_xid[gpu{i}]" for i in (1, 2, 3)}
+    assert "gb_xid_events" not in dict(cases["test_no_critical_xid[gpu0]"]["props"])
+
+    # The GPUs reset and the repair noted: the events before it never fail the node again; a new one after it does.
+    assert healthcheck_main(["repaired"]) == 0
+    node.kernel_log.append(on(gpu0, XID_79_OFF_THE_BUS))
+    node.write_kernel_log(tmp_path)
+    result, cases, _ = run_suites(pytester, "ND_GB200_v6", *xid_checks, suites=(HEALTH,))
+    failed = with_outcome(cases, "failure")
+    assert set(failed) == {"test_no_critical_xid[gpu0]"} and "Xid 79 " in failed["test_no_critical_xid[gpu0]"]
+    assert "Xid events since the last clean check" in failed["test_no_critical_xid[gpu0]"]
+
+
+def test_the_nic_suite_names_a_narrow_card_and_a_port_that_went_down_since_the_last_check(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    node = nd_gb200_v6()
+    node.hcas[2].current_link = ("32.0 GT/s PCIe", "8")  # mlx5_2 trained at x8 of its x16
+    node.hcas[1].counters["link_downed"] = 3  # 2 at the last check: one more since
+    node.hcas[3].counters["link_downed"] = 5  # 5 at the last check too: judged once, not again
+    node.install(monkeypatch, tmp_path)
+    marks = Window(window.DEFAULT_PATH)  # the run's default window, this test's own (tests/conftest.py)
+    assert marks.write({"ib/mlx5_1/1/link_downed": 2, "ib/mlx5_3/1/link_downed": 5}, time.time() - 600) is None
+
+    result, cases, report = run_suites(pytester, "ND_GB200_v6", suites=(str(SUITES / "test_nic.py"),))
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    failed = with_outcome(cases, "failure")
+    assert set(failed) == {"test_nic_pcie_link", "test_infiniband_error_counters"}
+    assert (
+        "mlx5_2 (0002:01:00.0): PCIe link trained at Gen5 x8, the card supports Gen5 x16; mlx5_2 (0002:01:00.0)"
+        ": PCIe link at Gen5 x8, the ND_GB200_v6 baseline expects Gen5 x16" in failed["test_nic_pcie_link"]
+    )
+    assert "mlx5_0" not in failed["test_nic_pcie_link"] and "mlx5_3" not in failed["test_nic_pcie_link"]
+    counters = failed["test_infiniband_error_counters"]
+    assert "mlx5_1 port 1: link_downed rose by 1 in 10 min since the last clean check" in counters
+    assert "mlx5_3" not in counters
+    assert cases["test_nic_active_ports_match_peers"]["outcome"] == "passed"
+    assert cases["test_gpudirect_rdma_module"]["outcome"] == "passed"  # the baseline's use_cuda: peermem loaded
+    assert cases["test_pcie_acs_redirect_off"]["message"].startswith("no PCIe bridge in ")
+    faults = {
+        t["test_id"].rsplit("::")[-1]: t["fault"]["category"] for t in report["tests"] if t["outcome"] == "failed"
+    }
+    assert faults == {"test_nic_pcie_link": "link", "test_infiniband_error_counters": "link"}
+    # A failed check leaves its marks: its second run (confirm before drain) judges the same rise.
+    kept = marks.read("ib/mlx5_1/1/link_downed")
+    assert kept is not None and kept.value == 2
 
 
 class LoseGpuAfter:
@@ -443,3 +567,74 @@ def test_the_topology_file_the_environment_names_must_be_an_nccl_topology(
         assert f"NCCL_TOPO_FILE={topo} (from the environment): {message}" in (case["message"] or "")
     else:
         assert dict(case["props"])["gb_nccl_topo_file"] == str(topo)
+
+
+DRIVER_VERDICTS = ("-k", "recovery or memory_ or sram or thermal or rate or row_remapping")
+
+
+def test_the_driver_s_own_verdicts_fail_warn_or_skip_per_gpu(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """One run, a fault per GPU: gpu0 asks for a GPU reset, gpu1 runs 3 C past its slowdown temperature, gpu2's
+    driver gives none of the readings (each check skips naming the driver), gpu3's memory is unrepairable with a
+    repair pending, its SRAM past the threshold, its links erring fast, and three warnings that pass (drain P2P,
+    PCIe replays, 512 uncorrectable remaps). Then a second run, nothing new since: the rates are quiet."""
+    node = nd_gb200_v6()
+    gpu0, gpu1, gpu2, gpu3 = node.gpus
+    gpu0.recovery_action = pynvml.NVML_GPU_RECOVERY_ACTION_GPU_RESET
+    gpu1.tlimits_c = (10, -3)
+    gpu2.recovery_action = gpu2.pcie_replays = gpu2.unrepairable_memory = gpu2.sram_threshold_exceeded = None
+    gpu2.repairs_pending, gpu2.tlimits_c, gpu2.nvlink_errors = None, (None, None), None
+    gpu3.recovery_action = pynvml.NVML_GPU_RECOVERY_ACTION_DRAIN_P2P
+    gpu3.unrepairable_memory, gpu3.repairs_pending, gpu3.sram_threshold_exceeded = 1, (1, 0), 1
+    gpu3.row_remaps = (3, 512, 0, 0)
+    gpu3.pcie_replays = 600  # 60 a minute over the 10 minutes since boot: over Gen5 x16's 30.7
+    assert gpu3.nvlink_errors is not None
+    gpu3.nvlink_errors[(4, pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA)] = 90_000  # 150 a second
+    node.install(monkeypatch, tmp_path)
+    monkeypatch.setattr(window, "uptime_s", lambda: 600.0)
+
+    result, cases, report = run_suites(pytester, "ND_GB200_v6", *DRIVER_VERDICTS, suites=(HEALTH,))
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    expected = {
+        "test_gpu_recovery_action[gpu0]": (
+            "gpu0 (00000008:01:00.0): the driver's recovery action is GPU_RESET: reset the GPU",
+            "gpu_reset",
+        ),
+        "test_thermal_margin[gpu1]": (
+            "gpu1 (00000009:01:00.0): thermal margin -3 C to slowdown, below the ND_GB200_v6 offset of -2 C",
+            "thermal_power",
+        ),
+        "test_memory_unrepairable[gpu3]": ("the driver flags its memory unrepairable: replace the GPU", "gpu_hardware"),
+        "test_memory_repair_pending[gpu3]": ("a channel repair is pending: reset the GPU to apply it", "gpu_reset"),
+        "test_sram_threshold[gpu3]": ("SRAM ECC errors passed the driver's threshold", "gpu_hardware"),
+        "test_nvlink_crc_error_rate[gpu3]": ("NVLink CRC errors crc_data 150.0/s (90000 in 600 s since boot)", "link"),
+    }
+    failed = with_outcome(cases, "failure")
+    assert set(failed) == set(expected), failed
+    faults = {t["test_id"].rsplit("::")[-1]: t["fault"]["category"] for t in report["tests"] if "fault" in t}
+    for name, (text, category) in expected.items():
+        assert text in failed[name] and faults[name] == category, (name, failed[name], faults[name])
+    skipped = with_outcome(cases, "skipped")
+    assert {name for name in skipped if name.endswith("[gpu2]")} == {f"{t}[gpu2]" for t in PER_GPU_HEALTH[-7:]}
+    for name in (n for n in skipped if n.endswith("[gpu2]")):
+        assert skipped[name].startswith("gpu2 (00000018:01:00.0): the "), skipped[name]
+        assert skipped[name].endswith(" unavailable on driver 570.133.20"), skipped[name]
+    warned = {n: dict(c["props"]).get("gb_health_warning") for n, c in cases.items() if c["outcome"] == "passed"}
+    assert "the driver's recovery action is DRAIN_P2P" in (warned["test_gpu_recovery_action[gpu3]"] or "")
+    assert "60.0 PCIe replays a minute (600 in 600 s since boot), above the 30.7" in (
+        warned["test_pcie_replay_rate[gpu3]"] or ""
+    )
+    assert "512 rows remapped after uncorrectable errors" in (warned["test_row_remapping[gpu3]"] or "")
+    assert {n for n, w in warned.items() if w} == {
+        "test_gpu_recovery_action[gpu3]",
+        "test_pcie_replay_rate[gpu3]",
+        "test_row_remapping[gpu3]",
+    }
+
+    # The run again, nothing new (confirm before drain): the failed rate is judged on the same errors and fails
+    # again; the warned one passed, so its mark moved and the same count is no rate at all.
+    result, cases, _ = run_suites(pytester, "ND_GB200_v6", "-k", "rate", suites=(HEALTH,))
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert cases["test_nvlink_crc_error_rate[gpu3]"]["outcome"] == "failure"
+    assert not dict(cases["test_pcie_replay_rate[gpu3]"]["props"]).get("gb_health_warning")

@@ -334,7 +334,7 @@ def test_a_worker_killed_under_a_check_is_a_failed_test_that_says_it_crashed_and
     assert crashed["message"].startswith("crashed: worker 'gw0' crashed while running 'test_checks.py::test_killed'")
     assert crashed["fault"]["category"] == "crashed" and crashed["fault"]["disposition"] == "REBOOT"
     (node,) = summarize([lab.path / "r.json"]).drained
-    assert "crashed: test_killed" in node.drain_reason()
+    assert "crashed (reboot): test_killed" in node.drain_reason()
 
 
 def test_a_hostname_that_is_not_utf8_is_written_escaped_in_every_file(

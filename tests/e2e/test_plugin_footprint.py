@@ -40,7 +40,9 @@ def test_an_unrelated_test_run_does_nothing(pytester: pytest.Pytester, monkeypat
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["OURS: True HEAVY: []"])
     # Only what deciding to do nothing takes: no target, baselines, report, metrics or Llama configs.
-    loaded = "'pytest_gbvalidate.hooks', 'pytest_gbvalidate.levels', 'pytest_gbvalidate.plugin', "
+    # node.window: the --gb-window setting's default (standard library only).
+    loaded = "'pytest_gbvalidate.hooks', 'pytest_gbvalidate.levels', 'pytest_gbvalidate.node', "
+    loaded += "'pytest_gbvalidate.node.window', 'pytest_gbvalidate.plugin', "
     loaded += "'pytest_gbvalidate.ranks', 'pytest_gbvalidate.ranks.world', 'pytest_gbvalidate.run', "
     loaded += "'pytest_gbvalidate.run.junit_hooks', 'pytest_gbvalidate.run.markers', 'pytest_gbvalidate.run.outcomes', "
     loaded += "'pytest_gbvalidate.run.payload', "

@@ -246,7 +246,7 @@ def test_a_node_drained_for_a_job_s_leftovers_resumes_once_they_are_gone(prolog_
     prolog_node.start_slurmd("gpu-017")
     prolog_node.wait_until(lambda: len(logged(log)) > before, "health check line", timeout=60)
     assert "; confirmed: failed again on a second run; drained gpu-017; " in logged(log)[-1], logged(log)[-1]
-    reason = "gbvalidate: [job_leftovers] job_leftovers: test_no_leftover_gpu_processes"
+    reason = "gbvalidate: [job_leftovers] job_leftovers (fix_job): test_no_leftover_gpu_processes"
     assert prolog_node.reasons() == {"gpu-017": reason}
 
     leftover.unlink()

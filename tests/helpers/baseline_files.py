@@ -48,7 +48,7 @@ SECTIONS = GOOD.replace(
 health:
   min_driver_version: '570.133.20'
   nvlinks_per_gpu: 18
-  critical_xids: [48, 79]
+  xid_actions: {drain: [13], ignore: [63, 92]}
   ecc_limits: {sram_uncorrectable: 0, row_remaps_pending: 0}
   provenance: a public health check
 topology:

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from pytest_gbvalidate import sku
-from pytest_gbvalidate.node import imex, nccl_stack, topology, xid
+from pytest_gbvalidate.node import imex, nccl_stack, nic, topology, window, xid
 from pytest_gbvalidate.node.topology import format_cpulist, parse_cpulist, sysfs_pci_address
 from tests.helpers.fakenvml import FakeGpu, FakeNvmlLib, clocks_mhz, install
 
@@ -37,6 +37,12 @@ class FakeHca:
     state: str = "4: ACTIVE"
     rate: str = "400 Gb/sec (4X NDR)"
     link_layer: str = "InfiniBand"
+    # The card's PCIe link as its PCI device's sysfs files read (node/nic.py): (speed, width), now and at most.
+    current_link: tuple[str, str] = ("32.0 GT/s PCIe", "16")
+    max_link: tuple[str, str] = ("32.0 GT/s PCIe", "16")
+    # Port 1's error counters (ports/1/counters/, and hw_counters/ for rnr_nak_retry_err): all 0 on a healthy card.
+    counters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(nic.COUNTERS, 0))
+    fw_ver: str = "28.39.1002"
 
 
 @dataclass
@@ -44,7 +50,8 @@ class FakeNode:
     numa_cpus: dict[int, str]  # NUMA node -> its cpulist, "" for a memory-only node
     gpus: list[FakeGpu]
     hcas: list[FakeHca] = field(default_factory=list)
-    kernel_log: list[str] = field(default_factory=list)
+    kernel_log: list[str] = field(default_factory=list)  # /dev/kmsg's records, 1 ms apart from boot
+    uptime_s: float = 3600.0
     # The NCCL stack: the version torch loads, /etc/nccl.conf's text (None: no such file), whether NCCL's net
     # plugin loads (where the baseline names one; the host running the tests has none).
     nccl_version: str = "2.21.5"
@@ -59,6 +66,7 @@ class FakeNode:
     imex_domain: tuple[int, str] | None = None
     # The daemon's static configuration (/etc/nvidia-imex/nodes_config.cfg), as a rack set up for IMEX at boot has.
     imex_nodes_config: bool = True
+    peermem_loaded: bool = True  # GPUDirect RDMA's module (/sys/module/nvidia_peermem) is loaded
 
     def nvml(self) -> FakeNvmlLib:
         return FakeNvmlLib(self.gpus)
@@ -82,19 +90,40 @@ class FakeNode:
             (ib / "device").symlink_to(device)
             for name in ("state", "rate", "link_layer"):
                 _write(ib / "ports/1" / name, getattr(hca, name))
+            _write(ib / "fw_ver", hca.fw_ver)
+            for which, (speed, width) in (("current", hca.current_link), ("max", hca.max_link)):
+                _write(device / f"{which}_link_speed", speed)
+                _write(device / f"{which}_link_width", width)
+            for counter, value in hca.counters.items():
+                group = "hw_counters" if counter in nic.HW_COUNTERS else "counters"
+                _write(ib / "ports/1" / group / counter, str(value))
+        if self.peermem_loaded:
+            (root / "module" / nic.PEERMEM_MODULE).mkdir(parents=True)
         lo = root / "class/net/lo"  # a virtual interface: no device behind it, so no NIC
         lo.mkdir(parents=True)
+
+    def write_kernel_log(self, tmp_path: Path) -> Path:
+        """/dev/kmsg's records of `kernel_log` at tmp_path/kmsg (again, after lines were appended: the earlier
+        records keep their sequence numbers, as the kernel's do)."""
+        log = tmp_path / "kmsg"
+        log.write_text("".join(f"6,{i},{i * 1000},-;{line}\n" for i, line in enumerate(self.kernel_log)))
+        return log
 
     def install(self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeNvmlLib:
         """Point NVML, the topology reader, the Xid reader and SKU detection at this node; returns the fake NVML
         library."""
         sysfs = tmp_path / "sys"
         self.write_sysfs(sysfs)
-        log = tmp_path / "kmsg"
-        log.write_text("".join(f"6,{i},{i * 1000},-;{line}\n" for i, line in enumerate(self.kernel_log)))
+        log = self.write_kernel_log(tmp_path)
         monkeypatch.setattr(topology, "SYSFS_ROOT", sysfs)
         point_detection_at(monkeypatch, sysfs)
         monkeypatch.setattr(xid, "KERNEL_LOG", log)
+        uptime = tmp_path / "uptime"  # the log's lines are 1 ms apart from boot; the node has been up an hour
+        uptime.write_text(f"{self.uptime_s:.2f} 0.00\n")
+        monkeypatch.setattr(window, "UPTIME", uptime)
+        cpuinfo = tmp_path / "cpuinfo"  # bare metal: no hypervisor flag
+        cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu vme de pse\n")
+        monkeypatch.setattr(nic, "PROC_CPUINFO", cpuinfo)
         conf = tmp_path / "etc-nccl.conf"
         if self.nccl_conf is not None:
             conf.write_text(self.nccl_conf)

@@ -96,6 +96,23 @@ class FakeGpu:
     clocks_event_reasons: int = IDLE
     lost: bool = False  # fell off the bus: every call answers NVML_ERROR_GPU_IS_LOST
     processes: list[tuple[int, int]] = field(default_factory=list)  # compute processes: (pid, used bytes)
+    # The driver's own verdicts. None: this GPU or driver does not give it (a field value answers NOT_SUPPORTED in
+    # its entry, a function NOT_SUPPORTED).
+    recovery_action: int | None = 0  # NVML_GPU_RECOVERY_ACTION_*
+    unrepairable_memory: int | None = 0
+    repairs_pending: tuple[int, int] | None = (0, 0)  # channel repair, TPC repair
+    sram_threshold_exceeded: int | None = 0  # its counts: ecc_errors' sram_* aggregates
+    tlimits_c: tuple[int | None, int | None] = (18, 13)  # margin to shutdown, to slowdown (T.Limit)
+    pcie_replays: int | None = 0
+
+    def field_values(self) -> dict[int, tuple[int, int | None]]:
+        """NVML field id -> (nvmlValueType_t, value) for the fields this fake keeps."""
+        return {
+            pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: (pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, self.recovery_action),
+            pynvml.NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT: (pynvml.NVML_VALUE_TYPE_SIGNED_INT, self.tlimits_c[0]),
+            pynvml.NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT: (pynvml.NVML_VALUE_TYPE_SIGNED_INT, self.tlimits_c[1]),
+            pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER: (pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, self.pcie_replays),
+        }
 
 
 def _out(ref: Any, value: Any) -> None:
@@ -337,6 +354,42 @@ class FakeNvmlLib:
     @_per_gpu
     def nvmlDeviceGetCurrentClocksEventReasons(self, gpu: FakeGpu, ref: Any) -> None:
         _out(ref, gpu.clocks_event_reasons)
+
+    @_per_gpu
+    def nvmlDeviceGetFieldValues(self, gpu: FakeGpu, count: Any, ref: Any) -> None:
+        """Each entry answers for itself: a field the GPU lacks (None, or one this fake does not keep) says
+        NOT_SUPPORTED in its own nvmlReturn, as the real library does; the call itself succeeds."""
+        kept = gpu.field_values()
+        for i in range(count.value):
+            entry = ref._obj[i]  # the array's own memory (a slice would copy)
+            kind, value = kept.get(entry.fieldId, (pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, None))
+            entry.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED if value is None else SUCCESS
+            entry.valueType = kind
+            if value is not None:
+                member = "siVal" if kind == pynvml.NVML_VALUE_TYPE_SIGNED_INT else "ullVal"
+                member = "uiVal" if kind == pynvml.NVML_VALUE_TYPE_UNSIGNED_INT else member
+                setattr(entry.value, member, value)
+
+    @_per_gpu
+    def nvmlDeviceGetUnrepairableMemoryFlag_v1(self, gpu: FakeGpu, ref: Any) -> None:
+        if ref._obj.version != pynvml.nvmlUnrepairableMemory_v1:
+            raise VersionMismatch
+        ref._obj.unrepairableMemory = supported(gpu.unrepairable_memory)
+
+    @_per_gpu
+    def nvmlDeviceGetRepairStatus(self, gpu: FakeGpu, ref: Any) -> None:
+        if ref._obj.version != pynvml.nvmlRepairStatus_v1:
+            raise VersionMismatch
+        ref._obj.bChannelRepairPending, ref._obj.bTpcRepairPending = supported(gpu.repairs_pending)
+
+    @_per_gpu
+    def nvmlDeviceGetSramEccErrorStatus(self, gpu: FakeGpu, ref: Any) -> None:
+        status = ref._obj
+        if status.version != pynvml.nvmlEccSramErrorStatus_v1:
+            raise VersionMismatch
+        status.bThresholdExceeded = supported(gpu.sram_threshold_exceeded)
+        status.aggregateUncParity = gpu.ecc_errors.get("sram_uncorrectable", (0, 0))[1]
+        status.aggregateCor = gpu.ecc_errors.get("sram_correctable", (0, 0))[1]
 
     # --- telemetry ----------------------------------------------------------------------------------------
 

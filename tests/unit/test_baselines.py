@@ -586,7 +586,7 @@ def test_health_and_topology_sections_load(tmp_path: Path) -> None:
         provenance="a public health check",
         min_driver_version="570.133.20",
         nvlinks_per_gpu=18,
-        critical_xids=(48, 79),
+        xid_actions={13: "drain", 63: "ignore", 92: "ignore"},
         ecc_limits={"sram_uncorrectable": 0, "row_remaps_pending": 0},
     )
     assert b.topology == bl.TopologyBaseline("the SKU's documentation", (1, 0), None, True, 400.0)
@@ -598,7 +598,7 @@ def test_bundled_gpu_baselines_carry_only_public_gates_and_layouts() -> None:
     for sku in ("ND_GB200_v6", "ND_H100_v5", "ND_H200_v5", "ND96asr_v4"):
         health = loaded[sku].health
         assert health is not None and "azurehpc-health-checks" in health.provenance, sku
-        assert health.critical_xids is not None and 79 in health.critical_xids
+        assert not health.xid_actions  # NVIDIA's catalog decides, as it is
         assert health.ecc_limits["sram_uncorrectable"] == 0 and health.min_driver_version is None  # none published
     gb200, ndv4 = loaded["ND_GB200_v6"], loaded["ND96asr_v4"]
     assert gb200.health is not None and gb200.health.nvlinks_per_gpu == 18
@@ -612,8 +612,11 @@ def test_bundled_gpu_baselines_carry_only_public_gates_and_layouts() -> None:
     [
         (("'570.133.20'", "570.13"), ":6: health.min_driver_version: 570.13: quote it, e.g. '570.133.20'"),
         (("nvlinks_per_gpu: 18", "nvlinks_per_gpu: 0"), ":7: health.nvlinks_per_gpu: 0: must be a whole number"),
-        (("[48, 79]", "[79, 79]"), ":8: health.critical_xids: lists an Xid twice"),
-        (("[48, 79]", "[48, -1]"), ":8: health.critical_xids: must be a non-empty list of Xid numbers"),
+        (("[63, 92]", "[63, 999]"), ":8: health.xid_actions.ignore: 999: not an Xid code of the catalog"),
+        (("[63, 92]", "[63, 13]"), ":8: health.xid_actions.ignore: Xid 13 has an action already: drain"),
+        (("{drain: [13]", "{drop: [13]"), ":8: health.xid_actions.drop: unknown field (allowed:"),
+        (("{drain: [13]", "{drain: 13"), ":8: health.xid_actions.drain: 13: must be a list of Xid codes"),
+        (("xid_actions: {drain: [13], ignore: [63, 92]}", "critical_xids: [48, 79]"), ":8: health.critical_xids: no"),
         (("sram_uncorrectable: 0", "sram_uncorrectable: -1"), ":9: health.ecc_limits.sram_uncorrectable: -1: must be"),
         (("sram_uncorrectable: 0", "sram_uncorrectible: 0"), ":9: health.ecc_limits.sram_uncorrectible: unknown"),
         (("  provenance: a public health check\n", ""), "health.provenance: must be a non-empty string"),

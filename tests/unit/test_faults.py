@@ -19,7 +19,7 @@ def check_names(path: Path) -> list[str]:
     return [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")]
 
 
-@pytest.mark.parametrize("suite", ["test_health.py", "test_topology.py"])
+@pytest.mark.parametrize("suite", ["test_health.py", "test_topology.py", "test_nic.py"])
 def test_every_health_and_topology_check_has_a_category(suite: str) -> None:
     for name in check_names(SUITES / suite):
         fault = TABLE.classify(f"suites/{suite}::{name}[gpu0]", "AssertionError: something is wrong")
@@ -60,12 +60,23 @@ def test_every_bundled_check_s_common_failures_have_a_category_with_an_action(su
             "gpu_hardware",
         ),
         ("test_row_remapping[gpu2]", "gpu2 (x): a row remap is pending: reset the GPU to apply it", (), "gpu_reset"),
-        ("test_no_critical_xid[gpu0]", "1 critical Xid event(s) ... NVRM: Xid (PCI:0000:3b:00): 74, link", (), "link"),
         (
             "test_no_critical_xid[gpu0]",
-            "1 critical Xid event(s) ... NVRM: Xid (PCI:0000:3b:00): 48, DBE",
+            "gpu0 (x): Xid events since boot: Xid 74 NVLINK_ERROR (WORKFLOW_NVLINK_ERR): ...; repair: gpu_reset",
             (),
             "gpu_reset",
+        ),
+        (
+            "test_no_critical_xid[gpu0]",
+            "gpu0 (x): Xid events since boot: Xid 79 ... repair: reboot (...) | Xid 62 ... repair: rma (...)",
+            (),
+            "gpu_hardware",
+        ),
+        (
+            "test_no_critical_xid[gpu0]",
+            "gpu0 (x): Xid events since boot: Xid 145 NVLINK_RLW_ERROR (WORKFLOW_NVLINK5_ERR): ...; repair: reboot",
+            (),
+            "reboot",
         ),
         ("test_gpu_count", "nvmlDeviceGetCount_v2: Driver/library version mismatch", (), "reboot"),
         ("test_ecc_enabled[gpu1]", "gpu1 (x): nvmlDeviceGetEccMode: GPU is lost", (), "gpu_hardware"),
@@ -151,25 +162,33 @@ def test_a_failure_gets_the_first_matching_rule(
 def test_a_broken_table_names_the_file_and_what_is_wrong(tmp_path: Path) -> None:
     table = tmp_path / "faults.yaml"
     table.write_text(
-        "categories:\n  unclassified: {title: t, action: a, disposition: MONITOR, class: hardware}\n"
+        "categories:\n  unclassified: {title: t, action: a, disposition: MONITOR, class: hardware, repair: none}\n"
         "rules:\n  - {category: gone, why: w}\n"
     )
     with pytest.raises(faults.FaultTableError, match=r"faults.yaml: categories used but not defined: gone"):
         faults.load(table)
     table.write_text(
-        "categories:\n  unclassified: {title: t, action: a, disposition: PANIC, class: hardware}\nrules: []\n"
+        "categories:\n  unclassified: {title: t, action: a, disposition: PANIC, class: hardware, repair: none}\n"
+        "rules: []\n"
     )
     with pytest.raises(faults.FaultTableError, match=r"disposition 'PANIC' is not one of ISOLATE"):
         faults.load(table)
     table.write_text(
-        "categories:\n  unclassified: {title: t, action: a, disposition: MONITOR, class: user}\nrules: []\n"
+        "categories:\n  unclassified: {title: t, action: a, disposition: MONITOR, class: user, repair: none}\n"
+        "rules: []\n"
     )
     with pytest.raises(faults.FaultTableError, match=r"class 'user' is not one of hardware, configuration, job_"):
         faults.load(table)
+    table.write_text(
+        "categories:\n  unclassified: {title: t, action: a, disposition: MONITOR, class: hardware, repair: pray}\n"
+        "rules: []\n"
+    )
+    with pytest.raises(faults.FaultTableError, match=r"repair 'pray' is not one of reboot, gpu_reset, reprovision"):
+        faults.load(table)
     # A category written twice (two changes that each added one) would silently lose the first.
     table.write_text(
-        "categories:\n  unclassified: {title: t, action: a, disposition: MONITOR, class: hardware}\n"
-        "  unclassified: {title: u, action: b, disposition: ISOLATE, class: hardware}\nrules: []\n"
+        "categories:\n  unclassified: {title: t, action: a, disposition: MONITOR, class: hardware, repair: none}\n"
+        "  unclassified: {title: u, action: b, disposition: ISOLATE, class: hardware, repair: rma}\nrules: []\n"
     )
     with pytest.raises(faults.FaultTableError, match=r"faults.yaml: 3: duplicate key 'unclassified'"):
         faults.load(table)

@@ -61,3 +61,19 @@ def test_a_node_row_shows_the_same_cells_in_markdown_the_terminal_and_csv(tmp_pa
         checks = [re.fullmatch(r".*::(\S+) \[(.*)\]", c) for c in row["failed_checks"].split("; ")]
         names = ", ".join(f"{m[1]} ({m[2]})" for m in checks if m is not None)
         assert (names if row["failed_checks"] else "-") == md_cells[2]
+
+
+def test_a_node_whose_gpus_run_other_firmware_is_named_where_the_stack_differs(tmp_path: Path) -> None:
+    """VBIOS beside the software stack: the node with another version (or a mix on its own GPUs) is named."""
+    vbios = {"node-01": ["97.00.5A.00.01"] * 2, "node-02": ["97.00.5A.00.01"] * 2, "node-03": ["96.00.74.00.0F"] * 2}
+    vbios["node-04"] = ["97.00.5A.00.01", "96.00.74.00.0F"]
+    paths = []
+    for host, versions in vbios.items():
+        data = report(host, BANDWIDTH[host])
+        data["gpus"] = {"devices": [{"index": i, "vbios_version": v} for i, v in enumerate(versions)], "count": 2}
+        paths.append(tmp_path / f"{host}.json")
+        paths[-1].write_text(json.dumps(data))
+    differs = render.software_differences(summarize(paths).nodes)
+    assert "vbios: 97.00.5A.00.01 (2 node(s): node-01, node-02), 96.00.74.00.0F (1 node(s): node-03), " in differs[-1]
+    assert differs[-1].endswith("96.00.74.00.0F/97.00.5A.00.01 (1 node(s): node-04)")
+    assert "vbios" in render.markdown(summarize(paths), [], None, tmp_path).split("## Nodes", 1)[1].splitlines()[2]

@@ -239,3 +239,93 @@ def test_a_session_shuts_nvml_down_whatever_its_block_raises(monkeypatch: pytest
     with pytest.raises(ZeroDivisionError):
         block()
     assert (seen, fake.started) == ([1], 0)
+
+
+# --- the driver's own verdicts ---------------------------------------------------------------------------------
+
+
+class OlderDriver(FakeNvmlLib):
+    """A driver whose library lacks the newer symbols: pynvml answers FUNCTION_NOT_FOUND for each."""
+
+    LACKS = frozenset(
+        {
+            "nvmlDeviceGetFieldValues",
+            "nvmlDeviceGetUnrepairableMemoryFlag_v1",
+            "nvmlDeviceGetRepairStatus",
+            "nvmlDeviceGetSramEccErrorStatus",
+        }
+    )
+
+    def __getattribute__(self, name: str) -> object:
+        if name in OlderDriver.LACKS:
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+
+def test_the_driver_s_verdicts_are_read(lib: FakeNvmlLib) -> None:
+    lib.gpus.append(
+        FakeGpu(
+            recovery_action=pynvml.NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET,
+            unrepairable_memory=1,
+            repairs_pending=(1, 0),
+            sram_threshold_exceeded=1,
+            ecc_errors={"sram_uncorrectable": (1, 5), "sram_correctable": (0, 40)},
+            tlimits_c=(4, -3),
+            pcie_replays=2**40,  # an unsigned long long
+        )
+    )
+    h = nvml.handle(0)
+    assert nvml.recovery_action(h) == 4 and nvml.RECOVERY_ACTIONS[4] == "DRAIN_AND_RESET"
+    assert nvml.unrepairable_memory(h) is True
+    assert nvml.repair_status(h) == nvml.RepairStatus(channel_repair_pending=True, tpc_repair_pending=False)
+    assert nvml.sram_ecc_status(h) == nvml.SramEccStatus(True, 5, 0, 40)
+    assert nvml.thermal_margins(h) == nvml.ThermalMargins(shutdown_c=4, slowdown_c=-3)  # signed: past the limit
+    assert nvml.pcie_replays(h) == 2**40
+
+
+def test_a_healthy_gpu_s_verdicts(lib: FakeNvmlLib) -> None:
+    lib.gpus.append(FakeGpu())
+    h = nvml.handle(0)
+    assert (nvml.recovery_action(h), nvml.unrepairable_memory(h), nvml.pcie_replays(h)) == (0, False, 0)
+    assert nvml.repair_status(h) == nvml.RepairStatus(False, False)
+    assert nvml.sram_ecc_status(h) == nvml.SramEccStatus(False, 0, 0, 0)
+
+
+@pytest.mark.parametrize("action", sorted(nvml.RECOVERY_ACTIONS))
+def test_each_recovery_action_is_read_by_its_nvml_name(lib: FakeNvmlLib, action: int) -> None:
+    lib.gpus.append(FakeGpu(recovery_action=action))
+    assert nvml.recovery_action(nvml.handle(0)) == action
+    assert getattr(pynvml, f"NVML_GPU_RECOVERY_ACTION_{nvml.RECOVERY_ACTIONS[action]}") == action
+
+
+def test_a_field_the_driver_does_not_give_reads_as_none(lib: FakeNvmlLib) -> None:
+    lib.gpus.append(FakeGpu(recovery_action=None, tlimits_c=(None, 7), pcie_replays=None))
+    h = nvml.handle(0)
+    assert (nvml.recovery_action(h), nvml.pcie_replays(h)) == (None, None)
+    assert nvml.thermal_margins(h) == nvml.ThermalMargins(shutdown_c=None, slowdown_c=7)  # each entry for itself
+    assert nvml.field_values(h, pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, 9999) == {230: None, 9999: None}
+
+
+def test_a_gpu_without_the_functions_reads_as_none(lib: FakeNvmlLib) -> None:
+    lib.gpus.append(FakeGpu(unrepairable_memory=None, repairs_pending=None, sram_threshold_exceeded=None))
+    h = nvml.handle(0)
+    assert (nvml.unrepairable_memory(h), nvml.repair_status(h), nvml.sram_ecc_status(h)) == (None, None, None)
+
+
+def test_an_older_driver_lacks_the_verdicts_and_they_read_as_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    install(monkeypatch, OlderDriver([FakeGpu(recovery_action=1, unrepairable_memory=1)]))
+    with nvml.session():
+        h = nvml.handle(0)
+        assert (nvml.recovery_action(h), nvml.unrepairable_memory(h), nvml.repair_status(h)) == (None, None, None)
+        assert nvml.sram_ecc_status(h) is None and nvml.pcie_replays(h) is None
+        assert nvml.thermal_margins(h) == nvml.ThermalMargins(None, None)
+
+
+def test_a_lost_gpu_s_verdicts_raise_nvml_s_words(lib: FakeNvmlLib) -> None:
+    lib.gpus.append(FakeGpu(lost=False))
+    h = nvml.handle(0)
+    lib.gpus[0].lost = True
+    with pytest.raises(nvml.NvmlError, match=r"^nvmlDeviceGetFieldValues: GPU is lost$"):
+        nvml.recovery_action(h)
+    with pytest.raises(nvml.NvmlError, match=r"^nvmlDeviceGetUnrepairableMemoryFlag_v1: GPU is lost$"):
+        nvml.unrepairable_memory(h)

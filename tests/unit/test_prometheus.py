@@ -243,7 +243,12 @@ def test_the_run_s_verdict_on_its_node_one_hot(verdict: str) -> None:
     assert "gbvalidate_node_consecutive_unresolved_runs" not in {name for name, _ in samples}  # no history
 
 
-FABRIC_FAULT = SLOW_FAULT | {"category": "nvlink_fabric", "title": "NVLink fabric", "disposition": "ISOLATE"}
+FABRIC_FAULT = SLOW_FAULT | {
+    "category": "nvlink_fabric",
+    "title": "NVLink fabric",
+    "disposition": "ISOLATE",
+    "repair": "reboot",
+}
 IMEX_FAULT = SLOW_FAULT | {"category": "imex", "title": "IMEX not ready", "disposition": "MONITOR"}
 
 
@@ -263,8 +268,8 @@ def test_each_failed_test_s_fault_category_once() -> None:
     types, samples = parsed(report)
     faults = {lbl: value for (name, lbl), value in samples.items() if name == "gbvalidate_test_fault"}
     assert faults == {
-        labels(test=fabric, category="nvlink_fabric"): 1.0,
-        labels(test=imex, category="imex"): 1.0,
+        labels(test=fabric, category="nvlink_fabric", repair="reboot"): 1.0,
+        labels(test=imex, category="imex", repair=""): 1.0,  # a report from before repairs
     }
     assert types["gbvalidate_test_fault"] == "gauge"
     report["tests"] = [{"test_id": "t.py::test_ok", "outcome": "passed", **PHASE}]

@@ -70,3 +70,30 @@ def test_the_gb200_baseline_asks_for_the_fabric_imex_c2c_and_clean_links() -> No
     assert "facebookresearch/gcm" in health.provenance and "dgxc-benchmarking" in health.provenance
     h100 = bl.load_baseline(REPO / "baselines" / "ND_H100_v5.yaml").health
     assert h100 is not None and (h100.multi_node_nvlink, h100.c2c) == (None, None)
+
+
+THERMAL = SECTIONS.replace("  provenance: a public health check\n", "  thermal_margin_offset_c: -2\n  provenance: x\n")
+
+
+def test_the_thermal_margin_offset_loads_survives_recording_and_names_its_line_when_wrong(tmp_path: Path) -> None:
+    b = bl.load_baseline(write(tmp_path, THERMAL))
+    assert b.health is not None and b.health.thermal_margin_offset_c == -2
+    (tmp_path / "NEW.yaml").write_text(bl.dump_baseline(bl.recorded_baseline("NEW", b, [], "measured")))
+    assert bl.load_baseline(tmp_path / "NEW.yaml").health == b.health
+    for wrong in ("-2.5", "'cold'", "true", "-51"):
+        path = write(tmp_path, THERMAL.replace("offset_c: -2", f"offset_c: {wrong}"))
+        with pytest.raises(bl.BaselineError) as excinfo:
+            bl.load_baseline(path)
+        line = THERMAL.splitlines().index("  thermal_margin_offset_c: -2") + 1
+        shown = {"true": "True"}.get(wrong, wrong)  # as the file's value reads in Python
+        said = f"{path}:{line}: health.thermal_margin_offset_c: {shown}: must be whole degrees C from -50 to 50"
+        assert str(excinfo.value).startswith(said), str(excinfo.value)
+
+
+def test_the_gb200_and_h100_baselines_give_nvsentinel_s_thermal_offset() -> None:
+    for sku in ("ND_GB200_v6", "ND_H100_v5"):
+        health = bl.load_baseline(REPO / "baselines" / f"{sku}.yaml").health
+        assert health is not None and health.thermal_margin_offset_c == -2
+        assert "NVSentinel ADR-042" in health.provenance
+    a100 = bl.load_baseline(REPO / "baselines" / "ND96asr_v4.yaml").health
+    assert a100 is not None and a100.thermal_margin_offset_c is None  # A100 has no offset: the check skips

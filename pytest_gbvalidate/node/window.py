@@ -1,0 +1,137 @@
+"""The node's window: where its kernel log and its error counters stood when each check last found it clean, so a
+check judges only what happened since, and judges each event once. No pytest here.
+
+One small JSON file (`--gb-window`, default /run/gbvalidate/window.json). /run is a tmpfs: a reboot empties it as it
+empties the kernel's ring buffer and the driver's volatile counters; a mark also carries the boot it was taken in
+(the kernel's boot id), so a mark from an earlier boot is void wherever the file lives. Writers take the file's lock,
+read it, change their own marks and replace it atomically: one run's per-GPU checks write from several pytest-xdist
+workers at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_PATH = Path("/run/gbvalidate/window.json")
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+UPTIME = Path("/proc/uptime")
+WINDOW_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Mark:
+    value: int  # a counter's reading, or the kernel log's last sequence number judged
+    time_s: float  # wall clock (time.time()) when it was taken
+
+
+def boot_id() -> str:
+    """The kernel's id of this boot; "" where the kernel does not say (then marks never outlive the process)."""
+    try:
+        return BOOT_ID.read_text(encoding="ascii").strip()
+    except OSError:
+        return ""
+
+
+def uptime_s() -> float | None:
+    """Seconds since boot, the window of a check with no mark this boot: the kernel log's clock (near enough: it
+    also counts a suspend, which a node does not do) and what the driver's and the NIC's counters count since.
+    None where /proc/uptime cannot be read."""
+    try:
+        value = float(UPTIME.read_text(encoding="ascii").split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return value if value >= 0 else None
+
+
+@dataclass(frozen=True)
+class Window:
+    """The marks of this boot in the file at `path`; None: no window is kept (every check judges since boot)."""
+
+    path: Path | None
+
+    def read(self, name: str) -> Mark | None:
+        """The mark `name` of this boot, or None: never taken this boot, no window kept, or a file that cannot be
+        read (its problem is said by `write`, which the same check calls)."""
+        if self.path is None:
+            return None
+        marks = _load(self.path).get(boot_id(), {})
+        return marks.get(name)
+
+    def write(self, marks: Mapping[str, int], now_s: float | None = None) -> str | None:
+        """Set these marks (name -> value) at `now_s`; a problem as one line (the file and why), else None. Marks of
+        another boot are dropped: they can never be read again."""
+        if self.path is None:
+            return None
+        taken = time.time() if now_s is None else now_s
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with _locked(self.path):
+                boot = boot_id()
+                kept = _load(self.path).get(boot, {})
+                kept.update({name: Mark(int(value), taken) for name, value in marks.items()})
+                data = {
+                    "version": WINDOW_VERSION,
+                    "boot_id": boot,
+                    "marks": {n: {"value": m.value, "time_s": m.time_s} for n, m in sorted(kept.items())},
+                }
+                scratch = self.path.with_name(f".{self.path.name}.{os.getpid()}")
+                scratch.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+                os.replace(scratch, self.path)
+        except OSError as exc:
+            return f"the node's window {self.path} cannot be written: {exc.strerror or exc}"
+        return None
+
+
+@dataclass(frozen=True)
+class Rate:
+    per_s: float
+    counted: str  # how: '3 in 600 s since the last clean check'
+
+
+def rate(window: Window, name: str, count: int, now_s: float, min_span_s: float) -> Rate | None:
+    """A counter's rate since its mark of this boot (the check's last clean run), else since boot, over at least
+    `min_span_s` (a re-run seconds later must not make one error a high rate). A counter below its mark was cleared
+    since (a driver reload, a GPU reset): its whole value counts, over the time since the mark, as node/nic.py counts
+    a cleared InfiniBand counter (NVSentinel's reset rule). None where neither the mark nor the uptime can be read."""
+    mark = window.read(name)
+    if mark is not None:
+        cleared = count < mark.value
+        delta, span_s = (count if cleared else count - mark.value), now_s - mark.time_s
+        since = "since the counter was cleared" if cleared else "since the last clean check"
+    else:
+        up = uptime_s()
+        if up is None:
+            return None
+        delta, span_s, since = count, up, "since boot"
+    return Rate(delta / max(span_s, min_span_s), f"{delta} in {span_s:.0f} s {since}")
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with open(path.with_name(f".{path.name}.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _load(path: Path) -> dict[str, dict[str, Mark]]:
+    """boot id -> name -> Mark. A missing, unreadable or foreign file holds no marks: the window then opens at
+    boot, which judges more, never less."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict) or data.get("version") != WINDOW_VERSION:
+            return {}
+        marks = {
+            str(name): Mark(int(m["value"]), float(m["time_s"]))
+            for name, m in data["marks"].items()
+            if isinstance(m, dict)
+        }
+        return {str(data["boot_id"]): marks}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
