@@ -466,13 +466,10 @@ RECOVERY_REPAIRS = {
 RECOVERY_WARNINGS = {3: "drain peer-to-peer traffic from the GPU (DCGM warns on it; not yet a fault)"}
 ROW_REMAP_WARN = 512  # uncorrectable remaps: DCGM warns at this many; NVIDIA's RMA policy sets the failure flag
 # PCIe replays: DCGM warns above the replay rate a bit-error rate of 1e-12 gives at the link's transfer rate, per
-# lane: Gen3 0.48, Gen4 0.96, Gen5 1.92 per minute (Gen5 x16: 31).
+# lane: Gen3 0.48, Gen4 0.96, Gen5 1.92 per minute (Gen5 x16: 30.7; DCGM rounds it to 31).
 PCIE_BER = 1e-12
 PCIE_GT_PER_S = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}  # transfers per second per lane, by generation
 NVLINK_CRC_FAIL_PER_S = 100  # DCGM: 100 or more NVLink CRC errors (flit or data, the GPU's links together) a second
-# A counter's rate over fewer seconds than this is divided by this instead: a lower bound, so a few errors seen in
-# a quick re-run do not read as a high rate.
-MIN_RATE_WINDOW_S = 60.0
 
 
 def _unavailable(gpu: Gpu, what: str) -> NoReturn:
@@ -491,7 +488,7 @@ def _rates(gpu: Gpu, gb_window: Window, counts: dict[str, int]) -> dict[str, win
     """Mark name -> the counter's rate since the check's last clean run (node/window.py), else since boot (NVML
     counts since the driver loaded)."""
     now_s = time.time()
-    rates = {name: window.rate(gb_window, name, count, now_s, MIN_RATE_WINDOW_S) for name, count in counts.items()}
+    rates = {name: window.rate(gb_window, name, count, now_s) for name, count in counts.items()}
     unread = [name for name, r in rates.items() if r is None]
     if unread:
         pytest.skip(f"{gpu}: no mark this boot for {', '.join(unread)} and {window.UPTIME} unreadable: not judged")
@@ -558,25 +555,28 @@ def test_sram_threshold(gpu: Gpu) -> None:
 
 
 def test_thermal_margin(gpu: Gpu, gb_expected: Expected) -> None:
-    """The GPU's margin to its shutdown and slowdown temperatures (NVML fields 193, 194: T.Limit, degrees C below
-    each; negative past it) against the SKU's offset (`health.thermal_margin_offset_c`): below it the GPU runs
-    past its limit by more than the SKU allows (NVSentinel ADR-042: -2 C on H100 and GB200; A100 has none)."""
+    """The GPU's thermal margin now (its T.Limit temperature, degrees C below the T.Limit: nvidia-smi's "GPU T.Limit
+    Temp", nvmlDeviceGetMarginTemperature) against the SKU's offset (`health.thermal_margin_offset_c`): below it the
+    GPU runs past its limit by more than the SKU allows (NVSentinel ADR-042: -2 C on H100 and GB200, where the
+    driver's own slowdown margin lies; A100 has no T.Limit). The driver's slowdown and shutdown margins (NVML fields
+    194, 193) are named beside it."""
     offset = gb_expected.require("health.thermal_margin_offset_c")
-    margins = gpu.read(nvml.thermal_margins)
-    read = {"shutdown": margins.shutdown_c, "slowdown": margins.slowdown_c}
-    if all(margin is None for margin in read.values()):
-        _unavailable(gpu, "the thermal margins (NVML fields 193, 194)")
-    below = [f"{margin} C to {limit}" for limit, margin in read.items() if margin is not None and margin < offset]
-    assert not below, (
-        f"{gpu}: thermal margin {', '.join(below)}, below the {gpu.gpus.target.sku} offset of {offset} C: check its "
-        "cooling (fans, inlet temperature, heat sink)"
+    reading = gpu.read(nvml.thermal_margin)
+    if reading.margin_c is None:
+        _unavailable(gpu, "the thermal margin (nvmlDeviceGetMarginTemperature)")
+    limits = [f"{name} at {c} C" for name, c in (("slows", reading.slowdown_c), ("shuts down", reading.shutdown_c))]
+    known = [text for text, c in zip(limits, (reading.slowdown_c, reading.shutdown_c), strict=True) if c is not None]
+    assert reading.margin_c >= offset, (
+        f"{gpu}: thermal margin {reading.margin_c} C (T.Limit), below the {gpu.gpus.target.sku} offset of {offset} C"
+        + (f" (the driver's: {', '.join(known)})" if known else "")
+        + ": check its cooling (fans, inlet temperature, heat sink)"
     )
 
 
 def test_pcie_replay_rate(gpu: Gpu, gb_window: Window, request: pytest.FixtureRequest) -> None:
     """PCIe replays (NVML field 94) as a rate since the last check (the node's window), else since boot: above the
     rate a bit-error rate of 1e-12 gives on the GPU's link (per lane per minute Gen3 0.48, Gen4 0.96, Gen5 1.92:
-    31 on Gen5 x16) it warns, as DCGM 4.6's health watch does."""
+    30.7 on Gen5 x16, which DCGM rounds to 31) it warns, as DCGM 4.6's health watch does."""
     count = gpu.read(nvml.pcie_replays)
     if count is None:
         _unavailable(gpu, "the PCIe replay counter (NVML field 94)")

@@ -13,11 +13,13 @@ noisy the figure is, and a dead node (a figure of 0, or a tenth of the expected 
 
 The noise is counted once: the largest spread the node's figures showed for an expected value (a metric's, or one
 size's of it) is written beside it as `spread_pct` (rounded up), which every later verdict counts in the figure's
-resolution beside the later run's own spread; the bands are not widened by it. A node too noisy to record is
-refused, and nothing is written (TooNoisy, which write_recorded_baseline raises as OutputError): where the
-resolution a later run as noisy as this one would have against the recording, resolution.of_spreads(samples=spread,
-reference=spread) (2.8 times the spread), is coarser than the metric needs, that run's figures could never be judged
-against it (UNRESOLVED).
+resolution beside the later run's own spread; the bands are not widened by it. A figure too noisy to record -- where
+the resolution a later run as noisy as this one would have against the recording, resolution.of_spreads(samples=
+spread, reference=spread) (2.8 times the spread), is coarser than the metric needs, so that run's figures could never
+be judged against it -- is written not gated: a size of a sweep left out of its `values`, a metric `provisional`
+with no expected value, its spread and why in the provenance. Later runs report such a figure and never judge it.
+The rest is recorded. Where one of them is a figure the previous baseline gated (the SKU requires it), the recording
+is written and the run fails, naming each (NotGated.required).
 
 A floor-only metric (the previous baseline gave it a fail limit and no expected value or warn limit anywhere:
 figures that differ tenfold between machines) stays floor-only: its floor is kept while the node measures above it.
@@ -64,9 +66,17 @@ FAIL_SHARE, WARN_SHARE = 0.75, 0.5
 ROUNDING_SHARE = 0.05
 
 
-class TooNoisy(Exception):
-    """A node whose figures are too noisy for the resolution their metrics need: nothing is recorded. The message
-    is one line naming the noisiest such figure (metric, scope), its resolution and the one needed."""
+@dataclass(frozen=True)
+class NotGated:
+    """A figure too noisy to record: written not gated, with why."""
+
+    metric: str
+    scope: str
+    why: str  # its resolution against a recording as noisy, the one needed, its spread
+    required: bool  # the previous baseline gated it: the recording falls short of what the SKU asks
+
+    def line(self) -> str:
+        return f"{self.metric} [{self.scope}]: {self.why}"
 
 
 @dataclass(frozen=True)
@@ -89,19 +99,30 @@ def recorded_baseline(
     node_gpu_count: int | None = None,
     runs: Runs = (),
 ) -> dict[str, Any]:
+    """The baseline document `recording` makes (its figures too noisy to record written not gated)."""
+    return recording(sku, previous, measurements, provenance, node_gpu_count, runs)[0]
+
+
+def recording(
+    sku: str,
+    previous: Baseline | None,
+    measurements: list[dict[str, Any]],
+    provenance: str,
+    node_gpu_count: int | None = None,
+    runs: Runs = (),
+) -> tuple[dict[str, Any], list[NotGated]]:
     """A baseline document whose expected values are this run's medians (or, with the node's kept `runs`, the
     median over them and this run), with limits from the resolution each metric needs (see the module's rule). The
     needed resolutions, params and the detect, health, topology and pretrain sections carry over from `previous`
     (the baseline the run was checked against) where it had them; a SKU recorded for the first time gets the node's
-    GPU count as its `detect.gpu_count`. TooNoisy where a figure is too noisy for the resolution its metric
-    needs."""
+    GPU count as its `detect.gpu_count`. With it, the figures too noisy to record, written not gated."""
     sku_needed = previous.resolution if previous is not None else DEFAULT_NEEDED
     by_metric: dict[str, list[dict[str, Any]]] = {}
     for m in measurements:
         if m.get("verdict") != INFO and _recordable(m.get("value")):
             by_metric.setdefault(m["metric"], []).append(m)
     metrics: dict[str, Any] = {}
-    figures: list[_Figure] = []
+    not_gated: list[NotGated] = []
     for name, records in by_metric.items():
         first = records[0]
         unit, direction, kind = first["unit"], first["direction"], first["scope_kind"]
@@ -128,29 +149,38 @@ def recorded_baseline(
                 label_needed = _label_needed(old, label, needed)
                 expected, figure, count = _expected(name, label, of_label, runs, label_needed)
                 counted.append(count)
+                if (why := _too_noisy(figure)) is not None:
+                    not_gated.append(NotGated(name, label, why, _gated(old, label)))
+                    continue
                 values[label] = {"expected": _rounded(expected, label_needed.pct)}
                 if figure is not None:
-                    figures.append(figure)
                     values[label]["spread_pct"] = figure.spread_pct  # each size its own: a quiet one stays quiet
                 if label_needed != needed and not floor_only:
                     values[label].update(_bands(label_needed, direction), resolution_pct=label_needed.pct)
-            worst = min if direction == "higher" else max
-            anchor = worst(v["expected"] for v in values.values())  # a kept floor must lie below every label's value
-            entry.update(_limits(old if floor_only else None, anchor, direction, needed))
-            entry["values"] = values
+            if values:
+                worst = min if direction == "higher" else max
+                anchor = worst(v["expected"] for v in values.values())  # a kept floor lies below every label's
+                entry.update(_limits(old if floor_only else None, anchor, direction, needed))
+                entry["values"] = values
+            else:
+                entry["status"] = "provisional"
         else:
             expected, figure, count = _expected(name, None, records, runs, needed)
             counted.append(count)
-            if figure is not None:
-                figures.append(figure)
-                entry["spread_pct"] = figure.spread_pct
-            entry["expected"] = _rounded(expected, needed.pct)
-            entry.update(_limits(old if floor_only else None, entry["expected"], direction, needed))
-        entry["provenance"] = provenance + _runs_note(counted) + _seen_note(seen, records)
+            if (why := _too_noisy(figure)) is not None:  # its spread in the provenance: it may be past the loader's
+                not_gated.append(NotGated(name, str(records[0]["scope"]), why, _gated(old, None)))
+                entry["status"] = "provisional"
+            else:
+                if figure is not None:
+                    entry["spread_pct"] = figure.spread_pct
+                entry["expected"] = _rounded(expected, needed.pct)
+                entry.update(_limits(old if floor_only else None, entry["expected"], direction, needed))
+        skipped = [f"{n.scope} ({n.why})" for n in not_gated if n.metric == name]
+        not_gated_note = f"; not gated, too noisy to record here: {'; '.join(skipped)}" if skipped else ""
+        entry["provenance"] = provenance + _runs_note(counted) + _seen_note(seen, records) + not_gated_note
         if old is not None and old.default.params:
             entry["params"] = dict(old.default.params)
         metrics[name] = entry
-    _refuse_the_too_noisy(figures)
     doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "sku": sku}
     doc["description"] = previous.description if previous else f"{sku}, recorded from a golden node"
     if previous is None and node_gpu_count is not None:
@@ -177,7 +207,7 @@ def recorded_baseline(
     doc["metrics"] = metrics
     if previous is not None and previous.pretrain is not None:
         doc["pretrain"] = previous.pretrain.as_doc()
-    return doc
+    return doc, not_gated
 
 
 def _expected(
@@ -242,22 +272,19 @@ def _floor_only(old: MetricBaseline) -> bool:
     return old.default.fail is not None and all(r.expected is None and r.warn is None for r in refs)
 
 
-def _refuse_the_too_noisy(figures: Sequence[_Figure]) -> None:
-    """TooNoisy naming the figure whose resolution against its own recording is coarsest for what it needs."""
-    too_noisy = []
-    for fig in figures:
-        res = rs.of_spreads(samples=fig.spread_pct, reference=fig.spread_pct)
-        if res is not None and res.pct > fig.needed.pct:
-            too_noisy.append((res.pct / fig.needed.pct, fig, res))
-    if not too_noisy:
-        return
-    too_noisy.sort(key=lambda t: -t[0])
-    _, fig, res = too_noisy[0]
-    more = f" (and {len(too_noisy) - 1} more figure(s))" if len(too_noisy) > 1 else ""
-    raise TooNoisy(
-        f"too noisy to record: {fig.metric} [{fig.scope}]: {res.describe()} against a recording as noisy is "
-        f"coarser than the {fig.needed.pct:g}% it needs ({fig.needed.source}){more}; record on an idle node"
-    )
+def _too_noisy(fig: _Figure | None) -> str | None:
+    """Why a figure cannot be recorded -- its resolution against a recording as noisy as itself is coarser than it
+    needs -- or None where it can (or shows no spread)."""
+    res = None if fig is None else rs.of_spreads(samples=fig.spread_pct, reference=fig.spread_pct)
+    if fig is None or res is None or res.pct <= fig.needed.pct:
+        return None
+    return f"{res.describe()} against a recording as noisy, coarser than the {fig.needed.pct:g}% needed"
+
+
+def _gated(old: MetricBaseline | None, label: str | None) -> bool:
+    """Whether the previous baseline judged this figure (an expected value or a fail limit): the SKU requires it."""
+    ref = None if old is None else (old.default if label is None else old.reference(label))
+    return ref is not None and ref.has_reference
 
 
 def _recordable(value: Any) -> bool:
@@ -358,11 +385,11 @@ def write_recorded_baseline(
     node_facts: dict[str, str],
     node_gpu_count: int | None,
     runs: Runs = (),
-) -> list[str]:
+) -> tuple[list[str], list[NotGated]]:
     """Write the baseline recorded from `measurements` to `path` (its file name is the SKU), atomically, with a
-    provenance naming the node and its software stack. A node too noisy to record (TooNoisy) and a file the
-    loader would refuse are not written (OutputError, one line), and the old file stays. What was left out
-    (left_out) is returned."""
+    provenance naming the node and its software stack. A file the loader would refuse is not written (OutputError,
+    one line), and the old file stays. What was left out (left_out) and the figures written not gated are
+    returned."""
     from pytest_gbvalidate.baselines.loading import parse_baseline
     from pytest_gbvalidate.baselines.model import BaselineError
     from pytest_gbvalidate.files import OutputError, atomic_write_text
@@ -370,17 +397,14 @@ def write_recorded_baseline(
 
     stack = ", ".join(f"{k} {v}" for k, v in node_facts.items() if k != "hostname")
     provenance = f"measured on {node_facts.get('hostname', '?')} ({utc_now()[:10]}; {stack}) by --gb-record"
-    try:
-        doc = recorded_baseline(path.stem, previous, measurements, provenance, node_gpu_count, runs)
-    except TooNoisy as exc:
-        raise OutputError(f"{path}: not written, {exc}") from None
+    doc, not_gated = recording(path.stem, previous, measurements, provenance, node_gpu_count, runs)
     text = dump_baseline(doc)
     try:
         parse_baseline(path, text.encode("utf-8"))
     except BaselineError as exc:
         raise OutputError(f"{path}: not written, the loader would refuse it: {exc}") from None
     atomic_write_text(path, text)
-    return left_out(measurements)
+    return left_out(measurements), not_gated
 
 
 def dump_baseline(doc: dict[str, Any]) -> str:

@@ -18,9 +18,9 @@ from pytest_gbvalidate.healthcheck.confirm import confirm
 from pytest_gbvalidate.healthcheck.level_run import KILL_GRACE_S, CannotRun, Stopped, dropped_note, run_checks
 from pytest_gbvalidate.healthcheck.verdict import OK, Verdict, judge
 from pytest_gbvalidate.levels import BUDGET_S, LEVELS, Level
-from pytest_gbvalidate.node import window, xid
+from pytest_gbvalidate.node import nic, topology, window, xid
 from pytest_gbvalidate.rules import breaker
-from pytest_gbvalidate.setting_values import bundled_baselines
+from pytest_gbvalidate.setting_values import SettingError, bundled_baselines, parse_window
 from pytest_gbvalidate.settings import cli_flag, env_name
 
 PROG = "python -m pytest_gbvalidate.healthcheck"
@@ -154,7 +154,6 @@ def build_parser() -> argparse.ArgumentParser:
     repaired.add_argument(
         "--window",
         metavar="PATH",
-        type=Path,
         help=f"the node's window file (default: {env_name('window')}, else {window.DEFAULT_PATH})",
     )
     return parser
@@ -168,25 +167,29 @@ REPAIRED_HELP = (
 
 
 def _repaired(args: argparse.Namespace, env: Mapping[str, str]) -> int:
-    path = args.window or Path(env.get(env_name("window")) or window.DEFAULT_PATH)
+    """Close the Xid events the kernel log holds now, and take every InfiniBand error counter's reading as where its
+    window opens: the repair is done, what came before it is judged no more."""
+    given, where = (args.window, "--window") if args.window else (env.get(env_name("window")), env_name("window"))
+    try:
+        path = window.DEFAULT_PATH if not given else parse_window(given, Path.cwd())
+    except SettingError as exc:
+        return _say(f"gbvalidate: not done: {where}: {given!a}: {exc}", slurm.EXIT_NOT_RUN)
+    if path is None:
+        return _say(f"gbvalidate: not done: {where}: none: no window is kept, nothing to close", slurm.EXIT_NOT_RUN)
     try:
         last = xid.last_seq(xid.read_kernel_log(xid.KERNEL_LOG))
     except OSError as exc:
-        return _say(
-            f"gbvalidate: not done: cannot read the kernel log {xid.KERNEL_LOG}: {exc.strerror or exc}",
-            slurm.EXIT_NOT_RUN,
-        )
+        why = f"cannot read the kernel log {xid.KERNEL_LOG}: {exc.strerror or exc}"
+        return _say(f"gbvalidate: not done: {why}", slurm.EXIT_NOT_RUN)
     if last is None:
-        return _say(
-            f"gbvalidate: not done: the kernel log {xid.KERNEL_LOG} has no numbered record to close at",
-            slurm.EXIT_NOT_RUN,
-        )
-    problem = window.Window(path).write({xid.REPAIRED_MARK: last})
+        why = f"the kernel log {xid.KERNEL_LOG} has no numbered record to close at"
+        return _say(f"gbvalidate: not done: {why}", slurm.EXIT_NOT_RUN)
+    counters = nic.counter_marks(topology.SYSFS_ROOT)
+    problem = window.Window(path).write({xid.REPAIRED_MARK: last, **counters})
     if problem is not None:
         return _say(f"gbvalidate: not done: {problem}", slurm.EXIT_NOT_RUN)
-    return _say(
-        f"gbvalidate: repair noted: Xid events up to kernel log record {last} are closed ({path})", slurm.EXIT_OK
-    )
+    ports = f", {len(counters)} InfiniBand error counters count from now" if counters else ""
+    return _say(f"gbvalidate: repair noted: Xid events up to kernel log record {last} are closed{ports} ({path})", 0)
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None, hostname: str | None = None) -> int:

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
+from pytest_gbvalidate.node.window import MIN_RATE_SPAN_S
+
 PROC_CPUINFO = Path("/proc/cpuinfo")
 
 # --- reading one sysfs value ----------------------------------------------------------------------------------
@@ -121,6 +123,18 @@ class NicLink:
     pci: str  # 0000:01:00.0
     current: PcieLink | Reading
     maximum: PcieLink | Reading
+    # The port above the card (its parent in sysfs): a Gen5 card in a Gen4 slot trains at Gen4 by design, which the
+    # kernel's "limited by" finding does not name either. A Reading where there is none to read (the card's own
+    # maximum stands alone then).
+    upstream: PcieLink | Reading = Reading("unknown")
+
+    def best(self) -> PcieLink | None:
+        """The best link the card and the port above it allow together: the lower of each field."""
+        if not isinstance(self.maximum, PcieLink):
+            return None
+        if not isinstance(self.upstream, PcieLink):
+            return self.maximum
+        return PcieLink(min(self.maximum.gen, self.upstream.gen), min(self.maximum.width, self.upstream.width))
 
     @property
     def label(self) -> str:
@@ -152,7 +166,12 @@ def nic_links(sysfs: Path) -> list[NicLink]:
     links = []
     for dev in rdma_devices(sysfs):
         device = dev / "device"
-        links.append(NicLink(dev.name, pci_address(device), read_link(device, "current"), read_link(device, "max")))
+        current, maximum = read_link(device, "current"), read_link(device, "max")
+        try:
+            upstream = read_link(device.resolve().parent, "max")
+        except OSError:
+            upstream = Reading("unknown")
+        links.append(NicLink(dev.name, pci_address(device), current, maximum, upstream))
     return links
 
 
@@ -173,9 +192,10 @@ def judge_link(nic: NicLink, expected: PcieLink | None, sku: str = "the SKU") ->
     for read in nic.unread():
         verdict: LinkVerdict = "bad" if read.state == "bad" else "unknown"
         findings.append(LinkFinding(nic, verdict, f"{nic.label}: {read.problem}"))
-    current, maximum = nic.current, nic.maximum
-    if isinstance(current, PcieLink) and isinstance(maximum, PcieLink) and current.below(maximum):
-        message = f"{nic.label}: PCIe link trained at {current}, the card supports {maximum}"
+    current, best = nic.current, nic.best()
+    if isinstance(current, PcieLink) and best is not None and current.below(best):
+        supports = "the card supports" if best == nic.maximum else f"the card ({nic.maximum}) in its slot allows"
+        message = f"{nic.label}: PCIe link trained at {current}, {supports} {best}"
         findings.append(LinkFinding(nic, "below_max", message))
     if expected is not None and isinstance(current, PcieLink) and current.below(expected):
         message = f"{nic.label}: PCIe link at {current}, the {sku} baseline expects {expected}"
@@ -256,6 +276,18 @@ def ports(sysfs: Path, nic: str) -> list[int]:
     return sorted(int(n) for n in names if n.isdigit())
 
 
+def counter_marks(sysfs: Path) -> dict[str, int]:
+    """Every InfiniBand port's error counters as they read now, by their marks' names: where a repair opens the
+    counters' window (`python -m pytest_gbvalidate.healthcheck repaired`)."""
+    return {
+        mark_name(card.name, port.port, counter): value
+        for card in card_ports(sysfs)
+        for port in card.ports
+        if port.link_layer == "InfiniBand"
+        for counter, value in read_port_counters(sysfs, card.name, port.port).values.items()
+    }
+
+
 def mark_name(nic: str, port: int, counter: CounterName) -> str:
     """The counter's mark in the node's window (node/window.py)."""
     return f"ib/{nic}/{port}/{counter}"
@@ -310,8 +342,8 @@ def _duration(seconds: float) -> str:
 def change(nic: str, port: int, counter: CounterName, now: int, since: Since, now_s: float) -> CounterChange:
     """The increase of a counter since `since`. A counter below its mark was cleared (perfquery -R, a driver
     reload) since: its whole value is counted as the increase, over the time since the mark (NVSentinel's reset
-    rule)."""
-    seconds = max(now_s - since.time_s, 0.0)
+    rule). The time is window.MIN_RATE_SPAN_S at least (a clock stepped back, a re-run seconds later)."""
+    seconds = max(now_s - since.time_s, MIN_RATE_SPAN_S)
     if not since.from_mark:
         return CounterChange(nic, port, counter, now, now, seconds, "boot")
     if now < since.value:
@@ -372,11 +404,11 @@ class CardPorts:
     def label(self) -> str:
         return f"{self.name} ({self.pci})"
 
-    def kind(self) -> tuple[str, float | None]:
-        """What makes cards peers: the link layer of their ports and the fastest rate among them."""
-        layers = sorted({p.link_layer for p in self.ports})
-        rates = [p.rate_gbps for p in self.ports if p.rate_gbps is not None]
-        return ("+".join(layers) or "?", max(rates) if rates else None)
+    def kind(self) -> str:
+        """What makes cards peers: the link layer of their ports and how many ports they have. Not their rate: a
+        port that is down reports a low one (10 Gb/s), which would put the card with a port down in a kind of its
+        own, judged by nobody."""
+        return f"{'+'.join(sorted({p.link_layer for p in self.ports})) or '?'} {len(self.ports)}-port"
 
     def active(self) -> int:
         return sum(1 for p in self.ports if p.state == "ACTIVE")
@@ -407,21 +439,21 @@ def card_ports(sysfs: Path) -> list[CardPorts]:
 
 
 def fewer_active_ports(cards: Iterable[CardPorts]) -> list[str]:
-    """Cards with fewer ACTIVE ports than the most common count among their peers (the same kind: link layer and
-    maximum rate; virtual functions of a host apart), each named with what its peers have. A kind with a single
-    card, or with no most common count (a tie), names none."""
-    groups: dict[tuple[bool, str, float | None], list[CardPorts]] = {}
+    """Cards with fewer ACTIVE ports than the most common count among their peers (the same kind: link layer;
+    virtual functions of a host apart), each named with what its peers have. A kind with a single card, or with no
+    most common count (a tie), names none."""
+    groups: dict[tuple[bool, str], list[CardPorts]] = {}
     for card in cards:
-        groups.setdefault((card.virtual_function, *card.kind()), []).append(card)
+        groups.setdefault((card.virtual_function, card.kind()), []).append(card)
     found = []
-    for (vf, layer, rate), peers in groups.items():
+    for (vf, layer), peers in groups.items():
         if len(peers) < 2:
             continue
         counts = Counter(c.active() for c in peers).most_common()
         if len(counts) > 1 and counts[0][1] == counts[1][1]:
             continue
         usual = counts[0][0]
-        kind = f"{layer}{f' {rate:g} Gb/s' if rate is not None else ''}{' VF' if vf else ''}"
+        kind = f"{layer}{' VF' if vf else ''}"
         for card in peers:
             if card.active() < usual:
                 down = ", ".join(f"port {p.port} {p.state}" for p in card.ports if p.state != "ACTIVE")
@@ -437,24 +469,19 @@ def fewer_active_ports(cards: Iterable[CardPorts]) -> list[str]:
 PEERMEM_MODULE = "nvidia_peermem"
 
 
+NVIDIA_VERSION = Path("/proc/driver/nvidia/version")
+
+
 def peermem_loaded(sysfs: Path) -> bool:
     """Whether the nvidia_peermem module is loaded (/sys/module/nvidia_peermem): NVIDIA's GPUDirect RDMA peer
-    memory client, without which the NIC cannot reach GPU memory."""
+    memory client, without which the NIC cannot reach GPU memory through the proprietary kernel module."""
     return (sysfs / "module" / PEERMEM_MODULE).is_dir()
 
 
-# --- firmware -----------------------------------------------------------------------------------------------------
-
-
-def firmware_versions(sysfs: Path) -> dict[str, str]:
-    """Each RDMA device's firmware (/sys/class/infiniband/<dev>/fw_ver); a device whose file cannot be read is
-    left out."""
-    found = {}
-    for dev in rdma_devices(sysfs):
-        read = read_text(dev / "fw_ver")
-        if read.state == "ok" and re.fullmatch(r"[\w.\-]{1,40}", read.text):
-            found[dev.name] = read.text
-    return found
+def open_kernel_modules() -> bool:
+    """Whether the NVIDIA driver loaded is its open kernel module (/proc/driver/nvidia/version says so): then the
+    NIC reaches GPU memory through the kernel's DMA-BUF (NCCL uses it on its own, Linux 5.12 on), peermem or not."""
+    return "Open Kernel Module" in read_text(NVIDIA_VERSION).text
 
 
 # --- ACS on PCIe bridges ------------------------------------------------------------------------------------------

@@ -290,8 +290,10 @@ def field_values(h: Any, *field_ids: int) -> dict[int, int | float | None]:
 # nvmlValueType_t -> the member of nvmlValue_t that holds a value of that type
 _VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 FI_PCIE_REPLAY_COUNTER = 94  # NVML_FI_DEV_PCIE_REPLAY_COUNTER: PCIe replays since the driver loaded
-FI_SHUTDOWN_TLIMIT = 193  # NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT: degrees C below the shutdown temperature
-FI_SLOWDOWN_TLIMIT = 194  # NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT: degrees C below the slowdown temperature
+# The T.Limit readings at which the GPU shuts down and slows down (nvidia-smi's "GPU Shutdown T.Limit Temp", e.g.
+# -5 C, and "GPU Slowdown T.Limit Temp", -2 C): thresholds on the scale of the margin, not the margin itself.
+FI_SHUTDOWN_TLIMIT = 193  # NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT
+FI_SLOWDOWN_TLIMIT = 194  # NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT
 FI_GPU_RECOVERY_ACTION = 230  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: what the driver says the GPU needs
 # nvmlDeviceGpuRecoveryAction_t (NVML_GPU_RECOVERY_ACTION_<name>)
 RECOVERY_ACTIONS = {
@@ -356,17 +358,24 @@ def sram_ecc_status(h: Any) -> SramEccStatus | None:
 
 
 @dataclass(frozen=True)
-class ThermalMargins:
-    """Degrees C the GPU is below its shutdown and slowdown temperatures (T.Limit; negative: past them)."""
+class ThermalMargin:
+    """The GPU's thermal margin now (nvidia-smi's "GPU T.Limit Temp": degrees C below its T.Limit, negative past it;
+    nvmlDeviceGetMarginTemperature) and the margins at which it slows down and shuts down (fields 194, 193)."""
 
-    shutdown_c: int | None
+    margin_c: int | None
     slowdown_c: int | None
+    shutdown_c: int | None
 
 
-def thermal_margins(h: Any) -> ThermalMargins:
-    margins = field_values(h, FI_SHUTDOWN_TLIMIT, FI_SLOWDOWN_TLIMIT)
-    shutdown, slowdown = margins[FI_SHUTDOWN_TLIMIT], margins[FI_SLOWDOWN_TLIMIT]
-    return ThermalMargins(None if shutdown is None else int(shutdown), None if slowdown is None else int(slowdown))
+def thermal_margin(h: Any) -> ThermalMargin:
+    margin = _optional("nvmlDeviceGetMarginTemperature", h)
+    limits = field_values(h, FI_SLOWDOWN_TLIMIT, FI_SHUTDOWN_TLIMIT)
+    slowdown, shutdown = limits[FI_SLOWDOWN_TLIMIT], limits[FI_SHUTDOWN_TLIMIT]
+    return ThermalMargin(
+        None if margin is None else int(margin),
+        None if slowdown is None else int(slowdown),
+        None if shutdown is None else int(shutdown),
+    )
 
 
 def pcie_replays(h: Any) -> int | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import os
 import time
 from collections.abc import Iterator, Mapping
@@ -23,6 +24,8 @@ DEFAULT_PATH = Path("/run/gbvalidate/window.json")
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 UPTIME = Path("/proc/uptime")
 WINDOW_VERSION = 1
+# A rate is taken over this long at least: a re-run seconds after a clean check must not make one error a high rate.
+MIN_RATE_SPAN_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -31,12 +34,14 @@ class Mark:
     time_s: float  # wall clock (time.time()) when it was taken
 
 
-def boot_id() -> str:
-    """The kernel's id of this boot; "" where the kernel does not say (then marks never outlive the process)."""
+def boot_id() -> str | None:
+    """The kernel's id of this boot; None where the kernel does not say: then no mark is kept or read, as a mark
+    that cannot be tied to its boot could close a window on events of another."""
     try:
-        return BOOT_ID.read_text(encoding="ascii").strip()
-    except OSError:
-        return ""
+        found = BOOT_ID.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return found or None
 
 
 def uptime_s() -> float | None:
@@ -59,21 +64,25 @@ class Window:
     def read(self, name: str) -> Mark | None:
         """The mark `name` of this boot, or None: never taken this boot, no window kept, or a file that cannot be
         read (its problem is said by `write`, which the same check calls)."""
-        if self.path is None:
+        boot = boot_id()
+        if self.path is None or boot is None:
             return None
-        marks = _load(self.path).get(boot_id(), {})
-        return marks.get(name)
+        mark = _load(self.path).get(boot, {}).get(name)
+        # A mark from the future (a clock stepped back, a file edited by hand) says nothing of since when.
+        return None if mark is None or mark.time_s > time.time() + 60 else mark
 
     def write(self, marks: Mapping[str, int], now_s: float | None = None) -> str | None:
         """Set these marks (name -> value) at `now_s`; a problem as one line (the file and why), else None. Marks of
         another boot are dropped: they can never be read again."""
         if self.path is None:
             return None
+        boot = boot_id()
+        if boot is None:
+            return f"the node's window {self.path} is not kept: the kernel gives no boot id ({BOOT_ID})"
         taken = time.time() if now_s is None else now_s
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with _locked(self.path):
-                boot = boot_id()
                 kept = _load(self.path).get(boot, {})
                 kept.update({name: Mark(int(value), taken) for name, value in marks.items()})
                 data = {
@@ -95,9 +104,9 @@ class Rate:
     counted: str  # how: '3 in 600 s since the last clean check'
 
 
-def rate(window: Window, name: str, count: int, now_s: float, min_span_s: float) -> Rate | None:
+def rate(window: Window, name: str, count: int, now_s: float, min_span_s: float = MIN_RATE_SPAN_S) -> Rate | None:
     """A counter's rate since its mark of this boot (the check's last clean run), else since boot, over at least
-    `min_span_s` (a re-run seconds later must not make one error a high rate). A counter below its mark was cleared
+    `min_span_s`. A counter below its mark was cleared
     since (a driver reload, a GPU reset): its whole value counts, over the time since the mark, as node/nic.py counts
     a cleared InfiniBand counter (NVSentinel's reset rule). None where neither the mark nor the uptime can be read."""
     mark = window.read(name)
@@ -130,8 +139,8 @@ def _load(path: Path) -> dict[str, dict[str, Mark]]:
         marks = {
             str(name): Mark(int(m["value"]), float(m["time_s"]))
             for name, m in data["marks"].items()
-            if isinstance(m, dict)
+            if isinstance(m, dict) and math.isfinite(float(m["time_s"])) and int(m["value"]) >= 0
         }
         return {str(data["boot_id"]): marks}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, ArithmeticError):  # 1e400, NaN: not a mark
         return {}

@@ -23,6 +23,7 @@ XidAction = Literal["drain", "job", "warn", "ignore"]
 # fault, not the node; fix_config: the site's setting; none: nothing to do.
 RepairAction = Literal["reboot", "gpu_reset", "reprovision", "rma", "fix_job", "fix_config", "none"]
 XID_ACTIONS: tuple[XidAction, ...] = get_args(XidAction)
+MAX_CODE = 65535  # a site may name a code newer than the catalog; the driver prints them as small numbers
 REPAIR_ACTIONS: tuple[RepairAction, ...] = get_args(RepairAction)
 
 

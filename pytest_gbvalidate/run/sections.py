@@ -177,27 +177,35 @@ def record_baseline(
 ) -> str | None:
     """Write the recorded baseline to `path` unless `why_not` says the run did not complete, from this run's
     figures and the node's kept `runs` (--gb-history); the outcome goes in the report's `record` section. Why it
-    could not be written, else None."""
+    could not be written, or fell short of a figure the SKU requires (one line each), else None."""
     from pytest_gbvalidate.baselines.recording import write_recorded_baseline
     from pytest_gbvalidate.files import OutputError
 
-    error = None
+    error, written = None, False
     if why_not is None:
         try:
             measurements = [dict(m) for m in report.measurements]
-            skipped = write_recorded_baseline(
+            skipped, not_gated = write_recorded_baseline(
                 path, target.baseline, measurements, node_facts, target.node_gpu_count, runs
             )
+            written = True
             note = f"recorded baseline: {path}"
             if skipped:  # failed or broken measurements: no expected value of 0 or "nan"
                 note += f"; left out, not measured validly: {'; '.join(skipped)}"
+            required = [n for n in not_gated if n.required]
+            if not_gated:
+                note += f"; {len(not_gated)} figure(s) too noisy to record, written not gated:"
+                note += "".join(f"\n  {'required by the SKU: ' if n.required else ''}{n.line()}" for n in not_gated)
+            if required:  # written all the same: what could be recorded is
+                error = f"{path}: written without {len(required)} figure(s) the SKU's baseline gates"
+                note += f"\n{error}; the run fails"
         except OutputError as exc:
             error = str(exc)
             note = f"baseline NOT recorded: {exc}; the run fails"
     else:
         kept = "left as it was" if path.exists() else "not written"
         note = f"nothing recorded: the run did not complete ({why_not}); {path} {kept}"
-    report.set("record", {"path": str(path), "written": why_not is None and error is None, "note": note})
+    report.set("record", {"path": str(path), "written": written, "note": note})
     return error
 
 

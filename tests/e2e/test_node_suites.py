@@ -258,6 +258,7 @@ def test_the_nic_suite_names_a_narrow_card_and_a_port_that_went_down_since_the_l
     node.hcas[2].current_link = ("32.0 GT/s PCIe", "8")  # mlx5_2 trained at x8 of its x16
     node.hcas[1].counters["link_downed"] = 3  # 2 at the last check: one more since
     node.hcas[3].counters["link_downed"] = 5  # 5 at the last check too: judged once, not again
+    node.hcas[0].counters["link_downed"] = 7  # no mark this boot: a rise of long ago opens the window, no fault
     node.install(monkeypatch, tmp_path)
     marks = Window(window.DEFAULT_PATH)  # the run's default window, this test's own (tests/conftest.py)
     assert marks.write({"ib/mlx5_1/1/link_downed": 2, "ib/mlx5_3/1/link_downed": 5}, time.time() - 600) is None
@@ -273,7 +274,7 @@ def test_the_nic_suite_names_a_narrow_card_and_a_port_that_went_down_since_the_l
     assert "mlx5_0" not in failed["test_nic_pcie_link"] and "mlx5_3" not in failed["test_nic_pcie_link"]
     counters = failed["test_infiniband_error_counters"]
     assert "mlx5_1 port 1: link_downed rose by 1 in 10 min since the last clean check" in counters
-    assert "mlx5_3" not in counters
+    assert "mlx5_3" not in counters and "mlx5_0" not in counters
     assert cases["test_nic_active_ports_match_peers"]["outcome"] == "passed"
     assert cases["test_gpudirect_rdma_module"]["outcome"] == "passed"  # the baseline's use_cuda: peermem loaded
     assert cases["test_pcie_acs_redirect_off"]["message"].startswith("no PCIe bridge in ")
@@ -284,6 +285,12 @@ def test_the_nic_suite_names_a_narrow_card_and_a_port_that_went_down_since_the_l
     # A failed check leaves its marks: its second run (confirm before drain) judges the same rise.
     kept = marks.read("ib/mlx5_1/1/link_downed")
     assert kept is not None and kept.value == 2
+    assert "ib/mlx5_0/1/link_downed 7" in dict(cases["test_infiniband_error_counters"]["props"])["gb_window_opened"]
+    # Once the link is mended and the repair noted, the counters' window opens at their readings then.
+    assert healthcheck_main(["repaired"]) == 0
+    nic_suite = (str(SUITES / "test_nic.py"),)
+    result, cases, _ = run_suites(pytester, "ND_GB200_v6", "-k", "error_counters", suites=nic_suite)
+    assert cases["test_infiniband_error_counters"]["outcome"] == "passed"
 
 
 class LoseGpuAfter:
@@ -582,9 +589,9 @@ def test_the_driver_s_own_verdicts_fail_warn_or_skip_per_gpu(
     node = nd_gb200_v6()
     gpu0, gpu1, gpu2, gpu3 = node.gpus
     gpu0.recovery_action = pynvml.NVML_GPU_RECOVERY_ACTION_GPU_RESET
-    gpu1.tlimits_c = (10, -3)
+    gpu1.margin_c = -3  # 3 C past its T.Limit: past the driver's slowdown margin of -2
     gpu2.recovery_action = gpu2.pcie_replays = gpu2.unrepairable_memory = gpu2.sram_threshold_exceeded = None
-    gpu2.repairs_pending, gpu2.tlimits_c, gpu2.nvlink_errors = None, (None, None), None
+    gpu2.repairs_pending, gpu2.margin_c, gpu2.nvlink_errors = None, None, None
     gpu3.recovery_action = pynvml.NVML_GPU_RECOVERY_ACTION_DRAIN_P2P
     gpu3.unrepairable_memory, gpu3.repairs_pending, gpu3.sram_threshold_exceeded = 1, (1, 0), 1
     gpu3.row_remaps = (3, 512, 0, 0)
@@ -602,7 +609,8 @@ def test_the_driver_s_own_verdicts_fail_warn_or_skip_per_gpu(
             "gpu_reset",
         ),
         "test_thermal_margin[gpu1]": (
-            "gpu1 (00000009:01:00.0): thermal margin -3 C to slowdown, below the ND_GB200_v6 offset of -2 C",
+            "gpu1 (00000009:01:00.0): thermal margin -3 C (T.Limit), below the ND_GB200_v6 offset of -2 C (the "
+            "driver's: slows at -2 C, shuts down at -5 C)",
             "thermal_power",
         ),
         "test_memory_unrepairable[gpu3]": ("the driver flags its memory unrepairable: replace the GPU", "gpu_hardware"),

@@ -243,19 +243,23 @@ def test_record_on_cpu_then_pass_against_the_recording(pytester: pytest.Pytester
         "host_copy or all_reduce_busbw",
     ]
     first = pytester.runpytest(*some, "--gb-sku=cpu", "--gb-baselines=b", "--gb-record=b/golden.yaml")
-    if not (pytester.path / "b" / "golden.yaml").exists():
-        # A machine too noisy to record (a busy CI worker): refused in one line naming the figure, the run failed.
-        first.stdout.fnmatch_lines(["*baseline NOT recorded: *too noisy to record: *resolution *"])
-        assert first.ret == pytest.ExitCode.TESTS_FAILED
-        pytest.skip("this machine's figures scattered too much to record a baseline (the refusal was checked)")
     first.assert_outcomes(passed=2, skipped=3, deselected=18)  # pairs of nodes, NVLS, MNNVL: skipped here
-    first.stdout.fnmatch_lines(["recorded baseline: *golden.yaml"])
-    text = (pytester.path / "b" / "golden.yaml").read_text()
+    first.stdout.fnmatch_lines(["recorded baseline: *golden.yaml*"])
+    text = (pytester.path / "b" / "golden.yaml").read_text()  # written, whatever the machine's noise
     assert "sku: golden" in text and "status: measured" in text and "measured on " in text
-    assert "      1MiB:" in text and "      4MiB:" in text and "2MiB" not in text  # the gated sizes only
+    assert "2MiB" not in text  # the gated sizes only
+    # A busy machine's figure too noisy to record is written not gated, each named on a line of its own; the run
+    # fails only where it is one the cpu baseline gates.
+    noisy = [line for line in first.stdout.lines if line.startswith("  ") and "against a recording as noisy" in line]
+    assert ("figure(s) too noisy to record, written not gated" in first.stdout.str()) == bool(noisy)
+    required = any("required by the SKU: " in line for line in noisy)
+    assert first.ret == (pytest.ExitCode.TESTS_FAILED if required else pytest.ExitCode.OK)
+    for size in ("1MiB", "4MiB"):
+        assert (f"      {size}:" in text) != any(f"all_reduce_busbw_gbps [{size}]" in line for line in noisy)
     second = pytester.runpytest(*some, "--gb-sku=golden", "--gb-baselines=b", "--gb-report=r.json")
-    gated = [m for m in json.loads((pytester.path / "r.json").read_text())["measurements"] if m["verdict"] != "info"]
-    assert [m["scope"] for m in gated] == ["node", "1MiB", "4MiB"]
+    judged = json.loads((pytester.path / "r.json").read_text())["measurements"]
+    gated = [m for m in judged if m["verdict"] not in ("info", "skip")]  # not gated: reported, never judged
+    assert [m["scope"] for m in gated] == [s for s in ("node", "1MiB", "4MiB") if f"[{s}]" not in "".join(noisy)]
     for m in gated:  # judged against the recording; how a busy machine's next run fares is the benchmarks' to say
         assert m["verdict"] in ("pass", "warn", "unresolved", "fail") and m["status"] == "measured"
         assert m["provenance"].startswith("measured on ") and m["expected"] > 0 and "resolution" in m

@@ -42,7 +42,6 @@ class FakeHca:
     max_link: tuple[str, str] = ("32.0 GT/s PCIe", "16")
     # Port 1's error counters (ports/1/counters/, and hw_counters/ for rnr_nak_retry_err): all 0 on a healthy card.
     counters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(nic.COUNTERS, 0))
-    fw_ver: str = "28.39.1002"
 
 
 @dataclass
@@ -90,7 +89,6 @@ class FakeNode:
             (ib / "device").symlink_to(device)
             for name in ("state", "rate", "link_layer"):
                 _write(ib / "ports/1" / name, getattr(hca, name))
-            _write(ib / "fw_ver", hca.fw_ver)
             for which, (speed, width) in (("current", hca.current_link), ("max", hca.max_link)):
                 _write(device / f"{which}_link_speed", speed)
                 _write(device / f"{which}_link_width", width)
@@ -124,6 +122,9 @@ class FakeNode:
         cpuinfo = tmp_path / "cpuinfo"  # bare metal: no hypervisor flag
         cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu vme de pse\n")
         monkeypatch.setattr(nic, "PROC_CPUINFO", cpuinfo)
+        driver = tmp_path / "nvidia-version"  # the proprietary kernel module, as the fake NVML's driver version
+        driver.write_text(f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {self.nvml().driver_version}\n")
+        monkeypatch.setattr(nic, "NVIDIA_VERSION", driver)
         conf = tmp_path / "etc-nccl.conf"
         if self.nccl_conf is not None:
             conf.write_text(self.nccl_conf)

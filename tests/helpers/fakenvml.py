@@ -102,7 +102,10 @@ class FakeGpu:
     unrepairable_memory: int | None = 0
     repairs_pending: tuple[int, int] | None = (0, 0)  # channel repair, TPC repair
     sram_threshold_exceeded: int | None = 0  # its counts: ecc_errors' sram_* aggregates
-    tlimits_c: tuple[int | None, int | None] = (18, 13)  # margin to shutdown, to slowdown (T.Limit)
+    # The T.Limit margins at which the GPU shuts down and slows down (fields 193, 194), as H100s report them, and the
+    # margin now (nvmlDeviceGetMarginTemperature: degrees C below the T.Limit; an idle GPU sits far below it).
+    tlimits_c: tuple[int | None, int | None] = (-5, -2)
+    margin_c: int | None = 45
     pcie_replays: int | None = 0
 
     def field_values(self) -> dict[int, tuple[int, int | None]]:
@@ -381,6 +384,12 @@ class FakeNvmlLib:
         if ref._obj.version != pynvml.nvmlRepairStatus_v1:
             raise VersionMismatch
         ref._obj.bChannelRepairPending, ref._obj.bTpcRepairPending = supported(gpu.repairs_pending)
+
+    @_per_gpu
+    def nvmlDeviceGetMarginTemperature(self, gpu: FakeGpu, ref: Any) -> None:
+        if ref._obj.version != pynvml.nvmlMarginTemperature_v1:
+            raise VersionMismatch
+        ref._obj.marginTemperature = supported(gpu.margin_c)
 
     @_per_gpu
     def nvmlDeviceGetSramEccErrorStatus(self, gpu: FakeGpu, ref: Any) -> None:

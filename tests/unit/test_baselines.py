@@ -612,7 +612,8 @@ def test_bundled_gpu_baselines_carry_only_public_gates_and_layouts() -> None:
     [
         (("'570.133.20'", "570.13"), ":6: health.min_driver_version: 570.13: quote it, e.g. '570.133.20'"),
         (("nvlinks_per_gpu: 18", "nvlinks_per_gpu: 0"), ":7: health.nvlinks_per_gpu: 0: must be a whole number"),
-        (("[63, 92]", "[63, 999]"), ":8: health.xid_actions.ignore: 999: not an Xid code of the catalog"),
+        (("[63, 92]", "[63, 0]"), ":8: health.xid_actions.ignore: 0: not an Xid code (a whole number, 1 to 65535)"),
+        (("[63, 92]", "[63, '63']"), ":8: health.xid_actions.ignore: '63': not an Xid code"),
         (("[63, 92]", "[63, 13]"), ":8: health.xid_actions.ignore: Xid 13 has an action already: drain"),
         (("{drain: [13]", "{drop: [13]"), ":8: health.xid_actions.drop: unknown field (allowed:"),
         (("{drain: [13]", "{drain: 13"), ":8: health.xid_actions.drain: 13: must be a list of Xid codes"),

@@ -532,3 +532,26 @@ def test_a_node_drained_for_more_than_leftovers_is_left_alone(
     assert cli.main(["slurm", "--drain"], env=HEALTH_CHECK_PROGRAM, hostname="h") == 0
     assert "Node Health Check skipped:  gpu-017 is out of service already" in capsys.readouterr().out
     assert scontrol_calls(calls) == []
+
+
+def test_repaired_closes_the_kernel_log_s_events_in_the_window_the_checks_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pytest_gbvalidate.node import window, xid
+
+    log = tmp_path / "kmsg"
+    log.write_text("6,41,1000,-;NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus\n6,42,2000,-;usb 1-1\n")
+    monkeypatch.setattr(xid, "KERNEL_LOG", log)
+    assert cli.main(["repaired"], env={"GBVALIDATE_WINDOW": str(tmp_path / "w.json")}) == 0
+    assert "Xid events up to kernel log record 42 are closed" in capsys.readouterr().out
+    assert window.Window(tmp_path / "w.json").read(xid.REPAIRED_MARK) is not None
+    assert cli.main(["repaired"], env={"GBVALIDATE_WINDOW": "none"}) == 10
+    assert (
+        capsys.readouterr().out
+        == "gbvalidate: not done: GBVALIDATE_WINDOW: none: no window is kept, nothing to close\n"
+    )
+    assert cli.main(["repaired", "--window", str(tmp_path)], env={}) == 10  # a directory: one line naming it
+    assert capsys.readouterr().out.startswith(f"gbvalidate: not done: --window: '{tmp_path}': is a directory")
+    monkeypatch.setattr(xid, "KERNEL_LOG", tmp_path / "missing")
+    assert cli.main(["repaired", "--window", str(tmp_path / "w.json")], env={}) == 10
+    assert "cannot read the kernel log" in capsys.readouterr().out

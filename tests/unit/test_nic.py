@@ -148,8 +148,17 @@ def test_a_card_with_fewer_active_ports_than_its_peers_is_named(tmp_path: Path) 
     _card(tmp_path, "mlx5_3", "0003:01:00.0", states=("4: ACTIVE", "1: DOWN"))
     _card(tmp_path, "mlx5_4", "0004:01:00.0", states=("1: DOWN",), rate="100 Gb/sec (4X EDR)")  # no peer
     assert nic.fewer_active_ports(nic.card_ports(tmp_path)) == [
-        "mlx5_3 (0003:01:00.0): 1 active port(s), its 3 InfiniBand 400 Gb/s peers have 2 (port 2 DOWN)"
+        "mlx5_3 (0003:01:00.0): 1 active port(s), its 3 InfiniBand 2-port peers have 2 (port 2 DOWN)"
     ]
+    # A port that is down reports a low rate: the card is still its peers' (7 up at 400 Gb/s, 1 down at 10).
+    for i in range(5, 12):
+        _card(tmp_path, f"mlx5_{i}", f"00{i:02x}:01:00.0", states=("4: ACTIVE",))
+    _card(tmp_path, "mlx5_12", "000c:01:00.0", states=("1: DOWN",), rate="10 Gb/sec (4X SDR)")
+    named = set(nic.fewer_active_ports(nic.card_ports(tmp_path)))
+    assert {
+        "mlx5_12 (000c:01:00.0): 0 active port(s), its 8 InfiniBand 1-port peers have 1 (port 1 DOWN)",
+        "mlx5_4 (0004:01:00.0): 0 active port(s), its 8 InfiniBand 1-port peers have 1 (port 1 DOWN)",
+    } < named
 
 
 def test_cards_split_evenly_name_none(tmp_path: Path) -> None:
@@ -158,13 +167,21 @@ def test_cards_split_evenly_name_none(tmp_path: Path) -> None:
     assert nic.fewer_active_ports(nic.card_ports(tmp_path)) == []
 
 
-def test_peermem_and_firmware(tmp_path: Path) -> None:
+def test_peermem_is_told_by_its_module(tmp_path: Path) -> None:
     _card(tmp_path, "mlx5_0", "0000:01:00.0")
-    _write(tmp_path / "class/infiniband/mlx5_0/fw_ver", "28.39.1002")
     assert not nic.peermem_loaded(tmp_path)
     (tmp_path / "module/nvidia_peermem").mkdir(parents=True)
     assert nic.peermem_loaded(tmp_path)
-    assert nic.firmware_versions(tmp_path) == {"mlx5_0": "28.39.1002"}
+
+
+def test_the_open_kernel_module_is_told_by_its_version_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    version = tmp_path / "version"
+    monkeypatch.setattr(nic, "NVIDIA_VERSION", version)
+    assert not nic.open_kernel_modules()  # no driver
+    version.write_text("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.133.20  Release Build\n")
+    assert nic.open_kernel_modules()
+    version.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.133.20  Tue Mar 25 2025\n")
+    assert not nic.open_kernel_modules()
 
 
 def test_a_hypervisor_is_told_by_dmi_or_the_cpu_flag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -200,3 +217,23 @@ def test_acs_redirect_bits_are_found_on_bridges(tmp_path: Path) -> None:
     assert [(b.address, b.redirect) for b in scan.redirecting()] == [("0000:00:01.0", ("ReqRedir", "CmpltRedir"))]
     assert [b.address for b in scan.unread()] == ["0000:00:03.0"]
     assert nic.acs_control(bytes(4096)) is None
+
+
+def test_a_card_in_a_slower_slot_is_held_to_what_the_slot_allows(tmp_path: Path) -> None:
+    """A Gen5 x16 ConnectX-7 below a Gen4 port trains at Gen4 by design; at Gen4 x8 it is narrow for the slot too."""
+    bridge = tmp_path / "devices/pci0000:00/0000:00:01.0"
+    _write(bridge / "max_link_speed", "16.0 GT/s PCIe")
+    _write(bridge / "max_link_width", "16")
+    card = bridge / "0000:01:00.0"
+    for which, (speed, width) in (("current", ("16.0 GT/s PCIe", "16")), ("max", ("32.0 GT/s PCIe", "16"))):
+        _write(card / f"{which}_link_speed", speed)
+        _write(card / f"{which}_link_width", width)
+    (tmp_path / "class/infiniband/mlx5_0").mkdir(parents=True)
+    (tmp_path / "class/infiniband/mlx5_0/device").symlink_to(card)
+    (link,) = nic.nic_links(tmp_path)
+    assert link.best() == PcieLink(4, 16) and nic.judge_link(link, None) == []
+    _write(card / "current_link_width", "8")
+    (link,) = nic.nic_links(tmp_path)
+    assert [f.message for f in nic.judge_link(link, None)] == [
+        "mlx5_0 (0000:01:00.0): PCIe link trained at Gen4 x8, the card (Gen5 x16) in its slot allows Gen4 x16"
+    ]

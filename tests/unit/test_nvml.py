@@ -253,6 +253,7 @@ class OlderDriver(FakeNvmlLib):
             "nvmlDeviceGetUnrepairableMemoryFlag_v1",
             "nvmlDeviceGetRepairStatus",
             "nvmlDeviceGetSramEccErrorStatus",
+            "nvmlDeviceGetMarginTemperature",
         }
     )
 
@@ -270,7 +271,7 @@ def test_the_driver_s_verdicts_are_read(lib: FakeNvmlLib) -> None:
             repairs_pending=(1, 0),
             sram_threshold_exceeded=1,
             ecc_errors={"sram_uncorrectable": (1, 5), "sram_correctable": (0, 40)},
-            tlimits_c=(4, -3),
+            margin_c=-3,
             pcie_replays=2**40,  # an unsigned long long
         )
     )
@@ -279,7 +280,7 @@ def test_the_driver_s_verdicts_are_read(lib: FakeNvmlLib) -> None:
     assert nvml.unrepairable_memory(h) is True
     assert nvml.repair_status(h) == nvml.RepairStatus(channel_repair_pending=True, tpc_repair_pending=False)
     assert nvml.sram_ecc_status(h) == nvml.SramEccStatus(True, 5, 0, 40)
-    assert nvml.thermal_margins(h) == nvml.ThermalMargins(shutdown_c=4, slowdown_c=-3)  # signed: past the limit
+    assert nvml.thermal_margin(h) == nvml.ThermalMargin(margin_c=-3, slowdown_c=-2, shutdown_c=-5)  # signed: past
     assert nvml.pcie_replays(h) == 2**40
 
 
@@ -299,10 +300,10 @@ def test_each_recovery_action_is_read_by_its_nvml_name(lib: FakeNvmlLib, action:
 
 
 def test_a_field_the_driver_does_not_give_reads_as_none(lib: FakeNvmlLib) -> None:
-    lib.gpus.append(FakeGpu(recovery_action=None, tlimits_c=(None, 7), pcie_replays=None))
+    lib.gpus.append(FakeGpu(recovery_action=None, tlimits_c=(None, -2), margin_c=None, pcie_replays=None))
     h = nvml.handle(0)
     assert (nvml.recovery_action(h), nvml.pcie_replays(h)) == (None, None)
-    assert nvml.thermal_margins(h) == nvml.ThermalMargins(shutdown_c=None, slowdown_c=7)  # each entry for itself
+    assert nvml.thermal_margin(h) == nvml.ThermalMargin(None, slowdown_c=-2, shutdown_c=None)  # each for itself
     assert nvml.field_values(h, pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, 9999) == {230: None, 9999: None}
 
 
@@ -318,7 +319,7 @@ def test_an_older_driver_lacks_the_verdicts_and_they_read_as_none(monkeypatch: p
         h = nvml.handle(0)
         assert (nvml.recovery_action(h), nvml.unrepairable_memory(h), nvml.repair_status(h)) == (None, None, None)
         assert nvml.sram_ecc_status(h) is None and nvml.pcie_replays(h) is None
-        assert nvml.thermal_margins(h) == nvml.ThermalMargins(None, None)
+        assert nvml.thermal_margin(h) == nvml.ThermalMargin(None, None, None)
 
 
 def test_a_lost_gpu_s_verdicts_raise_nvml_s_words(lib: FakeNvmlLib) -> None:

@@ -12,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_gbvalidate import baselines as bl
-from pytest_gbvalidate import files
 from pytest_gbvalidate.baselines import recording
 from pytest_gbvalidate.baselines.loading import parse_baseline
 from pytest_gbvalidate.rules import resolution as rs
@@ -137,27 +136,33 @@ def test_the_noise_is_written_once_and_does_not_widen_the_bands(direction: str) 
 
 
 @pytest.mark.parametrize(("spread", "needed"), [(500.0, 70.0), (30.0, 70.0), (2.2, None)])
-def test_a_node_too_noisy_to_record_is_refused_in_one_line(tmp_path: Path, spread: float, needed: float | None) -> None:
+def test_a_figure_too_noisy_to_record_is_written_not_gated_and_named(
+    tmp_path: Path, spread: float, needed: float | None
+) -> None:
     old = previous(needed)
-    with pytest.raises(recording.TooNoisy):
-        bl.recorded_baseline("LAB", old, [figure(10.0, 0.5, "lower"), figure(10.0, spread)], "m")
     path = tmp_path / "LAB.yaml"
-    path.write_text("kept\n")
-    with pytest.raises(files.OutputError) as excinfo:
-        recording.write_recorded_baseline(path, old, [figure(10.0, spread)], {"hostname": "n1"}, None)
-    message = str(excinfo.value)
+    measured = [figure(10.0, 0.5, "lower"), figure(10.0, spread)]
+    left_out, not_gated = recording.write_recorded_baseline(path, old, measured, {"hostname": "n1"}, None)
     shown = needed if needed is not None else 6
     resolution = 2 * math.hypot(spread, spread)
-    assert message.startswith(f"{path}: not written, too noisy to record: host_copy_bandwidth_gbps [node]: ")
-    assert f"resolution {resolution:.1f}%" in message and f"coarser than the {shown:g}% it needs" in message
-    assert "\n" not in message and path.read_text() == "kept\n"
+    ((metric, scope, why, required),) = [(n.metric, n.scope, n.why, n.required) for n in not_gated]
+    assert (metric, scope, required, left_out) == ("host_copy_bandwidth_gbps", "node", True, [])  # the old one gated it
+    assert f"resolution {resolution:.1f}%" in why and f"coarser than the {shown:g}% needed" in why
+    written = parse_baseline(path, path.read_bytes())
+    noisy, quiet = reference(written), reference(written, "lower")
+    assert (noisy.status, noisy.expected, noisy.fail, noisy.has_reference) == ("provisional", None, None, False)
+    assert f"not gated, too noisy to record here: node (resolution {resolution:.1f}%" in noisy.provenance
+    assert quiet.status == "measured" and quiet.expected == 10.0 and quiet.has_reference  # recorded all the same
 
 
-def test_the_noisiest_figure_is_named_and_the_others_counted() -> None:
-    with pytest.raises(recording.TooNoisy) as excinfo:
-        bl.recorded_baseline("cpu", None, [busbw("1MiB", 1.5, 9.0), busbw("4MiB", 1.6, 30.0)], "m")
-    message = str(excinfo.value)
-    assert "all_reduce_busbw_gbps [4MiB]" in message and "(and 1 more figure(s))" in message
+def test_each_size_too_noisy_to_record_is_left_out_of_its_sweep_and_the_rest_recorded() -> None:
+    doc, not_gated = recording.recording("cpu", None, [busbw("1MiB", 1.5, 1.0), busbw("4MiB", 1.6, 30.0)], "m")
+    assert [(n.metric, n.scope, n.required) for n in not_gated] == [("all_reduce_busbw_gbps", "4MiB", False)]
+    entry = doc["metrics"]["all_reduce_busbw_gbps"]
+    assert set(entry["values"]) == {"1MiB"} and "not gated, too noisy to record here: 4MiB (" in entry["provenance"]
+    doc, not_gated = recording.recording("cpu", None, [busbw("4MiB", 1.6, 30.0)], "m")  # every size: provisional
+    assert doc["metrics"]["all_reduce_busbw_gbps"]["status"] == "provisional" and len(not_gated) == 1
+    assert "values" not in doc["metrics"]["all_reduce_busbw_gbps"]
 
 
 def test_a_recording_as_noisy_as_its_metric_allows_is_written() -> None:
@@ -241,8 +246,8 @@ def test_a_node_whose_runs_scatter_too_widely_is_refused_though_each_run_s_sampl
     """Samples within 1% each run, runs 10 to 30 GB/s: a recording the node's next runs could never be judged
     against at 6%."""
     runs = kept([10.0, 30.0, 12.0, 25.0])
-    with pytest.raises(recording.TooNoisy, match=r"too noisy to record: host_copy_bandwidth_gbps \[node\]"):
-        bl.recorded_baseline("LAB", previous(6.0), [figure(20.0, 1.0)], "on node7", runs=runs)
+    _, (not_gated,) = recording.recording("LAB", previous(6.0), [figure(20.0, 1.0)], "on node7", runs=runs)
+    assert (not_gated.metric, not_gated.scope, not_gated.required) == ("host_copy_bandwidth_gbps", "node", True)
     assert bl.recorded_baseline("LAB", previous(6.0), [figure(20.0, 1.0)], "on node7")  # one run: its samples
 
 

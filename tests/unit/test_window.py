@@ -88,3 +88,24 @@ def test_a_rate_since_the_mark_else_since_boot(boot: Path, tmp_path: Path) -> No
     assert cleared == window.Rate(0.01, "10 in 1000 s since the counter was cleared")
     window.UPTIME.unlink()
     assert window.uptime_s() is None and window.rate(Window(None), "replays", 1, 5000.0, 60) is None
+
+
+@pytest.mark.parametrize(
+    "mark", ['{"value": 1e400, "time_s": 1.0}', '{"value": 3, "time_s": NaN}', '{"value": -1, "time_s": 1.0}']
+)
+def test_a_mark_that_is_no_count_at_a_time_is_no_mark(boot: Path, tmp_path: Path, mark: str) -> None:
+    path = tmp_path / "window.json"
+    boot_id = boot.read_text().strip()
+    path.write_text(f'{{"version": 1, "boot_id": "{boot_id}", "marks": {{"x": {mark}}}}}')
+    assert Window(path).read("x") is None  # judged since boot: more, never less
+    assert Window(path).write({"y": 1}, now_s=5.0) is None and Window(path).read("y") == Mark(1, 5.0)
+
+
+def test_a_mark_from_the_future_or_without_a_boot_id_is_not_trusted(boot: Path, tmp_path: Path) -> None:
+    kept = Window(tmp_path / "window.json")
+    assert kept.write({"xid/GPU-1": 9}, now_s=4e9) is None  # the year 2096: a clock stepped back since
+    assert kept.read("xid/GPU-1") is None
+    boot.write_text("")
+    assert kept.read("xid/GPU-1") is None
+    problem = kept.write({"xid/GPU-1": 10})
+    assert problem is not None and "the kernel gives no boot id" in problem

@@ -68,6 +68,8 @@ def test_a_site_sets_its_own_action_for_a_code() -> None:
     assert (site.code(95).policy.action, site.code(95).policy.repair) == ("warn", "none")
     assert site.code(63).policy.repair == "fix_job"
     assert CATALOG.code(13).policy.action == "job"  # the shipped catalog is unchanged
+    newer = CATALOG.with_actions({175: "drain"}, "the site's baseline").code(175)  # a driver newer than the catalog
+    assert (newer.name, newer.policy.action, newer.policy.repair) == ("UNKNOWN", "drain", "gpu_reset")
 
 
 def test_a_broken_catalog_is_one_line_naming_the_file_and_field(tmp_path: Path) -> None:
