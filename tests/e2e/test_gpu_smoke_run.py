@@ -33,6 +33,9 @@ def test_a_whole_smoke_run_on_the_cpu(smoke: ModuleType, tmp_path: Path, capsys:
         assert "too noisy to record, written not gated" in record["note"]
         pytest.skip(f"this machine was too busy to record the figure: {record['note']}")
     recorded = bl.load_baseline(out / "SMOKE.yaml")
-    expected = recorded.metrics["host_copy_bandwidth_gbps"].default.expected
-    assert expected is not None and expected > 0
+    host_copy = recorded.metrics["host_copy_bandwidth_gbps"].default
+    if host_copy.expected is None:  # too noisy to record here: written not gated, and said so
+        assert host_copy.status == "provisional" and "not gated, too noisy to record here" in host_copy.provenance
+        pytest.skip(f"this machine was too busy to record the figure: {host_copy.provenance}")
+    assert host_copy.expected > 0
     assert (out / "check.json").is_file() and (out / "check.xml").is_file()
