@@ -353,7 +353,11 @@ def _judge(
     if not math.isfinite(value):
         return _Judged(against, reference, resolution, REGRESSED, "; not a finite number")
     worse = rs.worse_pct(value, reference, direction)
-    side = rs.side(worse - allowed_pct, resolution, needed, tolerance_pct=allowed_pct)
+    side = (
+        "within"
+        if rs.at_least_as_good(value, reference, direction)
+        else rs.side(worse - allowed_pct, resolution, needed, tolerance_pct=allowed_pct)
+    )
     shown = f"{worse:+.1f}% to the worse side as a log ratio"
     if resolution is None:
         why = f"; {shown}" if side == "beyond" else ""

@@ -105,10 +105,13 @@ def compare(ref: Reference, value: float, scope: str, resolution: rs.Resolution 
     resolution.side against the resolution the metric needs (`ref.needed`): beyond the fail limit by more than
     the noise may excuse fails; within its noise warns; beyond the warn limit warns, within its noise passes. A
     figure whose resolution is coarser than needed passes only where it is short of the first limit by more than
-    its whole resolution, fails only past the fail limit by more than the needed resolution, and is UNRESOLVED in
-    between. The message says by what allowance a figure past a limit was not given that limit's verdict."""
+    its whole resolution or at least as good as the expected value (resolution.at_least_as_good), fails only past the
+    fail limit by more than the needed resolution, and is UNRESOLVED in between. The message says by what allowance a
+    figure past a limit was not given that limit's verdict."""
     fail_side = _side(value, ref.fail_limit, ref.direction, resolution, ref.needed)
     warn_side = _side(value, ref.warn_limit, ref.direction, resolution, ref.needed)
+    if ref.expected is not None and math.isfinite(value) and rs.at_least_as_good(value, ref.expected, ref.direction):
+        fail_side = warn_side = "within"  # at or above what the SKU expects: its noise cannot hide a fall
     allowed = "" if resolution is None else f"its {resolution.describe()}"
     verdict: VerdictWord
     note = ""

@@ -50,6 +50,14 @@ def toward_worse(signed: float, direction: str) -> float:
     return -signed if direction == "higher" else signed
 
 
+def at_least_as_good(value: float, healthy: float, direction: str) -> bool:
+    """Whether `value` is at or to the better side of `healthy`, a healthy figure of the same node or SKU (the earlier
+    report's, the baseline's expected value). Noise only ever takes from a capacity figure (a neighbour, a page-cache
+    flush, a clock ramp slow a pass, none speeds one up), so such a figure shows the node is at least that good
+    however it scattered: judged on its value, never too noisy to judge, never held against the node."""
+    return worse_pct(value, healthy, direction) <= 0
+
+
 def is_worse(value: float, reference: float, direction: str) -> bool:
     """`value` lies to the worse side of `reference`."""
     return worse_pct(value, reference, direction) > 0

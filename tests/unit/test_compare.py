@@ -474,3 +474,17 @@ def test_a_run_slower_across_the_board_than_the_node_s_runs_regresses_as_a_whole
     assert cmp.run_pace(earlier, records(0.93), cmp.AllowedRegression(default_pct=10.0))["verdict"] == "ok"  # type: ignore[index]
     # no history that can say: no pace
     assert cmp.run_pace(er.with_history(_earlier(), kept[:5]), records(0.5), cmp.AllowedRegression()) is None
+
+
+def test_a_figure_better_than_the_earlier_report_is_never_held_against_the_node() -> None:
+    """Noise only ever takes from a figure: one 142% better than the earlier report's is ok however both scattered,
+    where it was UNRESOLVED; one as far worse, with the same noise, stays too noisy to judge."""
+    needed = rs.Needed(60.0, "resolution.pct")
+    noisy = rs.of_spreads(samples=60.0, reference=45.0)
+    better = cmp._judge(
+        "earlier", 4.1, 1.0, "higher", 60.0, needed, noisy, cmp._SpreadNames("the earlier report's", None)
+    )
+    worse = cmp._judge(
+        "earlier", 1.0, 1.3, "higher", 60.0, needed, noisy, cmp._SpreadNames("the earlier report's", None)
+    )
+    assert (better.verdict, worse.verdict) == (cmp.OK, cmp.UNRESOLVED)
