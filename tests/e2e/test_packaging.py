@@ -3,6 +3,7 @@ default baselines are found from an installed package and from a checkout alike.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import shutil
@@ -26,6 +27,20 @@ def test_every_subpackage_is_listed_in_pyproject() -> None:
         if "__pycache__" not in init.parts
     }
     assert on_disk - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"
+
+
+def test_every_data_file_of_the_package_is_shipped() -> None:
+    """A file the package reads beside its modules (the fault table, NVIDIA's Xid catalog, the report's schema) is in
+    pyproject's package-data: else an installed package lacks it, and only a checkout works."""
+    shipped = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    missing = []
+    for path in (REPO / "pytest_gbvalidate").rglob("*"):
+        if path.is_dir() or path.suffix in (".py", ".pyc") or "__pycache__" in path.parts:
+            continue
+        package = ".".join(path.parent.relative_to(REPO).parts)
+        if not any(fnmatch.fnmatch(path.name, pattern) for pattern in shipped.get(package, [])):
+            missing.append(str(path.relative_to(REPO)))
+    assert missing == [], "add these to [tool.setuptools.package-data] in pyproject.toml"
 
 
 def where_baselines_are(sys_path_first: Path) -> tuple[str, str]:
