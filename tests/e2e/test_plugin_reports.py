@@ -51,10 +51,12 @@ def test_verdicts_land_in_the_test_junit_and_json(lab: pytest.Pytester) -> None:
             "*= gbvalidate: failures by fault category, with the operator's action =*",
             "performance (MONITOR): investigate performance *",
             "  test_checks.py::test_fail: Failed: host_copy_bandwidth_gbps [[]node[]]: measured 40 GB/s*",
+            "*= gbvalidate: node verdict =*",
+            "FAIL: 1 check(s) failed on the node",
             "*= 1 failed, 2 passed, 3 skipped in *",
         ]
     )
-    assert result.outlines[-2].startswith("  test_checks.py::test_fail: ")
+    assert result.outlines[-2] == "FAIL: 1 check(s) failed on the node"  # the node's verdict, last before pytest's
 
     cases = junit_cases(lab.path / "r.xml")
     assert cases["test_pass"]["outcome"] == "passed"

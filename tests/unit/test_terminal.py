@@ -103,6 +103,7 @@ def test_the_verdict_comes_last_the_run_first() -> None:
         "gbvalidate: cpu run",
         "gbvalidate: cpu measured vs baseline",
         "gbvalidate: failures by fault category, with the operator's action",
+        "gbvalidate: node verdict",
     ]
     assert sections[0][1] == [
         "skipped: 1 check: needs NVIDIA GPUs",
@@ -132,7 +133,7 @@ def test_the_verdict_comes_last_the_run_first() -> None:
 
 def test_a_quiet_run_says_nothing_of_outputs_it_did_not_write() -> None:
     sections = terminal.verdict_sections("cpu", run_report(), given())
-    assert [title for title, _ in sections] == ["gbvalidate: cpu measured vs baseline"]
+    assert [title for title, _ in sections] == ["gbvalidate: cpu measured vs baseline", "gbvalidate: node verdict"]
     assert not any("JSON" in line or "plot" in line for _, lines in sections for line in lines)
 
 
@@ -145,24 +146,24 @@ def test_the_per_size_tables_show_with_verbose_else_one_line_says_where() -> Non
     assert tables[0] == "all_reduce_busbw_gbps (pytest-gbvalidate; GB/s with GB = 1e9 bytes)"
     assert [line.split()[0] for line in tables[2:]] == ["1KiB", "1MiB"]
 
-    quiet = terminal.verdict_sections("cpu", report, given(json_report="r.json"))[-1][1]
+    quiet = terminal.verdict_sections("cpu", report, given(json_report="r.json"))[-2][1]
     assert quiet[-1] == (
         "(not shown: 1 measurement no baseline gates; -v shows the collectives' per-size tables; "
         "all are in the JSON report)"
     )
     assert "1KiB" not in "\n".join(quiet)
-    no_report = terminal.verdict_sections("cpu", report, given())[-1][1]
+    no_report = terminal.verdict_sections("cpu", report, given())[-2][1]
     assert no_report[-1] == "(not shown: 1 measurement no baseline gates; -v shows the collectives' per-size tables)"
-    verbose = terminal.verdict_sections("cpu", report, given(verbose=True))[-1][1]
+    verbose = terminal.verdict_sections("cpu", report, given(verbose=True))[-2][1]
     assert not verbose[-1].startswith("(")  # shown above: nothing hidden
     report["measurements"].append(report["measurements"][0] | {"verdict": "info"})  # in no table
-    verbose = terminal.verdict_sections("cpu", report, given(verbose=True, json_report="r.json"))[-1][1]
+    verbose = terminal.verdict_sections("cpu", report, given(verbose=True, json_report="r.json"))[-2][1]
     assert verbose[-1] == "(not shown: 1 measurement no baseline gates; all are in the JSON report)"
 
 
 def test_no_measurements_says_so() -> None:
     report = run_report(measurements=[])
-    assert terminal.verdict_sections("cpu", report, given())[-1] == (
+    assert terminal.verdict_sections("cpu", report, given())[-2] == (
         "gbvalidate: cpu measured vs baseline",
         ["no measurements a baseline gates"],
     )
@@ -187,3 +188,25 @@ def test_an_mfu_in_the_table_says_what_it_divides_by() -> None:
     assert terminal.mfu_peak_lines([mfu, minimal_report()["measurements"][0]]) == [
         "MFU (llama3_8b_mfu_pct [l]) against 2450 TFLOPS per GPU (dense bf16, dgxc-benchmarking)"
     ]
+
+
+def test_the_last_line_says_what_the_run_says_of_its_node_a_fault_apart_from_a_run_that_could_not_tell() -> None:
+    report: Any = minimal_report()
+    assert terminal.verdict_line(report) == "PASS: the node passed every check it ran"
+    noisy = {"category": "unresolved", "title": "t", "action": "a", "disposition": "MONITOR", "why": None}
+    slow = noisy | {"category": "performance"}
+    report["tests"] = [
+        {
+            **report["tests"][0],
+            "test_id": "t.py::test_a",
+            "outcome": "failed",
+            "message": "UNRESOLVED: x",
+            "fault": noisy,
+        }
+    ]
+    report["exit_status"] = 1
+    assert terminal.verdict_line(report).startswith("UNRESOLVED: this run could not tell: 1 check(s) too noisy")
+    report["tests"].append({**report["tests"][0], "test_id": "t.py::test_b", "message": "slow", "fault": slow})
+    assert terminal.verdict_line(report) == "FAIL: 1 check(s) failed on the node; and 1 too noisy to judge"
+    report["status"] = "interrupted"
+    assert terminal.verdict_line(report).startswith("PARTIAL: the run was interrupted")
