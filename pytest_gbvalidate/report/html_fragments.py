@@ -20,7 +20,14 @@ from pytest_gbvalidate.labels import visible
 from pytest_gbvalidate.report import collective_tables
 from pytest_gbvalidate.report.node_verdict import of_report as node_verdict_of
 from pytest_gbvalidate.report.records import MeasurementRecord, RunReportRecord, TelemetryRecord
-from pytest_gbvalidate.report.terminal import faults_by_category, gated, level_lines, measured_rows, skipped_lines
+from pytest_gbvalidate.report.terminal import (
+    faults_by_category,
+    gated,
+    level_lines,
+    measured_rows,
+    skipped_lines,
+    verdict_line,
+)
 
 CSS_CLASS = "gbvalidate"
 # Scoped to our fragments; pytest-html's own style sheet styles the rest of the page.
@@ -73,6 +80,7 @@ def verdict_html(report: RunReportRecord) -> str:
         STYLE,
         f'<div class="{CSS_CLASS}" id="gbvalidate-verdict">',
         f"<h2>gbvalidate: node {badge}</h2>",
+        f"<p>{escape(verdict_line(report))}</p>",  # the terminal's last line: a fault apart from a run that cannot tell
         "<p>" + "; ".join(f"{escape(name)} <b>{escape(value)}</b>" for name, value in facts) + "</p>",
     ]
     by_category = faults_by_category(report["tests"])

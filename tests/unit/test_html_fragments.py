@@ -174,6 +174,9 @@ def test_the_badge_reads_the_one_rule_for_what_a_report_says_of_its_node() -> No
     unresolved: Any = failed_run()
     unresolved["tests"][-1]["fault"] |= {"category": "unresolved"}
     assert '<span class="verdict verdict-unresolved">UNRESOLVED</span>' in html_fragments.verdict_html(unresolved)
+    assert "<p>UNRESOLVED: this run could not tell: 1 check(s) too noisy to judge and none failed; not a fault of " in (
+        html_fragments.verdict_html(unresolved)
+    )
     no_verdict: Any = minimal_report()
     no_verdict["exit_status"] = 1
     assert '<span class="verdict verdict-no-verdict">NO VERDICT</span>' in html_fragments.verdict_html(no_verdict)
