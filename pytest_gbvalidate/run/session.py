@@ -336,6 +336,13 @@ class GbSession:
         if report.when == "teardown":
             measured = [m for m in self.report.data["measurements"] if m["test_id"] == report.nodeid]
             junit_hooks.add_testcase_output(self.config, report, measured)
+            from pytest_gbvalidate.report import node_verdict
+
+            failed = [
+                t for t in self.report.data["tests"] if t["test_id"] == report.nodeid and t["outcome"] == "failed"
+            ]
+            if failed and all(node_verdict.is_unresolved(t) for t in failed):
+                junit_hooks.unresolved_as_error(self.config, report)
         if data.measurements or report.when == "teardown":
             self.report.write()
 

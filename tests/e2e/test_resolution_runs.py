@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from typing import Any
 
 import pytest
@@ -82,11 +83,17 @@ def test_an_unresolved_figure_is_neither_a_pass_nor_a_fault_of_the_node(
             "unresolved (MONITOR): re-run the checks on an idle node*",
         ]
     )
-    # JUnit: the failure says UNRESOLVED, and the properties carry the resolution beside the figure
+    # JUnit: the test that could not tell is an error of type `unresolved`, counted apart from the node's failure;
+    # the properties carry the resolution beside the figure
     cases = junit_cases(where / "r.xml")
+    assert cases["test_noisy_near_its_limits"]["outcome"] == "error"
+    assert cases["test_noisy_far_past_its_fail_limit"]["outcome"] == "failure"
     assert (cases["test_noisy_near_its_limits"]["message"] or "").startswith(
         "Failed: UNRESOLVED: host_copy_bandwidth_gbps"
     )
+    suite = ET.parse(where / "r.xml").getroot().find("testsuite")
+    assert suite is not None and (suite.get("failures"), suite.get("errors")) == ("1", "1")
+    assert suite.find("testcase/error[@type='unresolved']") is not None
     props = dict(cases["test_quiet"]["props"])
     assert float(props["gb_resolution_pct"]) < 6 and props["gb_resolution_needed_pct"] == "6.0"
 
