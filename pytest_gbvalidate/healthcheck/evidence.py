@@ -14,6 +14,7 @@ from pathlib import Path
 
 TOOL = "nvidia-bug-report.sh"
 MAX_S = 60.0  # at most this long, and never past the health check's deadline
+MIN_S = 5.0  # with less of the deadline left, no collection is started: it could not finish
 MAX_BYTES = 256 * 2**20
 
 
@@ -26,7 +27,7 @@ def keep(beside: Path | None, left_s: float) -> str:
     if tool is None:
         return f"evidence: {TOOL} not installed; the kept report is the evidence"
     bound_s = min(MAX_S, left_s)
-    if bound_s < 5:
+    if bound_s < MIN_S:
         return f"evidence: not collected, {left_s:.0f} s left of the deadline"
     stem = beside.with_name(f"{beside.stem}.nvidia-bug-report.log")
     made = stem.with_name(stem.name + ".gz")  # the tool compresses what it writes

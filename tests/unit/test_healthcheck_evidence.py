@@ -53,12 +53,11 @@ def test_a_tool_that_hangs_is_killed_at_the_deadline_and_leaves_nothing(
     tool: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     install(tool, HANGS)
+    monkeypatch.setattr(evidence, "MIN_S", 0.5)  # a second is bound enough to see the kill
     started = time.monotonic()
-    assert (
-        evidence.keep(tmp_path / "hc.json", left_s=5.5)
-        == "evidence: nvidia-bug-report.sh killed after 6 s, nothing kept"
-    )
-    assert time.monotonic() - started < 15
+    said = evidence.keep(tmp_path / "hc.json", left_s=1.0)
+    assert said == "evidence: nvidia-bug-report.sh killed after 1 s, nothing kept"
+    assert time.monotonic() - started < 10
     assert not list(tmp_path.glob("hc.nvidia-bug-report*"))
 
 
