@@ -616,7 +616,10 @@ def test_the_driver_s_own_verdicts_fail_warn_or_skip_per_gpu(
         "test_memory_unrepairable[gpu3]": ("the driver flags its memory unrepairable: replace the GPU", "gpu_hardware"),
         "test_memory_repair_pending[gpu3]": ("a channel repair is pending: reset the GPU to apply it", "gpu_reset"),
         "test_sram_threshold[gpu3]": ("SRAM ECC errors passed the driver's threshold", "gpu_hardware"),
-        "test_nvlink_crc_error_rate[gpu3]": ("NVLink CRC errors crc_data 150.0/s (90000 in 600 s since boot)", "link"),
+        "test_nvlink_crc_error_rate[gpu3]": (
+            "NVLink CRC errors link 4 crc_data 150.0/s (90000 in 600 s since boot)",
+            "link",
+        ),
     }
     failed = with_outcome(cases, "failure")
     assert set(failed) == set(expected), failed
