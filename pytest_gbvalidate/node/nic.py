@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
+from pytest_gbvalidate.node import topology
+from pytest_gbvalidate.node.topology import IbPort
 from pytest_gbvalidate.node.window import MIN_RATE_SPAN_S
 
 PROC_CPUINFO = Path("/proc/cpuinfo")
@@ -268,14 +270,6 @@ def read_port_counters(sysfs: Path, nic: str, port: int) -> PortCounters:
     return PortCounters(nic, port, values, tuple(unread))
 
 
-def ports(sysfs: Path, nic: str) -> list[int]:
-    try:
-        names = [p.name for p in (sysfs / "class/infiniband" / nic / "ports").iterdir()]
-    except OSError:
-        return []
-    return sorted(int(n) for n in names if n.isdigit())
-
-
 def counter_marks(sysfs: Path) -> dict[str, int]:
     """Every InfiniBand port's error counters as they read now, by their marks' names: where a repair opens the
     counters' window (`python -m pytest_gbvalidate.healthcheck repaired`)."""
@@ -386,19 +380,11 @@ def _rate(per_s: float, unit: str) -> str:
 
 
 @dataclass(frozen=True)
-class PortInfo:
-    port: int
-    state: str  # ACTIVE, DOWN, INIT, ARMED, ... ("?" where unreadable)
-    link_layer: str  # InfiniBand, Ethernet
-    rate_gbps: float | None
-
-
-@dataclass(frozen=True)
 class CardPorts:
     name: str
     pci: str
     virtual_function: bool  # a VF on a host with SR-IOV (device/physfn): unassigned VFs are often down
-    ports: tuple[PortInfo, ...]
+    ports: tuple[IbPort, ...]  # as the NUMA map reads them (topology.py)
 
     @property
     def label(self) -> str:
@@ -414,28 +400,13 @@ class CardPorts:
         return sum(1 for p in self.ports if p.state == "ACTIVE")
 
 
-def _port_info(path: Path) -> PortInfo:
-    state = read_text(path / "state")
-    rate = re.match(r"\s*([\d.]+)\s*Gb/sec", read_text(path / "rate").text)
-    try:
-        rate_gbps = float(rate.group(1)) if rate else None
-    except ValueError:
-        rate_gbps = None
-    return PortInfo(
-        int(path.name),
-        state.text.split(":")[-1].strip() if state.state == "ok" and state.text else "?",
-        read_text(path / "link_layer").text or "?",
-        rate_gbps,
-    )
-
-
 def card_ports(sysfs: Path) -> list[CardPorts]:
-    cards = []
-    for dev in rdma_devices(sysfs):
-        device = dev / "device"
-        found = tuple(_port_info(dev / "ports" / str(n)) for n in ports(sysfs, dev.name))
-        cards.append(CardPorts(dev.name, pci_address(device), (device / "physfn").exists(), found))
-    return cards
+    """Each RDMA card's ports, read as the NUMA map reads them."""
+    return [
+        CardPorts(n.name, n.device, (sysfs / "class/infiniband" / n.name / "device/physfn").exists(), n.ports)
+        for n in topology.nics(sysfs)
+        if n.kind == "infiniband"
+    ]
 
 
 def fewer_active_ports(cards: Iterable[CardPorts]) -> list[str]:

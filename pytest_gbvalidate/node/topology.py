@@ -170,7 +170,7 @@ def _port_number(path: Path) -> int:
 
 def _ib_port(path: Path) -> IbPort:
     state = (_read(path / "state") or "?").split(":")[-1].strip()  # "4: ACTIVE"
-    rate = re.match(r"\s*([\d.]+)\s*Gb/sec", _read(path / "rate") or "")  # "400 Gb/sec (4X NDR)"
+    rate = re.match(r"\s*(\d+(?:\.\d+)?)\s*Gb/sec", _read(path / "rate") or "")  # "400 Gb/sec (4X NDR)"
     return IbPort(_port_number(path), state, float(rate.group(1)) if rate else None, _read(path / "link_layer") or "")
 
 
