@@ -250,7 +250,7 @@ def compare_one(
     pct, source = allowed.for_metric(metric, needed)
     direction = rs.direction_of(str(record["direction"]))
     own, theirs = noise.from_record(record.get("noise")), noise.from_record(old.get("noise"))
-    samples = None if own is None else own.spread_pct
+    samples = None if own is None else own.error_of()
     explained = noise.explained_pct(own)  # a fall its waits for a CPU explain is no regression of the node
     run_to_run = None if runs is None else runs.spread_pct
     judged = [
@@ -263,18 +263,18 @@ def compare_one(
             needed,
             rs.of_spreads(
                 samples=samples,
-                reference=None if theirs is None else theirs.spread_pct,
+                reference=None if theirs is None else theirs.error_of(),
                 run_to_run=run_to_run,
                 explained_pct=explained,
             ),
-            _SpreadNames("the earlier report's", runs),
+            _SpreadNames("the earlier report's figure", runs),
         )
     ]
     reference = _reference_runs(earlier, key)
     if reference is not None:
         figure, spread, against = reference
         resolution = rs.of_spreads(samples=samples, reference=spread, run_to_run=run_to_run, explained_pct=explained)
-        names = _SpreadNames("the reference runs' median's", runs)
+        names = _SpreadNames("the reference runs' median", runs)
         judged.append(_judge(against, float(value), figure, direction, pct, needed, resolution, names))
     decided = max(judged, key=lambda j: SEVERITY.index(j.verdict))  # the first of equals: the earlier report
     message = (
@@ -318,14 +318,14 @@ class _SpreadNames:
         parts = []
         for name, spread in resolution.spreads:
             if name == "samples":
-                parts.append(f"its samples' {spread:.1f}%")
+                parts.append(f"its figure {spread:.1f}%")
             elif name == "reference":
                 parts.append(f"{self.reference} {spread:.1f}%")
             elif name == "run_to_run" and self.runs is not None:
-                parts.append(f"the node's run-to-run {spread:.1f}% over {self.runs.runs} runs")
+                parts.append(f"the node's run-to-run spread {spread:.1f}% over {self.runs.runs} runs")
             else:
                 parts.append(f"{name.replace('_', '-')} {spread:.1f}%")
-        return f"{noise.NOISE_K:g} x the spread of {', '.join(parts)}"
+        return f"{noise.NOISE_K:g} x the combined error of {', '.join(parts)}"
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,10 @@ the reports whatever the verdict."""
 
 from __future__ import annotations
 
+import dataclasses
+import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pytest
@@ -12,10 +14,11 @@ import pytest
 from pytest_gbvalidate.hooks import GbValidateWarning as GbValidateWarning  # its documented place
 from pytest_gbvalidate.metrics import CATALOG, MetricSpec
 from pytest_gbvalidate.report.junit_properties import junit_properties
-from pytest_gbvalidate.report.records import INFO, PASS, RECORDED, SKIP, WARN, MeasurementRecord
+from pytest_gbvalidate.report.records import INFO, PASS, RECORDED, SKIP, UNRESOLVED, WARN, MeasurementRecord
 from pytest_gbvalidate.report.writer import json_safe, utc_now
 from pytest_gbvalidate.rules import noise as nz
 from pytest_gbvalidate.rules import resolution as rs
+from pytest_gbvalidate.rules import sampling
 
 if TYPE_CHECKING:
     from pytest_gbvalidate import baselines as bl
@@ -48,6 +51,13 @@ class Judged(NamedTuple):
         compared = self.record.get("compare")
         against_earlier = compared is not None and compared["verdict"] in ("regressed", "unresolved")
         return (self.verdict is not None and self.verdict.verdict != PASS) or against_earlier
+
+    @property
+    def unresolved(self) -> bool:
+        """Whether it is too noisy to judge against its baseline or --gb-compare's report: what more evidence
+        settles."""
+        compared = self.record.get("compare")
+        return self.word == UNRESOLVED or (compared is not None and compared["verdict"] == "unresolved")
 
 
 class Measured(NamedTuple):
@@ -122,6 +132,8 @@ class Expect:
                 return Judged(record, None, bl.FAIL, reason, (f"{reason} (--gb-strict)", regressed), reason)
             return Judged(record, None, SKIP, reason, (regressed,), reason)
         verdict = bl.compare(ref, value, scope, _resolution(record, ref))
+        if verdict.verdict == bl.UNRESOLVED:
+            verdict = dataclasses.replace(verdict, noise_note=verdict.noise_note + _sampled(record["details"]))
         missed = {bl.FAIL: verdict.message, bl.UNRESOLVED: f"{UNRESOLVED_PREFIX}{verdict.message}"}
         return Judged(record, verdict, verdict.verdict, verdict.message, (missed.get(verdict.verdict), regressed))
 
@@ -207,6 +219,7 @@ class Expect:
             return None
         record["compare"] = section
         if section["verdict"] == cmp.UNRESOLVED:
+            section["message"] += _sampled(record["details"])
             return f"{UNRESOLVED_PREFIX}{section['message']}"
         return str(section["message"]) if section["verdict"] == cmp.REGRESSED else None
 
@@ -241,14 +254,11 @@ class Expect:
         measured) and every missed gate in one message. Without a failure it skips only when no measurement had a
         reference to be compared with: a provisional metric beside a gated one does not hide the gated one.
 
-        `again` measures the same figures once more. It is called before any verdict where a measurement would
-        fail, warn or regress (and always with --gb-record, which must see the node's spread): each figure is then
-        the better of the two passes (interference only slows a pass; a degraded node is slow in both), both
-        passes kept in its details' `passes`."""
+        `again` measures the same figures once more: called before any verdict while rules/sampling.py says to
+        (measure_again)."""
         measurements = [_measured(m) for m in measurements]
-        if again is not None and self.wants_again(measurements):
-            directions = {m.metric: self.direction(m.metric, m.scope) for m in measurements}
-            measurements = best_of_passes(measurements, again(), directions)
+        if again is not None:
+            measurements = self.measure_again(measurements, again)
         failures = list(problems)
         skip: BaseException | None = None
         compared = False
@@ -300,26 +310,52 @@ class Expect:
             ]
             pytest.fail("\n".join([*lines, f"every {of}: {shown} {unit}"]), pytrace=False)
 
-    def wants_again(self, measurements: Sequence[Measured]) -> bool:
-        """Whether to measure again before the verdicts: with --gb-record (the recording must see the node's
-        spread), or where any measurement would fail, warn or regress."""
-        return self.gb.settings.record.value is not None or self._any_flagged(measurements)
+    def measure_again(
+        self,
+        first: Sequence[Measured],
+        again: Callable[[], Sequence[Measured]],
+        gated: Collection[str] | None = None,
+    ) -> list[Measured]:
+        """A check's figures (`first`, its first pass) measured again by `again` while rules/sampling.py says to:
+        a second pass where any would fail, warn, regress or is unresolved (and always with --gb-record, which must
+        see the node's spread), more while one whose verdict decides the test (a scope in `gated`; None: every one)
+        is unresolved, within the check's share of the level's budget. Each figure is the best of its passes
+        (interference only slows a pass; a degraded node is slow in all), every pass's figure in its details'
+        `passes`, and how many passes and what stopped them in `sampling`."""
+        from pytest_gbvalidate.levels import BUDGET_S
+
+        directions = {m.metric: self.direction(m.metric, m.scope) for m in first}
+        budget_s = BUDGET_S[self.gb.settings.level.value]
+        measured, pending = list(first), self._pending(first, 1, None, gated)
+        while (stopped := sampling.stop(pending, budget_s)) is None:
+            start = time.monotonic()
+            measured = best_of_passes(measured, again(), directions, merged=pending.passes > 1)
+            pending = self._pending(measured, pending.passes + 1, time.monotonic() - start, gated)
+        if pending.passes == 1:
+            return measured
+        said = {"passes": pending.passes, "stopped": stopped}
+        return [m._replace(details={**m.details, "sampling": said}) for m in measured]
+
+    def _pending(
+        self, measured: Sequence[Measured], passes: int, pass_s: float | None, gated: Collection[str] | None
+    ) -> sampling.Pending:
+        """Where `measured` stand after `passes` passes (rules/sampling.py): flagged where any would fail, warn or
+        regress or is unresolved against the baseline or --gb-compare's report (with --gb-record, always: the
+        recording must see the node's spread), unresolved where one in `gated` is (nothing recorded)."""
+        flagged, unresolved = self.gb.settings.record.value is not None, False
+        for metric, value, scope, details in measured:
+            ref = self.gb.target.reference(metric, scope)
+            if (CATALOG.get(metric) or _spec_from(ref)) is None:
+                continue
+            judged = self._judge(metric, float(value), scope, None, details)
+            flagged = flagged or judged.flagged
+            unresolved = unresolved or (judged.unresolved and (gated is None or scope in gated))
+        return sampling.Pending(passes, flagged, unresolved, pass_s)
 
     def direction(self, metric: str, scope: str) -> str:
         """Which way the metric is better: the catalog's, else the baseline's (higher where neither says)."""
         spec = CATALOG.get(metric) or _spec_from(self.gb.target.reference(metric, scope))
         return "higher" if spec is None else spec.direction
-
-    def _any_flagged(self, measurements: Sequence[Measured]) -> bool:
-        """Whether any of `measurements` would fail, warn or be unresolved against the baseline, or regress or be
-        unresolved against --gb-compare's report (nothing recorded)."""
-        for metric, value, scope, details in measurements:
-            ref = self.gb.target.reference(metric, scope)
-            if (CATALOG.get(metric) or _spec_from(ref)) is not None and self._judge(
-                metric, float(value), scope, None, details
-            ).flagged:
-                return True
-        return False
 
     def _store(
         self, record: MeasurementRecord, verdict: VerdictWord, message: str, judged: bl.Verdict | None = None
@@ -348,6 +384,15 @@ def _fail_with(*messages: str | None) -> None:
         pytest.fail(text, pytrace=False)
 
 
+def _sampled(details: Mapping[str, Any]) -> str:
+    """What an unresolved figure's message adds where it was measured more than once: how often, and why no more
+    (rules/sampling.py)."""
+    said = details.get("sampling")
+    if not isinstance(said, dict):
+        return ""
+    return f" (measured in {said.get('passes')} passes, stopped: {said.get('stopped')})"
+
+
 def _resolution(record: Mapping[str, Any], ref: bl.Reference) -> rs.Resolution | None:
     """What a measurement's evidence can tell against its baseline (verdicts.resolution_of)."""
     from pytest_gbvalidate.baselines.verdicts import resolution_of
@@ -359,28 +404,32 @@ def best_of_passes(
     first: Sequence[Measured],
     second: Sequence[Measured],
     directions: Mapping[str, str],
+    *,
+    merged: bool = False,
 ) -> list[Measured]:
     """Each measurement of `first` that `second` measured again (the same metric and scope, and in a sweep the same
     placement and tool: records.measurement_key) as the better pass by the metric's direction in `directions`, its
-    details the better pass's with `passes` (both figures, in order) added; in `first`'s order, one for each. A
-    figure the second pass lacks stays as it was."""
+    details the better pass's with `passes` (every pass's figure, in order) added; in `first`'s order, one for
+    each. A figure the second pass lacks stays as it was. `merged`: `first` is itself the best of passes this
+    function gave, its details' `passes` the figures so far."""
     from pytest_gbvalidate.report.records import measurement_key
 
     def key(metric: str, scope: str, details: Mapping[str, Any]) -> tuple[str, str, str, str]:
         return measurement_key({"metric": metric, "scope": scope, "details": details})
 
     again = {key(metric, scope, details): (value, details) for metric, value, scope, details in second}
-    merged = []
+    combined = []
     for measured in first:
         metric, value, scope, details = measured
         if key(metric, scope, details) not in again:
-            merged.append(measured)
+            combined.append(measured)
             continue
         value2, details2 = again[key(metric, scope, details)]
         second_better = rs.is_worse(value, value2, directions.get(metric, "higher"))
         best, best_details = (value2, details2) if second_better else (value, details)
-        merged.append(Measured(metric, best, scope, {**best_details, "passes": [value, value2]}))
-    return merged
+        so_far = list(details.get("passes", [value])) if merged else [value]
+        combined.append(Measured(metric, best, scope, {**best_details, "passes": [*so_far, value2]}))
+    return combined
 
 
 def _measured(given: Sequence[Any]) -> Measured:

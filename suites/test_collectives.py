@@ -4,7 +4,7 @@ one by one (never an average over the sweep), and a wrong result at any size fai
 
 A collective needs two ranks: on a 1-GPU node these checks skip, saying so. A size that cannot fit in the GPUs'
 free memory is not run: a gated one fails saying what it needed and what was free, any other is listed as not
-run. The sweep doubles from 8 B to 8 GiB on GPUs (further where the baseline gates a larger size) and to 4 MiB on
+run. The sweep doubles from 8 B to 8 GiB on GPUs (further where the baseline gates a larger size) and to 16 MiB on
 the CPU; a baseline's `params` (min_bytes, max_bytes, warmup, iterations) override that per collective.
 Under torchrun / srun the gang is the whole world, so this measures the collectives across nodes.
 
@@ -34,7 +34,7 @@ from pytest_gbvalidate.target import Target, require_ranks
 pytestmark = pytest.mark.gb_level("standard")
 
 # The message size of the pairwise check when the baseline's params give none: the size GPU collectives are
-# quoted at (sweeps.DEFAULT_GATES), and the CPU sweep's largest gated size.
+# quoted at (sweeps.DEFAULT_GATES), and on the CPU a size the multi-node tests run in seconds.
 PAIRWISE_BYTES = {"gpu": 2**30, "cpu": 2**20}
 # Timed samples per pair in each of its repeats (bench/pairwise.REPEATS in the first pass, RECHECK_REPEATS in each
 # second-pass round): on cpu enough that a pair 25% slower stands beyond two errors of its median where one sample
@@ -81,7 +81,7 @@ def wrong_data_message(collective: str, placement: str, rows: list[SizeRow]) -> 
 @pytest.mark.gb_level("quick")
 def test_all_reduce_one_size(gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
     """The quick level's collective: one mid-size all_reduce, in place, gated against the baseline and its data
-    checked -- the smallest size the baseline gates (128 MiB with the default GPU gates, 1 MiB on the CPU)."""
+    checked -- the smallest size the baseline gates (128 MiB with the default GPU gates, 4 MiB on the CPU)."""
     plan = one_size_plan(sweep_plan(gb_target, COLLECTIVES["all_reduce"].metric))
     check_collective("all_reduce", IN_PLACE, gb_target, gb_gang, gb_expect, plan)
 

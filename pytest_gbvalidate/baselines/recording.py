@@ -11,12 +11,13 @@ as percentages of the expected value (two significant digits). A verdict excuses
 than the needed resolution, so a fall of twice the needed resolution (in fact of about 1.8 times it) fails however
 noisy the figure is, and a dead node (a figure of 0, or a tenth of the expected one) always fails these bands.
 
-The noise is counted once: the largest spread the node's figures showed for an expected value (a metric's, or one
-size's of it) is written beside it as `spread_pct` (rounded up), which every later verdict counts in the figure's
-resolution beside the later run's own spread; the bands are not widened by it. A figure too noisy to record -- where
-the resolution a later run as noisy as this one would have against the recording, resolution.of_spreads(samples=
-spread, reference=spread) (2.8 times the spread), is coarser than the metric needs, so that run's figures could never
-be judged against it -- is written not gated: a size of a sweep left out of its `values`, a metric `provisional`
+The noise is counted once: the largest error the node's figures showed for an expected value (a metric's, or one
+size's of it: the standard error of the figure, noise.Noise.error_of, with the fall its waits for a CPU explain) is
+written beside it as `spread_pct` (rounded up), which every later verdict counts in the figure's resolution beside
+the later run's own error; the bands are not widened by it. A figure too noisy to record -- where the resolution a
+later run as noisy as this one would have against the recording, resolution.of_spreads(samples=error,
+reference=error) (2.8 times the error), is coarser than the metric needs, so that run's figures could never be
+judged against it -- is written not gated: a size of a sweep left out of its `values`, a metric `provisional`
 with no expected value, its spread and why in the provenance. Later runs report such a figure and never judge it.
 The rest is recorded. Where one of them is a figure the previous baseline gated (the SKU requires it), the recording
 is written and the run fails, naming each (NotGated.required).
@@ -24,14 +25,14 @@ is written and the run fails, naming each (NotGated.required).
 A floor-only metric (the previous baseline gave it a fail limit and no expected value or warn limit anywhere:
 figures that differ tenfold between machines) stays floor-only: its floor is kept while the node measures above it.
 
-Several runs: with --gb-record, gb_expect.each measures every figure again and keeps the better pass (expect.py),
-so a figure measured that way is the best of 2 passes and its spread is what its samples show. With the node's kept
-history (--gb-history), an expected value whose figure the node's last runs kept (noise.MIN_RUNS of them or more,
-this run among them; noise.MAX_RUNS at most) is the median of those runs' figures, and the spread written is the
-larger of its samples' and its run-to-run spread (noise.of_runs): the drift between runs that one run's samples do
-not show is counted, once, and a node whose runs scatter too widely to judge is refused. Each metric's provenance
-says how many runs each expected value was taken from, how many of its figures were the best of two passes, and
-what spread was seen."""
+Several runs: with --gb-record, gb_expect.measure_again measures every figure again and keeps the best pass
+(expect.py), so a figure measured that way is the best of its passes and its error is what its best pass's samples
+show. With the node's kept history (--gb-history), an expected value whose figure the node's last runs kept
+(noise.MIN_RUNS of them or more, this run among them; noise.MAX_RUNS at most) is the median of those runs' figures,
+and the spread written is the larger of its figure's error and its run-to-run spread (noise.of_runs): the drift
+between runs that one run's samples do not show is counted, once, and a node whose runs scatter too widely to judge
+is refused. Each metric's provenance says how many runs each expected value was taken from, how many of its figures
+were the best of several passes, and what spread was seen."""
 
 from __future__ import annotations
 
@@ -216,8 +217,8 @@ def _expected(
     """One expected value of `metric` (at `scope`; None: every scope of the metric, pooled) from this run's
     `records` and the node's kept `runs`: (the value, its figure as written, how many runs it was taken from).
     Where the kept runs and this one give noise.MIN_RUNS figures or more, the median of the last noise.MAX_RUNS of
-    them, with the larger of the samples' spread and the runs' (noise.of_runs); else this run's median and its
-    samples' spread."""
+    them, with the larger of the figure's error and the runs' spread (noise.of_runs); else this run's median and its
+    figure's error."""
     now = statistics.median(r["value"] for r in records)
     figure = _figure(metric, records, needed)
     across = noise.of_runs([*_kept_figures(runs, metric, scope), now])
@@ -337,7 +338,7 @@ def _spread_written(record: dict[str, Any]) -> float | None:
     seen = noise.from_record(record.get("noise"))
     if seen is None:
         return None
-    return _rounded_up(seen.spread_with_waits_pct())  # beside a neighbour a figure is too low by up to its waits
+    return _rounded_up(seen.error_with_waits_pct())  # beside a neighbour a figure is too low by up to its waits
 
 
 def _rounded_up(spread: float) -> float:

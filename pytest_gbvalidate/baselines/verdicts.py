@@ -147,10 +147,10 @@ def compare(ref: Reference, value: float, scope: str, resolution: rs.Resolution 
 
 
 def resolution_of(own: noise.Noise | None, ref: Reference) -> rs.Resolution | None:
-    """What a measurement's evidence can tell against its baseline: its own noise (its samples' or passes' spread
-    and its waits for a CPU) and the spread its baseline recorded; None where neither is known."""
+    """What a measurement's evidence can tell against its baseline: its own noise (its figure's error and its
+    waits for a CPU) and the spread its baseline recorded; None where neither is known."""
     return rs.of_spreads(
-        samples=None if own is None else own.spread_pct,
+        samples=None if own is None else own.error_of(),
         reference=ref.spread_pct,
         explained_pct=noise.explained_pct(own),
     )

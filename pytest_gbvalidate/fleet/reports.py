@@ -47,15 +47,16 @@ from pytest_gbvalidate.files import InputError, read_json
 from pytest_gbvalidate.labels import printable, printable_exactly
 from pytest_gbvalidate.node.fabric import nvlink_domain
 from pytest_gbvalidate.report import history, node_verdict, schema
+from pytest_gbvalidate.report.node_verdict import EXIT_UNRESOLVED, NodeVerdict
 from pytest_gbvalidate.report.node_verdict import NO_VERDICT as NO_VERDICT  # where the fleet's modules take it
-from pytest_gbvalidate.report.node_verdict import NodeVerdict
 from pytest_gbvalidate.report.records import HostRecord, MeasurementRecord, RunReportRecord, TestRecord
 from pytest_gbvalidate.rules import resolution as rs
 
 FINISHED = "finished"
 PARTIAL_STATUSES = ("running", "interrupted")
-# What a finished run's report may say (pytest.ExitCode: 2, interrupted, is written as the status `interrupted`).
-FINISHED_EXIT_STATUSES = (0, 1, 2, 3, 4, 5)
+# What a finished run's report may say (pytest.ExitCode, and ours for a run that could not tell: 2, interrupted, is
+# written as the status `interrupted`).
+FINISHED_EXIT_STATUSES = (0, 1, 2, 3, 4, 5, EXIT_UNRESOLVED)
 CORRUPT, OTHER_SKU, SUPERSEDED = "corrupt", "other SKU", "superseded"
 NARROWED = "narrowed"  # a subset's run after a whole one of its node: listed, the whole one counts
 CONFIRMATION = "confirmation"  # a second run of a node's failed checks: listed; `fleet summary --confirm` reads it
@@ -251,7 +252,8 @@ def _problem(data: dict[str, Any], hostname: str | None, now: dt.datetime | None
         return f"start_time {start.isoformat()} is in the future (now {now.isoformat(timespec='seconds')})"
     status = data["exit_status"]
     if data["status"] == FINISHED and status not in FINISHED_EXIT_STATUSES:
-        return f"exit_status {status!r} of a finished run: pytest's are {', '.join(map(str, FINISHED_EXIT_STATUSES))}"
+        known = ", ".join(map(str, FINISHED_EXIT_STATUSES))
+        return f"exit_status {status!r} of a finished run: pytest's and ours are {known}"
     gang = data.get("gang")
     if gang is not None and not gang["nodes"] == len(gang["hosts"]) >= 1:
         return f"gang.nodes is {gang['nodes']} and gang.hosts names {len(gang['hosts'])}: a gang has 1 node or more"

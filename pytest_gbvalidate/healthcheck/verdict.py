@@ -22,6 +22,7 @@ from pytest_gbvalidate.fleet.text import category_parts, drain_reason, one_line,
 from pytest_gbvalidate.labels import printable
 from pytest_gbvalidate.node.preconditions import PRECONDITIONS_TEST_ID
 from pytest_gbvalidate.report import node_verdict
+from pytest_gbvalidate.report.node_verdict import EXIT_UNRESOLVED
 from pytest_gbvalidate.report.records import ReasonClass, RunReportRecord
 
 OK, FAIL, TIMEOUT, UNKNOWN = "ok", "fail", "timeout", "unknown"
@@ -33,6 +34,7 @@ EXIT_MEANINGS = {
     3: "internal error",
     4: "usage error",
     5: "no tests collected",
+    EXIT_UNRESOLVED: "too noisy to judge",
 }
 PROBLEM_MAX_CHARS = 300
 

@@ -8,7 +8,7 @@ In this order, the first that applies:
 1. partial: the run was stopped (`interrupted`); what it showed is not the node's whole story.
 2. fail: a check failed on the node (a failed test whose fault is not `unresolved`).
 3. unresolved: every failed test failed only because its figures were too noisy to judge (rules/resolution.py): neither
-   a pass nor a fault of the node; run again on an idle node.
+   a pass nor a fault of the node; run again on an idle node. pytest exits EXIT_UNRESOLVED, not 1.
 4. no verdict: pytest's exit status is not 0 without a failed test (its own usage or internal error, nothing
    collected, an output it could not write), or no check passed (only collected, or every test skipped).
 5. pass: the run finished, exit status 0, at least one check passed and none failed.
@@ -26,6 +26,9 @@ NO_VERDICT: Final = "no verdict"
 UNRESOLVED: Final = "unresolved"
 # The fault category of a test that failed only for figures too noisy to judge (faults.yaml).
 UNRESOLVED_CATEGORY: Final = "unresolved"
+# pytest's exit status for a run whose every failed test was too noisy to judge: "this run could not tell", apart
+# from 1, "a check failed on the node"; the health check's "not run, no verdict" is 10 too (healthcheck/slurm.py).
+EXIT_UNRESOLVED: Final = 10
 
 
 def of_report(report: RunReportRecord) -> NodeVerdict:
@@ -33,9 +36,8 @@ def of_report(report: RunReportRecord) -> NodeVerdict:
         return NO_VERDICT
     if report["status"] != "finished":
         return "partial"
-    failed = failed_tests(report["tests"])
-    if failed:
-        return UNRESOLVED if all(is_unresolved(t) for t in failed) else "fail"
+    if failed_tests(report["tests"]):
+        return UNRESOLVED if only_unresolved(report["tests"]) else "fail"
     if report["exit_status"] != 0:
         return NO_VERDICT
     return "pass" if checked(report) else NO_VERDICT
@@ -57,6 +59,12 @@ def checked(report: RunReportRecord) -> bool:
 
 def failed_tests(tests: Sequence[TestRecord]) -> list[TestRecord]:
     return [t for t in tests if t["outcome"] == "failed"]
+
+
+def only_unresolved(tests: Sequence[TestRecord]) -> bool:
+    """Whether some test failed and every failed one failed only for figures too noisy to judge."""
+    failed = failed_tests(tests)
+    return bool(failed) and all(is_unresolved(t) for t in failed)
 
 
 def is_unresolved(test: TestRecord) -> bool:

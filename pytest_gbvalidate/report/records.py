@@ -157,7 +157,7 @@ class MeasurementCompareRecord(TypedDict):
 class NoiseRecord(TypedDict):
     """How a figure was summarised and how much its samples spread (rules/noise.py): `median` of `count` samples, or
     `best_pass` of `count` passes (each pass's figure in `passes`); `spread_pct` is their scaled MAD in percent of
-    the figure."""
+    the figure (one sample's spread), `error_pct` the figure's own error."""
 
     summary: str
     count: int
@@ -166,6 +166,8 @@ class NoiseRecord(TypedDict):
     # The share of the time it was measured (percent) that the measurement waited for a CPU another task held
     # (node/neighbours.py): a fall those waits explain is no verdict on the node (rules/resolution.py).
     cpu_wait_pct: NotRequired[float]
+    # How far the figure itself may be off, in percent: the standard error of its median (noise.Noise.error_of).
+    error_pct: NotRequired[float]
 
 
 class MeasurementRecord(TypedDict):

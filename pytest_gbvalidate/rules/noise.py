@@ -3,10 +3,12 @@ holds against that noise. Pure functions on numbers: no torch, no pytest.
 
 A figure's noise is the robust spread of the samples it summarises: the scaled median absolute deviation (1.4826 x
 MAD, which estimates the standard deviation of normal data and ignores a few wild samples) in percent of their
-median. That is the spread of one sample, not the standard error of the median: run-to-run drift on a shared
-machine (a neighbour's job, the page cache, clocks) is far larger than what a median of 20 samples would suggest,
-and a gate must not fail a node for it. A difference between two figures is real only beyond NOISE_K times their
-combined noise.
+median: the spread of one sample, which the fleet holds against its peers' (an erratic node). How far the figure
+itself may be off is its error (`Noise.error_pct`): the standard error of the median of its samples, which shrinks
+as more are taken -- what measuring until the figure can tell (rules/sampling.py) is for. Drift between runs (a
+neighbour's job, the page cache, clocks) is no part of one run's error: the change a comparison allows is the
+resolution the metric needs, sized for that drift, and with a kept history the node's own run-to-run spread counts
+(RunToRun). A difference between two figures is real only beyond NOISE_K times their combined noise.
 
 Within one run the samples agree more than runs do: the page cache, a VM's neighbours, clocks and thermals drift
 between runs and hold still within one (docs/noise.md measures it on a 2-core VM). A comparison of two runs
@@ -15,7 +17,8 @@ an outlier among them too (RunToRun: the fleet's modified z-score, over time ins
 
 A capacity figure (bandwidth, TFLOPS, tokens/s) measured in several passes is the best pass (STREAM's rule, the
 storage check's): interference only slows a pass down, so a degraded node is slow in every pass and a busy one is
-not. Its noise is then its samples' spread, and the passes' robust spread where there are three or more.
+not. Its spread is then its samples', and the passes' robust spread where there are three or more; its error is
+the best pass's own (the slower passes were disturbed, they do not make the best one less sure).
 """
 
 from __future__ import annotations
@@ -76,6 +79,9 @@ class Noise:
     # where the measurement says (with_neighbours): the fall those waits explain (explained_pct), one-sided -- they
     # can only have made the figure worse than the node is, so they are no part of `spread_pct`.
     cpu_wait_pct: float | None = None
+    # The figure's own error in percent (the standard error of the median of the samples it is, or of its best
+    # pass's); None where the measurement gave none: then taken from `spread_pct` and `count` (error_of).
+    error_pct: float | None = None
 
     def as_record(self) -> NoiseRecord:
         record: NoiseRecord = {"summary": self.summary, "count": self.count, "spread_pct": round(self.spread_pct, 3)}
@@ -83,13 +89,23 @@ class Noise:
             record["passes"] = [float(f"{p:.6g}") for p in self.passes]
         if self.cpu_wait_pct is not None:
             record["cpu_wait_pct"] = round(self.cpu_wait_pct, 1)
+        if self.error_pct is not None:
+            record["error_pct"] = round(self.error_pct, 3)
         return record
 
-    def spread_with_waits_pct(self) -> float:
-        """`spread_pct` and the fall its waits for a CPU explain (over NOISE_K), combined: how unsure a reference
-        made from this figure would be (a recording made beside a neighbour is too low by up to that)."""
+    def error_of(self) -> float:
+        """How far the figure itself may be off (percent): its `error_pct`, else, for the median of `count`
+        samples, their median's standard error, else (the best of passes an older report gave without it) its
+        whole spread: never less sure than the evidence shows."""
+        if self.error_pct is not None:
+            return self.error_pct
+        return median_error_pct(self.spread_pct, self.count) if self.summary == MEDIAN else self.spread_pct
+
+    def error_with_waits_pct(self) -> float:
+        """The figure's error and the fall its waits for a CPU explain (over NOISE_K), combined: how unsure a
+        reference made from this figure would be (a recording made beside a neighbour is too low by up to that)."""
         waited = 0.0 if not self.cpu_wait_pct else neighbours_pct(self.cpu_wait_pct)
-        return math.hypot(self.spread_pct, waited)
+        return math.hypot(self.error_of(), waited)
 
     def describe(self) -> str:
         how = f"best of {len(self.passes)} passes" if self.summary == BEST_PASS else f"median of {self.count}"
@@ -145,7 +161,9 @@ def spread_pct(values: Sequence[float]) -> float | None:
 def of_samples(samples: Sequence[float]) -> Noise | None:
     """The noise of a figure that is the median of `samples` (None where they cannot say: see spread_pct)."""
     spread = spread_pct(samples)
-    return None if spread is None else Noise(MEDIAN, len(samples), spread)
+    if spread is None:
+        return None
+    return Noise(MEDIAN, len(samples), spread, error_pct=median_error_pct(spread, len(samples)))
 
 
 def of_passes(passes: Sequence[float], within: Sequence[Noise | None] = ()) -> Noise | None:
@@ -153,7 +171,9 @@ def of_passes(passes: Sequence[float], within: Sequence[Noise | None] = ()) -> N
     and, from three passes on, the passes' own robust spread. Not the spread of two passes: interference only slows
     a pass, so the slower of two says how disturbed it was, not how far the best one is from the node's figure; a
     robust spread of three or more ignores one such pass. Two passes with nothing known within them: their
-    half-difference in percent of their median, as nothing better is known."""
+    half-difference in percent of their median, as nothing better is known. Its error: the largest error `within`
+    (the best pass's samples'), else that spread."""
+    errors = [n.error_of() for n in within if n is not None]
     spreads = [n.spread_pct for n in within if n is not None]
     finite = [p for p in passes if math.isfinite(p)]
     if len(finite) >= 3:
@@ -164,7 +184,7 @@ def of_passes(passes: Sequence[float], within: Sequence[Noise | None] = ()) -> N
         spreads.append(abs(finite[0] - finite[1]) / 2 / abs(statistics.median(finite)) * 100.0)
     if not spreads:
         return None
-    return Noise(BEST_PASS, len(passes), max(spreads), tuple(passes))
+    return Noise(BEST_PASS, len(passes), max(spreads), tuple(passes), error_pct=max(errors or spreads))
 
 
 def from_details(details: Mapping[str, Any]) -> Noise | None:
@@ -248,7 +268,10 @@ def from_record(record: object) -> Noise | None:
     waited = record.get("cpu_wait_pct")
     if waited is not None and (not _is_number(waited) or not 0 <= waited <= 100):
         return None
-    return Noise(summary, count, float(spread), tuple(float(p) for p in passes), waited)
+    error = record.get("error_pct")
+    if error is not None and (not _is_number(error) or error < 0):
+        return None
+    return Noise(summary, count, float(spread), tuple(float(p) for p in passes), waited, error)
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,10 @@
 verdict. Pure functions on numbers: no torch, no pytest.
 
 A figure's resolution is the smallest change its evidence can tell apart from noise: noise.NOISE_K times the
-combined robust spreads that stand behind it -- its own samples' or passes' (rules/noise.py), the reference's it is
-compared with (a recorded baseline's, an earlier report's) and, where the node's runs are kept, the node's
-run-to-run spread. It is a distance on the same scale as `worse_pct`: a log ratio in percent for two positive
-figures, so a tenfold fall (230%) is never "within" any plausible spread.
+combined errors that stand behind it -- its own figure's (the standard error of its median: rules/noise.py), the
+reference's it is compared with (a recorded baseline's spread, an earlier report's figure's error) and, where the
+node's runs are kept, the node's run-to-run spread. It is a distance on the same scale as `worse_pct`: a log ratio
+in percent for two positive figures, so a tenfold fall (230%) is never "within" any plausible spread.
 
 Each metric declares the resolution it needs (the baseline's `resolution`, per SKU and per metric). Noise may move a
 verdict by no more than that: a figure beyond its threshold by more than min(resolution, needed) is judged on its
@@ -73,8 +73,8 @@ def _above_pct(value: float, reference: float) -> float:
 
 @dataclass(frozen=True)
 class Resolution:
-    """The smallest change a figure's evidence can tell (`pct`), and the spreads it is made of (name -> percent:
-    `samples`, `reference`, `run_to_run`), each as its evidence gives it."""
+    """The smallest change a figure's evidence can tell (`pct`), and the errors it is made of (name -> percent:
+    `samples` (the figure's own), `reference`, `run_to_run`), each as its evidence gives it."""
 
     pct: float
     spreads: tuple[tuple[str, float], ...]
@@ -85,7 +85,7 @@ class Resolution:
     def describe(self) -> str:
         parts = ", ".join(f"{name.replace('_', '-')} {spread:.1f}%" for name, spread in self.spreads)
         waits = f"; its waits for a CPU explain a fall of {self.explained_pct:.0f}%" if self.explained_pct else ""
-        return f"resolution {self.pct:.1f}% ({NOISE_K:g} x the spread of {parts}{waits})"
+        return f"resolution {self.pct:.1f}% ({NOISE_K:g} x the combined error of {parts}{waits})"
 
 
 def of_spreads(*, explained_pct: float = 0.0, **spreads: float | None) -> Resolution | None:

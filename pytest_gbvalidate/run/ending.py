@@ -118,6 +118,20 @@ def judge_nothing_checked(gb: GbSession, session: pytest.Session, exitstatus: in
     return session.exitstatus
 
 
+def judge_unresolved(gb: GbSession, session: pytest.Session, exitstatus: int) -> int:
+    """A run whose every failed test failed only for figures too noisy to judge exits
+    node_verdict.EXIT_UNRESOLVED, not 1: "this run could not tell" is no "this node failed" (the terminal's last
+    line, the JUnit XML's error type and the page say the same)."""
+    from pytest_gbvalidate.report import node_verdict
+
+    if hasattr(gb.config, "workerinput"):  # pytest-xdist's controller decides the run's status
+        return exitstatus
+    if exitstatus != pytest.ExitCode.TESTS_FAILED or not node_verdict.only_unresolved(gb.report.data["tests"]):
+        return exitstatus
+    session.exitstatus = node_verdict.EXIT_UNRESOLVED
+    return session.exitstatus
+
+
 def fail_on_lost_outputs(gb: GbSession, session: pytest.Session, exitstatus: int) -> int:
     """A run whose report, recorded baseline, kept report or Prometheus file could not be written does not pass: a
     gate's evidence is missing; one whose report does not fit its own records is no verdict (our own failure)."""

@@ -395,6 +395,7 @@ class GbSession:
             self.record_error = sections.record_baseline(self.report, t, path, self.node_facts, why_not, runs)
         exitstatus = ending.judge_pace(self, session, exitstatus, self._measured_again)
         exitstatus = ending.judge_nothing_checked(self, session, exitstatus)
+        exitstatus = ending.judge_unresolved(self, session, exitstatus)
         status: RunStatus = "interrupted" if exitstatus == pytest.ExitCode.INTERRUPTED else "finished"
         self.report.finish(int(exitstatus), status)  # written, kept and exported once pytest's writers are done
 

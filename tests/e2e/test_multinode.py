@@ -94,13 +94,13 @@ def test_two_nodes_over_loopback(tmp_path: Path) -> None:
     codes, logs = run_nodes(tmp_path, 2, 1, [*suites, "-k", "not gemm and not one_size"], {})
     node, report = the_report(tmp_path, 2, logs)  # one report, from the node that got global rank 0
     # Two nodes on one busy machine are each other's neighbours: a host copy that waited for a CPU long enough to
-    # explain its figure is unresolved there (and only that); the run then exits 1 on both nodes.
+    # explain its figure is unresolved there (and only that); the run then exits 10 on both nodes, not 1.
     failed = {t["test_id"].rsplit("::", 1)[-1] for t in report["tests"] if t["outcome"] == "failed"}
     unresolved = {t["test_id"].rsplit("::", 1)[-1] for t in report["tests"] if node_verdict.is_unresolved(t)}
     assert failed <= {"test_host_copy_bandwidth"} and failed == unresolved, logs
-    assert codes == ([1, 1] if failed else [0, 0]), logs
+    assert codes == ([10, 10] if failed else [0, 0]), logs
     assert not (tmp_path / f"node{1 - node}.xml").exists()
-    assert report["status"] == "finished" and report["exit_status"] == (1 if failed else 0)
+    assert report["status"] == "finished" and report["exit_status"] == (10 if failed else 0)
     assert report["world"] == {"world_size": 2}
     hosts = [{"node_rank": rank, "hostname": socket.gethostname()} for rank in (0, 1)]
     assert report["gang"] == {
@@ -112,7 +112,7 @@ def test_two_nodes_over_loopback(tmp_path: Path) -> None:
     assert passed | failed == {*COLLECTIVE_TESTS, "test_host_copy_bandwidth", "test_pairwise_all_reduce_busbw"}
     for name in COLLECTIVE_TESTS:
         records = [m for m in report["measurements"] if m["test_id"].endswith(name)]
-        assert len(records) == 20 and all(m["details"]["wrong"] == 0 for m in records)
+        assert len(records) == 22 and all(m["details"]["wrong"] == 0 for m in records)
     root = ET.parse(tmp_path / f"node{node}.xml").getroot()
     assert root.find("testsuite/properties/property[@name='gb_sku']") is not None
     # each node measured its own host, and the report from rank 0 has both

@@ -135,7 +135,8 @@ def test_a_provisional_measurement_beside_a_gated_one_does_not_hide_its_pass(lab
 
 
 CPU_SWEEP = ["8B", "16B", "32B", "64B", "128B", "256B", "512B", "1KiB", "2KiB", "4KiB", "8KiB", "16KiB", "32KiB"]
-CPU_SWEEP += ["64KiB", "128KiB", "256KiB", "512KiB", "1MiB", "2MiB", "4MiB"]
+CPU_SWEEP += ["64KiB", "128KiB", "256KiB", "512KiB", "1MiB", "2MiB", "4MiB", "8MiB", "16MiB"]
+CPU_GATES = ["4MiB", "16MiB"]
 
 
 @pytest.mark.torch_version
@@ -171,17 +172,15 @@ def test_suites_run_on_the_cpu_sku_end_to_end(cpu_suites_run: CpuRun) -> None:
     assert copy["value"] == pytest.approx(float(props["gb_value"]))
     assert copy["details"]["iterations"] >= 10 and len(copy["details"]["samples_gbps"]) >= 10
     (one,) = tests["test_all_reduce_one_size"]  # the smallest gated size alone, gated, its data checked
-    assert (one["scope"], one["details"]["wrong"]) == ("1MiB", 0) and one["verdict"] in ("pass", "warn")
+    assert (one["scope"], one["details"]["wrong"]) == ("4MiB", 0) and one["verdict"] in ("pass", "warn")
     for name, metric in COLLECTIVE_TESTS.items():
         # every measured size is in the JSON report and in JUnit, gated at the baseline's sizes only
         records = tests[name]
-        assert [r["scope"] for r in records if r["verdict"] == "info"] == [
-            s for s in CPU_SWEEP if "MiB" not in s or s == "2MiB"
-        ]
+        assert [r["scope"] for r in records if r["verdict"] == "info"] == [s for s in CPU_SWEEP if s not in CPU_GATES]
         gated = {r["scope"]: r for r in records if r["verdict"] != "info"}
-        assert sorted(gated) == ["1MiB", "4MiB"] and all(r["verdict"] in ("pass", "warn") for r in gated.values())
+        assert list(gated) == CPU_GATES and all(r["verdict"] in ("pass", "warn") for r in gated.values())
         assert all(r["metric"] == metric and r["value"] > 0 and r["details"]["wrong"] == 0 for r in records)
-        assert {r["details"]["size_bytes"] for r in records} == {8 * 2**i for i in range(20)}
+        assert {r["details"]["size_bytes"] for r in records} == {8 * 2**i for i in range(22)}
         junit_scopes = [v for k, v in cases[name]["props"] if k == "gb_scope"]
         assert sorted(junit_scopes) == sorted(CPU_SWEEP)
     (plot,) = report["plots"]
@@ -199,7 +198,7 @@ def test_suites_run_on_the_cpu_sku_end_to_end(cpu_suites_run: CpuRun) -> None:
             "JSON report: */r.json",
             "busbw plot: */r.busbw.png",
             "*gbvalidate: cpu measured vs baseline*",
-            "(not shown: 126 measurements no baseline gates; -v shows the collectives' per-size tables; all are in the "
+            "(not shown: 140 measurements no baseline gates; -v shows the collectives' per-size tables; all are in the "
             "JSON report)",
         ]
     )
@@ -251,17 +250,17 @@ def test_record_on_cpu_then_pass_against_the_recording(pytester: pytest.Pytester
     # A busy machine's figure too noisy to record is written not gated, each named on a line of its own; the run
     # fails only where it is one the cpu baseline gates.
     noisy = [line for line in first.stdout.lines if line.startswith("  ") and "against a recording as noisy" in line]
-    assert "sku: golden" in text and "measured on " in text and "2MiB" not in text  # the gated sizes only
-    assert ("status: measured" in text) == (len(noisy) < 3)  # host copy, all_reduce at 1 and 4 MiB
+    assert "sku: golden" in text and "measured on " in text and "8MiB" not in text  # the gated sizes only
+    assert ("status: measured" in text) == (len(noisy) < 3)  # host copy, all_reduce at 4 and 16 MiB
     assert ("figure(s) too noisy to record, written not gated" in first.stdout.str()) == bool(noisy)
     required = any("required by the SKU: " in line for line in noisy)
     assert first.ret == (pytest.ExitCode.TESTS_FAILED if required else pytest.ExitCode.OK)
-    for size in ("1MiB", "4MiB"):
+    for size in CPU_GATES:
         assert (f"      {size}:" in text) != any(f"all_reduce_busbw_gbps [{size}]" in line for line in noisy)
     second = pytester.runpytest(*some, "--gb-sku=golden", "--gb-baselines=b", "--gb-report=r.json")
     judged = json.loads((pytester.path / "r.json").read_text())["measurements"]
     gated = [m for m in judged if m["verdict"] not in ("info", "skip")]  # not gated: reported, never judged
-    assert [m["scope"] for m in gated] == [s for s in ("node", "1MiB", "4MiB") if f"[{s}]" not in "".join(noisy)]
+    assert [m["scope"] for m in gated] == [s for s in ("node", *CPU_GATES) if f"[{s}]" not in "".join(noisy)]
     for m in gated:  # judged against the recording; how a busy machine's next run fares is the benchmarks' to say
         assert m["verdict"] in ("pass", "warn", "unresolved", "fail") and m["status"] == "measured"
         assert m["provenance"].startswith("measured on ") and m["expected"] > 0 and "resolution" in m

@@ -536,18 +536,19 @@ def _copy(value: float, spread_pct: float, scope: str = "node", **noise: object)
 
 
 def test_a_recording_rounds_and_counts_the_noise_it_saw_once(tmp_path: Path) -> None:
-    # A 2% spread: written as spread_pct, which later verdicts count in the figure's resolution; the bands stay
-    # those of the 6% needed (four digits: three would round by up to 0.5%, more than a twentieth of 6%).
+    # A 2% spread of 20 samples: their median's error, 2% x 1.2533 / sqrt(20) = 0.561% (rounded up), written as
+    # spread_pct, which later verdicts count in the figure's resolution; the bands stay those of the 6% needed
+    # (four digits: three would round by up to 0.5%, more than a twentieth of 6%).
     doc = bl.recorded_baseline("cpu", None, [_copy(10.8734, 2.0)], "measured on vm1")
     entry = doc["metrics"]["host_copy_bandwidth_gbps"]
-    assert (entry["expected"], entry["warn"], entry["fail"], entry["spread_pct"]) == (10.87, "3%", "4.4%", 2.0)
+    assert (entry["expected"], entry["warn"], entry["fail"], entry["spread_pct"]) == (10.87, "3%", "4.4%", 0.561)
     assert (
         entry["provenance"]
         == "measured on vm1; spread seen: up to 2.0% (median of 20, spread 2.0%) over 1 measurement(s)"
     )
     (tmp_path / "cpu.yaml").write_text(bl.dump_baseline(doc))
     ref = bl.load_baseline(tmp_path / "cpu.yaml").metrics["host_copy_bandwidth_gbps"].default
-    assert ref.spread_pct == 2.0  # read back: verdicts count it in the resolution beside the measurement's own
+    assert ref.spread_pct == 0.561  # read back: verdicts count it in the resolution beside the measurement's own
     # a figure of the same node within its noise passes, without a warning
     assert bl.compare(ref, 10.8734 * 0.98, "node").verdict == bl.PASS
     # a quiet figure gets the same bands: the noise does not widen them

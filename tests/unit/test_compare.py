@@ -141,7 +141,7 @@ def test_from_zero_only_a_change_for_the_worse_regresses() -> None:
     assert verdict(0, 3, "higher") == "ok"
 
 
-def _busbw(value: float, spread_pct: float | None) -> Any:
+def _busbw(value: float, spread_pct: float | None, error_pct: float | None = None) -> Any:
     record: dict[str, Any] = {
         "test_id": "suites/test_collectives.py::test_reduce_scatter_busbw[in_place]",
         "metric": "reduce_scatter_busbw_gbps",
@@ -153,6 +153,8 @@ def _busbw(value: float, spread_pct: float | None) -> Any:
     }
     if spread_pct is not None:
         record["noise"] = {"summary": "median", "count": 20, "spread_pct": spread_pct}
+        if error_pct is not None:
+            record["noise"]["error_pct"] = error_pct
     return record
 
 
@@ -264,9 +266,9 @@ def test_noise_excuses_no_more_than_needed_and_a_coarse_figure_is_never_within_i
 
 
 def test_a_change_past_the_allowed_one_within_a_fine_enough_resolution_is_within_noise() -> None:
-    # GPU figures, each the median of samples spreading 1.5%: a resolution of 4.2%, finer than the 6% needed.
+    # GPU figures, each with an error of 1.5%: a resolution of 4.2%, finer than the 6% needed.
     quiet = cmp.AllowedRegression(2.0)
-    section = _against(_busbw(10.0, 1.5), _busbw(9.6, 1.5), allowed=quiet)  # 4.1% worse as a log ratio, 2% allowed
+    section = _against(_busbw(10.0, 5.0, 1.5), _busbw(9.6, 5.0, 1.5), allowed=quiet)  # 4.1% worse, 2% allowed
     assert section["verdict"] == "within_noise" and section["allowed_pct"] == 2.0
     assert section["resolution"] == {
         "pct": 4.243,
@@ -277,10 +279,10 @@ def test_a_change_past_the_allowed_one_within_a_fine_enough_resolution_is_within
     assert section["noise_margin_pct"] == 4.243  # for readers from before the resolution
     assert (
         "allowed 2% (--gb-compare-fail); +4.1% to the worse side as a log ratio, within "
-        "4.2%: 2 x the spread of its samples' 1.5%, the earlier report's 1.5% -> WITHIN_NOISE"
+        "4.2%: 2 x the combined error of its figure 1.5%, the earlier report's figure 1.5% -> WITHIN_NOISE"
     ) in section["message"]
     # past the larger of the allowed change and its resolution: a regression
-    assert _against(_busbw(10.0, 1.5), _busbw(9.3, 1.5), allowed=quiet)["verdict"] == "regressed"
+    assert _against(_busbw(10.0, 5.0, 1.5), _busbw(9.3, 5.0, 1.5), allowed=quiet)["verdict"] == "regressed"
     # The allowed change and the noise overlap, they do not add up: by default 6% is allowed, and 8.3% worse is a
     # regression however the 4.2% resolution would have added to it; 5.1% worse is within it.
     assert _against(_busbw(10.0, 1.5), _busbw(9.2, 1.5))["verdict"] == "regressed"
@@ -318,20 +320,20 @@ def test_a_scattered_earlier_figure_excuses_no_more_than_the_metric_needs() -> N
     """A figure at a tenth of its earlier report was `-77% OK`: the earlier run's samples scattered (a noise
     margin of 172%). Scatter never buys a pass: past the allowed change by more than the needed resolution it is a
     regression, and within its coarse resolution it is unresolved, never within the noise."""
-    scattered = _busbw(10.0, 86.0)
-    section = _against(scattered, _busbw(2.3, 2.0), needed=CPU_NEEDED)
+    scattered = _busbw(10.0, 86.0, 86.0)
+    section = _against(scattered, _busbw(2.3, 2.0, 2.0), needed=CPU_NEEDED)
     assert section["verdict"] == "regressed" and section["resolution"]["pct"] == pytest.approx(172.05, abs=0.01)
     assert "beyond the 70.0% it and its resolution allow" in section["message"]
-    assert _against(scattered, _busbw(1.0, 2.0), needed=CPU_NEEDED)["verdict"] == "regressed"
+    assert _against(scattered, _busbw(1.0, 2.0, 2.0), needed=CPU_NEEDED)["verdict"] == "regressed"
     # too noisy to tell: unresolved, even (above all) with --gb-compare-fail=5%
-    section = _against(scattered, _busbw(8.0, 2.0), needed=CPU_NEEDED, allowed=cmp.AllowedRegression(5.0))
+    section = _against(scattered, _busbw(8.0, 2.0, 2.0), needed=CPU_NEEDED, allowed=cmp.AllowedRegression(5.0))
     assert section["verdict"] == "unresolved"
     assert (
-        "too noisy to judge: +22.3% to the worse side as a log ratio, resolution 172.0% (2 x the spread of its "
-        "samples' 2.0%, the earlier report's 86.0%), coarser than the 70% needed (resolution.pct) -> UNRESOLVED"
+        "too noisy to judge: +22.3% to the worse side as a log ratio, resolution 172.0% (2 x the combined error of its "
+        "figure 2.0%, the earlier report's figure 86.0%), coarser than the 70% needed (resolution.pct) -> UNRESOLVED"
     ) in section["message"]
     # better than the earlier figure by more than its whole resolution: resolved, ok
-    assert _against(scattered, _busbw(80.0, 2.0), needed=CPU_NEEDED)["verdict"] == "ok"
+    assert _against(scattered, _busbw(80.0, 2.0, 2.0), needed=CPU_NEEDED)["verdict"] == "ok"
 
 
 def test_an_earlier_report_with_a_malformed_gpu_is_a_clear_error(tmp_path: Path) -> None:
@@ -346,26 +348,26 @@ def test_the_node_s_run_to_run_spread_is_part_of_the_resolution_and_excuses_no_m
     # cpu SKU needs a halving resolved: the history's spread widens the resolution, within that.
     figures = [0.45, 0.475, 0.525, 0.5, 0.55]
     quiet = cmp.AllowedRegression(2.0)
-    assert _against(_busbw(0.55, 1.0), _busbw(0.51, 1.0), None, CPU_NEEDED, quiet)["verdict"] == "regressed"
-    section = _against(_busbw(0.55, 1.0), _busbw(0.51, 1.0), figures, CPU_NEEDED, quiet)
+    assert _against(_busbw(0.55, 1.0, 1.0), _busbw(0.51, 1.0, 1.0), None, CPU_NEEDED, quiet)["verdict"] == "regressed"
+    section = _against(_busbw(0.55, 1.0, 1.0), _busbw(0.51, 1.0, 1.0), figures, CPU_NEEDED, quiet)
     assert section["verdict"] == "within_noise"
     assert section["resolution"]["spreads"] == {"samples": 1.0, "reference": 1.0, "run_to_run": 7.413}
     assert (
-        "within 15.1%: 2 x the spread of its samples' 1.0%, the earlier report's 1.0%, the node's run-to-run 7.4% "
-        "over 5 runs; against the node's reference runs (median of the first 5 of 5 kept runs): 0.5 GB/s, delta "
-        "+2.0% -> WITHIN_NOISE, decided against the earlier report"
+        "within 15.1%: 2 x the combined error of its figure 1.0%, the earlier report's figure 1.0%, the node's "
+        "run-to-run spread 7.4% over 5 runs; against the node's reference runs (median of the first 5 of 5 kept "
+        "runs): 0.5 GB/s, delta +2.0% -> WITHIN_NOISE, decided against the earlier report"
     ) in section["message"]
     assert section["run_to_run"] == {"runs": 5, "median": 0.5, "spread_pct": 7.413, "z": 0.27}
     # 36% below the run before is 4 of the runs' spreads: the history's family-wise cut-off (9.2 against five runs)
     # excused it; the resolution excuses 15.1%, no more.
-    section = _against(_busbw(0.55, 1.0), _busbw(0.35, 1.0), figures, CPU_NEEDED, quiet)
+    section = _against(_busbw(0.55, 1.0, 1.0), _busbw(0.35, 1.0, 1.0), figures, CPU_NEEDED, quiet)
     assert section["verdict"] == "regressed" and "beyond the 15.1% it and its resolution allow" in section["message"]
     # lower is better: a figure far above the node's runs is the worse side
-    slow = _busbw(0.55, 1.0) | {"metric": "step_time_s", "direction": "lower"}
+    slow = _busbw(0.55, 1.0, 1.0) | {"metric": "step_time_s", "direction": "lower"}
     assert _against(slow, slow | {"value": 0.9}, figures, CPU_NEEDED, quiet)["verdict"] == "regressed"
     assert _against(slow, slow | {"value": 0.35}, figures, CPU_NEEDED, quiet)["verdict"] == "ok"
     # A GPU SKU needs 6%: a node whose runs spread 7% cannot resolve that, and says so instead of passing.
-    section = _against(_busbw(0.55, 1.0), _busbw(0.54, 1.0), figures, GPU_NEEDED)
+    section = _against(_busbw(0.55, 1.0, 1.0), _busbw(0.54, 1.0, 1.0), figures, GPU_NEEDED)
     assert section["verdict"] == "unresolved" and "coarser than the 6% needed" in section["message"]
 
 

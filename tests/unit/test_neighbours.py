@@ -83,8 +83,9 @@ def test_a_figure_s_waits_explain_a_fall_and_widen_nothing() -> None:
     assert found.cpu_wait_pct == 50.0 and found.spread_pct == alone.spread_pct
     assert noise.explained_pct(found) == pytest.approx(100 * math.log(2))  # waiting half the time: a halving
     assert noise.explained_pct(alone) == 0.0
-    assert found.spread_with_waits_pct() == pytest.approx(math.hypot(alone.spread_pct, 100 * math.log(2) / 2))
-    assert noise.from_record(found.as_record()) == noise.Noise("median", 3, round(found.spread_pct, 3), (), 50.0)
+    assert found.error_with_waits_pct() == pytest.approx(math.hypot(alone.error_of(), 100 * math.log(2) / 2))
+    error = round(noise.median_error_pct(found.spread_pct, 3), 3)
+    assert noise.from_record(found.as_record()) == noise.Noise("median", 3, round(found.spread_pct, 3), (), 50.0, error)
     assert "50% of its time waiting for a CPU" in found.describe()
     # a share that is no percentage is ignored; a whole window of waiting is bounded
     assert noise.from_details({**details, "cpu_wait_pct": 250.0}) == alone

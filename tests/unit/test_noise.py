@@ -33,7 +33,8 @@ def test_details_give_the_noise_of_a_median_or_of_the_best_pass() -> None:
     assert best is not None and best.summary == "best_pass" and best.passes == (7.0, 10.0)
     # two passes 30% apart: the slower was disturbed; the best one's samples say how far it may be off
     assert best.spread_pct == median.spread_pct
-    assert best.as_record() == {"summary": "best_pass", "count": 2, "spread_pct": 7.413, "passes": [7.0, 10.0]}
+    record = {"summary": "best_pass", "count": 2, "spread_pct": 7.413, "passes": [7.0, 10.0], "error_pct": 4.645}
+    assert best.as_record() == record  # its error: the best pass's median's, 7.413% x 1.2533 / sqrt(4)
     # nothing known within two passes: their half-difference
     two = noise.of_passes([7.0, 10.0])
     assert two is not None and two.spread_pct == pytest.approx(1.5 / 8.5 * 100)
@@ -77,9 +78,8 @@ def test_a_value_past_a_limit_within_its_own_noise_does_not_get_that_limit_s_ver
     assert bl.compare(ref, 8.8, "node").verdict == bl.FAIL
     within = bl.compare(ref, 8.8, "node", noisy)  # 2.2% below the fail limit, noise allows 6%
     assert within.verdict == bl.WARN
-    assert "past the fail limit within the noise its resolution 6.0% (2 x the spread of samples 3.0%) allows" in (
-        within.message
-    )
+    said = "past the fail limit within the noise its resolution 6.0% (2 x the combined error of samples 3.0%) allows"
+    assert said in within.message
     assert bl.compare(ref, 9.3, "node", noisy).verdict == bl.PASS
     assert "past the warn limit within the noise" in bl.compare(ref, 9.3, "node", noisy).message
     # far past the limit, or not a number, whatever the noise

@@ -34,9 +34,10 @@ def figure(
         "value": value,
     }
     if spread_pct is not None:
-        noise: dict[str, Any] = {"summary": "median", "count": 20, "spread_pct": spread_pct}
+        # `spread_pct` given as the figure's error too: what a recording writes and judges (noise.Noise.error_of)
+        noise: dict[str, Any] = {"summary": "median", "count": 20, "spread_pct": spread_pct, "error_pct": spread_pct}
         if passes:
-            noise = {"summary": "best_pass", "count": passes, "spread_pct": spread_pct, "passes": [value] * passes}
+            noise |= {"summary": "best_pass", "count": passes, "passes": [value] * passes}
         m["noise"] = noise
     return m
 
@@ -49,7 +50,7 @@ def busbw(scope: str, value: float, spread_pct: float) -> dict[str, Any]:
         "unit": "GB/s",
         "direction": "higher",
         "value": value,
-        "noise": {"summary": "median", "count": 20, "spread_pct": spread_pct},
+        "noise": {"summary": "median", "count": 20, "spread_pct": spread_pct, "error_pct": spread_pct},
     }
 
 

@@ -145,7 +145,7 @@ def test_a_resolved_figure_past_a_limit_within_its_noise_says_by_what_allowance(
     ref = reference()  # fail 90, warn 95
     verdict = bl.compare(ref, 89.0, "node", rs.of_spreads(samples=2.0))  # resolution 4%, 1.1% past the fail limit
     assert verdict.verdict == bl.WARN
-    assert "past the fail limit within the noise its resolution 4.0% (2 x the spread of samples 2.0%)" in (
+    assert "past the fail limit within the noise its resolution 4.0% (2 x the combined error of samples 2.0%)" in (
         verdict.message
     )
     assert bl.compare(ref, 94.0, "node", rs.of_spreads(samples=2.0)).verdict == bl.PASS
@@ -171,7 +171,7 @@ def test_a_resolution_combines_its_spreads_and_names_them() -> None:
     assert rs.of_spreads(samples=None, reference=None) is None
     r = rs.of_spreads(samples=3.0, reference=4.0, run_to_run=None)
     assert r is not None and r.pct == pytest.approx(10.0)
-    assert r.describe() == "resolution 10.0% (2 x the spread of samples 3.0%, reference 4.0%)"
+    assert r.describe() == "resolution 10.0% (2 x the combined error of samples 3.0%, reference 4.0%)"
 
 
 def test_a_fall_its_waits_for_a_cpu_explain_is_unresolved_not_a_fail() -> None:
