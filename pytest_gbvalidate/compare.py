@@ -45,11 +45,7 @@ from pytest_gbvalidate.report.records import (
 from pytest_gbvalidate.rules import noise
 from pytest_gbvalidate.rules import pace as pacing
 from pytest_gbvalidate.rules import resolution as rs
-
-# The slowdown a run's pace (run_pace) is allowed where --gb-compare-fail gives no default: pytest-benchmark's
-# documented example threshold (`--benchmark-compare-fail=mean:5%`), about twice the run-to-run spread of GPU figures
-# (docs/noise.md: one H100's moved 0.3-2%).
-DEFAULT_ALLOWED_PCT = 5.0
+from pytest_gbvalidate.setting_values import DEFAULT_ALLOWED_PCT
 
 REGRESSED: CompareVerdict = "regressed"
 OK: CompareVerdict = "ok"

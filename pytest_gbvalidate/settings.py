@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from pytest_gbvalidate.levels import DEFAULT_LEVEL, LEVELS, Level
+from pytest_gbvalidate.node import window
 from pytest_gbvalidate.setting_values import (
     LAST,
     MAX_TIMEOUT_S,
@@ -18,6 +19,7 @@ from pytest_gbvalidate.setting_values import (
     SettingError,
     World,
     ancestors,
+    compare_fail_default,
     parse_allowed_regression,
     parse_bool,
     parse_command,
@@ -85,7 +87,7 @@ class Settings:
     # Seconds one call on the ranks may take before the gang is torn down; None: the SKU's default.
     timeout: Setting[float | None]
     compare: Setting[Path | Literal["last"] | None]  # an earlier JSON report of this node; last: the history's
-    compare_fail: Setting[AllowedRegression | None]  # None: each metric's warn band
+    compare_fail: Setting[AllowedRegression | None]  # None: setting_values.compare_fail_default()
     scratch: Setting[Path | None]  # the local scratch volume the storage checks write to
     reference_tools: Setting[bool]  # also run nccl-tests / nvbandwidth when on PATH
     # The command the NeMo engines' driver runs under, in place of this interpreter: the NeMo image's python, or a
@@ -232,9 +234,7 @@ def _off() -> bool:
 
 
 def _default_window() -> Path:
-    from pytest_gbvalidate.node.window import DEFAULT_PATH
-
-    return DEFAULT_PATH
+    return window.DEFAULT_PATH  # read when asked: the tests move it
 
 
 # Every setting, in the order `--help` lists them. Options, environment variables, ini keys, `--help` and the
@@ -287,7 +287,7 @@ TABLE: tuple[SettingSpec, ...] = (
         _default_window,
         "the file that keeps where the kernel log and the error counters stood at each check's last clean run, so "
         "an Xid or an error is judged once and counters as rates since then; 'none': judge everything since boot. "
-        "Default: /run/gbvalidate/window.json (emptied by a reboot).",
+        f"Default: {window.DEFAULT_PATH} (emptied by a reboot).",
         "PATH|none",
     ),
     SettingSpec("strict", parse_bool, _off, "fail, rather than skip, a measurement the baseline has no reference for."),
@@ -313,8 +313,7 @@ TABLE: tuple[SettingSpec, ...] = (
         parse_allowed_regression,
         _none,
         "the regression --gb-compare allows, [METRIC:]PCT%, comma-separated (e.g. 5% or "
-        "'3%,all_reduce_busbw_gbps:2%'). Default: each metric's warn band in the baseline (its fail band until "
-        "the node's history shows the figure's run-to-run spread), else 5%.",
+        f"'3%,all_reduce_busbw_gbps:2%'). Default: {compare_fail_default()}.",
         "[METRIC:]PCT%",
     ),
     SettingSpec(

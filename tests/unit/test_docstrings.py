@@ -156,12 +156,12 @@ def setting_help(name: str) -> str:
 def restated() -> list[tuple[str, str, str]]:
     """(where, its text, the phrase it must hold, made from the constants it states): texts that cannot be made
     from the constant themselves (a page; a help text whose module may not import the constant's; a docstring)."""
-    from pytest_gbvalidate.compare import DEFAULT_ALLOWED_PCT
     from pytest_gbvalidate.fleet.history import DEFAULT_FAILED, DEFAULT_OF
     from pytest_gbvalidate.healthcheck import cli, npd, slurm
     from pytest_gbvalidate.healthcheck.level_run import KILL_GRACE_S
     from pytest_gbvalidate.rules import breaker, noise, outliers
     from pytest_gbvalidate.run.gangs import DEFAULT_TIMEOUT_S
+    from pytest_gbvalidate.setting_values import compare_fail_default
     from pytest_gbvalidate.workloads.llama.layout_grid import DEFAULT_GRID
 
     gpu_s, cpu_s = DEFAULT_TIMEOUT_S["gpu"], DEFAULT_TIMEOUT_S["cpu"]
@@ -173,9 +173,10 @@ def restated() -> list[tuple[str, str, str]]:
     integrations, fleet = page("docs/integrations.md"), page("docs/fleet.md")
     return [
         ("--gb-timeout's help", setting_help("timeout"), f"Default: {gpu_s:g} on GPU SKUs, {cpu_s:g} on cpu."),
-        ("--gb-compare-fail's help", setting_help("compare_fail"), f"else {DEFAULT_ALLOWED_PCT:g}%."),
+        ("--gb-compare-fail's help", setting_help("compare_fail"), f"Default: {compare_fail_default()}."),
         ("docs/settings.md", page("docs/settings.md"), f"| {gpu_s:g} on GPU SKUs, {cpu_s:g} on `cpu` |"),
-        ("docs/settings.md", page("docs/settings.md"), f"else {DEFAULT_ALLOWED_PCT:g}% |"),
+        ("docs/settings.md", page("docs/settings.md"), f"| {compare_fail_default()} |"),
+        ("docs/history.md", page("docs/history.md"), f"`--gb-compare-fail` {compare_fail_default()}"),
         (
             "docs/levels.md",
             page("docs/levels.md"),

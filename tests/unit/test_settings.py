@@ -297,6 +297,27 @@ def test_a_sku_name_with_look_alike_or_invisible_characters_is_refused_and_shown
         )
 
 
+def test_each_option_s_help_gives_the_default_the_code_has() -> None:
+    """A setting whose default is a word or a path says it in its help (`Default: auto.`), and the bundled baselines
+    are the shipped ones; the defaults said in prose (--gb-timeout's, --gb-compare-fail's) are held by
+    test_docstrings' restated."""
+    from pytest_gbvalidate.setting_values import bundled_baselines
+
+    said = {spec.name: " ".join(spec.help.split()) for spec in TABLE}
+    words = {spec.name: spec.default() for spec in TABLE if isinstance(spec.default(), (str, Path))}
+    assert words.pop("baselines") == bundled_baselines() and "Default: the baselines shipped" in said["baselines"]
+    del words["window"]  # its help is made from window.DEFAULT_PATH itself, which the tests move
+    assert set(words) == {"sku", "level", "world", "compute_domain"}
+    for name, value in words.items():
+        assert f"Default: {value}" in said[name], name
+
+
+def test_contributing_names_every_level_of_the_level_table() -> None:
+    from pytest_gbvalidate.levels import LEVELS
+
+    assert f"the check levels ({', '.join(LEVELS)})" in (REPO / "CONTRIBUTING.md").read_text()
+
+
 def test_the_settings_page_lists_every_setting_of_the_table_as_it_is_given() -> None:
     """docs/settings.md's table, between its markers, has a row per setting of settings.TABLE, in its order, with its
     option, environment variable and ini key (`-` where a command-line-only setting has none)."""
