@@ -28,7 +28,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from pytest_gbvalidate.labels import number
 from pytest_gbvalidate.metrics import CATALOG
@@ -158,8 +158,7 @@ def better_passes(first: Sequence[MeasurementRecord], again: Sequence[Measuremen
     for record in first:
         value, other = noise.finite(record["value"]), second.get(measurement_key(record))
         if value is not None and other is not None:
-            best = max(value, other) if record["direction"] == "higher" else min(value, other)
-            record = record | {"value": best}
+            record = record | {"value": rs.better_of(value, other, record["direction"])}
         better.append(record)
     return better
 
@@ -180,11 +179,7 @@ def _pace(
         return None
     share_z = found.share_z()
     pct = DEFAULT_ALLOWED_PCT if allowed.default_pct is None else allowed.default_pct
-    # Two figures of the run (its median and its share of worse figures), each against a spread taken from a few
-    # runs' own, the run not among them.
-    cutoff = noise.family_z(len(found.earlier), 2, apart=True)
-    beyond = z > cutoff or (share_z is not None and share_z > cutoff)
-    verdict: Literal["ok", "regressed"] = "regressed" if beyond and found.worse_pct > pct else "ok"
+    verdict, cutoff = found.verdict(pct)
     center = statistics.median(found.earlier)
     shares = statistics.median(found.earlier_shares) if found.earlier_shares else math.nan
     message = (

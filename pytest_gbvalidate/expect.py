@@ -198,7 +198,7 @@ class Expect:
             scope_kind=spec.scope_kind,
             value=None if value is None else json_safe(value),
             unit=spec.unit,
-            direction="lower" if spec.direction == "lower" else "higher",
+            direction=rs.direction_of(spec.direction),
             details=dict(details or {}),
             verdict=INFO,
             message="",

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_gbvalidate.rules import noise
+from pytest_gbvalidate.rules import resolution as rs
 from pytest_gbvalidate.rules.resolution import Needed
 from pytest_gbvalidate.rules.xids import XidAction
 from pytest_gbvalidate.workloads.llama import parallel as llama_parallel
@@ -46,8 +47,7 @@ class Limit:
         # Both are present: a relative limit without an expected value is rejected when the file is loaded.
         assert self.relative_pct is not None
         assert expected is not None
-        sign = -1.0 if direction == "higher" else 1.0
-        return expected * (1.0 + sign * self.relative_pct / 100.0)
+        return rs.moved_linearly(expected, self.relative_pct, direction)
 
     def __str__(self) -> str:
         return f"{self.relative_pct:g}%" if self.relative_pct is not None else f"{self.absolute:g}"

@@ -36,7 +36,6 @@ were the best of several passes, and what spread was seen."""
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -159,8 +158,7 @@ def recording(
                 if label_needed != needed and not floor_only:
                     values[label].update(_bands(label_needed, direction), resolution_pct=label_needed.pct)
             if values:
-                worst = min if direction == "higher" else max
-                anchor = worst(v["expected"] for v in values.values())  # a kept floor lies below every label's
+                anchor = rs.worse_of((v["expected"] for v in values.values()), direction)  # a kept floor lies below all
                 entry.update(_limits(old if floor_only else None, anchor, direction, needed))
                 entry["values"] = values
             else:
@@ -327,8 +325,7 @@ def _bands(needed: rs.Needed, direction: str) -> dict[str, Any]:
 
 def _band_pct(log_pct: float, direction: str) -> float:
     """The percentage of the expected value a limit `log_pct` (a log ratio in percent) to the worse side lies at."""
-    x = log_pct / 100.0
-    linear = -math.expm1(-x) if direction == "higher" else math.expm1(x)
+    linear = abs(rs.moved_toward_worse(1.0, log_pct, direction) - 1.0)
     return float(f"{linear * 100.0:.2g}")
 
 

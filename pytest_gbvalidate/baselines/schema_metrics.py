@@ -27,7 +27,7 @@ from pytest_gbvalidate.baselines.model import (
 from pytest_gbvalidate.labels import parse_size_label, size_label
 from pytest_gbvalidate.metrics import CATALOG, DIRECTIONS, SCOPE_KINDS, UNITS
 from pytest_gbvalidate.rules.noise import NOISE_K
-from pytest_gbvalidate.rules.resolution import MAX_NEEDED_PCT, MIN_NEEDED_PCT, Needed, is_worse
+from pytest_gbvalidate.rules.resolution import MAX_NEEDED_PCT, MIN_NEEDED_PCT, Needed, is_worse, side_word
 
 _OVERRIDE_KEYS = {"status", "expected", "fail", "warn", "provenance", "params", "spread_pct", "resolution_pct"}
 # The largest recorded spread a baseline may carry: one whose resolution alone (NOISE_K times it) is the coarsest a
@@ -290,10 +290,10 @@ def _check(f: Fields, m: _Mapping, ref: Reference, fp: str) -> None:
     present = [(k, v) for k, v in ordered if v is not None]
     for (k1, v1), (k2, v2) in itertools.pairwise(present):
         if is_worse(v2, v1, ref.direction):
-            word = "above" if ref.direction == "higher" else "below"
+            word = side_word(ref.direction, worse=False)
             raise f.error(m, k1, f"{fp}.{k1}", f"{v1:g} is {word} {k2} {v2:g} ({ref.direction} is better)")
         if v1 == v2 and ref.unit not in _WHOLE_UNITS:
-            word = "below" if ref.direction == "higher" else "above"
+            word = side_word(ref.direction, worse=True)
             raise f.error(m, k1, f"{fp}.{k1}", f"{v1:g} equals {k2}: it must lie {word} it ({ref.direction} is better)")
 
 

@@ -140,10 +140,13 @@ def with_neighbours(own: Noise | None, cpu_wait_pct: float | None) -> Noise | No
     return dataclasses.replace(own, cpu_wait_pct=cpu_wait_pct)
 
 
-def modified_z(value: float, center: float, mad_value: float) -> float | None:
+def modified_z(value: float, center: float, mad_value: float, *, infinite: bool = False) -> float | None:
     """Iglewicz & Hoaglin's modified z-score of `value` among values of median `center` and median absolute deviation
-    `mad_value`; None where the MAD is 0 and the score is undefined."""
-    return None if mad_value == 0 else (value - center) / (MAD_TO_SIGMA * mad_value)
+    `mad_value` (+ above the center): the one form of it here. Where the MAD is 0 it is undefined (None); with
+    `infinite`, a value off the center is infinitely far (None only on it): for a score kept as a number."""
+    if mad_value == 0:
+        return None if not infinite or value == center else math.copysign(math.inf, value - center)
+    return (value - center) / (MAD_TO_SIGMA * mad_value)
 
 
 def spread_pct(values: Sequence[float]) -> float | None:
@@ -284,11 +287,10 @@ class RunToRun:
 
     def z(self, value: float) -> float:
         """The modified z-score of `value` among the runs (spread_pct is 1.4826 x MAD in percent of the median):
-        signed, + above the median; infinite where the runs agree exactly and `value` does not."""
-        sigma = self.spread_pct / 100.0 * abs(self.median)
-        if sigma == 0:
-            return 0.0 if value == self.median else math.copysign(math.inf, value - self.median)
-        return (value - self.median) / sigma
+        signed, + above the median; infinite where the runs agree exactly and `value` does not, 0 where it does."""
+        mad = self.spread_pct / 100.0 * abs(self.median) / MAD_TO_SIGMA
+        z = modified_z(value, self.median, mad, infinite=True)
+        return 0.0 if z is None else z
 
     def as_record(self, value: float) -> RunToRunRecord:
         z = self.z(value)

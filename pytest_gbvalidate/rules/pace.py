@@ -9,9 +9,9 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from pytest_gbvalidate.rules.noise import MAD_TO_SIGMA, MAX_RUNS, MIN_RUNS, of_runs
+from pytest_gbvalidate.rules.noise import MAD_TO_SIGMA, MAX_RUNS, MIN_RUNS, family_z, modified_z, of_runs
 from pytest_gbvalidate.rules.resolution import toward_worse
 
 # The fewest figures a run's pace is taken over: the median of fewer says as little as one figure does.
@@ -59,6 +59,15 @@ class Pace:
         counted = math.sqrt(center * (1 - center) / self.figures)
         return _z_among(self.worse_share, self.earlier_shares, floor=counted)
 
+    def verdict(self, allowed_pct: float) -> tuple[Literal["ok", "regressed"], float]:
+        """(the verdict, the cut-off its two scores were held to): regressed where the run's pace or its share of
+        worse figures is an outlier among the earlier runs' (beyond noise.family_z for two figures against as many
+        runs, the run not among them) and its figures are, at the median, worse by more than `allowed_pct`."""
+        z, share_z = self.z(), self.share_z()
+        cutoff = family_z(len(self.earlier), 2, apart=True)
+        beyond = (z is not None and z > cutoff) or (share_z is not None and share_z > cutoff)
+        return ("regressed" if beyond and self.worse_pct > allowed_pct else "ok"), cutoff
+
 
 def _z_among(value: float, earlier: Sequence[float], floor: float = 0.0) -> float | None:
     """The modified z of `value` among `earlier` (+ above their median), their robust spread at least `floor`;
@@ -66,10 +75,8 @@ def _z_among(value: float, earlier: Sequence[float], floor: float = 0.0) -> floa
     if len(earlier) < MIN_RUNS:
         return None
     center = statistics.median(earlier)
-    sigma = max(MAD_TO_SIGMA * statistics.median(abs(p - center) for p in earlier), floor)
-    if sigma == 0:
-        return None if value == center else math.copysign(math.inf, value - center)
-    return (value - center) / sigma
+    mad = max(statistics.median(abs(p - center) for p in earlier), floor / MAD_TO_SIGMA)
+    return modified_z(value, center, mad, infinite=True)
 
 
 def pace(now: Mapping[Any, float], runs: Sequence[Mapping[Any, float]], directions: Mapping[Any, str]) -> Pace | None:

@@ -20,6 +20,7 @@ never a fail. Every verdict here is monotonic in the value: as a figure gets wor
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -48,6 +49,33 @@ def toward_worse(signed: float, direction: str) -> float:
     """A signed difference (+ above) turned toward the worse side (+ worse) of a metric where `direction` ("higher"
     or "lower") is better: the one place a direction decides which side is worse."""
     return -signed if direction == "higher" else signed
+
+
+def moved_toward_worse(value: float, pct: float, direction: str) -> float:
+    """`value` moved `pct` (a log ratio in percent) to the worse side of a metric where `direction` is better: the
+    inverse of worse_pct for a positive `value` (a limit `pct` worse than an expected value)."""
+    return value * math.exp(toward_worse(pct, direction) / 100.0)
+
+
+def moved_linearly(value: float, pct: float, direction: str) -> float:
+    """`value` moved `pct` percent of itself to the worse side: a baseline's relative limit (`fail: 10%`)."""
+    return value * (1.0 + toward_worse(pct, direction) / 100.0)
+
+
+def better_of(a: float, b: float, direction: str) -> float:
+    """The better of two figures of a metric where `direction` is better (`a` where they are equal)."""
+    return b if is_worse(a, b, direction) else a
+
+
+def worse_of(values: Iterable[float], direction: str) -> float:
+    """The worst of `values` of a metric where `direction` is better."""
+    return min(values, key=lambda v: -toward_worse(v, direction))
+
+
+def side_word(direction: str, *, worse: bool) -> str:
+    """Where a figure worse (or better) than another lies, in words, for a metric where `direction` is better:
+    a worse one `below` it where higher is better."""
+    return "below" if (direction_of(direction) == "higher") == worse else "above"
 
 
 def at_least_as_good(value: float, healthy: float, direction: str) -> bool:
