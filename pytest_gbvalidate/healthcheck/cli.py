@@ -267,7 +267,7 @@ def _slurm(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> i
         held = None if not cluster else slurm.held_by_breaker(node, cluster, breaker.from_options(args))
         notes.append(held or scontrol.drain(node, reason))
     elif node is not None and state is not None and state.for_leftovers and verdict.state == OK:
-        notes.append(scontrol.resume(node, slurm.LEFTOVERS_REASON))
+        notes.append(scontrol.resume(node, "a job's leftovers", slurm.leftovers_alone))
     return _say(slurm.line(verdict, *notes), slurm.exit_code(verdict))
 
 

@@ -49,17 +49,21 @@ def run_gate(
     if state is not None and state.out_of_service and not state.ours:
         return slurm.not_checked_line(node, state), slurm.EXIT_OK
     reason = f"{GATE_REASON} (job {env.get('SLURM_JOB_ID', '?')})"
+
+    def ours(said: str | None) -> bool:  # the gate's own drain, as it wrote it: anyone's change waits for a person
+        return said == reason
+
     took = scontrol.drain(node, reason)
     if not took.startswith("drained"):  # another job could land beside the gate's minutes of measuring
         return slurm.error_line(f"Gate could not run:  {took}"), slurm.EXIT_NOT_RUN
     try:
         verdict, not_kept = run()
     except Stopped as stop:
-        resumed = scontrol.resume(node, GATE_REASON)
+        resumed = scontrol.resume(node, "the gate", ours)
         return f"{slurm.stopped_by(stop.signum)} {resumed}", slurm.signal_exit_code(stop.signum)
     except CannotRun as exc:
-        line = slurm.error_line(f"Gate could not run:  {exc}; {scontrol.resume(node, GATE_REASON)}")
+        line = slurm.error_line(f"Gate could not run:  {exc}; {scontrol.resume(node, 'the gate', ours)}")
         return line, slurm.EXIT_NOT_RUN
     failed = slurm.drain_reason(verdict)  # a failure or the deadline; else a pass, or no verdict
-    done = scontrol.drain(node, failed) if failed is not None else scontrol.resume(node, GATE_REASON)
+    done = scontrol.drain(node, failed) if failed is not None else scontrol.resume(node, "the gate", ours)
     return slurm.line(verdict, *notes(not_kept), done), slurm.exit_code(verdict)

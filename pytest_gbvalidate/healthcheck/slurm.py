@@ -36,7 +36,7 @@ import re
 import shutil
 import signal
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from pytest_gbvalidate.fleet.text import LEADER
@@ -164,8 +164,9 @@ class NodeState:
 
     @property
     def for_leftovers(self) -> bool:
-        """Whether we drained it for what a job left behind alone (a reason's classes come hardware first)."""
-        return self.out_of_service and (self.reason or "").startswith(LEFTOVERS_REASON)
+        """Whether we drained it for what a job left behind alone, the reason whole as we wrote it
+        (leftovers_alone)."""
+        return self.out_of_service and leftovers_alone(self.reason)
 
     @property
     def idle(self) -> bool:
@@ -176,6 +177,25 @@ class NodeState:
     def shown(self) -> str:
         reason = "" if self.reason is None else f", reason {self.reason!a}"
         return f"state {printable(self.state)}{reason}"
+
+
+# One part of a drain reason as fleet/text.category_parts writes it: `category (repair): check,check`.
+_REASON_PART = re.compile(r"(?P<category>[a-z_]+)(?: \([a-z_]+\))?: \S+")
+
+
+def leftovers_alone(reason: str | None) -> bool:
+    """Whether `reason` is, whole, one of ours for what a job left behind and nothing else: LEFTOVERS_REASON, then
+    parts of faults.yaml's job_leftovers categories only, as fleet/text.category_parts writes them. A reason someone
+    extended (`...; admin: RMA, keep out`), one cut short (`+2 more`, `...`), or one with a part of another category
+    waits for a person: a node goes back into service only on our own word, read whole."""
+    if reason is None or not reason.startswith(f"{LEFTOVERS_REASON} "):
+        return False
+    from pytest_gbvalidate import faults
+
+    ours = {c.name for c in faults.load().categories.values() if c.reason_class == "job_leftovers"}
+    parts = reason.removeprefix(f"{LEFTOVERS_REASON} ").split("; ")
+    found = [_REASON_PART.fullmatch(part) for part in parts]
+    return all(m is not None and m["category"] in ours and not m[0].endswith("...") for m in found)
 
 
 def parse_node_state(text: str) -> NodeState | None:
@@ -255,13 +275,13 @@ class Scontrol:
             return f"not drained: {node} is out of service already ({state.shown()}), kept as it is"
         return self._update(node, "drained", drain_argv(node, reason)[1:])
 
-    def resume(self, node: str, reason_prefix: str) -> str:
-        """Resume `node` where it is drained with a reason that starts with `reason_prefix` (ours: for the gate
-        under way, for a job's leftovers); else leave it. What happened, in a few words."""
+    def resume(self, node: str, what: str, ours: Callable[[str | None], bool]) -> str:
+        """Resume `node` where it is out of service for a reason that is, whole, one of ours (`ours(reason)`: the
+        gate's own, a job's leftovers alone); else leave it for a person. What happened, in a few words."""
         state = self.node_state(node)
-        if state is None or not state.out_of_service or not (state.reason or "").startswith(reason_prefix):
+        if state is None or not state.out_of_service or not ours(state.reason):
             shown = "no answer" if state is None else state.shown()
-            return f"not resumed: {node} is not drained for {reason_prefix.removeprefix(LEADER)!a} ({shown})"
+            return f"not resumed: {node} is not drained for {what} alone ({shown})"
         return self._update(node, "resumed", ["update", f"nodename={node}", "state=resume"])
 
     def _update(self, node: str, done_word: str, args: list[str]) -> str:

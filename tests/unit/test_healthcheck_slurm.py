@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pytest_gbvalidate.healthcheck import slurm
 from pytest_gbvalidate.healthcheck.verdict import Run, Verdict, judge
@@ -201,3 +203,49 @@ def test_a_controller_that_does_not_answer_costs_two_timeouts_at_most(
         "show config",
         "update nodename=gpu-017 state=drain reason=r",
     ]
+
+
+def _fault(category: str) -> dict[str, object]:
+    from pytest_gbvalidate import faults
+
+    return (
+        faults.load().classify(f"s/t.py::test_{category}", None).as_dict()
+        | {"category": category}
+        | {
+            "reason_class": faults.load().categories[category].reason_class,
+            "repair": faults.load().categories[category].repair,
+        }
+    )
+
+
+def _reason(*categories: str) -> str:
+    tests = [record(f"s/t.py::test_{c}", "failed", fault=_fault(c)) for c in categories]
+    reason = slurm.drain_reason(verdict_of(tests, returncode=1))
+    assert reason is not None
+    return reason
+
+
+def test_a_node_is_resumed_only_on_our_whole_word_for_a_job_s_leftovers_alone() -> None:
+    ours = _reason("job_leftovers")
+    assert ours == "gbvalidate: [job_leftovers] job_leftovers (fix_job): test_job_leftovers"
+    assert slurm.leftovers_alone(ours) and slurm.NodeState("IDLE+DRAIN", ours).for_leftovers
+    assert not slurm.NodeState("IDLE", ours).for_leftovers  # in service: nothing to resume
+    # another class beside it, whatever comes first; cut short; someone's words after ours
+    assert not slurm.leftovers_alone(_reason("job_leftovers", "gpu_hardware"))
+    assert not slurm.leftovers_alone(_reason("job_leftovers", "configuration"))
+    assert not slurm.leftovers_alone(f"{ours}; +2 more")
+    assert not slurm.leftovers_alone(f"{ours[:-5]}...")
+    assert not slurm.leftovers_alone(f"{ours}; admin: RMA, keep out")
+    assert not slurm.leftovers_alone(f"{ours} (admin: keep out)")
+    assert not slurm.leftovers_alone("admin: " + ours) and not slurm.leftovers_alone(None)
+
+
+@given(word=st.from_regex(r"[a-z_]{1,20}", fullmatch=True), said=st.text(max_size=40))
+def test_nothing_anyone_adds_to_our_leftovers_reason_resumes_the_node(word: str, said: str) -> None:
+    """A part of another category (an admin's `admin: ...`, a class of ours), or words after ours without the
+    separator, are someone's word: the node waits for a person, whatever they say."""
+    ours = _reason("job_leftovers")
+    if word != "job_leftovers":
+        assert not slurm.leftovers_alone(f"{ours}; {word}: {said}")
+        assert not slurm.leftovers_alone(f"{ours}; {word} ({word}): {said}")
+    assert not slurm.leftovers_alone(f"{ours} {said}")
