@@ -4,7 +4,9 @@
 # drained by a gate under way), is left alone and named. Run as root or a Slurm operator: the gate drains and
 # resumes. Arguments after the list go to pytest:
 #   gbvalidate-gate-submit.sh 'gpu-[001-016]' --gb-sku=ND_GB200_v6
-# Prints a line per node: `NODE: submitted job N` or `NODE: left alone (STATE ...)`.
+# Prints a line per node: `NODE: submitted job N` or `NODE: left alone (STATE ...)`. Each call to slurmctld waits
+# GBVALIDATE_SLURM_TIMEOUT_S seconds at most (default 5, as the health check's scontrol calls): a slurmctld that does
+# not answer leaves the node alone, saying so, rather than the script hanging without a line.
 set -uo pipefail
 here="$(dirname -- "$(readlink -f -- "$0")")"
 if [[ $# -lt 1 ]]; then
@@ -13,18 +15,25 @@ if [[ $# -lt 1 ]]; then
 fi
 list="$1"
 shift
-nodes="$(scontrol show hostnames "$list")" || exit 2
+bound="${GBVALIDATE_SLURM_TIMEOUT_S:-5}"
+nodes="$(timeout "$bound" scontrol show hostnames "$list")" || {
+    echo "$0: scontrol show hostnames '$list' failed or gave no answer within ${bound} s" >&2
+    exit 2
+}
 for node in $nodes; do
-    state="$(scontrol show node -o "$node" | sed -n 's/.*[[:space:]]State=\([^[:space:]]*\).*/\1/p')"
+    state="$(timeout "$bound" scontrol show node -o "$node" | sed -n 's/.*[[:space:]]State=\([^[:space:]]*\).*/\1/p')"
     case "+${state}+" in
         *+DRAIN+* | *+DRAINED+* | *+DRAINING+* | *+DOWN+* | *+FAIL+* | *+FAILING+* | *+MAINT+* | *+RESERVED+* | ++)
-            echo "$node: left alone (${state:-no state}: out of service, or no answer)"
+            echo "$node: left alone (${state:-no state}: out of service, or no answer within ${bound} s)"
             continue
             ;;
     esac
     case "$state" in
         IDLE | IDLE+*)
-            job="$(sbatch --parsable -w "$node" "$here/gbvalidate-gate.sbatch" "$@")" || continue
+            if ! job="$(timeout "$bound" sbatch --parsable -w "$node" "$here/gbvalidate-gate.sbatch" "$@")"; then
+                echo "$node: not submitted (sbatch failed or gave no answer within ${bound} s)"
+                continue
+            fi
             echo "$node: submitted job ${job%%;*}"
             ;;
         *) echo "$node: left alone ($state: a job runs there)" ;;

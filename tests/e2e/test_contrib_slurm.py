@@ -200,3 +200,32 @@ def test_the_log_file_is_never_written_through_a_link_or_in_a_directory_others_m
     assert logged.endswith(
         "gbvalidate:  argv=-m pytest_gbvalidate.healthcheck slurm --level passive --drain -- cuda=unset"
     )
+
+
+# A slurmctld that does not answer: scontrol (HANG=show) or sbatch (HANG=sbatch) waits where it would ask it
+# (`show hostnames` is local); otherwise every node is idle.
+SILENT_SLURM = """#!/bin/bash
+if [[ "$1 $2" == "show hostnames" ]]; then echo gpu-001; echo gpu-002; exit 0; fi
+if [[ "$HANG" == "$1" || "$HANG" == "$(basename "$0")" ]]; then exec sleep 60; fi
+echo "NodeName=$4 State=IDLE Partitions=debug"
+"""
+
+
+@pytest.mark.parametrize(
+    ("hang", "said"),
+    [
+        ("show", "left alone (no state: out of service, or no answer within 1 s)"),
+        ("sbatch", "not submitted (sbatch failed or gave no answer within 1 s)"),
+    ],
+)
+def test_the_gate_submitter_is_bounded_where_slurmctld_does_not_answer(tmp_path: Path, hang: str, said: str) -> None:
+    """contrib/slurm/gbvalidate-gate-submit.sh waits GBVALIDATE_SLURM_TIMEOUT_S at most for each scontrol and sbatch
+    call, and says which node it left alone for that, never hanging without a line."""
+    for name in ("scontrol", "sbatch"):
+        (tmp_path / name).write_text(SILENT_SLURM)
+        (tmp_path / name).chmod(0o755)
+    env = run_env(tmp_path, GBVALIDATE_SLURM_TIMEOUT_S="1", HANG=hang)
+    script = REPO / "contrib" / "slurm" / "gbvalidate-gate-submit.sh"
+    done = subprocess.run(["bash", str(script), "gpu-[001-002]"], env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"gpu-00{n}: {said}" for n in (1, 2)]
