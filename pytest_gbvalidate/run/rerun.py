@@ -3,9 +3,11 @@
 the health check runs) and on another machine than the one that failed. The health check confirms a failure so
 before it drains (healthcheck/confirm.py), and the fleet recipe's confirm step runs it on the failed nodes.
 
-A check is named by its test id as the earlier run wrote it: give the same paths and rootdir as that run. Where the
-earlier run found the node's GPUs unusable (node/preconditions.py), its other checks did not run: every check of
-the level runs again."""
+A check is named by its test id as the earlier run wrote it: give the same paths and rootdir as that run; a failed
+check this run does not collect (renamed, removed, or left out by the paths given) is a usage error naming it, never
+a run of the others alone, nor an empty run. Where a check of the run as a whole failed (the node's GPUs unusable,
+node/preconditions.py; its pace, run/ending.py: `gbvalidate::...`), its checks did not run or were all part of it:
+every check of the level runs again."""
 
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ from pytest_gbvalidate.node.preconditions import PRECONDITIONS_TEST_ID
 from pytest_gbvalidate.report import schema
 
 OPTION = "--gb-rerun-failed"
+# The test ids of the checks of a run as a whole (PRECONDITIONS_TEST_ID, ending.PACE_TEST_ID): none is collected.
+RUN_CHECKS = PRECONDITIONS_TEST_ID.split("::")[0] + "::"
 
 
 def failed_checks(path: Path) -> frozenset[str] | None:
@@ -33,13 +37,21 @@ def failed_checks(path: Path) -> frozenset[str] | None:
     failed = frozenset(t["test_id"] for t in report["tests"] if t["outcome"] == "failed")
     if not failed:
         raise pytest.UsageError(f"{OPTION} {path}: no check failed in that run: nothing to run again")
-    return None if PRECONDITIONS_TEST_ID in failed else failed
+    return None if any(test_id.startswith(RUN_CHECKS) for test_id in failed) else failed
 
 
 def select(config: pytest.Config, items: list[pytest.Item], failed: frozenset[str] | None) -> None:
-    """Deselect every check but `failed` (counted in pytest's summary line, as -k deselects); None: keep all."""
+    """Deselect every check but `failed` (counted in pytest's summary line, as -k deselects); None: keep all. A
+    failed check not among `items` is a usage error naming it."""
     if failed is None:
         return
+    missing = sorted(failed - {item.nodeid for item in items})
+    if missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        raise pytest.UsageError(
+            f"{OPTION}: {len(missing)} failed check(s) of that run not collected here: {shown} (renamed or removed "
+            "since, or not under the paths given: give the same paths and rootdir as that run)"
+        )
     kept = [item for item in items if item.nodeid in failed]
     if len(kept) < len(items):
         config.hook.pytest_deselected(items=[item for item in items if item.nodeid not in failed])

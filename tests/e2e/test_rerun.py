@@ -57,3 +57,34 @@ def test_an_earlier_report_that_does_not_read_is_a_usage_error(
     (pytester.path / "earlier.json").write_text(content)
     result = pytester.runpytest("--gb-sku=cpu", "--gb-rerun-failed=earlier.json", "-p", "no:cacheprovider")
     assert_usage_error(result, said)
+
+
+def _failed(*test_ids: str) -> str:
+    tests = [
+        {"test_id": t, "when": "call", "outcome": "failed", "duration_s": 0.1, "message": "x", "text": None}
+        for t in test_ids
+    ]
+    return json.dumps(minimal_report() | FIXED_TIMES | {"tests": tests, "exit_status": 1})
+
+
+def test_a_failed_check_no_longer_collected_is_a_usage_error_naming_it(pytester: pytest.Pytester) -> None:
+    """Never an empty run (exit 5, naming nothing) nor the others alone: a confirmation that ran without the check
+    that failed would clear a node on nothing."""
+    pytester.makepyfile(test_node=CHECKS)
+    (pytester.path / "earlier.json").write_text(_failed("test_node.py::test_fan", "test_node.py::test_fan_speed"))
+    result = pytester.runpytest("--gb-sku=cpu", "--gb-rerun-failed=earlier.json", "-p", "no:cacheprovider")
+    assert_usage_error(
+        result,
+        "*--gb-rerun-failed: 1 failed check(s) of that run not collected here: test_node.py::test_fan_speed (renamed "
+        "or removed since, or not under the paths given: give the same paths and rootdir as that run)",
+    )
+
+
+def test_a_failed_check_of_the_run_as_a_whole_runs_every_check_again(pytester: pytest.Pytester) -> None:
+    from pytest_gbvalidate.run import ending, rerun
+
+    assert ending.PACE_TEST_ID.startswith(rerun.RUN_CHECKS)
+    pytester.makepyfile(test_node=CHECKS)
+    (pytester.path / "earlier.json").write_text(_failed(ending.PACE_TEST_ID))
+    result = pytester.runpytest("--gb-sku=cpu", "--gb-rerun-failed=earlier.json", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2, failed=2)
