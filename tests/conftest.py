@@ -20,7 +20,6 @@ import pytest_gbvalidate.baselines  # noqa: F401
 from pytest_gbvalidate.node import window
 from tests.helpers.fakenode import point_detection_at, write_detection_sysfs
 from tests.helpers.fakenvml import install
-from tests.helpers.reports import schema_problems
 
 # Variables of the host's environment that change what the plugin does: NCCL_* are reported and passed to the
 # ranks; CUDA_* pick and number the GPUs; torchrun's and Slurm's make the plugin join their world instead of
@@ -114,6 +113,8 @@ def reports_fit_their_schema(request: pytest.FixtureRequest) -> Iterator[None]:
     made = request.node.funcargs  # every fixture the test used, by name
     directories = [made["tmp_path"]] if "tmp_path" in made else []
     directories += [made["pytester"].path] if "pytester" in made else []
+    from tests.helpers.reports import schema_problems  # jsonschema: the test extra's, not the operator's
+
     problems = [problem for directory in dict.fromkeys(directories) for problem in schema_problems(directory)]
     assert not problems, "reports that do not fit the schema:\n" + "\n".join(problems)
 

@@ -63,6 +63,24 @@ def test_a_checkout_first_on_sys_path_finds_its_own_baselines(tmp_path: Path) ->
     assert where_baselines_are(checkout) == (str(checkout / "pytest_gbvalidate"), str(checkout / "baselines"))
 
 
+def test_the_readme_s_list_of_skus_works_from_a_checkout_without_the_test_extra(tmp_path: Path) -> None:
+    """`pytest --gb-list-skus` in the checkout, as the README gives it, loads the checkout's test setup (its
+    testpaths): nothing the test extra alone installs may be imported there."""
+    for module in ("jsonschema", "hypothesis", "xmlschema", "junitparser"):
+        (tmp_path / f"{module}.py").write_text(f"raise ImportError('{module} is the test extra\\'s')\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")} | {"PYTHONPATH": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--gb-list-skus", "-p", "no:cacheprovider"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert any(line.startswith("cpu ") for line in done.stdout.splitlines()), done.stdout
+
+
 def test_an_installed_package_finds_the_baselines_it_carries(tmp_path: Path) -> None:
     site = tmp_path / "site-packages"
     shutil.copytree(REPO / "pytest_gbvalidate", site / "pytest_gbvalidate", ignore=_PYCACHE)
