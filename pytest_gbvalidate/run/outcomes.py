@@ -92,10 +92,12 @@ def fail_run_check(
     config: pytest.Config, session: pytest.Session, test_id: str, message: str, verdicts: set[str]
 ) -> int:
     """A check of the run itself (`gbvalidate::node_pace`) fails as the suites' checks do, with its fault: through
-    pytest's report hook, so every output shows it. The run's exit status from now: tests failed."""
+    pytest's report hook, its call then its teardown, so every output shows it (pytest-html adds a test's row once
+    its teardown is reported). The run's exit status from now: tests failed."""
     location = (test_id.split("::")[0], None, test_id.split("::")[1])
     failed = pytest.TestReport(test_id, location, {}, "failed", message, "call")
     Payload(fault=classify(test_id, message, verdicts)).attach(failed)
     config.hook.pytest_runtest_logreport(report=failed)
+    config.hook.pytest_runtest_logreport(report=pytest.TestReport(test_id, location, {}, "passed", None, "teardown"))
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
     return session.exitstatus

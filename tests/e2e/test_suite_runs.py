@@ -3,8 +3,10 @@ test cases, the NCCL environment the ranks get, reports under a torchrun / srun 
 
 from __future__ import annotations
 
+import html
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -373,8 +375,13 @@ def test_a_gpu_sku_without_its_gpus_fails_once_for_the_cause_and_runs_none_of_it
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # nor does CUDA see one, on a GPU host too (the ranks inherit it)
     lab_gpu(pytester, 2)
     args = [str(SUITES / "test_bandwidth.py"), "--gb-sku=LABGPU", "--gb-baselines=baselines", "--junitxml=r.xml"]
-    result = pytester.runpytest(*args, "-k", "h2d and not siblings")
+    result = pytester.runpytest(*args, "-k", "h2d and not siblings", "--html=node.html", "--self-contained-html")
     result.assert_outcomes(failed=1, skipped=2)
+    # the page has the failed check's row, as every other output: not "0 Failed" under a FAIL badge
+    page = (pytester.path / "node.html").read_text()
+    blob = json.loads(html.unescape(re.search(r'data-jsonblob="([^"]*)"', page)[1]))  # type: ignore[index]
+    rows = {test["testId"]: test["result"] for tests in blob["tests"].values() for test in tests}
+    assert rows["gbvalidate::node_gpus_usable"] == "Failed"
     cases = junit_cases(pytester.path / "r.xml")
     root = cases["node_gpus_usable"]
     assert root["outcome"] == "failure" and "the node's GPUs cannot be used: NVML does not load: " in root["message"]
