@@ -152,7 +152,7 @@ def _software_terminal(summary: Summary) -> list[str]:
 # --- nodes -------------------------------------------------------------------------------------------------------
 
 # The nodes table's columns before the software ones, for people; the terminal shows the first four.
-NODE_TABLE = ("node", "verdict", "failed checks", "outlier metrics", "drain")
+NODE_TABLE = ("node", "verdict", "failed checks", "outlier metrics", "drain", "level")
 TERMINAL_NODE_TABLE = ("node", "verdict", "failed checks", "outliers")
 NODE_COLUMNS = (
     "hostname",
@@ -163,6 +163,7 @@ NODE_COLUMNS = (
     "fault_actions",
     "outlier_metrics",
     "sku",
+    "level",
     "status",
     "start_time",
     *SOFTWARE,
@@ -186,13 +187,15 @@ class NodeRow:
     outliers: tuple[str, ...]  # "metric [scope] -12%"
     software: dict[str, str]  # the parts of the stack the report names
     sku: str
+    level: str  # the check level the node's report took on: a quick run's pass says less than a full one's
     status: str
     start_time: str
     report: str
 
     def cells(self, software: Sequence[str]) -> list[str]:
         """The cells under NODE_TABLE, then `software`'s versions."""
-        people = [self.hostname, self.verdict.upper(), self.checks, ", ".join(self.outliers) or "-", self.drain]
+        outliers = ", ".join(self.outliers) or "-"
+        people = [self.hostname, self.verdict.upper(), self.checks, outliers, self.drain, self.level or "-"]
         return people + [self.software.get(name, "-") for name in software]
 
     def csv(self) -> dict[str, object]:
@@ -205,6 +208,7 @@ class NodeRow:
             "fault_actions": "; ".join(self.fault_actions),
             "outlier_metrics": "; ".join(self.outliers),
             "sku": self.sku,
+            "level": self.level,
             "status": self.status,
             "start_time": self.start_time,
             **self.software,
@@ -225,6 +229,7 @@ def node_row(n: Node, held: bool = False) -> NodeRow:
         outliers=tuple(o.short() for o in n.outliers),
         software=n.software,
         sku=n.report.sku or "",
+        level=n.report.level,
         status=n.report.status,
         start_time=str(n.report.data.get("start_time") or ""),
         report=str(n.report.path),

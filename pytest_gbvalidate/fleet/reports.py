@@ -18,9 +18,11 @@ Which report counts as what, in this order:
    run, summarised apart from the per-node rows.
 4. superseded: an earlier report (by `start_time`; on a tie, the earlier on the command line) of a hostname
    that has a later one, or an earlier multi-node run over the same hostnames as a later one. Listed, no effect
-   on the exit code: the later report speaks for the node (its findings, such as pairwise suspects, too). But a
-   narrowed report (`narrowed_by`: `-k`, `-m`, a test id) after a whole one of its node is listed as narrowed
-   instead: a subset run again (`-k` the check that failed) does not speak for the node a whole run judged.
+   on the exit code: the later report speaks for the node (its findings, such as pairwise suspects, too). But the
+   later one is listed instead, and the earlier one speaks (_earlier_stands), where the later is still `running`
+   after a finished one (unfinished: it speaks in no direction, neither clearing a failure nor hiding one), is
+   narrowed (`narrowed_by`: `-k`, `-m`, a test id) after a whole one (a subset run again does not speak for the
+   node a whole run judged), or is of a lesser level (a quick run after a full one that failed).
 5. the rest are the fleet's nodes. A node whose latest report is `interrupted` is listed as partial: it has not
    shown it is healthy (exit 1). One whose latest report is still `running` gave no verdict (exit 1, no drain
    line): its run is being written, or was killed outright. Neither's measurements count in the statistics.
@@ -45,6 +47,7 @@ from typing import Any, cast
 
 from pytest_gbvalidate.files import InputError, read_json
 from pytest_gbvalidate.labels import printable, printable_exactly
+from pytest_gbvalidate.levels import LEVELS
 from pytest_gbvalidate.node.fabric import nvlink_domain
 from pytest_gbvalidate.report import history, node_verdict, schema
 from pytest_gbvalidate.report.node_verdict import EXIT_UNRESOLVED, NodeVerdict
@@ -52,13 +55,15 @@ from pytest_gbvalidate.report.node_verdict import NO_VERDICT as NO_VERDICT  # wh
 from pytest_gbvalidate.report.records import HostRecord, MeasurementRecord, RunReportRecord, TestRecord
 from pytest_gbvalidate.rules import resolution as rs
 
-FINISHED = "finished"
-PARTIAL_STATUSES = ("running", "interrupted")
+FINISHED, RUNNING = "finished", "running"
+PARTIAL_STATUSES = (RUNNING, "interrupted")
 # What a finished run's report may say (pytest.ExitCode, and ours for a run that could not tell: 2, interrupted, is
 # written as the status `interrupted`).
 FINISHED_EXIT_STATUSES = (0, 1, 2, 3, 4, 5, EXIT_UNRESOLVED)
 CORRUPT, OTHER_SKU, SUPERSEDED = "corrupt", "other SKU", "superseded"
 NARROWED = "narrowed"  # a subset's run after a whole one of its node: listed, the whole one counts
+UNFINISHED = "unfinished"  # a run still `running` after a report of its node: listed, the earlier one counts
+LESSER_LEVEL = "lesser level"  # a run of a lesser level after a failed fuller one: listed, the failure counts
 CONFIRMATION = "confirmation"  # a second run of a node's failed checks: listed; `fleet summary --confirm` reads it
 
 
@@ -90,6 +95,12 @@ class Report:
     @property
     def finished(self) -> bool:
         return self.status == FINISHED
+
+    @property
+    def level(self) -> str:
+        """The check level the run took on (levels.LEVELS; as the report says it, escaped); empty where it says
+        none (a run stopped before it resolved its settings)."""
+        return str(self.data.get("level") or "")
 
     @property
     def narrowed_by(self) -> list[str]:
@@ -141,7 +152,7 @@ class NotMerged:
     """A report left out of the fleet's statistics, with why. `hostname` where the file says one."""
 
     path: Path
-    kind: str  # CORRUPT, OTHER_SKU, SUPERSEDED, NARROWED or CONFIRMATION
+    kind: str  # CORRUPT, OTHER_SKU, SUPERSEDED, NARROWED, UNFINISHED, LESSER_LEVEL or CONFIRMATION
     reason: str
     hostname: str | None
     sku: str | None = None
@@ -314,18 +325,14 @@ def sort_reports(paths: Sequence[Path], sku: str | None = None) -> Sorted:
     confirmations: dict[str, Report] = {}
     for report in sorted((r for r in ours if r.nodes == 1), key=_age):
         earlier = latest.get(report.hostname)
+        kept = None if earlier is None else _earlier_stands(earlier, report)
+        if earlier is not None and kept is not None:
+            not_merged.append(NotMerged(report.path, kept[0], kept[1], report.hostname, report.sku))
+            continue
         if earlier is not None and report.reruns_failed and not earlier.reruns_failed:
             reason = f"runs the failed checks of {report.hostname} again (fleet summary --confirm reads it)"
             not_merged.append(NotMerged(report.path, CONFIRMATION, reason, report.hostname, report.sku))
             confirmations[report.hostname] = report
-            continue
-        if earlier is not None and report.narrowed_by and not earlier.narrowed_by:
-            # A subset run again (`-k` the failed check) does not speak for the node a whole run judged.
-            reason = (
-                f"checked a subset ({'; '.join(report.narrowed_by)}): {earlier.path}, a whole run of "
-                f"{report.hostname}, still speaks for it"
-            )
-            not_merged.append(NotMerged(report.path, NARROWED, reason, report.hostname, report.sku))
             continue
         if earlier is not None:
             reason = f"{report.hostname} has a later report: {report.path} ({report.data.get('start_time')})"
@@ -348,6 +355,33 @@ def sort_reports(paths: Sequence[Path], sku: str | None = None) -> Sorted:
             latest_runs[hosts] = report
         multi_node.append(report)
     return Sorted(fleet_sku, sku_note, nodes, multi_node, not_merged, confirmations)
+
+
+def _earlier_stands(earlier: Report, later: Report) -> tuple[str, str] | None:
+    """(kind, why) where `later`, a report of the same node, does not speak for it over `earlier`; None where it
+    does. A run still `running` (being written, or killed outright) speaks in no direction: it neither clears a
+    failure, as a second run, nor hides one. A subset run again (`-k` the failed check) does not speak for the node
+    a whole run judged, nor a lesser level's run (a quick one) for a node a fuller one failed."""
+    if later.status == RUNNING and earlier.finished:
+        return UNFINISHED, f"still running: {earlier.path}, a finished run of {later.hostname}, speaks for it"
+    if later.reruns_failed and not earlier.reruns_failed:
+        return None  # a confirmation: fleet summary --confirm reads it
+    if later.narrowed_by and not earlier.narrowed_by:
+        return NARROWED, (
+            f"checked a subset ({'; '.join(later.narrowed_by)}): {earlier.path}, a whole run of "
+            f"{later.hostname}, still speaks for it"
+        )
+    if earlier.verdict == "fail" and _level_rank(later) < _level_rank(earlier):
+        return LESSER_LEVEL, (
+            f"level {later.level}, less than the {earlier.level} run that failed: {earlier.path} still speaks "
+            f"for {later.hostname}"
+        )
+    return None
+
+
+def _level_rank(report: Report) -> int:
+    """The report's level among levels.LEVELS (the fullest highest); an unknown one as the fullest."""
+    return LEVELS.index(report.level) if report.level in LEVELS else len(LEVELS)
 
 
 def _start_time(data: Mapping[str, Any]) -> dt.datetime | None:

@@ -22,7 +22,16 @@ import pytest
 
 from pytest_gbvalidate.fleet import commands, junit, render
 from pytest_gbvalidate.fleet.cli import main
-from pytest_gbvalidate.fleet.reports import CORRUPT, NARROWED, OTHER_SKU, SUPERSEDED, Report, read
+from pytest_gbvalidate.fleet.reports import (
+    CORRUPT,
+    LESSER_LEVEL,
+    NARROWED,
+    OTHER_SKU,
+    SUPERSEDED,
+    UNFINISHED,
+    Report,
+    read,
+)
 from pytest_gbvalidate.fleet.summary import Summary, summarize
 from pytest_gbvalidate.rules.breaker import Breaker
 from tests.helpers.fleet_reports import write
@@ -282,6 +291,27 @@ def test_the_latest_report_of_a_host_speaks_for_it_even_when_partial(
     assert [(r.path, r.kind) for r in summary.not_merged] == [(old, SUPERSEDED)]
     assert summary.exit_code == 1 and summary.nodes[0].drain_reason() == "gbvalidate: [hardware] report interrupted"
     assert summary.metrics == []  # a partial report's measurements stay out of the statistics
+
+
+def test_a_run_that_never_finished_or_checked_less_does_not_speak_over_a_failed_whole_run(
+    real_report: dict[str, Any], tmp_path: Path
+) -> None:
+    """A failed full run, then a run killed outright (`running`, no test) or a quick run that passed: the failure
+    still speaks for the node (drained), the later one is listed with why; the node's row says its level."""
+    failed = failing(real_report, "node-01") | {"start_time": "2026-11-01T00:00:00+00:00"}
+    killed = node(real_report, "node-01", status="running", exit_status=None) | {"tests": [], "end_time": None}
+    quick = node(real_report, "node-02", level="quick")
+    paths = [write(tmp_path, "failed.json", failed), write(tmp_path, "killed.json", killed)]
+    paths += [write(tmp_path, "failed2.json", failing(real_report, "node-02") | {"start_time": failed["start_time"]})]
+    paths.append(write(tmp_path, "quick.json", quick))
+    summary = summarize(paths, breaker=Breaker(max_pct=100))
+    assert [(n.hostname, n.verdict, n.drain) for n in summary.nodes] == [
+        ("node-01", "fail", True),
+        ("node-02", "fail", True),
+    ]
+    kinds = {r.path.name: r.kind for r in summary.not_merged}
+    assert kinds == {"killed.json": UNFINISHED, "quick.json": LESSER_LEVEL}
+    assert render.node_row(summary.nodes[0]).csv()["level"] == "full"
 
 
 def test_a_non_zero_exit_status_without_a_failed_test_gives_no_verdict(

@@ -81,3 +81,19 @@ def test_without_confirm_the_second_runs_are_listed_and_every_failure_drains(
     assert code == 1
     assert [line.split()[2] for line in _drain_lines(out)] == [f"nodename=gb-0{i}" for i in (1, 2, 3)]
     assert out.count("runs the failed checks of gb-0") == 2  # listed among the reports not merged
+
+
+def test_a_second_run_still_running_neither_clears_nor_confirms_a_failure(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A second run killed outright (`running`, its passes written test by test) speaks in no direction: the node
+    failed once, not confirmed -- never flapping, never drained."""
+    first = write(tmp_path, "gb-02.json", _report("gb-02", "failed", "10:00:00"))
+    killed = _report("gb-02", "passed", "10:05:00", first) | {"status": "running", "exit_status": None}
+    killed["end_time"] = None
+    again = write(tmp_path, "gb-02-again.json", killed)
+    code = main(["summary", str(first), str(again), "--out", str(tmp_path / "out"), "--confirm"])
+    out = capsys.readouterr().out
+    assert code == 1 and "flapping" not in out and not _drain_lines(out)
+    assert "gb-02: failed once, not confirmed: no second run of its failed checks here" in out
+    assert f"still running: {first}, a finished run of gb-02, speaks for it" in out

@@ -26,6 +26,7 @@ def report(host: str, gbps: float, failed: bool = False) -> dict[str, Any]:
     measurement |= {"unit": "GB/s", "direction": "higher", "verdict": "pass", "scope_kind": "node", "details": {}}
     return minimal_report() | {
         "exit_status": 1 if failed else 0,
+        "level": "full",
         "start_time": "2026-01-01T00:00:00+00:00",
         "node": {"hostname": host, "torch": "2.12.0" if host == "node-02" else "2.13.0", "python": "3.11.7"},
         "tests": [test],
@@ -45,16 +46,16 @@ def test_a_node_row_shows_the_same_cells_in_markdown_the_terminal_and_csv(tmp_pa
     terminal = render.terminal(summary, [], None)
     csv_rows = {row["hostname"]: row for row in csv.DictReader(render.nodes_csv(summary).splitlines())}
 
-    assert table[0] == "| node | verdict | failed checks | outlier metrics | drain | torch | python |"
+    assert table[0] == "| node | verdict | failed checks | outlier metrics | drain | level | torch | python |"
     assert md_rows["node-03"][1:5] == ["FAIL", "test_host_copy_bandwidth (performance)", "-", "yes"]
     assert md_rows["node-04"][1:5] == ["PASS", "-", "host_copy_bandwidth_gbps [node] -50%", "yes"]
-    assert md_rows["node-02"][5:] == ["2.12.0", "3.11.7"]
+    assert md_rows["node-02"][5:] == ["full", "2.12.0", "3.11.7"]
     for n in summary.nodes:
         md_cells = md_rows[n.hostname]
         (line,) = [line for line in terminal if line.startswith(f"{n.hostname} ")]
         assert re.split(r"\s{2,}", line) == md_cells[:4]
         row = csv_rows[n.hostname]
-        assert [row["verdict"].upper(), row["drain"], row["torch"]] == [md_cells[1], md_cells[4], md_cells[5]]
+        assert [row["verdict"].upper(), row["drain"], row["level"], row["torch"]] == [md_cells[i] for i in (1, 4, 5, 6)]
         outliers = row["outlier_metrics"].split("; ") if row["outlier_metrics"] else ["-"]
         assert ", ".join(outliers) == md_cells[3]
         # nodes.csv: "suites/a.py::test_x [category]"; the tables: "test_x (category)"
