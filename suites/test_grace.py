@@ -46,7 +46,7 @@ def _triad_details(host: str, rank: int, r: TriadResult) -> dict[str, Any]:
         "cpu_wait_pct": neighbours.as_pct(r.cpu_wait_share),
         "binding": r.binding,
         "rule": "STREAM: best of the timed runs, 3 arrays counted per element, first run excluded",
-    }
+    } | ({} if r.allocated is None else {"allocated_elements": r.allocated, "cut_to": "the time budget"})
 
 
 def test_host_memory_triad(gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:

@@ -2,7 +2,8 @@
 thread of the process on the node's CPUs and the arrays in the node's memory.
 
 STREAM's rules (stream.c, J. McCalpin), kept here: each array at least 4 times the last-level cache, so the
-kernel streams from memory; bytes counted as STREAM counts them, 3 arrays of 8-byte words per element (two read,
+kernel streams from memory (cut to what the timed runs can stream within TIMED_BUDGET_S, never below
+MIN_ARRAY_BYTES: a VM may claim a cache it shares with the host's other tenants); bytes counted as STREAM counts them, 3 arrays of 8-byte words per element (two read,
 one written; a write-allocate's extra read is not counted); the first run excluded; the reported rate is the
 best (the shortest time) of the timed runs, GB = 1e9 bytes. The median is kept beside it for the report.
 
@@ -31,7 +32,11 @@ ARRAYS_PER_ELEMENT = 3  # STREAM's count for Triad: b and c read, a written
 SCALAR = 3.0  # STREAM's scalar
 B_VALUE, C_VALUE = 2.0, 1.0  # so every element of a must be 5.0 afterwards
 CACHE_MULTIPLE = 4  # STREAM: each array at least 4x the last-level cache
-MIN_ARRAY_BYTES = 64 * 2**20  # where sysfs gives no cache size
+MIN_ARRAY_BYTES = 64 * 2**20  # where sysfs gives no cache size, and the least an array is cut to (TIMED_BUDGET_S)
+# What the timed runs of one node may take together: a VM may claim its host's whole last-level cache (480 MiB:
+# 1.9 GiB arrays), which a busy 2-vCPU VM streams in seconds a run, past the cpu SKU's 30 s --gb-timeout with the
+# second pass. The warm-up run's time says how much fits: the arrays are cut to it, never below MIN_ARRAY_BYTES.
+TIMED_BUDGET_S = 3.0
 
 
 class TriadError(AssertionError):
@@ -52,6 +57,7 @@ class TriadResult:
     # The share of the timed runs' time that the process waited for a CPU (node/neighbours.py); None where it
     # cannot be read.
     cpu_wait_share: float | None = None
+    allocated: int | None = None  # elements per array allocated, where the timed runs used fewer (TIMED_BUDGET_S)
 
 
 def triad_bytes(elements: int, itemsize: int) -> int:
@@ -150,13 +156,18 @@ def triad_on_node(
             torch.set_num_threads(len(cpus))
             seconds = []
             before: neighbours.Reading | None = None
+            allocated, first_s = elements, None
             for i in range(warmup + iterations):
                 if i == warmup:
+                    elements = within_budget(elements, first_s, iterations, a.element_size())
+                    a, b, c = a[:elements], b[:elements], c[:elements]
                     before = neighbours.read()
                 start = time.perf_counter()
                 torch.add(b, c, alpha=SCALAR, out=a)
+                took_s = time.perf_counter() - start
+                first_s = took_s if first_s is None else first_s
                 if i >= warmup:
-                    seconds.append(time.perf_counter() - start)
+                    seconds.append(took_s)
             waited = neighbours.waited_share(before, neighbours.read())
             expected = B_VALUE + SCALAR * C_VALUE
             wrong = int((a != expected).sum())
@@ -177,7 +188,18 @@ def triad_on_node(
         len(cpus),
         {**binding, "threads": "every thread of the rank's process"},
         waited,
+        None if elements == allocated else allocated,
     )
+
+
+def within_budget(elements: int, first_s: float | None, iterations: int, itemsize: int) -> int:
+    """The elements per array the timed runs use: all of them, unless `iterations` runs at the pace of the first
+    (`first_s`, the warm-up's; None: no warm-up, nothing known) would take more than TIMED_BUDGET_S; then as many as
+    fit, never fewer than MIN_ARRAY_BYTES holds (nor more than there are)."""
+    if first_s is None or first_s <= 0 or first_s * iterations <= TIMED_BUDGET_S:
+        return elements
+    fitting = int(elements * TIMED_BUDGET_S / (first_s * iterations))
+    return min(elements, max(fitting, MIN_ARRAY_BYTES // itemsize))
 
 
 def triads_on_rank(ctx: object, array_bytes: int | None, warmup: int, iterations: int) -> list[TriadResult]:

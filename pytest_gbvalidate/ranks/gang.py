@@ -38,12 +38,16 @@ import torch
 import torch.distributed as dist
 
 from pytest_gbvalidate import labels
+from pytest_gbvalidate.node import neighbours
 from pytest_gbvalidate.ranks.hang import innermost_frame, waiting_for_a_peer
 from pytest_gbvalidate.ranks.world import number_gpus_by_pci_bus
 
 _POLL_S = 0.05
 _PARENT_CHECK_S = 1.0
 _TMPDIR_PREFIX = "gbvalidate-gang-"  # then the pid of the process that made it
+# A call that runs out of time with its ranks waiting for a CPU this share of it or more was slowed by the host, not
+# hung: a rank stuck in a collective sleeps, one stuck on a GPU spins on a free CPU; neither queues for one.
+SLOWED_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -227,7 +231,9 @@ class LocalGang:
         try:
             for conn in self._conns:
                 conn.send((fn, args))
-            return self._collect(self.call_timeout_s if timeout_s is None else timeout_s, _name(fn, args))
+            if timeout_s is None:  # the call timeout: --gb-timeout's (run/gangs.py)
+                return self._collect(self.call_timeout_s, _name(fn, args), bound_by="--gb-timeout")
+            return self._collect(timeout_s, _name(fn, args))
         except BaseException:
             self.close(force=True)
             raise
@@ -291,8 +297,10 @@ class LocalGang:
         assert self._tmpdir is not None
         return os.path.join(self._tmpdir, f"stack-rank{rank}.txt")
 
-    def _collect(self, timeout_s: float, what: str) -> list[Any]:
+    def _collect(self, timeout_s: float, what: str, bound_by: str | None = None) -> list[Any]:
+        """Every rank's answer to the call `what` within `timeout_s` (the setting that sets it: `bound_by`)."""
         deadline = time.monotonic() + timeout_s
+        waits = self._waits()  # where a call runs out of time, whether its ranks were waiting for a CPU
         results: dict[int, Any] = {}
         while len(results) < self.world_size:
             pending = {self._conns[r]: r for r in range(self.world_size) if r not in results}
@@ -309,8 +317,13 @@ class LocalGang:
                     raise self._first_crash(what) or error
                 results[rank] = payload
             if not ready and time.monotonic() >= deadline:
-                raise self._first_crash(what) or self._timeout(sorted(pending.values()), timeout_s, what)
+                missing = sorted(pending.values())
+                raise self._first_crash(what) or self._timeout(missing, timeout_s, what, waits, bound_by)
         return [results[r] for r in range(self.world_size)]
+
+    def _waits(self) -> dict[int, neighbours.Reading | None]:
+        """Each rank process's threads' run delays now (node/neighbours.py)."""
+        return {rank: neighbours.read(Path(f"/proc/{p.pid}/task")) for rank, p in enumerate(self._procs)}
 
     def _crash(self, rank: int, what: str) -> GangError:
         self._procs[rank].join(timeout=1.0)
@@ -324,7 +337,20 @@ class LocalGang:
                 return self._crash(rank, what)
         return None
 
-    def _timeout(self, missing: list[int], timeout_s: float, what: str) -> GangError:
+    def _timeout(
+        self,
+        missing: list[int],
+        timeout_s: float,
+        what: str,
+        waits: Mapping[int, neighbours.Reading | None],
+        bound_by: str | None,
+    ) -> GangError:
+        """Why `missing` did not answer in time: a rank stuck (hang.py says which, from the stacks), or, where they
+        spent SLOWED_SHARE or more of a call (one `bound_by` a setting; not the start-up, whose rendezvous may hang
+        however busy the host) waiting for a CPU another task held, a busy host that slowed them: no hang of the
+        node (a hung rank sleeps in a collective or spins on a free CPU; it does not queue)."""
+        now = self._waits()
+        shares = [s for r in missing if (s := neighbours.waited_share(waits.get(r), now.get(r))) is not None]
         stacks = {}
         for rank in missing:
             with contextlib.suppress(OSError):
@@ -337,7 +363,13 @@ class LocalGang:
         culprits = [r for r in missing if not waiting_for_a_peer(stacks.get(r))]
         where = "; ".join(f"rank {r} at {stacks.get(r, '?')}" for r in missing)
         culprit = culprits[0] if len(culprits) == 1 else None
-        return GangError(culprit, "timed out", f"{what} did not finish within {timeout_s:g} s ({where})")
+        within = f"{what} did not finish within {timeout_s:g} s" + (f" ({bound_by})" if bound_by else "")
+        if bound_by is not None and shares and max(shares) >= SLOWED_SHARE:  # a call's, not the start-up's
+            said = f"its ranks waited for a CPU another task held {max(shares):.0%} of that time"
+            detail = f"{within}: {said}, a busy host, not a hung node; run it on an idle node"
+            detail += f" or raise {bound_by}" if bound_by else ""
+            return GangError(None, "slowed", f"{detail} ({where})")
+        return GangError(culprit, "timed out", f"{within} ({where})")
 
     def close(self, *, force: bool = False) -> None:
         """Stop every rank: politely (they finish their call and leave the process group), or at once after a

@@ -81,7 +81,7 @@ def test_each_fault_fails_its_test_in_bounded_time_and_the_session_goes_on(
     crash = cases["test_all_reduce_busbw[in_place]"]["message"] or ""
     assert "GangError: rank 1 crashed: during inject: process exited with code 7" in crash
     hang = cases["test_all_gather_busbw[in_place]"]["message"] or ""
-    assert f"GangError: rank 1 timed out: inject did not finish within {TIMEOUT_S} s (rank 0 at " in hang
+    assert f"GangError: rank 1 timed out: inject did not finish within {TIMEOUT_S} s (--gb-timeout) (rank 0 at " in hang
     assert "rank 1 at " in hang and "faults.py" in hang
     wrong = cases["test_broadcast_busbw[in_place]"]["message"] or ""
     assert wrong.startswith(

@@ -75,3 +75,18 @@ def with_free_bytes(ctx: RankContext, free_by_rank: dict[int, int], fn: Callable
         return fn(ctx, *args)
     finally:
         collectives._free_bytes = real
+
+
+def spin_beside_neighbours(ctx: RankContext, neighbours: int) -> None:
+    """Busy work on every rank beside `neighbours` processes spinning on the host's CPUs, started by rank 0, each
+    ending once rank 0 has (the gang's teardown kills the ranks: no spinner outlives the test)."""
+    import subprocess
+    import sys
+
+    if ctx.rank == 0:
+        spin = f"import os\nwhile os.getppid() == {os.getpid()}:\n    pass\n"
+        for _ in range(neighbours):
+            subprocess.Popen([sys.executable, "-c", spin])
+    end = time.monotonic() + 3600
+    while time.monotonic() < end:  # progress, on a CPU that others want too
+        sum(range(10_000))

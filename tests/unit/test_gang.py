@@ -168,9 +168,28 @@ def test_run_on_local_rank_runs_on_that_rank_alone(gang: LocalGang) -> None:
 def test_the_default_call_timeout_bounds_a_call(gang: LocalGang, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(gang, "call_timeout_s", 1.0)
     start = time.monotonic()
-    with pytest.raises(GangError, match="rank 1 timed out: hang_on did not finish within 1 s"):
+    with pytest.raises(GangError, match=r"rank 1 timed out: hang_on did not finish within 1 s \(--gb-timeout\)"):
         gang.run(f.hang_on, 1)
     assert time.monotonic() - start < 10
+
+
+def test_a_call_a_busy_host_slowed_is_no_hang_and_names_gb_timeout() -> None:
+    """Ranks that spent the call waiting for CPUs another task held were slowed, not hung: `gang slowed` (the
+    fault table's `unresolved`), never `timed out` (`hung`, REBOOT); the line names --gb-timeout."""
+    from pytest_gbvalidate import faults
+    from pytest_gbvalidate.ranks import gang as gangs
+
+    g = LocalGang(2, start_timeout_s=60, call_timeout_s=2.0)
+    try:
+        with pytest.raises(GangError) as raised:
+            g.run(f.spin_beside_neighbours, 4 * (os.cpu_count() or 1))
+    finally:
+        g.close(force=True)
+    said = str(raised.value)
+    assert said.startswith("gang slowed: spin_beside_neighbours did not finish within 2 s (--gb-timeout): its ranks ")
+    share = int(said.split("held ")[1].split("%")[0])
+    assert share >= gangs.SLOWED_SHARE * 100 and "a busy host, not a hung node" in said
+    assert faults.load().classify("t.py::test_x", f"GangError: {said}").category.name == "unresolved"
 
 
 def test_a_failed_start_is_retried_once(monkeypatch: pytest.MonkeyPatch) -> None:

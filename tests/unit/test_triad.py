@@ -135,3 +135,16 @@ def test_every_thread_is_bound_and_put_back() -> None:
     finally:
         stop.set()
         t.join()
+
+
+def test_the_arrays_are_cut_to_the_time_budget_never_below_the_floor() -> None:
+    """A VM may claim its host's whole last-level cache: 4x that streams for seconds a run on a busy VM. The warm-up's
+    pace says how much fits TIMED_BUDGET_S; never fewer than MIN_ARRAY_BYTES, never more than allocated."""
+    from pytest_gbvalidate.bench.triad import MIN_ARRAY_BYTES, TIMED_BUDGET_S, within_budget
+
+    elements = 2**28  # 2 GiB of float64
+    assert within_budget(elements, None, 10, 8) == elements  # no warm-up: nothing known
+    assert within_budget(elements, TIMED_BUDGET_S / 10, 10, 8) == elements  # fits exactly
+    assert within_budget(elements, TIMED_BUDGET_S / 5, 10, 8) == elements // 2  # twice the budget: half
+    assert within_budget(elements, 100.0, 10, 8) == MIN_ARRAY_BYTES // 8  # never below the floor
+    assert within_budget(MIN_ARRAY_BYTES // 16, 100.0, 10, 8) == MIN_ARRAY_BYTES // 16  # nor above what there is
