@@ -1,11 +1,12 @@
 """Host memory bandwidth per NUMA node, as STREAM's Triad measures it: a = b + s * c over float64 arrays, every
 thread of the process on the node's CPUs and the arrays in the node's memory.
 
-STREAM's rules (stream.c, J. McCalpin), kept here: each array at least 4 times the last-level cache, so the
-kernel streams from memory (cut to what the timed runs can stream within TIMED_BUDGET_S, never below
-MIN_ARRAY_BYTES: a VM may claim a cache it shares with the host's other tenants); bytes counted as STREAM counts them, 3 arrays of 8-byte words per element (two read,
-one written; a write-allocate's extra read is not counted); the first run excluded; the reported rate is the
-best (the shortest time) of the timed runs, GB = 1e9 bytes. The median is kept beside it for the report.
+STREAM's rules (stream.c, J. McCalpin), kept here: each array at least 4 times the last-level cache, so the kernel
+streams from memory (cut to what the timed runs can stream within TIMED_BUDGET_S, never below MIN_ARRAY_BYTES: a VM
+may claim a cache it shares with the host's other tenants); bytes counted as STREAM counts them, 3 arrays of 8-byte
+words per element (two read, one written; a write-allocate's extra read is not counted); the first run excluded; the
+reported rate is the best (the shortest time) of the timed runs, GB = 1e9 bytes. The median is kept beside it for
+the report.
 
 torch rather than numpy: `torch.add(b, c, alpha=s, out=a)` is one fused pass over the three arrays on every
 thread of torch's pool (numpy's `b + s * c` makes two passes and a temporary, on one thread), and its threads

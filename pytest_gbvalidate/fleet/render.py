@@ -238,7 +238,8 @@ def node_row(n: Node, held: bool = False) -> NodeRow:
 
 def _nodes_md(summary: Summary) -> list[str]:
     software = [name for name in SOFTWARE if any(name in n.software for n in summary.nodes)]
-    rows = [node_row(n, bool(summary.tripped)).cells(software) for n in summary.nodes]
+    held = bool(summary.tripped)  # the whole drain list, judged once: not once a row
+    rows = [node_row(n, held).cells(software) for n in summary.nodes]
     why_none = [  # the run's own words: what to fix before it can speak for its node
         f"- **{md(n.hostname)}** (no verdict): {md(shorten(c.message, MESSAGE_MAX_CHARS))}"
         for n in summary.nodes
@@ -251,12 +252,14 @@ def _nodes_md(summary: Summary) -> list[str]:
 
 
 def _nodes_terminal(summary: Summary) -> list[str]:
-    rows = [node_row(n, bool(summary.tripped)).cells([])[: len(TERMINAL_NODE_TABLE)] for n in summary.nodes]
+    held = bool(summary.tripped)
+    rows = [node_row(n, held).cells([])[: len(TERMINAL_NODE_TABLE)] for n in summary.nodes]
     return [*columns([TERMINAL_NODE_TABLE, *rows]), *filter(None, (n.confirm_note() for n in summary.nodes))]
 
 
 def _nodes_rows(summary: Summary) -> list[dict[str, object]]:
-    return [node_row(n, bool(summary.tripped)).csv() for n in summary.nodes]
+    held = bool(summary.tripped)
+    return [node_row(n, held).csv() for n in summary.nodes]
 
 
 def _check_id(test_id: str, category: str | None) -> str:

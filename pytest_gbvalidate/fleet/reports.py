@@ -35,6 +35,7 @@ two hostnames that differ are never shown, or counted, as one.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import math
 import os
 import re
@@ -141,9 +142,10 @@ class Report:
     def measurements(self) -> list[MeasurementRecord]:
         return list(self.data["measurements"])
 
-    @property
+    @functools.cached_property
     def verdict(self) -> NodeVerdict:
-        """What the report says about its node (report/node_verdict.py: the rule the health check reads too)."""
+        """What the report says about its node (report/node_verdict.py: the rule the health check reads too); read
+        once, as the report is (a fleet's tables ask it of every node, for every row)."""
         return node_verdict.of_report(self.data)
 
 
@@ -229,18 +231,24 @@ def fleet_part(data: dict[str, Any]) -> dict[str, Any]:
 
 # Texts this short are mostly names that recur in every report (keys, metrics, scopes, units, verdicts): held once.
 SHARED_TEXT_MAX = 64
+_NUMBERS = {int, float}
 
 
 def escaped(value: Any) -> Any:
     """`value` (JSON) with every text in it, keys too, as it may be shown (labels.printable_exactly)."""
     if isinstance(value, str):
-        text = printable_exactly(value)
-        return sys.intern(text) if len(text) <= SHARED_TEXT_MAX else text
+        return _shared(value) if len(value) <= SHARED_TEXT_MAX else printable_exactly(value)
     if isinstance(value, list):
-        return [escaped(v) for v in value]
+        return value if set(map(type, value)) <= _NUMBERS else [escaped(v) for v in value]  # a series: as it is
     if isinstance(value, dict):
-        return {sys.intern(printable_exactly(k)): escaped(v) for k, v in value.items()}
+        return {_shared(k) if len(k) <= SHARED_TEXT_MAX else printable_exactly(k): escaped(v) for k, v in value.items()}
     return value
+
+
+@functools.lru_cache(maxsize=2**16)
+def _shared(text: str) -> str:
+    """A short text as shown, held once however many reports repeat it (worked out once, too)."""
+    return sys.intern(printable_exactly(text))
 
 
 def _problem(data: dict[str, Any], hostname: str | None, now: dt.datetime | None) -> str | None:
