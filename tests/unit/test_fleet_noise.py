@@ -5,6 +5,8 @@ unit/test_fleet_summary.py.)"""
 
 from __future__ import annotations
 
+import math
+import statistics
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -346,3 +348,28 @@ def test_the_fleet_summary_takes_each_metric_s_needed_resolution_from_its_report
     assert "10% of the median" in rules_text(summarize(reports(6.0), pct=10.0))
     assert summarize(reports(None)).drained == [] and summarize(reports(None)).metrics[0].needed_pct is None
     assert summarize(reports(1e9)).drained == []  # out of the baselines' bounds: not believed, the 10% holds
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from([f"n{i}" for i in range(12)]),
+        st.one_of(st.floats(-5, 500), st.just(math.nan)),
+        max_size=12,
+    ),
+    st.integers(3, 12),
+)
+def test_each_host_s_fleet_spread_is_the_median_of_the_others_found_by_position(
+    spreads: dict[str, float], hosts_count: int
+) -> None:
+    """outliers.Others: the others' median (of two the smaller) found in one sorted list, as taking each host out
+    and sorting the rest gives it; and the too-noisy judgement on it."""
+    hosts = [f"n{i}" for i in range(hosts_count)]
+    fleet = outliers.Others(spreads, hosts)
+    for host in hosts:
+        others = [h for h in hosts if h != host]
+        known = [spreads[h] for h in others if h in spreads and spreads[h] >= 0]
+        naive = None
+        if len(known) >= 2 and len(known) > len(others) / 2:
+            naive = statistics.median(known) if len(known) >= 3 else min(known)
+        assert fleet.typical(host) == naive
+        assert fleet.values(host) == (None if naive is None else sorted(known))
