@@ -45,7 +45,7 @@ from pytest_gbvalidate.report.records import (
 from pytest_gbvalidate.rules import noise
 from pytest_gbvalidate.rules import pace as pacing
 from pytest_gbvalidate.rules import resolution as rs
-from pytest_gbvalidate.setting_values import DEFAULT_ALLOWED_PCT
+from pytest_gbvalidate.rules.allowed import DEFAULT_ALLOWED_PCT
 
 REGRESSED: CompareVerdict = "regressed"
 OK: CompareVerdict = "ok"

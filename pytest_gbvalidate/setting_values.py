@@ -133,21 +133,6 @@ def parse_input_file(raw: str, base: Path) -> Path | None:
     return path
 
 
-# The slowdown a run's pace (compare.run_pace) is allowed where --gb-compare-fail gives no default:
-# pytest-benchmark's documented example threshold (`--benchmark-compare-fail=mean:5%`), about twice the run-to-run
-# spread of GPU figures (docs/noise.md: one H100's moved 0.3-2%).
-DEFAULT_ALLOWED_PCT = 5.0
-
-
-def compare_fail_default() -> str:
-    """What --gb-compare allows where --gb-compare-fail does not say (compare.AllowedRegression.for_metric,
-    compare.run_pace): the one text its help, docs/settings.md and docs/history.md give (tests hold them to it)."""
-    return (
-        "each figure may fall by the resolution its metric needs (the baseline's `resolution`), the run's pace as a "
-        f"whole by {DEFAULT_ALLOWED_PCT:g}%"
-    )
-
-
 def parse_allowed_regression(raw: str, _base: Path) -> AllowedRegression | None:
     from pytest_gbvalidate.compare import parse_allowed
 

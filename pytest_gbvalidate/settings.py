@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from pytest_gbvalidate.levels import DEFAULT_LEVEL, LEVELS, Level
 from pytest_gbvalidate.node import window
+from pytest_gbvalidate.rules.allowed import compare_fail_default
 from pytest_gbvalidate.setting_values import (
     LAST,
     MAX_TIMEOUT_S,
@@ -19,7 +20,6 @@ from pytest_gbvalidate.setting_values import (
     SettingError,
     World,
     ancestors,
-    compare_fail_default,
     parse_allowed_regression,
     parse_bool,
     parse_command,
@@ -87,7 +87,7 @@ class Settings:
     # Seconds one call on the ranks may take before the gang is torn down; None: the SKU's default.
     timeout: Setting[float | None]
     compare: Setting[Path | Literal["last"] | None]  # an earlier JSON report of this node; last: the history's
-    compare_fail: Setting[AllowedRegression | None]  # None: setting_values.compare_fail_default()
+    compare_fail: Setting[AllowedRegression | None]  # None: rules/allowed.compare_fail_default()
     scratch: Setting[Path | None]  # the local scratch volume the storage checks write to
     reference_tools: Setting[bool]  # also run nccl-tests / nvbandwidth when on PATH
     # The command the NeMo engines' driver runs under, in place of this interpreter: the NeMo image's python, or a

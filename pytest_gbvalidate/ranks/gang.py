@@ -38,7 +38,6 @@ import torch
 import torch.distributed as dist
 
 from pytest_gbvalidate import labels
-from pytest_gbvalidate.node import neighbours
 from pytest_gbvalidate.ranks.hang import innermost_frame, waiting_for_a_peer
 from pytest_gbvalidate.ranks.world import number_gpus_by_pci_bus
 
@@ -90,6 +89,15 @@ class GangError(RuntimeError):
         self.rank = rank
         self.cause = cause
         self.detail = detail
+
+
+class CpuWaits(Protocol):
+    """How long a process's threads waited for a CPU another task held (node/neighbours.py, which run/gangs.py hands
+    a local gang: the ranks know nothing of the node)."""
+
+    def read(self, tasks: Path) -> Any: ...
+
+    def waited_share(self, start: Any, end: Any) -> float | None: ...
 
 
 class Gang(Protocol):
@@ -210,8 +218,10 @@ class LocalGang:
         start_timeout_s: float = 120.0,
         collective_timeout_s: float = 600.0,
         call_timeout_s: float = 600.0,
+        cpu_waits: CpuWaits | None = None,
     ) -> None:
         self.world_size = world_size
+        self.cpu_waits = cpu_waits  # None: a call that runs out of time is never judged slowed
         self.hosts = {0: labels.hostname()}
         self.device_type = device_type
         self.env = dict(env or {})
@@ -321,9 +331,11 @@ class LocalGang:
                 raise self._first_crash(what) or self._timeout(missing, timeout_s, what, waits, bound_by)
         return [results[r] for r in range(self.world_size)]
 
-    def _waits(self) -> dict[int, neighbours.Reading | None]:
-        """Each rank process's threads' run delays now (node/neighbours.py)."""
-        return {rank: neighbours.read(Path(f"/proc/{p.pid}/task")) for rank, p in enumerate(self._procs)}
+    def _waits(self) -> dict[int, Any]:
+        """Each rank process's threads' run delays now (cpu_waits: node/neighbours.py); none without a reader."""
+        if self.cpu_waits is None:
+            return {}
+        return {rank: self.cpu_waits.read(Path(f"/proc/{p.pid}/task")) for rank, p in enumerate(self._procs)}
 
     def _crash(self, rank: int, what: str) -> GangError:
         self._procs[rank].join(timeout=1.0)
@@ -342,15 +354,16 @@ class LocalGang:
         missing: list[int],
         timeout_s: float,
         what: str,
-        waits: Mapping[int, neighbours.Reading | None],
+        waits: Mapping[int, Any],
         bound_by: str | None,
     ) -> GangError:
         """Why `missing` did not answer in time: a rank stuck (hang.py says which, from the stacks), or, where they
         spent SLOWED_SHARE or more of a call (one `bound_by` a setting; not the start-up, whose rendezvous may hang
         however busy the host) waiting for a CPU another task held, a busy host that slowed them: no hang of the
         node (a hung rank sleeps in a collective or spins on a free CPU; it does not queue)."""
-        now = self._waits()
-        shares = [s for r in missing if (s := neighbours.waited_share(waits.get(r), now.get(r))) is not None]
+        now, reader = self._waits(), self.cpu_waits
+        found = [] if reader is None else [reader.waited_share(waits.get(r), now.get(r)) for r in missing]
+        shares = [s for s in found if s is not None]
         stacks = {}
         for rank in missing:
             with contextlib.suppress(OSError):

@@ -251,7 +251,7 @@ class RunCompareRecord(TypedDict):
     source: str
     earlier_date: str
     earlier_status: str
-    allowed: AllowedRegressionRecord | None  # None: setting_values.compare_fail_default()
+    allowed: AllowedRegressionRecord | None  # None: rules/allowed.compare_fail_default()
     allowed_source: str
     replaced_gpus: dict[str, str]  # gpuN -> what it was before
     notes: list[str]

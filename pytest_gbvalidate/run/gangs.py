@@ -43,10 +43,13 @@ def start(target: Target, world: World | None, timeout_s: float, env: Mapping[st
             pytest.exit(f"{exc} (the launcher's failure: no verdict on this node)", pytest.ExitCode.USAGE_ERROR)
     # The call timeout bounds every call; the ranks' own collective timeout is only a backstop, longer, so that the
     # call timeout fires first and can say which rank is stuck where.
+    from pytest_gbvalidate.node import neighbours
+
     return LocalGang(
         target.local_world_size,
         device_type=target.device_type,
         env=dict(env),
         collective_timeout_s=2 * timeout_s,
         call_timeout_s=timeout_s,
+        cpu_waits=neighbours,  # a call a busy host slowed past the timeout is no hang (ranks/gang.py SLOWED_SHARE)
     )

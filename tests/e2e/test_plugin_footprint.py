@@ -40,10 +40,11 @@ def test_an_unrelated_test_run_does_nothing(pytester: pytest.Pytester, monkeypat
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["OURS: True HEAVY: []"])
     # Only what deciding to do nothing takes: no target, baselines, report, metrics or Llama configs.
-    # node.window: the --gb-window setting's default (standard library only).
+    # node.window: the --gb-window setting's default (standard library only); rules.allowed: --gb-compare-fail's.
     loaded = "'pytest_gbvalidate.hooks', 'pytest_gbvalidate.levels', 'pytest_gbvalidate.node', "
     loaded += "'pytest_gbvalidate.node.window', 'pytest_gbvalidate.plugin', "
-    loaded += "'pytest_gbvalidate.ranks', 'pytest_gbvalidate.ranks.world', 'pytest_gbvalidate.run', "
+    loaded += "'pytest_gbvalidate.ranks', 'pytest_gbvalidate.ranks.world', 'pytest_gbvalidate.rules', "
+    loaded += "'pytest_gbvalidate.rules.allowed', 'pytest_gbvalidate.run', "
     loaded += "'pytest_gbvalidate.run.junit_hooks', 'pytest_gbvalidate.run.markers', 'pytest_gbvalidate.run.outcomes', "
     loaded += "'pytest_gbvalidate.run.payload', "
     loaded += "'pytest_gbvalidate.run.session', 'pytest_gbvalidate.setting_values', 'pytest_gbvalidate.settings'"

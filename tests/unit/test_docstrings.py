@@ -160,8 +160,8 @@ def restated() -> list[tuple[str, str, str]]:
     from pytest_gbvalidate.healthcheck import cli, npd, slurm
     from pytest_gbvalidate.healthcheck.level_run import KILL_GRACE_S
     from pytest_gbvalidate.rules import breaker, noise, outliers
+    from pytest_gbvalidate.rules.allowed import compare_fail_default
     from pytest_gbvalidate.run.gangs import DEFAULT_TIMEOUT_S
-    from pytest_gbvalidate.setting_values import compare_fail_default
     from pytest_gbvalidate.workloads.llama.layout_grid import DEFAULT_GRID
 
     gpu_s, cpu_s = DEFAULT_TIMEOUT_S["gpu"], DEFAULT_TIMEOUT_S["cpu"]

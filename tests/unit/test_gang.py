@@ -177,9 +177,10 @@ def test_a_call_a_busy_host_slowed_is_no_hang_and_names_gb_timeout() -> None:
     """Ranks that spent the call waiting for CPUs another task held were slowed, not hung: `gang slowed` (the
     fault table's `unresolved`), never `timed out` (`hung`, REBOOT); the line names --gb-timeout."""
     from pytest_gbvalidate import faults
+    from pytest_gbvalidate.node import neighbours
     from pytest_gbvalidate.ranks import gang as gangs
 
-    g = LocalGang(2, start_timeout_s=60, call_timeout_s=2.0)
+    g = LocalGang(2, start_timeout_s=60, call_timeout_s=2.0, cpu_waits=neighbours)
     try:
         with pytest.raises(GangError) as raised:
             g.run(f.spin_beside_neighbours, 4 * (os.cpu_count() or 1))
