@@ -341,15 +341,22 @@ class Expect:
     ) -> sampling.Pending:
         """Where `measured` stand after `passes` passes (rules/sampling.py): flagged where any would fail, warn or
         regress or is unresolved against the baseline or --gb-compare's report (with --gb-record, always: the
-        recording must see the node's spread), unresolved where one in `gated` is (nothing recorded)."""
-        flagged, unresolved = self.gb.settings.record.value is not None, False
+        recording must see the node's spread), unresolved where one in `gated` is (nothing recorded) or, recording,
+        is too noisy to record where the baseline gates it."""
+        from pytest_gbvalidate.baselines.recording import too_noisy_to_record
+
+        recording = self.gb.settings.record.value is not None
+        flagged, unresolved = recording, False
         for metric, value, scope, details in measured:
             ref = self.gb.target.reference(metric, scope)
             if (CATALOG.get(metric) or _spec_from(ref)) is None:
                 continue
             judged = self._judge(metric, float(value), scope, None, details)
             flagged = flagged or judged.flagged
-            unresolved = unresolved or (judged.unresolved and (gated is None or scope in gated))
+            cannot_tell = judged.unresolved or (
+                recording and ref is not None and ref.has_reference and too_noisy_to_record(judged.record, ref.needed)
+            )
+            unresolved = unresolved or (cannot_tell and (gated is None or scope in gated))
         return sampling.Pending(passes, flagged, unresolved, pass_s)
 
     def direction(self, metric: str, scope: str) -> str:

@@ -81,7 +81,7 @@ def wrong_data_message(collective: str, placement: str, rows: list[SizeRow]) -> 
 @pytest.mark.gb_level("quick")
 def test_all_reduce_one_size(gb_target: Target, gb_gang: Gang, gb_expect: Expect) -> None:
     """The quick level's collective: one mid-size all_reduce, in place, gated against the baseline and its data
-    checked -- the smallest size the baseline gates (128 MiB with the default GPU gates, 4 MiB on the CPU)."""
+    checked -- the smallest size the baseline gates (128 MiB with the default GPU gates, 16 MiB on the CPU)."""
     plan = one_size_plan(sweep_plan(gb_target, COLLECTIVES["all_reduce"].metric))
     check_collective("all_reduce", IN_PLACE, gb_target, gb_gang, gb_expect, plan)
 

@@ -271,6 +271,13 @@ def _floor_only(old: MetricBaseline) -> bool:
     return old.default.fail is not None and all(r.expected is None and r.warn is None for r in refs)
 
 
+def too_noisy_to_record(record: Mapping[str, Any], needed: rs.Needed) -> bool:
+    """Whether a measurement's record (its report's `noise`) is too noisy to record where `needed` is the
+    resolution its metric needs: what a recording measures again for (gb_expect.measure_again)."""
+    spread = _spread_written(dict(record))
+    return spread is not None and _too_noisy(_Figure("", "", spread, needed)) is not None
+
+
 def _too_noisy(fig: _Figure | None) -> str | None:
     """Why a figure cannot be recorded -- its resolution against a recording as noisy as itself is coarser than it
     needs -- or None where it can (or shows no spread)."""

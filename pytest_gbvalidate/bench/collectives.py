@@ -28,6 +28,7 @@ measures and checks a size looks it up there.
 from __future__ import annotations
 
 import math
+import os
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -304,9 +305,11 @@ def _measure(
     case.fill()
     calls = calls_per_sample(size, ctx.device)
     on_host = ctx.device.type == "cpu"  # a neighbour holding the host's CPUs slows it as a slow link would
-    before = neighbours.read() if on_host else None
+    # The rank's launcher (pytest, torchrun's agent, slurmstepd) and its children, the sibling ranks: no neighbours.
+    family = os.getppid()
+    before = neighbours.read(family=family) if on_host else None
     seconds = time_op_s(ctx.device, case.run, warmup=warmup, iterations=iterations, calls_per_sample=calls)
-    waited = neighbours.waited_share(before, neighbours.read() if on_host else None)
+    waited = neighbours.waited_share(before, neighbours.read(family=family) if on_host else None)
     case.fill()
     case.run()
     peak = _peak_memory(ctx.device)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import mmap
 import os
 import pickle
@@ -52,6 +53,10 @@ class Throughput:
     read_gbps: float
     size_bytes: int
     direct_io: bool  # False where the file system refuses O_DIRECT (tmpfs): page cache dropped before the read
+    # Each block's throughput (its call's own time; the fsync, and the read that finds the end, in the last
+    # block's): the samples whose spread is the pass's own error, as a copy's or a triad's (rules/noise.py).
+    write_block_gbps: tuple[float, ...] = ()
+    read_block_gbps: tuple[float, ...] = ()
 
 
 def sequential(directory: Path, size_bytes: int) -> Throughput:
@@ -62,28 +67,36 @@ def sequential(directory: Path, size_bytes: int) -> Throughput:
     blocks = max(1, size_bytes // BLOCK_BYTES)
     fd, direct = _open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     try:
-        start = time.perf_counter()
+        at = [time.perf_counter()]
         for done in range(blocks):
             _write_all(fd, block, path, done, blocks)
+            at.append(time.perf_counter())
         with _failing_as(f"flushing {path} to its device"):
             os.fsync(fd)
-        write_s = time.perf_counter() - start
+        at[-1] = time.perf_counter()
     finally:
         os.close(fd)
     fd, direct_read = _open(path, os.O_RDONLY)
     try:
         if not direct_read:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # read from the device, not the page cache
-        start = time.perf_counter()
+        read_at = [time.perf_counter()]
         with _failing_as(f"reading {path} back"):
             while os.readv(fd, [block]) > 0:
-                pass
-        read_s = time.perf_counter() - start
+                read_at.append(time.perf_counter())
+        read_at[-1] = time.perf_counter()  # the read that found the end: the last block's
     finally:
         os.close(fd)
         block.close()
     total = blocks * BLOCK_BYTES
-    return Throughput(total / write_s / 1e9, total / read_s / 1e9, total, direct and direct_read)
+    writes, reads = _per_block_gbps(at), _per_block_gbps(read_at)
+    write_s, read_s = at[-1] - at[0], read_at[-1] - read_at[0]
+    return Throughput(total / write_s / 1e9, total / read_s / 1e9, total, direct and direct_read, writes, reads)
+
+
+def _per_block_gbps(at: list[float]) -> tuple[float, ...]:
+    """Each block's throughput from the moments its call began and ended (one after the other)."""
+    return tuple(BLOCK_BYTES / (end - start) / 1e9 for start, end in itertools.pairwise(at) if end > start)
 
 
 @contextlib.contextmanager

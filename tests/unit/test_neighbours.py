@@ -101,3 +101,50 @@ def test_several_waiters_combine_into_the_share_in_which_some_of_them_waited() -
     assert neighbours.combined([0.2, None]) == pytest.approx(0.2)
     assert neighbours.combined([None, None]) is None and neighbours.combined([]) is None
     assert neighbours.combined([1.5, -0.5]) == 1.0  # each capped to 0..1
+
+
+def fake_proc(root: Path, busy_ticks: int, processes: dict[int, tuple[int, int]]) -> Path:
+    """A /proc whose host has been busy `busy_ticks` (user), each process (pid -> (ppid, its utime ticks))."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "stat").write_text(f"cpu  {busy_ticks} 0 0 999999 0 0 0 0 0 0\ncpu0 1 2 3 4\n")
+    for pid, (ppid, utime) in processes.items():
+        (root / str(pid)).mkdir(exist_ok=True)
+        fields = ["S", str(ppid)] + ["0"] * 9 + [str(utime), "0"] + ["0"] * 20
+        (root / str(pid) / "stat").write_text(f"{pid} (a name) with) {' '.join(fields)}\n")
+    return root
+
+
+def test_only_another_task_is_a_neighbour(tmp_path: Path) -> None:
+    """Threads that waited for each other -- the measurement's own, or a gang's ranks' -- are no neighbour: the share
+    counts no more of the window than the CPU time the host's other tasks used in it."""
+    me, launcher, sibling, stranger = os.getpid(), 1000, 1001, 1002
+    tick_ns = neighbours._TICK_NS
+    window_ticks = int(1e9 / tick_ns)  # a window of one second
+    task_dir = tasks(tmp_path / "self" / "task", {1: 0})
+    proc = tmp_path / "proc"
+
+    def reading(
+        busy: int, mine: int, theirs: int, at_s: float, waited_ns: int, family: int | None
+    ) -> neighbours.Reading:
+        processes = {me: (launcher, mine), launcher: (1, 0), sibling: (launcher, theirs), stranger: (1, 0)}
+        tasks(task_dir, {1: waited_ns})
+        found = neighbours.read(task_dir, family=family, proc=fake_proc(proc, busy, processes))
+        assert found is not None
+        return neighbours.Reading(found.waited_ns, at_s, found.others_ns)
+
+    # Our thread waited 70% of the window while only we and a sibling rank ran (the host's busy time is ours).
+    start = reading(0, 0, 0, 0.0, 0, launcher)
+    end = reading(2 * window_ticks, window_ticks, window_ticks, 1.0, 700_000_000, launcher)
+    assert neighbours.waited_share(start, end) == pytest.approx(0.0, abs=1e-9)
+    # The same sibling read without its family: another task, which ran the whole window, explains it all.
+    start = reading(0, 0, 0, 0.0, 0, None)
+    end = reading(2 * window_ticks, window_ticks, window_ticks, 1.0, 700_000_000, None)
+    assert neighbours.waited_share(start, end) == pytest.approx(0.7)
+    # A stranger that ran a fifth of the window explains no more than that of the wait.
+    start = reading(0, 0, 0, 0.0, 0, launcher)
+    end = reading(2 * window_ticks + window_ticks // 5, window_ticks, window_ticks, 1.0, 700_000_000, launcher)
+    assert neighbours.waited_share(start, end) == pytest.approx(0.2)
+    # Where /proc/stat cannot be read the waits count whole, as before.
+    (proc / "stat").unlink()
+    unread = neighbours.read(task_dir, family=launcher, proc=proc)
+    assert unread is not None and unread.others_ns is None

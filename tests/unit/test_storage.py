@@ -68,3 +68,13 @@ def test_a_file_system_without_direct_io_is_measured_through_the_page_cache(
         result = storage.sequential(directory, storage.BLOCK_BYTES)
     assert not result.direct_io and result.write_gbps > 0 and result.read_gbps > 0
     assert leftovers(tmp_path) == []
+
+
+def test_each_block_is_a_sample_of_its_pass(tmp_path: Path) -> None:
+    """A pass's blocks are its samples (their spread its figure's own error, rules/noise.py): one per block each
+    way, all positive, the figure within their range (the blocks' time is the pass's)."""
+    with storage.work_dir(tmp_path) as directory:
+        result = storage.sequential(directory, 3 * storage.BLOCK_BYTES)
+    for figure, blocks in ((result.write_gbps, result.write_block_gbps), (result.read_gbps, result.read_block_gbps)):
+        assert len(blocks) == 3 and all(b > 0 for b in blocks)
+        assert min(blocks) * 0.999 <= figure <= max(blocks) * 1.001  # rounding only
