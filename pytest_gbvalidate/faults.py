@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
 
+from pytest_gbvalidate.report.node_verdict import UNCLASSIFIED as UNCLASSIFIED  # where the fault table names it
 from pytest_gbvalidate.report.records import ReasonClass
 from pytest_gbvalidate.rules.xids import REPAIR_ACTIONS, RepairAction
 
@@ -81,9 +82,6 @@ class FaultTable:
             if rule.matches(test, message or "", seen):
                 return Fault(self.categories[rule.category], rule)
         return Fault(self.categories[UNCLASSIFIED], None)
-
-
-UNCLASSIFIED = "unclassified"
 
 
 class FaultTableError(Exception):

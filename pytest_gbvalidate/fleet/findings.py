@@ -12,30 +12,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_gbvalidate.fleet.drain import category_label
 from pytest_gbvalidate.fleet.reports import Report
-from pytest_gbvalidate.fleet.text import category_label, one_line
+from pytest_gbvalidate.fleet.text import one_line
 from pytest_gbvalidate.labels import number
-from pytest_gbvalidate.report.records import ReasonClass
+from pytest_gbvalidate.report import node_verdict
+from pytest_gbvalidate.report.node_verdict import UNCLASSIFIED
+from pytest_gbvalidate.report.node_verdict import FailedCheck as FailedCheck  # where the fleet's modules take it
 from pytest_gbvalidate.rules import noise, outliers
 from pytest_gbvalidate.rules import resolution as rs
 from pytest_gbvalidate.rules.outliers import Outlier, Spread, Unjudged
-
-
-@dataclass(frozen=True)
-class FailedCheck:
-    """A failed test of a node's report, with its fault (absent in reports from before fault categories)."""
-
-    test_id: str
-    message: str
-    category: str | None
-    action: str | None
-    disposition: str | None
-    reason_class: ReasonClass = "hardware"  # whose problem it is (faults.yaml); a report without one: hardware
-    repair: str | None = None  # what brings the node back (faults.yaml); None in a report from before repairs
-
-    @property
-    def name(self) -> str:
-        return self.test_id.rsplit("::", 1)[-1]
 
 
 @dataclass(frozen=True)
@@ -132,9 +118,8 @@ class Suspect:
     @property
     def short(self) -> str:
         """For a drain reason: the category with its repair and the check, marked as a multi-node finding."""
-        return (
-            f"{category_label(self.category or 'failed', self.repair)}: {self.test_id.rsplit('::', 1)[-1]} (multi-node)"
-        )
+        label = category_label(self.category or UNCLASSIFIED, self.repair)
+        return f"{label}: {self.test_id.rsplit('::', 1)[-1]} (multi-node)"
 
 
 def suspects(runs: Sequence[Report]) -> list[Suspect]:
@@ -167,31 +152,17 @@ SESSION_CHECK = "(session)"
 
 
 def failed_checks(report: Report) -> list[FailedCheck]:
-    """The report's failed tests, once each; a finished run that exited non-zero without a failed test (an
-    internal or usage error, no tests collected) gets a check of its own."""
-    checks: dict[str, FailedCheck] = {}
-    for test in report.tests:
-        test_id = str(test.get("test_id"))
-        if test.get("outcome") != "failed" or test_id in checks:
-            continue
-        fault = test.get("fault")
-        checks[test_id] = FailedCheck(
-            test_id,
-            one_line(test.get("message") or f"failed at {test.get('when')}"),
-            None if fault is None else _text(fault["category"]),
-            None if fault is None else _text(fault["action"]),
-            None if fault is None else _text(fault["disposition"]),
-            "hardware" if fault is None else fault.get("reason_class", "hardware"),
-            None if fault is None or "repair" not in fault else _text(fault["repair"]),
-        )
+    """The report's failed tests, once each (report/node_verdict.py); a finished run that exited non-zero without a
+    failed test (an internal or usage error, no tests collected) gets a check of its own."""
+    checks = list(node_verdict.judge(report.data).failed)
     exit_status = report.data.get("exit_status")
     if report.finished and exit_status != 0 and not checks:
         message = f"pytest exited with status {exit_status} and no failed test"
         lost = report.data.get("outputs_lost") or []
         if lost:  # a file the run could not write: its evidence is missing, not the node's fault
             message += f": {one_line(lost[0])}{f' (and {len(lost) - 1} more)' if len(lost) > 1 else ''}"
-        checks[SESSION_CHECK] = FailedCheck(SESSION_CHECK, message, None, None, None)
-    return list(checks.values())
+        checks.append(FailedCheck(SESSION_CHECK, message, None, None, None))
+    return checks
 
 
 def metric_stats(

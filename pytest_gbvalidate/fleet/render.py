@@ -283,7 +283,7 @@ def _drain_md(summary: Summary) -> list[str]:
     """Each node with everything against it, then the Slurm lines."""
     lines = ["", "## Take out of service", ""]
     if summary.tripped:
-        held = ", ".join(md(host) for host, _ in summary.to_take_out())
+        held = ", ".join(md(node.host) for node in summary.take_out)
         return [*lines, f"None: the {md(summary.tripped)}.", "", f"Held: {held}."]
     if not summary.drain_list():
         return [*lines, "None."]
@@ -328,7 +328,7 @@ def _drain_terminal(summary: Summary) -> list[str]:
 
 def _drain_rows(summary: Summary) -> list[dict[str, object]]:
     """nodes.csv's rows for the hosts that only a multi-node run speaks for: the nodes have rows of their own."""
-    reasons = dict(summary.drain_list())
+    reasons = {node.host: node.reason for node in summary.drain_list()}
     return [
         {
             "hostname": host,

@@ -12,13 +12,15 @@ when a multi-node run did not pass; or when no node report of the fleet's SKU is
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_gbvalidate.fleet import confirm as confirmation
-from pytest_gbvalidate.fleet.domains import DomainFinding, domain_findings
+from pytest_gbvalidate.fleet import drain
+from pytest_gbvalidate.fleet.domains import FABRIC_CATEGORY, DomainFinding, domain_findings
 from pytest_gbvalidate.fleet.findings import (
     FailedCheck,
     MetricStats,
@@ -31,9 +33,7 @@ from pytest_gbvalidate.fleet.findings import (
 )
 from pytest_gbvalidate.fleet.reports import CORRUPT, NO_VERDICT, OTHER_SKU, NotMerged, Report, Sorted, sort_reports
 from pytest_gbvalidate.fleet.scaling import WeakScaling, weak_scaling
-from pytest_gbvalidate.fleet.text import category_parts, drain_reason
-from pytest_gbvalidate.report.node_verdict import UNRESOLVED
-from pytest_gbvalidate.report.records import ReasonClass
+from pytest_gbvalidate.report.node_verdict import UNCLASSIFIED, UNRESOLVED
 from pytest_gbvalidate.rules import outliers
 from pytest_gbvalidate.rules.breaker import Breaker
 
@@ -41,8 +41,15 @@ from pytest_gbvalidate.rules.breaker import Breaker
 SOFTWARE = ("torch", "nccl", "driver", "cuda_driver", "cuda_runtime", "pytest_gbvalidate", "python", "vbios")
 # What --confirm makes of a failed node (confirm.py): every failure passed its second run, or none was told again.
 FLAPPING, UNCONFIRMED = "flapping", "unconfirmed"
-# A drain reason is for `sinfo -R` and the Slurm log: the categories and metrics, the details are in summary.md.
-REASON_MAX_CHARS = 120
+
+
+@dataclass(frozen=True)
+class OutOfService:
+    """A node to take out of service: its hostname as the report says it, the drain reason, the fault category."""
+
+    host: str
+    reason: str
+    category: str
 
 
 @dataclass
@@ -94,32 +101,29 @@ class Node:
         found = {name: str(node[name]) for name in SOFTWARE if node.get(name) is not None}
         return found | ({"vbios": self.report.vbios} if self.report.vbios else {})
 
+    def causes(self) -> list[drain.Cause]:
+        """What takes the node out of service (fleet/drain.py): its NVLink domain (which goes out as a unit, whatever
+        this node's own run said), failed checks that stand (not flapping or unconfirmed), outlier metrics, what
+        multi-node runs found, checks its peers ran and it did not (it has not shown what they showed). None for a
+        node whose run gave no verdict, was stopped without a failure, or was only too noisy to judge: listed
+        instead."""
+        found = [drain.Cause("domain", self.domain.reason_part(), FABRIC_CATEGORY)] if self.domain else []
+        if self.verdict in (NO_VERDICT, UNRESOLVED):  # the run's own failure, or its figures too noisy: not judged
+            return found
+        if self.verdict == "fail" and self.unconfirmed is None:
+            found += drain.failed(c for c in self.failed if not c.unresolved)
+        found += [drain.Cause("outlier", f"outlier {o.short(compact=True)}", "outlier") for o in self.outliers]
+        found += [drain.Cause("multi_node", s.short, s.category or UNCLASSIFIED) for s in self.suspected]
+        if self.lacks:
+            found.append(drain.Cause("coverage", f"ran less than its peers: {','.join(self.lacks)}", "coverage"))
+        return found
+
     @property
     def drain(self) -> bool:
-        """Out of service until fixed: failed, partial (not shown healthy), an outlier, found at fault by a
-        multi-node run, or short of checks its peers ran (it has not shown what they showed); never a node whose
-        run gave no verdict (its own usage or internal error), nor one only too noisy to judge on some figure
-        (`unjudged`), which are listed instead."""
-        if self.domain is not None:  # the domain goes out as a unit, whatever this node's own run said
-            return True
-        if self.verdict in (NO_VERDICT, UNRESOLVED):  # the run's own failure, or its figures too noisy: not judged
-            return False
-        failure_stands = self.verdict == "fail" and bool(self.failed) and self.unconfirmed is None
-        return self.verdict == "partial" or failure_stands or bool(self.outliers or self.suspected or self.lacks)
+        return bool(self.causes())
 
     def drain_reason(self) -> str:
-        """Short, one line: the most pressing class of what was found, the failed checks by fault category, then
-        the partial report, the outlier metrics, what multi-node runs found (the node's hardware, each of them,
-        until a person says otherwise)."""
-        partial = [self.domain.reason_part()] if self.domain is not None else []
-        partial += [f"report {self.report.status}"] if self.verdict == "partial" else []
-        checks = category_parts((c.category or "failed", c.repair, c.name) for c in self.failed)
-        others = [f"outlier {o.short(compact=True)}" for o in self.outliers] + suspect_parts(self.suspected)
-        if self.lacks:
-            others.append(f"ran less than its peers: {','.join(self.lacks)}")
-        classes: list[ReasonClass] = [c.reason_class for c in self.failed]
-        classes += ["hardware"] if partial or others else []
-        return drain_reason(classes, [*partial, *checks, *others], REASON_MAX_CHARS)
+        return drain.reason(self.causes()) or ""
 
 
 @dataclass
@@ -151,23 +155,28 @@ class Summary:
     def drained(self) -> list[Node]:
         return [n for n in self.nodes if n.drain]
 
-    def to_take_out(self) -> list[tuple[str, str]]:
-        """(host, reason) of every node to take out of service: the drained nodes, then the hosts a multi-node run
-        found at fault that have no report of their own here."""
-        found = [(n.hostname, n.drain_reason()) for n in self.drained]
-        for host, findings in self.unreported_suspects.items():
-            found.append((host, drain_reason([], suspect_parts(findings), REASON_MAX_CHARS)))
-        return found
+    @functools.cached_property
+    def take_out(self) -> list[OutOfService]:
+        """Every node to take out of service, with its reason and category (fleet/drain.py): the drained nodes, then
+        the hosts a multi-node run found at fault that have no report of their own here. Built once."""
+        found = [(n.hostname, n.causes()) for n in self.nodes]
+        for host, suspected in self.unreported_suspects.items():
+            found.append((host, [drain.Cause("multi_node", s.short, s.category or UNCLASSIFIED) for s in suspected]))
+        return [
+            OutOfService(host, drain.reason(causes) or "", drain.category(causes) or UNCLASSIFIED)
+            for host, causes in found
+            if causes
+        ]
 
     @property
     def tripped(self) -> str | None:
         """Why no drain line is printed, where the breaker tripped (rules/breaker.py); else None."""
         fleet = len(self.nodes) + len(self.unreported_suspects)
-        return self.breaker.tripped(len(self.to_take_out()), fleet)
+        return self.breaker.tripped(len(self.take_out), fleet)
 
-    def drain_list(self) -> list[tuple[str, str]]:
-        """What the drain lines take out: to_take_out(), or nothing where the breaker tripped."""
-        return [] if self.tripped else self.to_take_out()
+    def drain_list(self) -> list[OutOfService]:
+        """What the drain lines take out: take_out, or nothing where the breaker tripped."""
+        return [] if self.tripped else self.take_out
 
     @property
     def outliers(self) -> list[tuple[Node, NodeOutlier]]:
@@ -208,7 +217,7 @@ class Summary:
         if short:
             why.append(f"{short} node(s) ran less than their peers")
         if counts["partial"]:
-            why.append(f"{counts['partial']} node(s) have a partial report (the run did not finish)")
+            why.append(f"{counts['partial']} node(s) have a partial report (the run was stopped; not drained)")
         suspected = sum(1 for n in self.nodes if n.suspected and n.drain) + len(self.unreported_suspects)
         if suspected:
             why.append(f"{suspected} node(s) found at fault by a multi-node run")
@@ -292,8 +301,3 @@ def coverage(nodes: Sequence[Node]) -> None:
     for n in nodes:
         if n.hostname in ran:
             n.lacks = sorted(test.rsplit("::", 1)[-1] for test in usual - ran[n.hostname])
-
-
-def suspect_parts(suspects: Sequence[Suspect]) -> list[str]:
-    """A drain reason's parts for what multi-node runs found, each once."""
-    return list(dict.fromkeys(s.short for s in suspects))

@@ -259,7 +259,7 @@ def _slurm(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> i
     except CannotRun as exc:
         return _say(slurm.error_line(f"Health check could not run:  {exc}"), slurm.EXIT_NOT_RUN)
     notes = [not_kept or "", dropped_note(env) or ""]
-    reason = slurm.drain_reason(verdict)  # FAIL and TIMEOUT only
+    reason = verdict.drain_reason()  # FAIL and TIMEOUT only
     if reason is not None:  # before the node is touched: what the driver knows now goes with a reset or a reboot
         notes.append(evidence.keep(args.keep_report, deadline_s - (time.monotonic() - started)))
     if node is not None and reason is not None:

@@ -64,6 +64,6 @@ def run_gate(
     except CannotRun as exc:
         line = slurm.error_line(f"Gate could not run:  {exc}; {scontrol.resume(node, 'the gate', ours)}")
         return line, slurm.EXIT_NOT_RUN
-    failed = slurm.drain_reason(verdict)  # a failure or the deadline; else a pass, or no verdict
+    failed = verdict.drain_reason()  # a failure or the deadline; else a pass, or no verdict
     done = scontrol.drain(node, failed) if failed is not None else scontrol.resume(node, "the gate", ours)
     return slurm.line(verdict, *notes(not_kept), done), slurm.exit_code(verdict)

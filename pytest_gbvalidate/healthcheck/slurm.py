@@ -39,16 +39,14 @@ import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from pytest_gbvalidate.fleet.text import LEADER
+from pytest_gbvalidate.fleet.drain import LEADER
 from pytest_gbvalidate.healthcheck.verdict import FAIL, OK, TIMEOUT, Verdict, escaped
 from pytest_gbvalidate.labels import printable
 from pytest_gbvalidate.rules.breaker import Breaker
-from pytest_gbvalidate.service import reason_text, slurm_node_name
+from pytest_gbvalidate.service import slurm_node_name
 
 NAME = "gbvalidate"
 EXIT_OK, EXIT_FAILED, EXIT_NOT_RUN, EXIT_TIMEOUT = 0, 1, 10, 142
-# The fleet summary's bound (fleet/summary.py): `sinfo -R` shows 20 characters by default, Slurm stores any length.
-REASON_MAX_CHARS = 120
 SCONTROL_TIMEOUT_S = 5.0
 LINE_MAX_CHARS = 1000
 # slurmd's kill of HealthCheckProgram before HealthCheckTimeout existed (Slurm 26.05), and its default since.
@@ -123,11 +121,6 @@ def node_name(explicit: str | None, env: Mapping[str, str], hostname: str) -> tu
     return name, "the hostname"
 
 
-def drain_reason(verdict: Verdict) -> str | None:
-    reason = verdict.drain_reason(REASON_MAX_CHARS)
-    return None if reason is None else reason_text(reason, REASON_MAX_CHARS)
-
-
 # What every program slurmd runs for a job has, and HealthCheckProgram has not: a Prolog's or Epilog's script
 # context, a job step's or batch script's job id (SLURM_JOBID is the older name, still set beside SLURM_JOB_ID).
 JOB_VARIABLES = ("SLURM_SCRIPT_CONTEXT", "SLURM_JOB_ID", "SLURM_JOBID")
@@ -179,13 +172,13 @@ class NodeState:
         return f"state {printable(self.state)}{reason}"
 
 
-# One part of a drain reason as fleet/text.category_parts writes it: `category (repair): check,check`.
+# One part of a drain reason as fleet/drain.failed writes it: `category (repair): check,check`.
 _REASON_PART = re.compile(r"(?P<category>[a-z_]+)(?: \([a-z_]+\))?: \S+")
 
 
 def leftovers_alone(reason: str | None) -> bool:
     """Whether `reason` is, whole, one of ours for what a job left behind and nothing else: LEFTOVERS_REASON, then
-    parts of faults.yaml's job_leftovers categories only, as fleet/text.category_parts writes them. A reason someone
+    parts of faults.yaml's job_leftovers categories only, as fleet/drain.failed writes them. A reason someone
     extended (`...; admin: RMA, keep out`), one cut short (`+2 more`, `...`), or one with a part of another category
     waits for a person: a node goes back into service only on our own word, read whole."""
     if reason is None or not reason.startswith(f"{LEFTOVERS_REASON} "):

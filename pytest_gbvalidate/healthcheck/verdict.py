@@ -10,20 +10,20 @@ In this order, the first that applies:
    are named); a run the report says did not finish; checks that failed only for figures too noisy to judge
    (unresolved: run again on an idle node); pytest's exit status not 0 without a failed check (an internal or
    usage error, nothing collected, an output it could not write, a crash); or not a single check passed (all
-   skipped). What a finished report says about its node is report/node_verdict.py's rule, as the fleet's.
+   skipped). What a report says about its node is report/node_verdict.py's rule, as the fleet's.
 4. OK: the run finished, exit status 0, at least one check passed and none failed.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
-from pytest_gbvalidate.fleet.text import category_parts, drain_reason, one_line, shorten
-from pytest_gbvalidate.labels import printable
-from pytest_gbvalidate.node.preconditions import PRECONDITIONS_TEST_ID
+from pytest_gbvalidate.fleet import drain
+from pytest_gbvalidate.fleet.text import shorten
 from pytest_gbvalidate.report import node_verdict
-from pytest_gbvalidate.report.node_verdict import EXIT_UNRESOLVED
-from pytest_gbvalidate.report.records import ReasonClass, RunReportRecord
+from pytest_gbvalidate.report.node_verdict import EXIT_UNRESOLVED, UNCLASSIFIED, FailedCheck
+from pytest_gbvalidate.report.records import RunReportRecord
 
 OK, FAIL, TIMEOUT, UNKNOWN = "ok", "fail", "timeout", "unknown"
 # What pytest's exit statuses mean (pytest.ExitCode), for a line that says why there is no verdict.
@@ -53,24 +53,10 @@ class Run:
 
 
 @dataclass(frozen=True)
-class Failure:
-    test_id: str
-    category: str  # the fault table's; `unclassified` where the record has no fault
-    disposition: str | None
-    action: str | None
-    reason_class: ReasonClass = "hardware"  # whose problem it is (faults.yaml); a report without one: hardware
-    repair: str | None = None  # what brings the node back (faults.yaml); None in a report from before repairs
-
-    @property
-    def name(self) -> str:
-        return self.test_id.rsplit("::", 1)[-1]
-
-
-@dataclass(frozen=True)
 class Verdict:
     state: str  # OK, FAIL, TIMEOUT or UNKNOWN
     level: str
-    failures: tuple[Failure, ...]
+    failures: tuple[FailedCheck, ...]  # the node's: none too noisy to judge (report/node_verdict.py)
     passed: int  # checks (test ids) that passed
     skipped: int
     duration_s: float
@@ -85,12 +71,18 @@ class Verdict:
     confirmed: bool = False
     flapping: tuple[str, ...] = ()
 
-    def findings(self) -> list[str]:
-        """What the run found, without the leader: `gpu_hardware (rma): test_gpu_count` per fault category with its
-        repair (its checks comma-joined, as the fleet summary's reasons), or the timeout; empty for OK and UNKNOWN."""
+    def causes(self) -> list[drain.Cause]:
+        """What takes the node out of service (fleet/drain.py): the failed checks, or the deadline; none for OK and
+        UNKNOWN."""
         if self.state == TIMEOUT:
-            return [f"timeout: the {self.level} checks did not finish within {self.deadline_s:g} s"]
-        return category_parts((f.category, f.repair, f.name) for f in self.failures)
+            part = f"timeout: the {self.level} checks did not finish within {self.deadline_s:g} s"
+            return [drain.Cause("timeout", part, "timeout")]
+        return drain.failed(self.failures) if self.state == FAIL else []
+
+    def findings(self) -> list[str]:
+        """What the run found, as a drain reason's parts: `gpu_hardware (rma): test_gpu_count` per fault category with
+        its repair (its checks comma-joined), or the timeout; empty for OK and UNKNOWN."""
+        return [c.part for c in self.causes()]
 
     def confirmation(self) -> str:
         """What the line says of the second run (confirm.py): the failures it confirmed, the checks that flapped."""
@@ -101,79 +93,51 @@ class Verdict:
     def categories(self) -> str:
         """The failed checks' fault categories with their counts, most first: `link (2 checks), gpu_hardware (1
         check)`; empty where none failed."""
-        counts: dict[str, int] = {}
-        for f in self.failures:
-            counts[f.category] = counts.get(f.category, 0) + 1
-        ranked = sorted(counts.items(), key=lambda kv: -kv[1])
-        return ", ".join(f"{category} ({n} check{'' if n == 1 else 's'})" for category, n in ranked)
+        counts = Counter(f.category or UNCLASSIFIED for f in self.failures)
+        return ", ".join(f"{category} ({n} check{'' if n == 1 else 's'})" for category, n in counts.most_common())
 
     def actions(self) -> list[str]:
         """What the operator does, per fault category of the failed checks (the fault table's), each once."""
-        return list(dict.fromkeys(f"{f.category}: {f.action}" for f in self.failures if f.action))
+        return list(dict.fromkeys(f"{f.category or UNCLASSIFIED}: {f.action}" for f in self.failures if f.action))
 
-    def drain_reason(self, limit: int) -> str | None:
-        """The reason for a node taken out of service (FAIL and TIMEOUT), within `limit` characters; None where
-        the node stays in (OK) or nothing is known of it (UNKNOWN)."""
-        if self.state not in (FAIL, TIMEOUT):
-            return None
-        return drain_reason((f.reason_class for f in self.failures), self.findings(), limit)
+    def drain_reason(self) -> str | None:
+        """The reason for a node taken out of service (FAIL and TIMEOUT: fleet/drain.py); None where the node stays
+        in (OK) or nothing is known of it (UNKNOWN)."""
+        return drain.reason(self.causes())
 
 
 def judge(run: Run) -> Verdict:
-    report = run.report
-    failures: dict[str, Failure] = {}
-    unresolved: set[str] = set()
-    passed: set[str] = set()
-    skipped: set[str] = set()
-    cause = ""
-    for test in [] if report is None else report["tests"]:
-        test_id = printable(one_line(test["test_id"]))
-        if test["outcome"] == "failed" and test["test_id"] == PRECONDITIONS_TEST_ID:
-            cause = shorten(escaped(one_line(test["message"] or "")), PROBLEM_MAX_CHARS)
-        if test["outcome"] == "failed" and node_verdict.is_unresolved(test):
-            unresolved.add(test_id)
-        elif test["outcome"] == "failed" and test_id not in failures:
-            fault = test.get("fault")
-            failures[test_id] = Failure(
-                test_id,
-                printable(fault["category"]) if fault else "unclassified",
-                printable(fault["disposition"]) if fault else None,
-                printable(fault["action"]) if fault else None,
-                fault.get("reason_class", "hardware") if fault else "hardware",
-                printable(fault["repair"]) if fault and "repair" in fault else None,
-            )
-        elif test["outcome"] == "passed" and test["when"] == "call":
-            passed.add(test_id)
-        elif test["outcome"] == "skipped":
-            skipped.add(test_id)
-    passed -= failures.keys() | unresolved
-    unresolved -= failures.keys()
-
-    level = run.level if report is None else report.get("level", run.level)  # pytest's last --gb-level wins
+    """What the report says of the node (report/node_verdict.py, as the fleet reads it), with what only this run
+    knows: the deadline, the signal that killed pytest, its exit status."""
+    found = None if run.report is None else node_verdict.judge(run.report)
+    failures = () if found is None else found.faults
+    passed = frozenset() if found is None else found.passed
+    skipped = 0 if found is None else len(found.skipped)
+    level = run.level if run.report is None else run.report.get("level", run.level)  # pytest's last --gb-level wins
 
     def verdict(state: str, detail: str = "") -> Verdict:
         detail = shorten(escaped(detail), PROBLEM_MAX_CHARS)  # our own words: their values escaped already
-        counts = (len(passed), len(skipped), run.duration_s, run.deadline_s)
-        found = tuple(failures.values())
-        return Verdict(state, level, found, *counts, detail, cause if state == FAIL else "", frozenset(passed))
+        cause = shorten(found.cause, PROBLEM_MAX_CHARS) if found is not None and state == FAIL else ""
+        counts = (len(passed), skipped, run.duration_s, run.deadline_s)
+        return Verdict(state, level, failures, *counts, detail, cause, passed)
 
     if failures:
         return verdict(FAIL, _cut_short(run) or "")
     if run.timed_out:
         return verdict(TIMEOUT, f"killed at the {run.deadline_s:g} s deadline")
-    if report is None:
+    if found is None or run.report is None:
         return verdict(UNKNOWN, run.problem or "no report")
     cut_short = _cut_short(run)
     if cut_short is not None:
         return verdict(UNKNOWN, cut_short)
-    if unresolved:
-        shown = ", ".join(sorted(t.rsplit("::", 1)[-1] for t in unresolved))
+    if found.unresolved:
+        shown = ", ".join(sorted(c.name for c in found.unresolved))
         return verdict(UNKNOWN, f"unresolved: too noisy to judge ({shown}); run again on an idle node")
-    status = report["exit_status"] if report["exit_status"] not in (0, None) else run.returncode
+    status = run.report["exit_status"] if run.report["exit_status"] not in (0, None) else run.returncode
     if status != 0:
         return verdict(UNKNOWN, f"pytest exit status {status} ({_meaning(status)}) without a failed check")
-    if not passed:
-        return verdict(UNKNOWN, f"no check passed ({len(skipped)} skipped): nothing shows the node healthy")
+    if found.verdict != "pass":
+        return verdict(UNKNOWN, f"no check passed ({skipped} skipped): nothing shows the node healthy")
     return verdict(OK)
 
 

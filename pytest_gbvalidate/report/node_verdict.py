@@ -12,35 +12,139 @@ In this order, the first that applies:
 4. no verdict: pytest's exit status is not 0 without a failed test (its own usage or internal error, nothing
    collected, an output it could not write), or no check passed (only collected, or every test skipped).
 5. pass: the run finished, exit status 0, at least one check passed and none failed.
+
+A failed check stands however the run ended (the health check's rule too): a run stopped after a check failed is
+`fail`, not `partial`. An interrupted run without one is `partial`: not shown healthy (the fleet exits 1 for it), and
+not drained -- being stopped is no finding about the node (the operator's Ctrl-C, the scheduler's time limit); a run
+the deadline killed is the health check's own finding (healthcheck/verdict.py TIMEOUT).
+
+`judge` gives the verdict with what it rests on -- the failed checks (one record each, `FailedCheck`), the ones
+too noisy to judge, the checks that passed and skipped, the cause that kept the node's GPUs from being used --
+which both readers show; fleet/drain.py says what takes a node out of service.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Final, Literal
 
-from pytest_gbvalidate.report.records import RunReportRecord, TestRecord
+from pytest_gbvalidate.labels import printable
+from pytest_gbvalidate.node.preconditions import PRECONDITIONS_TEST_ID
+from pytest_gbvalidate.report.records import ReasonClass, RunReportRecord, TestRecord
 
 NodeVerdict = Literal["pass", "fail", "unresolved", "partial", "no verdict"]
 NO_VERDICT: Final = "no verdict"
 UNRESOLVED: Final = "unresolved"
 # The fault category of a test that failed only for figures too noisy to judge (faults.yaml).
 UNRESOLVED_CATEGORY: Final = "unresolved"
+# The fault table's category where no rule matches (faults.yaml), and a failed check's in a report without one.
+UNCLASSIFIED: Final = "unclassified"
 # pytest's exit status for a run whose every failed test was too noisy to judge: "this run could not tell", apart
 # from 1, "a check failed on the node"; the health check's "not run, no verdict" is 10 too (healthcheck/slurm.py).
 EXIT_UNRESOLVED: Final = 10
 
 
-def of_report(report: RunReportRecord) -> NodeVerdict:
+@dataclass(frozen=True)
+class FailedCheck:
+    """A failed test of a run's report with its fault (None in reports from before fault categories), its texts
+    printable (labels.printable)."""
+
+    test_id: str
+    message: str
+    category: str | None
+    action: str | None
+    disposition: str | None
+    reason_class: ReasonClass = "hardware"  # whose problem it is (faults.yaml); a report without one: hardware
+    repair: str | None = None  # what brings the node back (faults.yaml); None in a report from before repairs
+
+    @property
+    def name(self) -> str:
+        return self.test_id.rsplit("::", 1)[-1]
+
+    @property
+    def unresolved(self) -> bool:
+        """Whether it failed only for figures too noisy to judge: no fault of the node."""
+        return self.category == UNRESOLVED_CATEGORY
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What a report says about its node, and what that rests on."""
+
+    verdict: NodeVerdict
+    failed: tuple[FailedCheck, ...]  # every failed test once, in the report's order
+    passed: frozenset[str]  # the test ids whose call passed and that failed in no phase
+    skipped: frozenset[str]
+    cause: str  # the failure of PRECONDITIONS_TEST_ID (the node's GPUs cannot be used at all), one line; else ""
+
+    @property
+    def faults(self) -> tuple[FailedCheck, ...]:
+        """The failed checks that are the node's: all but those too noisy to judge."""
+        return tuple(c for c in self.failed if not c.unresolved)
+
+    @property
+    def unresolved(self) -> tuple[FailedCheck, ...]:
+        return tuple(c for c in self.failed if c.unresolved)
+
+
+def judge(report: RunReportRecord) -> Judgement:
+    failed: dict[str, FailedCheck] = {}
+    passed, skipped, cause = set(), set(), ""
+    for test in report["tests"]:
+        test_id = _shown(test["test_id"])
+        if test["outcome"] == "failed" and test_id not in failed:
+            failed[test_id] = _failed_check(test_id, test)
+            if test["test_id"] == PRECONDITIONS_TEST_ID:
+                cause = failed[test_id].message
+        elif test["outcome"] == "passed" and test["when"] == "call":
+            passed.add(test_id)
+        elif test["outcome"] == "skipped":
+            skipped.add(test_id)
+    checks = tuple(failed.values())
+    verdict = _verdict(report, checks)
+    return Judgement(verdict, checks, frozenset(passed - failed.keys()), frozenset(skipped), cause)
+
+
+def _verdict(report: RunReportRecord, failed: Sequence[FailedCheck]) -> NodeVerdict:
+    if any(not c.unresolved for c in failed):
+        return "fail"  # what it found stands, however the run ended
     if report["status"] == "running":
         return NO_VERDICT
     if report["status"] != "finished":
         return "partial"
-    if failed_tests(report["tests"]):
-        return UNRESOLVED if only_unresolved(report["tests"]) else "fail"
+    if failed:
+        return UNRESOLVED
     if report["exit_status"] != 0:
         return NO_VERDICT
     return "pass" if checked(report) else NO_VERDICT
+
+
+def _failed_check(test_id: str, test: TestRecord) -> FailedCheck:
+    fault = test.get("fault")
+    message = _shown(test["message"] or f"failed at {test['when']}")
+    if fault is None:
+        return FailedCheck(test_id, message, None, None, None)
+    repair = fault.get("repair")
+    return FailedCheck(
+        test_id,
+        message,
+        printable(fault["category"]),
+        printable(fault["action"]),
+        printable(fault["disposition"]),
+        fault.get("reason_class", "hardware"),
+        None if repair is None else printable(repair),
+    )
+
+
+def _shown(text: str) -> str:
+    """A test id or message on one line, printable (a category is a name: its line breaks are shown, not folded)."""
+    return printable(re.sub(r"\s+", " ", text).strip())
+
+
+def of_report(report: RunReportRecord) -> NodeVerdict:
+    return judge(report).verdict
 
 
 # A measurement's verdicts that judged it (against a baseline, or by recording it), where its test may not say so:

@@ -106,19 +106,19 @@ def verdict_line(report: RunReportRecord) -> str:
     node that failed apart from a run that could not tell."""
     from pytest_gbvalidate.report import node_verdict
 
-    verdict = node_verdict.of_report(report)
-    failed = node_verdict.failed_tests(report["tests"])
-    unresolved = sum(1 for t in failed if node_verdict.is_unresolved(t))
+    judged = node_verdict.judge(report)
+    verdict, unresolved = judged.verdict, len(judged.unresolved)
     said = {
         "pass": "the node passed every check it ran",
-        "fail": f"{len(failed) - unresolved} check(s) failed on the node",
+        "fail": f"{len(judged.faults)} check(s) failed on the node",
         "unresolved": f"this run could not tell: {unresolved} check(s) too noisy to judge and none failed; not a fault "
         "of the node: run again on an idle node",
         "partial": f"the run was {report['status']}: what it showed is not the node's whole story",
         "no verdict": "no verdict: the run checked nothing, or its own failure (the lines above say which)",
     }[verdict]
     also = f"; and {unresolved} too noisy to judge" if verdict == "fail" and unresolved else ""
-    return f"{verdict.upper()}: {said}{also}"
+    stopped = f"; the run was {report['status']}" if verdict == "fail" and report["status"] != "finished" else ""
+    return f"{verdict.upper()}: {said}{also}{stopped}"
 
 
 def why_lines(records: Sequence[MeasurementRecord]) -> list[str]:

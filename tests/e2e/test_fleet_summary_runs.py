@@ -202,22 +202,22 @@ def test_failed_outlier_partial_and_unusable_reports_are_listed_and_fail_the_fle
     assert rows[("node-06", "fail")]["fault_actions"] == "performance: investigate performance"
     assert "not JSON" in rows[("", CORRUPT)]["reason"]
     assert rows[("node-08", OTHER_SKU)]["reason"] == "SKU ND_H100_v5, the fleet's is cpu"
-    assert [h for (h, _), r in rows.items() if r["drain"] == "yes"] == ["node-05", "node-06", "node-07"]
+    # node-07 was stopped without a failed check: not shown healthy (the fleet fails), and not drained
+    assert [h for (h, _), r in rows.items() if r["drain"] == "yes"] == ["node-05", "node-06"]
 
     # the drain commands: printed, one per node out of service, each parses back to its host and reason
     commands = [shlex.split(line) for line in done.stdout.splitlines() if line.strip().startswith("scontrol")]
     assert [c[:4] for c in commands] == [
-        ["scontrol", "update", f"nodename={host}", "state=drain"] for host in ("node-05", "node-06", "node-07")
+        ["scontrol", "update", f"nodename={host}", "state=drain"] for host in ("node-05", "node-06")
     ]
     reasons = [c[4] for c in commands]
     assert reasons[0] == f"reason=gbvalidate: [hardware] outlier {HOST_COPY}[node] -50%"
     assert reasons[1].startswith("reason=gbvalidate: [hardware] performance: test_")
-    assert reasons[2] == "reason=gbvalidate: [hardware] report interrupted"
     # and Kubernetes': cordon, taint and label each node with what took it out, printed, never run
     kubectl = [shlex.split(line) for line in done.stdout.splitlines() if line.strip().startswith("kubectl")]
     assert kubectl == [
         line
-        for host, category in (("node-05", "outlier"), ("node-06", "performance"), ("node-07", "partial"))
+        for host, category in (("node-05", "outlier"), ("node-06", "performance"))
         for line in (
             ["kubectl", "cordon", host],
             ["kubectl", "taint", "nodes", host, f"gbvalidate/fault={category}:NoSchedule", "--overwrite"],
@@ -289,7 +289,7 @@ def test_the_latest_report_of_a_host_speaks_for_it_even_when_partial(
     summary = summarize([new, old])
     assert [(n.hostname, n.verdict) for n in summary.nodes] == [("node-01", "partial")]
     assert [(r.path, r.kind) for r in summary.not_merged] == [(old, SUPERSEDED)]
-    assert summary.exit_code == 1 and summary.nodes[0].drain_reason() == "gbvalidate: [hardware] report interrupted"
+    assert summary.exit_code == 1 and not summary.nodes[0].drain  # stopped, nothing failed: no finding
     assert summary.metrics == []  # a partial report's measurements stay out of the statistics
 
 
@@ -489,9 +489,9 @@ def test_a_node_a_multi_node_run_found_at_fault_is_drained_with_or_without_its_o
     paths.append(write(tmp_path, "four.json", node(real_report, "node-01", gang=gang, suspects=suspects)))
     summary = summarize(paths)
     assert [n.hostname for n in summary.drained] == ["node-02"]
-    assert summary.drain_list() == [
-        ("node-02", "gbvalidate: [hardware] link: test_pairwise_all_reduce_busbw (multi-node)"),
-        ("node-99", "gbvalidate: [hardware] x: test_pairwise_all_reduce_busbw (multi-node)"),
+    assert [(n.host, n.reason, n.category) for n in summary.drain_list()] == [
+        ("node-02", "gbvalidate: [hardware] link: test_pairwise_all_reduce_busbw (multi-node)", "link"),
+        ("node-99", "gbvalidate: [hardware] x: test_pairwise_all_reduce_busbw (multi-node)", "x"),
     ]
     assert [shlex.split(c)[2] for c in commands.drain_commands(summary)] == ["nodename=node-02", "nodename=node-99"]
     rows = {r["hostname"]: r for r in read_csv_text(render.nodes_csv(summary))}
@@ -518,7 +518,8 @@ def test_drain_reasons_are_short_and_survive_the_shell(real_report: dict[str, An
     summary = summarize(paths)
     (line,) = commands.drain_commands(summary)
     *_, reason = shlex.split(line)
-    assert reason.startswith("reason=gbvalidate: [hardware] performance: test_it's_0,test_it's_1,")
+    # scontrol strips a quote at either end, a shell or a log parser reads the rest: the reason holds none
+    assert reason.startswith("reason=gbvalidate: [hardware] performance: test_its_0,test_its_1,")
     assert len(reason) - len("reason=") <= 120 and "\n" not in reason
 
 
@@ -617,7 +618,7 @@ def test_a_node_that_ran_less_than_its_peers_is_drained_with_what_it_lacks(
     assert list(lacking) == ["node-09"] and lacking["node-09"]
     assert all(name.startswith("test_all_reduce") for name in lacking["node-09"]), lacking
     assert summary.exit_code == 1 and "1 node(s) ran less than their peers" in summary.failures()
-    ((host, reason),) = summary.drain_list()
+    ((host, reason, _),) = [(n.host, n.reason, n.category) for n in summary.drain_list()]
     assert host == "node-09" and "ran less than its peers: test_all_reduce" in reason
 
 
@@ -682,7 +683,7 @@ def test_every_node_to_drain_fails_the_summary(real_report: dict[str, Any], tmp_
     suspect = {"test_id": "suites/t.py::test_pairwise", "host": "node-99", "why": "slow", "fault": FAULT}
     run = node(real_report, "node-01", gang=gang, suspects=[suspect])
     summary = summarize([*healthy_fleet(real_report, tmp_path), write(tmp_path, "run.json", run)])
-    assert [host for host, _ in summary.drain_list()] == ["node-99"]
+    assert [n.host for n in summary.drain_list()] == ["node-99"]
     assert summary.failures() == ["1 node(s) found at fault by a multi-node run"]
 
 

@@ -113,5 +113,5 @@ def test_an_unresolved_figure_is_neither_a_pass_nor_a_fault_of_the_node(
     assert "state=drain" not in summary.stdout and "kubectl" not in summary.stdout
     # the health check: no verdict, naming why, and no drain reason
     judged = hc.judge(hc.Run("standard", 1, False, 600.0, 10.0, alone))
-    assert judged.state == hc.UNKNOWN and judged.drain_reason(200) is None
+    assert judged.state == hc.UNKNOWN and judged.drain_reason() is None
     assert judged.detail.startswith("unresolved: too noisy to judge (test_noisy_near_its_limits)")

@@ -156,6 +156,7 @@ def setting_help(name: str) -> str:
 def restated() -> list[tuple[str, str, str]]:
     """(where, its text, the phrase it must hold, made from the constants it states): texts that cannot be made
     from the constant themselves (a page; a help text whose module may not import the constant's; a docstring)."""
+    from pytest_gbvalidate.fleet import drain
     from pytest_gbvalidate.fleet.history import DEFAULT_FAILED, DEFAULT_OF
     from pytest_gbvalidate.healthcheck import cli, npd, slurm
     from pytest_gbvalidate.healthcheck.level_run import KILL_GRACE_S
@@ -198,7 +199,7 @@ def restated() -> list[tuple[str, str, str]]:
         ),
         ("docs/integrations.md", integrations, f"| {slurm.EXIT_TIMEOUT} | TIMEOUT (NHC's watchdog"),
         ("docs/integrations.md", integrations, f"| {slurm.EXIT_NOT_RUN} | UNKNOWN, or a usage error"),
-        ("docs/integrations.md", integrations, f"at most {slurm.REASON_MAX_CHARS} characters of printable ASCII"),
+        ("docs/integrations.md", integrations, f"at most {drain.REASON_MAX_CHARS} characters of printable ASCII"),
         ("docs/integrations.md", integrations, f"the {slurm.LINE_MAX_CHARS}-character line"),
         (
             "docs/integrations.md",

@@ -36,18 +36,19 @@ def test_each_node_out_of_service_gets_cordon_taint_and_label_lines(tmp_path: Pa
         node("node-01", record("t.py::test_gpu_count", "passed")),
         node("node-02", failed("gpu_hardware"), exit_status=1),
         node("GPU-03.Cluster.Local", failed("link"), exit_status=1),
-        node("node-04", status="interrupted", exit_status=2),
+        node("node-04", status="interrupted", exit_status=2),  # stopped, nothing failed: not taken out
         node("node-05", failed("not a label value!"), exit_status=1),
+        node("node-06", failed("xid"), status="interrupted", exit_status=2),  # stopped after a failure: it stands
         node("n1,n2", failed("link"), exit_status=1),
     ]
     paths = [write(tmp_path, f"r{i}.json", r) for i, r in enumerate(reports)]
     summary = summarize(paths, breaker=NO_BREAKER)
-    assert [(n.host, n.category) for n in commands.out_of_service(summary)] == [
+    assert [(n.host, n.category) for n in summary.drain_list()] == [
         ("GPU-03.Cluster.Local", "link"),
         ("n1,n2", "link"),
         ("node-02", "gpu_hardware"),
-        ("node-04", "partial"),
         ("node-05", "not a label value!"),
+        ("node-06", "xid"),
     ]
     assert commands.kubectl_commands(summary) == [
         "kubectl cordon gpu-03.cluster.local",
@@ -56,10 +57,10 @@ def test_each_node_out_of_service_gets_cordon_taint_and_label_lines(tmp_path: Pa
         "kubectl cordon node-02",
         "kubectl taint nodes node-02 gbvalidate/fault=gpu_hardware:NoSchedule --overwrite",
         "kubectl label nodes node-02 gbvalidate/fault=gpu_hardware --overwrite",
-        "kubectl cordon node-04",
-        "kubectl taint nodes node-04 gbvalidate/fault=partial:NoSchedule --overwrite",
-        "kubectl label nodes node-04 gbvalidate/fault=partial --overwrite",
         "kubectl cordon node-05",
+        "kubectl cordon node-06",
+        "kubectl taint nodes node-06 gbvalidate/fault=xid:NoSchedule --overwrite",
+        "kubectl label nodes node-06 gbvalidate/fault=xid --overwrite",
     ]
     assert commands.kubectl_notes(summary) == [
         f"n1,n2: {commands.NOT_CORDONED}",
@@ -68,7 +69,7 @@ def test_each_node_out_of_service_gets_cordon_taint_and_label_lines(tmp_path: Pa
     ]
     # Slurm's lines name the short hostname; the list is not a node to either
     drained = [shlex.split(line)[2] for line in commands.drain_commands(summary)]
-    assert drained == ["nodename=GPU-03", "nodename=node-02", "nodename=node-04", "nodename=node-05"]
+    assert drained == ["nodename=GPU-03", "nodename=node-02", "nodename=node-05", "nodename=node-06"]
     assert commands.not_drained(summary) == ["n1,n2"]
 
 

@@ -50,7 +50,7 @@ def test_only_what_fails_twice_is_a_failure_and_flapping_is_never_one(first: lis
     assert set(after.flapping) == flapped
     assert after.confirmed == bool(twice)
     if after.state != FAIL:
-        assert after.drain_reason(120) is None  # nothing drains on a single failure
+        assert after.drain_reason() is None  # nothing drains on a single failure
 
 
 def test_no_time_left_within_the_deadline_is_no_verdict() -> None:
@@ -60,7 +60,7 @@ def test_no_time_left_within_the_deadline_is_no_verdict() -> None:
         raise AssertionError("ran with no time left")
 
     verdict = confirm(first, rerun, min_s=20.0)
-    assert verdict.state == UNKNOWN and verdict.drain_reason(120) is None
+    assert verdict.state == UNKNOWN and verdict.drain_reason() is None
     assert verdict.detail == (
         "failed once, not confirmed (test_ecc_errors[gpu0]): 15 s of the 45 s deadline left, 20 needed; run it again"
     )

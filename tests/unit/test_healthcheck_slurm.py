@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pytest_gbvalidate.fleet import drain
 from pytest_gbvalidate.healthcheck import slurm
 from pytest_gbvalidate.healthcheck.verdict import Run, Verdict, judge
 from tests.helpers.healthcheck import FAULT, NODE_LINE, record, report_with, scontrol_calls, stub_scontrol
@@ -68,15 +69,15 @@ def test_a_line_at_its_length_limit_keeps_the_verdict_the_action_and_the_drain()
 
 
 def test_only_a_failure_or_a_timeout_has_a_drain_reason() -> None:
-    assert slurm.drain_reason(FAILED) == "gbvalidate: [hardware] gpu_hardware: test_gpu_count"
+    assert FAILED.drain_reason() == "gbvalidate: [hardware] gpu_hardware: test_gpu_count"
     timeout = "gbvalidate: [hardware] timeout: the quick checks did not finish within 90 s"
-    assert slurm.drain_reason(TIMED_OUT) == timeout
-    assert slurm.drain_reason(PASSED) is None and slurm.drain_reason(NO_VERDICT) is None
+    assert TIMED_OUT.drain_reason() == timeout
+    assert PASSED.drain_reason() is None and NO_VERDICT.drain_reason() is None
     quoted = verdict_of([record('s/t.py::test_it\'s["a"]', "failed", fault=FAULT)], returncode=1)
-    assert slurm.drain_reason(quoted) == "gbvalidate: [hardware] gpu_hardware: test_its[a]"
+    assert quoted.drain_reason() == "gbvalidate: [hardware] gpu_hardware: test_its[a]"
     many = verdict_of([record(f"s/t.py::test_{i:03d}_{'x' * 40}", "failed") for i in range(9)], returncode=1)
-    reason = slurm.drain_reason(many)
-    assert reason is not None and len(reason) == slurm.REASON_MAX_CHARS
+    reason = many.drain_reason()
+    assert reason is not None and len(reason) == drain.REASON_MAX_CHARS
     assert reason.startswith("gbvalidate: [hardware] unclassified: test_000_") and reason.endswith("...")
 
 
@@ -216,7 +217,7 @@ def _fault(category: str) -> dict[str, object]:
 
 def _reason(*categories: str) -> str:
     tests = [record(f"s/t.py::test_{c}", "failed", fault=_fault(c)) for c in categories]
-    reason = slurm.drain_reason(verdict_of(tests, returncode=1))
+    reason = verdict_of(tests, returncode=1).drain_reason()
     assert reason is not None
     return reason
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from pytest_gbvalidate.fleet import drain
 from pytest_gbvalidate.healthcheck.verdict import FAIL, OK, TIMEOUT, UNKNOWN, Run, escaped, exit_meaning, judge
 from pytest_gbvalidate.report.schema import problem
 from tests.helpers.healthcheck import FAULT, record, report_with
@@ -24,7 +25,7 @@ def run(report: Any = None, returncode: int = 0, timed_out: bool = False, why: s
 def test_a_finished_run_with_a_passed_check_is_ok() -> None:
     verdict = judge(run(report_with(HEALTHY)))
     assert (verdict.state, verdict.passed, verdict.skipped, verdict.failures) == (OK, 1, 1, ())
-    assert verdict.drain_reason(120) is None and verdict.findings() == []
+    assert verdict.drain_reason() is None and verdict.findings() == []
 
 
 def test_failed_checks_are_grouped_by_fault_category_in_the_reason() -> None:
@@ -43,8 +44,8 @@ def test_failed_checks_are_grouped_by_fault_category_in_the_reason() -> None:
         "link: test_ib_ports[mlx5_0],test_ib_ports[mlx5_1]",
         "unclassified: test_copy",
     ]
-    assert verdict.drain_reason(140) == "gbvalidate: [hardware] " + "; ".join(verdict.findings())
-    assert verdict.drain_reason(111) == (
+    assert len("gbvalidate: [hardware] " + "; ".join(verdict.findings())) > drain.REASON_MAX_CHARS
+    assert verdict.drain_reason() == (
         "gbvalidate: [hardware] gpu_hardware: test_gpu_count; link: test_ib_ports[mlx5_0],test_ib_ports[mlx5_1]; "
         "+1 more"
     )
@@ -74,7 +75,7 @@ def test_a_drain_reason_starts_with_the_most_pressing_class_of_its_failures(
         for i, cls in enumerate(classes)
     ]
     verdict = judge(run(report_with(tests, exit_status=1), returncode=1))
-    reason = verdict.drain_reason(120)
+    reason = verdict.drain_reason()
     assert reason is not None and reason.startswith(leader), reason
 
 
@@ -92,7 +93,7 @@ def test_a_run_past_its_deadline_without_a_failure_is_a_timeout() -> None:
         assert verdict.state == TIMEOUT
         assert verdict.findings() == ["timeout: the quick checks did not finish within 90 s"]
         timeout = "gbvalidate: [hardware] timeout: the quick checks did not finish within 90 s"
-        assert verdict.drain_reason(120) == timeout
+        assert verdict.drain_reason() == timeout
 
 
 @pytest.mark.parametrize(
@@ -104,7 +105,7 @@ def test_a_run_past_its_deadline_without_a_failure_is_a_timeout() -> None:
         (report_with(HEALTHY, exit_status=3), 3, "pytest exit status 3 (internal error) without a failed check"),
         (report_with(HEALTHY), 1, "pytest exit status 1 (tests failed) without a failed check"),
         (report_with([], exit_status=5), 5, "pytest exit status 5 (no tests collected) without a failed check"),
-        (report_with(HEALTHY[1:]), 0, "no check passed (1 skipped): nothing shows the node healthy"),
+        (report_with(HEALTHY[1:], measurements=[]), 0, "no check passed (1 skipped): nothing shows the node healthy"),
         (report_with(HEALTHY, status="running", exit_status=None), 1, "pytest ended (exit status 1, tests failed)"),
     ],
 )
@@ -114,7 +115,7 @@ def test_no_verdict_is_unknown_and_says_why(report: Any, returncode: int, detail
         why = "pytest ended (exit status 1, tests failed) with its report left running: JSON report NOT written: ..."
     verdict = judge(run(report, returncode=returncode, why=why if report is None or "ended" in why else None))
     assert verdict.state == UNKNOWN and verdict.detail.startswith(detail), verdict.detail
-    assert verdict.drain_reason(120) is None
+    assert verdict.drain_reason() is None
 
 
 def test_every_exit_status_of_pytest_has_its_meaning() -> None:

@@ -208,5 +208,9 @@ def test_the_last_line_says_what_the_run_says_of_its_node_a_fault_apart_from_a_r
     assert terminal.verdict_line(report).startswith("UNRESOLVED: this run could not tell: 1 check(s) too noisy")
     report["tests"].append({**report["tests"][0], "test_id": "t.py::test_b", "message": "slow", "fault": slow})
     assert terminal.verdict_line(report) == "FAIL: 1 check(s) failed on the node; and 1 too noisy to judge"
-    report["status"] = "interrupted"
+    report["status"] = "interrupted"  # a check that failed before the stop stands
+    assert terminal.verdict_line(report) == (
+        "FAIL: 1 check(s) failed on the node; and 1 too noisy to judge; the run was interrupted"
+    )
+    report["tests"] = report["tests"][:1]
     assert terminal.verdict_line(report).startswith("PARTIAL: the run was interrupted")
