@@ -1,11 +1,17 @@
 """The run's end: what the run as a whole says beyond its checks, and the exit status it ends with -- the node's GPU
 preconditions, the pace against the node's history (measured again where a neighbour may have slowed it), a run
-that checked nothing, and outputs that could not be written. Each takes the session and the exit status so far."""
+that checked nothing, and outputs that could not be written. Each reads a RunEnd (what the session knows by then,
+not the session) and the exit status so far.
+
+The run's own checks (the preconditions, the pace) reach the JUnit XML, the terminal and pytest-xdist as a test's
+report: pytest's writers read results only from pytest_runtest_logreport's TestReport, and a check outside a
+collected item has no other way in (outcomes.fail_run_check)."""
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,10 +21,12 @@ from pytest_gbvalidate.run import outcomes
 from pytest_gbvalidate.run.payload import Payload
 
 if TYPE_CHECKING:
-    from pytest_gbvalidate.report.records import MeasurementRecord
+    from pytest_gbvalidate.node.preconditions import Unmet
+    from pytest_gbvalidate.report.earlier import EarlierReport, SameNode
+    from pytest_gbvalidate.report.records import MeasurementRecord, RunPaceRecord
     from pytest_gbvalidate.report.writer import RunReport
-    from pytest_gbvalidate.run.session import GbSession
     from pytest_gbvalidate.run.signals import Stopper
+    from pytest_gbvalidate.settings import Settings
 
 # The test a run slower across the board than the node's history fails (compare.run_pace): no check of a suite,
 # the run as a whole.
@@ -26,48 +34,61 @@ PACE_TEST_ID = "gbvalidate::node_pace"
 JUDGED = (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)  # a run that passed or failed its checks
 
 
-def judge_preconditions(gb: GbSession, session: pytest.Session, exitstatus: int) -> int:
+@dataclass
+class RunEnd:
+    """What the run's end reads of the session (run/session.py makes it as the checks end)."""
+
+    config: pytest.Config
+    settings: Settings
+    report: RunReport
+    comparison: tuple[EarlierReport, SameNode] | None  # --gb-compare's earlier report, where the run engaged it
+    under_launcher: bool  # a rank of a torchrun / srun world: its launcher reads any other status as a failure
+    is_controller: bool
+    unusable: Unmet | None  # the node's GPU precondition not met, where one is not
+    history_dir: Path | None
+    notes: list[str]  # the terminal summary's last lines (the session's own list)
+    record_error: str | None = None  # why the recorded baseline could not be written
+    # The pace against the node's history, computed once the checks ran (measure_again), and the measurements of
+    # the run's second pass where it would have regressed.
+    pace: RunPaceRecord | None = None
+    again: list[MeasurementRecord] | None = None
+
+
+def judge_preconditions(end: RunEnd, session: pytest.Session, exitstatus: int) -> int:
     """A node whose GPUs cannot be used fails the test PRECONDITIONS_TEST_ID once, with the cause and its fault
     category; the checks that depend on it were skipped naming it (markers.select). Only for a run that ran its
     checks."""
-    unusable = gb.unusable_gpus()
-    if unusable is None or gb.config.option.collectonly or exitstatus not in JUDGED:
+    if end.unusable is None or end.config.option.collectonly or exitstatus not in JUDGED:
         return exitstatus
     from pytest_gbvalidate.node.preconditions import PRECONDITIONS_TEST_ID
 
-    message = f"the node's GPUs cannot be used: {unusable.why}"
-    return outcomes.fail_run_check(gb.config, session, PRECONDITIONS_TEST_ID, message, set())
+    message = f"the node's GPUs cannot be used: {end.unusable.why}"
+    return outcomes.fail_run_check(end.config, session, PRECONDITIONS_TEST_ID, message, set())
 
 
-def measure_again(gb: GbSession, session: pytest.Session) -> list[MeasurementRecord] | None:
-    """Where the run's pace against the node's history would regress (compare.run_pace), every test that measured
-    runs once more, silently (its reports, failures and warnings left out: the first pass's stand), and the
-    measurements of that second pass are returned for the pace to take each figure's better pass: a neighbour that
-    held the machine for one pass slows that pass, a node that lost pace is slow in both (docs/noise.md).
-    pytest-rerunfailures runs a test again the same way (`runtestprotocol`, not logged). None where nothing is
-    measured again: no comparison with a history, a run stopped early, or pytest-xdist's controller (its workers
-    ran the tests)."""
-    comparison = gb.comparison_if_engaged
-    if (
-        comparison is None
-        or not gb.is_controller
-        or session.shouldstop
-        or session.shouldfail
-        or gb.config.pluginmanager.has_plugin("dsession")
-    ):
-        return None
-    from _pytest.runner import runtestprotocol
-
+def measure_again(end: RunEnd, session: pytest.Session) -> None:
+    """The run's pace against the node's history (compare.run_pace), once, into `end.pace`; where it would
+    regress, every test that measured runs once more, silently (its reports, failures and warnings left out: the
+    first pass's stand), and the measurements of that second pass go to `end.again` for the pace to take each
+    figure's better pass: a neighbour that held the machine for one pass slows that pass, a node that lost pace is
+    slow in both (docs/noise.md). pytest-rerunfailures runs a test again the same way (`runtestprotocol`, not
+    logged). Nothing is measured again without a comparison with a history, in a run stopped early, or on
+    pytest-xdist's controller (its workers ran the tests)."""
+    if end.comparison is None or not end.is_controller or end.config.option.collectonly:
+        return
     from pytest_gbvalidate import compare as cmp
 
-    measurements = gb.report.data["measurements"]
-    allowed = gb.settings.compare_fail.value or cmp.AllowedRegression()
-    pace = cmp.run_pace(comparison[0], measurements, allowed)
-    if pace is None or pace["verdict"] != cmp.REGRESSED:
-        return None
+    measurements = end.report.data["measurements"]
+    allowed = end.settings.compare_fail.value or cmp.AllowedRegression()
+    end.pace = cmp.run_pace(end.comparison[0], measurements, allowed)
+    stopped = session.shouldstop or session.shouldfail or end.config.pluginmanager.has_plugin("dsession")
+    if end.pace is None or end.pace["verdict"] != cmp.REGRESSED or stopped:
+        return
+    from _pytest.runner import runtestprotocol
+
     measured = {m["test_id"] for m in measurements}
     items = [item for item in session.items if item.nodeid in measured]
-    again: list[MeasurementRecord] = []
+    end.again = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a WARN of the second pass is not the run's
         for n, item in enumerate(items):
@@ -75,30 +96,25 @@ def measure_again(gb: GbSession, session: pytest.Session) -> list[MeasurementRec
             reports = runtestprotocol(item, nextitem=items[n + 1] if n + 1 < len(items) else None, log=False)
             item.user_properties[:] = properties
             for report in reports:
-                again += Payload.carried(report).measurements
-    return again
+                end.again += Payload.carried(report).measurements
+    end.pace = cmp.run_pace(end.comparison[0], measurements, allowed, end.again)  # each figure's better pass
 
 
-def judge_pace(gb: GbSession, session: pytest.Session, exitstatus: int, again: list[MeasurementRecord] | None) -> int:
-    """With --gb-compare and the node's history: the run as a whole against the node's kept runs (compare.run_pace),
-    in the report's `compare.pace`, each figure the better of its passes (`again`). A run slower across the board
-    than its history allows fails PACE_TEST_ID. Only for a run that passed or failed its checks."""
-    comparison = gb.comparison_if_engaged
-    if comparison is None or gb.config.option.collectonly or exitstatus not in JUDGED:
+def judge_pace(end: RunEnd, session: pytest.Session, exitstatus: int) -> int:
+    """With --gb-compare and the node's history: the run as a whole against the node's kept runs (`end.pace`), in
+    the report's `compare.pace`. A run slower across the board than its history allows fails PACE_TEST_ID. Only
+    for a run that passed or failed its checks."""
+    if end.pace is None or exitstatus not in JUDGED:
         return exitstatus
     from pytest_gbvalidate import compare as cmp
 
-    allowed = gb.settings.compare_fail.value or cmp.AllowedRegression()
-    pace = cmp.run_pace(comparison[0], gb.report.data["measurements"], allowed, again)
-    if pace is None:
+    end.report.set_pace(end.pace)
+    if end.pace["verdict"] != cmp.REGRESSED:
         return exitstatus
-    gb.report.set_pace(pace)
-    if pace["verdict"] != cmp.REGRESSED:
-        return exitstatus
-    return outcomes.fail_run_check(gb.config, session, PACE_TEST_ID, pace["message"], {cmp.REGRESSED})
+    return outcomes.fail_run_check(end.config, session, PACE_TEST_ID, end.pace["message"], {cmp.REGRESSED})
 
 
-def judge_nothing_checked(gb: GbSession, session: pytest.Session, exitstatus: int) -> int:
+def judge_nothing_checked(end: RunEnd, session: pytest.Session, exitstatus: int) -> int:
     """A run that would pass having checked nothing -- every check skipped and no figure judged: a baseline that
     gates nothing, a -k that matched only checks this node cannot run -- no verdict (pytest's NO_TESTS_COLLECTED,
     as a run that selected nothing), never a pass. Not under torchrun / srun, whose launcher reads any other status
@@ -106,11 +122,11 @@ def judge_nothing_checked(gb: GbSession, session: pytest.Session, exitstatus: in
     which the fleet summary reads."""
     from pytest_gbvalidate.report.node_verdict import checked
 
-    data: Any = gb.report.data  # a RunReportRecord by now: the run described, its tests and measurements
-    quiet = gb.world is not None or gb.config.option.collectonly
+    data: Any = end.report.data  # a RunReportRecord by now: the run described, its tests and measurements
+    quiet = end.under_launcher or end.config.option.collectonly
     if exitstatus != pytest.ExitCode.OK or quiet or checked(data):
         return exitstatus
-    gb.output_notes.append(
+    end.notes.append(
         "no check ran: every selected check was skipped (see why above), so nothing was measured or judged: no "
         f"verdict (exit {int(pytest.ExitCode.NO_TESTS_COLLECTED)}), never a pass"
     )
@@ -118,37 +134,33 @@ def judge_nothing_checked(gb: GbSession, session: pytest.Session, exitstatus: in
     return session.exitstatus
 
 
-def judge_unresolved(gb: GbSession, session: pytest.Session, exitstatus: int) -> int:
+def judge_unresolved(end: RunEnd, session: pytest.Session, exitstatus: int) -> int:
     """A run whose every failed test failed only for figures too noisy to judge exits
     node_verdict.EXIT_UNRESOLVED, not 1: "this run could not tell" is no "this node failed" (the terminal's last
     line, the JUnit XML's error type and the page say the same)."""
     from pytest_gbvalidate.report import node_verdict
 
-    if hasattr(gb.config, "workerinput"):  # pytest-xdist's controller decides the run's status
+    if hasattr(end.config, "workerinput"):  # pytest-xdist's controller decides the run's status
         return exitstatus
-    if exitstatus != pytest.ExitCode.TESTS_FAILED or not node_verdict.only_unresolved(gb.report.data["tests"]):
+    if exitstatus != pytest.ExitCode.TESTS_FAILED or not node_verdict.only_unresolved(end.report.data["tests"]):
         return exitstatus
     session.exitstatus = node_verdict.EXIT_UNRESOLVED
     return session.exitstatus
 
 
-def fail_on_lost_outputs(gb: GbSession, session: pytest.Session, exitstatus: int) -> int:
+def fail_on_lost_outputs(end: RunEnd, session: pytest.Session, exitstatus: int) -> int:
     """A run whose report, recorded baseline, kept report or Prometheus file could not be written does not pass: a
     gate's evidence is missing; one whose report does not fit its own records is no verdict (our own failure)."""
-    lost = gb.report.write_error or gb.record_error or gb.report.data.get("outputs_lost")
+    lost = end.report.write_error or end.record_error or end.report.data.get("outputs_lost")
     if exitstatus == pytest.ExitCode.OK and lost:
         session.exitstatus = exitstatus = pytest.ExitCode.TESTS_FAILED
-    elif exitstatus == pytest.ExitCode.OK and gb.report.misfit:
+    elif exitstatus == pytest.ExitCode.OK and end.report.misfit:
         session.exitstatus = exitstatus = pytest.ExitCode.INTERNAL_ERROR
     return exitstatus
 
 
 def write_outputs(
-    gb: GbSession,
-    session: pytest.Session,
-    writers_lost: Mapping[str, str],
-    started: Path | None,
-    stopper: Stopper | None,
+    end: RunEnd, session: pytest.Session, writers_lost: Mapping[str, str], started: Path | None, stopper: Stopper | None
 ) -> None:
     """After pytest's writers: the report, with the files lost so far (`outputs_lost`: pytest's JUnit XML or page in
     `writers_lost`; a lost file fails the run), kept in the node's history (over the record kept as it `started`),
@@ -156,18 +168,18 @@ def write_outputs(
     from pytest_gbvalidate.run import sections
 
     for line in writers_lost.values():
-        sections.output_lost(gb.report, line)
-    exitstatus = fail_on_lost_outputs(gb, session, session.exitstatus)
-    gb.report.set("exit_status", int(exitstatus))
-    if not gb.config.option.collectonly:  # a run that measured nothing replaces no node's figures
-        prometheus = gb.settings.prometheus.value
-        gb.output_notes += sections.keep_report(gb.report, gb.history_dir, prometheus, started)
-        exitstatus = fail_on_lost_outputs(gb, session, exitstatus)
-        gb.report.set("exit_status", int(exitstatus))  # a file lost fails the run, and the report says so
-    gb.report.write()
-    fail_on_lost_outputs(gb, session, exitstatus)  # the last write may be the one that failed
+        sections.output_lost(end.report, line)
+    exitstatus = fail_on_lost_outputs(end, session, session.exitstatus)
+    end.report.set("exit_status", int(exitstatus))
+    if not end.config.option.collectonly:  # a run that measured nothing replaces no node's figures
+        prometheus = end.settings.prometheus.value
+        end.notes += sections.keep_report(end.report, end.history_dir, prometheus, started)
+        exitstatus = fail_on_lost_outputs(end, session, exitstatus)
+        end.report.set("exit_status", int(exitstatus))  # a file lost fails the run, and the report says so
+    end.report.write()
+    fail_on_lost_outputs(end, session, exitstatus)  # the last write may be the one that failed
     if stopper is not None and stopper.signal_name is not None and not stopper.cut_short:
-        gb.output_notes.append(f"{stopper.signal_name} came once every check had run: the outputs were written first")
+        end.notes.append(f"{stopper.signal_name} came once every check had run: the outputs were written first")
 
 
 def output_notes(report: RunReport, notes: Sequence[str | None]) -> list[str]:

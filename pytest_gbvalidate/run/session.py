@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         TestRecord,
     )
     from pytest_gbvalidate.report.writer import ListSection, NodeSection, RunReport
+    from pytest_gbvalidate.run.ending import RunEnd
     from pytest_gbvalidate.run.signals import Stopper
     from pytest_gbvalidate.target import ReferenceTools, Target
 
@@ -66,11 +67,9 @@ class GbSession:
         self._gang: Gang | None = None
         self._pytest_session: pytest.Session | None = None
         self._gang_reported = -1  # failed start-ups already in the report's gang section
-        self.record_error: str | None = None  # why the recorded baseline could not be written
         self._stopper: Stopper | None = None  # SIGTERM, SIGHUP and SIGINT while the session runs (signals.py)
         self._comparison: tuple[EarlierReport, SameNode] | None = None  # --gb-compare, checked with the target
-        # The measurements of the run's second pass, taken where its pace would have regressed (ending.py)
-        self._measured_again: list[MeasurementRecord] | None = None
+        self._end: RunEnd | None = None  # what the run's end reads (ending.py), made as the checks end
         self._unusable: tuple[Unmet | None] | None = None  # the node's GPU preconditions, once probed
         self._level_times: dict[Level, LevelTimeRecord] = {}  # what each level's checks took, on the controller
         self.suite_error = False  # a usage error found where the checks were collected (markers.USAGE_ERROR)
@@ -356,8 +355,20 @@ class GbSession:
         if self.engaged:
             from pytest_gbvalidate.run import ending
 
-            self._measured_again = ending.measure_again(self, session)
+            ending.measure_again(self.ending(), session)
         return result
+
+    def ending(self) -> RunEnd:
+        """What the run's end reads of the session (ending.py), made once."""
+        if self._end is None:
+            from pytest_gbvalidate.run.ending import RunEnd
+
+            unusable = self.unusable_gpus()
+            self._end = RunEnd(
+                *(self.config, self.settings, self.report, self.comparison_if_engaged, self.world is not None),
+                *(self.is_controller, unusable, self.history_dir, self.output_notes),
+            )
+        return self._end
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         """On the controller, a worker's collection errors too: a bad marker or setting is no verdict on the node."""
@@ -384,7 +395,8 @@ class GbSession:
         for plot in self.report.data.get("plots", []):
             junit_hooks.add_suite_properties(self.config, {"busbw_plot": plot["path"]})
         junit_hooks.add_suite_properties(self.config, {name: v["value"] for name, v in self.nccl_env.items()})
-        exitstatus = ending.judge_preconditions(self, session, exitstatus)
+        end = self.ending()
+        exitstatus = ending.judge_preconditions(end, session, exitstatus)
         if self.settings.record.value is not None:
             why_not = ending.incomplete(session, exitstatus)
             path = self.settings.record.value
@@ -392,10 +404,10 @@ class GbSession:
                 runs = paths.kept_runs(self.settings, t.sku) if why_not is None else ()
             except pytest.UsageError:  # the history went since the run began: the recording is this run's alone
                 runs = ()
-            self.record_error = sections.record_baseline(self.report, t, path, self.node_facts, why_not, runs)
-        exitstatus = ending.judge_pace(self, session, exitstatus, self._measured_again)
-        exitstatus = ending.judge_nothing_checked(self, session, exitstatus)
-        exitstatus = ending.judge_unresolved(self, session, exitstatus)
+            end.record_error = sections.record_baseline(self.report, t, path, self.node_facts, why_not, runs)
+        exitstatus = ending.judge_pace(end, session, exitstatus)
+        exitstatus = ending.judge_nothing_checked(end, session, exitstatus)
+        exitstatus = ending.judge_unresolved(end, session, exitstatus)
         status: RunStatus = "interrupted" if exitstatus == pytest.ExitCode.INTERRUPTED else "finished"
         self.report.finish(int(exitstatus), status)  # written, kept and exported once pytest's writers are done
 
@@ -409,7 +421,7 @@ class GbSession:
             if self.is_controller and self.engaged:
                 from pytest_gbvalidate.run import ending
 
-                ending.write_outputs(self, session, self._writers_lost, self._kept_started, self._stopper)
+                ending.write_outputs(self.ending(), session, self._writers_lost, self._kept_started, self._stopper)
 
     @pytest.hookimpl(trylast=True)  # after every other plugin's
     def pytest_unconfigure(self) -> None:
