@@ -241,44 +241,34 @@ def compare_one(
     pct, source = allowed.for_metric(metric, needed)
     direction = rs.direction_of(str(record["direction"]))
     own, theirs = noise.from_record(record.get("noise")), noise.from_record(old.get("noise"))
-    samples = None if own is None else own.error_of()
-    explained = noise.explained_pct(own)  # a fall its waits for a CPU explain is no regression of the node
-    run_to_run = None if runs is None else runs.spread_pct
+    # The earlier report's figure, then the node's reference runs where they have it, each with its own error.
+    references = [(float(old_value), None if theirs is None else theirs.error_of(), "the earlier report")]
+    reference = _reference_runs(earlier, key)
+    references += [] if reference is None else [reference]
     judged = [
         _judge(
-            "the earlier report",
+            against,
             float(value),
-            float(old_value),
+            figure,
             direction,
             pct,
             needed,
             rs.of_spreads(
-                samples=samples,
-                reference=None if theirs is None else theirs.error_of(),
-                run_to_run=run_to_run,
-                explained_pct=explained,
+                samples=None if own is None else own.error_of(),
+                reference=spread,
+                run_to_run=None if runs is None else runs.spread_pct,
+                explained_pct=noise.explained_pct(own),  # a fall its waits for a CPU explain is not the node's
             ),
-            _SpreadNames("the earlier report's figure", runs),
+            _SpreadNames("the earlier report's figure" if n == 0 else "the reference runs' median", runs),
         )
+        for n, (figure, spread, against) in enumerate(references)
     ]
-    reference = _reference_runs(earlier, key)
-    if reference is not None:
-        figure, spread, against = reference
-        resolution = rs.of_spreads(samples=samples, reference=spread, run_to_run=run_to_run, explained_pct=explained)
-        names = _SpreadNames("the reference runs' median", runs)
-        judged.append(_judge(against, float(value), figure, direction, pct, needed, resolution, names))
     decided = max(judged, key=lambda j: SEVERITY.index(j.verdict))  # the first of equals: the earlier report
-    message = (
+    head = (
         f"{metric} [{scope}]: {number(value)} {unit} now ({now}) against {number(old_value)} {unit} in the earlier "
-        f"report ({earlier.date}), delta {delta_pct:+.1f}%, {direction} is better, allowed {pct:g}% "
-        f"({source}){judged[0].why}"
+        f"report ({earlier.date}), delta {delta_pct:+.1f}%, {direction} is better, allowed {pct:g}% ({source})"
     )
-    for other in judged[1:]:
-        shown = f"{number(other.reference)} {unit}, delta {_delta_pct(value, other.reference):+.1f}%"
-        message += f"; against {other.against}: {shown}{other.why}"
-    message += f" -> {decided.verdict.upper()}"
-    if len(judged) > 1:
-        message += f", decided against {decided.against}"
+    message = _message(head, float(value), unit, judged, decided)
     shown_delta = round(delta_pct, 3) if math.isfinite(delta_pct) else str(delta_pct)
     section = _compared(old_value, earlier.date, now, shown_delta, pct, decided.verdict, message)
     if decided.resolution is not None:
@@ -287,6 +277,17 @@ def compare_one(
     if runs is not None:
         section["run_to_run"] = runs.as_record(value)
     return section
+
+
+def _message(head: str, value: float, unit: str, judged: Sequence[_Judged], decided: _Judged) -> str:
+    """A comparison's message: the figure against the earlier report (`head`), then against each other reference,
+    each with why it came out as it did, and the verdict that holds."""
+    message = head + judged[0].why
+    for other in judged[1:]:
+        shown = f"{number(other.reference)} {unit}, delta {_delta_pct(value, other.reference):+.1f}%"
+        message += f"; against {other.against}: {shown}{other.why}"
+    message += f" -> {decided.verdict.upper()}"
+    return message + (f", decided against {decided.against}" if len(judged) > 1 else "")
 
 
 def _delta_pct(value: float, reference: float) -> float:

@@ -128,35 +128,12 @@ def recording(
         unit, direction, kind = first["unit"], first["direction"], first["scope_kind"]
         old = previous.metrics.get(name) if previous else None
         needed = old.default.needed if old is not None else sku_needed
-        entry: dict[str, Any] = {}
-        spec = CATALOG.get(name)
-        if spec is None or (spec.unit, spec.direction, spec.scope_kind) != (unit, direction, kind):
-            # The catalog says these for its metrics; a site's own metric says them here. (One measured against
-            # a spec that disagrees with the catalog keeps them, and the loader refuses the recording.)
-            entry.update(unit=unit, direction=direction, scope=kind)
+        entry = _entry(name, unit, direction, kind, needed, sku_needed)
         seen = _noisiest(records)
         counted: list[int] = []  # how many runs each expected value of the metric was taken from
-        entry.update(status="measured")
-        if needed != sku_needed:
-            entry["resolution_pct"] = needed.pct
         floor_only = old is not None and _floor_only(old)
         if kind in PER_LABEL_SCOPE_KINDS:
-            labels: dict[str, list[dict[str, Any]]] = {}
-            for r in records:
-                labels.setdefault(r["scope"], []).append(r)
-            values: dict[str, Any] = {}
-            for label, of_label in labels.items():
-                label_needed = _label_needed(old, label, needed)
-                expected, figure, count = _expected(name, label, of_label, runs, label_needed)
-                counted.append(count)
-                if (why := _too_noisy(figure)) is not None:
-                    not_gated.append(NotGated(name, label, why, _gated(old, label)))
-                    continue
-                values[label] = {"expected": _rounded(expected, label_needed.pct)}
-                if figure is not None:
-                    values[label]["spread_pct"] = figure.spread_pct  # each size its own: a quiet one stays quiet
-                if label_needed != needed and not floor_only:
-                    values[label].update(_bands(label_needed, direction), resolution_pct=label_needed.pct)
+            values = _label_values(name, records, old, needed, runs, counted, not_gated)
             if values:
                 anchor = rs.worse_of((v["expected"] for v in values.values()), direction)  # a kept floor lies below all
                 entry.update(_limits(old if floor_only else None, anchor, direction, needed))
@@ -180,6 +157,62 @@ def recording(
         if old is not None and old.default.params:
             entry["params"] = dict(old.default.params)
         metrics[name] = entry
+    doc = _carried_over(sku, previous, node_gpu_count, sku_needed)
+    doc["metrics"] = metrics
+    if previous is not None and previous.pretrain is not None:
+        doc["pretrain"] = previous.pretrain.as_doc()
+    return doc, not_gated
+
+
+def _entry(name: str, unit: str, direction: str, kind: str, needed: rs.Needed, sku_needed: rs.Needed) -> dict[str, Any]:
+    """A metric's entry before its figures: what the catalog does not say of it, and its own needed resolution."""
+    entry: dict[str, Any] = {}
+    spec = CATALOG.get(name)
+    if spec is None or (spec.unit, spec.direction, spec.scope_kind) != (unit, direction, kind):
+        # The catalog says these for its metrics; a site's own metric says them here. (One measured against a spec
+        # that disagrees with the catalog keeps them, and the loader refuses the recording.)
+        entry.update(unit=unit, direction=direction, scope=kind)
+    entry["status"] = "measured"
+    return entry | ({"resolution_pct": needed.pct} if needed != sku_needed else {})
+
+
+def _label_values(
+    name: str,
+    records: list[dict[str, Any]],
+    old: MetricBaseline | None,
+    needed: rs.Needed,
+    runs: Runs,
+    counted: list[int],
+    not_gated: list[NotGated],
+) -> dict[str, Any]:
+    """The expected value of each scope label of a per-label metric (a sweep's sizes, a node's GPUs), each with its
+    spread, and its own bands where it needs its own resolution; the runs each was taken from go to `counted`, the
+    labels too noisy to record to `not_gated`."""
+    direction, floor_only = records[0]["direction"], old is not None and _floor_only(old)
+    labels: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        labels.setdefault(r["scope"], []).append(r)
+    values: dict[str, Any] = {}
+    for label, of_label in labels.items():
+        label_needed = _label_needed(old, label, needed)
+        expected, figure, count = _expected(name, label, of_label, runs, label_needed)
+        counted.append(count)
+        if (why := _too_noisy(figure)) is not None:
+            not_gated.append(NotGated(name, label, why, _gated(old, label)))
+            continue
+        values[label] = {"expected": _rounded(expected, label_needed.pct)}
+        if figure is not None:
+            values[label]["spread_pct"] = figure.spread_pct  # each size its own: a quiet one stays quiet
+        if label_needed != needed and not floor_only:
+            values[label].update(_bands(label_needed, direction), resolution_pct=label_needed.pct)
+    return values
+
+
+def _carried_over(
+    sku: str, previous: Baseline | None, node_gpu_count: int | None, sku_needed: rs.Needed
+) -> dict[str, Any]:
+    """The document's head: what is not measured carries over from `previous` (its description, detect, resolution,
+    health gates and expected layout); a SKU recorded for the first time gets the node's GPU count to detect it."""
     doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "sku": sku}
     doc["description"] = previous.description if previous else f"{sku}, recorded from a golden node"
     if previous is None and node_gpu_count is not None:
@@ -203,10 +236,7 @@ def recording(
         doc["health"] = previous.health.as_doc()
     if previous is not None and previous.topology is not None:
         doc["topology"] = previous.topology.as_doc()
-    doc["metrics"] = metrics
-    if previous is not None and previous.pretrain is not None:
-        doc["pretrain"] = previous.pretrain.as_doc()
-    return doc, not_gated
+    return doc
 
 
 def _expected(

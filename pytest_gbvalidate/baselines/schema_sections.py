@@ -50,16 +50,9 @@ _PRETRAIN_KEYS = _PRETRAIN_REQUIRED | {
 _STEP_BOUNDS: dict[str, tuple[int, int | None]] = {"warmup_steps": (0, 1000), "timed_steps": (1, 1000)}
 
 
-def pretrain(f: Fields, doc: _Mapping) -> PretrainSpec | None:
-    if "pretrain" not in doc:
-        return None
-    p = f.mapping(doc["pretrain"], doc, "pretrain", "pretrain", _PRETRAIN_KEYS)
-    missing = sorted(_PRETRAIN_REQUIRED - set(p))
-    if missing:
-        raise f.error(p, None, f"pretrain.{missing[0]}", "missing")
-    model = p["model"]
-    if not (isinstance(model, str) and model in LLAMA_CONFIGS):
-        raise f.error(p, "model", "pretrain.model", f"unknown model {_shown(model)} (known: {_names(LLAMA_CONFIGS)})")
+def _pretrain_layout(f: Fields, p: _Mapping, model: str) -> tuple[dict[str, int], llama_parallel.Layout]:
+    """The pretrain section's counts (the layout's sizes, the sequence length, the steps) and its layout, checked
+    against the model at that sequence length."""
     counts = {}
     for key in (*llama_parallel.SIZES, "seq_len", "warmup_steps", "timed_steps"):
         value = p.get(key, LLAMA_CONFIGS[model].seq_len if key == "seq_len" else None)
@@ -100,6 +93,20 @@ def pretrain(f: Fields, doc: _Mapping) -> PretrainSpec | None:
     if broken:
         key, message = broken[0]
         raise f.error(p, key, f"pretrain.{key}", f"invalid layout for {model} at seq {cfg.seq_len}: {message}")
+    return counts, layout
+
+
+def pretrain(f: Fields, doc: _Mapping) -> PretrainSpec | None:
+    if "pretrain" not in doc:
+        return None
+    p = f.mapping(doc["pretrain"], doc, "pretrain", "pretrain", _PRETRAIN_KEYS)
+    missing = sorted(_PRETRAIN_REQUIRED - set(p))
+    if missing:
+        raise f.error(p, None, f"pretrain.{missing[0]}", "missing")
+    model = p["model"]
+    if not (isinstance(model, str) and model in LLAMA_CONFIGS):
+        raise f.error(p, "model", "pretrain.model", f"unknown model {_shown(model)} (known: {_names(LLAMA_CONFIGS)})")
+    counts, layout = _pretrain_layout(f, p, model)
     learning_rate = p.get("learning_rate", DEFAULT_LEARNING_RATE)
     if not _is_number(learning_rate) or learning_rate <= 0:
         raise f.error(p, "learning_rate", "pretrain.learning_rate", "must be a positive number")

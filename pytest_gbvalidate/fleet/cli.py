@@ -72,6 +72,28 @@ def build_parser() -> argparse.ArgumentParser:
         description=SUMMARY_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_summary_options(summary)
+    node = commands.add_parser(
+        "history",
+        help="one node's runs over time, from the reports --gb-history kept",
+        description=HISTORY_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    node.add_argument("directory", type=_path, metavar="DIR/HOSTNAME", help="the node's directory in --gb-history")
+    node.add_argument("--plots", type=_path, metavar="OUT", help="also draw OUT/<metric>.png, one per metric (created)")
+    node.add_argument("--all", action="store_true", help="also the measurements no baseline gates (sweep sizes)")
+    offenders = commands.add_parser(
+        "offenders",
+        help="the nodes that fail again and again, from the reports --gb-history kept",
+        description=OFFENDERS_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    offenders.add_argument("root", type=_path, metavar="DIR", help="the history's root: DIR/<hostname>/ per node")
+    add_repeat_options(offenders)
+    return parser
+
+
+def add_summary_options(summary: argparse.ArgumentParser) -> None:
     summary.add_argument("reports", nargs="+", type=_path, metavar="REPORT.json", help="the nodes' JSON reports")
     summary.add_argument("--out", required=True, type=_path, metavar="DIR", help="where the files go (created)")
     summary.add_argument("--sku", type=_sku, help="the fleet's SKU (default: the most common among the reports)")
@@ -119,24 +141,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     breaker.add_options(summary, "print no drain line")
     add_repeat_options(summary)
-    node = commands.add_parser(
-        "history",
-        help="one node's runs over time, from the reports --gb-history kept",
-        description=HISTORY_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    node.add_argument("directory", type=_path, metavar="DIR/HOSTNAME", help="the node's directory in --gb-history")
-    node.add_argument("--plots", type=_path, metavar="OUT", help="also draw OUT/<metric>.png, one per metric (created)")
-    node.add_argument("--all", action="store_true", help="also the measurements no baseline gates (sweep sizes)")
-    offenders = commands.add_parser(
-        "offenders",
-        help="the nodes that fail again and again, from the reports --gb-history kept",
-        description=OFFENDERS_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    offenders.add_argument("root", type=_path, metavar="DIR", help="the history's root: DIR/<hostname>/ per node")
-    add_repeat_options(offenders)
-    return parser
 
 
 def add_repeat_options(parser: argparse.ArgumentParser) -> None:

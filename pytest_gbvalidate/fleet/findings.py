@@ -174,53 +174,26 @@ def metric_stats(
     (noise.family_z). `pct` None: each metric's practical margin is the resolution its reports say it needs
     (needed_pct), else outliers.DEFAULT_PCT. Each node is judged against the fleet's noise and run-to-run spread
     without its own (outliers.judge): its outliers, and the nodes too noisy to judge on it."""
-    values: dict[MetricKey, dict[str, float]] = {}
-    noises: dict[MetricKey, dict[str, noise.Noise | None]] = {}
-    run_to_run: dict[MetricKey, dict[str, float]] = {}  # host -> its figure's spread over its own earlier runs
-    needed: dict[MetricKey, list[float]] = {}  # the resolution each report says the metric needs
-    meta: dict[MetricKey, dict[str, Any]] = {}
-    expected: dict[MetricKey, Counter[float]] = {}
-    for report in reports:
-        host = report.hostname
-        for m in report.measurements:
-            value = m["value"]
-            if m.get("verdict") == "info" or not isinstance(value, (int, float)) or not outliers.is_number(value):
-                continue
-            key = metric_key(m)
-            first = meta.setdefault(key, {"unit": str(m.get("unit", "")), "direction": str(m.get("direction"))})
-            by_host = values.setdefault(key, {})
-            needed_pct = _needed_pct(m)
-            if needed_pct is not None:
-                needed.setdefault(key, []).append(needed_pct)
-            if host not in by_host or rs.is_worse(value, by_host[host], first["direction"]):
-                by_host[host] = value
-                noises.setdefault(key, {})[host] = noise.from_record(m.get("noise"))
-                spread = _run_to_run_pct(m)
-                run_to_run.setdefault(key, {}).pop(host, None)  # the worse figure's, or none
-                if spread is not None:
-                    run_to_run[key][host] = spread
-            reference = m.get("expected")
-            if reference is not None and outliers.is_number(reference):
-                expected.setdefault(key, Counter())[float(reference)] += 1
+    g = _gathered(reports)
     found = []
-    for key, by_host in values.items():
-        direction = meta[key]["direction"]
-        common = expected.get(key)
-        needed_pct = statistics.median(needed[key]) if pct is None and key in needed else None
+    for key, by_host in g.values.items():
+        direction = g.meta[key]["direction"]
+        common = g.expected.get(key)
+        needed_pct = statistics.median(g.needed[key]) if pct is None and key in g.needed else None
         judged = outliers.judge(
             by_host,
             direction,
-            noise.family_z(len(by_host), len(values)) if mad_k is None else mad_k,
+            noise.family_z(len(by_host), len(g.values)) if mad_k is None else mad_k,
             outliers.DEFAULT_PCT if pct is None else pct,
             noise_floor_pct,
-            noises.get(key),
-            run_to_runs=run_to_run.get(key),
+            g.noises.get(key),
+            run_to_runs=g.run_to_run.get(key),
             needed_pct=needed_pct,
         )
         found.append(
             MetricStats(
                 key,
-                meta[key]["unit"],
+                g.meta[key]["unit"],
                 direction,
                 by_host,
                 common.most_common(1)[0][0] if common else None,
@@ -231,6 +204,45 @@ def metric_stats(
             )
         )
     return found
+
+
+@dataclass
+class _Gathered:
+    """The gated figures of the reports by metric key and host, with what judging them needs."""
+
+    values: dict[MetricKey, dict[str, float]] = field(default_factory=dict)
+    noises: dict[MetricKey, dict[str, noise.Noise | None]] = field(default_factory=dict)
+    run_to_run: dict[MetricKey, dict[str, float]] = field(default_factory=dict)  # a host's figure over its own runs
+    needed: dict[MetricKey, list[float]] = field(default_factory=dict)  # the resolution each report says it needs
+    meta: dict[MetricKey, dict[str, Any]] = field(default_factory=dict)
+    expected: dict[MetricKey, Counter[float]] = field(default_factory=dict)
+
+
+def _gathered(reports: Sequence[Report]) -> _Gathered:
+    g = _Gathered()
+    for report in reports:
+        host = report.hostname
+        for m in report.measurements:
+            value = m["value"]
+            if m.get("verdict") == "info" or not isinstance(value, (int, float)) or not outliers.is_number(value):
+                continue
+            key = metric_key(m)
+            first = g.meta.setdefault(key, {"unit": str(m.get("unit", "")), "direction": str(m.get("direction"))})
+            by_host = g.values.setdefault(key, {})
+            needed_pct = _needed_pct(m)
+            if needed_pct is not None:
+                g.needed.setdefault(key, []).append(needed_pct)
+            if host not in by_host or rs.is_worse(value, by_host[host], first["direction"]):
+                by_host[host] = value
+                g.noises.setdefault(key, {})[host] = noise.from_record(m.get("noise"))
+                spread = _run_to_run_pct(m)
+                g.run_to_run.setdefault(key, {}).pop(host, None)  # the worse figure's, or none
+                if spread is not None:
+                    g.run_to_run[key][host] = spread
+            reference = m.get("expected")
+            if reference is not None and outliers.is_number(reference):
+                g.expected.setdefault(key, Counter())[float(reference)] += 1
+    return g
 
 
 def _needed_pct(measurement: Mapping[str, Any]) -> float | None:

@@ -68,6 +68,39 @@ def plot_fleet(summary: Summary, directory: Path) -> tuple[list[Path], str | Non
     return paths, note
 
 
+_Xy = tuple[list[float], list[float]]
+
+
+def _points(
+    metrics: Sequence[MetricStats], centers: Sequence[float], x_of: dict[str, int], span: float
+) -> tuple[_Xy, _Xy, list[tuple[float, float, str, str]], list[float], _Xy]:
+    """Where each node's figure goes on its metric's band: the normal ones, the outliers, those off the band (x, y on
+    its edge, marker, colour), and each band's expected value, on it or (as a marker on its edge) beyond it."""
+    normal: _Xy = ([], [])
+    flagged: _Xy = ([], [])
+    off_band: list[tuple[float, float, str, str]] = []
+    expected_y: list[float] = []
+    expected_off: _Xy = ([], [])
+    for center, m in zip(centers, metrics, strict=True):
+        outlying = {o.host for o in m.outliers}
+        for host, value in m.values.items():
+            offset = _relative(m, value) / span
+            y = center + max(-1.0, min(1.0, offset)) * BAND_HALF
+            if abs(offset) > 1:
+                off_band.append((x_of[host], y, "^" if offset > 0 else "v", "red" if host in outlying else "tab:blue"))
+            else:
+                target = flagged if host in outlying else normal
+                target[0].append(x_of[host])
+                target[1].append(y)
+        if m.expected is not None:
+            offset = _relative(m, m.expected) / span
+            if abs(offset) <= 1:
+                expected_y.append(center + offset * BAND_HALF)
+            else:
+                expected_off[offset > 0].append(center + (BAND_HALF if offset > 0 else -BAND_HALF))
+    return normal, flagged, off_band, expected_y, expected_off
+
+
 def _page(summary: Summary, hosts: Sequence[str], metrics: Sequence[MetricStats]) -> Figure:
     from matplotlib.figure import Figure  # without pyplot: no backend machinery, no global figure registry
 
@@ -96,28 +129,7 @@ def _page(summary: Summary, hosts: Sequence[str], metrics: Sequence[MetricStats]
     ax = figure.add_subplot()
     x_of = {h: i for i, h in enumerate(hosts)}
     centers = [-float(i) for i in range(len(metrics))]
-    normal: tuple[list[float], list[float]] = ([], [])
-    flagged: tuple[list[float], list[float]] = ([], [])
-    off_band: list[tuple[float, float, str, str]] = []  # x, y on the band's edge, marker, colour
-    expected_y: list[float] = []
-    expected_off: tuple[list[float], list[float]] = ([], [])  # the expected value beyond the band: a marker on its edge
-    for center, m in zip(centers, metrics, strict=True):
-        outlying = {o.host for o in m.outliers}
-        for host, value in m.values.items():
-            offset = _relative(m, value) / span
-            y = center + max(-1.0, min(1.0, offset)) * BAND_HALF
-            if abs(offset) > 1:
-                off_band.append((x_of[host], y, "^" if offset > 0 else "v", "red" if host in outlying else "tab:blue"))
-            else:
-                target = flagged if host in outlying else normal
-                target[0].append(x_of[host])
-                target[1].append(y)
-        if m.expected is not None:
-            offset = _relative(m, m.expected) / span
-            if abs(offset) <= 1:
-                expected_y.append(center + offset * BAND_HALF)
-            else:
-                expected_off[offset > 0].append(center + (BAND_HALF if offset > 0 else -BAND_HALF))
+    normal, flagged, off_band, expected_y, expected_off = _points(metrics, centers, x_of, span)
     x_min, x_max = -0.5, len(hosts) - 0.5
     ax.hlines([c + 0.5 for c in centers[1:]], x_min, x_max, color="0.7", linewidth=0.5)  # between the bands
     ax.hlines(centers, x_min, x_max, color="black", linewidth=0.7)

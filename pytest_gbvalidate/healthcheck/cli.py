@@ -98,58 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub = modes.add_parser(
             mode, help=summary, description=DESCRIPTION, epilog=epilog, formatter_class=argparse.RawTextHelpFormatter
         )
-        budgets = ", ".join(f"{level} {default_deadline_s(level):g}" for level in HEALTH_LEVELS)
-        default = f"{DEADLINE_FACTOR:g} times the level's budget: {budgets}" + (
-            f"; within slurmd's limit (HealthCheckTimeout, PrologEpilogTimeout) less {slurm.RESERVE_S:g}"
-            if mode == "slurm"
-            else ""
-        )
-        sub.add_argument(
-            "--level",
-            choices=LEVELS if mode == "slurm" else HEALTH_LEVELS,
-            default=DEFAULT_LEVEL[mode],
-            help=f"the checks to run (default {DEFAULT_LEVEL[mode]})"
-            + ("; standard and full only with --gate" if mode == "slurm" else ""),
-        )
-        sub.add_argument(
-            "--deadline-s",
-            type=_deadline,
-            metavar="SECONDS",
-            help=f"kill the checks after SECONDS, {MIN_DEADLINE_S:g} to {MAX_DEADLINE_S:g} (SIGTERM, then SIGKILL "
-            f"{KILL_GRACE_S:g} s later; default {default})",
-        )
-        sub.add_argument(
-            "--keep-report",
-            type=_keep_path,
-            metavar="PATH",
-            help="also keep the run's JSON report at PATH (replaced; none of the run's inputs)",
-        )
-        sub.add_argument(
-            "--confirm",
-            action=argparse.BooleanOptionalAction,
-            default=True,
-            help="run the failed checks once more within the deadline and count only what fails again; a check "
-            "that then passes is flapping, said and not a failure (default: on)",
-        )
-        sub.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARG", help="passed on to pytest")
-        if mode == "slurm":
-            sub.add_argument("--drain", action="store_true", help="drain this node through scontrol on a failure")
-            sub.add_argument(
-                "--gate",
-                action="store_true",
-                help="the measuring gate, in an exclusive job: drain the node as it starts, resume it on a pass, "
-                "drain it with the failed checks on a failure (healthcheck/gate.py)",
-            )
-            sub.add_argument("--node", metavar="NAME", help="this node's Slurm name (default: see below)")
-            breaker.add_options(sub, "do not drain")
-        else:
-            sub.add_argument(
-                "--max-output-length",
-                type=_output_length,
-                default=npd.DEFAULT_MAX_OUTPUT_LENGTH,
-                metavar="N",
-                help=f"the plugin config's max_output_length, {npd.MIN_OUTPUT_LENGTH} or more",
-            )
+        _add_mode_options(sub, mode)
     repaired = modes.add_parser("repaired", help=REPAIRED_HELP, description=REPAIRED_HELP)
     repaired.add_argument(
         "--window",
@@ -157,6 +106,62 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"the node's window file (default: {env_name('window')}, else {window.DEFAULT_PATH})",
     )
     return parser
+
+
+def _add_mode_options(sub: argparse.ArgumentParser, mode: str) -> None:
+    """The options of the `slurm` or the `npd` mode."""
+    budgets = ", ".join(f"{level} {default_deadline_s(level):g}" for level in HEALTH_LEVELS)
+    default = f"{DEADLINE_FACTOR:g} times the level's budget: {budgets}" + (
+        f"; within slurmd's limit (HealthCheckTimeout, PrologEpilogTimeout) less {slurm.RESERVE_S:g}"
+        if mode == "slurm"
+        else ""
+    )
+    sub.add_argument(
+        "--level",
+        choices=LEVELS if mode == "slurm" else HEALTH_LEVELS,
+        default=DEFAULT_LEVEL[mode],
+        help=f"the checks to run (default {DEFAULT_LEVEL[mode]})"
+        + ("; standard and full only with --gate" if mode == "slurm" else ""),
+    )
+    sub.add_argument(
+        "--deadline-s",
+        type=_deadline,
+        metavar="SECONDS",
+        help=f"kill the checks after SECONDS, {MIN_DEADLINE_S:g} to {MAX_DEADLINE_S:g} (SIGTERM, then SIGKILL "
+        f"{KILL_GRACE_S:g} s later; default {default})",
+    )
+    sub.add_argument(
+        "--keep-report",
+        type=_keep_path,
+        metavar="PATH",
+        help="also keep the run's JSON report at PATH (replaced; none of the run's inputs)",
+    )
+    sub.add_argument(
+        "--confirm",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run the failed checks once more within the deadline and count only what fails again; a check "
+        "that then passes is flapping, said and not a failure (default: on)",
+    )
+    sub.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARG", help="passed on to pytest")
+    if mode == "slurm":
+        sub.add_argument("--drain", action="store_true", help="drain this node through scontrol on a failure")
+        sub.add_argument(
+            "--gate",
+            action="store_true",
+            help="the measuring gate, in an exclusive job: drain the node as it starts, resume it on a pass, "
+            "drain it with the failed checks on a failure (healthcheck/gate.py)",
+        )
+        sub.add_argument("--node", metavar="NAME", help="this node's Slurm name (default: see below)")
+        breaker.add_options(sub, "do not drain")
+    else:
+        sub.add_argument(
+            "--max-output-length",
+            type=_output_length,
+            default=npd.DEFAULT_MAX_OUTPUT_LENGTH,
+            metavar="N",
+            help=f"the plugin config's max_output_length, {npd.MIN_OUTPUT_LENGTH} or more",
+        )
 
 
 REPAIRED_HELP = (

@@ -129,8 +129,7 @@ def run_checks(
         elif report is not None and report["status"] != "finished" and returncode >= 0 and not timed_out:
             # pytest ended by itself, yet its report says it is still running: the last write failed (a full
             # disk), and pytest's output says why
-            status = report["status"]
-            ended = f"pytest ended ({exit_meaning(returncode)}) with its report left {status}"
+            ended = f"pytest ended ({exit_meaning(returncode)}) with its report left {report['status']}"
             problem = f"{ended}: {last_line(output_path)}"
         return Run(level, returncode, timed_out, deadline_s, duration_s, report, problem), not_kept
     finally:
