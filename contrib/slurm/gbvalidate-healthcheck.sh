@@ -20,6 +20,8 @@ export PATH="${PATH:+$PATH:}/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/s
 SETTINGS=(
     "GBVALIDATE_PYTHON|python3|the Python with pytest-gbvalidate installed"
     "GBVALIDATE_DRAIN|1|1: a failed node drains itself through scontrol; 0: the exit status only"
+    "GBVALIDATE_SHADOW|0|1: shadow mode, to trial the check: run, judged and logged, nothing drained or resumed, exit
+        0 (the line says what would have been done: would drain NODE); 0: the check acts"
     "GBVALIDATE_CONFIRM|1|1: failed checks run once more within the deadline, only what fails again counts (a check
         that then passes is flapping, not drained); 0: one run"
     "GBVALIDATE_LEVEL|passive|passive: the checks that measure nothing, fit beside a job; quick: a short copy, GEMM
@@ -139,6 +141,12 @@ case "$drain" in
     1) args+=(--drain) ;;
     0) ;;
     *) no_verdict "GBVALIDATE_DRAIN=$drain: expected 1 or 0" ;;
+esac
+shadow="$(setting GBVALIDATE_SHADOW)"
+case "$shadow" in
+    1) args+=(--shadow) ;;
+    0) ;;
+    *) no_verdict "GBVALIDATE_SHADOW=$shadow: expected 1 or 0" ;;
 esac
 confirm="$(setting GBVALIDATE_CONFIRM)"
 case "$confirm" in

@@ -139,6 +139,12 @@ def add_summary_options(summary: argparse.ArgumentParser) -> None:
         "reports (pytest --gb-rerun-failed=ITS_REPORT); one that passed is flapping, listed and not drained; a failed "
         "node with no second run here is not confirmed: no drain line",
     )
+    summary.add_argument(
+        "--shadow",
+        action="store_true",
+        help="shadow mode, to trial the gate on a fleet: everything judged and written, the nodes it would take out "
+        "listed as such, no drain or kubectl line printed, exit 0",
+    )
     breaker.add_options(summary, "print no drain line")
     add_repeat_options(summary)
 
@@ -269,6 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.noise_floor_pct,
         breaker.from_options(args),
         args.confirm,
+        args.shadow,
     )
     try:
         lines = write(summary, out, plots=args.plots)

@@ -94,6 +94,8 @@ def headline(summary: Summary) -> str:
     outlying = sum(1 for n in summary.nodes if n.outliers)
     failures = summary.failures()
     outcome = "FAIL (exit 1): " + "; ".join(failures) if failures else "PASS (exit 0)"
+    if failures and summary.shadow:
+        outcome = "SHADOW MODE (exit 0), would fail: " + "; ".join(failures)
     nodes = f"{len(summary.nodes)} nodes" + (f" ({verdicts})" if verdicts else "")
     return f"SKU {summary.sku}, {nodes}, {outlying} outlier node(s): {outcome}"
 
@@ -279,6 +281,10 @@ def _domains_md(summary: Summary) -> list[str]:
 # --- take out of service -----------------------------------------------------------------------------------------
 
 
+# Shadow mode's word where the drain and kubectl lines would be (Summary.shadow).
+SHADOW_LINE = "would take out of service (shadow mode: no drain or kubectl line printed, nothing taken out):"
+
+
 def _drain_md(summary: Summary) -> list[str]:
     """Each node with everything against it, then the Slurm lines."""
     lines = ["", "## Take out of service", ""]
@@ -287,6 +293,7 @@ def _drain_md(summary: Summary) -> list[str]:
         return [*lines, f"None: the {md(summary.tripped)}.", "", f"Held: {held}."]
     if not summary.drain_list():
         return [*lines, "None."]
+    lines += [md(SHADOW_LINE), ""] if summary.shadow else []
     for n in summary.drained:
         lines.append(f"- **{md(n.hostname)}** ({n.verdict}): {md(n.drain_reason())}")
         lines += [
@@ -301,6 +308,8 @@ def _drain_md(summary: Summary) -> list[str]:
     for host, found in summary.unreported_suspects.items():
         lines.append(f"- **{md(host)}** (no report of its own here)")
         lines += [_suspect_md(s) for s in found]
+    if summary.shadow:
+        return lines
     lines += ["", "Slurm (printed, not run):", "", "```sh", *drain_commands(summary), "```"]
     lines += [f"- **{md(host)}**: {NOT_DRAINED}" for host in not_drained(summary)]
     lines += ["", "Kubernetes (printed, not run):", "", "```sh", *kubectl_commands(summary), "```"]
@@ -317,6 +326,8 @@ def _drain_terminal(summary: Summary) -> list[str]:
         return [summary.tripped]
     if not summary.drain_list():
         return []
+    if summary.shadow:
+        return [SHADOW_LINE, *(f"  would drain {node.host}: {node.reason}" for node in summary.drain_list())]
     lines = ["take out of service (Slurm, printed, not run):"]
     lines += [f"  {command}" for command in drain_commands(summary)]
     lines += [f"  {host}: {NOT_DRAINED}" for host in not_drained(summary)]

@@ -138,6 +138,9 @@ class Summary:
     unreported_suspects: dict[str, list[Suspect]]  # host -> findings, for hosts without a node report here
     breaker: Breaker = field(default_factory=Breaker)
     domains: list[DomainFinding] = field(default_factory=list)
+    # Shadow mode (--shadow): everything judged and written, no drain or kubectl line printed, exit 0; what would
+    # have been taken out is listed as such.
+    shadow: bool = False
 
     @property
     def sku(self) -> str | None:
@@ -248,7 +251,7 @@ class Summary:
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.failures() else 0
+        return 1 if self.failures() and not self.shadow else 0
 
 
 def summarize(
@@ -259,9 +262,10 @@ def summarize(
     noise_floor_pct: float = 0.0,
     breaker: Breaker | None = None,
     confirm: bool = False,
+    shadow: bool = False,
 ) -> Summary:
     """With `confirm`, a failed node's failures stand only where a second run of them here failed them again
-    (confirm.py)."""
+    (confirm.py); with `shadow`, nothing is taken out (Summary.shadow)."""
     sorted_reports = sort_reports(paths, sku)
     nodes = [Node(r, failed_checks(r)) for r in sorted_reports.nodes]
     for failed in (n for n in nodes if confirm and n.verdict == "fail"):
@@ -284,7 +288,9 @@ def summarize(
         for host in finding.hosts:
             by_host[host].domain = finding
     breaker = breaker or Breaker()
-    return Summary(sorted_reports, nodes, metrics, scaling, mad_k, pct, noise_floor_pct, unreported, breaker, domains)
+    return Summary(
+        sorted_reports, nodes, metrics, scaling, mad_k, pct, noise_floor_pct, unreported, breaker, domains, shadow
+    )
 
 
 def coverage(nodes: Sequence[Node]) -> None:

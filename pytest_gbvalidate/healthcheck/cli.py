@@ -143,6 +143,12 @@ def _add_mode_options(sub: argparse.ArgumentParser, mode: str) -> None:
         help="run the failed checks once more within the deadline and count only what fails again; a check "
         "that then passes is flapping, said and not a failure (default: on)",
     )
+    sub.add_argument(
+        "--shadow",
+        action="store_true",
+        help="shadow mode, to trial the check: everything run, judged, kept and logged, no node drained, resumed or "
+        "reported; the line says what would have been done, and the exit status is OK's",
+    )
     sub.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARG", help="passed on to pytest")
     if mode == "slurm":
         sub.add_argument("--drain", action="store_true", help="drain this node through scontrol on a failure")
@@ -234,7 +240,7 @@ def _slurm(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> i
         node, why = slurm.node_name(args.node, env, hostname)
         if node is None:
             return _say(slurm.error_line(f"refusing to drain:  {why}"), slurm.EXIT_NOT_RUN)
-    scontrol = slurm.Scontrol()
+    scontrol = slurm.Scontrol(shadow=args.shadow)
     deadline_s, unmeetable = _slurm_deadline(args.deadline_s, args.level, env, scontrol)
     if unmeetable is not None:
         return _say(slurm.error_line(f"usage:  {unmeetable}"), slurm.EXIT_NOT_RUN)
@@ -250,7 +256,7 @@ def _slurm(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> i
             lambda: checked(args, deadline_s, [NODE_IDLE]),  # the gate's job holds the node alone
             lambda not_kept: [not_kept or "", dropped_note(env) or ""],
         )
-        return _say(line, code)
+        return _say(line, _shadowed(args, code, slurm.EXIT_OK))
     state = None if node is None else scontrol.node_state(node)
     # HealthCheckProgram runs on drained nodes too: theirs is someone's word already; ours for a job's leftovers
     # alone is checked, to be resumed once they are gone.
@@ -273,7 +279,7 @@ def _slurm(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> i
         notes.append(held or scontrol.drain(node, reason))
     elif node is not None and state is not None and state.for_leftovers and verdict.state == OK:
         notes.append(scontrol.resume(node, "a job's leftovers", slurm.leftovers_alone))
-    return _say(slurm.line(verdict, *notes), slurm.exit_code(verdict))
+    return _say(slurm.line(verdict, *notes), _shadowed(args, slurm.exit_code(verdict), slurm.EXIT_OK))
 
 
 def _slurm_deadline(
@@ -314,7 +320,16 @@ def _npd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     except CannotRun as exc:
         return _say(npd.one_line(f"unknown: {exc}", args.max_output_length), npd.EXIT_UNKNOWN)
     notes = (not_kept or "", dropped_note(env) or "")
-    return _say(npd.line(verdict, args.max_output_length, *notes), npd.exit_code(verdict))
+    line, code = npd.line(verdict, args.max_output_length, *notes), npd.exit_code(verdict)
+    if args.shadow and code != npd.EXIT_OK:  # the condition stays OK: its message says what it would have been
+        line = npd.one_line(f"shadow mode, would report {npd.STATUS_WORDS[code]}: {line}", args.max_output_length)
+    return _say(line, _shadowed(args, code, npd.EXIT_OK))
+
+
+def _shadowed(args: argparse.Namespace, code: int, ok: int) -> int:
+    """The exit status: `ok` in shadow mode (slurmd drains a node whose Prolog or Epilog fails, node-problem-detector
+    sets a condition for a plugin's NonOK), the verdict's otherwise."""
+    return ok if args.shadow else code
 
 
 def idle_node(state: slurm.NodeState | None) -> list[str]:

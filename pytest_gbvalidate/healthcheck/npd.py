@@ -20,6 +20,7 @@ from pytest_gbvalidate.fleet.text import shorten
 from pytest_gbvalidate.healthcheck.verdict import FAIL, OK, TIMEOUT, Verdict, escaped
 
 EXIT_OK, EXIT_NONOK, EXIT_UNKNOWN = 0, 1, 2
+STATUS_WORDS = {EXIT_OK: "OK", EXIT_NONOK: "NonOK", EXIT_UNKNOWN: "Unknown"}  # node-problem-detector's names
 DEFAULT_MAX_OUTPUT_LENGTH = 80
 MIN_OUTPUT_LENGTH = 20  # room for a verdict's first words
 

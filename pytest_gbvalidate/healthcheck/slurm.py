@@ -237,8 +237,10 @@ class Scontrol:
     left a question unanswered that long, no further question is asked (each would wait as long), so the command
     spends two timeouts at most in scontrol (a question, then the drain), within RESERVE_S."""
 
-    def __init__(self) -> None:
+    def __init__(self, shadow: bool = False) -> None:
         self.unanswered = False
+        # Shadow mode (--shadow): every question asked, no node changed; a drain or resume says what it would do.
+        self.shadow = shadow
 
     def health_check_limit_s(self) -> float:
         """Seconds slurmd lets HealthCheckProgram run: HealthCheckTimeout where `scontrol show config` has one
@@ -266,6 +268,8 @@ class Scontrol:
         state = self.node_state(node)
         if state is not None and state.out_of_service and not state.ours:
             return f"not drained: {node} is out of service already ({state.shown()}), kept as it is"
+        if self.shadow:
+            return f"would drain {node} (shadow mode): reason={reason}"
         return self._update(node, "drained", drain_argv(node, reason)[1:])
 
     def resume(self, node: str, what: str, ours: Callable[[str | None], bool]) -> str:
@@ -275,6 +279,8 @@ class Scontrol:
         if state is None or not state.out_of_service or not ours(state.reason):
             shown = "no answer" if state is None else state.shown()
             return f"not resumed: {node} is not drained for {what} alone ({shown})"
+        if self.shadow:
+            return f"would resume {node} (shadow mode)"
         return self._update(node, "resumed", ["update", f"nodename={node}", "state=resume"])
 
     def _update(self, node: str, done_word: str, args: list[str]) -> str:

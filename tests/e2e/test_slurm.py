@@ -155,6 +155,25 @@ def test_a_failing_node_drains_itself_in_the_prolog_and_resumes_as_documented(pr
     prolog_node.wait_until(lambda: prolog_node.state("gpu-017") == "IDLE", "resume")
 
 
+def test_a_failing_node_in_shadow_mode_stays_in_service_and_logs_what_would_have_drained_it(
+    prolog_node: SlurmCluster,
+) -> None:
+    """GBVALIDATE_SHADOW=1, the same failing check: the Prolog and the Epilog judge it and log `would drain` with
+    the reason, exit 0 (a failed Prolog would make slurmd drain the node itself), and the job runs."""
+    site = prolog_node.root / "site" / "test_site.py"
+    site.parent.mkdir(exist_ok=True)
+    site.write_text(SITE_CHECK)
+    log = install_recipe(prolog_node, GBVALIDATE_PYTEST_ARGS=f"--gb-sku=cpu {site} -k test_site", GBVALIDATE_SHADOW="1")
+    before = len(logged(log))
+    assert run_job(prolog_node) == ("the job ran\n", 0)
+    prolog_node.wait_until(lambda: len(logged(log)) >= before + 2, "Prolog and Epilog lines", timeout=90)
+    reason = "gbvalidate: [hardware] unclassified: test_site_fan"
+    for line in logged(log)[before:]:
+        assert line.startswith("ERROR:  gbvalidate:  Health check failed:  unclassified (1 check); action: "), line
+        assert f"; would drain gpu-017 (shadow mode): reason={reason}; checks: " in line, line
+    assert prolog_node.reasons() == {} and prolog_node.state("gpu-017") == "IDLE"
+
+
 @pytest.mark.parametrize(
     ("settings", "cause"),
     [

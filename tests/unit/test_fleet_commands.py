@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pytest_gbvalidate.fleet import commands
+from pytest_gbvalidate.fleet import commands, render
 from pytest_gbvalidate.fleet.summary import summarize
 from pytest_gbvalidate.rules.breaker import Breaker
 from pytest_gbvalidate.service import kubernetes_node_name, label_value_problem, qualified_name_problem
@@ -93,3 +93,19 @@ def test_every_kubectl_line_holds_valid_names_and_values_only(tmp_path: Path) ->
             key, value = words[4].split("=", 1)
             value = value.removesuffix(":NoSchedule")
             assert qualified_name_problem(key) is None and label_value_problem(value) is None
+
+
+def test_shadow_mode_lists_what_it_would_take_out_prints_no_line_to_run_and_exits_0(tmp_path: Path) -> None:
+    reports = [node("node-01"), node("node-02", failed("gpu_hardware"), exit_status=1)]
+    paths = [write(tmp_path, f"r{i}.json", r) for i, r in enumerate(reports)]
+    acting, shadow = summarize(paths, breaker=NO_BREAKER), summarize(paths, breaker=NO_BREAKER, shadow=True)
+    assert acting.exit_code == 1 and shadow.exit_code == 0
+    assert shadow.drain_list() == acting.drain_list()  # judged alike
+    lines = render.terminal(shadow, [], None)
+    reason = "gbvalidate: [hardware] gpu_hardware: test_gpu_count"
+    at = lines.index(render.SHADOW_LINE)
+    assert lines[at + 1] == f"  would drain node-02: {reason}"
+    assert not [line for line in lines if line.strip().startswith(("scontrol", "kubectl"))]
+    assert "SHADOW MODE (exit 0), would fail: 1 node(s) fail their checks" in render.headline(shadow)
+    markdown = render.markdown(shadow, [], None, tmp_path)
+    assert render.SHADOW_LINE in markdown and "```sh" not in markdown and "would fail" in markdown

@@ -555,3 +555,36 @@ def test_repaired_closes_the_kernel_log_s_events_in_the_window_the_checks_read(
     monkeypatch.setattr(xid, "KERNEL_LOG", tmp_path / "missing")
     assert cli.main(["repaired", "--window", str(tmp_path / "w.json")], env={}) == 10
     assert "cannot read the kernel log" in capsys.readouterr().out
+
+
+# --- shadow mode: everything judged and said, no node changed ---------------------------------------------------
+
+
+def test_shadow_mode_drains_nothing_exits_ok_and_says_what_it_would_have_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Prolog that fails would make slurmd drain the node itself, and NPD sets its condition on NonOK: shadow mode
+    exits OK's status, and the line names the drain or the status it would have made."""
+    runs = captured_run(monkeypatch)
+    calls = stub_scontrol(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert cli.main(["slurm", "--drain", "--shadow"], env=PROLOG, hostname="h") == 0
+    out = capsys.readouterr().out
+    reason = "gbvalidate: [hardware] gpu_hardware: test_gpu_count"
+    assert out.startswith("ERROR:  gbvalidate:  Health check failed:  gpu_hardware (1 check); ")
+    assert f"; would drain gpu-017 (shadow mode): reason={reason}; " in out
+    assert len(runs) == 1 and scontrol_calls(calls) == []  # asked about the node, changed nothing
+    assert cli.main(["npd", "--shadow"], env={}, hostname="h") == 0
+    assert capsys.readouterr().out.startswith("shadow mode, would report NonOK: gpu_hardware (1 check)")
+    assert cli.main(["npd"], env={}, hostname="h") == 1  # without it, as always
+
+
+def test_shadow_mode_resumes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    passing_run(monkeypatch)
+    calls = stub_scontrol(tmp_path, state="IDLE+DRAIN", reason=LEFTOVERS)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert cli.main(["slurm", "--drain", "--shadow"], env=HEALTH_CHECK_PROGRAM, hostname="h") == 0
+    assert capsys.readouterr().out.endswith("; would resume gpu-017 (shadow mode)\n")
+    assert scontrol_calls(calls) == []
