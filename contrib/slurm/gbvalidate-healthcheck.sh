@@ -20,6 +20,8 @@ export PATH="${PATH:+$PATH:}/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/s
 SETTINGS=(
     "GBVALIDATE_PYTHON|python3|the Python with pytest-gbvalidate installed"
     "GBVALIDATE_DRAIN|1|1: a failed node drains itself through scontrol; 0: the exit status only"
+    "GBVALIDATE_DRAIN_LOG|/var/lib/gbvalidate/drains.json|the node's drains, kept: one drained more than once in 7
+        days drains as a repeat offender ([repeat]), which only a person resumes; none: not kept"
     "GBVALIDATE_SHADOW|0|1: shadow mode, to trial the check: run, judged and logged, nothing drained or resumed, exit
         0 (the line says what would have been done: would drain NODE); 0: the check acts"
     "GBVALIDATE_CONFIRM|1|1: failed checks run once more within the deadline, only what fails again counts (a check
@@ -142,6 +144,10 @@ case "$drain" in
     0) ;;
     *) no_verdict "GBVALIDATE_DRAIN=$drain: expected 1 or 0" ;;
 esac
+drain_log="$(setting GBVALIDATE_DRAIN_LOG)"
+if [[ "$drain_log" != "none" ]]; then
+    args+=(--drain-log "$drain_log")
+fi
 shadow="$(setting GBVALIDATE_SHADOW)"
 case "$shadow" in
     1) args+=(--shadow) ;;

@@ -27,6 +27,9 @@ LEADER = "gbvalidate: "
 # Whose problem a node's causes are, most pressing first: a reason names the first its causes have, so one that
 # starts `gbvalidate: [job_leftovers]` has no hardware or configuration cause (the health check resumes it).
 CLASS_ORDER: tuple[ReasonClass, ...] = get_args(ReasonClass)
+# The class of a repeat offender's drain (healthcheck/drains.py): in place of its causes' class, and no check of ours
+# resumes a node drained for it (healthcheck/slurm.py NodeState.ours).
+REPEAT = "repeat"
 # `sinfo -R` shows 20 characters by default and Slurm stores any length: the categories and checks, the details are
 # in the summary and the health check's line.
 REASON_MAX_CHARS = 120
@@ -75,3 +78,9 @@ def reason(causes: Sequence[Cause]) -> str | None:
 def category(causes: Sequence[Cause]) -> str | None:
     """The node's fault category: its first cause's in the table's order; None without a cause."""
     return min(causes, key=lambda c: KINDS.index(c.kind)).category if causes else None
+
+
+def as_repeat(reason: str) -> str:
+    """`reason` (reason()'s) as a repeat offender's: `gbvalidate: [repeat] ...`, its parts as they were."""
+    head, bracket, rest = reason.partition("] ")
+    return f"{LEADER}[{REPEAT}] {rest}" if bracket and head.startswith(f"{LEADER}[") else reason

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import NoReturn
 
 from pytest_gbvalidate.files import clashes, unwritable
-from pytest_gbvalidate.healthcheck import evidence, gate, npd, slurm
+from pytest_gbvalidate.fleet import drain
+from pytest_gbvalidate.healthcheck import drains, evidence, gate, npd, slurm
 from pytest_gbvalidate.healthcheck.confirm import confirm
 from pytest_gbvalidate.healthcheck.level_run import KILL_GRACE_S, CannotRun, Stopped, dropped_note, run_checks
 from pytest_gbvalidate.healthcheck.verdict import OK, Verdict, judge
@@ -159,6 +160,14 @@ def _add_mode_options(sub: argparse.ArgumentParser, mode: str) -> None:
             "drain it with the failed checks on a failure (healthcheck/gate.py)",
         )
         sub.add_argument("--node", metavar="NAME", help="this node's Slurm name (default: see below)")
+        sub.add_argument(
+            "--drain-log",
+            type=Path,
+            metavar="PATH",
+            help="keep each drain of this node in this file (healthcheck/drains.py): a node drained more than "
+            f"{drains.REPEAT_AFTER} time(s) within {drains.REPEAT_DAYS:g} days drains as a repeat offender "
+            f"(`[repeat]`), for a person to resume (default: {env_name('drain_log')}, else none kept)",
+        )
         breaker.add_options(sub, "do not drain")
     else:
         sub.add_argument(
@@ -241,6 +250,8 @@ def _slurm(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> i
         if node is None:
             return _say(slurm.error_line(f"refusing to drain:  {why}"), slurm.EXIT_NOT_RUN)
     scontrol = slurm.Scontrol(shadow=args.shadow)
+    if args.drain_log is None and env.get(env_name("drain_log")):
+        args.drain_log = Path(env[env_name("drain_log")])
     deadline_s, unmeetable = _slurm_deadline(args.deadline_s, args.level, env, scontrol)
     if unmeetable is not None:
         return _say(slurm.error_line(f"usage:  {unmeetable}"), slurm.EXIT_NOT_RUN)
@@ -255,6 +266,7 @@ def _slurm(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> i
             scontrol,
             lambda: checked(args, deadline_s, [NODE_IDLE]),  # the gate's job holds the node alone
             lambda not_kept: [not_kept or "", dropped_note(env) or ""],
+            lambda reason: drain_counted(scontrol, node, reason, args.drain_log),
         )
         return _say(line, _shadowed(args, code, slurm.EXIT_OK))
     state = None if node is None else scontrol.node_state(node)
@@ -276,10 +288,35 @@ def _slurm(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> i
     if node is not None and reason is not None:
         cluster = scontrol.cluster()  # where it cannot be counted, the node's own evidence stands
         held = None if not cluster else slurm.held_by_breaker(node, cluster, breaker.from_options(args))
-        notes.append(held or scontrol.drain(node, reason))
+        notes.append(held or drain_counted(scontrol, node, reason, args.drain_log))
     elif node is not None and state is not None and state.for_leftovers and verdict.state == OK:
         notes.append(scontrol.resume(node, "a job's leftovers", slurm.leftovers_alone))
     return _say(slurm.line(verdict, *notes), _shadowed(args, slurm.exit_code(verdict), slurm.EXIT_OK))
+
+
+def drain_counted(scontrol: slurm.Scontrol, node: str, reason: str, log: Path | None) -> str:
+    """Drain `node` for `reason`, and keep the drain in the node's drain log (drains.py) where one is kept: a node
+    drained more than drains.REPEAT_AFTER times within its window drains as a repeat offender, for a person. What
+    happened, in a few words."""
+    if log is None:
+        return scontrol.drain(node, reason)
+    now_s = time.time()
+    try:
+        kept = drains.read(log)
+    except drains.DrainLogError as exc:  # someone's file, or a broken one: not replaced, and the drain stands
+        return f"{scontrol.drain(node, reason)}; {exc}: this drain not counted"
+    repeat = drains.repeats(kept, now_s)
+    done = scontrol.drain(node, drain.as_repeat(reason) if repeat else reason)
+    if not done.startswith("drained"):  # not drained (or shadow mode): nothing to count
+        return done
+    if repeat:
+        count = len(drains.recent(kept, now_s)) + 1
+        done += f" as a repeat offender ({count} drains in {drains.REPEAT_DAYS:g} days: a person resumes it)"
+    try:
+        drains.record(log, drains.Drain(now_s, drain.as_repeat(reason) if repeat else reason))
+    except drains.DrainLogError as exc:
+        done += f"; {exc}"
+    return done
 
 
 def _slurm_deadline(

@@ -42,11 +42,13 @@ def run_gate(
     scontrol: slurm.Scontrol,
     run: Callable[[], tuple[Verdict, str | None]],
     notes: Callable[[str | None], list[str]],
+    drain_failed: Callable[[str], str],
 ) -> tuple[str, int]:
     """The gate on `node`: its line and exit status (slurm.py's). `run` runs the level's checks and judges them;
-    `notes` gives the line's notes from what `run` says of the kept report."""
+    `notes` gives the line's notes from what `run` says of the kept report; `drain_failed` drains the node for a
+    failure's reason, as the health check does (its drain log counting it)."""
     state = scontrol.node_state(node)
-    if state is not None and state.out_of_service and not state.ours:
+    if state is not None and state.out_of_service and not state.ours_to_act_on:
         return slurm.not_checked_line(node, state), slurm.EXIT_OK
     reason = f"{GATE_REASON} (job {env.get('SLURM_JOB_ID', '?')})"
 
@@ -65,5 +67,5 @@ def run_gate(
         line = slurm.error_line(f"Gate could not run:  {exc}; {scontrol.resume(node, 'the gate', ours)}")
         return line, slurm.EXIT_NOT_RUN
     failed = verdict.drain_reason()  # a failure or the deadline; else a pass, or no verdict
-    done = scontrol.drain(node, failed) if failed is not None else scontrol.resume(node, "the gate", ours)
+    done = drain_failed(failed) if failed is not None else scontrol.resume(node, "the gate", ours)
     return slurm.line(verdict, *notes(not_kept), done), slurm.exit_code(verdict)

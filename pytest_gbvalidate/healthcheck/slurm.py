@@ -39,7 +39,7 @@ import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from pytest_gbvalidate.fleet.drain import LEADER
+from pytest_gbvalidate.fleet.drain import LEADER, REPEAT
 from pytest_gbvalidate.healthcheck.verdict import FAIL, OK, TIMEOUT, Verdict, escaped
 from pytest_gbvalidate.labels import printable
 from pytest_gbvalidate.rules.breaker import Breaker
@@ -156,6 +156,12 @@ class NodeState:
         return (self.reason or "").startswith(LEADER)
 
     @property
+    def ours_to_act_on(self) -> bool:
+        """One of ours, but a repeat offender's (`gbvalidate: [repeat] ...`, healthcheck/drains.py): that one is a
+        person's, as anyone's is."""
+        return self.ours and not (self.reason or "").startswith(f"{LEADER}[{REPEAT}]")
+
+    @property
     def for_leftovers(self) -> bool:
         """Whether we drained it for what a job left behind alone, the reason whole as we wrote it
         (leftovers_alone)."""
@@ -266,7 +272,7 @@ class Scontrol:
         replace it; a reason of ours is replaced by the newer one); what happened, in a few words. A node only DOWN
         drains: the drain outlives its return."""
         state = self.node_state(node)
-        if state is not None and state.out_of_service and not state.ours:
+        if state is not None and state.out_of_service and not state.ours_to_act_on:
             return f"not drained: {node} is out of service already ({state.shown()}), kept as it is"
         if self.shadow:
             return f"would drain {node} (shadow mode): reason={reason}"

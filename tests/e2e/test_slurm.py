@@ -10,6 +10,7 @@ import csv
 import json
 import re
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,8 @@ def install_recipe(cluster: SlurmCluster, **settings: str) -> Path:
     script.chmod(0o755)
     log = cluster.root / "healthcheck.log"
     chosen = {"GBVALIDATE_PYTHON": sys.executable, "GBVALIDATE_LOG_FILE": str(log), "GBVALIDATE_SYSLOG": "0"}
+    # A drain log of the test's own: a drain another test made is no drain of this one's node.
+    chosen["GBVALIDATE_DRAIN_LOG"] = str(cluster.root / f"drains-{uuid.uuid4().hex}.json")
     chosen |= settings
     conf = cluster.etc / "gbvalidate-healthcheck.conf"
     conf.write_text(
@@ -249,7 +252,8 @@ def test_a_node_down_for_not_responding_is_checked_as_slurmd_starts_and_stays_ou
 def test_a_node_drained_for_a_job_s_leftovers_resumes_once_they_are_gone(prolog_node: SlurmCluster) -> None:
     """A process a job left on a GPU (here a file the site's stand-in for the check reads): the node drains with
     the class of its failure first, `[job_leftovers]`, confirmed by a second run; once the leftover is gone, the
-    next health check (at slurmd's start) passes and resumes it. A reason of any other class stays for a person."""
+    next health check (at slurmd's start) passes and resumes it. A reason of any other class stays for a person, and
+    so does a repeat offender's: the same drain again within the week is `[repeat]`."""
     leftover = prolog_node.root / "leftover-pid"
     site = prolog_node.root / "site" / "test_site.py"
     site.parent.mkdir(exist_ok=True)
@@ -276,6 +280,23 @@ def test_a_node_drained_for_a_job_s_leftovers_resumes_once_they_are_gone(prolog_
     assert logged(log)[-1].endswith("; resumed gpu-017"), logged(log)[-1]
     prolog_node.wait_until(lambda: prolog_node.state("gpu-017") == "IDLE", "resumed")
     assert prolog_node.reasons() == {}
+
+    # The same again within the week (healthcheck/drains.py): a repeat offender, which no passing check resumes.
+    leftover.write_text("4242\n")
+    before = len(logged(log))
+    prolog_node.stop_slurmd("gpu-017")
+    prolog_node.start_slurmd("gpu-017")
+    prolog_node.wait_until(lambda: len(logged(log)) > before, "health check line", timeout=60)
+    assert "drained gpu-017 as a repeat offender (2 drains in 7 days: a person resumes it)" in logged(log)[-1]
+    repeat = "gbvalidate: [repeat] job_leftovers (fix_job): test_no_leftover_gpu_processes"
+    assert prolog_node.reasons() == {"gpu-017": repeat}
+    leftover.unlink()
+    before = len(logged(log))
+    prolog_node.stop_slurmd("gpu-017")
+    prolog_node.start_slurmd("gpu-017")
+    prolog_node.wait_until(lambda: len(logged(log)) > before, "health check line", timeout=60)
+    assert logged(log)[-1].startswith("gbvalidate:  Node Health Check skipped:  gpu-017 is out of service already")
+    assert prolog_node.reasons() == {"gpu-017": repeat} and "DRAIN" in prolog_node.state("gpu-017")
 
 
 # --- worlds: what srun's tasks are, and what a batch script is not ----------------------------------------------

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pytest_gbvalidate.healthcheck import cli
+from pytest_gbvalidate.healthcheck import cli, drains
 from pytest_gbvalidate.healthcheck.level_run import CannotRun
 from tests.helpers.healthcheck import scontrol_calls, stub_scontrol
 
@@ -588,3 +588,30 @@ def test_shadow_mode_resumes_nothing(
     assert cli.main(["slurm", "--drain", "--shadow"], env=HEALTH_CHECK_PROGRAM, hostname="h") == 0
     assert capsys.readouterr().out.endswith("; would resume gpu-017 (shadow mode)\n")
     assert scontrol_calls(calls) == []
+
+
+def test_the_health_check_drains_a_second_failure_within_the_week_as_a_repeat_offender(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    captured_run(monkeypatch)  # every run finds test_gpu_count failed
+    calls = stub_scontrol(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    log = tmp_path / "drains.json"
+    env = HEALTH_CHECK_PROGRAM | {"GBVALIDATE_DRAIN_LOG": str(log)}
+    assert cli.main(["slurm", "--drain", "--shadow"], env=env, hostname="h") == 0
+    assert not log.exists()  # shadow mode drains nothing, and counts nothing
+    assert cli.main(["slurm", "--drain"], env=env, hostname="h") == 1
+    assert "; drained gpu-017; " in capsys.readouterr().out
+    assert cli.main(["slurm", "--drain"], env=env, hostname="h") == 1
+    said = "drained gpu-017 as a repeat offender (2 drains in 7 days: a person resumes it)"
+    assert said in capsys.readouterr().out
+    reasons = [call[-1] for call in scontrol_calls(calls)]
+    assert reasons == [
+        "reason=gbvalidate: [hardware] gpu_hardware: test_gpu_count",
+        "reason=gbvalidate: [repeat] gpu_hardware: test_gpu_count",
+    ]
+    assert [d.reason for d in drains.read(log)] == [r.removeprefix("reason=") for r in reasons]
+    log.write_text("not a log")  # someone's file: the drain stands, uncounted, the file named
+    assert cli.main(["slurm", "--drain"], env=env, hostname="h") == 1
+    assert f"; the drain log {log} is not JSON: this drain not counted" in capsys.readouterr().out
+    assert log.read_text() == "not a log"

@@ -1,0 +1,102 @@
+"""The node's own drains, kept on the node: when the health check (or the gate) drained it and why, so that a node
+drained again and again is handed to a person, and the time between its incidents is known. No pytest.
+
+One small JSON file (`--drain-log`, default /var/lib/gbvalidate/drains.json: a reboot, the commonest repair, must not
+clear it), replaced atomically under its lock; drains older than KEEP_S are dropped.
+
+A node drained more than REPEAT_AFTER times within REPEAT_WINDOW_S is a repeat offender: its next drain's reason is
+`gbvalidate: [repeat] ...`, which no check of ours resumes (slurm.NodeState.ours): a person looks at it. NVIDIA's
+NVSentinel hands a node to a person after more than one remediation in 7 days (its `MultipleRemediations` rule):
+field data have a few nodes causing most exclusions, each coming back after every automatic resume.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import math
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_PATH = Path("/var/lib/gbvalidate/drains.json")
+LOG_VERSION = 1
+DAY_S = 86400.0
+REPEAT_DAYS = 7.0
+REPEAT_WINDOW_S = REPEAT_DAYS * DAY_S
+REPEAT_AFTER = 1
+# How long a drain is kept: the span of NVSentinel's time-between-incidents histogram (15 minutes to 30 days).
+KEEP_S = 30 * DAY_S
+
+
+class DrainLogError(Exception):
+    """The drain log cannot be read or written: the message names the file and what is wrong."""
+
+
+@dataclass(frozen=True)
+class Drain:
+    time_s: float  # wall clock (time.time())
+    reason: str
+
+
+def read(path: Path) -> list[Drain]:
+    """The drains the log at `path` keeps, oldest first; none where there is no file yet. Raises DrainLogError for
+    a file that is not the log (the file and the field named)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DrainLogError(f"the drain log {path} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise DrainLogError(f"the drain log {path} is not JSON") from None
+    if not isinstance(data, dict) or data.get("version") != LOG_VERSION or not isinstance(data.get("drains"), list):
+        raise DrainLogError(f"the drain log {path}: `version` {LOG_VERSION} and a list `drains` expected")
+    found = []
+    for n, entry in enumerate(data["drains"]):
+        time_s = entry.get("time_s") if isinstance(entry, dict) else None
+        reason = entry.get("reason") if isinstance(entry, dict) else None
+        if isinstance(time_s, bool) or not isinstance(time_s, (int, float)) or not math.isfinite(time_s):
+            raise DrainLogError(f"the drain log {path}: drains[{n}].time_s is not a time")
+        if not isinstance(reason, str):
+            raise DrainLogError(f"the drain log {path}: drains[{n}].reason is not text")
+        found.append(Drain(float(time_s), reason))
+    return sorted(found, key=lambda d: d.time_s)
+
+
+def recent(drains: Sequence[Drain], now_s: float, window_s: float = REPEAT_WINDOW_S) -> list[Drain]:
+    """The drains within `window_s` before `now_s` (one from the future -- a clock stepped back -- counts: it is
+    no older)."""
+    return [d for d in drains if now_s - d.time_s <= window_s]
+
+
+def repeats(drains: Sequence[Drain], now_s: float) -> bool:
+    """Whether a drain now makes the node a repeat offender: more than REPEAT_AFTER drains within REPEAT_WINDOW_S."""
+    return len(recent(drains, now_s)) + 1 > REPEAT_AFTER
+
+
+def record(path: Path, drain: Drain) -> list[Drain]:
+    """Add `drain` to the log at `path` (made where missing), dropping what is older than KEEP_S; the drains it now
+    keeps. Raises DrainLogError where it cannot (an unreadable log is not replaced: it is someone's to look at)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with _locked(path):
+            kept = [*recent(read(path), drain.time_s, KEEP_S), drain]
+            data = {"version": LOG_VERSION, "drains": [{"time_s": d.time_s, "reason": d.reason} for d in kept]}
+            scratch = path.with_name(f".{path.name}.{os.getpid()}")
+            scratch.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+            os.replace(scratch, path)
+    except OSError as exc:
+        raise DrainLogError(f"the drain log {path} cannot be written: {exc.strerror or exc}") from None
+    return kept
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with open(path.with_name(f".{path.name}.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
