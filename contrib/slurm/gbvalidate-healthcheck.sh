@@ -145,7 +145,7 @@ case "$drain" in
     *) no_verdict "GBVALIDATE_DRAIN=$drain: expected 1 or 0" ;;
 esac
 drain_log="$(setting GBVALIDATE_DRAIN_LOG)"
-if [[ "$drain_log" != "none" ]]; then
+if [[ "$drain" == "1" && "$drain_log" != "none" ]]; then # kept where the check drains
     args+=(--drain-log "$drain_log")
 fi
 shadow="$(setting GBVALIDATE_SHADOW)"

@@ -61,7 +61,8 @@ GBVALIDATE_SYSLOG=0
     argv, cuda = epilog.stdout.strip().removeprefix("gbvalidate:  argv=").rsplit(" cuda=", 1)
     assert shlex.split(argv) == [
         *("-m", "pytest_gbvalidate.healthcheck", "slurm", "--level", "passive", "--deadline-s", "45", "--drain"),
-        *("--keep-report", "/var/log/gb.json", "--", "--gb-sku=cpu", "-k", "copy"),
+        *("--drain-log", "/var/lib/gbvalidate/drains.json", "--keep-report", "/var/log/gb.json"),
+        *("--", "--gb-sku=cpu", "-k", "copy"),
     ]
     assert cuda == "unset"  # a Prolog's or Epilog's CUDA_VISIBLE_DEVICES names the job's GPUs, not the node's
 
@@ -198,7 +199,8 @@ def test_the_log_file_is_never_written_through_a_link_or_in_a_directory_others_m
     run_script(tmp_path, conf)
     (logged,) = link.read_text().splitlines()
     assert logged.endswith(
-        "gbvalidate:  argv=-m pytest_gbvalidate.healthcheck slurm --level passive --drain -- cuda=unset"
+        "gbvalidate:  argv=-m pytest_gbvalidate.healthcheck slurm --level passive --drain --drain-log "
+        "/var/lib/gbvalidate/drains.json -- cuda=unset"
     )
 
 

@@ -174,7 +174,8 @@ def test_a_failing_node_in_shadow_mode_stays_in_service_and_logs_what_would_have
     for line in logged(log)[before:]:
         assert line.startswith("ERROR:  gbvalidate:  Health check failed:  unclassified (1 check); action: "), line
         assert f"; would drain gpu-017 (shadow mode): reason={reason}; checks: " in line, line
-    assert prolog_node.reasons() == {} and prolog_node.state("gpu-017") == "IDLE"
+    assert prolog_node.reasons() == {}
+    prolog_node.wait_until(lambda: prolog_node.state("gpu-017") == "IDLE", "the job's end")  # COMPLETING first
 
 
 @pytest.mark.parametrize(
@@ -204,7 +205,8 @@ def test_our_own_failure_in_the_prolog_drains_nothing_and_the_job_runs(
     prolog_node.wait_until(lambda: len(logged(log)) >= before + 2, "Prolog and Epilog lines", timeout=60)
     # and slurmctld may not have seen the Epilog end yet (IDLE+COMPLETING): a drain would stay, COMPLETING goes
     prolog_node.wait_until(lambda: "COMPLETING" not in prolog_node.state("gpu-017"), "the job's end", timeout=60)
-    assert prolog_node.reasons() == {} and prolog_node.state("gpu-017") == "IDLE"
+    assert prolog_node.reasons() == {}
+    prolog_node.wait_until(lambda: prolog_node.state("gpu-017") == "IDLE", "the job's end")  # COMPLETING first
     for line in logged(log)[before:]:
         assert line.startswith("ERROR:  gbvalidate:  ") and cause in line, line
 
