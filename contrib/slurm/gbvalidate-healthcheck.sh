@@ -22,6 +22,8 @@ SETTINGS=(
     "GBVALIDATE_DRAIN|1|1: a failed node drains itself through scontrol; 0: the exit status only"
     "GBVALIDATE_DRAIN_LOG|/var/lib/gbvalidate/drains.json|the node's drains, kept: one drained more than once in 7
         days drains as a repeat offender ([repeat]), which only a person resumes; none: not kept"
+    "GBVALIDATE_DRAIN_METRICS||after each check, the drain log's counts as a Prometheus text file here (in
+        node_exporter's textfile directory: gbvalidate_node_drains, ..._last_drain_timestamp_seconds)"
     "GBVALIDATE_SHADOW|0|1: shadow mode, to trial the check: run, judged and logged, nothing drained or resumed, exit
         0 (the line says what would have been done: would drain NODE); 0: the check acts"
     "GBVALIDATE_CONFIRM|1|1: failed checks run once more within the deadline, only what fails again counts (a check
@@ -147,6 +149,10 @@ esac
 drain_log="$(setting GBVALIDATE_DRAIN_LOG)"
 if [[ "$drain" == "1" && "$drain_log" != "none" ]]; then # kept where the check drains
     args+=(--drain-log "$drain_log")
+    drain_metrics="$(setting GBVALIDATE_DRAIN_METRICS)"
+    if [[ -n "$drain_metrics" ]]; then
+        args+=(--drain-metrics "$drain_metrics")
+    fi
 fi
 shadow="$(setting GBVALIDATE_SHADOW)"
 case "$shadow" in

@@ -14,6 +14,7 @@ like). A measurement is the same one across runs when its metric, scope, placeme
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import statistics
 from collections import Counter
 from collections.abc import Sequence
@@ -224,15 +225,25 @@ class Offender:
     last_failed: dt.datetime
     categories: dict[str, int]  # the failed checks' fault categories over those runs, most first
     stopped: int = 0  # how many of the failed runs never finished (hung and stopped, or interrupted)
+    # The time between its incidents (failed runs, by their start), oldest first: NVSentinel's time between incidents
+    between_s: tuple[float, ...] = ()
 
     def describe(self) -> str:
         found = ", ".join(f"{category} {n}" for category, n in self.categories.items()) or "no category"
         when = self.last_failed.astimezone(dt.timezone.utc).isoformat(timespec="seconds")
         stopped = f", {self.stopped} of them stopped before the end" if self.stopped else ""
+        between = f"; time between incidents: {', '.join(map(span, self.between_s))}" if self.between_s else ""
         return (
             f"{printable_exactly(self.hostname)}: failed {self.failed} of its last {self.runs} runs{stopped} "
-            f"(the latest at {when}): {found}"
+            f"(the latest at {when}): {found}{between}"
         )
+
+
+def span(seconds: float) -> str:
+    """A time between incidents as a person reads it: minutes, hours or days."""
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h" if seconds < 86400 else f"{seconds / 86400:.1f} d"
 
 
 def repeat_offenders(root: Path, failed: int = DEFAULT_FAILED, of: int = DEFAULT_OF) -> tuple[list[Offender], int]:
@@ -267,10 +278,10 @@ def repeat_offenders(root: Path, failed: int = DEFAULT_FAILED, of: int = DEFAULT
                 categories[f"stopped ({', '.join(sorted({str(r.status) for r in failing if not r.finished}))})"] = (
                     stopped
                 )
-            start = failing[-1].start_time
-            assert start is not None  # reports.read refuses a report without one
+            starts = [r.start_time for r in failing if r.start_time is not None]  # reports.read refuses none
+            between = tuple((b - a).total_seconds() for a, b in itertools.pairwise(starts))
             counts = dict(categories.most_common())
-            found.append(Offender(directory.name, len(failing), len(last), start, counts, stopped))
+            found.append(Offender(directory.name, len(failing), len(last), starts[-1], counts, stopped, between))
     found.sort(key=lambda o: (-o.failed / o.runs, -o.failed, o.hostname))
     return found, len(directories)
 

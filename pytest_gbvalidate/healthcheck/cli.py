@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from pytest_gbvalidate.files import clashes, unwritable
+from pytest_gbvalidate.files import atomic_write_text, clashes, unwritable
 from pytest_gbvalidate.fleet import drain
 from pytest_gbvalidate.healthcheck import drains, evidence, gate, npd, slurm
 from pytest_gbvalidate.healthcheck.confirm import confirm
@@ -161,6 +161,13 @@ def _add_mode_options(sub: argparse.ArgumentParser, mode: str) -> None:
         )
         sub.add_argument("--node", metavar="NAME", help="this node's Slurm name (default: see below)")
         sub.add_argument(
+            "--drain-metrics",
+            type=Path,
+            metavar="PATH",
+            help="after each check, write the drain log's counts as a Prometheus text file here, beside the run's own "
+            f"in node_exporter's textfile directory (default: {env_name('drain_metrics')}, else none)",
+        )
+        sub.add_argument(
             "--drain-log",
             type=Path,
             metavar="PATH",
@@ -250,8 +257,9 @@ def _slurm(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> i
         if node is None:
             return _say(slurm.error_line(f"refusing to drain:  {why}"), slurm.EXIT_NOT_RUN)
     scontrol = slurm.Scontrol(shadow=args.shadow)
-    if args.drain_log is None and env.get(env_name("drain_log")):
-        args.drain_log = Path(env[env_name("drain_log")])
+    for name in ("drain_log", "drain_metrics"):  # the command line's, else the environment's
+        if getattr(args, name) is None and env.get(env_name(name)):
+            setattr(args, name, Path(env[env_name(name)]))
     deadline_s, unmeetable = _slurm_deadline(args.deadline_s, args.level, env, scontrol)
     if unmeetable is not None:
         return _say(slurm.error_line(f"usage:  {unmeetable}"), slurm.EXIT_NOT_RUN)
@@ -268,7 +276,8 @@ def _slurm(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> i
             lambda not_kept: [not_kept or "", dropped_note(env) or ""],
             lambda reason: drain_counted(scontrol, node, reason, args.drain_log),
         )
-        return _say(line, _shadowed(args, code, slurm.EXIT_OK))
+        metrics_problem = drain_metrics(args.drain_log, args.drain_metrics, node)
+        return _say(line + (f"; {metrics_problem}" if metrics_problem else ""), _shadowed(args, code, slurm.EXIT_OK))
     state = None if node is None else scontrol.node_state(node)
     # HealthCheckProgram runs on drained nodes too: theirs is someone's word already; ours for a job's leftovers
     # alone is checked, to be resumed once they are gone.
@@ -291,7 +300,22 @@ def _slurm(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> i
         notes.append(held or drain_counted(scontrol, node, reason, args.drain_log))
     elif node is not None and state is not None and state.for_leftovers and verdict.state == OK:
         notes.append(scontrol.resume(node, "a job's leftovers", slurm.leftovers_alone))
+    notes.append(drain_metrics(args.drain_log, args.drain_metrics, node) or "")
     return _say(slurm.line(verdict, *notes), _shadowed(args, slurm.exit_code(verdict), slurm.EXIT_OK))
+
+
+def drain_metrics(log: Path | None, metrics: Path | None, node: str | None) -> str | None:
+    """Write the node's drains (its drain log) as a Prometheus text file at `metrics`, where both are given; a
+    problem as one line, else None. After every check: a drain's count falls as it ages out of its window."""
+    if log is None or metrics is None or node is None:
+        return None
+    try:
+        atomic_write_text(metrics, drains.exposition(drains.read(log), time.time(), node))
+    except drains.DrainLogError as exc:
+        return f"{exc}: no drain metrics written"
+    except OSError as exc:
+        return f"--drain-metrics {metrics}: cannot be written: {exc.strerror or exc}"
+    return None
 
 
 def drain_counted(scontrol: slurm.Scontrol, node: str, reason: str, log: Path | None) -> str:

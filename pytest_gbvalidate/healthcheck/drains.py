@@ -95,6 +95,33 @@ def record(path: Path, drain: Drain) -> list[Drain]:
     return kept
 
 
+# The windows the Prometheus file counts drains over: the repeat window, and all that is kept.
+METRIC_WINDOWS = (("7d", REPEAT_WINDOW_S), ("30d", KEEP_S))
+
+
+def exposition(drains: Sequence[Drain], now_s: float, hostname: str) -> str:
+    """The node's drains as Prometheus text (for node_exporter's textfile collector beside the run's own file):
+    `gbvalidate_node_drains{hostname, window}` within 7 and 30 days, and
+    `gbvalidate_node_last_drain_timestamp_seconds{hostname}` (Unix time; absent without a drain), from which
+    `time() - ...` is the time since the last one. `hostname`: the node's name, as the drain names it."""
+    node = json.dumps(hostname, ensure_ascii=False)  # a label value: its quotes and backslashes escaped
+    lines = [
+        "# HELP gbvalidate_node_drains The health check's drains of this node within the window (its drain log).",
+        "# TYPE gbvalidate_node_drains gauge",
+        *(
+            f'gbvalidate_node_drains{{hostname={node},window="{name}"}} {len(recent(drains, now_s, span_s))}'
+            for name, span_s in METRIC_WINDOWS
+        ),
+    ]
+    if drains:
+        lines += [
+            "# HELP gbvalidate_node_last_drain_timestamp_seconds When the health check last drained this node.",
+            "# TYPE gbvalidate_node_last_drain_timestamp_seconds gauge",
+            f"gbvalidate_node_last_drain_timestamp_seconds{{hostname={node}}} {max(d.time_s for d in drains):.3f}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
     with open(path.with_name(f".{path.name}.lock"), "a") as lock:

@@ -304,7 +304,7 @@ def test_the_health_check_s_settings_file_and_readme_name_the_settings_of_its_sc
     """The settings file shows each setting of the script's table once, commented out, with its default where the
     table gives one (an example where not); the README names each."""
     settings = script_settings()
-    assert len(settings) == 11 and settings["GBVALIDATE_LEVEL"] == "passive"
+    assert len(settings) == 12 and settings["GBVALIDATE_LEVEL"] == "passive"
     shown = re.findall(r"^#(GBVALIDATE_[A-Z_]+)=(.*)$", HC_CONF.read_text(encoding="utf-8"), re.MULTILINE)
     assert sorted(name for name, _ in shown) == sorted(settings)
     assert {name: value for name, value in shown if settings[name]} == {n: d for n, d in settings.items() if d}

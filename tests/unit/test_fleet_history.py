@@ -10,7 +10,7 @@ from typing import Any, cast
 import pytest
 
 from pytest_gbvalidate.fleet.cli import main as fleet_main
-from pytest_gbvalidate.fleet.history import read_history, render, repeat_offenders
+from pytest_gbvalidate.fleet.history import read_history, render, repeat_offenders, span
 from pytest_gbvalidate.report import history
 from pytest_gbvalidate.report.records import RunReportRecord
 from tests.helpers.reports import minimal_report
@@ -153,14 +153,16 @@ def test_repeat_offenders_are_the_nodes_that_failed_in_k_of_their_last_n_runs(
 
     found, nodes = repeat_offenders(root, failed=2, of=5)
     assert nodes == 3 and [o.describe() for o in found] == [
-        "node7: failed 3 of its last 4 runs (the latest at 2026-11-23T12:00:00+00:00): link 2, gpu_hardware 1"
+        "node7: failed 3 of its last 4 runs (the latest at 2026-11-23T12:00:00+00:00): link 2, gpu_hardware 1; "
+        "time between incidents: 2.0 d, 1.0 d"
     ]
     assert [o.hostname for o in repeat_offenders(root, failed=1, of=5)[0]] == ["node9", "node7"]  # by rate
 
     assert fleet_main(["offenders", str(root)]) == 1
     assert capsys.readouterr().out.splitlines() == [
         f"1 of 3 node(s) in {root} failed in at least 2 of their last 5 runs",
-        "  node7: failed 3 of its last 4 runs (the latest at 2026-11-23T12:00:00+00:00): link 2, gpu_hardware 1",
+        "  node7: failed 3 of its last 4 runs (the latest at 2026-11-23T12:00:00+00:00): link 2, gpu_hardware 1; "
+        "time between incidents: 2.0 d, 1.0 d",
     ]
     assert fleet_main(["offenders", str(root), "--failed", "4"]) == 0
     with pytest.raises(SystemExit):
@@ -188,7 +190,8 @@ def test_a_second_run_of_failed_checks_is_no_run_of_its_own_and_a_failure_that_p
 
     found, _ = repeat_offenders(root, failed=2, of=5)
     assert [o.describe() for o in found] == [
-        "node7: failed 3 of its last 4 runs (the latest at 2026-11-22T12:00:00+00:00): link 3, flapping 2"
+        "node7: failed 3 of its last 4 runs (the latest at 2026-11-22T12:00:00+00:00): link 3, flapping 2; "
+        "time between incidents: 1.0 d, 1.0 d"
     ]
 
 
@@ -225,7 +228,7 @@ def test_a_node_stopped_run_after_run_is_an_offender_and_a_run_perhaps_running_n
     found, nodes = repeat_offenders(root, failed=2, of=5)
     assert nodes == 2 and [o.describe() for o in found] == [
         "node7: failed 3 of its last 3 runs, 3 of them stopped before the end (the latest at "
-        "2026-11-22T12:00:00+00:00): stopped (interrupted) 3"
+        "2026-11-22T12:00:00+00:00): stopped (interrupted) 3; time between incidents: 1.0 d, 1.0 d"
     ]
     assert [o.describe() for o in repeat_offenders(root, failed=1, of=5)[0]][1] == (
         "node8: failed 1 of its last 2 runs, 1 of them stopped before the end (the latest at "
@@ -240,7 +243,9 @@ def test_a_node_unresolved_again_and_again_is_an_offender_named_so(tmp_path: Pat
         failing(root / "node7", f"2026-11-{day}T12:00:00+00:00", "unresolved", "node7")
     (found,), _ = repeat_offenders(root, failed=2, of=5)
     assert (
-        found.describe() == "node7: failed 3 of its last 3 runs (the latest at 2026-11-22T12:00:00+00:00): unresolved 3"
+        found.describe()
+        == "node7: failed 3 of its last 3 runs (the latest at 2026-11-22T12:00:00+00:00): unresolved 3; "
+        "time between incidents: 1.0 d, 1.0 d"
     )
 
 
@@ -272,3 +277,7 @@ def test_the_trends_show_the_gated_figures_in_numeric_order_the_run_s_verdicts_a
     assert not any(line.startswith("all_reduce_busbw_gbps [") for line in lines)
     assert sum(line.startswith("all_reduce_busbw_gbps [") for line in render(node, everything=True)) == 4
     assert "  2026-11-22T12:00:00+00:00  5      regressed  -50.0%       -50.0%" in lines
+
+
+def test_a_time_between_incidents_reads_in_minutes_hours_or_days() -> None:
+    assert [span(s) for s in (90.0, 3 * 3600.0, 3.5 * 86400)] == ["2 min", "3.0 h", "3.5 d"]

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from pytest_gbvalidate.healthcheck import cli, drains
 from pytest_gbvalidate.healthcheck.level_run import CannotRun
@@ -596,8 +597,9 @@ def test_the_health_check_drains_a_second_failure_within_the_week_as_a_repeat_of
     captured_run(monkeypatch)  # every run finds test_gpu_count failed
     calls = stub_scontrol(tmp_path)
     monkeypatch.setenv("PATH", str(tmp_path))
-    log = tmp_path / "drains.json"
-    env = HEALTH_CHECK_PROGRAM | {"GBVALIDATE_DRAIN_LOG": str(log)}
+    log, metrics = tmp_path / "drains.json", tmp_path / "textfile" / "gbvalidate-drains.prom"
+    metrics.parent.mkdir()
+    env = HEALTH_CHECK_PROGRAM | {"GBVALIDATE_DRAIN_LOG": str(log), "GBVALIDATE_DRAIN_METRICS": str(metrics)}
     assert cli.main(["slurm", "--drain", "--shadow"], env=env, hostname="h") == 0
     assert not log.exists()  # shadow mode drains nothing, and counts nothing
     assert cli.main(["slurm", "--drain"], env=env, hostname="h") == 1
@@ -611,6 +613,13 @@ def test_the_health_check_drains_a_second_failure_within_the_week_as_a_repeat_of
         "reason=gbvalidate: [repeat] gpu_hardware: test_gpu_count",
     ]
     assert [d.reason for d in drains.read(log)] == [r.removeprefix("reason=") for r in reasons]
+    # the drain metrics, as node_exporter's textfile collector reads them
+    families = {f.name: f for f in text_string_to_metric_families(metrics.read_text())}
+    counted = {s.labels["window"]: s.value for s in families["gbvalidate_node_drains"].samples}
+    assert counted == {"7d": 2, "30d": 2}
+    assert {s.labels["hostname"] for s in families["gbvalidate_node_drains"].samples} == {"gpu-017"}
+    (last,) = families["gbvalidate_node_last_drain_timestamp_seconds"].samples
+    assert last.value == pytest.approx(max(d.time_s for d in drains.read(log)), abs=1e-3)
     log.write_text("not a log")  # someone's file: the drain stands, uncounted, the file named
     assert cli.main(["slurm", "--drain"], env=env, hostname="h") == 1
     assert f"; the drain log {log} is not JSON: this drain not counted" in capsys.readouterr().out
