@@ -166,7 +166,8 @@ def test_a_failing_node_in_shadow_mode_stays_in_service_and_logs_what_would_have
     site = prolog_node.root / "site" / "test_site.py"
     site.parent.mkdir(exist_ok=True)
     site.write_text(SITE_CHECK)
-    log = install_recipe(prolog_node, GBVALIDATE_PYTEST_ARGS=f"--gb-sku=cpu {site} -k test_site", GBVALIDATE_SHADOW="1")
+    args = f"--gb-sku=cpu {site} -k test_site"
+    log = install_recipe(prolog_node, GBVALIDATE_PYTEST_ARGS=args, GBVALIDATE_SHADOW="1", GBVALIDATE_CONFIRM="0")
     before = len(logged(log))
     assert run_job(prolog_node) == ("the job ran\n", 0)
     prolog_node.wait_until(lambda: len(logged(log)) >= before + 2, "Prolog and Epilog lines", timeout=90)
