@@ -212,6 +212,15 @@ def test_our_own_failure_in_the_prolog_drains_nothing_and_the_job_runs(
         assert line.startswith("ERROR:  gbvalidate:  ") and cause in line, line
 
 
+def check_as_slurmd_starts(cluster: SlurmCluster, log: Path) -> str:
+    """slurmd restarted on gpu-017, which runs HealthCheckProgram as it starts: the line that check logged."""
+    before = len(logged(log))
+    cluster.stop_slurmd("gpu-017")
+    cluster.start_slurmd("gpu-017")
+    cluster.wait_until(lambda: len(logged(log)) > before, "health check line", timeout=60)
+    return logged(log)[-1]
+
+
 def test_a_node_someone_else_drained_is_not_checked_and_keeps_its_reason(prolog_node: SlurmCluster) -> None:
     """HealthCheckProgram runs on drained nodes too (here: when slurmd restarts); a check that would fail must not
     replace the operator's reason."""
@@ -221,11 +230,8 @@ def test_a_node_someone_else_drained_is_not_checked_and_keeps_its_reason(prolog_
     log = install_recipe(prolog_node, GBVALIDATE_PYTEST_ARGS=f"--gb-sku=cpu {site} -k test_site")
     reason = "admin: fan replaced, burn-in pending"
     prolog_node.scontrol("update", "nodename=gpu-017", "state=drain", f"reason={reason}")
-    before = len(logged(log))
-    prolog_node.stop_slurmd("gpu-017")
-    prolog_node.start_slurmd("gpu-017")
-    prolog_node.wait_until(lambda: len(logged(log)) > before, "health check line", timeout=60)
-    assert logged(log)[-1].startswith(
+    line = check_as_slurmd_starts(prolog_node, log)
+    assert line.startswith(
         "gbvalidate:  Node Health Check skipped:  gpu-017 is out of service already (state IDLE+DRAIN"
     )
     assert prolog_node.reasons() == {"gpu-017": reason}
@@ -267,38 +273,26 @@ def test_a_node_drained_for_a_job_s_leftovers_resumes_once_they_are_gone(prolog_
     )
     log = install_recipe(prolog_node, GBVALIDATE_PYTEST_ARGS=f"--gb-sku=cpu {site} -k leftover")
     leftover.write_text("4242\n")
-    before = len(logged(log))
-    prolog_node.stop_slurmd("gpu-017")
-    prolog_node.start_slurmd("gpu-017")
-    prolog_node.wait_until(lambda: len(logged(log)) > before, "health check line", timeout=60)
-    assert "; confirmed: failed again on a second run; drained gpu-017; " in logged(log)[-1], logged(log)[-1]
+    line = check_as_slurmd_starts(prolog_node, log)
+    assert "; confirmed: failed again on a second run; drained gpu-017; " in line, line
     reason = "gbvalidate: [job_leftovers] job_leftovers (fix_job): test_no_leftover_gpu_processes"
     assert prolog_node.reasons() == {"gpu-017": reason}
 
     leftover.unlink()
-    before = len(logged(log))
-    prolog_node.stop_slurmd("gpu-017")
-    prolog_node.start_slurmd("gpu-017")
-    prolog_node.wait_until(lambda: len(logged(log)) > before, "health check line", timeout=60)
-    assert logged(log)[-1].endswith("; resumed gpu-017"), logged(log)[-1]
+    line = check_as_slurmd_starts(prolog_node, log)
+    assert line.endswith("; resumed gpu-017"), line
     prolog_node.wait_until(lambda: prolog_node.state("gpu-017") == "IDLE", "resumed")
     assert prolog_node.reasons() == {}
 
     # The same again within the week (healthcheck/drains.py): a repeat offender, which no passing check resumes.
     leftover.write_text("4242\n")
-    before = len(logged(log))
-    prolog_node.stop_slurmd("gpu-017")
-    prolog_node.start_slurmd("gpu-017")
-    prolog_node.wait_until(lambda: len(logged(log)) > before, "health check line", timeout=60)
-    assert "drained gpu-017 as a repeat offender (2 drains in 7 days: a person resumes it)" in logged(log)[-1]
+    line = check_as_slurmd_starts(prolog_node, log)
+    assert "drained gpu-017 as a repeat offender (2 drains in 7 days: a person resumes it)" in line, line
     repeat = "gbvalidate: [repeat] job_leftovers (fix_job): test_no_leftover_gpu_processes"
     assert prolog_node.reasons() == {"gpu-017": repeat}
     leftover.unlink()
-    before = len(logged(log))
-    prolog_node.stop_slurmd("gpu-017")
-    prolog_node.start_slurmd("gpu-017")
-    prolog_node.wait_until(lambda: len(logged(log)) > before, "health check line", timeout=60)
-    assert logged(log)[-1].startswith("gbvalidate:  Node Health Check skipped:  gpu-017 is out of service already")
+    line = check_as_slurmd_starts(prolog_node, log)
+    assert line.startswith("gbvalidate:  Node Health Check skipped:  gpu-017 is out of service already"), line
     assert prolog_node.reasons() == {"gpu-017": repeat} and "DRAIN" in prolog_node.state("gpu-017")
 
 
