@@ -161,16 +161,6 @@ def checked(report: RunReportRecord) -> bool:
     )
 
 
-def failed_tests(tests: Sequence[TestRecord]) -> list[TestRecord]:
-    return [t for t in tests if t["outcome"] == "failed"]
-
-
-def only_unresolved(tests: Sequence[TestRecord]) -> bool:
-    """Whether some test failed and every failed one failed only for figures too noisy to judge."""
-    failed = failed_tests(tests)
-    return bool(failed) and all(is_unresolved(t) for t in failed)
-
-
 def is_unresolved(test: TestRecord) -> bool:
     """Whether a failed test failed only for figures too noisy to judge."""
     fault = test.get("fault")

@@ -142,7 +142,8 @@ def judge_unresolved(end: RunEnd, session: pytest.Session, exitstatus: int) -> i
 
     if hasattr(end.config, "workerinput"):  # pytest-xdist's controller decides the run's status
         return exitstatus
-    if exitstatus != pytest.ExitCode.TESTS_FAILED or not node_verdict.only_unresolved(end.report.data["tests"]):
+    judged = node_verdict.judge(end.report.data)  # the run's checks so far: its status is set after this
+    if exitstatus != pytest.ExitCode.TESTS_FAILED or not judged.unresolved or judged.faults:
         return exitstatus
     session.exitstatus = node_verdict.EXIT_UNRESOLVED
     return session.exitstatus
