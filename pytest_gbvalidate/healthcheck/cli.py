@@ -152,30 +152,7 @@ def _add_mode_options(sub: argparse.ArgumentParser, mode: str) -> None:
     )
     sub.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARG", help="passed on to pytest")
     if mode == "slurm":
-        sub.add_argument("--drain", action="store_true", help="drain this node through scontrol on a failure")
-        sub.add_argument(
-            "--gate",
-            action="store_true",
-            help="the measuring gate, in an exclusive job: drain the node as it starts, resume it on a pass, "
-            "drain it with the failed checks on a failure (healthcheck/gate.py)",
-        )
-        sub.add_argument("--node", metavar="NAME", help="this node's Slurm name (default: see below)")
-        sub.add_argument(
-            "--drain-metrics",
-            type=Path,
-            metavar="PATH",
-            help="after each check, write the drain log's counts as a Prometheus text file here, beside the run's own "
-            f"in node_exporter's textfile directory (default: {env_name('drain_metrics')}, else none)",
-        )
-        sub.add_argument(
-            "--drain-log",
-            type=Path,
-            metavar="PATH",
-            help="keep each drain of this node in this file (healthcheck/drains.py): a node drained more than "
-            f"{drains.REPEAT_AFTER} time(s) within {drains.REPEAT_DAYS:g} days drains as a repeat offender "
-            f"(`[repeat]`), for a person to resume (default: {env_name('drain_log')}, else none kept)",
-        )
-        breaker.add_options(sub, "do not drain")
+        _add_slurm_options(sub)
     else:
         sub.add_argument(
             "--max-output-length",
@@ -184,6 +161,34 @@ def _add_mode_options(sub: argparse.ArgumentParser, mode: str) -> None:
             metavar="N",
             help=f"the plugin config's max_output_length, {npd.MIN_OUTPUT_LENGTH} or more",
         )
+
+
+def _add_slurm_options(sub: argparse.ArgumentParser) -> None:
+    """The options of the `slurm` mode alone: draining, the gate, the node's name and drains, the breaker."""
+    sub.add_argument("--drain", action="store_true", help="drain this node through scontrol on a failure")
+    sub.add_argument(
+        "--gate",
+        action="store_true",
+        help="the measuring gate, in an exclusive job: drain the node as it starts, resume it on a pass, "
+        "drain it with the failed checks on a failure (healthcheck/gate.py)",
+    )
+    sub.add_argument("--node", metavar="NAME", help="this node's Slurm name (default: see below)")
+    sub.add_argument(
+        "--drain-metrics",
+        type=Path,
+        metavar="PATH",
+        help="after each check, write the drain log's counts as a Prometheus text file here, beside the run's own "
+        f"in node_exporter's textfile directory (default: {env_name('drain_metrics')}, else none)",
+    )
+    sub.add_argument(
+        "--drain-log",
+        type=Path,
+        metavar="PATH",
+        help="keep each drain of this node in this file (healthcheck/drains.py): a node drained more than "
+        f"{drains.REPEAT_AFTER} time(s) within {drains.REPEAT_DAYS:g} days drains as a repeat offender "
+        f"(`[repeat]`), for a person to resume (default: {env_name('drain_log')}, else none kept)",
+    )
+    breaker.add_options(sub, "do not drain")
 
 
 REPAIRED_HELP = (
