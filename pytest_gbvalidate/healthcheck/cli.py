@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import datetime as dt
 import math
 import os
 import socket
@@ -201,27 +203,32 @@ REPAIRED_HELP = (
 def _repaired(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     """Close the Xid events the kernel log holds now, and take every InfiniBand error counter's reading as where its
     window opens: the repair is done, what came before it is judged no more."""
-    given, where = (args.window, "--window") if args.window else (env.get(env_name("window")), env_name("window"))
+    done, problem = close_window(args.window, env)
+    return _say(f"gbvalidate: not done: {problem}", slurm.EXIT_NOT_RUN) if problem else _say(done, 0)
+
+
+def close_window(given: str | None, env: Mapping[str, str]) -> tuple[str, str | None]:
+    """The node's window (`given`, else GBVALIDATE_WINDOW, else node/window.py's default) closed at the kernel log's
+    last record and the InfiniBand error counters' readings now: what was done, or why it could not be."""
+    given, where = (given, "--window") if given else (env.get(env_name("window")), env_name("window"))
     try:
         path = window.DEFAULT_PATH if not given else parse_window(given, Path.cwd())
     except SettingError as exc:
-        return _say(f"gbvalidate: not done: {where}: {given!a}: {exc}", slurm.EXIT_NOT_RUN)
+        return "", f"{where}: {given!a}: {exc}"
     if path is None:
-        return _say(f"gbvalidate: not done: {where}: none: no window is kept, nothing to close", slurm.EXIT_NOT_RUN)
+        return "", f"{where}: none: no window is kept, nothing to close"
     try:
         last = xid.last_seq(xid.read_kernel_log(xid.KERNEL_LOG))
     except OSError as exc:
-        why = f"cannot read the kernel log {xid.KERNEL_LOG}: {exc.strerror or exc}"
-        return _say(f"gbvalidate: not done: {why}", slurm.EXIT_NOT_RUN)
+        return "", f"cannot read the kernel log {xid.KERNEL_LOG}: {exc.strerror or exc}"
     if last is None:
-        why = f"the kernel log {xid.KERNEL_LOG} has no numbered record to close at"
-        return _say(f"gbvalidate: not done: {why}", slurm.EXIT_NOT_RUN)
+        return "", f"the kernel log {xid.KERNEL_LOG} has no numbered record to close at"
     counters = nic.counter_marks(topology.SYSFS_ROOT)
     problem = window.Window(path).write({xid.REPAIRED_MARK: last, **counters})
     if problem is not None:
-        return _say(f"gbvalidate: not done: {problem}", slurm.EXIT_NOT_RUN)
+        return "", problem
     ports = f", {len(counters)} InfiniBand error counters count from now" if counters else ""
-    return _say(f"gbvalidate: repair noted: Xid events up to kernel log record {last} are closed{ports} ({path})", 0)
+    return f"gbvalidate: repair noted: Xid events up to kernel log record {last} are closed{ports} ({path})", None
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None, hostname: str | None = None) -> int:
@@ -288,6 +295,7 @@ def _slurm(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> i
     # alone is checked, to be resumed once they are gone.
     if node is not None and state is not None and state.out_of_service and not state.for_leftovers:
         return _say(slurm.not_checked_line(node, state), slurm.EXIT_OK)
+    back = None if state is None or state.out_of_service or args.shadow else back_in_service(args.drain_log, env)
     started = time.monotonic()
     try:
         verdict, not_kept = checked(args, deadline_s, idle_node(state))
@@ -295,7 +303,7 @@ def _slurm(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> i
         return _say(slurm.stopped_by(stop.signum), slurm.signal_exit_code(stop.signum))
     except CannotRun as exc:
         return _say(slurm.error_line(f"Health check could not run:  {exc}"), slurm.EXIT_NOT_RUN)
-    notes = [not_kept or "", dropped_note(env) or ""]
+    notes = [back or "", not_kept or "", dropped_note(env) or ""]
     reason = verdict.drain_reason()  # FAIL and TIMEOUT only
     if reason is not None:  # before the node is touched: what the driver knows now goes with a reset or a reboot
         notes.append(evidence.keep(args.keep_report, deadline_s - (time.monotonic() - started)))
@@ -304,9 +312,36 @@ def _slurm(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> i
         held = None if not cluster else slurm.held_by_breaker(node, cluster, breaker.from_options(args))
         notes.append(held or drain_counted(scontrol, node, reason, args.drain_log))
     elif node is not None and state is not None and state.for_leftovers and verdict.state == OK:
-        notes.append(scontrol.resume(node, "a job's leftovers", slurm.leftovers_alone))
+        notes.append(resumed := scontrol.resume(node, "a job's leftovers", slurm.leftovers_alone))
+        if resumed.startswith("resumed") and args.drain_log is not None:  # back in service on our word
+            with contextlib.suppress(drains.DrainLogError):  # said by the next check, where the log is broken
+                drains.seen_back(args.drain_log, time.time())
     notes.append(drain_metrics(args.drain_log, args.drain_metrics, node) or "")
     return _say(slurm.line(verdict, *notes), _shadowed(args, slurm.exit_code(verdict), slurm.EXIT_OK))
+
+
+def back_in_service(log: Path | None, env: Mapping[str, str]) -> str | None:
+    """A node we drained, found in service again (someone resumed it, or we did) is fixed: the evidence its drain was
+    for -- the kernel log's Xid events, the InfiniBand error counts -- is closed before its checks run, once, so it is
+    not drained again for the same old event (`repaired` does the same by hand). What was done, or why not; None
+    where there is nothing to do."""
+    if log is None:
+        return None
+    try:
+        last = drains.unseen_back(drains.read(log))
+        if last is None:
+            return None
+        done, problem = close_window(None, env)
+        if problem is None:
+            drains.seen_back(log, time.time())
+    except drains.DrainLogError as exc:
+        return str(exc)
+    since = f"back in service since its drain of {_utc(last.time_s)}"
+    return f"{since}: {done.removeprefix('gbvalidate: ')}" if problem is None else f"{since}: not closed: {problem}"
+
+
+def _utc(time_s: float) -> str:
+    return dt.datetime.fromtimestamp(time_s, dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def drain_metrics(log: Path | None, metrics: Path | None, node: str | None) -> str | None:

@@ -13,11 +13,12 @@ field data have a few nodes causing most exclusions, each coming back after ever
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import math
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +40,9 @@ class DrainLogError(Exception):
 class Drain:
     time_s: float  # wall clock (time.time())
     reason: str
+    # When a check found the node back in service after it (someone resumed it, or we did): its evidence then
+    # closed (fixed means fixed). None: not seen back yet.
+    back_s: float | None = None
 
 
 def read(path: Path) -> list[Drain]:
@@ -64,7 +68,10 @@ def read(path: Path) -> list[Drain]:
             raise DrainLogError(f"the drain log {path}: drains[{n}].time_s is not a time")
         if not isinstance(reason, str):
             raise DrainLogError(f"the drain log {path}: drains[{n}].reason is not text")
-        found.append(Drain(float(time_s), reason))
+        back_s = entry.get("back_s")
+        if back_s is not None and (isinstance(back_s, bool) or not isinstance(back_s, (int, float))):
+            raise DrainLogError(f"the drain log {path}: drains[{n}].back_s is not a time")
+        found.append(Drain(float(time_s), reason, None if back_s is None else float(back_s)))
     return sorted(found, key=lambda d: d.time_s)
 
 
@@ -82,11 +89,26 @@ def repeats(drains: Sequence[Drain], now_s: float) -> bool:
 def record(path: Path, drain: Drain) -> list[Drain]:
     """Add `drain` to the log at `path` (made where missing), dropping what is older than KEEP_S; the drains it now
     keeps. Raises DrainLogError where it cannot (an unreadable log is not replaced: it is someone's to look at)."""
+    return _change(path, lambda kept: [*recent(kept, drain.time_s, KEEP_S), drain])
+
+
+def unseen_back(drains: Sequence[Drain]) -> Drain | None:
+    """The last drain, where no check has found the node back in service since."""
+    return drains[-1] if drains and drains[-1].back_s is None else None
+
+
+def seen_back(path: Path, now_s: float) -> list[Drain]:
+    """Say in the log at `path` that the node was found back in service now, after its last drain."""
+    return _change(path, lambda kept: [*kept[:-1], dataclasses.replace(kept[-1], back_s=now_s)] if kept else kept)
+
+
+def _change(path: Path, change: Callable[[list[Drain]], list[Drain]]) -> list[Drain]:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with _locked(path):
-            kept = [*recent(read(path), drain.time_s, KEEP_S), drain]
-            data = {"version": LOG_VERSION, "drains": [{"time_s": d.time_s, "reason": d.reason} for d in kept]}
+            kept = change(read(path))
+            entries = [{"time_s": d.time_s, "reason": d.reason, "back_s": d.back_s} for d in kept]
+            data = {"version": LOG_VERSION, "drains": entries}
             scratch = path.with_name(f".{path.name}.{os.getpid()}")
             scratch.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
             os.replace(scratch, path)

@@ -624,3 +624,30 @@ def test_the_health_check_drains_a_second_failure_within_the_week_as_a_repeat_of
     assert cli.main(["slurm", "--drain"], env=env, hostname="h") == 1
     assert f"; the drain log {log} is not JSON: this drain not counted" in capsys.readouterr().out
     assert log.read_text() == "not a log"
+
+
+def test_a_node_we_drained_found_back_in_service_is_fixed_and_its_old_events_are_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An admin resumed the node after our drain: before its checks, the kernel log's events so far are closed (as
+    `repaired` closes them), once, so the same old Xid does not drain it again."""
+    from pytest_gbvalidate.node import window, xid
+
+    passing_run(monkeypatch)
+    stub_scontrol(tmp_path)  # in service: IDLE, no reason
+    monkeypatch.setenv("PATH", str(tmp_path))
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text("4,7,1000,-;NVRM: Xid (PCI:0000:1b:00): 79, pid=1, GPU has fallen off the bus.\n")
+    monkeypatch.setattr(xid, "KERNEL_LOG", kmsg)
+    log, kept_window = tmp_path / "drains.json", tmp_path / "window.json"
+    drains.record(log, drains.Drain(1_790_000_000.0, "gbvalidate: [hardware] gpu_hardware (reboot): test_xid[gpu0]"))
+    env = HEALTH_CHECK_PROGRAM | {"GBVALIDATE_DRAIN_LOG": str(log), "GBVALIDATE_WINDOW": str(kept_window)}
+    assert cli.main(["slurm", "--drain"], env=env, hostname="h") == 0
+    out = capsys.readouterr().out
+    assert "; back in service since its drain of 2026-09-21T" in out, out
+    assert ": repair noted: Xid events up to kernel log record 7 are closed" in out
+    closed = window.Window(kept_window).read(xid.REPAIRED_MARK)
+    assert closed is not None and closed.value == 7
+    assert drains.read(log)[-1].back_s is not None
+    assert cli.main(["slurm", "--drain"], env=env, hostname="h") == 0  # once: the drain is seen back now
+    assert "back in service" not in capsys.readouterr().out
