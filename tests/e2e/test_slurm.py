@@ -179,6 +179,61 @@ def test_a_failing_node_in_shadow_mode_stays_in_service_and_logs_what_would_have
     prolog_node.wait_until(lambda: prolog_node.state("gpu-017") == "IDLE", "the job's end")  # COMPLETING first
 
 
+# A site's passive check of the node's own word: an event of the real kernel log (/dev/kmsg), judged over the node's
+# window as the Xid check judges its events (since the last clean check, or the last repair).
+KERNEL_EVENT_CHECK = """\
+import pytest
+
+from pytest_gbvalidate.node import xid
+
+
+@pytest.mark.gb_level("passive")
+def test_site_event(gb_window):
+    since = gb_window.read(xid.REPAIRED_MARK)
+    seen = [
+        r.seq for r in xid.read_kernel_log(xid.KERNEL_LOG)
+        if {mark!r} in r.message and (since is None or r.seq is None or r.seq > since.value)
+    ]
+    assert not seen, "kernel log record(s) %s: {mark}" % seen
+"""
+
+
+def test_a_node_an_admin_resumed_is_not_drained_again_for_the_same_kernel_log_event(prolog_node: SlurmCluster) -> None:
+    """A real kernel log event fails the Prolog's check: drained. An admin resumes the node (the repair made); the
+    next Prolog finds the node we drained back in service, closes its window before the checks (fixed means fixed),
+    and the same event in the log drains it no more: the job runs."""
+    mark = f"gbvalidate-e2e-event-{uuid.uuid4().hex}"
+    try:
+        Path("/dev/kmsg").write_text(f"{mark}\n")
+    except OSError as exc:
+        pytest.skip(f"cannot write to the kernel log here (/dev/kmsg: {exc.strerror}): root on Linux only")
+    site = prolog_node.root / "site" / "test_site.py"
+    site.parent.mkdir(exist_ok=True)
+    site.write_text(KERNEL_EVENT_CHECK.format(mark=mark))
+    args = f"--gb-sku=cpu {site} -k test_site_event"
+    log = install_recipe(prolog_node, GBVALIDATE_PYTEST_ARGS=args, GBVALIDATE_CONFIRM="0")
+    before = len(logged(log))
+    submitted = prolog_node.run("sbatch", "-N1", "--output=/dev/null", "--wrap", "echo the job ran")
+    assert submitted.returncode == 0, submitted.stderr
+    failed = lambda: [line for line in logged(log)[before:] if line.startswith("ERROR:")]  # noqa: E731
+    prolog_node.wait_until(lambda: failed() and "DRAIN" in prolog_node.state("gpu-017"), "the drain", timeout=90)
+    prolog = failed()[0]
+    assert "; drained gpu-017; checks: unclassified: test_site_event" in prolog, prolog
+
+    prolog_node.run("scancel", "--full", "--user=root")  # the admin: the repair is made, the node goes back
+    prolog_node.scontrol("update", "nodename=gpu-017", "state=resume")
+    prolog_node.wait_until(lambda: "DRAIN" not in prolog_node.state("gpu-017"), "resume")
+    drained_at = logged(log).index(prolog) + 1
+    assert run_job(prolog_node) == ("the job ran\n", 0)
+    prolog_node.wait_until(lambda: len(logged(log)) >= drained_at + 2, "Prolog and Epilog lines", timeout=60)
+    since = logged(log)[drained_at:]  # the first check after the resume (slurmd's, or the Prolog) closes it
+    assert all(line.startswith("gbvalidate:  Node Health Check completed successfully") for line in since), since
+    closed = [line for line in since if "; back in service since its drain of " in line]
+    assert len(closed) == 1 and ": repair noted: Xid events up to kernel log record " in closed[0], since
+    assert prolog_node.reasons() == {}
+    prolog_node.wait_until(lambda: prolog_node.state("gpu-017") == "IDLE", "the job's end")  # COMPLETING first
+
+
 @pytest.mark.parametrize(
     ("settings", "cause"),
     [
