@@ -215,7 +215,10 @@ def test_a_node_an_admin_resumed_is_not_drained_again_for_the_same_kernel_log_ev
     before = len(logged(log))
     submitted = prolog_node.run("sbatch", "-N1", "--output=/dev/null", "--wrap", "echo the job ran")
     assert submitted.returncode == 0, submitted.stderr
-    failed = lambda: [line for line in logged(log)[before:] if line.startswith("ERROR:")]  # noqa: E731
+
+    def failed() -> list[str]:
+        return [line for line in logged(log)[before:] if line.startswith("ERROR:")]
+
     prolog_node.wait_until(lambda: failed() and "DRAIN" in prolog_node.state("gpu-017"), "the drain", timeout=90)
     prolog = failed()[0]
     assert "; drained gpu-017; checks: unclassified: test_site_event" in prolog, prolog
