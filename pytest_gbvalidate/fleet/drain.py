@@ -28,8 +28,20 @@ LEADER = "gbvalidate: "
 # starts `gbvalidate: [job_leftovers]` has no hardware or configuration cause (the health check resumes it).
 CLASS_ORDER: tuple[ReasonClass, ...] = get_args(ReasonClass)
 # The class of a repeat offender's drain (healthcheck/drains.py): in place of its causes' class, and no check of ours
-# resumes a node drained for it (healthcheck/slurm.py NodeState.ours).
+# resumes a node drained for it (healthcheck/slurm.py NodeState.ours_to_act_on). A repeat offender: a node drained
+# (or, from its kept reports, failed) more than REPEAT_AFTER times within REPEAT_DAYS. NVIDIA NVSentinel hands a node
+# to a person after more than one remediation in 7 days (its `MultipleRemediations` rule).
 REPEAT = "repeat"
+REPEAT_DAYS, REPEAT_AFTER = 7.0, 1
+
+
+def repeats(times_s: Sequence[float], now_s: float) -> int | None:
+    """How many of the incidents at `times_s` (and one now) lie within REPEAT_DAYS before `now_s`, where that makes
+    a repeat offender (more than REPEAT_AFTER); else None."""
+    count = sum(1 for t in times_s if now_s - t <= REPEAT_DAYS * 86400.0) + 1
+    return count if count > REPEAT_AFTER else None
+
+
 # `sinfo -R` shows 20 characters by default and Slurm stores any length: the categories and checks, the details are
 # in the summary and the health check's line.
 REASON_MAX_CHARS = 120

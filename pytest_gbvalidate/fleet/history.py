@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_gbvalidate.fleet import drain
 from pytest_gbvalidate.fleet.findings import MetricKey, failed_checks, metric_key
 from pytest_gbvalidate.fleet.markup import columns, num
 from pytest_gbvalidate.fleet.reports import NotMerged, Report, natural_key, read
@@ -227,15 +228,20 @@ class Offender:
     stopped: int = 0  # how many of the failed runs never finished (hung and stopped, or interrupted)
     # The time between its incidents (failed runs, by their start), oldest first: NVSentinel's time between incidents
     between_s: tuple[float, ...] = ()
+    repeat: int | None = (
+        None  # its failures within fleet/drain.py's repeat window, where they make it a repeat offender
+    )
 
     def describe(self) -> str:
         found = ", ".join(f"{category} {n}" for category, n in self.categories.items()) or "no category"
         when = self.last_failed.astimezone(dt.timezone.utc).isoformat(timespec="seconds")
         stopped = f", {self.stopped} of them stopped before the end" if self.stopped else ""
         between = f"; time between incidents: {', '.join(map(span, self.between_s))}" if self.between_s else ""
+        days = f"{drain.REPEAT_DAYS:g} days"
+        repeat = f"; a repeat offender ({self.repeat} in {days}): for a person, not to resume" if self.repeat else ""
         return (
             f"{printable_exactly(self.hostname)}: failed {self.failed} of its last {self.runs} runs{stopped} "
-            f"(the latest at {when}): {found}{between}"
+            f"(the latest at {when}): {found}{between}{repeat}"
         )
 
 
@@ -280,8 +286,11 @@ def repeat_offenders(root: Path, failed: int = DEFAULT_FAILED, of: int = DEFAULT
                 )
             starts = [r.start_time for r in failing if r.start_time is not None]  # reports.read refuses none
             between = tuple((b - a).total_seconds() for a, b in itertools.pairwise(starts))
+            repeat = drain.repeats([t.timestamp() for t in starts[:-1]], starts[-1].timestamp())
             counts = dict(categories.most_common())
-            found.append(Offender(directory.name, len(failing), len(last), starts[-1], counts, stopped, between))
+            found.append(
+                Offender(directory.name, len(failing), len(last), starts[-1], counts, stopped, between, repeat)
+            )
     found.sort(key=lambda o: (-o.failed / o.runs, -o.failed, o.hostname))
     return found, len(directories)
 

@@ -4,10 +4,9 @@ drained again and again is handed to a person, and the time between its incident
 One small JSON file (`--drain-log`, default /var/lib/gbvalidate/drains.json: a reboot, the commonest repair, must not
 clear it), replaced atomically under its lock; drains older than KEEP_S are dropped.
 
-A node drained more than REPEAT_AFTER times within REPEAT_WINDOW_S is a repeat offender: its next drain's reason is
-`gbvalidate: [repeat] ...`, which no check of ours resumes (slurm.NodeState.ours): a person looks at it. NVIDIA's
-NVSentinel hands a node to a person after more than one remediation in 7 days (its `MultipleRemediations` rule):
-field data have a few nodes causing most exclusions, each coming back after every automatic resume.
+A node drained more than REPEAT_AFTER times within REPEAT_DAYS (fleet/drain.py's rule, after NVIDIA NVSentinel's)
+is a repeat offender: its drain's reason is `gbvalidate: [repeat] ...`, which no check of ours resumes: a person
+looks at it. Field data have a few nodes causing most exclusions, each coming back after every automatic resume.
 """
 
 from __future__ import annotations
@@ -22,12 +21,14 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_gbvalidate.fleet import drain
+from pytest_gbvalidate.fleet.drain import REPEAT_AFTER as REPEAT_AFTER  # where the health check takes them
+from pytest_gbvalidate.fleet.drain import REPEAT_DAYS as REPEAT_DAYS
+
 DEFAULT_PATH = Path("/var/lib/gbvalidate/drains.json")
 LOG_VERSION = 1
 DAY_S = 86400.0
-REPEAT_DAYS = 7.0
 REPEAT_WINDOW_S = REPEAT_DAYS * DAY_S
-REPEAT_AFTER = 1
 # How long a drain is kept: the span of NVSentinel's time-between-incidents histogram (15 minutes to 30 days).
 KEEP_S = 30 * DAY_S
 
@@ -82,8 +83,8 @@ def recent(drains: Sequence[Drain], now_s: float, window_s: float = REPEAT_WINDO
 
 
 def repeats(drains: Sequence[Drain], now_s: float) -> bool:
-    """Whether a drain now makes the node a repeat offender: more than REPEAT_AFTER drains within REPEAT_WINDOW_S."""
-    return len(recent(drains, now_s)) + 1 > REPEAT_AFTER
+    """Whether a drain now makes the node a repeat offender (fleet/drain.py's rule)."""
+    return drain.repeats([d.time_s for d in drains], now_s) is not None
 
 
 def record(path: Path, drain: Drain) -> list[Drain]:

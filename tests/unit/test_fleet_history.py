@@ -154,7 +154,8 @@ def test_repeat_offenders_are_the_nodes_that_failed_in_k_of_their_last_n_runs(
     found, nodes = repeat_offenders(root, failed=2, of=5)
     assert nodes == 3 and [o.describe() for o in found] == [
         "node7: failed 3 of its last 4 runs (the latest at 2026-11-23T12:00:00+00:00): link 2, gpu_hardware 1; "
-        "time between incidents: 2.0 d, 1.0 d"
+        "time between incidents: 2.0 d, 1.0 d; "
+        "a repeat offender (3 in 7 days): for a person, not to resume"
     ]
     assert [o.hostname for o in repeat_offenders(root, failed=1, of=5)[0]] == ["node9", "node7"]  # by rate
 
@@ -162,7 +163,8 @@ def test_repeat_offenders_are_the_nodes_that_failed_in_k_of_their_last_n_runs(
     assert capsys.readouterr().out.splitlines() == [
         f"1 of 3 node(s) in {root} failed in at least 2 of their last 5 runs",
         "  node7: failed 3 of its last 4 runs (the latest at 2026-11-23T12:00:00+00:00): link 2, gpu_hardware 1; "
-        "time between incidents: 2.0 d, 1.0 d",
+        "time between incidents: 2.0 d, 1.0 d; "
+        "a repeat offender (3 in 7 days): for a person, not to resume",
     ]
     assert fleet_main(["offenders", str(root), "--failed", "4"]) == 0
     with pytest.raises(SystemExit):
@@ -191,7 +193,8 @@ def test_a_second_run_of_failed_checks_is_no_run_of_its_own_and_a_failure_that_p
     found, _ = repeat_offenders(root, failed=2, of=5)
     assert [o.describe() for o in found] == [
         "node7: failed 3 of its last 4 runs (the latest at 2026-11-22T12:00:00+00:00): link 3, flapping 2; "
-        "time between incidents: 1.0 d, 1.0 d"
+        "time between incidents: 1.0 d, 1.0 d; "
+        "a repeat offender (3 in 7 days): for a person, not to resume"
     ]
 
 
@@ -228,7 +231,8 @@ def test_a_node_stopped_run_after_run_is_an_offender_and_a_run_perhaps_running_n
     found, nodes = repeat_offenders(root, failed=2, of=5)
     assert nodes == 2 and [o.describe() for o in found] == [
         "node7: failed 3 of its last 3 runs, 3 of them stopped before the end (the latest at "
-        "2026-11-22T12:00:00+00:00): stopped (interrupted) 3; time between incidents: 1.0 d, 1.0 d"
+        "2026-11-22T12:00:00+00:00): stopped (interrupted) 3; time between incidents: 1.0 d, 1.0 d; "
+        "a repeat offender (3 in 7 days): for a person, not to resume"
     ]
     assert [o.describe() for o in repeat_offenders(root, failed=1, of=5)[0]][1] == (
         "node8: failed 1 of its last 2 runs, 1 of them stopped before the end (the latest at "
@@ -245,7 +249,8 @@ def test_a_node_unresolved_again_and_again_is_an_offender_named_so(tmp_path: Pat
     assert (
         found.describe()
         == "node7: failed 3 of its last 3 runs (the latest at 2026-11-22T12:00:00+00:00): unresolved 3; "
-        "time between incidents: 1.0 d, 1.0 d"
+        "time between incidents: 1.0 d, 1.0 d; "
+        "a repeat offender (3 in 7 days): for a person, not to resume"
     )
 
 
