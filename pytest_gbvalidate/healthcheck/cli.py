@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import math
 import os
 import socket
@@ -14,16 +13,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from pytest_gbvalidate.files import atomic_write_text, clashes, unwritable
-from pytest_gbvalidate.fleet import drain
-from pytest_gbvalidate.healthcheck import drains, evidence, gate, npd, slurm
+from pytest_gbvalidate.files import clashes, unwritable
+from pytest_gbvalidate.healthcheck import drains, evidence, gate, npd, repair, slurm
 from pytest_gbvalidate.healthcheck.confirm import confirm
 from pytest_gbvalidate.healthcheck.level_run import KILL_GRACE_S, CannotRun, Stopped, dropped_note, run_checks
 from pytest_gbvalidate.healthcheck.verdict import OK, Verdict, judge
 from pytest_gbvalidate.levels import BUDGET_S, LEVELS, Level
-from pytest_gbvalidate.node import nic, topology, window, xid
+from pytest_gbvalidate.node import window
 from pytest_gbvalidate.rules import breaker
-from pytest_gbvalidate.setting_values import SettingError, bundled_baselines, parse_window
+from pytest_gbvalidate.setting_values import bundled_baselines
 from pytest_gbvalidate.settings import cli_flag, env_name
 
 PROG = "python -m pytest_gbvalidate.healthcheck"
@@ -203,32 +201,8 @@ REPAIRED_HELP = (
 def _repaired(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     """Close the Xid events the kernel log holds now, and take every InfiniBand error counter's reading as where its
     window opens: the repair is done, what came before it is judged no more."""
-    done, problem = close_window(args.window, env)
+    done, problem = repair.close_window(args.window, env)
     return _say(f"gbvalidate: not done: {problem}", slurm.EXIT_NOT_RUN) if problem else _say(done, 0)
-
-
-def close_window(given: str | None, env: Mapping[str, str]) -> tuple[str, str | None]:
-    """The node's window (`given`, else GBVALIDATE_WINDOW, else node/window.py's default) closed at the kernel log's
-    last record and the InfiniBand error counters' readings now: what was done, or why it could not be."""
-    given, where = (given, "--window") if given else (env.get(env_name("window")), env_name("window"))
-    try:
-        path = window.DEFAULT_PATH if not given else parse_window(given, Path.cwd())
-    except SettingError as exc:
-        return "", f"{where}: {given!a}: {exc}"
-    if path is None:
-        return "", f"{where}: none: no window is kept, nothing to close"
-    try:
-        last = xid.last_seq(xid.read_kernel_log(xid.KERNEL_LOG))
-    except OSError as exc:
-        return "", f"cannot read the kernel log {xid.KERNEL_LOG}: {exc.strerror or exc}"
-    if last is None:
-        return "", f"the kernel log {xid.KERNEL_LOG} has no numbered record to close at"
-    counters = nic.counter_marks(topology.SYSFS_ROOT)
-    problem = window.Window(path).write({xid.REPAIRED_MARK: last, **counters})
-    if problem is not None:
-        return "", problem
-    ports = f", {len(counters)} InfiniBand error counters count from now" if counters else ""
-    return f"gbvalidate: repair noted: Xid events up to kernel log record {last} are closed{ports} ({path})", None
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None, hostname: str | None = None) -> int:
@@ -286,16 +260,16 @@ def _slurm(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> i
             scontrol,
             lambda: checked(args, deadline_s, [NODE_IDLE]),  # the gate's job holds the node alone
             lambda not_kept: [not_kept or "", dropped_note(env) or ""],
-            lambda reason: drain_counted(scontrol, node, reason, args.drain_log),
+            lambda reason: drains.counted(scontrol, node, reason, args.drain_log),
         )
-        metrics_problem = drain_metrics(args.drain_log, args.drain_metrics, node)
+        metrics_problem = drains.write_metrics(args.drain_log, args.drain_metrics, node)
         return _say(line + (f"; {metrics_problem}" if metrics_problem else ""), _shadowed(args, code, slurm.EXIT_OK))
     state = None if node is None else scontrol.node_state(node)
     # HealthCheckProgram runs on drained nodes too: theirs is someone's word already; ours for a job's leftovers
     # alone is checked, to be resumed once they are gone.
     if node is not None and state is not None and state.out_of_service and not state.for_leftovers:
         return _say(slurm.not_checked_line(node, state), slurm.EXIT_OK)
-    back = None if state is None or state.out_of_service or args.shadow else back_in_service(args.drain_log, env)
+    back = None if state is None or state.out_of_service or args.shadow else repair.back_in_service(args.drain_log, env)
     started = time.monotonic()
     try:
         verdict, not_kept = checked(args, deadline_s, idle_node(state))
@@ -310,77 +284,14 @@ def _slurm(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> i
     if node is not None and reason is not None:
         cluster = scontrol.cluster()  # where it cannot be counted, the node's own evidence stands
         held = None if not cluster else slurm.held_by_breaker(node, cluster, breaker.from_options(args))
-        notes.append(held or drain_counted(scontrol, node, reason, args.drain_log))
+        notes.append(held or drains.counted(scontrol, node, reason, args.drain_log))
     elif node is not None and state is not None and state.for_leftovers and verdict.state == OK:
         notes.append(resumed := scontrol.resume(node, "a job's leftovers", slurm.leftovers_alone))
         if resumed.startswith("resumed") and args.drain_log is not None:  # back in service on our word
             with contextlib.suppress(drains.DrainLogError):  # said by the next check, where the log is broken
                 drains.seen_back(args.drain_log, time.time())
-    notes.append(drain_metrics(args.drain_log, args.drain_metrics, node) or "")
+    notes.append(drains.write_metrics(args.drain_log, args.drain_metrics, node) or "")
     return _say(slurm.line(verdict, *notes), _shadowed(args, slurm.exit_code(verdict), slurm.EXIT_OK))
-
-
-def back_in_service(log: Path | None, env: Mapping[str, str]) -> str | None:
-    """A node we drained, found in service again (someone resumed it, or we did) is fixed: the evidence its drain was
-    for -- the kernel log's Xid events, the InfiniBand error counts -- is closed before its checks run, once, so it is
-    not drained again for the same old event (`repaired` does the same by hand). What was done, or why not; None
-    where there is nothing to do."""
-    if log is None:
-        return None
-    try:
-        last = drains.unseen_back(drains.read(log))
-        if last is None:
-            return None
-        done, problem = close_window(None, env)
-        if problem is None:
-            drains.seen_back(log, time.time())
-    except drains.DrainLogError as exc:
-        return str(exc)
-    since = f"back in service since its drain of {_utc(last.time_s)}"
-    return f"{since}: {done.removeprefix('gbvalidate: ')}" if problem is None else f"{since}: not closed: {problem}"
-
-
-def _utc(time_s: float) -> str:
-    return dt.datetime.fromtimestamp(time_s, dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def drain_metrics(log: Path | None, metrics: Path | None, node: str | None) -> str | None:
-    """Write the node's drains (its drain log) as a Prometheus text file at `metrics`, where both are given; a
-    problem as one line, else None. After every check: a drain's count falls as it ages out of its window."""
-    if log is None or metrics is None or node is None:
-        return None
-    try:
-        atomic_write_text(metrics, drains.exposition(drains.read(log), time.time(), node))
-    except drains.DrainLogError as exc:
-        return f"{exc}: no drain metrics written"
-    except OSError as exc:
-        return f"--drain-metrics {metrics}: cannot be written: {exc.strerror or exc}"
-    return None
-
-
-def drain_counted(scontrol: slurm.Scontrol, node: str, reason: str, log: Path | None) -> str:
-    """Drain `node` for `reason`, and keep the drain in the node's drain log (drains.py) where one is kept: a node
-    drained more than drains.REPEAT_AFTER times within its window drains as a repeat offender, for a person. What
-    happened, in a few words."""
-    if log is None:
-        return scontrol.drain(node, reason)
-    now_s = time.time()
-    try:
-        kept = drains.read(log)
-    except drains.DrainLogError as exc:  # someone's file, or a broken one: not replaced, and the drain stands
-        return f"{scontrol.drain(node, reason)}; {exc}: this drain not counted"
-    repeat = drains.repeats(kept, now_s)
-    done = scontrol.drain(node, drain.as_repeat(reason) if repeat else reason)
-    if not done.startswith("drained"):  # not drained (or shadow mode): nothing to count
-        return done
-    if repeat:
-        count = len(drains.recent(kept, now_s)) + 1
-        done += f" as a repeat offender ({count} drains in {drains.REPEAT_DAYS:g} days: a person resumes it)"
-    try:
-        drains.record(log, drains.Drain(now_s, drain.as_repeat(reason) if repeat else reason))
-    except drains.DrainLogError as exc:
-        done += f"; {exc}"
-    return done
 
 
 def _slurm_deadline(

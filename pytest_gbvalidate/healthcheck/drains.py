@@ -17,13 +17,16 @@ import fcntl
 import json
 import math
 import os
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_gbvalidate.files import atomic_write_text
 from pytest_gbvalidate.fleet import drain
 from pytest_gbvalidate.fleet.drain import REPEAT_AFTER as REPEAT_AFTER  # where the health check takes them
 from pytest_gbvalidate.fleet.drain import REPEAT_DAYS as REPEAT_DAYS
+from pytest_gbvalidate.healthcheck import slurm
 
 DEFAULT_PATH = Path("/var/lib/gbvalidate/drains.json")
 LOG_VERSION = 1
@@ -143,6 +146,45 @@ def exposition(drains: Sequence[Drain], now_s: float, hostname: str) -> str:
             f"gbvalidate_node_last_drain_timestamp_seconds{{hostname={node}}} {max(d.time_s for d in drains):.3f}",
         ]
     return "\n".join(lines) + "\n"
+
+
+def write_metrics(log: Path | None, metrics: Path | None, node: str | None) -> str | None:
+    """Write the node's drains (its drain log) as a Prometheus text file at `metrics`, where both are given; a
+    problem as one line, else None. After every check: a drain's count falls as it ages out of its window."""
+    if log is None or metrics is None or node is None:
+        return None
+    try:
+        atomic_write_text(metrics, exposition(read(log), time.time(), node))
+    except DrainLogError as exc:
+        return f"{exc}: no drain metrics written"
+    except OSError as exc:
+        return f"--drain-metrics {metrics}: cannot be written: {exc.strerror or exc}"
+    return None
+
+
+def counted(scontrol: slurm.Scontrol, node: str, reason: str, log: Path | None) -> str:
+    """Drain `node` for `reason`, and keep the drain in the node's drain log where one is kept: a node drained more
+    than REPEAT_AFTER times within its window drains as a repeat offender, for a person. What
+    happened, in a few words."""
+    if log is None:
+        return scontrol.drain(node, reason)
+    now_s = time.time()
+    try:
+        kept = read(log)
+    except DrainLogError as exc:  # someone's file, or a broken one: not replaced, and the drain stands
+        return f"{scontrol.drain(node, reason)}; {exc}: this drain not counted"
+    repeat = repeats(kept, now_s)
+    done = scontrol.drain(node, drain.as_repeat(reason) if repeat else reason)
+    if not done.startswith("drained"):  # not drained (or shadow mode): nothing to count
+        return done
+    if repeat:
+        count = len(recent(kept, now_s)) + 1
+        done += f" as a repeat offender ({count} drains in {REPEAT_DAYS:g} days: a person resumes it)"
+    try:
+        record(log, Drain(now_s, drain.as_repeat(reason) if repeat else reason))
+    except DrainLogError as exc:
+        done += f"; {exc}"
+    return done
 
 
 @contextlib.contextmanager
