@@ -36,7 +36,7 @@ Outliers: per metric (metric, scope, and placement and reference tool where give
 a node is flagged when it is worse than the fleet median (by the metric's direction) by all of: more than K scaled
 MADs -- the modified z-score of Iglewicz & Hoaglin, 0.6745*(x-median)/MAD -- (far from its peers in robust terms;
 where MAD is 0 any deviation is), beyond the practical margin (the resolution the metric needs, as its reports say,
-as a log ratio; else, or with --below-median-pct, PCT% of the median), and more than the
+as a log ratio; else, or with --below-median-pct, PCT%, a log ratio too), and more than the
 fleet's noise allows: each report gives its figures' spread beside them, and a node's dip must exceed
 {noise.NOISE_K:g} times the fleet's typical spread (the median of the other nodes' spreads) for the node and the
 median combined -- never the node's own spread: scatter buys no pass, and a metric noisy on every node drains
@@ -111,8 +111,8 @@ def add_summary_options(summary: argparse.ArgumentParser) -> None:
         type=_not_negative,
         default=None,
         metavar="PCT",
-        help="outlier only when worse than the median by more than PCT%% (0 or more) of it (default: per metric, "
-        "the resolution its reports say it needs, as a log ratio; where they give none, "
+        help="outlier only when worse than the median by more than PCT%% (0 or more) as a log ratio (default: per "
+        "metric, the resolution its reports say it needs, as a log ratio; where they give none, "
         f"{outliers.DEFAULT_PCT:g}%%)",
     )
     summary.add_argument(

@@ -31,10 +31,10 @@ def rules_text(summary: Summary) -> str:
 
 def margin_text(summary: Summary) -> str:
     if summary.pct is not None:
-        return f"{summary.pct:g}% of the median"
+        return f"{summary.pct:g}% as a log ratio"
     return (
         "the resolution its metric needs (as its reports give it, a log ratio; "
-        f"{outliers.DEFAULT_PCT:g}% of the median where they give none)"
+        f"{outliers.DEFAULT_PCT:g}% where they give none, a log ratio too)"
     )
 
 

@@ -7,7 +7,8 @@ A node is an outlier of a metric when it is worse than the fleet median (directi
   0.6745 * (x - median) / MAD, where MAD is the median absolute deviation from the median ("How to Detect and
   Handle Outliers", ASQC Basic References in Quality Control vol. 16, 1993, which recommends flagging |z| > 3.5);
 - beyond the practical margin: the resolution the metric needs (rules/resolution.py, as a log ratio), where its
-  reports give it, else `pct` percent of the median (a node a few percent slow is a node);
+  reports give it, else `pct` percent, as a log ratio too: one scale, resolution.worse_pct's (a node a few
+  percent slow is a node);
 - more than the fleet's noise allows (noise.margin_pct of the fleet's typical spread, twice: the node's figure and
   the median it is held against): the fleet's typical spread is the median of the other nodes' spreads (of two,
   the smaller), as their reports give them beside the figure. A metric noisy on every node drains nobody; a node's
@@ -129,12 +130,13 @@ def judge(
     needed_pct: float | None = None,
 ) -> Judgement:
     """The hosts of `values` (host -> value) worse than their median by more than `mad_k` scaled MADs, by more than
-    the practical margin and `noise_floor_pct` percent of the median, and by more than the fleet's noise allows; and
+    the practical margin (as a log ratio) and `noise_floor_pct` percent of the median, and by more than the fleet's
+    noise allows; and
     the hosts too noisy to judge (Unjudged), in the order of `values`.
 
     The practical margin: `needed_pct`, where given, the resolution the metric needs (rules/resolution.py, a log
     ratio), in place of `pct`: a fleet drains for no finer a fall than its metric must be able to tell, and drains
-    every fall that much beyond the other rules; else `pct` percent of the median.
+    every fall that much beyond the other rules; else `pct` percent, a log ratio too.
 
     `noises`: host -> the noise its report gives beside the figure, where it gives one. Each host is held against
     the fleet's typical spread without it (fleet_spread_pct of the other hosts'), never its own. `run_to_run_pct`:
@@ -161,7 +163,7 @@ def judge(
         far_out = z is None or abs(z) > mad_k
         noisy = fleet_spreads.too_noisy(host, max(mad_k, nz.OUTLIER_Z))
         linear_pct = max(pct, noise_floor_pct) if needed_pct is None else noise_floor_pct
-        practical = _practical(value, s.median, direction, worse_pct, linear_pct, needed_pct)
+        practical = _practical(value, s.median, direction, linear_pct, needed_pct)
         if needed_pct is None:
             out = worse > 0 and far_out and practical is not None and nz.beyond(value, s.median, margin)
         else:
@@ -196,20 +198,18 @@ def judge(
     return Judgement(found, unjudged)
 
 
-def _practical(
-    value: float, median: float, direction: str, worse_pct: float, pct: float, needed_pct: float | None
-) -> str | None:
+def _practical(value: float, median: float, direction: str, pct: float, needed_pct: float | None) -> str | None:
     """Why `value` lies beyond the practical margin below the fleet's `median` (judge), or None where it does not:
-    `worse_pct` (percent of the median) beyond `pct`, and, where the metric's needed resolution is given, its log
-    ratio beyond that."""
-    if not worse_pct > pct:
+    its fall as a log ratio (resolution.worse_pct, the one scale every verdict judges on) beyond `pct` and, where the
+    metric's needed resolution is given, beyond that."""
+    log_pct = rs.worse_pct(value, median, direction)
+    if not log_pct > pct:
         return None
     if needed_pct is None:
-        return f"{worse_pct:.1f}% of the median > {pct:g}%"
-    log_pct = rs.worse_pct(value, median, direction)
+        return f"{log_pct:.1f}% worse than the median as a log ratio > {pct:g}%"
     if not log_pct > needed_pct:
         return None
-    return f"{log_pct:.1f}% below the median as a log ratio > the {needed_pct:g}% its metric needs to tell"
+    return f"{log_pct:.1f}% worse than the median as a log ratio > the {needed_pct:g}% its metric needs to tell"
 
 
 def _waits_explain(
@@ -381,12 +381,12 @@ def _outliers_by_round(
     cutoff = sibling_z(*figures.shape)
     found = []
     for label, log_behind, z_score in zip(labels, behind.tolist(), z.tolist(), strict=True):
-        worse_pct = (1.0 - math.exp(log_behind)) * 100.0
-        if worse_pct <= DEFAULT_PCT or not -z_score > cutoff:  # a z of NaN (no spread, not behind) is no outlier
+        if -log_behind * 100.0 <= DEFAULT_PCT or not -z_score > cutoff:  # a z of NaN (no spread, not behind): none
             continue
+        worse_pct = (1.0 - math.exp(log_behind)) * 100.0  # shown as people read a fall: in percent of the median
         spread_zero = math.isinf(z_score)
         rules = ["every round's spread is 0" if spread_zero else f"{-z_score:.1f} errors of its median > {cutoff:.1f}"]
-        rules.append(f"more than {DEFAULT_PCT:g}% behind, round by round")
+        rules.append(f"more than {DEFAULT_PCT:g}% behind as a log ratio, round by round")
         found.append(Outlier(label, values[label], worse_pct, None if spread_zero else z_score, tuple(rules)))
     return found
 

@@ -209,7 +209,7 @@ def restated() -> list[tuple[str, str, str]]:
         ("docs/integrations.md", integrations, f"(default {npd.DEFAULT_MAX_OUTPUT_LENGTH}; `--max-output-length`"),
         ("docs/integrations.md", integrations, f"(`--max-drain-pct`, default {breaker.DEFAULT_MAX_PCT:g};"),
         ("docs/fleet.md", fleet, f"(`--max-drain-pct`, default {breaker.DEFAULT_MAX_PCT:g}, "),
-        ("docs/fleet.md", fleet, f"{outliers.DEFAULT_PCT:g}% of the median where the reports say nothing"),
+        ("docs/fleet.md", fleet, f"{outliers.DEFAULT_PCT:g}% where the reports say nothing"),
         ("docs/fleet.md", fleet, f"Fewer than {outliers.MIN_NODES} nodes: medians and spreads only"),
         ("docs/fleet.md", fleet, f"Iglewicz and Hoaglin's {noise.OUTLIER_Z:g} (for one figure)"),
         (

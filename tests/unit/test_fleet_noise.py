@@ -278,7 +278,7 @@ def test_the_practical_margin_is_the_resolution_the_metric_needs() -> None:
     assert _gpu_fleet_with(70.0, needed_pct=60.0) == []
     assert _gpu_fleet_with(50.0, needed_pct=60.0) == ["g09"]  # 69% as a log ratio
     (slow,) = _gpu_fleet_outliers(92.0, needed_pct=6.0)
-    assert "8.2% below the median as a log ratio > the 6% its metric needs to tell" in slow.rules
+    assert "8.2% worse than the median as a log ratio > the 6% its metric needs to tell" in slow.rules
 
 
 @settings(deadline=None, max_examples=200)
@@ -319,7 +319,7 @@ def test_a_widely_scattered_fleet_excuses_no_more_than_the_metric_needs() -> Non
         found[0].rules[0]
         == "3.0 scaled MADs from the median: the fleet's scatter excuses no more than its metric needs"
     )
-    assert found[0].rules[1].endswith("below the median as a log ratio > the 6% its metric needs to tell")
+    assert found[0].rules[1].endswith("worse than the median as a log ratio > the 6% its metric needs to tell")
     assert outliers.outliers(values, "higher", noise.family_z(len(values), 1), noises=noises) == []  # without it
 
 
@@ -345,7 +345,7 @@ def test_the_fleet_summary_takes_each_metric_s_needed_resolution_from_its_report
     assert [n.hostname for n in needed.drained] == ["g09"] and needed.metrics[0].needed_pct == 6.0
     assert "the resolution its metric needs" in rules_text(needed)
     assert summarize(reports(6.0), pct=10.0).drained == []
-    assert "10% of the median" in rules_text(summarize(reports(6.0), pct=10.0))
+    assert "10% as a log ratio" in rules_text(summarize(reports(6.0), pct=10.0))
     assert summarize(reports(None)).drained == [] and summarize(reports(None)).metrics[0].needed_pct is None
     assert summarize(reports(1e9)).drained == []  # out of the baselines' bounds: not believed, the 10% holds
 

@@ -84,11 +84,14 @@ def test_an_outlier_is_far_in_robust_terms_and_beyond_the_percent_margin_on_the_
     (slow,) = outliers.outliers(values, "lower", mad_k=3.5, pct=10)
     assert slow.host == "e" and slow.z == pytest.approx(97 / noise.MAD_TO_SIGMA)
     assert slow.worse_pct == pytest.approx(97 / 3 * 100)
-    assert slow.rules == ("65.4 scaled MADs > 3.5", "3233.3% of the median > 10%")
+    assert slow.rules == ("65.4 scaled MADs > 3.5", "350.7% worse than the median as a log ratio > 10%")
     # higher is better: 100 is the best node; a is 2 below the median (66.7%) but only 1.35 scaled MADs
     assert outliers.outliers(values, "higher", mad_k=3.5, pct=10) == []
     (low,) = outliers.outliers(values, "higher", mad_k=0, pct=50)  # K 0: the percent rule alone
-    assert low.host == "a" and low.rules == ("1.3 scaled MADs > 0.0", "66.7% of the median > 50%")
+    assert low.host == "a" and low.rules == (
+        "1.3 scaled MADs > 0.0",
+        "109.9% worse than the median as a log ratio > 50%",
+    )
 
 
 def test_a_healthy_fleet_judged_on_many_figures_at_once_drains_nobody_and_a_broken_figure_still_stands_out() -> None:

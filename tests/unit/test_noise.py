@@ -283,7 +283,7 @@ def test_siblings_measured_in_rounds_are_judged_round_by_round() -> None:
     slow = _rounds([[10.0 * d, 10.2 * d, 7.5 * d, 9.9 * d] for d in node])
     (found,) = outliers.sibling_outliers(slow, "higher")
     assert found.host == "gpu2" and found.worse_pct == pytest.approx(25.0, abs=1.0)
-    assert found.rules == ("every round's spread is 0", "more than 10% behind, round by round")
+    assert found.rules == ("every round's spread is 0", "more than 10% behind as a log ratio, round by round")
     # lower is better (a latency): the device whose figure is higher in every round
     slow_latency = _rounds([[2.0 * d, 2.1 * d, 2.8 * d * (1 + 0.02 * (-1) ** r), 1.9 * d] for r, d in enumerate(node)])
     assert [o.host for o in outliers.sibling_outliers(slow_latency, "lower")] == ["gpu2"]
