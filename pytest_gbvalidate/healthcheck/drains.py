@@ -90,10 +90,11 @@ def repeats(drains: Sequence[Drain], now_s: float) -> bool:
     return drain.repeats([d.time_s for d in drains], now_s) is not None
 
 
-def record(path: Path, drain: Drain) -> list[Drain]:
-    """Add `drain` to the log at `path` (made where missing), dropping what is older than KEEP_S; the drains it now
-    keeps. Raises DrainLogError where it cannot (an unreadable log is not replaced: it is someone's to look at)."""
-    return _change(path, lambda kept: [*recent(kept, drain.time_s, KEEP_S), drain])
+def record(path: Path, new: Drain) -> list[Drain]:
+    """Add the drain `new` to the log at `path` (made where missing), dropping what is older than KEEP_S; the drains
+    it now keeps. Raises DrainLogError where it cannot (an unreadable log is not replaced: it is someone's to look
+    at)."""
+    return _change(path, lambda kept: [*recent(kept, new.time_s, KEEP_S), new])
 
 
 def unseen_back(drains: Sequence[Drain]) -> Drain | None:
