@@ -151,10 +151,11 @@ def side(beyond_pct: float, resolution: Resolution | None, needed: Needed, toler
 
     `tolerance_pct`: where the threshold is itself a change allowed for the same noise (--gb-compare's allowed
     change, `tolerance_pct` past the reference), noise excuses only what reaches past it: the two overlap, they do
-    not add up."""
+    not add up. A neighbour's waits are no such noise: the node alone would have measured the figure that much
+    better, and that figure is judged against the same threshold, so the fall they explain counts in full."""
     r = 0.0 if resolution is None else resolution.pct
     excused = max(min(r, needed.pct) - tolerance_pct, 0.0)
-    explained = (0.0 if resolution is None else resolution.explained_pct) - tolerance_pct
+    explained = 0.0 if resolution is None else resolution.explained_pct
     if math.isnan(beyond_pct) or beyond_pct > max(excused, explained):
         return "beyond"
     # Past the threshold by no more than its waits explain, where they explain all its noise excuses: a neighbour's
