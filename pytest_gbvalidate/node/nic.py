@@ -1,9 +1,7 @@
 """The node's RDMA NICs as sysfs shows them: each card's PCIe link, its InfiniBand error counters, its ports, the
-GPUDirect RDMA module and the PCIe bridges' ACS. No pytest.
-
-Every value read here is untrusted: a file that is missing or that the kernel itself calls unknown is *unknown* (a
-check skips it, naming the file), a value in no format the kernel writes is *bad* (one line naming the file and
-the value), and nothing raises. Every reader takes the sysfs root, so the tests point it at a fake tree.
+GPUDirect RDMA module and the PCIe bridges' ACS. No pytest. Every value read is untrusted: a file missing or that the
+kernel calls unknown is *unknown* (a check skips it, naming the file), a value in no format the kernel writes is *bad*
+(one line naming the file and the value); nothing raises. Every reader takes the sysfs root (the tests' fake tree).
 
 Sources: a card trained below its own maximum is the kernel's mlx5_core "limited by ... x8" finding that
 imbue-ai/cluster-health fails on; the counters and their limits are NVSentinel's (its NIC health monitor design,
@@ -27,10 +25,34 @@ from pytest_gbvalidate.node.topology import IbPort
 from pytest_gbvalidate.node.window import MIN_RATE_SPAN_S
 
 PROC_CPUINFO = Path("/proc/cpuinfo")
-
-# --- reading one sysfs value ----------------------------------------------------------------------------------
-
-ReadState = Literal["ok", "unknown", "bad"]
+NVIDIA_VERSION = Path("/proc/driver/nvidia/version")
+PEERMEM_MODULE = "nvidia_peermem"
+# The kernel's link speeds (drivers/pci/pci.h, PCIE_SPEED2STR) and the generation each is.
+GENERATIONS: dict[float, int] = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
+_SPEED = re.compile(r"(\d+(?:\.\d+)?) GT/s(?: PCIe)?")  # "32.0 GT/s PCIe"; before Linux 4.19 "8 GT/s"
+_UNKNOWN_SPEEDS = {"unknown", "unknown speed"}  # what pci_speed_string says for a speed it cannot name
+AZURE_VM = ("Microsoft Corporation", "Virtual Machine")  # DMI sys_vendor, product_name of a Hyper-V guest
+PCI_BRIDGE_CLASS = 0x0604
+ACS_CAPABILITY = 0x000D  # PCIe extended capability id of Access Control Services
+# The ACS Control bits that send peer-to-peer traffic up to the root complex (PCIe base spec 7.7.11.3):
+# P2P Request Redirect and P2P Completion Redirect (bits 2 and 3), what lspci shows as ReqRedir+ CmpltRedir+.
+ACS_REDIRECT_BITS = {2: "ReqRedir", 3: "CmpltRedir"}
+LinkVerdict = Literal["ok", "below_max", "below_expected", "unknown", "bad"]
+Severity = Literal["fail", "warn"]
+CounterName = Literal[
+    "link_downed",
+    "excessive_buffer_overrun_errors",
+    "local_link_integrity_errors",
+    "rnr_nak_retry_err",
+    "symbol_error",
+    "link_error_recovery",
+]
+COUNTERS: tuple[CounterName, ...] = get_args(CounterName)
+# Any increase fails (NVSentinel: fatal).
+FATAL_ON_ANY: frozenset[CounterName] = frozenset(
+    {"link_downed", "excessive_buffer_overrun_errors", "local_link_integrity_errors", "rnr_nak_retry_err"}
+)
+HW_COUNTERS: frozenset[CounterName] = frozenset({"rnr_nak_retry_err"})  # under hw_counters/, where the driver has it
 
 
 @dataclass(frozen=True)
@@ -38,7 +60,7 @@ class Reading:
     """One value read from a file: `ok` with its text, `unknown` (missing, unreadable, or the kernel's own
     "Unknown") or `bad` (a value in no format the kernel writes); `problem` names the file either way."""
 
-    state: ReadState
+    state: Literal["ok", "unknown", "bad"]
     text: str = ""
     problem: str = ""
 
@@ -55,14 +77,6 @@ def read_text(path: Path) -> Reading:
 
 def _shown(text: str) -> str:
     return repr(text if len(text) <= 40 else text[:40] + "...")
-
-
-# --- a card's PCIe link ---------------------------------------------------------------------------------------
-
-# The kernel's link speeds (drivers/pci/pci.h, PCIE_SPEED2STR) and the generation each is.
-GENERATIONS: dict[float, int] = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
-_SPEED = re.compile(r"(\d+(?:\.\d+)?) GT/s(?: PCIe)?")  # "32.0 GT/s PCIe"; before Linux 4.19 "8 GT/s"
-_UNKNOWN_SPEEDS = {"unknown", "unknown speed"}  # what pci_speed_string says for a speed it cannot name
 
 
 @dataclass(frozen=True, order=True)
@@ -90,8 +104,7 @@ def parse_speed(path: Path, text: str) -> Reading | int:
 
 
 def parse_width(path: Path, text: str) -> Reading | int:
-    """A link width file's text as lanes, or why not. Width 0 is what a link with no lanes reads (a virtual
-    function, whose link status the device leaves empty)."""
+    """A link width file's text as lanes, or why not. Width 0: no lanes (a virtual function's empty link status)."""
     found = re.fullmatch(r"x?(\d{1,2})", text.strip())
     if found is None:
         return Reading("bad", text, f"{path}: {_shown(text)} is not a PCIe link width (e.g. '16')")
@@ -125,9 +138,8 @@ class NicLink:
     pci: str  # 0000:01:00.0
     current: PcieLink | Reading
     maximum: PcieLink | Reading
-    # The port above the card (its parent in sysfs): a Gen5 card in a Gen4 slot trains at Gen4 by design, which the
-    # kernel's "limited by" finding does not name either. A Reading where there is none to read (the card's own
-    # maximum stands alone then).
+    # The port above the card (its sysfs parent): a Gen5 card in a Gen4 slot trains at Gen4 by design, which the
+    # kernel's "limited by" finding does not name either. A Reading where there is none (the card's maximum stands).
     upstream: PcieLink | Reading = Reading("unknown")
 
     def best(self) -> PcieLink | None:
@@ -148,20 +160,11 @@ class NicLink:
 
 def rdma_devices(sysfs: Path) -> list[Path]:
     """Every /sys/class/infiniband/<dev> backed by a device, in name order."""
-    root = sysfs / "class/infiniband"
     try:
-        found = sorted(root.iterdir())
+        found = sorted((sysfs / "class/infiniband").iterdir())
     except OSError:
         return []
     return [d for d in found if (d / "device").exists()]
-
-
-def pci_address(device_link: Path) -> str:
-    """The PCI address a `device` link points at; its own name where it cannot be resolved."""
-    try:
-        return device_link.resolve().name
-    except OSError:
-        return device_link.name
 
 
 def nic_links(sysfs: Path) -> list[NicLink]:
@@ -169,15 +172,12 @@ def nic_links(sysfs: Path) -> list[NicLink]:
     for dev in rdma_devices(sysfs):
         device = dev / "device"
         current, maximum = read_link(device, "current"), read_link(device, "max")
-        try:
-            upstream = read_link(device.resolve().parent, "max")
+        try:  # the PCI address the link points at, and the port above it
+            pci, upstream = device.resolve().name, read_link(device.resolve().parent, "max")
         except OSError:
-            upstream = Reading("unknown")
-        links.append(NicLink(dev.name, pci_address(device), current, maximum, upstream))
+            pci, upstream = device.name, Reading("unknown")
+        links.append(NicLink(dev.name, pci, current, maximum, upstream))
     return links
-
-
-LinkVerdict = Literal["ok", "below_max", "below_expected", "unknown", "bad"]
 
 
 @dataclass(frozen=True)
@@ -205,25 +205,6 @@ def judge_link(nic: NicLink, expected: PcieLink | None, sku: str = "the SKU") ->
     return findings
 
 
-# --- InfiniBand error counters as rates -------------------------------------------------------------------------
-
-CounterName = Literal[
-    "link_downed",
-    "excessive_buffer_overrun_errors",
-    "local_link_integrity_errors",
-    "rnr_nak_retry_err",
-    "symbol_error",
-    "link_error_recovery",
-]
-COUNTERS: tuple[CounterName, ...] = get_args(CounterName)
-# Any increase fails (NVSentinel: fatal).
-FATAL_ON_ANY: frozenset[CounterName] = frozenset(
-    {"link_downed", "excessive_buffer_overrun_errors", "local_link_integrity_errors", "rnr_nak_retry_err"}
-)
-HW_COUNTERS: frozenset[CounterName] = frozenset({"rnr_nak_retry_err"})  # under hw_counters/, where the driver has it
-Severity = Literal["fail", "warn"]
-
-
 @dataclass(frozen=True)
 class RateLimit:
     counter: CounterName
@@ -246,18 +227,14 @@ class PortCounters:
     unread: tuple[Reading, ...] = ()  # bad or unknown files among those the driver keeps
 
 
-def counter_path(sysfs: Path, nic: str, port: int, counter: CounterName) -> Path:
-    group = "hw_counters" if counter in HW_COUNTERS else "counters"
-    return sysfs / "class/infiniband" / nic / "ports" / str(port) / group / counter
-
-
 def read_port_counters(sysfs: Path, nic: str, port: int) -> PortCounters:
     """The error counters of one port. A counter the driver does not keep (no file) is left out; one that cannot
     be read, or holds no count, is named in `unread`."""
     values: dict[CounterName, int] = {}
     unread: list[Reading] = []
     for counter in COUNTERS:
-        path = counter_path(sysfs, nic, port, counter)
+        path = sysfs / "class/infiniband" / nic / "ports" / str(port)
+        path = path / ("hw_counters" if counter in HW_COUNTERS else "counters") / counter
         if not path.exists():
             continue
         read = read_text(path)
@@ -376,9 +353,6 @@ def _rate(per_s: float, unit: str) -> str:
     return f"{per_s * 3600:.3g} per hour"
 
 
-# --- ports: a card with fewer active ports than its peers -------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class CardPorts:
     name: str
@@ -391,9 +365,8 @@ class CardPorts:
         return f"{self.name} ({self.pci})"
 
     def kind(self) -> str:
-        """What makes cards peers: the link layer of their ports and how many ports they have. Not their rate: a
-        port that is down reports a low one (10 Gb/s), which would put the card with a port down in a kind of its
-        own, judged by nobody."""
+        """What makes cards peers: their ports' link layer and number. Not their rate: a port down reports a low one
+        (10 Gb/s), which would put its card in a kind of its own, judged by nobody."""
         return f"{'+'.join(sorted({p.link_layer for p in self.ports})) or '?'} {len(self.ports)}-port"
 
     def active(self) -> int:
@@ -410,9 +383,8 @@ def card_ports(sysfs: Path) -> list[CardPorts]:
 
 
 def fewer_active_ports(cards: Iterable[CardPorts]) -> list[str]:
-    """Cards with fewer ACTIVE ports than the most common count among their peers (the same kind: link layer;
-    virtual functions of a host apart), each named with what its peers have. A kind with a single card, or with no
-    most common count (a tie), names none."""
+    """Cards with fewer ACTIVE ports than most of their peers (of their kind; a host's virtual functions apart), each
+    named with what its peers have. A kind with a single card, or a tie for the most common count, names none."""
     groups: dict[tuple[bool, str], list[CardPorts]] = {}
     for card in cards:
         groups.setdefault((card.virtual_function, card.kind()), []).append(card)
@@ -435,14 +407,6 @@ def fewer_active_ports(cards: Iterable[CardPorts]) -> list[str]:
     return found
 
 
-# --- GPUDirect RDMA ---------------------------------------------------------------------------------------------
-
-PEERMEM_MODULE = "nvidia_peermem"
-
-
-NVIDIA_VERSION = Path("/proc/driver/nvidia/version")
-
-
 def peermem_loaded(sysfs: Path) -> bool:
     """Whether the nvidia_peermem module is loaded (/sys/module/nvidia_peermem): NVIDIA's GPUDirect RDMA peer
     memory client, without which the NIC cannot reach GPU memory through the proprietary kernel module."""
@@ -455,16 +419,6 @@ def open_kernel_modules() -> bool:
     return "Open Kernel Module" in read_text(NVIDIA_VERSION).text
 
 
-# --- ACS on PCIe bridges ------------------------------------------------------------------------------------------
-
-AZURE_VM = ("Microsoft Corporation", "Virtual Machine")  # DMI sys_vendor, product_name of a Hyper-V guest
-PCI_BRIDGE_CLASS = 0x0604
-ACS_CAPABILITY = 0x000D  # PCIe extended capability id of Access Control Services
-# The ACS Control bits that send peer-to-peer traffic up to the root complex (PCIe base spec 7.7.11.3):
-# P2P Request Redirect and P2P Completion Redirect (bits 2 and 3), what lspci shows as ReqRedir+ CmpltRedir+.
-ACS_REDIRECT_BITS = {2: "ReqRedir", 3: "CmpltRedir"}
-
-
 def hypervisor(sysfs: Path) -> str | None:
     """Why this node looks virtual, or None on bare metal: an Azure VM by its DMI table, or a CPU flagged as
     running under a hypervisor (/proc/cpuinfo's `hypervisor` flag)."""
@@ -472,8 +426,7 @@ def hypervisor(sysfs: Path) -> str | None:
     vendor, product = read_text(dmi / "sys_vendor").text, read_text(dmi / "product_name").text
     if (vendor, product) == AZURE_VM:
         return f"a {vendor} {product} ({dmi}/sys_vendor, product_name)"
-    cpuinfo = read_text(PROC_CPUINFO)
-    for line in cpuinfo.text.splitlines():
+    for line in read_text(PROC_CPUINFO).text.splitlines():
         name, _, value = line.partition(":")
         if name.strip() == "flags" and "hypervisor" in value.split():
             return f"a CPU under a hypervisor ({PROC_CPUINFO}: flag hypervisor)"
@@ -545,6 +498,4 @@ def scan_acs(sysfs: Path) -> AcsScan:
 
 def expected_link(value: Mapping[str, int] | None) -> PcieLink | None:
     """The baseline's `health.nic_pcie` ({gen, width}) as a link."""
-    if not value:
-        return None
-    return PcieLink(int(value["gen"]), int(value["width"]))
+    return PcieLink(int(value["gen"]), int(value["width"])) if value else None
