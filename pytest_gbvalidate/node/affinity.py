@@ -1,9 +1,6 @@
 """Binding the calling thread to a set of CPUs and a NUMA node's memory, as `numactl --physcpubind=... --membind=N`
-does, for host<->device copies that must use host memory near the GPU. No pytest, no torch.
-
-The CPUs and node of a PCI device come from sysfs (`/sys/bus/pci/devices/<bdf>/local_cpulist`, `numa_node`).
-`bound_to` takes a plain CPU list, so any source of locality (sysfs here, a NUMA map elsewhere) can feed it.
-"""
+does, for host<->device copies that must use host memory near the GPU; a PCI device's CPUs and node from sysfs.
+`bound_to` takes a plain CPU list, so any source of locality can feed it. No pytest, no torch."""
 
 from __future__ import annotations
 

@@ -181,8 +181,6 @@ class Sampler:
         with self._lock:
             self._samples.append(Sample(t_s, values))
 
-    # --- results ---------------------------------------------------------------------------------------------
-
     @property
     def samples(self) -> list[Sample]:
         with self._lock:

@@ -1,10 +1,7 @@
-"""The node's NUMA map: which NUMA node and CPUs each GPU and each NIC is close to.
-
-Read from sysfs (the kernel's view: /sys/devices/system/node, /sys/bus/pci/devices, /sys/class/infiniband,
-/sys/class/net) and joined with NVML's view of each GPU (nvml.GpuInfo), so the two can be cross-checked.
-NUMA nodes without CPUs are kept: Grace systems expose each GPU's memory as one. Every reader takes the sysfs
-root, so the tests point it at a fake tree. No pytest and no NVML calls here.
-"""
+"""The node's NUMA map: which NUMA node and CPUs each GPU and each NIC is close to, read from sysfs (the kernel's
+view: /sys/devices/system/node, /sys/bus/pci/devices, /sys/class/infiniband, /sys/class/net) and joined with NVML's
+view of each GPU (nvml.GpuInfo), so the two can be cross-checked. NUMA nodes without CPUs are kept: Grace systems
+expose each GPU's memory as one. Every reader takes the sysfs root (the tests' fake tree). No pytest, no NVML calls."""
 
 from __future__ import annotations
 
@@ -64,9 +61,6 @@ def _node_id(text: str | None) -> int | None:
     return None if node < 0 else node
 
 
-# --- NUMA nodes --------------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class NumaNode:
     node: int
@@ -86,9 +80,6 @@ def numa_nodes(sysfs: Path) -> dict[int, NumaNode]:
 
 def online_cpus(sysfs: Path) -> tuple[int, ...]:
     return parse_cpulist(_read(sysfs / "devices/system/cpu/online") or "")
-
-
-# --- PCI devices: GPUs and NICs ----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -172,9 +163,6 @@ def _ib_port(path: Path) -> IbPort:
     state = (_read(path / "state") or "?").split(":")[-1].strip()  # "4: ACTIVE"
     rate = re.match(r"\s*(\d+(?:\.\d+)?)\s*Gb/sec", _read(path / "rate") or "")  # "400 Gb/sec (4X NDR)"
     return IbPort(_port_number(path), state, float(rate.group(1)) if rate else None, _read(path / "link_layer") or "")
-
-
-# --- the map -----------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)

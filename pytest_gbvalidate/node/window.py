@@ -1,12 +1,9 @@
-"""The node's window: where its kernel log and its error counters stood when each check last found it clean, so a
-check judges only what happened since, and judges each event once. No pytest here.
+"""The node's window: where its kernel log and error counters stood when each check last found it clean, so a check
+judges only what happened since, each event once. No pytest here.
 
-One small JSON file (`--gb-window`, default /run/gbvalidate/window.json). /run is a tmpfs: a reboot empties it as it
-empties the kernel's ring buffer and the driver's volatile counters; a mark also carries the boot it was taken in
-(the kernel's boot id), so a mark from an earlier boot is void wherever the file lives. Writers take the file's lock,
-read it, change their own marks and replace it atomically: one run's per-GPU checks write from several pytest-xdist
-workers at once.
-"""
+One small JSON file (`--gb-window`, default DEFAULT_PATH) on /run, a tmpfs a reboot empties as it empties the kernel's
+ring buffer and the driver's volatile counters; a mark also carries its boot's id, so one of an earlier boot is void
+wherever the file lives. Writers lock the file and replace it atomically: several pytest-xdist workers write at once."""
 
 from __future__ import annotations
 
@@ -45,9 +42,8 @@ def boot_id() -> str | None:
 
 
 def uptime_s() -> float | None:
-    """Seconds since boot, the window of a check with no mark this boot: the kernel log's clock (near enough: it
-    also counts a suspend, which a node does not do) and what the driver's and the NIC's counters count since.
-    None where /proc/uptime cannot be read."""
+    """Seconds since boot (the kernel log's clock and what the counters count since; a suspend counts, which a node
+    does not do): the window of a check with no mark this boot. None where /proc/uptime cannot be read."""
     try:
         value = float(UPTIME.read_text(encoding="ascii").split()[0])
     except (OSError, ValueError, IndexError):
@@ -105,10 +101,9 @@ class Rate:
 
 
 def rate(window: Window, name: str, count: int, now_s: float, min_span_s: float = MIN_RATE_SPAN_S) -> Rate | None:
-    """A counter's rate since its mark of this boot (the check's last clean run), else since boot, over at least
-    `min_span_s`. A counter below its mark was cleared
-    since (a driver reload, a GPU reset): its whole value counts, over the time since the mark, as node/nic.py counts
-    a cleared InfiniBand counter (NVSentinel's reset rule). None where neither the mark nor the uptime can be read."""
+    """A counter's rate since its mark of this boot, else since boot, over `min_span_s` at least. A counter below its
+    mark was cleared (a driver reload, a GPU reset): its whole value counts since the mark, as nic.change counts one
+    (NVSentinel's reset rule). None where neither the mark nor the uptime can be read."""
     mark = window.read(name)
     if mark is not None:
         cleared = count < mark.value
