@@ -1,17 +1,9 @@
-"""Confirm before drain: a health check's failed checks are run once more, within what is left of its deadline, and
-only what fails again stands. Azure's runbook for its health checks drains only what still fails after a second
-run, and AzNHC passes a bandwidth check at the first of its tries that clears it, because "a single pass might
-fail and drain the node"; a check that fails, then passes, is flapping: said, counted by `fleet offenders` from the
-kept reports, never drained.
-
-What the second run says of each check that failed the first:
-
-- failed again: confirmed, the verdict's failure (a drain where the node drains);
-- passed: flapping, not a failure;
-- anything else (skipped, too noisy to judge, not run, the second run could not start or ran out of time): not
-  confirmed; where no failure is confirmed, that is no verdict -- the evidence cannot tell, so no drain.
-
-A run that hung past the deadline is not run again: no time is left, and a hang is the node's (slurm.py)."""
+"""Confirm before drain: a health check's failed checks run once more, within what is left of its deadline, and only
+what fails again stands, as Azure's runbook drains only what still fails after a second run (AzNHC: "a single pass
+might fail and drain the node"). Of each check that failed the first run, the second says: failed again, confirmed;
+passed, flapping (said, counted by `fleet offenders`, never drained); anything else (skipped, too noisy, not run, no
+time), not confirmed: where no failure is confirmed, no verdict and no drain. A run that hung past the deadline is
+not run again: no time is left, and a hang is the node's (slurm.py)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""The evidence a vendor ticket asks for, kept before the health check drains its node: NVIDIA's
-`nvidia-bug-report.sh` log (where the driver installed it) beside the kept report, bounded in time and size. A drained
-node is reset or rebooted next, and what the driver knew goes with it; NVSentinel collects the same beside its drains
-(a minimal collection in about 17 s). No pytest here.
-"""
+"""The evidence a vendor ticket asks for, kept before the health check drains its node (reset or rebooted next, what
+the driver knew goes with it): NVIDIA's `nvidia-bug-report.sh` log beside the kept report, bounded in time and size,
+as NVSentinel collects beside its drains (a minimal collection in about 17 s). No pytest here."""
 
 from __future__ import annotations
 
@@ -19,8 +17,8 @@ MAX_BYTES = 256 * 2**20
 
 
 def keep(beside: Path | None, left_s: float) -> str:
-    """Run the tool into `beside`'s directory (the kept report's) within `left_s` seconds; one note for the line:
-    where the evidence is, or why none was kept. Empty where no report is kept (no place is named for it)."""
+    """Run the tool into `beside`'s directory (the kept report's; none: no note) within `left_s` seconds; the line's
+    note: where the evidence is, or why none was kept."""
     if beside is None:
         return ""
     tool = shutil.which(TOOL)

@@ -77,8 +77,7 @@ class Window:
             return f"the node's window {self.path} is not kept: the kernel gives no boot id ({BOOT_ID})"
         taken = time.time() if now_s is None else now_s
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with _locked(self.path):
+            with locked(self.path):
                 kept = _load(self.path).get(boot, {})
                 kept.update({name: Mark(int(value), taken) for name, value in marks.items()})
                 data = {
@@ -86,9 +85,7 @@ class Window:
                     "boot_id": boot,
                     "marks": {n: {"value": m.value, "time_s": m.time_s} for n, m in sorted(kept.items())},
                 }
-                scratch = self.path.with_name(f".{self.path.name}.{os.getpid()}")
-                scratch.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-                os.replace(scratch, self.path)
+                replace_json(self.path, data)
         except OSError as exc:
             return f"the node's window {self.path} cannot be written: {exc.strerror or exc}"
         return None
@@ -118,10 +115,19 @@ def rate(window: Window, name: str, count: int, now_s: float, min_span_s: float 
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
+    """The block under `path`'s lock (a file beside it; the directory made where missing), for its writers."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_name(f".{path.name}.lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
+
+
+def replace_json(path: Path, data: object) -> None:
+    """Replace `path` atomically with `data` as JSON: a scratch file beside it, renamed over it."""
+    scratch = path.with_name(f".{path.name}.{os.getpid()}")
+    scratch.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    os.replace(scratch, path)
 
 
 def _load(path: Path) -> dict[str, dict[str, Mark]]:
