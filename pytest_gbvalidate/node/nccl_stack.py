@@ -16,8 +16,7 @@ MAPS = Path("/proc/self/maps")
 
 
 def loaded_version() -> tuple[str, str]:
-    """(the NCCL version torch loads, where it was found): torch's own answer, and the library file mapped into
-    this process where /proc/self/maps shows one."""
+    """(the NCCL version torch loads, where it was found: torch's answer, the library /proc/self/maps shows)."""
     import torch
 
     version = ".".join(str(part) for part in torch.cuda.nccl.version())  # type: ignore[no-untyped-call]

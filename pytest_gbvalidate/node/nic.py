@@ -57,8 +57,7 @@ HW_COUNTERS: frozenset[CounterName] = frozenset({"rnr_nak_retry_err"})  # under 
 
 @dataclass(frozen=True)
 class Reading:
-    """One value read from a file: `ok` with its text, `unknown` (missing, unreadable, or the kernel's own
-    "Unknown") or `bad` (a value in no format the kernel writes); `problem` names the file either way."""
+    """One value read from a file: `ok` with its text, `unknown` or `bad` (see above); `problem` names the file."""
 
     state: Literal["ok", "unknown", "bad"]
     text: str = ""
@@ -115,8 +114,7 @@ def parse_width(path: Path, text: str) -> Reading | int:
 
 
 def read_link(device: Path, which: Literal["current", "max"]) -> PcieLink | Reading:
-    """The PCI device's current or maximum link (`current_link_speed` and `current_link_width`, or `max_...`), or
-    the Reading that says why it cannot be told (the speed's first, then the width's)."""
+    """The PCI device's current or max link (`{which}_link_speed`, `{which}_link_width`), or the first bad Reading."""
     values: list[int] = []
     for name, parse in ((f"{which}_link_speed", parse_speed), (f"{which}_link_width", parse_width)):
         path = device / name
@@ -188,8 +186,7 @@ class LinkFinding:
 
 
 def judge_link(nic: NicLink, expected: PcieLink | None, sku: str = "the SKU") -> list[LinkFinding]:
-    """What is wrong with a card's link: trained below its own maximum (either field), below the SKU's expected
-    link, or a value that is bad or unknown; empty when it is fine."""
+    """What is wrong with a card's link: below its own maximum or the SKU's expected link, or a value bad or unknown."""
     findings: list[LinkFinding] = []
     for read in nic.unread():
         verdict: LinkVerdict = "bad" if read.state == "bad" else "unknown"
@@ -228,8 +225,7 @@ class PortCounters:
 
 
 def read_port_counters(sysfs: Path, nic: str, port: int) -> PortCounters:
-    """The error counters of one port. A counter the driver does not keep (no file) is left out; one that cannot
-    be read, or holds no count, is named in `unread`."""
+    """The error counters of one port: one the driver does not keep (no file) left out, one unread in `unread`."""
     values: dict[CounterName, int] = {}
     unread: list[Reading] = []
     for counter in COUNTERS:
@@ -248,8 +244,7 @@ def read_port_counters(sysfs: Path, nic: str, port: int) -> PortCounters:
 
 
 def counter_marks(sysfs: Path) -> dict[str, int]:
-    """Every InfiniBand port's error counters as they read now, by their marks' names: where a repair opens the
-    counters' window (`python -m pytest_gbvalidate.healthcheck repaired`)."""
+    """Every InfiniBand port's error counters now, by their marks' names: where a repair opens their window."""
     return {
         mark_name(card.name, port.port, counter): value
         for card in card_ports(sysfs)
@@ -330,8 +325,7 @@ class CounterFinding:
 
 
 def judge_change(c: CounterChange) -> CounterFinding | None:
-    """A counter's increase against its rule: any increase of a fatal counter fails; a rate over its limit fails
-    or warns; None when healthy."""
+    """A counter's increase against its rule (FATAL_ON_ANY, RATE_LIMITS); None when healthy."""
     if c.increase <= 0:
         return None
     if c.counter in FATAL_ON_ANY:
@@ -420,8 +414,7 @@ def open_kernel_modules() -> bool:
 
 
 def hypervisor(sysfs: Path) -> str | None:
-    """Why this node looks virtual, or None on bare metal: an Azure VM by its DMI table, or a CPU flagged as
-    running under a hypervisor (/proc/cpuinfo's `hypervisor` flag)."""
+    """Why this node looks virtual (an Azure VM by its DMI table, a CPU's `hypervisor` flag), or None on bare metal."""
     dmi = sysfs / "class/dmi/id"
     vendor, product = read_text(dmi / "sys_vendor").text, read_text(dmi / "product_name").text
     if (vendor, product) == AZURE_VM:
@@ -452,8 +445,8 @@ class AcsScan:
 
 
 def acs_control(config: bytes) -> int | None:
-    """The ACS Control register from a device's PCI config space, or None where the space has no ACS capability
-    (or too little of it was readable: only root reads past the first 64 bytes)."""
+    """The ACS Control register from a device's PCI config space, or None where it has no ACS capability (or too
+    little was read: only root reads past the first 64 bytes)."""
     offset, seen = 0x100, set()
     while 0x100 <= offset <= len(config) - 8 and offset not in seen:
         seen.add(offset)

@@ -173,8 +173,7 @@ class NumaMap:
     nics: tuple[Nic, ...]
 
     def cpu_node(self, gpu_index: int) -> int | None:
-        """The NUMA node with CPUs the GPU is attached to: sysfs's where it names one with CPUs, else the single
-        node with CPUs among NVML's. None when neither says."""
+        """The NUMA node with CPUs the GPU is attached to: sysfs's, else the single one among NVML's; None: unsaid."""
         gpu = self.gpus[gpu_index]
         if gpu.sysfs_numa_node is not None and self._has_cpus(gpu.sysfs_numa_node):
             return gpu.sysfs_numa_node
@@ -220,16 +219,7 @@ class NumaMap:
                 }
                 for g in self.gpus.values()
             ],
-            "nics": [
-                {
-                    "name": n.name,
-                    "kind": n.kind,
-                    "device": n.device,
-                    "numa_node": n.numa_node,
-                    "ports": [vars(p) for p in n.ports],
-                }
-                for n in self.nics
-            ],
+            "nics": [{**vars(n), "ports": [vars(p) for p in n.ports]} for n in self.nics],
         }
 
 

@@ -32,8 +32,7 @@ class Mark:
 
 
 def boot_id() -> str | None:
-    """The kernel's id of this boot; None where the kernel does not say: then no mark is kept or read, as a mark
-    that cannot be tied to its boot could close a window on events of another."""
+    """The kernel's id of this boot; None where unsaid: then no mark is kept or read (it could close another's)."""
     try:
         found = BOOT_ID.read_text(encoding="ascii").strip()
     except (OSError, UnicodeDecodeError):
@@ -58,8 +57,7 @@ class Window:
     path: Path | None
 
     def read(self, name: str) -> Mark | None:
-        """The mark `name` of this boot, or None: never taken this boot, no window kept, or a file that cannot be
-        read (its problem is said by `write`, which the same check calls)."""
+        """The mark `name` of this boot, or None: not taken, no window, or an unreadable file (`write` says why)."""
         boot = boot_id()
         if self.path is None or boot is None:
             return None
@@ -131,8 +129,7 @@ def replace_json(path: Path, data: object) -> None:
 
 
 def _load(path: Path) -> dict[str, dict[str, Mark]]:
-    """boot id -> name -> Mark. A missing, unreadable or foreign file holds no marks: the window then opens at
-    boot, which judges more, never less."""
+    """boot id -> name -> Mark; none from a missing, unreadable or foreign file (a window from boot judges more)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(data, dict) or data.get("version") != WINDOW_VERSION:
