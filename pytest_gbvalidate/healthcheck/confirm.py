@@ -39,23 +39,13 @@ def combined(first: Verdict, second: Verdict) -> Verdict:
     again = {f.test_id for f in second.failures}
     kept = tuple(f for f in first.failures if f.test_id in again)
     flapping = tuple(f.name for f in first.failures if f.test_id in second.passed_checks and f.test_id not in again)
-    duration_s = first.duration_s + second.duration_s
+    both = dataclasses.replace(first, flapping=flapping, duration_s=first.duration_s + second.duration_s)
     if kept:
-        return dataclasses.replace(first, failures=kept, confirmed=True, flapping=flapping, duration_s=duration_s)
+        return dataclasses.replace(both, failures=kept, confirmed=True)
     left = [f.name for f in first.failures if f.name not in flapping]
     if left:
-        why = second.detail or f"the second run was {second.state}"
-        return unconfirmed(dataclasses.replace(first, flapping=flapping, duration_s=duration_s), why, left)
-    return dataclasses.replace(
-        first,
-        state=OK,
-        failures=(),
-        cause="",
-        detail="",
-        flapping=flapping,
-        duration_s=duration_s,
-        passed=first.passed + len(flapping),
-    )
+        return unconfirmed(both, second.detail or f"the second run was {second.state}", left)
+    return dataclasses.replace(both, state=OK, failures=(), cause="", detail="", passed=first.passed + len(flapping))
 
 
 def unconfirmed(verdict: Verdict, why: str, names: Sequence[str] | None = None) -> Verdict:

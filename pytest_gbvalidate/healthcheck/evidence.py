@@ -29,15 +29,9 @@ def keep(beside: Path | None, left_s: float) -> str:
         return f"evidence: not collected, {left_s:.0f} s left of the deadline"
     stem = beside.with_name(f"{beside.stem}.nvidia-bug-report.log")
     made = stem.with_name(stem.name + ".gz")  # the tool compresses what it writes
-    command = [tool, "--safe-mode", "--output-file", str(stem)]
+    command, quiet = [tool, "--safe-mode", "--output-file", str(stem)], subprocess.DEVNULL
     try:
-        tool_run = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        tool_run = subprocess.Popen(command, stdin=quiet, stdout=quiet, stderr=quiet, start_new_session=True)
     except OSError as exc:
         return f"evidence: {TOOL} did not start: {exc.strerror or exc}"
     try:

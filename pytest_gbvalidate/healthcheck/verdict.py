@@ -21,16 +21,9 @@ from pytest_gbvalidate.report.node_verdict import EXIT_UNRESOLVED, UNCLASSIFIED,
 from pytest_gbvalidate.report.records import RunReportRecord
 
 OK, FAIL, TIMEOUT, UNKNOWN = "ok", "fail", "timeout", "unknown"
-# What pytest's exit statuses mean (pytest.ExitCode), for a line that says why there is no verdict.
-EXIT_MEANINGS = {
-    0: "tests passed",
-    1: "tests failed",
-    2: "interrupted",
-    3: "internal error",
-    4: "usage error",
-    5: "no tests collected",
-    EXIT_UNRESOLVED: "too noisy to judge",
-}
+# What pytest's exit statuses mean (pytest.ExitCode, from 0), for a line that says why there is no verdict.
+_PYTEST_EXITS = ("tests passed", "tests failed", "interrupted", "internal error", "usage error", "no tests collected")
+EXIT_MEANINGS = {**dict(enumerate(_PYTEST_EXITS)), EXIT_UNRESOLVED: "too noisy to judge"}
 PROBLEM_MAX_CHARS = 300
 
 
