@@ -272,8 +272,7 @@ def _slurm(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> i
 def _slurm_deadline(
     given: float | None, level: Level, env: Mapping[str, str], scontrol: slurm.Scontrol
 ) -> tuple[float, str | None]:
-    """The checks' deadline, and why it cannot be kept: as HealthCheckProgram, or a Prolog or Epilog under a
-    PrologEpilogTimeout, the command must end before slurmd kills it (which leaves no line, and the run's directory)."""
+    """The checks' deadline, and why it cannot be kept where the command must end before slurmd's kill (no line)."""
     if slurm.is_health_check_program(env):
         limit_s: float | None = scontrol.health_check_limit_s()
         named = "as HealthCheckProgram", "HealthCheckTimeout, 60 before Slurm 26.05", "HealthCheckTimeout"
@@ -323,8 +322,7 @@ def idle_node(state: slurm.NodeState | None) -> list[str]:
 
 
 def checked(args: argparse.Namespace, deadline_s: float, extra: Sequence[str] = ()) -> tuple[Verdict, str | None]:
-    """The level's verdict, failures confirmed by a second run (confirm.py) unless --no-confirm; why the report was
-    not kept, or None. Raises as run_checks does."""
+    """The level's verdict (failures confirmed by a second run unless --no-confirm), and why its report was not kept."""
     pytest_args = [*args.pytest_args, *extra, NODE_ONLY]
     run, not_kept = run_checks(args.level, deadline_s, pytest_args, args.keep_report)
     if not args.confirm:

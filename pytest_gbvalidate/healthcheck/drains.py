@@ -111,8 +111,7 @@ METRIC_WINDOWS = (("7d", REPEAT_WINDOW_S), ("30d", KEEP_S))
 
 
 def exposition(drains: Sequence[Drain], now_s: float, hostname: str) -> str:
-    """The node's drains as Prometheus text (node_exporter's textfile collector): their counts within each of
-    METRIC_WINDOWS, and the last one's Unix time (absent without a drain). `hostname`: as the drain names it."""
+    """The node's drains as Prometheus text: counts within METRIC_WINDOWS, and the last one's Unix time, if any."""
     node = json.dumps(hostname, ensure_ascii=False)  # a label value: its quotes and backslashes escaped
     lines = [
         "# HELP gbvalidate_node_drains The health check's drains of this node within the window (its drain log).",
@@ -132,8 +131,7 @@ def exposition(drains: Sequence[Drain], now_s: float, hostname: str) -> str:
 
 
 def write_metrics(log: Path | None, metrics: Path | None, node: str | None) -> str | None:
-    """Write the drain log's exposition at `metrics`, where both are given (after every check: a drain's count falls
-    as it ages out); a problem as one line, else None."""
+    """Write the log's exposition to `metrics`, where given (after each check: drains age out); why not, or None."""
     if log is None or metrics is None or node is None:
         return None
     try:
@@ -146,8 +144,7 @@ def write_metrics(log: Path | None, metrics: Path | None, node: str | None) -> s
 
 
 def counted(scontrol: slurm.Scontrol, node: str, reason: str, log: Path | None) -> str:
-    """Drain `node` for `reason` (as a repeat offender where the drain log says so), and keep the drain in the log
-    where one is kept; what happened, in a few words."""
+    """Drain `node` for `reason` (a repeat offender's where the log says so), logged where kept; what happened."""
     if log is None:
         return scontrol.drain(node, reason)
     now_s = time.time()

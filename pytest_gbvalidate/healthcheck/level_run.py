@@ -49,8 +49,7 @@ DROPPED_ENV = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")  # what the run does not get 
 
 
 class CannotRun(Exception):
-    """The checks could not start for a cause of this command's own (no interpreter, no temporary directory), which
-    the one-line message names: no verdict on the node."""
+    """The checks could not start, for a cause of ours the one-line message names (no interpreter): no verdict."""
 
 
 class Stopped(Exception):

@@ -189,8 +189,7 @@ def parse_cluster(text: str) -> list[ClusterNode]:
 
 
 def held_by_breaker(node: str, cluster: list[ClusterNode], breaker: Breaker) -> str | None:
-    """Why `node` is not drained where, with it, we would drain more of the GPU nodes (all, if none has a GPU) than
-    `breaker` allows; else None."""
+    """Why `node` is not drained where `breaker` trips on our drains of GPU nodes (all, if none has one), or None."""
     counted = [n for n in cluster if n.has_gpu] or cluster
     ours = {n.name for n in counted if n.state.out_of_service and n.state.ours}
     return breaker.tripped(len(ours | {node}), max(len(counted), 1), held=f"{node} not drained")
@@ -294,7 +293,6 @@ def not_checked_line(node: str, state: NodeState) -> str:
 
 
 def stopped_by(signum: int) -> str:
-    """The line of a command stopped by a signal. Not NHC's `Health check failed:`: the checks were cut short from
-    outside and said nothing of the node, which is not drained."""
+    """The line of a command stopped by a signal; not NHC's `Health check failed:`, as the checks said nothing."""
     name = signal.Signals(signum).name
     return error_line(f"Health check could not finish:  Terminated by signal {name}; no verdict, nothing drained.")

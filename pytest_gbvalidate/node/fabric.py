@@ -15,8 +15,7 @@ _FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "co
 
 @dataclass(frozen=True)
 class FabricInfo:
-    """One GPU's registration with the NVLink fabric. The cluster UUID and clique id say which NVLink domain (rack)
-    and which partition of it the GPU joined: every GPU of a VM is in the same one."""
+    """One GPU's NVLink fabric registration; cluster UUID and clique id: its NVLink domain (rack) and partition."""
 
     state: str  # not_started, in_progress, completed
     status: str | None  # "Success", or NVML's text for the error the registration ended with

@@ -42,8 +42,7 @@ class Channels:
 
 
 def read_channels(directory: Path) -> Channels:
-    """The IMEX channel devices under `directory`; a channelN that is not a character device is a problem, as is a
-    directory missing or unreadable."""
+    """The IMEX channel devices under `directory`; a problem: a stray channelN, or the directory missing or unread."""
     try:
         names = sorted(os.listdir(directory))
     except FileNotFoundError:
@@ -130,8 +129,7 @@ class Domain:
 
 
 def domain_state(run: Runner = run_command, timeout_s: float = QUERY_TIMEOUT_S) -> Domain:
-    """The IMEX domain as this node's daemon sees it (`nvidia-imex-ctl -N -j -H`). An answer that is not the JSON
-    the command prints is no answer, saying what is wrong with it."""
+    """The IMEX domain as this node's daemon sees it (`nvidia-imex-ctl -N -j -H`); output not its JSON is no answer."""
     command = [CTL, "-N", "-j", "-H"]
     shown = f"`{' '.join(command)}`"
     try:

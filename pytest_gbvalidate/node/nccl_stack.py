@@ -55,8 +55,7 @@ def setting(name: str, env: Mapping[str, str], files: list[Path]) -> tuple[str, 
 
 
 def topo_file_problem(value: str, source: str, cwd: Path) -> tuple[Path, str | None]:
-    """(the file NCCL_TOPO_FILE names, resolved as NCCL would against the working directory; why it cannot be
-    used, or None)."""
+    """(the file NCCL_TOPO_FILE names, resolved as NCCL would against `cwd`; why it cannot be used, or None)."""
     path = (cwd / value).resolve()
     named = f"NCCL_TOPO_FILE={value} (from {source})" + ("" if Path(value).is_absolute() else f" resolves to {path}")
     if not path.exists():
@@ -88,8 +87,7 @@ def net_plugin(default: str, env: Mapping[str, str], files: list[Path]) -> tuple
 
 
 def load_problem(library: str) -> str | None:
-    """Why `library` cannot be loaded the way NCCL loads its net plugin (dlopen by name: LD_LIBRARY_PATH, then
-    the loader's cache), or None."""
+    """Why `library` cannot be loaded as NCCL loads its net plugin (dlopen: LD_LIBRARY_PATH, the loader's cache)."""
     try:
         ctypes.CDLL(library)
     except OSError as exc:

@@ -306,9 +306,8 @@ def _duration(seconds: float) -> str:
 
 
 def change(nic: str, port: int, counter: CounterName, now: int, since: Since, now_s: float) -> CounterChange:
-    """The increase of a counter since `since`. A counter below its mark was cleared (perfquery -R, a driver
-    reload) since: its whole value is counted as the increase, over the time since the mark (NVSentinel's reset
-    rule). The time is window.MIN_RATE_SPAN_S at least (a clock stepped back, a re-run seconds later)."""
+    """The increase of a counter since `since`, over window.MIN_RATE_SPAN_S at least. One below its mark was cleared
+    (perfquery -R, a driver reload): its whole value counts, since the mark (NVSentinel's reset rule)."""
     seconds = max(now_s - since.time_s, MIN_RATE_SPAN_S)
     if not since.from_mark:
         return CounterChange(nic, port, counter, now, now, seconds, "boot")

@@ -259,8 +259,7 @@ def nvlink_errors(h: Any) -> dict[int, dict[str, int | None]]:
 
 
 def field_values(h: Any, *field_ids: int) -> dict[int, int | float | None]:
-    """NVML field values (`nvmlDeviceGetFieldValues`) by field id: the value, or None where this GPU or driver
-    does not give it (the entry's own return code is not SUCCESS, or the driver has no such function)."""
+    """NVML field values by field id; None where this GPU or driver gives none (the entry's code, or no function)."""
     import pynvml
 
     read: dict[int, int | float | None] = dict.fromkeys(field_ids)

@@ -66,8 +66,7 @@ class Window:
         return None if mark is None or mark.time_s > time.time() + 60 else mark
 
     def write(self, marks: Mapping[str, int], now_s: float | None = None) -> str | None:
-        """Set these marks (name -> value) at `now_s`; a problem as one line (the file and why), else None. Marks of
-        another boot are dropped: they can never be read again."""
+        """Set these marks (name -> value) at `now_s`, dropping another boot's; a problem as one line, else None."""
         if self.path is None:
             return None
         boot = boot_id()
@@ -96,9 +95,8 @@ class Rate:
 
 
 def rate(window: Window, name: str, count: int, now_s: float, min_span_s: float = MIN_RATE_SPAN_S) -> Rate | None:
-    """A counter's rate since its mark of this boot, else since boot, over `min_span_s` at least. A counter below its
-    mark was cleared (a driver reload, a GPU reset): its whole value counts since the mark, as nic.change counts one
-    (NVSentinel's reset rule). None where neither the mark nor the uptime can be read."""
+    """A counter's rate since its mark of this boot, else since boot, over `min_span_s` at least; one below its mark
+    (a driver reload, a GPU reset) counts as nic.change counts it. None where neither mark nor uptime can be read."""
     mark = window.read(name)
     if mark is not None:
         cleared = count < mark.value
