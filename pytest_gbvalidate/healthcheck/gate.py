@@ -1,11 +1,10 @@
 """The measuring gate as an exclusive Slurm job (`python -m pytest_gbvalidate.healthcheck slurm --gate`, from
-contrib/slurm/gbvalidate-gate.sbatch): the standard or full level on a node no other job shares.
-
-The levels that measure take minutes and load every GPU and link: they run as the field runs them (AMD's Slurm
-operator, Nebius, Azure's runbook), as a job of their own holding the node alone (`sbatch --exclusive`), else refused.
-As it starts the node is drained (`gbvalidate: gate running (job N)`) so no job lands there; then a pass resumes it
-(only where that reason of ours still stands), a failure or the deadline drains it with the failed checks, and no
-verdict (our own failure, a signal) resumes it. A node someone else took out of service is left alone, unchecked."""
+contrib/slurm/gbvalidate-gate.sbatch): the standard or full level on a node no other job shares. The levels that
+measure take minutes and load every GPU and link: they run as the field runs them (AMD's Slurm operator, Nebius,
+Azure's runbook), as a job of their own holding the node alone (`sbatch --exclusive`), else refused. As it starts the
+node is drained (`gbvalidate: gate running (job N)`) so no job lands there; then a pass resumes it (only where that
+reason of ours still stands), a failure or the deadline drains it with the failed checks, and no verdict (our own
+failure, a signal) resumes it. A node someone else took out of service is left alone, unchecked."""
 
 from __future__ import annotations
 

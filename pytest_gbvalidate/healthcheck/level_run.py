@@ -1,13 +1,12 @@
 """Running a level of the shipped suites in a subprocess, within a deadline, and reading the report it wrote.
 
-pytest runs (pytest_command) in a private temporary directory (mode 0700) that holds the report, its output and
-whatever else the run writes, removed afterwards: no conftest.py, ini file or package of the caller's current directory
+pytest runs (pytest_command) in a private temporary directory (mode 0700) that holds the report, its output and whatever
+else the run writes, removed afterwards: no conftest.py, ini file or package of the caller's current directory
 (slurmd's, NPD's) joins the run, and no earlier run's report can be read as this one's. The directory is locked while
-the run lives; one left by a killed run (slurmd and NPD kill with SIGKILL) is removed by the next run.
-
-The run is its own process group (the gang's ranks with it): at the deadline it gets SIGTERM, which the plugin turns
-into an interrupted run that still writes its report (signals.py), then SIGKILL after KILL_GRACE_S. pytest gets
-SIGKILL should this process die first (PR_SET_PDEATHSIG, Linux); the ranks leave once pytest is gone (ranks/gang.py).
+the run lives; one left by a killed run (slurmd and NPD kill with SIGKILL) is removed by the next run. The run is its
+own process group (the gang's ranks with it): at the deadline it gets SIGTERM, which the plugin turns into an
+interrupted run that still writes its report (signals.py), then SIGKILL after KILL_GRACE_S. pytest gets SIGKILL should
+this process die first (PR_SET_PDEATHSIG, Linux); the ranks leave once pytest is gone (ranks/gang.py).
 
 The run gets neither PYTEST_ADDOPTS nor PYTEST_PLUGINS, and an empty pytest.ini of its own: a caller's shell options
 (`-k numa`), plugins that deselect or an `addopts` in a directory above (/tmp/pytest.ini) would narrow the level's

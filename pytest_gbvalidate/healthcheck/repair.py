@@ -1,6 +1,6 @@
-"""The node's way back into service: a repair said (`healthcheck repaired`), or a resume of a node we drained found by
-the next check, closes the node's window (its Xid events and InfiniBand error counts so far), so the same old event
-does not drain it again (fixed means fixed). No pytest."""
+"""The node's way back into service: a repair said (`healthcheck repaired`), or a resume of a node we drained found
+by the next check, closes the node's window (its Xid events and InfiniBand error counts so far), so the same old
+event does not drain it again (fixed means fixed). No pytest."""
 
 from __future__ import annotations
 

@@ -3,15 +3,14 @@ Check (github.com/mej/nhc: the `nhc` script's die() and nhcmain_* functions, hel
 healthy; a failed check's `die 1 "..."` exits 1 with one line on stdout, `ERROR:  nhc:  Health check failed:
 <message>`; the watchdog's timeout exits 142; SIGHUP, SIGINT and SIGTERM exit 129, 130 and 143; a command line it
 cannot parse exits 10 before any check runs. node-mark-offline drains one node with `scontrol update State=DRAIN
-NodeName=$HOSTNAME Reason="NHC: <message>"`.
-
-Where we differ: NHC marks the node offline on every failure, its timeout and signals included. We drain only with
---drain, on a failed check or the deadline (a hung check is the node's problem); never without a verdict (exit 10),
-which says nothing of the node, nor on a signal, which comes from outside (slurmd's timeout, an operator). A node
-someone drained (or failed, or put in maintenance) is left alone, unchecked: `scontrol update` would replace their
-reason. A node only DOWN is checked, and drained if it fails: Slurm returns it to service as its slurmd starts again
-(ReturnToService=1), and this check is that return's only guard. We resume only a node we drained for a job's
-leftovers alone (LEFTOVERS_REASON) once its checks pass; every other drain waits for a person."""
+NodeName=$HOSTNAME Reason="NHC: <message>"`. Where we differ: NHC marks the node offline on every failure, its
+timeout and signals included. We drain only with --drain, on a failed check or the deadline (a hung check is the
+node's problem); never without a verdict (exit 10), which says nothing of the node, nor on a signal, which comes from
+outside (slurmd's timeout, an operator). A node someone drained (or failed, or put in maintenance) is left alone,
+unchecked: `scontrol update` would replace their reason. A node only DOWN is checked, and drained if it fails: Slurm
+returns it to service as its slurmd starts again (ReturnToService=1), and this check is that return's only guard. We
+resume only a node we drained for a job's leftovers alone (LEFTOVERS_REASON) once its checks pass; every other drain
+waits for a person."""
 
 from __future__ import annotations
 

@@ -1,17 +1,14 @@
 """How long a measurement waited for a CPU while it was timed: a busy neighbour slows a host-side measurement as a
-degraded node would, and only this tells the two apart. The kernel keeps, per thread, the time it was ready to run but
-waited for a CPU (`/proc/<pid>/task/<tid>/schedstat`, its second field: the scheduler's run delay). A parallel op
+degraded node would, and only this tells the two apart. The kernel keeps, per thread, the time it was ready to run
+but waited for a CPU (`/proc/<pid>/task/<tid>/schedstat`, its second field: the scheduler's run delay). A parallel op
 waits for its slowest thread (two threads each waiting half the time slowed a 2-core host copy up to threefold), so
-what counts is the share of the timed window in which some thread waited, 1 - prod(1 - w) over the threads' shares
-w (their waits independent): what a neighbour could explain of the figure (rules/noise.py counts it as noise).
-
-Only another task is a neighbour: the measurement's own threads and a gang's ranks wait for each other as they did
-when the baseline was measured (a healthy gloo all_reduce's threads waited 60-78% of the window between them). So the
+what counts is the share of the timed window in which some thread waited, 1 - prod(1 - w) over the threads' shares w
+(their waits independent): what a neighbour could explain of the figure (rules/noise.py counts it as noise). Only
+another task is a neighbour: the measurement's own threads and a gang's ranks wait for each other as they did when
+the baseline was measured (a healthy gloo all_reduce's threads waited 60-78% of the window between them). So the
 share counts no more of the window than the CPU time the other tasks used in it (/proc/stat's busy time less our
-processes'): a task can have held a CPU our thread waited for only while it ran.
-
-Linux only (schedstat needs CONFIG_SCHED_INFO, which every major distribution's kernel has): None elsewhere, or where
-it cannot be read. No torch, no pytest."""
+processes'): a task can have held a CPU our thread waited for only while it ran. Linux only (schedstat needs
+CONFIG_SCHED_INFO, as every major distribution has): None elsewhere, or where it cannot be read. No torch, no pytest."""
 
 from __future__ import annotations
 

@@ -3,12 +3,10 @@ GPUDirect RDMA module and the PCIe bridges' ACS. No pytest. Every value read is 
 kernel calls unknown is *unknown* (a check skips it, naming the file), a value in no format the kernel writes is *bad*
 (one line naming the file and the value); nothing raises. Every reader takes the sysfs root (the tests' fake tree).
 
-Sources: a card trained below its own maximum is the kernel's mlx5_core "limited by ... x8" finding that
-imbue-ai/cluster-health fails on; the counters and their limits are NVSentinel's (its NIC health monitor design,
-link counter detection: any increase of link_downed, excessive_buffer_overrun_errors, local_link_integrity_errors or
-rnr_nak_retry_err is fatal; symbol errors above 120 an hour are, per the IBTA's 10^-12 bit error rate;
-link_error_recovery above 5 a minute is degraded); ACS on PCIe bridges is gpud's components/pci.
-"""
+Sources: a card below its own maximum is the kernel's mlx5_core "limited by ... x8" finding imbue-ai/cluster-health
+fails on; the counters and limits are NVSentinel's NIC health monitor's (link counter detection: FATAL_ON_ANY, and
+symbol errors above 120 an hour, per the IBTA's 10^-12 bit error rate; link_error_recovery above 5 a minute is
+degraded); ACS on PCIe bridges is gpud's components/pci."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """NVML probes: the inventory of a node's GPUs and the health readings the suites check, as plain data; each reading
 one small call, read live, so a GPU lost mid-run fails its own tests. No pytest; pynvml is imported on first use.
-
 Every NVML failure is raised as NvmlError, with NVML's own text ("GPU is lost"), so a failed check says what NVML
 said; a feature this GPU or driver lacks (NVLink on a PCIe card, a function of a newer driver) reads as None. `call`
 is the one way in to NVML, for the probes beside this module too (fabric.py, telemetry.py)."""

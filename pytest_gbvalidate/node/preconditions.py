@@ -1,8 +1,7 @@
 """Whether a GPU node's GPUs can be used at all, asked once before its checks: the commonest broken node after
 maintenance (a driver that did not load, GPUs torch cannot see, a GPU off the bus) is one root failure, not a hundred
-checks failing on their own (each starting its ranks again, each start retried).
-
-Four preconditions, in the order they are asked, each with the checks that depend on it:
+checks failing on their own (each starting its ranks again, each start retried). Four preconditions, in the order
+they are asked, each with the checks that depend on it:
 - NVML loads and lists GPUs: every GPU check (`gb_gpu`; the `gpu`, `gb_gpu_pair` and sampling fixtures; ranks).
 - torch sees the GPUs NVML lists: the checks that start ranks (`gb_gang`); those that read NVML alone run and say
   what else is wrong.

@@ -6,6 +6,7 @@ expose each GPU's memory as one. Every reader takes the sysfs root (the tests' f
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -192,12 +193,8 @@ class NumaMap:
         return [cpu for cpu in self.online_cpus if cpu not in placed]
 
     def cpus_in_several_nodes(self) -> list[int]:
-        seen: set[int] = set()
-        twice = set()
-        for n in self.nodes.values():
-            twice |= seen & set(n.cpus)
-            seen |= set(n.cpus)
-        return sorted(twice)
+        listed = Counter(cpu for n in self.nodes.values() for cpu in set(n.cpus))
+        return sorted(cpu for cpu, nodes in listed.items() if nodes > 1)
 
     def as_dict(self) -> dict[str, Any]:
         """For the JSON report: CPU sets in the kernel's list format, as `numactl -H` shows them."""

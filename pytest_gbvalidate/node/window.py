@@ -1,9 +1,8 @@
 """The node's window: where its kernel log and error counters stood when each check last found it clean, so a check
-judges only what happened since, each event once. No pytest here.
-
-One small JSON file (`--gb-window`, default DEFAULT_PATH) on /run, a tmpfs a reboot empties as it empties the kernel's
-ring buffer and the driver's volatile counters; a mark also carries its boot's id, so one of an earlier boot is void
-wherever the file lives. Writers lock the file and replace it atomically: several pytest-xdist workers write at once."""
+judges only what happened since, each event once. No pytest here. One small JSON file (`--gb-window`, default
+DEFAULT_PATH) on /run, a tmpfs a reboot empties as it empties the kernel's ring buffer and the driver's volatile
+counters; a mark also carries its boot's id, so one of an earlier boot is void wherever the file lives. Writers lock
+the file and replace it atomically: several pytest-xdist workers write at once."""
 
 from __future__ import annotations
 
