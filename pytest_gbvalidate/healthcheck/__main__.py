@@ -15,9 +15,8 @@ def cannot_import(error: ImportError, argv: list[str]) -> tuple[str, int]:
     said = " ".join(f"cannot import the health check: {type(error).__name__}: {error}".split())
     said = "".join(c if c.isascii() and c.isprintable() else ascii(c)[1:-1] for c in said)  # as verdict.escaped
     if argv[:1] == ["slurm"]:
-        return _cut(
-            f"ERROR:  gbvalidate:  Health check could not run:  {said}", SLURM_LINE_MAX_CHARS
-        ), SLURM_EXIT_NOT_RUN
+        line = f"ERROR:  gbvalidate:  Health check could not run:  {said}"
+        return _cut(line, SLURM_LINE_MAX_CHARS), SLURM_EXIT_NOT_RUN
     return _cut(f"unknown: {said}", NPD_MAX_OUTPUT_LENGTH), NPD_EXIT_UNKNOWN
 
 

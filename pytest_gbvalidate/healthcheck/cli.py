@@ -104,7 +104,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_mode_options(sub: argparse.ArgumentParser, mode: str) -> None:
-    """The options of the `slurm` or the `npd` mode."""
     budgets = ", ".join(f"{level} {default_deadline_s(level):g}" for level in HEALTH_LEVELS)
     within = f"; within slurmd's limit (HealthCheckTimeout, PrologEpilogTimeout) less {slurm.RESERVE_S:g}"
     default = f"{DEADLINE_FACTOR:g} times the level's budget: {budgets}" + (within if mode == "slurm" else "")

@@ -279,7 +279,6 @@ def _raise_stopped(signum: int, _frame: object) -> None:
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to the run's process group, then SIGKILL to whatever is left of it after KILL_GRACE_S."""
     _signal_group(process.pid, signal.SIGTERM)
     with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(timeout=KILL_GRACE_S)
@@ -293,6 +292,5 @@ def _signal_group(pgid: int, signum: int) -> None:
 
 
 def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL when this process dies."""
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)

@@ -155,14 +155,9 @@ def domain_state(run: Runner = run_command, timeout_s: float = QUERY_TIMEOUT_S) 
     for index, node in listed.items():
         if not isinstance(node, dict) or not all(isinstance(node.get(key), str) for key in ("host", "status")):
             return Domain(None, (), f"{shown}: node {str(index)[:20]!r} has no `host` and `status`")
-        links = node.get("connections")
-        connections = {
-            str(peer): str(link.get("status", ""))
-            for peer, link in (links.items() if isinstance(links, dict) else ())
-            if isinstance(link, dict)
-        }
-        hostname = node.get("hostName")
-        name = hostname if isinstance(hostname, str) else ""
+        links = node["connections"] if isinstance(node.get("connections"), dict) else {}
+        connections = {str(peer): str(link.get("status", "")) for peer, link in links.items() if isinstance(link, dict)}
+        name = node["hostName"] if isinstance(node.get("hostName"), str) else ""
         nodes.append(DomainNode(str(index), node["host"][:80], name[:80], node["status"][:40], connections))
     return Domain(state[:40], tuple(nodes), None)
 

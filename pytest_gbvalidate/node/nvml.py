@@ -436,8 +436,7 @@ def _gpu_info(index: int, h: Any, driver: str, cuda_version: str) -> GpuInfo:
     pci = call("nvmlDeviceGetPciInfo", h)
     power_limit_mw = _optional("nvmlDeviceGetPowerManagementLimit", h)
     compute_mode = _optional("nvmlDeviceGetComputeMode", h)
-    serial = _optional("nvmlDeviceGetSerial", h)
-    vbios = _optional("nvmlDeviceGetVbiosVersion", h)
+    serial, vbios = _optional("nvmlDeviceGetSerial", h), _optional("nvmlDeviceGetVbiosVersion", h)
     mig, enabled = _optional("nvmlDeviceGetMigMode", h), pynvml.NVML_DEVICE_MIG_ENABLE
     numa_nodes, cpus = _affinity(h)
     registration = fabric(h)

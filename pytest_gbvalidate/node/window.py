@@ -76,12 +76,8 @@ class Window:
             with locked(self.path):
                 kept = _load(self.path).get(boot, {})
                 kept.update({name: Mark(int(value), taken) for name, value in marks.items()})
-                data = {
-                    "version": WINDOW_VERSION,
-                    "boot_id": boot,
-                    "marks": {n: {"value": m.value, "time_s": m.time_s} for n, m in sorted(kept.items())},
-                }
-                replace_json(self.path, data)
+                saved = {n: {"value": m.value, "time_s": m.time_s} for n, m in sorted(kept.items())}
+                replace_json(self.path, {"version": WINDOW_VERSION, "boot_id": boot, "marks": saved})
         except OSError as exc:
             return f"the node's window {self.path} cannot be written: {exc.strerror or exc}"
         return None
