@@ -226,8 +226,7 @@ def _slurm(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> i
         return _say(slurm.error_line(f"usage:  {unmeetable}"), slurm.EXIT_NOT_RUN)
     if args.gate:
         assert node is not None
-        refused = gate.refusal(env, scontrol)
-        if refused is not None:
+        if (refused := gate.refusal(env, scontrol)) is not None:
             return _say(slurm.error_line(f"usage:  {refused}"), slurm.EXIT_NOT_RUN)
         line, code = gate.run_gate(
             node,

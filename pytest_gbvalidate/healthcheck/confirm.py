@@ -42,8 +42,7 @@ def combined(first: Verdict, second: Verdict) -> Verdict:
     both = dataclasses.replace(first, flapping=flapping, duration_s=first.duration_s + second.duration_s)
     if kept:
         return dataclasses.replace(both, failures=kept, confirmed=True)
-    left = [f.name for f in first.failures if f.name not in flapping]
-    if left:
+    if left := [f.name for f in first.failures if f.name not in flapping]:
         return unconfirmed(both, second.detail or f"the second run was {second.state}", left)
     return dataclasses.replace(both, state=OK, failures=(), cause="", detail="", passed=first.passed + len(flapping))
 

@@ -21,8 +21,7 @@ def keep(beside: Path | None, left_s: float) -> str:
     note: where the evidence is, or why none was kept."""
     if beside is None:
         return ""
-    tool = shutil.which(TOOL)
-    if tool is None:
+    if (tool := shutil.which(TOOL)) is None:
         return f"evidence: {TOOL} not installed; the kept report is the evidence"
     bound_s = min(MAX_S, left_s)
     if bound_s < MIN_S:
@@ -42,8 +41,7 @@ def keep(beside: Path | None, left_s: float) -> str:
         made.unlink(missing_ok=True)
         stem.unlink(missing_ok=True)
         return f"evidence: {TOOL} killed after {bound_s:.0f} s, nothing kept"
-    found = next((p for p in (made, stem) if p.is_file()), None)
-    if found is None:
+    if (found := next((p for p in (made, stem) if p.is_file()), None)) is None:
         return f"evidence: {TOOL} exited {code} and wrote nothing"
     size = found.stat().st_size
     if size > MAX_BYTES:

@@ -21,8 +21,7 @@ def refusal(env: Mapping[str, str], scontrol: slurm.Scontrol) -> str | None:
     """Why the gate cannot run here, or None: only in a job of its own that holds the node alone."""
     if slurm.is_health_check_program(env) or slurm.is_prolog_or_epilog(env):
         return "--gate measures for minutes: not in slurmd's hooks, but as a job (contrib/slurm/gbvalidate-gate.sbatch)"
-    job = env.get("SLURM_JOB_ID")
-    if not job:
+    if not (job := env.get("SLURM_JOB_ID")):
         return "--gate runs in a Slurm job that holds the node alone: sbatch --exclusive -w NODE gbvalidate-gate.sbatch"
     if scontrol.exclusive(job) is not True:
         return f"job {job} does not hold its node alone (sbatch --exclusive): the gate would measure beside a job"

@@ -137,8 +137,7 @@ def checks_environment(env: Mapping[str, str]) -> dict[str, str]:
 
 def dropped_note(env: Mapping[str, str]) -> str | None:
     """What the line says of a DROPPED_ENV variable `env` sets (not empty), or None."""
-    dropped = [f"{name}={env[name]!a}" for name in DROPPED_ENV if env.get(name, "").strip()]
-    if not dropped:
+    if not (dropped := [f"{name}={env[name]!a}" for name in DROPPED_ENV if env.get(name, "").strip()]):
         return None
     return f"{', '.join(dropped)} not passed on: the level's checks run as given (pytest options go after --)"
 
@@ -203,8 +202,7 @@ def read_report(path: Path) -> tuple[RunReportRecord | None, str | None]:
         data = read_json(path)
     except InputError as exc:  # files.py's words and our own path: the values in them escaped already
         return None, escaped(str(exc))
-    problem = schema.problem(data)
-    if problem is not None:
+    if (problem := schema.problem(data)) is not None:
         return None, f"{path}: {escaped(problem)}"
     return cast(RunReportRecord, data), None
 

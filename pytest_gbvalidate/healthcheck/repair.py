@@ -32,8 +32,7 @@ def close_window(given: str | None, env: Mapping[str, str]) -> tuple[str, str | 
     if last is None:
         return "", f"the kernel log {xid.KERNEL_LOG} has no numbered record to close at"
     counters = nic.counter_marks(topology.SYSFS_ROOT)
-    problem = window.Window(path).write({xid.REPAIRED_MARK: last, **counters})
-    if problem is not None:
+    if (problem := window.Window(path).write({xid.REPAIRED_MARK: last, **counters})) is not None:
         return "", problem
     ports = f", {len(counters)} InfiniBand error counters count from now" if counters else ""
     return f"gbvalidate: repair noted: Xid events up to kernel log record {last} are closed{ports} ({path})", None
@@ -45,8 +44,7 @@ def back_in_service(log: Path | None, env: Mapping[str, str]) -> str | None:
     if log is None:
         return None
     try:
-        last = drains.unseen_back(drains.read(log))
-        if last is None:
+        if (last := drains.unseen_back(drains.read(log))) is None:
             return None
         done, problem = close_window(None, env)
         if problem is None:

@@ -98,8 +98,7 @@ def node_name(explicit: str | None, env: Mapping[str, str], hostname: str) -> tu
             if slurm_node_name(given) != given:
                 return None, f"{source} {given!a} is not a single Slurm node name"
             return given, source
-    name = slurm_node_name(hostname)
-    if name is None:
+    if (name := slurm_node_name(hostname)) is None:
         return None, f"the hostname {hostname!a} is not a single Slurm node name"
     return name, "the hostname"
 
@@ -163,8 +162,7 @@ def leftovers_alone(reason: str | None) -> bool:
 
 def parse_node_state(text: str) -> NodeState | None:
     """`scontrol show node -o NAME`'s line: State= and Reason= (free text, then ` [user@time]`), or None."""
-    state = re.search(r"(?:^|\s)State=(\S+)", text)
-    if state is None:
+    if (state := re.search(r"(?:^|\s)State=(\S+)", text)) is None:
         return None
     reason = re.search(r"(?:^|\s)Reason=(.*?)(?:\s+\[[^\]]*@[^\]]*\])?\s*$", text.strip())
     return NodeState(state[1], reason[1] if reason else None)
@@ -268,8 +266,7 @@ class Scontrol:
 
     def _run(self, *args: str) -> subprocess.CompletedProcess[str] | str:
         """What scontrol did, or why it did not run or finish."""
-        scontrol = shutil.which("scontrol")
-        if scontrol is None:
+        if (scontrol := shutil.which("scontrol")) is None:
             return "scontrol is not on PATH"
         try:
             return subprocess.run(

@@ -106,8 +106,7 @@ def judge(run: Run) -> Verdict:
         return verdict(TIMEOUT, f"killed at the {run.deadline_s:g} s deadline")
     if found is None or run.report is None:
         return verdict(UNKNOWN, run.problem or "no report")
-    cut_short = _cut_short(run)
-    if cut_short is not None:
+    if (cut_short := _cut_short(run)) is not None:
         return verdict(UNKNOWN, cut_short)
     if found.unresolved:
         shown = ", ".join(sorted(c.name for c in found.unresolved))

@@ -48,8 +48,7 @@ def bound_to(cpus: Sequence[int], numa_node: int | None = None) -> Iterator[dict
     os.sched_setaffinity(0, cpus)
     try:
         if numa_node is not None:
-            old_policy = _get_mempolicy()
-            if old_policy is None:
+            if (old_policy := _get_mempolicy()) is None:
                 applied["memory"] = f"not bound (no memory policy system call on {platform.machine()})"
             else:
                 _set_mempolicy(MPOL_BIND, [numa_node])
@@ -72,8 +71,7 @@ def _libc() -> ctypes.CDLL:
 
 
 def _get_mempolicy() -> tuple[int, list[int]] | None:
-    numbers = _SYSCALLS.get(platform.machine())
-    if numbers is None:
+    if (numbers := _SYSCALLS.get(platform.machine())) is None:
         return None
     mode = ctypes.c_int(0)
     mask = (ctypes.c_ulong * _MASK_WORDS)()

@@ -51,8 +51,7 @@ def read_channels(directory: Path) -> Channels:
         return Channels((), f"cannot read {directory}: {exc.strerror or exc}")
     numbers, strays = [], []
     for name in names:
-        match = _CHANNEL.fullmatch(name)
-        if match is None:
+        if (match := _CHANNEL.fullmatch(name)) is None:
             continue
         try:
             mode = os.lstat(directory / name).st_mode
@@ -175,8 +174,7 @@ def judge_domain(domain: Domain, own: Collection[str]) -> DomainVerdict:
     A node not found by its names (a container's are not the host's) is not judged: its daemon READY (`-q`) says it."""
     if domain.status is None:
         return DomainVerdict(domain.problem, None)
-    mine = [n for n in domain.nodes if n.host in own or (n.hostname and n.hostname in own)]
-    if not mine:
+    if not (mine := [n for n in domain.nodes if n.host in own or (n.hostname and n.hostname in own)]):
         listed = ", ".join(_name(n) for n in domain.nodes[:8]) or "none"
         return DomainVerdict(
             None,

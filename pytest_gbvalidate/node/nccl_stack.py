@@ -76,8 +76,7 @@ def topo_file_problem(value: str, source: str, cwd: Path) -> tuple[Path, str | N
 def net_plugin(default: str, env: Mapping[str, str], files: list[Path]) -> tuple[str | None, str]:
     """(the net plugin library NCCL loads, what chose it): NCCL_NET_PLUGIN where set (a library name or path is
     taken as is, `none` loads none, anything else is the suffix of libnccl-net-<suffix>.so), else `default`."""
-    named = setting("NCCL_NET_PLUGIN", env, files)
-    if named is None:
+    if (named := setting("NCCL_NET_PLUGIN", env, files)) is None:
         return default, "the baseline's health.nccl_net_plugin"
     value, source = named
     chosen = f"NCCL_NET_PLUGIN={value} (from {source})"

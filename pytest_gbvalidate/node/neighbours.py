@@ -91,8 +91,7 @@ def waited_share(start: Reading | None, end: Reading | None) -> float | None:
     (`combined`), no more than the other tasks' CPU time where both readings know it; None where it cannot be told."""
     if start is None or end is None or end.at_s <= start.at_s:
         return None
-    both = start.waited_ns.keys() & end.waited_ns.keys()
-    if not both:
+    if not (both := start.waited_ns.keys() & end.waited_ns.keys()):
         return None
     window_ns = (end.at_s - start.at_s) * 1e9
     share = combined([(end.waited_ns[tid] - start.waited_ns[tid]) / window_ns for tid in both])

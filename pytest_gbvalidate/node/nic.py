@@ -102,8 +102,7 @@ def parse_speed(path: Path, text: str) -> Reading | int:
 
 def parse_width(path: Path, text: str) -> Reading | int:
     """A link width file's text as lanes, or why not. Width 0: no lanes (a virtual function's empty link status)."""
-    found = re.fullmatch(r"x?(\d{1,2})", text.strip())
-    if found is None:
+    if (found := re.fullmatch(r"x?(\d{1,2})", text.strip())) is None:
         return Reading("bad", text, f"{path}: {_shown(text)} is not a PCIe link width (e.g. '16')")
     width = int(found.group(1))
     if width == 0:

@@ -169,8 +169,7 @@ class RetiredPages:
 def retired_pages(h: Any) -> RetiredPages | None:
     import pynvml
 
-    pending = _optional("nvmlDeviceGetRetiredPagesPendingStatus", h)
-    if pending is None:
+    if (pending := _optional("nvmlDeviceGetRetiredPagesPendingStatus", h)) is None:
         return None
     single = call("nvmlDeviceGetRetiredPages", h, pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
     double = call("nvmlDeviceGetRetiredPages", h, pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
@@ -221,8 +220,7 @@ class PcieLink:
 
 
 def pcie_link(h: Any) -> PcieLink | None:
-    gen = _optional("nvmlDeviceGetCurrPcieLinkGeneration", h)
-    if gen is None:
+    if (gen := _optional("nvmlDeviceGetCurrPcieLinkGeneration", h)) is None:
         return None
     rest = ("nvmlDeviceGetMaxPcieLinkGeneration", "nvmlDeviceGetCurrPcieLinkWidth", "nvmlDeviceGetMaxPcieLinkWidth")
     return PcieLink(int(gen), *(int(call(name, h)) for name in rest))

@@ -73,8 +73,7 @@ def unmet(
     if promised is None:
         return None
     want = promised.gpu_name_contains
-    others = sorted({n for n in names if want is not None and want not in n})
-    if others:
+    if others := sorted({n for n in names if want is not None and want not in n}):
         shown = ", ".join(repr(n) for n in others)
         return Unmet("gpu_model", f"they are {shown}, not {promised.sku}'s ({want!r} in the name)")
     have = min(nvml_gpus, torch_gpus)

@@ -224,8 +224,7 @@ def summarize(series: Mapping[str, Sequence[float]]) -> dict[str, dict[str, floa
     """Series name -> mean, 5th and 95th percentile of its finite values (a series with none is left out)."""
     out = {}
     for name, values in series.items():
-        finite = sorted(v for v in values if math.isfinite(v))
-        if finite:
+        if finite := sorted(v for v in values if math.isfinite(v)):
             out[name] = {
                 "mean": _round(sum(finite) / len(finite)),
                 "p5": _round(percentile(finite, 5)),

@@ -68,8 +68,7 @@ class Window:
         """Set these marks (name -> value) at `now_s`, dropping another boot's; a problem as one line, else None."""
         if self.path is None:
             return None
-        boot = boot_id()
-        if boot is None:
+        if (boot := boot_id()) is None:
             return f"the node's window {self.path} is not kept: the kernel gives no boot id ({BOOT_ID})"
         taken = time.time() if now_s is None else now_s
         try:
@@ -92,14 +91,12 @@ class Rate:
 def rate(window: Window, name: str, count: int, now_s: float, min_span_s: float = MIN_RATE_SPAN_S) -> Rate | None:
     """A counter's rate since its mark of this boot, else since boot, over `min_span_s` at least; one below its mark
     (a driver reload, a GPU reset) counts as nic.change counts it. None where neither mark nor uptime can be read."""
-    mark = window.read(name)
-    if mark is not None:
+    if (mark := window.read(name)) is not None:
         cleared = count < mark.value
         delta, span_s = (count if cleared else count - mark.value), now_s - mark.time_s
         since = "since the counter was cleared" if cleared else "since the last clean check"
     else:
-        up = uptime_s()
-        if up is None:
+        if (up := uptime_s()) is None:
             return None
         delta, span_s, since = count, up, "since boot"
     return Rate(delta / max(span_s, min_span_s), f"{delta} in {span_s:.0f} s {since}")

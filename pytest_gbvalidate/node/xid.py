@@ -71,8 +71,7 @@ def xid_events(records: Iterable[KernelRecord | str]) -> list[XidEvent]:
         r = KernelRecord(record) if isinstance(record, str) else record
         if "Xid" not in r.message:  # most lines: skip the expression
             continue
-        match = _XID.search(r.message)
-        if match:
+        if match := _XID.search(r.message):
             domain, bus, device, xid, _ = match.groups()
             pci = (int(domain, 16), int(bus, 16), int(device, 16))
             events.append(XidEvent(pci, int(xid), r.message.strip(), r.seq, r.time_s))
