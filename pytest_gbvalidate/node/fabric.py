@@ -37,19 +37,14 @@ def fabric_reading(info: Any) -> FabricInfo | None:
     if state == "completed":
         status = str(pynvml.NVMLError(int(info.status))) if info.status else "Success"
     health = health_fields(int(info.healthMask))
-    degraded = health.get("DEGRADED_BW")
-    return FabricInfo(
-        state=state,
-        status=status,
-        degraded_bandwidth={"TRUE": True, "FALSE": False}.get(degraded or ""),
-        cluster_uuid=str(uuid.UUID(bytes=bytes(info.clusterUuid))),
-        clique_id=int(info.cliqueId),
-        health_faults=tuple(
-            f"{what}: {value.lower().replace('_', ' ')}" if value not in ("TRUE", "DISCONNECTED") else what
-            for field, what, faults in HEALTH_FAULTS
-            if (value := health.get(field)) is not None and value in faults
-        ),
+    degraded = {"TRUE": True, "FALSE": False}.get(health.get("DEGRADED_BW") or "")
+    faults = tuple(
+        f"{what}: {value.lower().replace('_', ' ')}" if value not in ("TRUE", "DISCONNECTED") else what
+        for field, what, wrong in HEALTH_FAULTS
+        if (value := health.get(field)) is not None and value in wrong
     )
+    cluster = str(uuid.UUID(bytes=bytes(info.clusterUuid)))
+    return FabricInfo(state, status, degraded, cluster, int(info.cliqueId), faults)
 
 
 # The health mask's fields that say something is wrong, what that is, and the values that say so. Every field the
