@@ -1,9 +1,6 @@
-"""`python -m pytest_gbvalidate.healthcheck`: the node health check's command line (cli.py).
-
-An interpreter that cannot import the command (a dependency missing, a half-installed package) says nothing of the
-node: one line and the mode's "no verdict" status, never a traceback and Python's exit 1, which Slurm and NPD would
-read as a failed check. The line and the status are written out here, since the modules that hold them may be what
-failed to import (tests/unit/test_healthcheck_cli.py holds them to slurm.py's and npd.py's)."""
+"""`python -m pytest_gbvalidate.healthcheck` (cli.py). A command that cannot be imported (a dependency missing) says
+nothing of the node: one line and the mode's "no verdict" status, not a traceback and exit 1, which Slurm and NPD
+would read as a failed check. Both are written out here, as what holds them may be what failed to import."""
 
 import sys
 
@@ -14,14 +11,12 @@ NPD_MAX_OUTPUT_LENGTH = 80  # npd.DEFAULT_MAX_OUTPUT_LENGTH: NPD's default
 
 
 def cannot_import(error: ImportError, argv: list[str]) -> tuple[str, int]:
-    """The line and exit status of a command that could not be imported: Slurm's (NHC's) where the mode is
-    `slurm`, else NPD's (as cli.main answers a usage error)."""
+    """The line and exit status of a command that could not be imported: Slurm's in `slurm` mode, else NPD's."""
     said = " ".join(f"cannot import the health check: {type(error).__name__}: {error}".split())
     said = "".join(c if c.isascii() and c.isprintable() else ascii(c)[1:-1] for c in said)  # as verdict.escaped
     if argv[:1] == ["slurm"]:
-        return _cut(
-            f"ERROR:  gbvalidate:  Health check could not run:  {said}", SLURM_LINE_MAX_CHARS
-        ), SLURM_EXIT_NOT_RUN
+        line = f"ERROR:  gbvalidate:  Health check could not run:  {said}"
+        return _cut(line, SLURM_LINE_MAX_CHARS), SLURM_EXIT_NOT_RUN
     return _cut(f"unknown: {said}", NPD_MAX_OUTPUT_LENGTH), NPD_EXIT_UNKNOWN
 
 

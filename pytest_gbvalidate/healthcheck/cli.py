@@ -25,34 +25,20 @@ from pytest_gbvalidate.setting_values import bundled_baselines
 from pytest_gbvalidate.settings import cli_flag, env_name
 
 PROG = "python -m pytest_gbvalidate.healthcheck"
-# The levels a health check runs, and each mode's default: in slurmd's hooks (which may run beside a job) the checks
-# that measure nothing; as a node-problem-detector plugin, one short measurement of each path too.
+# The levels a health check runs; by default, in slurmd's hooks (which may run beside a job) those that measure
+# nothing, as a node-problem-detector plugin one short measurement of each path too.
 HEALTH_LEVELS: tuple[Level, ...] = ("passive", "quick")
 DEFAULT_LEVEL: dict[str, Level] = {"slurm": "passive", "npd": "quick"}
-# The default deadline, in times what the level may take: half again, for a node slower to answer than the SKU's.
-DEADLINE_FACTOR = 1.5
-
-
-def default_deadline_s(level: Level) -> float:
-    """DEADLINE_FACTOR times what the level may take on the SKU it is made for (a 4-GPU node: levels.BUDGET_S); as
-    Slurm's HealthCheckProgram or under PrologEpilogTimeout, what slurmd's kill leaves (slurm.py)."""
-    return DEADLINE_FACTOR * BUDGET_S[level]
-
-
-# Below this no run reaches its checks: Python, torch and pytest start, the suites are collected and the node's
-# GPUs opened before the first check (about 4 s on a 2-vCPU VM, more where CUDA starts). A deadline under it would
-# turn our own start-up into a verdict on the node.
+DEADLINE_FACTOR = 1.5  # times the level's budget: half again, for a node slower to answer than the SKU's
+# Below this no run reaches its checks (Python, torch and pytest start, the suites are collected and the GPUs opened:
+# about 4 s on a 2-vCPU VM, more where CUDA starts): a shorter deadline would judge our start-up as the node.
 MIN_DEADLINE_S = 20.0
 MAX_DEADLINE_S = 24 * 3600.0
-# Passed to pytest last: a health check is this node's own, whatever launched it (srun -N2 ... healthcheck on two
-# nodes is two checks, not one world of two).
+# Passed to pytest last: a health check is this node's own (srun -N2 ... healthcheck is two checks, not a world of 2).
 NODE_ONLY = f"{cli_flag('world')}=none"
 NODE_IDLE = cli_flag("node_idle")
-# The report the run writes is the health check's own (level_run.py): given after `--` too, pytest's last one would
-# win and the run's report go elsewhere.
-REPORT_OPTION = cli_flag("report")
-# The run's settings that name files it reads (settings.py's TABLE spells their option and environment variable).
-INPUT_SETTINGS = ("baselines", "compare", "history")
+REPORT_OPTION = cli_flag("report")  # the run's own (level_run.py): not to be given after `--`
+INPUT_SETTINGS = ("baselines", "compare", "history")  # the run's settings that name files it reads
 
 DESCRIPTION = f"""\
 Run a level of the shipped suites (pytest --pyargs pytest_gbvalidate.suites --gb-level=LEVEL: `passive`, the
@@ -79,6 +65,17 @@ past the deadline, no verdict, a usage
 error, a signal). One line on stdout, at most --max-output-length characters (NPD's default is
 {npd.DEFAULT_MAX_OUTPUT_LENGTH}). Set the rule's timeout above the deadline plus 10 s."""
 
+REPAIRED_HELP = (
+    "say a repair was made (a GPU reset, a part replaced): the Xid events the kernel log holds now are closed, and "
+    "the next checks judge only what comes after them (a reboot closes them by itself), as NVSentinel's reset "
+    f"acknowledgement does. Exit {slurm.EXIT_OK} done, {slurm.EXIT_NOT_RUN} not done (the line says why)."
+)
+
+
+def default_deadline_s(level: Level) -> float:
+    """DEADLINE_FACTOR times the level's budget on the SKU it is made for (a 4-GPU node: levels.BUDGET_S)."""
+    return DEADLINE_FACTOR * BUDGET_S[level]
+
 
 class UsageError(Exception):
     pass
@@ -101,22 +98,15 @@ def build_parser() -> argparse.ArgumentParser:
         )
         _add_mode_options(sub, mode)
     repaired = modes.add_parser("repaired", help=REPAIRED_HELP, description=REPAIRED_HELP)
-    repaired.add_argument(
-        "--window",
-        metavar="PATH",
-        help=f"the node's window file (default: {env_name('window')}, else {window.DEFAULT_PATH})",
-    )
+    where = f"the node's window file (default: {env_name('window')}, else {window.DEFAULT_PATH})"
+    repaired.add_argument("--window", metavar="PATH", help=where)
     return parser
 
 
 def _add_mode_options(sub: argparse.ArgumentParser, mode: str) -> None:
-    """The options of the `slurm` or the `npd` mode."""
     budgets = ", ".join(f"{level} {default_deadline_s(level):g}" for level in HEALTH_LEVELS)
-    default = f"{DEADLINE_FACTOR:g} times the level's budget: {budgets}" + (
-        f"; within slurmd's limit (HealthCheckTimeout, PrologEpilogTimeout) less {slurm.RESERVE_S:g}"
-        if mode == "slurm"
-        else ""
-    )
+    within = f"; within slurmd's limit (HealthCheckTimeout, PrologEpilogTimeout) less {slurm.RESERVE_S:g}"
+    default = f"{DEADLINE_FACTOR:g} times the level's budget: {budgets}" + (within if mode == "slurm" else "")
     sub.add_argument(
         "--level",
         choices=LEVELS if mode == "slurm" else HEALTH_LEVELS,
@@ -164,7 +154,6 @@ def _add_mode_options(sub: argparse.ArgumentParser, mode: str) -> None:
 
 
 def _add_slurm_options(sub: argparse.ArgumentParser) -> None:
-    """The options of the `slurm` mode alone: draining, the gate, the node's name and drains, the breaker."""
     sub.add_argument("--drain", action="store_true", help="drain this node through scontrol on a failure")
     sub.add_argument(
         "--gate",
@@ -191,20 +180,6 @@ def _add_slurm_options(sub: argparse.ArgumentParser) -> None:
     breaker.add_options(sub, "do not drain")
 
 
-REPAIRED_HELP = (
-    "say a repair was made (a GPU reset, a part replaced): the Xid events the kernel log holds now are closed, and "
-    "the next checks judge only what comes after them (a reboot closes them by itself), as NVSentinel's reset "
-    f"acknowledgement does. Exit {slurm.EXIT_OK} done, {slurm.EXIT_NOT_RUN} not done (the line says why)."
-)
-
-
-def _repaired(args: argparse.Namespace, env: Mapping[str, str]) -> int:
-    """Close the Xid events the kernel log holds now, and take every InfiniBand error counter's reading as where its
-    window opens: the repair is done, what came before it is judged no more."""
-    done, problem = repair.close_window(args.window, env)
-    return _say(f"gbvalidate: not done: {problem}", slurm.EXIT_NOT_RUN) if problem else _say(done, 0)
-
-
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None, hostname: str | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     env = os.environ if env is None else env
@@ -212,17 +187,17 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     try:
         args = build_parser().parse_args(argv)
         if args.mode == "repaired":
-            return _repaired(args, env)
+            done, problem = repair.close_window(args.window, env)
+            return _say(f"gbvalidate: not done: {problem}", slurm.EXIT_NOT_RUN) if problem else _say(done, 0)
         if any(arg == REPORT_OPTION or arg.startswith(REPORT_OPTION + "=") for arg in args.pytest_args):
             raise UsageError(
                 f"{REPORT_OPTION} after --: the health check names the run's report itself (keep a copy with "
                 "--keep-report PATH)"
             )
-        if args.keep_report is not None and (why := unwritable(args.keep_report)) is not None:
-            raise UsageError(f"--keep-report {args.keep_report}: {why}")
         if args.keep_report is not None:
-            found = clashes({"--keep-report": args.keep_report}, run_inputs(args.pytest_args, env))
-            if found:
+            if (why := unwritable(args.keep_report)) is not None:
+                raise UsageError(f"--keep-report {args.keep_report}: {why}")
+            if found := clashes({"--keep-report": args.keep_report}, run_inputs(args.pytest_args, env)):
                 raise UsageError(found[0])
     except UsageError as exc:
         if slurm_mode:
@@ -251,8 +226,7 @@ def _slurm(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> i
         return _say(slurm.error_line(f"usage:  {unmeetable}"), slurm.EXIT_NOT_RUN)
     if args.gate:
         assert node is not None
-        refused = gate.refusal(env, scontrol)
-        if refused is not None:
+        if (refused := gate.refusal(env, scontrol)) is not None:
             return _say(slurm.error_line(f"usage:  {refused}"), slurm.EXIT_NOT_RUN)
         line, code = gate.run_gate(
             node,
@@ -265,8 +239,7 @@ def _slurm(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> i
         metrics_problem = drains.write_metrics(args.drain_log, args.drain_metrics, node)
         return _say(line + (f"; {metrics_problem}" if metrics_problem else ""), _shadowed(args, code, slurm.EXIT_OK))
     state = None if node is None else scontrol.node_state(node)
-    # HealthCheckProgram runs on drained nodes too: theirs is someone's word already; ours for a job's leftovers
-    # alone is checked, to be resumed once they are gone.
+    # Someone's drain is their word; ours for a job's leftovers alone is checked, to be resumed once they are gone.
     if node is not None and state is not None and state.out_of_service and not state.for_leftovers:
         return _say(slurm.not_checked_line(node, state), slurm.EXIT_OK)
     back = None if state is None or state.out_of_service or args.shadow else repair.back_in_service(args.drain_log, env)
@@ -297,9 +270,7 @@ def _slurm(args: argparse.Namespace, env: Mapping[str, str], hostname: str) -> i
 def _slurm_deadline(
     given: float | None, level: Level, env: Mapping[str, str], scontrol: slurm.Scontrol
 ) -> tuple[float, str | None]:
-    """The checks' deadline, and why it cannot be kept where it cannot: as HealthCheckProgram, and as a Prolog or
-    Epilog under a PrologEpilogTimeout, it must end, with its start-up, report and scontrol calls, before slurmd
-    kills it (and slurmd's kill leaves no line and the run's directory behind)."""
+    """The checks' deadline, and why it cannot be kept where the command must end before slurmd's kill (no line)."""
     if slurm.is_health_check_program(env):
         limit_s: float | None = scontrol.health_check_limit_s()
         named = "as HealthCheckProgram", "HealthCheckTimeout, 60 before Slurm 26.05", "HealthCheckTimeout"
@@ -339,20 +310,17 @@ def _npd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 
 
 def _shadowed(args: argparse.Namespace, code: int, ok: int) -> int:
-    """The exit status: `ok` in shadow mode (slurmd drains a node whose Prolog or Epilog fails, node-problem-detector
-    sets a condition for a plugin's NonOK), the verdict's otherwise."""
+    """`ok` in shadow mode (slurmd drains a node whose Prolog or Epilog fails, NPD sets a condition on NonOK)."""
     return ok if args.shadow else code
 
 
 def idle_node(state: slurm.NodeState | None) -> list[str]:
-    """pytest's option that says no job runs on the node (a process on its GPUs is a job's leftover), where Slurm
-    says it is idle."""
+    """pytest's option that says no job runs on the node (a process on its GPUs is a leftover), where Slurm says so."""
     return [NODE_IDLE] if state is not None and state.idle else []
 
 
 def checked(args: argparse.Namespace, deadline_s: float, extra: Sequence[str] = ()) -> tuple[Verdict, str | None]:
-    """The level's checks within the deadline, their failures confirmed by a second run (confirm.py) unless
-    --no-confirm; and why the report was not kept, or None. Raises Stopped and CannotRun as run_checks does."""
+    """The level's verdict (failures confirmed by a second run unless --no-confirm), and why its report was not kept."""
     pytest_args = [*args.pytest_args, *extra, NODE_ONLY]
     run, not_kept = run_checks(args.level, deadline_s, pytest_args, args.keep_report)
     if not args.confirm:
@@ -362,8 +330,7 @@ def checked(args: argparse.Namespace, deadline_s: float, extra: Sequence[str] = 
 
 
 def _say(line: str, code: int) -> int:
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
+    print(line, flush=True)
     return code
 
 
@@ -394,8 +361,7 @@ def _keep_path(text: str) -> Path:
 
 
 def _given(pytest_args: Sequence[str], option: str) -> str | None:
-    """The value pytest takes for `option` from `pytest_args` (`--opt VALUE` or `--opt=VALUE`, the last one), or
-    None."""
+    """The value pytest takes for `option` from `pytest_args` (`--opt VALUE` or `--opt=VALUE`, the last), or None."""
     value = None
     for i, arg in enumerate(pytest_args):
         if arg == option and i + 1 < len(pytest_args):
@@ -406,22 +372,14 @@ def _given(pytest_args: Sequence[str], option: str) -> str | None:
 
 
 def run_inputs(pytest_args: Sequence[str], env: Mapping[str, str]) -> dict[str, Path]:
-    """The files the run reads that --keep-report must not replace (files.clashes' inputs, as run/paths.py's
-    check_outputs guards a run's own outputs): every baseline in its baselines directory (the SKU picks one, `auto`
-    may read any), the earlier report --gb-compare names, the reports kept in --gb-history. Each setting as the run
-    takes it, after `--` else from the environment. Absolute paths only: the run starts in a directory of its own,
-    where a relative path names none of the caller's files."""
+    """The files the run reads that --keep-report must not replace (files.clashes' inputs): every baseline of its
+    directory (`auto` may read any), the --gb-compare report, the --gb-history reports; each setting after `--`, else
+    from the environment. Absolute paths only: the run starts in a directory where a relative one names none of ours."""
 
     def given(name: str) -> tuple[str, str] | None:
-        """Where the run takes the setting `name` from, and its text; None where neither gives it."""
-        option, variable = cli_flag(name), env_name(name)
-        for raw, source in (
-            (_given(pytest_args, option), f"{option} after --"),
-            (env.get(variable), f"{variable} in the environment"),
-        ):
-            if raw is not None:
-                return source, raw
-        return None
+        if (raw := _given(pytest_args, cli_flag(name))) is not None:
+            return f"{cli_flag(name)} after --", raw
+        return None if (raw := env.get(env_name(name))) is None else (f"{env_name(name)} in the environment", raw)
 
     def path(name: str) -> tuple[str, Path] | None:
         found = given(name)

@@ -1,17 +1,9 @@
-"""Confirm before drain: a health check's failed checks are run once more, within what is left of its deadline, and
-only what fails again stands. Azure's runbook for its health checks drains only what still fails after a second
-run, and AzNHC passes a bandwidth check at the first of its tries that clears it, because "a single pass might
-fail and drain the node"; a check that fails, then passes, is flapping: said, counted by `fleet offenders` from the
-kept reports, never drained.
-
-What the second run says of each check that failed the first:
-
-- failed again: confirmed, the verdict's failure (a drain where the node drains);
-- passed: flapping, not a failure;
-- anything else (skipped, too noisy to judge, not run, the second run could not start or ran out of time): not
-  confirmed; where no failure is confirmed, that is no verdict -- the evidence cannot tell, so no drain.
-
-A run that hung past the deadline is not run again: no time is left, and a hang is the node's (slurm.py)."""
+"""Confirm before drain: a health check's failed checks run once more, within what is left of its deadline, and only
+what fails again stands, as Azure's runbook drains only what still fails after a second run (AzNHC: "a single pass
+might fail and drain the node"). Of each check that failed the first run, the second says: failed again, confirmed;
+passed, flapping (said, counted by `fleet offenders`, never drained); anything else (skipped, too noisy, not run, no
+time), not confirmed: where no failure is confirmed, no verdict and no drain. A run that hung past the deadline is
+not run again: no time is left, and a hang is the node's (slurm.py)."""
 
 from __future__ import annotations
 
@@ -47,23 +39,12 @@ def combined(first: Verdict, second: Verdict) -> Verdict:
     again = {f.test_id for f in second.failures}
     kept = tuple(f for f in first.failures if f.test_id in again)
     flapping = tuple(f.name for f in first.failures if f.test_id in second.passed_checks and f.test_id not in again)
-    duration_s = first.duration_s + second.duration_s
+    both = dataclasses.replace(first, flapping=flapping, duration_s=first.duration_s + second.duration_s)
     if kept:
-        return dataclasses.replace(first, failures=kept, confirmed=True, flapping=flapping, duration_s=duration_s)
-    left = [f.name for f in first.failures if f.name not in flapping]
-    if left:
-        why = second.detail or f"the second run was {second.state}"
-        return unconfirmed(dataclasses.replace(first, flapping=flapping, duration_s=duration_s), why, left)
-    return dataclasses.replace(
-        first,
-        state=OK,
-        failures=(),
-        cause="",
-        detail="",
-        flapping=flapping,
-        duration_s=duration_s,
-        passed=first.passed + len(flapping),
-    )
+        return dataclasses.replace(both, failures=kept, confirmed=True)
+    if left := [f.name for f in first.failures if f.name not in flapping]:
+        return unconfirmed(both, second.detail or f"the second run was {second.state}", left)
+    return dataclasses.replace(both, state=OK, failures=(), cause="", detail="", passed=first.passed + len(flapping))
 
 
 def unconfirmed(verdict: Verdict, why: str, names: Sequence[str] | None = None) -> Verdict:

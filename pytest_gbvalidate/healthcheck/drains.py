@@ -1,24 +1,16 @@
-"""The node's own drains, kept on the node: when the health check (or the gate) drained it and why, so that a node
-drained again and again is handed to a person, and the time between its incidents is known. No pytest.
-
-One small JSON file (`--drain-log`, default /var/lib/gbvalidate/drains.json: a reboot, the commonest repair, must not
-clear it), replaced atomically under its lock; drains older than KEEP_S are dropped.
-
-A node drained more than REPEAT_AFTER times within REPEAT_DAYS (fleet/drain.py's rule, after NVIDIA NVSentinel's)
-is a repeat offender: its drain's reason is `gbvalidate: [repeat] ...`, which no check of ours resumes: a person
-looks at it. Field data have a few nodes causing most exclusions, each coming back after every automatic resume.
-"""
+"""The node's own drains, kept on the node (`--drain-log`: one JSON file, replaced atomically under its lock, not on
+/run: a reboot, the commonest repair, must not clear it): when the health check drained it and why. A node drained
+more than REPEAT_AFTER times within REPEAT_DAYS (fleet/drain.py's rule, after NVSentinel's) drains as a repeat
+offender, `gbvalidate: [repeat] ...`, which no check of ours resumes: field data have a few nodes causing most
+exclusions, each coming back after every automatic resume. No pytest."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import fcntl
 import json
 import math
-import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +19,7 @@ from pytest_gbvalidate.fleet import drain
 from pytest_gbvalidate.fleet.drain import REPEAT_AFTER as REPEAT_AFTER  # where the health check takes them
 from pytest_gbvalidate.fleet.drain import REPEAT_DAYS as REPEAT_DAYS
 from pytest_gbvalidate.healthcheck import slurm
+from pytest_gbvalidate.node.window import locked, replace_json
 
 DEFAULT_PATH = Path("/var/lib/gbvalidate/drains.json")
 LOG_VERSION = 1
@@ -44,14 +37,11 @@ class DrainLogError(Exception):
 class Drain:
     time_s: float  # wall clock (time.time())
     reason: str
-    # When a check found the node back in service after it (someone resumed it, or we did): its evidence then
-    # closed (fixed means fixed). None: not seen back yet.
-    back_s: float | None = None
+    back_s: float | None = None  # when a check found the node back in service after it (its evidence then closed)
 
 
 def read(path: Path) -> list[Drain]:
-    """The drains the log at `path` keeps, oldest first; none where there is no file yet. Raises DrainLogError for
-    a file that is not the log (the file and the field named)."""
+    """The drains the log at `path` keeps, oldest first; none where there is no file yet. Raises DrainLogError."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -80,8 +70,7 @@ def read(path: Path) -> list[Drain]:
 
 
 def recent(drains: Sequence[Drain], now_s: float, window_s: float = REPEAT_WINDOW_S) -> list[Drain]:
-    """The drains within `window_s` before `now_s` (one from the future -- a clock stepped back -- counts: it is
-    no older)."""
+    """The drains within `window_s` before `now_s` (one from the future, a clock stepped back, counts)."""
     return [d for d in drains if now_s - d.time_s <= window_s]
 
 
@@ -91,9 +80,8 @@ def repeats(drains: Sequence[Drain], now_s: float) -> bool:
 
 
 def record(path: Path, new: Drain) -> list[Drain]:
-    """Add the drain `new` to the log at `path` (made where missing), dropping what is older than KEEP_S; the drains
-    it now keeps. Raises DrainLogError where it cannot (an unreadable log is not replaced: it is someone's to look
-    at)."""
+    """Add `new` to the log at `path` (made where missing), dropping what is older than KEEP_S; the drains it keeps.
+    Raises DrainLogError where it cannot (an unreadable log is not replaced: it is someone's to look at)."""
     return _change(path, lambda kept: [*recent(kept, new.time_s, KEEP_S), new])
 
 
@@ -109,14 +97,10 @@ def seen_back(path: Path, now_s: float) -> list[Drain]:
 
 def _change(path: Path, change: Callable[[list[Drain]], list[Drain]]) -> list[Drain]:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with _locked(path):
+        with locked(path):
             kept = change(read(path))
             entries = [{"time_s": d.time_s, "reason": d.reason, "back_s": d.back_s} for d in kept]
-            data = {"version": LOG_VERSION, "drains": entries}
-            scratch = path.with_name(f".{path.name}.{os.getpid()}")
-            scratch.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-            os.replace(scratch, path)
+            replace_json(path, {"version": LOG_VERSION, "drains": entries})
     except OSError as exc:
         raise DrainLogError(f"the drain log {path} cannot be written: {exc.strerror or exc}") from None
     return kept
@@ -127,10 +111,7 @@ METRIC_WINDOWS = (("7d", REPEAT_WINDOW_S), ("30d", KEEP_S))
 
 
 def exposition(drains: Sequence[Drain], now_s: float, hostname: str) -> str:
-    """The node's drains as Prometheus text (for node_exporter's textfile collector beside the run's own file):
-    `gbvalidate_node_drains{hostname, window}` within 7 and 30 days, and
-    `gbvalidate_node_last_drain_timestamp_seconds{hostname}` (Unix time; absent without a drain), from which
-    `time() - ...` is the time since the last one. `hostname`: the node's name, as the drain names it."""
+    """The node's drains as Prometheus text: counts within METRIC_WINDOWS, and the last one's Unix time, if any."""
     node = json.dumps(hostname, ensure_ascii=False)  # a label value: its quotes and backslashes escaped
     lines = [
         "# HELP gbvalidate_node_drains The health check's drains of this node within the window (its drain log).",
@@ -150,8 +131,7 @@ def exposition(drains: Sequence[Drain], now_s: float, hostname: str) -> str:
 
 
 def write_metrics(log: Path | None, metrics: Path | None, node: str | None) -> str | None:
-    """Write the node's drains (its drain log) as a Prometheus text file at `metrics`, where both are given; a
-    problem as one line, else None. After every check: a drain's count falls as it ages out of its window."""
+    """Write the log's exposition to `metrics`, where given (after each check: drains age out); why not, or None."""
     if log is None or metrics is None or node is None:
         return None
     try:
@@ -164,9 +144,7 @@ def write_metrics(log: Path | None, metrics: Path | None, node: str | None) -> s
 
 
 def counted(scontrol: slurm.Scontrol, node: str, reason: str, log: Path | None) -> str:
-    """Drain `node` for `reason`, and keep the drain in the node's drain log where one is kept: a node drained more
-    than REPEAT_AFTER times within its window drains as a repeat offender, for a person. What
-    happened, in a few words."""
+    """Drain `node` for `reason` (a repeat offender's where the log says so), logged where kept; what happened."""
     if log is None:
         return scontrol.drain(node, reason)
     now_s = time.time()
@@ -186,10 +164,3 @@ def counted(scontrol: slurm.Scontrol, node: str, reason: str, log: Path | None) 
     except DrainLogError as exc:
         done += f"; {exc}"
     return done
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with open(path.with_name(f".{path.name}.lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield

@@ -1,8 +1,6 @@
-"""The evidence a vendor ticket asks for, kept before the health check drains its node: NVIDIA's
-`nvidia-bug-report.sh` log (where the driver installed it) beside the kept report, bounded in time and size. A drained
-node is reset or rebooted next, and what the driver knew goes with it; NVSentinel collects the same beside its drains
-(a minimal collection in about 17 s). No pytest here.
-"""
+"""The evidence a vendor ticket asks for, kept before the health check drains its node (reset or rebooted next, what
+the driver knew goes with it): NVIDIA's `nvidia-bug-report.sh` log beside the kept report, bounded in time and size,
+as NVSentinel collects beside its drains (a minimal collection in about 17 s). No pytest here."""
 
 from __future__ import annotations
 
@@ -19,27 +17,20 @@ MAX_BYTES = 256 * 2**20
 
 
 def keep(beside: Path | None, left_s: float) -> str:
-    """Run the tool into `beside`'s directory (the kept report's) within `left_s` seconds; one note for the line:
-    where the evidence is, or why none was kept. Empty where no report is kept (no place is named for it)."""
+    """Run the tool into `beside`'s directory (the kept report's; none: no note) within `left_s` seconds; the line's
+    note: where the evidence is, or why none was kept."""
     if beside is None:
         return ""
-    tool = shutil.which(TOOL)
-    if tool is None:
+    if (tool := shutil.which(TOOL)) is None:
         return f"evidence: {TOOL} not installed; the kept report is the evidence"
     bound_s = min(MAX_S, left_s)
     if bound_s < MIN_S:
         return f"evidence: not collected, {left_s:.0f} s left of the deadline"
     stem = beside.with_name(f"{beside.stem}.nvidia-bug-report.log")
     made = stem.with_name(stem.name + ".gz")  # the tool compresses what it writes
-    command = [tool, "--safe-mode", "--output-file", str(stem)]
+    command, quiet = [tool, "--safe-mode", "--output-file", str(stem)], subprocess.DEVNULL
     try:
-        tool_run = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        tool_run = subprocess.Popen(command, stdin=quiet, stdout=quiet, stderr=quiet, start_new_session=True)
     except OSError as exc:
         return f"evidence: {TOOL} did not start: {exc.strerror or exc}"
     try:
@@ -50,8 +41,7 @@ def keep(beside: Path | None, left_s: float) -> str:
         made.unlink(missing_ok=True)
         stem.unlink(missing_ok=True)
         return f"evidence: {TOOL} killed after {bound_s:.0f} s, nothing kept"
-    found = next((p for p in (made, stem) if p.is_file()), None)
-    if found is None:
+    if (found := next((p for p in (made, stem) if p.is_file()), None)) is None:
         return f"evidence: {TOOL} exited {code} and wrote nothing"
     size = found.stat().st_size
     if size > MAX_BYTES:

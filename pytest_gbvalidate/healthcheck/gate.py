@@ -1,17 +1,10 @@
 """The measuring gate as an exclusive Slurm job (`python -m pytest_gbvalidate.healthcheck slurm --gate`, from
-contrib/slurm/gbvalidate-gate.sbatch): the standard or full level on a node no other job shares.
-
-slurmd's hooks may run beside a job and get the passive level (slurm.py); the levels that measure -- copies, GEMMs,
-collective sweeps, pretraining -- take minutes and load every GPU and link, and are run the way the field runs them
-(AMD's Slurm operator, Nebius, Azure's runbook): as a job of their own on an idle node. The job must hold the node
-alone (`sbatch --exclusive`, OverSubscribe=NO): else it is refused, nothing run. As it starts, the node is drained
-with the reason `gbvalidate: gate running (job N)`, so no job lands there after it; then
-
-- a pass resumes the node (only where that reason of ours still stands: someone's later drain is theirs);
-- a failure or the deadline drains it with the failed checks as the reason, replacing ours;
-- no verdict (our own failure, a signal) resumes it: the gate said nothing of the node.
-
-A node someone else took out of service is left alone, unchecked."""
+contrib/slurm/gbvalidate-gate.sbatch): the standard or full level on a node no other job shares. The levels that
+measure take minutes and load every GPU and link: they run as the field runs them (AMD's Slurm operator, Nebius,
+Azure's runbook), as a job of their own holding the node alone (`sbatch --exclusive`), else refused. As it starts the
+node is drained (`gbvalidate: gate running (job N)`) so no job lands there; then a pass resumes it (only where that
+reason of ours still stands), a failure or the deadline drains it with the failed checks, and no verdict (our own
+failure, a signal) resumes it. A node someone else took out of service is left alone, unchecked."""
 
 from __future__ import annotations
 
@@ -28,8 +21,7 @@ def refusal(env: Mapping[str, str], scontrol: slurm.Scontrol) -> str | None:
     """Why the gate cannot run here, or None: only in a job of its own that holds the node alone."""
     if slurm.is_health_check_program(env) or slurm.is_prolog_or_epilog(env):
         return "--gate measures for minutes: not in slurmd's hooks, but as a job (contrib/slurm/gbvalidate-gate.sbatch)"
-    job = env.get("SLURM_JOB_ID")
-    if not job:
+    if not (job := env.get("SLURM_JOB_ID")):
         return "--gate runs in a Slurm job that holds the node alone: sbatch --exclusive -w NODE gbvalidate-gate.sbatch"
     if scontrol.exclusive(job) is not True:
         return f"job {job} does not hold its node alone (sbatch --exclusive): the gate would measure beside a job"
@@ -44,9 +36,8 @@ def run_gate(
     notes: Callable[[str | None], list[str]],
     drain_failed: Callable[[str], str],
 ) -> tuple[str, int]:
-    """The gate on `node`: its line and exit status (slurm.py's). `run` runs the level's checks and judges them;
-    `notes` gives the line's notes from what `run` says of the kept report; `drain_failed` drains the node for a
-    failure's reason, as the health check does (its drain log counting it)."""
+    """The gate on `node`: its line and exit status. `run` runs and judges the checks; `notes` gives the line's notes
+    from what `run` says of the kept report; `drain_failed` drains the node for a failure's reason."""
     state = scontrol.node_state(node)
     if state is not None and state.out_of_service and not state.ours_to_act_on:
         return slurm.not_checked_line(node, state), slurm.EXIT_OK

@@ -1,25 +1,16 @@
 """Running a level of the shipped suites in a subprocess, within a deadline, and reading the report it wrote.
 
-`sys.executable -m pytest --pyargs pytest_gbvalidate.suites --gb-level=LEVEL --gb-report=REPORT
--p no:cacheprovider -q [extra pytest arguments]`, in a private temporary directory (mode 0700) that holds the
-report, pytest's output and whatever else the run writes beside its report; removed afterwards. Running there
-means no conftest.py, ini file or package in the caller's current directory (slurmd's, NPD's) joins the run, and
-no report left by an earlier run can be read as this one's. The directory is locked while the run lives; one left
-by a killed run (slurmd and NPD kill with SIGKILL) is removed by the next run.
+pytest runs (pytest_command) in a private temporary directory (mode 0700) that holds the report, its output and whatever
+else the run writes, removed afterwards: no conftest.py, ini file or package of the caller's current directory
+(slurmd's, NPD's) joins the run, and no earlier run's report can be read as this one's. The directory is locked while
+the run lives; one left by a killed run (slurmd and NPD kill with SIGKILL) is removed by the next run. The run is its
+own process group (the gang's ranks with it): at the deadline it gets SIGTERM, which the plugin turns into an
+interrupted run that still writes its report (signals.py), then SIGKILL after KILL_GRACE_S. pytest gets SIGKILL should
+this process die first (PR_SET_PDEATHSIG, Linux); the ranks leave once pytest is gone (ranks/gang.py).
 
-The run is its own process group (the gang's ranks with it). At the deadline the group gets SIGTERM, which the
-plugin turns into an interrupted run that still writes its report (signals.py), then SIGKILL after KILL_GRACE_S.
-Where the platform allows, pytest also gets SIGKILL should this process die first (PR_SET_PDEATHSIG: slurmd and NPD
-kill a health check that overruns with SIGKILL, which no handler sees); the ranks leave once pytest is gone
-(ranks/gang.py watches the parent). The report is read through files.read_json (a regular file, bounded, strict
-JSON) and checked against the report's records (report/schema.py `problem`).
-
-The run gets this process's environment less PYTEST_ADDOPTS and PYTEST_PLUGINS, and an empty pytest.ini of its
-own: options inherited from a caller's shell (`-k numa`), plugins that deselect, or an ini file's `addopts` in a
-directory above the run's (pytest looks upward from it, /tmp/pytest.ini included) would narrow the level's checks,
-and a healthy verdict on a few of them would pass for one on all. pytest options the operator means are given
-after `--`. What keeps the checks from running at all (an interpreter that cannot
-be started, a temporary directory that cannot be written) is CannotRun: no verdict on the node."""
+The run gets neither PYTEST_ADDOPTS nor PYTEST_PLUGINS, and an empty pytest.ini of its own: a caller's shell options
+(`-k numa`), plugins that deselect or an `addopts` in a directory above (/tmp/pytest.ini) would narrow the level's
+checks, and a healthy verdict on a few would pass for one on all; the operator's pytest options go after `--`."""
 
 from __future__ import annotations
 
@@ -57,8 +48,7 @@ DROPPED_ENV = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")  # what the run does not get 
 
 
 class CannotRun(Exception):
-    """The checks could not be started, for a cause of this command's own (the interpreter, the temporary
-    directory): the message, one line, names it. No verdict on the node."""
+    """The checks could not start, for a cause of ours the one-line message names (no interpreter): no verdict."""
 
 
 class Stopped(Exception):
@@ -83,10 +73,8 @@ def run_checks(
     keep_report: Path | None,
     rerun: RunReportRecord | None = None,
 ) -> tuple[Run, str | None]:
-    """Run the checks (with `rerun`, an earlier run's report: only those that failed in it, given the same
-    `pytest_args`) and read their report; with `keep_report`, copy the report there (files.py's rules) and say why
-    not where it could not be. Raises Stopped (after killing the run) on SIGTERM, SIGINT or SIGHUP, and CannotRun
-    where the run could not start (nothing is left behind)."""
+    """The run (with `rerun`, an earlier report: only the checks that failed in it), and why its report could not be
+    kept at `keep_report`. Raises Stopped (after killing the run) on SIGTERM, SIGINT or SIGHUP, and CannotRun."""
     if not sys.executable:  # Python sets it empty where it cannot tell its own path
         raise CannotRun("this Python cannot tell its own path (sys.executable is empty): no interpreter for the checks")
     try:
@@ -99,7 +87,6 @@ def run_checks(
     try:
         try:
             held = _hold(directory)
-            # pytest's search for an ini file stops at the first; an empty pytest.ini counts (see above).
             (directory / "pytest.ini").touch()
         except OSError as exc:
             raise CannotRun(f"cannot lock the run's directory: {_why(exc)}") from None
@@ -127,8 +114,7 @@ def run_checks(
             kept = keep_report is not None and not_kept is None
             problem = problem.replace(str(report_path), str(keep_report) if kept else "the run's report")
         elif report is not None and report["status"] != "finished" and returncode >= 0 and not timed_out:
-            # pytest ended by itself, yet its report says it is still running: the last write failed (a full
-            # disk), and pytest's output says why
+            # pytest ended by itself with its report still running: the last write failed (a full disk)
             ended = f"pytest ended ({exit_meaning(returncode)}) with its report left {report['status']}"
             problem = f"{ended}: {last_line(output_path)}"
         return Run(level, returncode, timed_out, deadline_s, duration_s, report, problem), not_kept
@@ -151,26 +137,21 @@ def checks_environment(env: Mapping[str, str]) -> dict[str, str]:
 
 def dropped_note(env: Mapping[str, str]) -> str | None:
     """What the line says of a DROPPED_ENV variable `env` sets (not empty), or None."""
-    dropped = [f"{name}={env[name]!a}" for name in DROPPED_ENV if env.get(name, "").strip()]
-    if not dropped:
+    if not (dropped := [f"{name}={env[name]!a}" for name in DROPPED_ENV if env.get(name, "").strip()]):
         return None
     return f"{', '.join(dropped)} not passed on: the level's checks run as given (pytest options go after --)"
 
 
 def _hold(directory: Path) -> int:
-    """Lock the run's directory for as long as this process lives (the kernel drops the lock when it dies, killed
-    or not); the descriptor."""
+    """Lock the run's directory while this process lives (the kernel drops the lock however it dies); the fd."""
     fd = os.open(directory / HELD, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     return fd
 
 
 def remove_abandoned(parent: Path) -> list[Path]:
-    """Remove the run directories in `parent` that a killed health check left (slurmd kills an overrunning
-    HealthCheckProgram with SIGKILL 10 ms after SIGTERM, NPD with SIGKILL: no clean-up runs), and end the processes
-    still working in them. A directory is
-    abandoned when it is this user's and nobody holds its lock; one without a lock is left alone unless it is
-    older than UNLOCKED_GRACE_S (caught between its making and its locking). The ones removed."""
+    """Remove the run directories in `parent` a killed check left (this user's, unlocked; with no lock file, past
+    UNLOCKED_GRACE_S: made, not yet locked) and end the processes working in them; the ones removed."""
     removed = [directory for directory in parent.glob(f"{DIRECTORY_PREFIX}*") if _abandoned(directory)]
     if removed:
         _kill_working_in(removed)
@@ -180,8 +161,7 @@ def remove_abandoned(parent: Path) -> list[Path]:
 
 
 def _kill_working_in(directories: list[Path]) -> None:
-    """SIGKILL the processes a killed run left working in its directory (its ranks, or whatever its checks
-    started that outlived pytest): the run's processes are the ones whose working directory is in it."""
+    """SIGKILL the processes working in these directories: a killed run's ranks, whatever outlived its pytest."""
     import psutil
 
     roots = [str(d.resolve()) for d in directories]
@@ -222,8 +202,7 @@ def read_report(path: Path) -> tuple[RunReportRecord | None, str | None]:
         data = read_json(path)
     except InputError as exc:  # files.py's words and our own path: the values in them escaped already
         return None, escaped(str(exc))
-    problem = schema.problem(data)
-    if problem is not None:
+    if (problem := schema.problem(data)) is not None:
         return None, f"{path}: {escaped(problem)}"
     return cast(RunReportRecord, data), None
 
@@ -237,10 +216,9 @@ def last_line(path: Path) -> str:
     except OSError as exc:
         return printable(f"{path}: {exc.strerror or exc}")
     lines = [line.strip() for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
-    # pytest's usage error ends with its inifile and rootdir, a collection error with a summary: the line that
-    # says what went wrong is the run's own line for a file it could not write, else the last `error:` line, or
-    # the last `E   ` line of a traceback.
-    errors = [line for line in lines if "NOT written" in line]  # our own line for an output it could not write
+    # Not the last line (a usage error ends with its rootdir, a collection error with a summary): the run's own line
+    # for an output it could not write, else the last `error:` line, or the last `E   ` line of a traceback.
+    errors = [line for line in lines if "NOT written" in line]
     errors = errors or [s for s in lines if "error:" in s.lower() or s.startswith(("E ", "INTERNALERROR>"))]
     said = errors or lines
     return shorten(printable(said[-1]), 200) if said else "no output"
@@ -256,8 +234,7 @@ def _keep(report: Path, keep: Path) -> str | None:
 
 
 def _run(command: list[str], cwd: Path, output: Path, deadline_s: float) -> tuple[int, bool]:
-    """pytest's exit code (negative: the signal that ended it) and whether the deadline killed it; CannotRun where
-    pytest's output cannot be written or its interpreter not started."""
+    """pytest's exit code (negative: the signal that ended it) and whether the deadline killed it."""
     try:
         out = output.open("wb")
     except OSError as exc:
@@ -300,7 +277,6 @@ def _raise_stopped(signum: int, _frame: object) -> None:
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to the run's process group, then SIGKILL to whatever is left of it after KILL_GRACE_S."""
     _signal_group(process.pid, signal.SIGTERM)
     with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(timeout=KILL_GRACE_S)
@@ -314,6 +290,5 @@ def _signal_group(pgid: int, signum: int) -> None:
 
 
 def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL when this process dies (Linux only; elsewhere nothing)."""
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)

@@ -4,15 +4,12 @@
 - exit status 0 OK, 1 NonOK, 2 Unknown (types/types.go); any other is Unknown too (plugin/plugin.go).
 - stdout, trimmed, is the condition's message, cut at `max_output_length` bytes: 80 by default
   (types/config.go, defaultMaxOutputLength). NPD reads at most 4 KiB of it.
-- At the rule's (or the global) timeout NPD kills the plugin's process group and reports Unknown (the killed
-  plugin's exit status is -1) with a message of its own; the deadline here ends the run first, so the message
-  says which level ran past it.
+- At the rule's timeout NPD kills the plugin's process group and reports Unknown with a message of its own; the
+  deadline here ends the run first, so the message says which level ran past it.
 
-OK: the checks passed. NonOK: a check failed. Unknown: the checks ran past the deadline, as NPD's own timeout is
-Unknown (a Slurm health check drains such a node: slurm.py), or no verdict could be made (no report, a broken one,
-a usage or internal error, every check skipped). The message holds no duration or count that changes from run to
-run where the verdict does not, so `enable_message_change_based_condition_update` may be on without churning the
-condition."""
+NonOK: a check failed. Unknown: past the deadline, as NPD's own timeout is (slurm.py drains such a node), or no
+verdict. The message holds no duration or count that changes from run to run where the verdict does not, so
+`enable_message_change_based_condition_update` may be on without churning the condition."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The node's way back into service: a repair said (`healthcheck repaired`) or an admin's resume of a node we drained
-found by the next check closes the node's window -- the kernel log's Xid events and the InfiniBand error counts so
-far -- so the same old event does not drain it again (fixed means fixed). No pytest."""
+"""The node's way back into service: a repair said (`healthcheck repaired`), or a resume of a node we drained found
+by the next check, closes the node's window (its Xid events and InfiniBand error counts so far), so the same old
+event does not drain it again (fixed means fixed). No pytest."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from pytest_gbvalidate.settings import env_name
 
 
 def close_window(given: str | None, env: Mapping[str, str]) -> tuple[str, str | None]:
-    """The node's window (`given`, else GBVALIDATE_WINDOW, else node/window.py's default) closed at the kernel log's
-    last record and the InfiniBand error counters' readings now: what was done, or why it could not be."""
+    """Close the node's window (`given`, else GBVALIDATE_WINDOW, else window.DEFAULT_PATH) at the kernel log's last
+    record and the InfiniBand error counts now: what was done, or why it could not be."""
     given, where = (given, "--window") if given else (env.get(env_name("window")), env_name("window"))
     try:
         path = window.DEFAULT_PATH if not given else parse_window(given, Path.cwd())
@@ -32,23 +32,19 @@ def close_window(given: str | None, env: Mapping[str, str]) -> tuple[str, str | 
     if last is None:
         return "", f"the kernel log {xid.KERNEL_LOG} has no numbered record to close at"
     counters = nic.counter_marks(topology.SYSFS_ROOT)
-    problem = window.Window(path).write({xid.REPAIRED_MARK: last, **counters})
-    if problem is not None:
+    if (problem := window.Window(path).write({xid.REPAIRED_MARK: last, **counters})) is not None:
         return "", problem
     ports = f", {len(counters)} InfiniBand error counters count from now" if counters else ""
     return f"gbvalidate: repair noted: Xid events up to kernel log record {last} are closed{ports} ({path})", None
 
 
 def back_in_service(log: Path | None, env: Mapping[str, str]) -> str | None:
-    """A node we drained, found in service again (someone resumed it, or we did) is fixed: the evidence its drain was
-    for -- the kernel log's Xid events, the InfiniBand error counts -- is closed before its checks run, once, so it is
-    not drained again for the same old event (`repaired` does the same by hand). What was done, or why not; None
-    where there is nothing to do."""
+    """Close the window of a node we drained, found in service again, once, before its checks run (as `repaired`
+    does by hand): what was done, or why not; None where there is nothing to do."""
     if log is None:
         return None
     try:
-        last = drains.unseen_back(drains.read(log))
-        if last is None:
+        if (last := drains.unseen_back(drains.read(log))) is None:
             return None
         done, problem = close_window(None, env)
         if problem is None:

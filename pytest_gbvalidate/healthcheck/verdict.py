@@ -1,18 +1,13 @@
-"""A health check run's verdict, from what the run left: pytest's exit code, whether the deadline killed it, and
-its JSON report (read and checked against the report's records by level_run.py). Pure: no I/O, no pytest.
+"""A health check run's verdict, from pytest's exit code, whether the deadline killed it, and its JSON report (what a
+report says of its node is report/node_verdict.py's rule, as the fleet's). Pure: no I/O, no pytest. The first that
+applies, in this order:
 
-In this order, the first that applies:
-
-1. FAIL: a check failed (any test record whose outcome is `failed`), even where the run then timed out or
-   stopped: what it found stands.
+1. FAIL: a check failed, even where the run then timed out or stopped: what it found stands.
 2. TIMEOUT: the run did not finish before the deadline and was killed.
-3. UNKNOWN: no verdict could be made: no report, or one that does not read as a report (the file and the field
-   are named); a run the report says did not finish; checks that failed only for figures too noisy to judge
-   (unresolved: run again on an idle node); pytest's exit status not 0 without a failed check (an internal or
-   usage error, nothing collected, an output it could not write, a crash); or not a single check passed (all
-   skipped). What a report says about its node is report/node_verdict.py's rule, as the fleet's.
-4. OK: the run finished, exit status 0, at least one check passed and none failed.
-"""
+3. UNKNOWN: no verdict: no report, or one that does not read as one (the file and field named); a run that did not
+   finish; checks that failed only for figures too noisy to judge; pytest's exit status not 0 without a failed check
+   (an internal or usage error, nothing collected, an output it could not write, a crash); no check passed.
+4. OK: the run finished, exit status 0, at least one check passed and none failed."""
 
 from __future__ import annotations
 
@@ -26,16 +21,9 @@ from pytest_gbvalidate.report.node_verdict import EXIT_UNRESOLVED, UNCLASSIFIED,
 from pytest_gbvalidate.report.records import RunReportRecord
 
 OK, FAIL, TIMEOUT, UNKNOWN = "ok", "fail", "timeout", "unknown"
-# What pytest's exit statuses mean (pytest.ExitCode), for a line that says why there is no verdict.
-EXIT_MEANINGS = {
-    0: "tests passed",
-    1: "tests failed",
-    2: "interrupted",
-    3: "internal error",
-    4: "usage error",
-    5: "no tests collected",
-    EXIT_UNRESOLVED: "too noisy to judge",
-}
+# What pytest's exit statuses mean (pytest.ExitCode, from 0), for a line that says why there is no verdict.
+_PYTEST_EXITS = ("tests passed", "tests failed", "interrupted", "internal error", "usage error", "no tests collected")
+EXIT_MEANINGS = {**dict(enumerate(_PYTEST_EXITS)), EXIT_UNRESOLVED: "too noisy to judge"}
 PROBLEM_MAX_CHARS = 300
 
 
@@ -62,26 +50,20 @@ class Verdict:
     duration_s: float
     deadline_s: float
     detail: str  # one line: why, for TIMEOUT and UNKNOWN; for FAIL, how the run ended where it did not finish
-    # For FAIL where the node's GPUs cannot be used at all (node/preconditions.py): that cause, one line, named
-    # before anything else (its dependents were not run); else empty.
-    cause: str = ""
+    cause: str = ""  # for FAIL where the node's GPUs cannot be used at all (node/preconditions.py): that cause
     passed_checks: frozenset[str] = frozenset()  # the test ids of `passed`
-    # Where the failures were run once more (confirm.py): True, they failed again (the only ones `failures` keeps);
-    # `flapping`, the checks that failed, then passed on the second run. False: not run again.
-    confirmed: bool = False
-    flapping: tuple[str, ...] = ()
+    confirmed: bool = False  # the failures failed again on a second run (confirm.py); False: not run again
+    flapping: tuple[str, ...] = ()  # the checks that failed, then passed on the second run
 
     def causes(self) -> list[drain.Cause]:
-        """What takes the node out of service (fleet/drain.py): the failed checks, or the deadline; none for OK and
-        UNKNOWN."""
+        """What takes the node out of service (fleet/drain.py): the failed checks, or the deadline."""
         if self.state == TIMEOUT:
             part = f"timeout: the {self.level} checks did not finish within {self.deadline_s:g} s"
             return [drain.Cause("timeout", part, "timeout")]
         return drain.failed(self.failures) if self.state == FAIL else []
 
     def findings(self) -> list[str]:
-        """What the run found, as a drain reason's parts: `gpu_hardware (rma): test_gpu_count` per fault category with
-        its repair (its checks comma-joined), or the timeout; empty for OK and UNKNOWN."""
+        """What the run found, as a drain reason's parts (`gpu_hardware (rma): test_gpu_count`), or the timeout."""
         return [c.part for c in self.causes()]
 
     def confirmation(self) -> str:
@@ -91,8 +73,7 @@ class Verdict:
         return "; ".join(part for part in (confirmed, flapped) if part)
 
     def categories(self) -> str:
-        """The failed checks' fault categories with their counts, most first: `link (2 checks), gpu_hardware (1
-        check)`; empty where none failed."""
+        """The failed checks' fault categories and counts, most first: `link (2 checks), gpu_hardware (1 check)`."""
         counts = Counter(f.category or UNCLASSIFIED for f in self.failures)
         return ", ".join(f"{category} ({n} check{'' if n == 1 else 's'})" for category, n in counts.most_common())
 
@@ -101,14 +82,12 @@ class Verdict:
         return list(dict.fromkeys(f"{f.category or UNCLASSIFIED}: {f.action}" for f in self.failures if f.action))
 
     def drain_reason(self) -> str | None:
-        """The reason for a node taken out of service (FAIL and TIMEOUT: fleet/drain.py); None where the node stays
-        in (OK) or nothing is known of it (UNKNOWN)."""
+        """The reason for a node taken out of service (FAIL and TIMEOUT: fleet/drain.py); else None."""
         return drain.reason(self.causes())
 
 
 def judge(run: Run) -> Verdict:
-    """What the report says of the node (report/node_verdict.py, as the fleet reads it), with what only this run
-    knows: the deadline, the signal that killed pytest, its exit status."""
+    """What the report says of the node, with what only this run knows: the deadline, the signal, the exit status."""
     found = None if run.report is None else node_verdict.judge(run.report)
     failures = () if found is None else found.faults
     passed = frozenset() if found is None else found.passed
@@ -127,8 +106,7 @@ def judge(run: Run) -> Verdict:
         return verdict(TIMEOUT, f"killed at the {run.deadline_s:g} s deadline")
     if found is None or run.report is None:
         return verdict(UNKNOWN, run.problem or "no report")
-    cut_short = _cut_short(run)
-    if cut_short is not None:
+    if (cut_short := _cut_short(run)) is not None:
         return verdict(UNKNOWN, cut_short)
     if found.unresolved:
         shown = ", ".join(sorted(c.name for c in found.unresolved))
@@ -166,7 +144,6 @@ def exit_meaning(returncode: int) -> str:
 
 
 def escaped(text: str) -> str:
-    """`text` with every character that is not printable ASCII escaped (`\\n`, `\\xf6`), for the one line. A
-    backslash stays as it is: the values in the line were escaped where they were put in (labels.printable, `!a`),
-    and escaping them again would show `n\\\\xf6` for `nö`."""
+    """`text` with every character that is not printable ASCII escaped (`\\n`, `\\xf6`), for the one line. Not a
+    backslash: the line's values were escaped as they were put in (labels.printable, `!a`), and would show twice."""
     return "".join(c if c.isascii() and c.isprintable() else ascii(c)[1:-1] for c in text)

@@ -1,9 +1,6 @@
 """Binding the calling thread to a set of CPUs and a NUMA node's memory, as `numactl --physcpubind=... --membind=N`
-does, for host<->device copies that must use host memory near the GPU. No pytest, no torch.
-
-The CPUs and node of a PCI device come from sysfs (`/sys/bus/pci/devices/<bdf>/local_cpulist`, `numa_node`).
-`bound_to` takes a plain CPU list, so any source of locality (sysfs here, a NUMA map elsewhere) can feed it.
-"""
+does, for host<->device copies that must use host memory near the GPU; a PCI device's CPUs and node from sysfs.
+`bound_to` takes a plain CPU list, so any source of locality can feed it. No pytest, no torch."""
 
 from __future__ import annotations
 
@@ -51,8 +48,7 @@ def bound_to(cpus: Sequence[int], numa_node: int | None = None) -> Iterator[dict
     os.sched_setaffinity(0, cpus)
     try:
         if numa_node is not None:
-            old_policy = _get_mempolicy()
-            if old_policy is None:
+            if (old_policy := _get_mempolicy()) is None:
                 applied["memory"] = f"not bound (no memory policy system call on {platform.machine()})"
             else:
                 _set_mempolicy(MPOL_BIND, [numa_node])
@@ -75,8 +71,7 @@ def _libc() -> ctypes.CDLL:
 
 
 def _get_mempolicy() -> tuple[int, list[int]] | None:
-    numbers = _SYSCALLS.get(platform.machine())
-    if numbers is None:
+    if (numbers := _SYSCALLS.get(platform.machine())) is None:
         return None
     mode = ctypes.c_int(0)
     mask = (ctypes.c_ulong * _MASK_WORDS)()

@@ -1,8 +1,6 @@
 """A GPU's NVLink fabric registration (multi-node NVLink, GB200 on) as NVML's versioned fabric info struct holds it:
-the registration's state, its result once completed, what the health mask reports wrong (degraded bandwidth, a
-route recovering or unhealthy, an access timeout recovery, an incorrect configuration, the global fabric manager
-disconnected), and the NVLink domain the fabric manager placed the GPU in (cluster UUID and clique id). Decoding only:
-nvml.py makes the call (`nvmlDeviceGetGpuFabricInfoV`) and fills the struct."""
+its state, its result, what the health mask reports wrong (HEALTH_FAULTS) and the NVLink domain the fabric manager
+placed the GPU in. Decoding only: nvml.py makes the call (`nvmlDeviceGetGpuFabricInfoV`) and fills the struct."""
 
 from __future__ import annotations
 
@@ -17,23 +15,19 @@ _FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "co
 
 @dataclass(frozen=True)
 class FabricInfo:
-    """One GPU's registration with the NVLink fabric. `status` is None until the state is completed; the
-    cluster UUID and clique id say which NVLink domain (rack) and which partition of it the GPU joined: every
-    GPU of a VM is in the same one."""
+    """One GPU's NVLink fabric registration; cluster UUID and clique id: its NVLink domain (rack) and partition."""
 
     state: str  # not_started, in_progress, completed
     status: str | None  # "Success", or NVML's text for the error the registration ended with
     degraded_bandwidth: bool | None  # None: the health mask does not report it
     cluster_uuid: str
     clique_id: int
-    # What the health mask reports wrong, in words (`a route unhealthy`); empty where nothing is.
-    health_faults: tuple[str, ...] = ()
+    health_faults: tuple[str, ...] = ()  # what the health mask reports wrong, in words (`a route unhealthy`)
 
 
 def fabric_reading(info: Any) -> FabricInfo | None:
-    """The registration from a filled `c_nvmlGpuFabricInfo_v2_t`; None where the GPU has no NVLink fabric.
-    NVML defines the result only once the state is completed (before, the field holds whatever it holds); the
-    health mask's degraded-bandwidth field is 1 true, 2 false, 0 not supported."""
+    """The registration from a filled `c_nvmlGpuFabricInfo_v2_t`; None where the GPU has no NVLink fabric. NVML
+    defines the result only once the state is completed (before, the field holds whatever it holds)."""
     import pynvml
 
     state = _FABRIC_STATES.get(int(info.state), str(info.state))
@@ -43,19 +37,14 @@ def fabric_reading(info: Any) -> FabricInfo | None:
     if state == "completed":
         status = str(pynvml.NVMLError(int(info.status))) if info.status else "Success"
     health = health_fields(int(info.healthMask))
-    degraded = health.get("DEGRADED_BW")
-    return FabricInfo(
-        state=state,
-        status=status,
-        degraded_bandwidth={"TRUE": True, "FALSE": False}.get(degraded or ""),
-        cluster_uuid=str(uuid.UUID(bytes=bytes(info.clusterUuid))),
-        clique_id=int(info.cliqueId),
-        health_faults=tuple(
-            f"{what}: {value.lower().replace('_', ' ')}" if value not in ("TRUE", "DISCONNECTED") else what
-            for field, what, faults in HEALTH_FAULTS
-            if (value := health.get(field)) is not None and value in faults
-        ),
+    degraded = {"TRUE": True, "FALSE": False}.get(health.get("DEGRADED_BW") or "")
+    faults = tuple(
+        f"{what}: {value.lower().replace('_', ' ')}" if value not in ("TRUE", "DISCONNECTED") else what
+        for field, what, wrong in HEALTH_FAULTS
+        if (value := health.get(field)) is not None and value in wrong
     )
+    cluster = str(uuid.UUID(bytes=bytes(info.clusterUuid)))
+    return FabricInfo(state, status, degraded, cluster, int(info.cliqueId), faults)
 
 
 # The health mask's fields that say something is wrong, what that is, and the values that say so. Every field the
@@ -77,10 +66,9 @@ HEALTH_FAULTS = (
 
 
 def health_fields(mask: int) -> dict[str, str]:
-    """Each field of a fabric health mask the installed NVML defines, by its value's name (`TRUE`,
-    `NOT_SUPPORTED`, `INCORRECT_CHASSIS_SN`, ...; the number where NVML names none). As nvml.h's
-    NVML_GPU_FABRIC_HEALTH_GET(var, type) reads one: (mask >> SHIFT) & WIDTH, the WIDTH being the field's bit
-    mask (0x3), not a count of bits."""
+    """Each field of a fabric health mask the installed NVML defines, by its value's name (`TRUE`, `NOT_SUPPORTED`,
+    ...; the number where NVML names none), read as nvml.h's NVML_GPU_FABRIC_HEALTH_GET(var, type) does: (mask >>
+    SHIFT) & WIDTH, the WIDTH being the field's bit mask (0x3), not a count of bits."""
     import pynvml
 
     prefix = "NVML_GPU_FABRIC_HEALTH_MASK_"
@@ -109,9 +97,8 @@ def health_fields(mask: int) -> dict[str, str]:
 
 
 def nvlink_domain(devices: Iterable[Mapping[str, Any]]) -> str | None:
-    """The NVLink domain a node's GPUs joined, ``<cluster UUID>/<clique id>``, from a report's GPU inventory
-    (``gpus.devices``): the place most of its GPUs registered in; None where no GPU registered with a fabric. A GPU
-    placed elsewhere is the clique check's finding (test_nvlink_fabric_clique), not a second domain."""
+    """The NVLink domain most of a node's GPUs joined, ``<cluster UUID>/<clique id>``, from a report's ``gpus.devices``;
+    None where none registered. A GPU placed elsewhere is the clique check's finding, not a second domain."""
     places = Counter(
         f"{d['fabric_cluster_uuid']}/{d['fabric_clique_id']}"
         for d in devices

@@ -1,8 +1,6 @@
-"""IMEX (NVIDIA Internode Memory Exchange), which multi-node NVLink needs: a process maps GPU memory of another
-node of its NVLink domain through an IMEX channel (a character device /dev/nvidia-caps-imex-channels/channelN,
-made by the driver with NVreg_CreateImexChannel0=1 or by hand), and the node's nvidia-imex daemon brokers the
-mappings with the other nodes' daemons. `nvidia-imex-ctl -q` asks the daemon for its state: READY when it is
-connected and serving; `nvidia-imex-ctl -N` asks it for the whole domain: each node's state and its connections.
+"""IMEX (NVIDIA Internode Memory Exchange), which multi-node NVLink needs: a process maps another node's GPU memory
+through an IMEX channel (a character device /dev/nvidia-caps-imex-channels/channelN, made by the driver with
+NVreg_CreateImexChannel0=1 or by hand), and the node's nvidia-imex daemon brokers the mappings with the other nodes'.
 No pytest here; the devices directory and the command runner are arguments, so tests give their own."""
 
 from __future__ import annotations
@@ -24,14 +22,8 @@ CTL = "nvidia-imex-ctl"
 READY = "READY"
 # The states `nvidia-imex-ctl -q` prints (NVIDIA DCGM's DCGM_FI_IMEX_DAEMON_STATUS lists the same values).
 DAEMON_STATES = (
-    "INITIALIZING",
-    "STARTING_AUTH_SERVER",
-    "WAITING_FOR_PEERS",
-    "WAITING_FOR_RECOVERY",
-    "INIT_GPU",
-    "READY",
-    "SHUTTING_DOWN",
-    "UNAVAILABLE",
+    *("INITIALIZING", "STARTING_AUTH_SERVER", "WAITING_FOR_PEERS", "WAITING_FOR_RECOVERY"),
+    *("INIT_GPU", "READY", "SHUTTING_DOWN", "UNAVAILABLE"),
 )
 # What a channel is: a character device. Tests on a host where they cannot make device nodes use regular files.
 CHANNEL_FILE_TYPE = stat.S_IFCHR
@@ -50,8 +42,7 @@ class Channels:
 
 
 def read_channels(directory: Path) -> Channels:
-    """The IMEX channel devices under `directory`. An entry named channelN that is not a character device is a
-    problem, as is a directory that is missing or cannot be read."""
+    """The IMEX channel devices under `directory`; a problem: a stray channelN, or the directory missing or unread."""
     try:
         names = sorted(os.listdir(directory))
     except FileNotFoundError:
@@ -60,8 +51,7 @@ def read_channels(directory: Path) -> Channels:
         return Channels((), f"cannot read {directory}: {exc.strerror or exc}")
     numbers, strays = [], []
     for name in names:
-        match = _CHANNEL.fullmatch(name)
-        if match is None:
+        if (match := _CHANNEL.fullmatch(name)) is None:
             continue
         try:
             mode = os.lstat(directory / name).st_mode
@@ -95,7 +85,7 @@ class Daemon:
 
 
 def daemon_state(run: Runner = run_command, timeout_s: float = QUERY_TIMEOUT_S) -> Daemon:
-    """The IMEX daemon's state, as `nvidia-imex-ctl -q` reports it."""
+    """The IMEX daemon's state, as `nvidia-imex-ctl -q` reports it: READY when connected and serving."""
     command = [CTL, "-q"]
     try:
         status, out, err = run(command, timeout_s)
@@ -114,10 +104,9 @@ def daemon_state(run: Runner = run_command, timeout_s: float = QUERY_TIMEOUT_S) 
     return Daemon(state, None)
 
 
-# The IMEX domain as `nvidia-imex-ctl -N -j -H` prints it (NVIDIA DCGM reads the same command for its
-# DCGM_FI_IMEX_DOMAIN_STATUS): the domain's `status` (UP, DOWN or DEGRADED) and, for every node its nodes_config.cfg
-# lists, keyed by index, the node's daemon `status` (the states above), its `host` (the address the config lists),
-# its `hostName` (with -H) and its `connections` to each node (index -> {"host", "status": CONNECTED, ...}).
+# `nvidia-imex-ctl -N -j -H` (which DCGM reads for its DCGM_FI_IMEX_DOMAIN_STATUS): the domain's `status` (UP, DOWN,
+# DEGRADED) and, for each node of its nodes_config.cfg by index, its daemon's `status`, `host` (the config's address),
+# `hostName` (-H) and `connections` to each node (index -> {"host", "status": CONNECTED, ...}).
 DOMAIN_UP = "UP"
 CONNECTED = "CONNECTED"
 
@@ -139,8 +128,7 @@ class Domain:
 
 
 def domain_state(run: Runner = run_command, timeout_s: float = QUERY_TIMEOUT_S) -> Domain:
-    """The IMEX domain as this node's daemon sees it (`nvidia-imex-ctl -N -j -H`). An answer that is not the JSON
-    the command prints is no answer, saying what is wrong with it."""
+    """The IMEX domain as this node's daemon sees it (`nvidia-imex-ctl -N -j -H`); output not its JSON is no answer."""
     command = [CTL, "-N", "-j", "-H"]
     shown = f"`{' '.join(command)}`"
     try:
@@ -164,20 +152,11 @@ def domain_state(run: Runner = run_command, timeout_s: float = QUERY_TIMEOUT_S) 
         return Domain(None, (), f"{shown} printed no domain `status` and `nodes`")
     nodes = []
     for index, node in listed.items():
-        if (
-            not isinstance(node, dict)
-            or not isinstance(node.get("host"), str)
-            or not isinstance(node.get("status"), str)
-        ):
+        if not isinstance(node, dict) or not all(isinstance(node.get(key), str) for key in ("host", "status")):
             return Domain(None, (), f"{shown}: node {str(index)[:20]!r} has no `host` and `status`")
-        links = node.get("connections")
-        connections = {
-            str(peer): str(link.get("status", ""))
-            for peer, link in (links.items() if isinstance(links, dict) else ())
-            if isinstance(link, dict)
-        }
-        hostname = node.get("hostName")
-        name = hostname if isinstance(hostname, str) else ""
+        links = node["connections"] if isinstance(node.get("connections"), dict) else {}
+        connections = {str(peer): str(link.get("status", "")) for peer, link in links.items() if isinstance(link, dict)}
+        name = node["hostName"] if isinstance(node.get("hostName"), str) else ""
         nodes.append(DomainNode(str(index), node["host"][:80], name[:80], node["status"][:40], connections))
     return Domain(state[:40], tuple(nodes), None)
 
@@ -189,17 +168,13 @@ class DomainVerdict:
 
 
 def judge_domain(domain: Domain, own: Collection[str]) -> DomainVerdict:
-    """This node's place in its IMEX domain, found by its hostname or one of its addresses (`own`): its own entry
-    READY, and connected to at least one of the other READY nodes. A node down elsewhere, or one connection
-    down, is the domain's state, not this node's fault: it is said in `others` (the other node's own run names
-    it). A node that reaches none of the READY nodes is the one cut off, and so is one that reaches no other node
-    at all, each of them UNAVAILABLE as it sees them. A node not found by its names (a
-    container's hostname and addresses are not the host's) is not judged: `others` says so; its daemon READY
-    (`-q`) is what says it is in its domain."""
+    """This node's place in its IMEX domain, found by its hostname or an address (`own`): its entry READY, and
+    connected to at least one other READY node (else it is the one cut off, as it is reaching no node at all). A node
+    down elsewhere, or one connection down, is the domain's state, said in `others` (that node's own run names it).
+    A node not found by its names (a container's are not the host's) is not judged: its daemon READY (`-q`) says it."""
     if domain.status is None:
         return DomainVerdict(domain.problem, None)
-    mine = [n for n in domain.nodes if n.host in own or (n.hostname and n.hostname in own)]
-    if not mine:
+    if not (mine := [n for n in domain.nodes if n.host in own or (n.hostname and n.hostname in own)]):
         listed = ", ".join(_name(n) for n in domain.nodes[:8]) or "none"
         return DomainVerdict(
             None,
@@ -218,8 +193,7 @@ def judge_domain(domain: Domain, own: Collection[str]) -> DomainVerdict:
         shown = ", ".join(f"{_name(n)} {me.connections.get(n.index) or 'not listed'}" for n in cut)
         problem = f"this node reaches none of the {len(ready)} other READY nodes of its IMEX domain ({shown})"
     elif others and not reached:
-        # Every peer unreachable and so UNAVAILABLE as this node sees them: a node cut off from its domain sees
-        # exactly that (and each of its peers, seeing the same of it, names it); it can run no multi-node job.
+        # Every peer unreachable, UNAVAILABLE as it sees them: a node cut off sees exactly that (its peers name it).
         shown = "; ".join(f"{_name(n)} {n.status}, {me.connections.get(n.index) or 'not connected'}" for n in others)
         problem = f"this node reaches none of the {len(others)} other nodes of its IMEX domain ({shown})"
     said = [f"{_name(n)} {n.status}" for n in others if n.status != READY]
@@ -238,8 +212,7 @@ def _name(node: DomainNode) -> str:
 
 
 def own_names() -> set[str]:
-    """How the domain's nodes_config.cfg may list this node: its hostname (and the name before its first dot)
-    and the addresses of its interfaces."""
+    """How nodes_config.cfg may list this node: its hostname (also up to its first dot), its interfaces' addresses."""
     import socket
 
     import psutil

@@ -16,8 +16,7 @@ MAPS = Path("/proc/self/maps")
 
 
 def loaded_version() -> tuple[str, str]:
-    """(the NCCL version torch loads, where it was found): torch's own answer, and the library file mapped into
-    this process where /proc/self/maps shows one."""
+    """(the NCCL version torch loads, where it was found: torch's answer, the library /proc/self/maps shows)."""
     import torch
 
     version = ".".join(str(part) for part in torch.cuda.nccl.version())  # type: ignore[no-untyped-call]
@@ -56,8 +55,7 @@ def setting(name: str, env: Mapping[str, str], files: list[Path]) -> tuple[str, 
 
 
 def topo_file_problem(value: str, source: str, cwd: Path) -> tuple[Path, str | None]:
-    """(the file NCCL_TOPO_FILE names, resolved as NCCL would against the working directory; why it cannot be
-    used, or None)."""
+    """(the file NCCL_TOPO_FILE names, resolved as NCCL would against `cwd`; why it cannot be used, or None)."""
     path = (cwd / value).resolve()
     named = f"NCCL_TOPO_FILE={value} (from {source})" + ("" if Path(value).is_absolute() else f" resolves to {path}")
     if not path.exists():
@@ -78,8 +76,7 @@ def topo_file_problem(value: str, source: str, cwd: Path) -> tuple[Path, str | N
 def net_plugin(default: str, env: Mapping[str, str], files: list[Path]) -> tuple[str | None, str]:
     """(the net plugin library NCCL loads, what chose it): NCCL_NET_PLUGIN where set (a library name or path is
     taken as is, `none` loads none, anything else is the suffix of libnccl-net-<suffix>.so), else `default`."""
-    named = setting("NCCL_NET_PLUGIN", env, files)
-    if named is None:
+    if (named := setting("NCCL_NET_PLUGIN", env, files)) is None:
         return default, "the baseline's health.nccl_net_plugin"
     value, source = named
     chosen = f"NCCL_NET_PLUGIN={value} (from {source})"
@@ -89,8 +86,7 @@ def net_plugin(default: str, env: Mapping[str, str], files: list[Path]) -> tuple
 
 
 def load_problem(library: str) -> str | None:
-    """Why `library` cannot be loaded the way NCCL loads its net plugin (dlopen by name: LD_LIBRARY_PATH, then
-    the loader's cache), or None."""
+    """Why `library` cannot be loaded as NCCL loads its net plugin (dlopen: LD_LIBRARY_PATH, the loader's cache)."""
     try:
         ctypes.CDLL(library)
     except OSError as exc:

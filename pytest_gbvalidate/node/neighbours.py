@@ -1,22 +1,14 @@
-"""How long a measurement waited for a CPU while it was timed. A busy neighbour slows a host-side measurement as a
-degraded node would, in every sample; only this tells the two apart. The kernel keeps, per thread, the time it was
-ready to run but waited for a CPU another task held (`/proc/<pid>/task/<tid>/schedstat`, its second field: the
-scheduler's run delay). A parallel op waits for its slowest thread, so a wait of any one of the measuring process's
-threads delays it all (two threads each waiting half the time slowed a 2-core host copy up to threefold, more than
-either thread's own wait explains): the share of the timed window in which some thread waited, taken as 1 - prod(1 -
-w) over the threads' shares w (their waits independent), is what counts. That share is what a neighbour -- another
-job, the hypervisor's tasks -- could explain of the figure (rules/noise.py counts it in the figure's noise); a
-neighbour that left the measurement its CPUs explains nothing and counts nothing.
-
-Only another task is a neighbour: the measurement's own threads, and a gang's ranks (a CPU collective's two ranks on
-two cores), wait for each other as they did when the baseline was measured, and that is the measurement, not noise
-(a healthy gloo all_reduce's threads waited 60-78% of the window between them). So the share counts no more of the
-window than the CPU time the other tasks used in it (the host's busy time in /proc/stat less our processes'): a
-task can have held a CPU our thread waited for only while it ran.
-
-Linux only (schedstat needs the kernel's CONFIG_SCHED_INFO, as every major distribution's has): None elsewhere,
-or where it cannot be read. No torch, no pytest.
-"""
+"""How long a measurement waited for a CPU while it was timed: a busy neighbour slows a host-side measurement as a
+degraded node would, and only this tells the two apart. The kernel keeps, per thread, the time it was ready to run
+but waited for a CPU (`/proc/<pid>/task/<tid>/schedstat`, its second field: the scheduler's run delay). A parallel op
+waits for its slowest thread (two threads each waiting half the time slowed a 2-core host copy up to threefold), so
+what counts is the share of the timed window in which some thread waited, 1 - prod(1 - w) over the threads' shares w
+(their waits independent): what a neighbour could explain of the figure (rules/noise.py counts it as noise). Only
+another task is a neighbour: the measurement's own threads and a gang's ranks wait for each other as they did when
+the baseline was measured (a healthy gloo all_reduce's threads waited 60-78% of the window between them). So the
+share counts no more of the window than the CPU time the other tasks used in it (/proc/stat's busy time less our
+processes'): a task can have held a CPU our thread waited for only while it ran. Linux only (schedstat needs
+CONFIG_SCHED_INFO, as every major distribution has): None elsewhere, or where it cannot be read. No torch, no pytest."""
 
 from __future__ import annotations
 
@@ -43,9 +35,8 @@ class Reading:
 
 
 def read(tasks: Path = TASKS, *, family: int | None = None, proc: Path = PROC) -> Reading | None:
-    """The run delays now of the threads under `tasks` (this process's), or None where the kernel does not keep
-    them; with the CPU time the host's other tasks have used: all but that process and, where `family` names a
-    process, it and its children (a rank's launcher and its sibling ranks)."""
+    """The run delays now of the threads under `tasks` (this process's), or None where the kernel keeps none; with
+    the CPU time used by the host's other tasks: not that process's, nor `family`'s and its children's (a gang's)."""
     waited = {}
     try:
         entries = list(tasks.iterdir())
@@ -96,14 +87,11 @@ def _family(proc: Path, family: int) -> frozenset[int]:
 
 
 def waited_share(start: Reading | None, end: Reading | None) -> float | None:
-    """The share (0 to 1) of the time between two readings in which some thread of the process waited for a CPU:
-    1 - prod(1 - w) over each thread's share w of the window (each capped at the whole of it), and no more than the
-    CPU time the other tasks used in it, where both readings know it; None where either reading is missing, no
-    thread is in both, or no time passed."""
+    """The share (0 to 1) of the time between two readings in which some thread of the process waited for a CPU
+    (`combined`), no more than the other tasks' CPU time where both readings know it; None where it cannot be told."""
     if start is None or end is None or end.at_s <= start.at_s:
         return None
-    both = start.waited_ns.keys() & end.waited_ns.keys()
-    if not both:
+    if not (both := start.waited_ns.keys() & end.waited_ns.keys()):
         return None
     window_ns = (end.at_s - start.at_s) * 1e9
     share = combined([(end.waited_ns[tid] - start.waited_ns[tid]) / window_ns for tid in both])
@@ -113,9 +101,8 @@ def waited_share(start: Reading | None, end: Reading | None) -> float | None:
 
 
 def combined(shares: Iterable[float | None]) -> float | None:
-    """The share of a window in which some of several waiters waited, each of its own share (capped to 0..1):
-    1 - prod(1 - w) -- the threads of one process, or the ranks of one collective, which waits for its slowest.
-    None where none gives a share."""
+    """The share of a window in which some of several waiters (a process's threads, a collective's ranks) waited:
+    1 - prod(1 - w) over their shares w, each capped to 0..1; None where none gives a share."""
     known = [min(1.0, max(0.0, w)) for w in shares if w is not None]
     return 1.0 - math.prod(1.0 - w for w in known) if known else None
 

@@ -1,16 +1,12 @@
 """The node's RDMA NICs as sysfs shows them: each card's PCIe link, its InfiniBand error counters, its ports, the
-GPUDirect RDMA module and the PCIe bridges' ACS. No pytest.
+GPUDirect RDMA module and the PCIe bridges' ACS. No pytest. Every value read is untrusted: a file missing or that the
+kernel calls unknown is *unknown* (a check skips it, naming the file), a value in no format the kernel writes is *bad*
+(one line naming the file and the value); nothing raises. Every reader takes the sysfs root (the tests' fake tree).
 
-Every value read here is untrusted: a file that is missing or that the kernel itself calls unknown is *unknown* (a
-check skips it, naming the file), a value in no format the kernel writes is *bad* (one line naming the file and
-the value), and nothing raises. Every reader takes the sysfs root, so the tests point it at a fake tree.
-
-Sources: a card trained below its own maximum is the kernel's mlx5_core "limited by ... x8" finding that
-imbue-ai/cluster-health fails on; the counters and their limits are NVSentinel's (its NIC health monitor design,
-link counter detection: any increase of link_downed, excessive_buffer_overrun_errors, local_link_integrity_errors or
-rnr_nak_retry_err is fatal; symbol errors above 120 an hour are, per the IBTA's 10^-12 bit error rate;
-link_error_recovery above 5 a minute is degraded); ACS on PCIe bridges is gpud's components/pci.
-"""
+Sources: a card below its own maximum is the kernel's mlx5_core "limited by ... x8" finding imbue-ai/cluster-health
+fails on; the counters and limits are NVSentinel's NIC health monitor's (link counter detection: FATAL_ON_ANY, and
+symbol errors above 120 an hour, per the IBTA's 10^-12 bit error rate; link_error_recovery above 5 a minute is
+degraded); ACS on PCIe bridges is gpud's components/pci."""
 
 from __future__ import annotations
 
@@ -27,18 +23,41 @@ from pytest_gbvalidate.node.topology import IbPort
 from pytest_gbvalidate.node.window import MIN_RATE_SPAN_S
 
 PROC_CPUINFO = Path("/proc/cpuinfo")
-
-# --- reading one sysfs value ----------------------------------------------------------------------------------
-
-ReadState = Literal["ok", "unknown", "bad"]
+NVIDIA_VERSION = Path("/proc/driver/nvidia/version")
+PEERMEM_MODULE = "nvidia_peermem"
+# The kernel's link speeds (drivers/pci/pci.h, PCIE_SPEED2STR) and the generation each is.
+GENERATIONS: dict[float, int] = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
+_SPEED = re.compile(r"(\d+(?:\.\d+)?) GT/s(?: PCIe)?")  # "32.0 GT/s PCIe"; before Linux 4.19 "8 GT/s"
+_UNKNOWN_SPEEDS = {"unknown", "unknown speed"}  # what pci_speed_string says for a speed it cannot name
+AZURE_VM = ("Microsoft Corporation", "Virtual Machine")  # DMI sys_vendor, product_name of a Hyper-V guest
+PCI_BRIDGE_CLASS = 0x0604
+ACS_CAPABILITY = 0x000D  # PCIe extended capability id of Access Control Services
+# The ACS Control bits that send peer-to-peer traffic up to the root complex (PCIe base spec 7.7.11.3):
+# P2P Request Redirect and P2P Completion Redirect (bits 2 and 3), what lspci shows as ReqRedir+ CmpltRedir+.
+ACS_REDIRECT_BITS = {2: "ReqRedir", 3: "CmpltRedir"}
+LinkVerdict = Literal["ok", "below_max", "below_expected", "unknown", "bad"]
+Severity = Literal["fail", "warn"]
+CounterName = Literal[
+    "link_downed",
+    "excessive_buffer_overrun_errors",
+    "local_link_integrity_errors",
+    "rnr_nak_retry_err",
+    "symbol_error",
+    "link_error_recovery",
+]
+COUNTERS: tuple[CounterName, ...] = get_args(CounterName)
+# Any increase fails (NVSentinel: fatal).
+FATAL_ON_ANY: frozenset[CounterName] = frozenset(
+    {"link_downed", "excessive_buffer_overrun_errors", "local_link_integrity_errors", "rnr_nak_retry_err"}
+)
+HW_COUNTERS: frozenset[CounterName] = frozenset({"rnr_nak_retry_err"})  # under hw_counters/, where the driver has it
 
 
 @dataclass(frozen=True)
 class Reading:
-    """One value read from a file: `ok` with its text, `unknown` (missing, unreadable, or the kernel's own
-    "Unknown") or `bad` (a value in no format the kernel writes); `problem` names the file either way."""
+    """One value read from a file: `ok` with its text, `unknown` or `bad` (see above); `problem` names the file."""
 
-    state: ReadState
+    state: Literal["ok", "unknown", "bad"]
     text: str = ""
     problem: str = ""
 
@@ -55,14 +74,6 @@ def read_text(path: Path) -> Reading:
 
 def _shown(text: str) -> str:
     return repr(text if len(text) <= 40 else text[:40] + "...")
-
-
-# --- a card's PCIe link ---------------------------------------------------------------------------------------
-
-# The kernel's link speeds (drivers/pci/pci.h, PCIE_SPEED2STR) and the generation each is.
-GENERATIONS: dict[float, int] = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
-_SPEED = re.compile(r"(\d+(?:\.\d+)?) GT/s(?: PCIe)?")  # "32.0 GT/s PCIe"; before Linux 4.19 "8 GT/s"
-_UNKNOWN_SPEEDS = {"unknown", "unknown speed"}  # what pci_speed_string says for a speed it cannot name
 
 
 @dataclass(frozen=True, order=True)
@@ -90,10 +101,8 @@ def parse_speed(path: Path, text: str) -> Reading | int:
 
 
 def parse_width(path: Path, text: str) -> Reading | int:
-    """A link width file's text as lanes, or why not. Width 0 is what a link with no lanes reads (a virtual
-    function, whose link status the device leaves empty)."""
-    found = re.fullmatch(r"x?(\d{1,2})", text.strip())
-    if found is None:
+    """A link width file's text as lanes, or why not. Width 0: no lanes (a virtual function's empty link status)."""
+    if (found := re.fullmatch(r"x?(\d{1,2})", text.strip())) is None:
         return Reading("bad", text, f"{path}: {_shown(text)} is not a PCIe link width (e.g. '16')")
     width = int(found.group(1))
     if width == 0:
@@ -102,8 +111,7 @@ def parse_width(path: Path, text: str) -> Reading | int:
 
 
 def read_link(device: Path, which: Literal["current", "max"]) -> PcieLink | Reading:
-    """The PCI device's current or maximum link (`current_link_speed` and `current_link_width`, or `max_...`), or
-    the Reading that says why it cannot be told (the speed's first, then the width's)."""
+    """The PCI device's current or max link (`{which}_link_speed`, `{which}_link_width`), or the first bad Reading."""
     values: list[int] = []
     for name, parse in ((f"{which}_link_speed", parse_speed), (f"{which}_link_width", parse_width)):
         path = device / name
@@ -125,9 +133,8 @@ class NicLink:
     pci: str  # 0000:01:00.0
     current: PcieLink | Reading
     maximum: PcieLink | Reading
-    # The port above the card (its parent in sysfs): a Gen5 card in a Gen4 slot trains at Gen4 by design, which the
-    # kernel's "limited by" finding does not name either. A Reading where there is none to read (the card's own
-    # maximum stands alone then).
+    # The port above the card (its sysfs parent): a Gen5 card in a Gen4 slot trains at Gen4 by design, which the
+    # kernel's "limited by" finding does not name either. A Reading where there is none (the card's maximum stands).
     upstream: PcieLink | Reading = Reading("unknown")
 
     def best(self) -> PcieLink | None:
@@ -148,20 +155,11 @@ class NicLink:
 
 def rdma_devices(sysfs: Path) -> list[Path]:
     """Every /sys/class/infiniband/<dev> backed by a device, in name order."""
-    root = sysfs / "class/infiniband"
     try:
-        found = sorted(root.iterdir())
+        found = sorted((sysfs / "class/infiniband").iterdir())
     except OSError:
         return []
     return [d for d in found if (d / "device").exists()]
-
-
-def pci_address(device_link: Path) -> str:
-    """The PCI address a `device` link points at; its own name where it cannot be resolved."""
-    try:
-        return device_link.resolve().name
-    except OSError:
-        return device_link.name
 
 
 def nic_links(sysfs: Path) -> list[NicLink]:
@@ -169,15 +167,12 @@ def nic_links(sysfs: Path) -> list[NicLink]:
     for dev in rdma_devices(sysfs):
         device = dev / "device"
         current, maximum = read_link(device, "current"), read_link(device, "max")
-        try:
-            upstream = read_link(device.resolve().parent, "max")
+        try:  # the PCI address the link points at, and the port above it
+            pci, upstream = device.resolve().name, read_link(device.resolve().parent, "max")
         except OSError:
-            upstream = Reading("unknown")
-        links.append(NicLink(dev.name, pci_address(device), current, maximum, upstream))
+            pci, upstream = device.name, Reading("unknown")
+        links.append(NicLink(dev.name, pci, current, maximum, upstream))
     return links
-
-
-LinkVerdict = Literal["ok", "below_max", "below_expected", "unknown", "bad"]
 
 
 @dataclass(frozen=True)
@@ -188,8 +183,7 @@ class LinkFinding:
 
 
 def judge_link(nic: NicLink, expected: PcieLink | None, sku: str = "the SKU") -> list[LinkFinding]:
-    """What is wrong with a card's link: trained below its own maximum (either field), below the SKU's expected
-    link, or a value that is bad or unknown; empty when it is fine."""
+    """What is wrong with a card's link: below its own maximum or the SKU's expected link, or a value bad or unknown."""
     findings: list[LinkFinding] = []
     for read in nic.unread():
         verdict: LinkVerdict = "bad" if read.state == "bad" else "unknown"
@@ -203,25 +197,6 @@ def judge_link(nic: NicLink, expected: PcieLink | None, sku: str = "the SKU") ->
         message = f"{nic.label}: PCIe link at {current}, the {sku} baseline expects {expected}"
         findings.append(LinkFinding(nic, "below_expected", message))
     return findings
-
-
-# --- InfiniBand error counters as rates -------------------------------------------------------------------------
-
-CounterName = Literal[
-    "link_downed",
-    "excessive_buffer_overrun_errors",
-    "local_link_integrity_errors",
-    "rnr_nak_retry_err",
-    "symbol_error",
-    "link_error_recovery",
-]
-COUNTERS: tuple[CounterName, ...] = get_args(CounterName)
-# Any increase fails (NVSentinel: fatal).
-FATAL_ON_ANY: frozenset[CounterName] = frozenset(
-    {"link_downed", "excessive_buffer_overrun_errors", "local_link_integrity_errors", "rnr_nak_retry_err"}
-)
-HW_COUNTERS: frozenset[CounterName] = frozenset({"rnr_nak_retry_err"})  # under hw_counters/, where the driver has it
-Severity = Literal["fail", "warn"]
 
 
 @dataclass(frozen=True)
@@ -246,18 +221,13 @@ class PortCounters:
     unread: tuple[Reading, ...] = ()  # bad or unknown files among those the driver keeps
 
 
-def counter_path(sysfs: Path, nic: str, port: int, counter: CounterName) -> Path:
-    group = "hw_counters" if counter in HW_COUNTERS else "counters"
-    return sysfs / "class/infiniband" / nic / "ports" / str(port) / group / counter
-
-
 def read_port_counters(sysfs: Path, nic: str, port: int) -> PortCounters:
-    """The error counters of one port. A counter the driver does not keep (no file) is left out; one that cannot
-    be read, or holds no count, is named in `unread`."""
+    """The error counters of one port: one the driver does not keep (no file) left out, one unread in `unread`."""
     values: dict[CounterName, int] = {}
     unread: list[Reading] = []
     for counter in COUNTERS:
-        path = counter_path(sysfs, nic, port, counter)
+        path = sysfs / "class/infiniband" / nic / "ports" / str(port)
+        path = path / ("hw_counters" if counter in HW_COUNTERS else "counters") / counter
         if not path.exists():
             continue
         read = read_text(path)
@@ -271,8 +241,7 @@ def read_port_counters(sysfs: Path, nic: str, port: int) -> PortCounters:
 
 
 def counter_marks(sysfs: Path) -> dict[str, int]:
-    """Every InfiniBand port's error counters as they read now, by their marks' names: where a repair opens the
-    counters' window (`python -m pytest_gbvalidate.healthcheck repaired`)."""
+    """Every InfiniBand port's error counters now, by their marks' names: where a repair opens their window."""
     return {
         mark_name(card.name, port.port, counter): value
         for card in card_ports(sysfs)
@@ -334,9 +303,8 @@ def _duration(seconds: float) -> str:
 
 
 def change(nic: str, port: int, counter: CounterName, now: int, since: Since, now_s: float) -> CounterChange:
-    """The increase of a counter since `since`. A counter below its mark was cleared (perfquery -R, a driver
-    reload) since: its whole value is counted as the increase, over the time since the mark (NVSentinel's reset
-    rule). The time is window.MIN_RATE_SPAN_S at least (a clock stepped back, a re-run seconds later)."""
+    """The increase of a counter since `since`, over window.MIN_RATE_SPAN_S at least. One below its mark was cleared
+    (perfquery -R, a driver reload): its whole value counts, since the mark (NVSentinel's reset rule)."""
     seconds = max(now_s - since.time_s, MIN_RATE_SPAN_S)
     if not since.from_mark:
         return CounterChange(nic, port, counter, now, now, seconds, "boot")
@@ -353,8 +321,7 @@ class CounterFinding:
 
 
 def judge_change(c: CounterChange) -> CounterFinding | None:
-    """A counter's increase against its rule: any increase of a fatal counter fails; a rate over its limit fails
-    or warns; None when healthy."""
+    """A counter's increase against its rule (FATAL_ON_ANY, RATE_LIMITS); None when healthy."""
     if c.increase <= 0:
         return None
     if c.counter in FATAL_ON_ANY:
@@ -376,9 +343,6 @@ def _rate(per_s: float, unit: str) -> str:
     return f"{per_s * 3600:.3g} per hour"
 
 
-# --- ports: a card with fewer active ports than its peers -------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class CardPorts:
     name: str
@@ -391,9 +355,8 @@ class CardPorts:
         return f"{self.name} ({self.pci})"
 
     def kind(self) -> str:
-        """What makes cards peers: the link layer of their ports and how many ports they have. Not their rate: a
-        port that is down reports a low one (10 Gb/s), which would put the card with a port down in a kind of its
-        own, judged by nobody."""
+        """What makes cards peers: their ports' link layer and number. Not their rate: a port down reports a low one
+        (10 Gb/s), which would put its card in a kind of its own, judged by nobody."""
         return f"{'+'.join(sorted({p.link_layer for p in self.ports})) or '?'} {len(self.ports)}-port"
 
     def active(self) -> int:
@@ -410,9 +373,8 @@ def card_ports(sysfs: Path) -> list[CardPorts]:
 
 
 def fewer_active_ports(cards: Iterable[CardPorts]) -> list[str]:
-    """Cards with fewer ACTIVE ports than the most common count among their peers (the same kind: link layer;
-    virtual functions of a host apart), each named with what its peers have. A kind with a single card, or with no
-    most common count (a tie), names none."""
+    """Cards with fewer ACTIVE ports than most of their peers (of their kind; a host's virtual functions apart), each
+    named with what its peers have. A kind with a single card, or a tie for the most common count, names none."""
     groups: dict[tuple[bool, str], list[CardPorts]] = {}
     for card in cards:
         groups.setdefault((card.virtual_function, card.kind()), []).append(card)
@@ -435,14 +397,6 @@ def fewer_active_ports(cards: Iterable[CardPorts]) -> list[str]:
     return found
 
 
-# --- GPUDirect RDMA ---------------------------------------------------------------------------------------------
-
-PEERMEM_MODULE = "nvidia_peermem"
-
-
-NVIDIA_VERSION = Path("/proc/driver/nvidia/version")
-
-
 def peermem_loaded(sysfs: Path) -> bool:
     """Whether the nvidia_peermem module is loaded (/sys/module/nvidia_peermem): NVIDIA's GPUDirect RDMA peer
     memory client, without which the NIC cannot reach GPU memory through the proprietary kernel module."""
@@ -455,25 +409,13 @@ def open_kernel_modules() -> bool:
     return "Open Kernel Module" in read_text(NVIDIA_VERSION).text
 
 
-# --- ACS on PCIe bridges ------------------------------------------------------------------------------------------
-
-AZURE_VM = ("Microsoft Corporation", "Virtual Machine")  # DMI sys_vendor, product_name of a Hyper-V guest
-PCI_BRIDGE_CLASS = 0x0604
-ACS_CAPABILITY = 0x000D  # PCIe extended capability id of Access Control Services
-# The ACS Control bits that send peer-to-peer traffic up to the root complex (PCIe base spec 7.7.11.3):
-# P2P Request Redirect and P2P Completion Redirect (bits 2 and 3), what lspci shows as ReqRedir+ CmpltRedir+.
-ACS_REDIRECT_BITS = {2: "ReqRedir", 3: "CmpltRedir"}
-
-
 def hypervisor(sysfs: Path) -> str | None:
-    """Why this node looks virtual, or None on bare metal: an Azure VM by its DMI table, or a CPU flagged as
-    running under a hypervisor (/proc/cpuinfo's `hypervisor` flag)."""
+    """Why this node looks virtual (an Azure VM by its DMI table, a CPU's `hypervisor` flag), or None on bare metal."""
     dmi = sysfs / "class/dmi/id"
     vendor, product = read_text(dmi / "sys_vendor").text, read_text(dmi / "product_name").text
     if (vendor, product) == AZURE_VM:
         return f"a {vendor} {product} ({dmi}/sys_vendor, product_name)"
-    cpuinfo = read_text(PROC_CPUINFO)
-    for line in cpuinfo.text.splitlines():
+    for line in read_text(PROC_CPUINFO).text.splitlines():
         name, _, value = line.partition(":")
         if name.strip() == "flags" and "hypervisor" in value.split():
             return f"a CPU under a hypervisor ({PROC_CPUINFO}: flag hypervisor)"
@@ -499,8 +441,8 @@ class AcsScan:
 
 
 def acs_control(config: bytes) -> int | None:
-    """The ACS Control register from a device's PCI config space, or None where the space has no ACS capability
-    (or too little of it was readable: only root reads past the first 64 bytes)."""
+    """The ACS Control register from a device's PCI config space, or None where it has no ACS capability (or too
+    little was read: only root reads past the first 64 bytes)."""
     offset, seen = 0x100, set()
     while 0x100 <= offset <= len(config) - 8 and offset not in seen:
         seen.add(offset)
@@ -545,6 +487,4 @@ def scan_acs(sysfs: Path) -> AcsScan:
 
 def expected_link(value: Mapping[str, int] | None) -> PcieLink | None:
     """The baseline's `health.nic_pcie` ({gen, width}) as a link."""
-    if not value:
-        return None
-    return PcieLink(int(value["gen"]), int(value["width"]))
+    return PcieLink(int(value["gen"]), int(value["width"])) if value else None

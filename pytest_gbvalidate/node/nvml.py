@@ -1,12 +1,8 @@
-"""NVML probes: the inventory of a node's GPUs and the health readings the suites check, as plain data.
-
-No pytest here; pynvml (nvidia-ml-py) is imported on first use. Every NVML failure is raised as NvmlError,
-whose message carries NVML's own text ("NVML Shared Library Not Found", "GPU is lost"), so a failed check
-says what NVML said. A feature this GPU or driver does not have (NVLink on a PCIe card, MIG on a GPU without
-it, a function an older driver lacks) reads as None rather than as an error. `call` is the one way in to NVML,
-for the probes beside this module too: fabric.py decodes the NVLink fabric registration read here, and
-telemetry.py's `sensors` is the sampler's reading of a GPU.
-"""
+"""NVML probes: the inventory of a node's GPUs and the health readings the suites check, as plain data; each reading
+one small call, read live, so a GPU lost mid-run fails its own tests. No pytest; pynvml is imported on first use.
+Every NVML failure is raised as NvmlError, with NVML's own text ("GPU is lost"), so a failed check says what NVML
+said; a feature this GPU or driver lacks (NVLink on a PCIe card, a function of a newer driver) reads as None. `call`
+is the one way in to NVML, for the probes beside this module too (fabric.py, telemetry.py)."""
 
 from __future__ import annotations
 
@@ -23,8 +19,7 @@ _CPU_SET_WORDS = 64
 _NODE_SET_WORDS = 16
 _WORD_BITS = 64
 
-# Clock event reasons that mean the GPU is slowed by a fault, heat or the power brake. Idle, application
-# clock settings, sync boost and the software power cap are normal operation and are not listed.
+# Clock event reasons that mean a fault, heat or the power brake; not idle, application clocks, sync boost, power cap.
 SLOWDOWN_REASONS = {
     0x08: "hw_slowdown",
     0x20: "sw_thermal_slowdown",
@@ -33,6 +28,21 @@ SLOWDOWN_REASONS = {
 }
 SW_POWER_CAP = 0x04  # the clocks are held down to stay within the power limit: expected under full load
 _COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
+ECC_COUNTERS = ("sram_uncorrectable", "sram_correctable", "dram_uncorrectable", "dram_correctable")
+# NVLink data-link error counters, since the driver was loaded: replays and recoveries (a link retrained), and
+# CRC errors on flits and on data. NVML's names: NVML_NVLINK_ERROR_DL_<name>.
+NVLINK_ERROR_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data")
+# nvmlValueType_t -> the member of nvmlValue_t that holds a value of that type
+_VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+FI_PCIE_REPLAY_COUNTER = 94  # NVML_FI_DEV_PCIE_REPLAY_COUNTER: PCIe replays since the driver loaded
+# The T.Limit readings at which the GPU shuts down and slows down (nvidia-smi's "GPU Shutdown T.Limit Temp", e.g.
+# -5 C, and "GPU Slowdown T.Limit Temp", -2 C): thresholds on the scale of the margin, not the margin itself.
+FI_SHUTDOWN_TLIMIT = 193  # NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT
+FI_SLOWDOWN_TLIMIT = 194  # NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT
+FI_GPU_RECOVERY_ACTION = 230  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: what the driver says the GPU needs
+# nvmlDeviceGpuRecoveryAction_t (NVML_GPU_RECOVERY_ACTION_<name>), from 0
+_ACTION_NAMES = "NONE GPU_RESET NODE_REBOOT DRAIN_P2P DRAIN_AND_RESET RECOVER_IMEX_DOMAIN BUS_RESET SYSTEM_REBOOT"
+RECOVERY_ACTIONS = dict(enumerate(_ACTION_NAMES.split()))
 
 
 class NvmlError(Exception):
@@ -40,9 +50,7 @@ class NvmlError(Exception):
 
     def __init__(self, call: str, text: str, code: int) -> None:
         super().__init__(f"{call}: {text}")
-        self.call = call
-        self.text = text
-        self.code = code
+        self.call, self.text, self.code = call, text, code
 
 
 def call(name: str, *args: Any) -> Any:
@@ -72,14 +80,10 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-# --- the session -------------------------------------------------------------------------------------------
-
-
 @contextlib.contextmanager
 def session() -> Iterator[None]:
-    """NVML started for the block, and shut down after it whatever the block raises: NVML counts its starts, so
-    every start needs its shutdown. A start that fails raises NvmlError and runs nothing. A shutdown that fails is
-    not raised: the block's readings stand, and a driver that died mid-run has failed its checks already."""
+    """NVML started for the block and shut down after it, whatever it raises (NVML counts its starts). A shutdown that
+    fails is not raised: the block's readings stand, and a driver that died mid-run has failed its checks already."""
     call("nvmlInit")
     try:
         yield
@@ -94,8 +98,7 @@ def gpu_count() -> int:
 
 
 def gpus_seen() -> int | str:
-    """How many GPUs NVML lists, asked in a session of its own; NVML's own words where it cannot count them (no
-    driver, a driver that does not answer)."""
+    """How many GPUs NVML lists, asked in a session of its own; NVML's own words where it cannot count them."""
     try:
         with session():
             return gpu_count()
@@ -105,9 +108,6 @@ def gpus_seen() -> int | str:
 
 def handle(index: int) -> Any:
     return call("nvmlDeviceGetHandleByIndex", index)
-
-
-# --- health readings, one small call each: the suites read live, so a GPU lost mid-run fails its own tests -
 
 
 def ecc_mode(h: Any) -> tuple[bool, bool] | None:
@@ -120,9 +120,6 @@ def ecc_mode(h: Any) -> tuple[bool, bool] | None:
 class EccCount:
     volatile: int | None  # since the driver was loaded
     aggregate: int | None  # over the GPU's life
-
-
-ECC_COUNTERS = ("sram_uncorrectable", "sram_correctable", "dram_uncorrectable", "dram_correctable")
 
 
 def ecc_counts(h: Any) -> dict[str, EccCount]:
@@ -172,8 +169,7 @@ class RetiredPages:
 def retired_pages(h: Any) -> RetiredPages | None:
     import pynvml
 
-    pending = _optional("nvmlDeviceGetRetiredPagesPendingStatus", h)
-    if pending is None:
+    if (pending := _optional("nvmlDeviceGetRetiredPagesPendingStatus", h)) is None:
         return None
     single = call("nvmlDeviceGetRetiredPages", h, pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
     double = call("nvmlDeviceGetRetiredPages", h, pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
@@ -224,15 +220,10 @@ class PcieLink:
 
 
 def pcie_link(h: Any) -> PcieLink | None:
-    gen = _optional("nvmlDeviceGetCurrPcieLinkGeneration", h)
-    if gen is None:
+    if (gen := _optional("nvmlDeviceGetCurrPcieLinkGeneration", h)) is None:
         return None
-    return PcieLink(
-        int(gen),
-        int(call("nvmlDeviceGetMaxPcieLinkGeneration", h)),
-        int(call("nvmlDeviceGetCurrPcieLinkWidth", h)),
-        int(call("nvmlDeviceGetMaxPcieLinkWidth", h)),
-    )
+    rest = ("nvmlDeviceGetMaxPcieLinkGeneration", "nvmlDeviceGetCurrPcieLinkWidth", "nvmlDeviceGetMaxPcieLinkWidth")
+    return PcieLink(int(gen), *(int(call(name, h)) for name in rest))
 
 
 def nvlinks(h: Any) -> dict[int, bool]:
@@ -250,11 +241,6 @@ def nvlinks(h: Any) -> dict[int, bool]:
     return states
 
 
-# NVLink data-link error counters, since the driver was loaded: replays and recoveries (a link retrained), and
-# CRC errors on flits and on data. NVML's names: NVML_NVLINK_ERROR_DL_<name>.
-NVLINK_ERROR_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data")
-
-
 def nvlink_errors(h: Any) -> dict[int, dict[str, int | None]]:
     """Link -> counter -> count, for every NVLink this GPU has; None where NVML does not count it."""
     import pynvml
@@ -269,43 +255,15 @@ def nvlink_errors(h: Any) -> dict[int, dict[str, int | None]]:
     return counts
 
 
-# --- the driver's own verdicts: what NVML says the GPU needs, and the counters DCGM judges as rates -----------
-
-
 def field_values(h: Any, *field_ids: int) -> dict[int, int | float | None]:
-    """NVML field values (`nvmlDeviceGetFieldValues`) by field id: the value, or None where this GPU or driver
-    does not give it (the entry's own return code is not SUCCESS, or the driver has no such function)."""
+    """NVML field values by field id; None where this GPU or driver gives none (the entry's code, or no function)."""
     import pynvml
 
-    values = _optional("nvmlDeviceGetFieldValues", h, list(field_ids))
-    if values is None:
-        return dict.fromkeys(field_ids)
     read: dict[int, int | float | None] = dict.fromkeys(field_ids)
-    for entry in values:
+    for entry in _optional("nvmlDeviceGetFieldValues", h, list(field_ids)) or ():
         if entry.nvmlReturn == pynvml.NVML_SUCCESS and entry.fieldId in read:
             read[int(entry.fieldId)] = getattr(entry.value, _VALUE_MEMBERS.get(entry.valueType, "ullVal"))
     return read
-
-
-# nvmlValueType_t -> the member of nvmlValue_t that holds a value of that type
-_VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
-FI_PCIE_REPLAY_COUNTER = 94  # NVML_FI_DEV_PCIE_REPLAY_COUNTER: PCIe replays since the driver loaded
-# The T.Limit readings at which the GPU shuts down and slows down (nvidia-smi's "GPU Shutdown T.Limit Temp", e.g.
-# -5 C, and "GPU Slowdown T.Limit Temp", -2 C): thresholds on the scale of the margin, not the margin itself.
-FI_SHUTDOWN_TLIMIT = 193  # NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT
-FI_SLOWDOWN_TLIMIT = 194  # NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT
-FI_GPU_RECOVERY_ACTION = 230  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: what the driver says the GPU needs
-# nvmlDeviceGpuRecoveryAction_t (NVML_GPU_RECOVERY_ACTION_<name>)
-RECOVERY_ACTIONS = {
-    0: "NONE",
-    1: "GPU_RESET",
-    2: "NODE_REBOOT",
-    3: "DRAIN_P2P",
-    4: "DRAIN_AND_RESET",
-    5: "RECOVER_IMEX_DOMAIN",
-    6: "BUS_RESET",
-    7: "SYSTEM_REBOOT",
-}
 
 
 def recovery_action(h: Any) -> int | None:
@@ -346,14 +304,11 @@ class SramEccStatus:
 def sram_ecc_status(h: Any) -> SramEccStatus | None:
     import pynvml
 
-    status = pynvml.c_nvmlEccSramErrorStatus_v1_t()
-    if _optional("nvmlDeviceGetSramEccErrorStatus", h, pynvml.byref(status)) is None:
+    s = pynvml.c_nvmlEccSramErrorStatus_v1_t()
+    if _optional("nvmlDeviceGetSramEccErrorStatus", h, pynvml.byref(s)) is None:
         return None
     return SramEccStatus(
-        bool(status.bThresholdExceeded),
-        int(status.aggregateUncParity),
-        int(status.aggregateUncSecDed),
-        int(status.aggregateCor),
+        bool(s.bThresholdExceeded), int(s.aggregateUncParity), int(s.aggregateUncSecDed), int(s.aggregateCor)
     )
 
 
@@ -368,14 +323,9 @@ class ThermalMargin:
 
 
 def thermal_margin(h: Any) -> ThermalMargin:
-    margin = _optional("nvmlDeviceGetMarginTemperature", h)
     limits = field_values(h, FI_SLOWDOWN_TLIMIT, FI_SHUTDOWN_TLIMIT)
-    slowdown, shutdown = limits[FI_SLOWDOWN_TLIMIT], limits[FI_SHUTDOWN_TLIMIT]
-    return ThermalMargin(
-        None if margin is None else int(margin),
-        None if slowdown is None else int(slowdown),
-        None if shutdown is None else int(shutdown),
-    )
+    read = (_optional("nvmlDeviceGetMarginTemperature", h), limits[FI_SLOWDOWN_TLIMIT], limits[FI_SHUTDOWN_TLIMIT])
+    return ThermalMargin(*(None if value is None else int(value) for value in read))
 
 
 def pcie_replays(h: Any) -> int | None:
@@ -403,21 +353,9 @@ def clocks(h: Any) -> Clocks:
     import pynvml
 
     now, app, top = "nvmlDeviceGetClockInfo", "nvmlDeviceGetApplicationsClock", "nvmlDeviceGetMaxClockInfo"
-    sm, graphics, mem = pynvml.NVML_CLOCK_SM, pynvml.NVML_CLOCK_GRAPHICS, pynvml.NVML_CLOCK_MEM
-    readings = [
-        (now, sm),
-        (top, sm),
-        (now, graphics),
-        (app, graphics),
-        (top, graphics),
-        (now, mem),
-        (app, mem),
-        (top, mem),
-    ]
+    sm, gr, mem = pynvml.NVML_CLOCK_SM, pynvml.NVML_CLOCK_GRAPHICS, pynvml.NVML_CLOCK_MEM
+    readings = [(now, sm), (top, sm), (now, gr), (app, gr), (top, gr), (now, mem), (app, mem), (top, mem)]
     return Clocks(*(_optional(name, h, domain) for name, domain in readings))
-
-
-# --- inventory ---------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -474,7 +412,7 @@ class Inventory:
 
 
 def read_inventory() -> Inventory:
-    """Every GPU's inventory. NVML must be started (`init`). Raises NvmlError if NVML cannot count the GPUs."""
+    """Every GPU's inventory, NVML started (`session`). Raises NvmlError if NVML cannot count the GPUs."""
     count = gpu_count()
     driver = _text(call("nvmlSystemGetDriverVersion"))
     cuda = int(call("nvmlSystemGetCudaDriverVersion"))
@@ -496,9 +434,8 @@ def _gpu_info(index: int, h: Any, driver: str, cuda_version: str) -> GpuInfo:
     pci = call("nvmlDeviceGetPciInfo", h)
     power_limit_mw = _optional("nvmlDeviceGetPowerManagementLimit", h)
     compute_mode = _optional("nvmlDeviceGetComputeMode", h)
-    serial = _optional("nvmlDeviceGetSerial", h)
-    vbios = _optional("nvmlDeviceGetVbiosVersion", h)
-    mig = _optional("nvmlDeviceGetMigMode", h)
+    serial, vbios = _optional("nvmlDeviceGetSerial", h), _optional("nvmlDeviceGetVbiosVersion", h)
+    mig, enabled = _optional("nvmlDeviceGetMigMode", h), pynvml.NVML_DEVICE_MIG_ENABLE
     numa_nodes, cpus = _affinity(h)
     registration = fabric(h)
     return GpuInfo(
@@ -522,9 +459,7 @@ def _gpu_info(index: int, h: Any, driver: str, cuda_version: str) -> GpuInfo:
         fabric_state=None if registration is None else registration.state,
         fabric_status=None if registration is None else registration.status,
         fabric_degraded_bandwidth=None if registration is None else registration.degraded_bandwidth,
-        mig_mode=None
-        if mig is None
-        else (mig[0] == pynvml.NVML_DEVICE_MIG_ENABLE, mig[1] == pynvml.NVML_DEVICE_MIG_ENABLE),
+        mig_mode=None if mig is None else (mig[0] == enabled, mig[1] == enabled),
         numa_nodes=numa_nodes,
         cpu_affinity=cpus,
         memory_numa_node=_optional("nvmlDeviceGetNumaNodeId", h),

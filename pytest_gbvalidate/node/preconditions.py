@@ -1,23 +1,16 @@
-"""Whether a GPU node's GPUs can be used at all, asked once before its checks: the most common broken node after
-maintenance -- a driver that did not load, GPUs that torch cannot see, a GPU that fell off the bus -- is one root
-failure, not a hundred checks failing on their own in four fault categories (each starting its ranks again, each
-start retried).
-
-Four preconditions, in the order they are asked, each with the checks that depend on it:
-- NVML loads (the driver and its library) and lists GPUs: every GPU check needs it (the `gb_gpu` checks, those run
-  per GPU or pair -- the `gpu` and `gb_gpu_pair` fixtures --, those that sample the GPUs, and those that start ranks
-  on them).
-- torch sees the GPUs NVML lists: the checks that start ranks on the GPUs need it (those taking `gb_gang`); those
-  that read NVML alone (ECC, Xids, clocks, the GPU count and model) run, and say what else is wrong.
-- The GPUs are the SKU's model (its baseline's `detect.gpu_name_contains`): every check judged against the SKU's
-  baseline (`gb_expect`) and every one that starts ranks needs it -- a figure of another GPU against this one's
-  baseline says nothing of the node -- while the health checks run, the GPU model check among them.
-- NVML lists and torch sees as many GPUs as the SKU promises (`detect.gpu_count`): the checks that start ranks need
-  it (the gang starts one rank per promised GPU, and a rank without a GPU cannot start); the GPU count check and
-  each present GPU's checks run, and name the missing one.
-A check whose precondition failed is not run, its skip naming the failed precondition; the run fails once, in the
-test PRECONDITIONS_TEST_ID, with the cause (faults.yaml classifies it by its message).
-"""
+"""Whether a GPU node's GPUs can be used at all, asked once before its checks: the commonest broken node after
+maintenance (a driver that did not load, GPUs torch cannot see, a GPU off the bus) is one root failure, not a hundred
+checks failing on their own (each starting its ranks again, each start retried). Four preconditions, in the order
+they are asked, each with the checks that depend on it:
+- NVML loads and lists GPUs: every GPU check (`gb_gpu`; the `gpu`, `gb_gpu_pair` and sampling fixtures; ranks).
+- torch sees the GPUs NVML lists: the checks that start ranks (`gb_gang`); those that read NVML alone run and say
+  what else is wrong.
+- The GPUs are the SKU's model (`detect.gpu_name_contains`): the checks judged against its baseline (`gb_expect`:
+  another GPU's figure says nothing of this node) and those that start ranks; the health checks run.
+- As many GPUs as the SKU promises (`detect.gpu_count`): the checks that start ranks (one per promised GPU); the GPU
+  count check and each present GPU's checks run, and name the missing one.
+A check whose precondition failed is not run, its skip naming it; the run fails once, in the test
+PRECONDITIONS_TEST_ID, with the cause (faults.yaml classifies it by its message)."""
 
 from __future__ import annotations
 
@@ -26,13 +19,11 @@ from typing import Literal
 
 PRECONDITIONS_TEST_ID = "gbvalidate::node_gpus_usable"
 Precondition = Literal["nvml", "torch_gpus", "gpu_model", "gpu_count"]
-# The fixtures of a check that starts ranks on the node's GPUs (ranks/gang.py), and of one run per GPU or pair the
-# SKU promises or that samples them (probes.py); a test's fixture closure counts. (`gpus` alone is no dependency:
-# a check that reads NVML through it is marked `gb_gpu`, and the NUMA map takes it without needing NVML.)
+# The fixtures (in a test's closure) that start ranks (ranks/gang.py), run per GPU or pair, or sample them (probes.py).
+# Not `gpus` alone: a check reading NVML through it is marked `gb_gpu`, and the NUMA map takes it without NVML.
 RANK_FIXTURES = frozenset({"gb_gang"})
 NVML_FIXTURES = frozenset({"gpu", "gb_gpu_pair", "gb_telemetry"})
-# A check that judges its figures against the SKU's baseline.
-BASELINE_FIXTURES = frozenset({"gb_expect"})
+BASELINE_FIXTURES = frozenset({"gb_expect"})  # a check that judges its figures against the SKU's baseline
 
 
 @dataclass(frozen=True)
@@ -57,8 +48,7 @@ class Unmet:
 
 @dataclass(frozen=True)
 class Promised:
-    """What the SKU's baseline promises of the node's GPUs (`detect`): how many, and a text each one's name holds;
-    None where it does not say."""
+    """What the SKU's baseline promises of the node's GPUs (`detect`): how many, a text in each name; None: unsaid."""
 
     sku: str
     gpu_count: int | None = None
@@ -72,9 +62,8 @@ def unmet(
     promised: Promised | None = None,
     names: tuple[str, ...] = (),
 ) -> Unmet | None:
-    """The first precondition a GPU node does not meet, else None. `nvml_gpus`: the GPUs NVML lists, or NVML's
-    error where it does not load; `torch_gpus`: the GPUs torch sees; `torch_build`: torch's version and CUDA build,
-    for the message; `promised`: what the SKU promises; `names`: the GPUs' names, as NVML gives them."""
+    """The first precondition a GPU node does not meet, else None. `nvml_gpus`: the GPUs NVML lists, or its error;
+    `torch_build`: torch's version and CUDA build, for the message; `names`: the GPUs' names, as NVML gives them."""
     if isinstance(nvml_gpus, str):
         return Unmet("nvml", f"NVML does not load: {nvml_gpus}")
     if nvml_gpus == 0:
@@ -84,8 +73,7 @@ def unmet(
     if promised is None:
         return None
     want = promised.gpu_name_contains
-    others = sorted({n for n in names if want is not None and want not in n})
-    if others:
+    if others := sorted({n for n in names if want is not None and want not in n}):
         shown = ", ".join(repr(n) for n in others)
         return Unmet("gpu_model", f"they are {shown}, not {promised.sku}'s ({want!r} in the name)")
     have = min(nvml_gpus, torch_gpus)

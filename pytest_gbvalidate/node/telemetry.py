@@ -4,11 +4,9 @@
         workload()
     sampler.summary()  # {"gpu0.power_w": {"mean": 612.0, "p5": 590.5, "p95": 650.1}, ...}
 
-A source is any object with a `name` and a `read()` returning {series name: value}; the sampler calls every
-source about every `interval_s` on a thread of its own, plus once when it starts and once when it stops, so a
-short workload still has both ends. A source that fails is noted in `errors` and the others go on.
-No pytest here; psutil and NVML are used only by the sources that need them.
-"""
+A source is any object with a `name` and a `read()` returning {series name: value}, called about every `interval_s`
+on a thread of its own, and at start and stop (a short workload still has both ends); one that fails is noted in
+`errors` and the others go on. No pytest here; psutil and NVML only in the sources that need them."""
 
 from __future__ import annotations
 
@@ -57,10 +55,8 @@ def sensors(h: Any) -> Sensors:
 
 
 class NvmlSource:
-    """One GPU: utilization, memory used, SM clock, power, temperature, and whether its clocks are held down by
-    a slowdown (hardware, thermal, power brake: nvml.SLOWDOWN_REASONS) or by the power cap, as 1 or 0 (so the
-    mean is the fraction of the time). Series are named `gpu<index>.<what>_<unit>`; one source per GPU, so a
-    GPU that stops answering leaves the others sampled."""
+    """One GPU (a lost one leaves the others sampled): `gpu<index>.<what>_<unit>` series, and whether its clocks are
+    held by a slowdown (nvml.SLOWDOWN_REASONS) or the power cap as 1 or 0 (the mean: the fraction of the time)."""
 
     def __init__(self, index: int, handle: Any) -> None:
         self.name = f"gpu{index}"
@@ -81,9 +77,8 @@ class NvmlSource:
 
 
 class CpuSource:
-    """The host: CPU utilization over all CPUs since the previous read, memory used, and the current CPU clock
-    where the kernel reports one. Keeps its own CPU-time counters, so samplers running at once do not disturb
-    each other."""
+    """The host: CPU utilization since the previous read (its own counters: samplers at once do not disturb each
+    other), memory used, and the CPU clock where the kernel reports one."""
 
     name = "cpu"
 
@@ -181,8 +176,6 @@ class Sampler:
         with self._lock:
             self._samples.append(Sample(t_s, values))
 
-    # --- results ---------------------------------------------------------------------------------------------
-
     @property
     def samples(self) -> list[Sample]:
         with self._lock:
@@ -231,8 +224,7 @@ def summarize(series: Mapping[str, Sequence[float]]) -> dict[str, dict[str, floa
     """Series name -> mean, 5th and 95th percentile of its finite values (a series with none is left out)."""
     out = {}
     for name, values in series.items():
-        finite = sorted(v for v in values if math.isfinite(v))
-        if finite:
+        if finite := sorted(v for v in values if math.isfinite(v)):
             out[name] = {
                 "mean": _round(sum(finite) / len(finite)),
                 "p5": _round(percentile(finite, 5)),
@@ -242,8 +234,7 @@ def summarize(series: Mapping[str, Sequence[float]]) -> dict[str, dict[str, floa
 
 
 def percentile(sorted_values: Sequence[float], pct: float) -> float:
-    """The `pct`th percentile of sorted values, interpolated linearly between the closest ranks (numpy's
-    default method)."""
+    """The `pct`th percentile of sorted values, linear between the closest ranks (numpy's default method)."""
     if not sorted_values:
         raise ValueError("no values")
     position = (len(sorted_values) - 1) * pct / 100.0

@@ -1,14 +1,12 @@
-"""The node's NUMA map: which NUMA node and CPUs each GPU and each NIC is close to.
-
-Read from sysfs (the kernel's view: /sys/devices/system/node, /sys/bus/pci/devices, /sys/class/infiniband,
-/sys/class/net) and joined with NVML's view of each GPU (nvml.GpuInfo), so the two can be cross-checked.
-NUMA nodes without CPUs are kept: Grace systems expose each GPU's memory as one. Every reader takes the sysfs
-root, so the tests point it at a fake tree. No pytest and no NVML calls here.
-"""
+"""The node's NUMA map: which NUMA node and CPUs each GPU and each NIC is close to, read from sysfs (the kernel's
+view: /sys/devices/system/node, /sys/bus/pci/devices, /sys/class/infiniband, /sys/class/net) and joined with NVML's
+view of each GPU (nvml.GpuInfo), so the two can be cross-checked. NUMA nodes without CPUs are kept: Grace systems
+expose each GPU's memory as one. Every reader takes the sysfs root (the tests' fake tree). No pytest, no NVML calls."""
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,9 +62,6 @@ def _node_id(text: str | None) -> int | None:
     return None if node < 0 else node
 
 
-# --- NUMA nodes --------------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class NumaNode:
     node: int
@@ -86,9 +81,6 @@ def numa_nodes(sysfs: Path) -> dict[int, NumaNode]:
 
 def online_cpus(sysfs: Path) -> tuple[int, ...]:
     return parse_cpulist(_read(sysfs / "devices/system/cpu/online") or "")
-
-
-# --- PCI devices: GPUs and NICs ----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -174,9 +166,6 @@ def _ib_port(path: Path) -> IbPort:
     return IbPort(_port_number(path), state, float(rate.group(1)) if rate else None, _read(path / "link_layer") or "")
 
 
-# --- the map -----------------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class NumaMap:
     nodes: dict[int, NumaNode]
@@ -185,8 +174,7 @@ class NumaMap:
     nics: tuple[Nic, ...]
 
     def cpu_node(self, gpu_index: int) -> int | None:
-        """The NUMA node with CPUs the GPU is attached to: sysfs's where it names one with CPUs, else the single
-        node with CPUs among NVML's. None when neither says."""
+        """The NUMA node with CPUs the GPU is attached to: sysfs's, else the single one among NVML's; None: unsaid."""
         gpu = self.gpus[gpu_index]
         if gpu.sysfs_numa_node is not None and self._has_cpus(gpu.sysfs_numa_node):
             return gpu.sysfs_numa_node
@@ -205,12 +193,8 @@ class NumaMap:
         return [cpu for cpu in self.online_cpus if cpu not in placed]
 
     def cpus_in_several_nodes(self) -> list[int]:
-        seen: set[int] = set()
-        twice = set()
-        for n in self.nodes.values():
-            twice |= seen & set(n.cpus)
-            seen |= set(n.cpus)
-        return sorted(twice)
+        listed = Counter(cpu for n in self.nodes.values() for cpu in set(n.cpus))
+        return sorted(cpu for cpu, nodes in listed.items() if nodes > 1)
 
     def as_dict(self) -> dict[str, Any]:
         """For the JSON report: CPU sets in the kernel's list format, as `numactl -H` shows them."""
@@ -232,16 +216,7 @@ class NumaMap:
                 }
                 for g in self.gpus.values()
             ],
-            "nics": [
-                {
-                    "name": n.name,
-                    "kind": n.kind,
-                    "device": n.device,
-                    "numa_node": n.numa_node,
-                    "ports": [vars(p) for p in n.ports],
-                }
-                for n in self.nics
-            ],
+            "nics": [{**vars(n), "ports": [vars(p) for p in n.ports]} for n in self.nics],
         }
 
 

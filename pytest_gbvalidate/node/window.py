@@ -1,12 +1,8 @@
-"""The node's window: where its kernel log and its error counters stood when each check last found it clean, so a
-check judges only what happened since, and judges each event once. No pytest here.
-
-One small JSON file (`--gb-window`, default /run/gbvalidate/window.json). /run is a tmpfs: a reboot empties it as it
-empties the kernel's ring buffer and the driver's volatile counters; a mark also carries the boot it was taken in
-(the kernel's boot id), so a mark from an earlier boot is void wherever the file lives. Writers take the file's lock,
-read it, change their own marks and replace it atomically: one run's per-GPU checks write from several pytest-xdist
-workers at once.
-"""
+"""The node's window: where its kernel log and error counters stood when each check last found it clean, so a check
+judges only what happened since, each event once. No pytest here. One small JSON file (`--gb-window`, default
+DEFAULT_PATH) on /run, a tmpfs a reboot empties as it empties the kernel's ring buffer and the driver's volatile
+counters; a mark also carries its boot's id, so one of an earlier boot is void wherever the file lives. Writers lock
+the file and replace it atomically: several pytest-xdist workers write at once."""
 
 from __future__ import annotations
 
@@ -35,8 +31,7 @@ class Mark:
 
 
 def boot_id() -> str | None:
-    """The kernel's id of this boot; None where the kernel does not say: then no mark is kept or read, as a mark
-    that cannot be tied to its boot could close a window on events of another."""
+    """The kernel's id of this boot; None where unsaid: then no mark is kept or read (it could close another's)."""
     try:
         found = BOOT_ID.read_text(encoding="ascii").strip()
     except (OSError, UnicodeDecodeError):
@@ -45,9 +40,8 @@ def boot_id() -> str | None:
 
 
 def uptime_s() -> float | None:
-    """Seconds since boot, the window of a check with no mark this boot: the kernel log's clock (near enough: it
-    also counts a suspend, which a node does not do) and what the driver's and the NIC's counters count since.
-    None where /proc/uptime cannot be read."""
+    """Seconds since boot (the kernel log's clock and what the counters count since; a suspend counts, which a node
+    does not do): the window of a check with no mark this boot. None where /proc/uptime cannot be read."""
     try:
         value = float(UPTIME.read_text(encoding="ascii").split()[0])
     except (OSError, ValueError, IndexError):
@@ -62,8 +56,7 @@ class Window:
     path: Path | None
 
     def read(self, name: str) -> Mark | None:
-        """The mark `name` of this boot, or None: never taken this boot, no window kept, or a file that cannot be
-        read (its problem is said by `write`, which the same check calls)."""
+        """The mark `name` of this boot, or None: not taken, no window, or an unreadable file (`write` says why)."""
         boot = boot_id()
         if self.path is None or boot is None:
             return None
@@ -72,27 +65,18 @@ class Window:
         return None if mark is None or mark.time_s > time.time() + 60 else mark
 
     def write(self, marks: Mapping[str, int], now_s: float | None = None) -> str | None:
-        """Set these marks (name -> value) at `now_s`; a problem as one line (the file and why), else None. Marks of
-        another boot are dropped: they can never be read again."""
+        """Set these marks (name -> value) at `now_s`, dropping another boot's; a problem as one line, else None."""
         if self.path is None:
             return None
-        boot = boot_id()
-        if boot is None:
+        if (boot := boot_id()) is None:
             return f"the node's window {self.path} is not kept: the kernel gives no boot id ({BOOT_ID})"
         taken = time.time() if now_s is None else now_s
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with _locked(self.path):
+            with locked(self.path):
                 kept = _load(self.path).get(boot, {})
                 kept.update({name: Mark(int(value), taken) for name, value in marks.items()})
-                data = {
-                    "version": WINDOW_VERSION,
-                    "boot_id": boot,
-                    "marks": {n: {"value": m.value, "time_s": m.time_s} for n, m in sorted(kept.items())},
-                }
-                scratch = self.path.with_name(f".{self.path.name}.{os.getpid()}")
-                scratch.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-                os.replace(scratch, self.path)
+                saved = {n: {"value": m.value, "time_s": m.time_s} for n, m in sorted(kept.items())}
+                replace_json(self.path, {"version": WINDOW_VERSION, "boot_id": boot, "marks": saved})
         except OSError as exc:
             return f"the node's window {self.path} cannot be written: {exc.strerror or exc}"
         return None
@@ -105,33 +89,37 @@ class Rate:
 
 
 def rate(window: Window, name: str, count: int, now_s: float, min_span_s: float = MIN_RATE_SPAN_S) -> Rate | None:
-    """A counter's rate since its mark of this boot (the check's last clean run), else since boot, over at least
-    `min_span_s`. A counter below its mark was cleared
-    since (a driver reload, a GPU reset): its whole value counts, over the time since the mark, as node/nic.py counts
-    a cleared InfiniBand counter (NVSentinel's reset rule). None where neither the mark nor the uptime can be read."""
-    mark = window.read(name)
-    if mark is not None:
+    """A counter's rate since its mark of this boot, else since boot, over `min_span_s` at least; one below its mark
+    (a driver reload, a GPU reset) counts as nic.change counts it. None where neither mark nor uptime can be read."""
+    if (mark := window.read(name)) is not None:
         cleared = count < mark.value
         delta, span_s = (count if cleared else count - mark.value), now_s - mark.time_s
         since = "since the counter was cleared" if cleared else "since the last clean check"
     else:
-        up = uptime_s()
-        if up is None:
+        if (up := uptime_s()) is None:
             return None
         delta, span_s, since = count, up, "since boot"
     return Rate(delta / max(span_s, min_span_s), f"{delta} in {span_s:.0f} s {since}")
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
+    """The block under `path`'s lock (a file beside it; the directory made where missing), for its writers."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_name(f".{path.name}.lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
 
 
+def replace_json(path: Path, data: object) -> None:
+    """Replace `path` atomically with `data` as JSON: a scratch file beside it, renamed over it."""
+    scratch = path.with_name(f".{path.name}.{os.getpid()}")
+    scratch.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    os.replace(scratch, path)
+
+
 def _load(path: Path) -> dict[str, dict[str, Mark]]:
-    """boot id -> name -> Mark. A missing, unreadable or foreign file holds no marks: the window then opens at
-    boot, which judges more, never less."""
+    """boot id -> name -> Mark; none from a missing, unreadable or foreign file (a window from boot judges more)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(data, dict) or data.get("version") != WINDOW_VERSION:

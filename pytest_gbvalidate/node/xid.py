@@ -1,11 +1,6 @@
-"""GPU Xid events from the kernel log, where the NVIDIA driver reports GPU faults:
-
-    NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.
-
-This module reads them from /dev/kmsg (the kernel's ring buffer, what `dmesg` prints), each with the record's
-sequence number and time, so a check can judge the events since its last clean run (node/window.py) by NVIDIA's Xid
-catalog (rules/xids.py). No pytest here.
-"""
+"""GPU Xid events (`NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.`) from
+/dev/kmsg, the kernel's ring buffer, each with its record's sequence number and time, so a check can judge the events
+since its last clean run (node/window.py) by NVIDIA's Xid catalog (rules/xids.py). No pytest here."""
 
 from __future__ import annotations
 
@@ -18,9 +13,7 @@ from pathlib import Path
 from pytest_gbvalidate.rules.xids import XidEvent
 
 KERNEL_LOG = Path("/dev/kmsg")
-# The node's window (node/window.py): per GPU, the last record its clean check judged; node-wide, the last record
-# before a repair was acknowledged (`python -m pytest_gbvalidate.healthcheck repaired`).
-REPAIRED_MARK = "xid/repaired"
+REPAIRED_MARK = "xid/repaired"  # in the node's window: the last record before a repair was said (clean_mark: per GPU)
 
 
 def clean_mark(gpu_uuid: str) -> str:
@@ -38,9 +31,8 @@ class KernelRecord:
 
 
 def read_kernel_log(path: Path) -> list[KernelRecord]:
-    """The records of the kernel log. /dev/kmsg returns one record per read and raises when none is left
-    (it is opened non-blocking); a plain file (the tests' fake log) ends at EOF. Raises OSError when the log
-    cannot be read (kernel.dmesg_restrict=1 without root)."""
+    """The records of the kernel log: /dev/kmsg (non-blocking) gives one per read and raises when none is left, a
+    plain file (the tests') ends at EOF. Raises OSError where it cannot be read (kernel.dmesg_restrict=1, not root)."""
     messages: list[KernelRecord] = []
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
@@ -79,8 +71,7 @@ def xid_events(records: Iterable[KernelRecord | str]) -> list[XidEvent]:
         r = KernelRecord(record) if isinstance(record, str) else record
         if "Xid" not in r.message:  # most lines: skip the expression
             continue
-        match = _XID.search(r.message)
-        if match:
+        if match := _XID.search(r.message):
             domain, bus, device, xid, _ = match.groups()
             pci = (int(domain, 16), int(bus, 16), int(device, 16))
             events.append(XidEvent(pci, int(xid), r.message.strip(), r.seq, r.time_s))
