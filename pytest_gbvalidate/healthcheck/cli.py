@@ -330,7 +330,8 @@ def checked(args: argparse.Namespace, deadline_s: float, extra: Sequence[str] = 
 
 
 def _say(line: str, code: int) -> int:
-    print(line, flush=True)
+    sys.stdout.write(line + "\n")  # one write: the lines of checks sharing a log never interleave
+    sys.stdout.flush()
     return code
 
 
