@@ -85,7 +85,7 @@ def busbw_series(records: list[MeasurementRecord]) -> dict[tuple[str, str], list
 
 
 def busbw_plot(records: list[MeasurementRecord], path: Path, title: str) -> Path:
-    """The busbw plot (busbw_png) written to `path`. Needs matplotlib: ImportError without it."""
+    """The busbw plot (busbw_png) written to `path`; its path."""
     atomic_write_bytes(path, busbw_png(records, title))
     return path
 

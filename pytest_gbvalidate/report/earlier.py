@@ -38,8 +38,7 @@ class EarlierReport:
     hostname: str | None
     gpus: tuple[GpuIdentity, ...] | None  # None: the earlier run did not read the inventory
     measurements: Mapping[tuple[str, str, str, str], MeasurementRecord]
-    # With --gb-history: the node's kept runs of this SKU (each figure's value, oldest first), and each figure
-    # across them (noise.of_runs), where there are enough of them.
+    # With --gb-history: the node's kept runs of this SKU (oldest first), and each figure across them (noise.of_runs).
     runs: tuple[Mapping[tuple[str, str, str, str], float], ...] = ()
     run_to_run: Mapping[tuple[str, str, str, str], noise.RunToRun] = field(default_factory=dict)
 
@@ -89,10 +88,9 @@ def load_earlier(path: Path) -> EarlierReport:
 
 
 def node_runs(paths: Sequence[Path], sku: str, hostname: str) -> tuple[dict[tuple[str, str, str, str], float], ...]:
-    """This node's kept reports `paths` (oldest first, future-dated ones left out already) as runs, oldest first:
-    the last noise.MAX_RUNS that read as reports of this node and SKU, each figure's value. A report that cannot
-    be read, or is another node's or SKU's, is no run of this node; nor is one that did not finish (killed, stopped,
-    or this very run's own record, kept `running` as it started)."""
+    """This node's kept reports `paths` (oldest first) as runs, oldest first: the last noise.MAX_RUNS that read as
+    finished reports of this node and SKU, each figure's value (this very run's own record, kept `running` as it
+    started, is none)."""
     runs: list[dict[tuple[str, str, str, str], float]] = []
     for path in reversed(paths):
         if len(runs) == noise.MAX_RUNS:

@@ -1,12 +1,8 @@
 """The node's page for a person: HTML fragments for pytest-html's page (html_page.py puts them there). No pytest.
 
-At the top, the node's verdict (SKU, level, hostname; pass, warn, fail, unresolved, partial or no verdict, as
-report/node_verdict.py reads the report, warn where a pass has a figure past its warn limit; the failures by fault
-category with the operator's action, the level times and skips) and the measured-vs-baseline table, with the same
-rows as the terminal (terminal.py), its WARN, FAIL and UNRESOLVED cells coloured. Beside each test, its own
-measurements, its busbw against size (a collective sweep), its telemetry summary and its pretraining loss curve, the
-pictures as PNG bytes (the page embeds them: one file that opens offline). Every text is escaped: hostnames,
-messages and test ids are untrusted."""
+At the top, the node's verdict and the measured-vs-baseline table, with the terminal's rows (terminal.py); beside
+each test, its own figures, the pictures as PNG bytes (the page embeds them: one file that opens offline). Every text
+is escaped: hostnames, messages and test ids are untrusted."""
 
 from __future__ import annotations
 
@@ -209,5 +205,5 @@ def _text(value: object) -> str:
 
 def escape(text: str) -> str:
     """`text` for the page: HTML's special characters escaped, and the characters that do not print shown as
-    escapes (labels.visible: a hostname's control characters reached the page raw)."""
+    escapes (labels.visible)."""
     return html_escape(visible(text), quote=True)

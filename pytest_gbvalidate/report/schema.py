@@ -127,7 +127,7 @@ Checker = typing.Callable[[Any, str], "str | None"]
 @functools.cache
 def _checker(tp: Any) -> Checker:
     """The check of a value against `tp`, worked out once per type: a fleet reads thousands of reports, each of
-    thousands of fields, and asking typing what each field's type is, every time, was most of the read."""
+    thousands of fields."""
     if tp is Any:
         return lambda value, where: None
     if tp in _JSON_TYPES:

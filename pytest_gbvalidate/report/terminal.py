@@ -1,9 +1,5 @@
-"""The end-of-run terminal summary, verdict last: what a person reads at the end of a run.
-
-Details first (the collectives' per-size tables, with -v only), then the run (level and the time each level's
-checks took, the checks skipped and why, where the outputs went), then the measured-vs-baseline table and the
-failures by fault category with the operator's action -- the last lines before pytest's own closing line. The
-HTML page (html_fragments.py) shows the same rows, made by the functions here."""
+"""The end-of-run terminal summary, verdict last: what a person reads at the end of a run. The HTML page
+(html_fragments.py) shows the same rows, made by the functions here."""
 
 from __future__ import annotations
 
@@ -74,9 +70,8 @@ def detail_sections(report: RunReportRecord, verbose: bool) -> list[Section]:
 
 
 def verdict_sections(sku: str, report: RunReportRecord, given: SummaryInput) -> list[Section]:
-    """What comes after pytest's short test summary, the verdict last: the run (level times, skips, outputs),
-    then measured vs baseline (under the table, why_lines: what a row's cells do not explain), then the failures by
-    fault category."""
+    """What comes after pytest's short test summary: the run (level times, skips, outputs), measured vs baseline,
+    the failures by fault category, and the node's verdict last."""
     run = [*level_lines(report), *skipped_lines(report["tests"])]
     run += [] if given.json_report is None else [f"JSON report: {given.json_report}"]
     run += [f"busbw plot: {plot['path']}" for plot in report.get("plots", [])]
@@ -122,10 +117,8 @@ def verdict_line(report: RunReportRecord) -> str:
 
 
 def why_lines(records: Sequence[MeasurementRecord]) -> list[str]:
-    """Under the table, each verdict a row cannot explain in its cells, with its message: a WARN (the run's
-    verdict, not a Python warning), an UNRESOLVED figure (its resolution against what its metric needs), a PASS
-    past its warn limit (by what allowance), and against the earlier report what was not plainly OK or
-    REGRESSED."""
+    """Under the table, each verdict a row cannot explain in its cells, with its message: a WARN, an UNRESOLVED
+    figure, a PASS past its warn limit, and against the earlier report what was not plainly OK or REGRESSED."""
     lines = []
     for m in records:
         past_warn = m["verdict"] == "pass" and _past(m, m.get("warn_limit"))

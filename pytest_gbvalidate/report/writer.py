@@ -117,8 +117,7 @@ class RunReport:
         data[field] = value
 
     def set_pace(self, pace: RunPaceRecord) -> None:
-        """The run as a whole against the node's history, in the comparison section (set once the run is
-        described)."""
+        """The run as a whole against the node's history, in the comparison section (set once the run is described)."""
         self.set("compare", {**self.data["compare"], "pace": pace})
 
     def set_section(self, name: NodeSection, value: Any) -> None:

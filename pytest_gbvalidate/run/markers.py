@@ -34,11 +34,9 @@ def register(config: pytest.Config) -> None:
 
 
 def leave_warns_to_the_reports(config: pytest.Config) -> None:
-    """A WARN is the run's verdict -- the terminal's table and the message under it, the page's amber cell,
-    JUnit's gb_verdict, the JSON report -- not a Python warning in pytest's warnings summary with pytest's docs
-    link: GbValidateWarning is ignored unless the operator's filters name it. `-W
-    error::pytest_gbvalidate.expect.GbValidateWarning` fails a test on a WARN (pytest applies the command line's
-    filters after the ini file's); an ini file's `filterwarnings` naming it is left to apply."""
+    """A WARN is the run's verdict, in every report, not a Python warning in pytest's warnings summary:
+    GbValidateWarning is ignored unless the operator's filters name it (`-W
+    error::pytest_gbvalidate.expect.GbValidateWarning` fails a test on a WARN; an ini file's `filterwarnings` too)."""
     named = [*config.getini("filterwarnings"), *(config.getoption("pythonwarnings", None) or [])]
     if not any("GbValidateWarning" in str(f) for f in named):
         config.addinivalue_line("filterwarnings", WARN_FILTER)
@@ -68,8 +66,8 @@ def check_level(item: pytest.Item) -> Level:
 
 def level_problems(nodes: list[pytest.Item | pytest.Collector]) -> str | None:
     """One line per collected check whose `gb_level` marker names no level (the check would silently never run),
-    or None. Found where the checks are collected, it fails that collection: in pytest-xdist's workers too, whose
-    collection errors the controller shows as its own, while a usage error raised there is an INTERNALERROR."""
+    or None: a collection error, which pytest-xdist's controller shows as its own (a usage error there is an
+    INTERNALERROR)."""
     found = []
     for item in nodes:
         if not isinstance(item, pytest.Item):
@@ -115,8 +113,7 @@ def select(
 
 def gangs_at_once(config: pytest.Config, items: list[pytest.Item]) -> str | None:
     """Why checks that start ranks cannot run here, or None: under pytest-xdist with more than one worker each
-    worker would start a gang of its own, at once, on the same GPUs (two 2-rank gangs on a 2-rank SKU halved its
-    figures and passed, or their ranks joined one world and failed). A gang needs the whole node."""
+    worker would start a gang of its own, at once, on the same GPUs. A gang needs the whole node."""
     workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
     if workers <= 1:
         return None
