@@ -20,8 +20,7 @@ def sweep_records(records: list[MeasurementRecord]) -> list[MeasurementRecord]:
 
 
 def sweep_tables(records: list[MeasurementRecord]) -> list[str]:
-    """One table per collective and tool, one row per size, out-of-place and in-place side by side as
-    nccl-tests prints them (time, algbw, busbw, #wrong), and the verdict of the sizes the baseline gates."""
+    """One table per collective and tool, a row per size as nccl-tests prints them, and the gated sizes' verdict."""
     groups: dict[tuple[str, str], dict[str, dict[str, MeasurementRecord]]] = {}
     for record in sweep_records(records):
         tool = record["details"].get("tool", OUR_TOOL)
@@ -73,9 +72,8 @@ def _gate(by_place: dict[str, MeasurementRecord]) -> str:
 
 
 def busbw_series(records: list[MeasurementRecord]) -> dict[tuple[str, str], list[tuple[int, float]]]:
-    """One collective's plotted lines: (tool, placement) -> (size in bytes, busbw) by size, one point per size --
-    the last measured, as the tables keep it (the quick level's one all_reduce size is measured again by the
-    sweep: two points at one size would draw the line back and forth)."""
+    """One collective's plotted lines: (tool, placement) -> (size in bytes, busbw) by size, the last measured of a
+    size as the tables keep it (the quick level's all_reduce size is measured again by the sweep)."""
     lines: dict[tuple[str, str], dict[int, float]] = {}
     for r in records:
         d, value = r["details"], r["value"]

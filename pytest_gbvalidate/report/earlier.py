@@ -44,8 +44,7 @@ class EarlierReport:
 
 
 def load_earlier(path: Path) -> EarlierReport:
-    """Read an earlier JSON report. A partial one (status `running`: the run was killed) is used for what it
-    measured; the caller says so."""
+    """Read an earlier JSON report; a partial one (a killed run's) is used for what it measured: the caller says so."""
     try:
         data = read_json(path)
     except InputError as exc:
@@ -76,21 +75,13 @@ def load_earlier(path: Path) -> EarlierReport:
                 f"{path}: a GPU of its `gpus` section lacks index, pci_bus_id or uuid ({exc!r})"
             ) from None
     sku, node = report["sku"], report.get("node")
-    return EarlierReport(
-        path=path,
-        date=report["start_time"],
-        status=report["status"],
-        sku=None if sku is None else sku["name"],
-        hostname=None if node is None else node["hostname"],
-        gpus=gpus,
-        measurements=measurements,
-    )
+    sku_name, hostname = (None if sku is None else sku["name"]), (None if node is None else node["hostname"])
+    return EarlierReport(path, report["start_time"], report["status"], sku_name, hostname, gpus, measurements)
 
 
 def node_runs(paths: Sequence[Path], sku: str, hostname: str) -> tuple[dict[tuple[str, str, str, str], float], ...]:
-    """This node's kept reports `paths` (oldest first) as runs, oldest first: the last noise.MAX_RUNS that read as
-    finished reports of this node and SKU, each figure's value (this very run's own record, kept `running` as it
-    started, is none)."""
+    """This node's kept reports `paths` (oldest first) as runs, oldest first: the last noise.MAX_RUNS finished
+    reports of this node and SKU, each figure's value."""
     runs: list[dict[tuple[str, str, str, str], float]] = []
     for path in reversed(paths):
         if len(runs) == noise.MAX_RUNS:
@@ -119,8 +110,7 @@ def with_history(earlier: EarlierReport, runs: Sequence[Mapping[tuple[str, str, 
 
 @dataclass(frozen=True)
 class SameNode:
-    """The outcome of the same-node check: GPUs replaced since the earlier run (scope label -> what changed),
-    and notes for the header and the JSON report."""
+    """The same-node check's outcome: GPUs replaced since the earlier run (scope label -> what changed), and notes."""
 
     replaced: Mapping[str, str]
     notes: tuple[str, ...]

@@ -108,8 +108,7 @@ def start_time(report: RunReportRecord) -> dt.datetime:
 
 
 def replace(path: Path, report: RunReportRecord) -> Path:
-    """Write `report` over the one this run kept at `path` when it started (its record `running`, which a run
-    killed outright leaves as it is); the path. Raises OutputError (naming the path) where it cannot."""
+    """Write `report` over the one this run kept at `path` as it started; the path. Raises OutputError naming it."""
     atomic_write_bytes(path, as_json(report).encode("utf-8"))
     return path
 

@@ -52,8 +52,7 @@ class Extra:
 
 
 def node_verdict(report: RunReportRecord) -> str:
-    """What the report says of the node (report/node_verdict.py), and WARN for a pass with a measurement past its
-    warn limit: the badge a reader sees first."""
+    """The node's verdict (node_verdict.py), WARN for a pass with a figure past its warn limit: the badge on top."""
     verdict = node_verdict_of(report)
     if verdict == "pass" and any(m["verdict"] == "warn" for m in report["measurements"]):
         return "warn"
@@ -204,6 +203,5 @@ def _text(value: object) -> str:
 
 
 def escape(text: str) -> str:
-    """`text` for the page: HTML's special characters escaped, and the characters that do not print shown as
-    escapes (labels.visible)."""
+    """`text` for the page: HTML's special characters escaped, those that do not print as escapes (labels.visible)."""
     return html_escape(visible(text), quote=True)

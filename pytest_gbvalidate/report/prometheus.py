@@ -81,9 +81,8 @@ def _test_outcomes(tests: list[TestRecord]) -> dict[str, str]:
     """Each test's outcome over its phases: failed where any failed, else skipped where any was, else passed."""
     outcomes: dict[str, str] = {}
     for test in tests:
-        outcomes[test["test_id"]] = max(
-            outcomes.get(test["test_id"], "passed"), test["outcome"], key=_WORSE.__getitem__
-        )
+        before = outcomes.get(test["test_id"], "passed")
+        outcomes[test["test_id"]] = max(before, test["outcome"], key=_WORSE.__getitem__)
     return outcomes
 
 

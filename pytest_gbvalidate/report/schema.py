@@ -49,8 +49,7 @@ def problem(data: Any) -> str | None:
 
 
 def field_problem(field: str, value: Any, item: int | None = None) -> str | None:
-    """What does not fit in `value` as the report's top-level `field` (with `item`: as that item of the list
-    `field`), or None: the writer's check of each record it keeps, against the same records its readers use."""
+    """What does not fit in `value` as the top-level `field` (with `item`: an item of the list `field`), or None."""
     hint = _fields(RunReportRecord)[0][field]
     if item is not None:
         return _problem(value, _args(hint)[0], f"{field}[{item}]")
@@ -126,8 +125,7 @@ Checker = typing.Callable[[Any, str], "str | None"]
 
 @functools.cache
 def _checker(tp: Any) -> Checker:
-    """The check of a value against `tp`, worked out once per type: a fleet reads thousands of reports, each of
-    thousands of fields."""
+    """The check of a value against `tp`, worked out once per type: a fleet reads thousands of reports."""
     if tp is Any:
         return lambda value, where: None
     if tp in _JSON_TYPES:

@@ -58,9 +58,8 @@ def json_safe(value: float) -> float | str:
 
 
 def as_json(data: RunReportRecord) -> str:
-    """The report's text, as every copy of it is written (--gb-report, the node's history). Text from the system
-    that is not UTF-8 (lone surrogates) is written as escapes (labels.text_safe): the readers refuse a report that
-    holds any."""
+    """The report's text, as every copy of it is written. Text that is not UTF-8 (lone surrogates) is written as
+    escapes (labels.text_safe): the readers refuse a report that holds any."""
     text = json.dumps(data, indent=1, default=str, allow_nan=False) + "\n"
     if "\\ud" in text:  # only then: a surrogate escape, of a lone surrogate or of a pair (a valid emoji)
         text = json.dumps(text_safe_copy(data), indent=1, default=str, allow_nan=False) + "\n"
@@ -126,8 +125,7 @@ class RunReport:
         self.data[name] = value
 
     def add_record(self, section: ListSection | RunList, record: Any) -> None:
-        """A record in a list section (`telemetry`: one per sampler; `suspects`; the run's `plots` and
-        `outputs_lost`), created on first use."""
+        """A record in a list section (`telemetry`, `suspects`, `plots`, `outputs_lost`), created on first use."""
         data: dict[str, Any] = self.data  # type: ignore[assignment]  # a list section, checked below
         found = data.setdefault(section, [])
         self._check(schema.field_problem(section, record, len(found)))

@@ -123,8 +123,7 @@ def judge_nothing_checked(end: RunEnd, session: pytest.Session, exitstatus: int)
 
 
 def judge_unresolved(end: RunEnd, session: pytest.Session, exitstatus: int) -> int:
-    """A run whose every failed test failed only for figures too noisy to judge exits
-    node_verdict.EXIT_UNRESOLVED, not 1: "this run could not tell" is no "this node failed"."""
+    """Exit node_verdict.EXIT_UNRESOLVED, not 1, where every failed test was only too noisy to judge."""
     from pytest_gbvalidate.report import node_verdict
 
     if hasattr(end.config, "workerinput"):  # pytest-xdist's controller decides the run's status
@@ -170,8 +169,7 @@ def write_outputs(
 
 
 def output_notes(report: RunReport, notes: Sequence[str | None]) -> list[str]:
-    """The terminal summary's last lines: the report's own failures, then `notes` (the plot's, where the files went)
-    and the recorded baseline's, then each file lost."""
+    """The terminal summary's last lines: the report's own failures, `notes`, the recorded baseline's, files lost."""
     found = [] if report.write_error is None else [f"JSON report NOT written: {report.write_error}; the run fails"]
     if report.misfit is not None:
         found.append(

@@ -96,8 +96,7 @@ class HtmlPage:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_html_results_table_html(self, report: pytest.TestReport, data: list[str]) -> None:
-        """A skipped test's log is its reason: pytest-html shows the skip's (path, line, reason) tuple as text, an
-        absolute path the reader has no use for."""
+        """A skipped test's log is its reason, not the (path, line, reason) tuple pytest-html shows as text."""
         if report.skipped and isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:
             data[:1] = [_escape(str(report.longrepr[2])) + "\n"]
 

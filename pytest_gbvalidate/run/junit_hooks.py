@@ -37,9 +37,8 @@ def add_suite_properties(config: pytest.Config, properties: Mapping[str, str]) -
 
 
 def add_testcase_output(config: pytest.Config, report: pytest.TestReport, records: Sequence[MeasurementRecord]) -> None:
-    """A testcase's measurements as its `system-out`, the terminal's table of them: what CI systems show of a test,
-    in either family (xunit2 has no testcase properties). Called with the teardown's report, before junitxml closes
-    the testcase."""
+    """A testcase's measurements as its `system-out` (the terminal's table), which CI systems show in either family.
+    Called with the teardown's report, before junitxml closes the testcase."""
     from _pytest.junitxml import bin_xml_escape, xml_key  # as pytest escapes a test's captured output
 
     xml = config.stash.get(xml_key, None)

@@ -55,8 +55,7 @@ def narrowed_by(config: pytest.Config) -> list[str]:
 
 
 def check_level(item: pytest.Item) -> Level:
-    """The level of a check: its `gb_level` marker's (the closest one: a test's own, else its class's or
-    module's), else full. Only for items collected (level_problems refuses the others at collection)."""
+    """The level of a check: its closest `gb_level` marker's, else full (for items level_problems let through)."""
     marker = item.get_closest_marker(MARKER)
     if marker is None:
         return DEFAULT_LEVEL
@@ -65,9 +64,8 @@ def check_level(item: pytest.Item) -> Level:
 
 
 def level_problems(nodes: list[pytest.Item | pytest.Collector]) -> str | None:
-    """One line per collected check whose `gb_level` marker names no level (the check would silently never run),
-    or None: a collection error, which pytest-xdist's controller shows as its own (a usage error there is an
-    INTERNALERROR)."""
+    """One line per collected check whose `gb_level` marker names no level (it would silently never run), or None:
+    a collection error, which pytest-xdist's controller shows as its own (a usage error there is an INTERNALERROR)."""
     found = []
     for item in nodes:
         if not isinstance(item, pytest.Item):
@@ -89,10 +87,9 @@ def select(
     gpu_sku: str | None,
     unusable: Unmet | None = None,
 ) -> None:
-    """Deselect the checks above `run_level`, as -m deselects (counted in pytest's summary line, absent from the
-    reports), skip the GPU checks where the SKU (`gpu_sku`: its name when it has no GPUs) has none, and skip the
-    checks that depend on a precondition the node's GPUs do not meet (`unusable`, node/preconditions.py), naming
-    it: the run fails once, for the precondition."""
+    """Deselect the checks above `run_level`, as -m deselects; skip the GPU checks where the SKU (`gpu_sku`: its
+    name when it has no GPUs) has none, and the checks that depend on a precondition the node's GPUs do not meet
+    (`unusable`), naming it: the run fails once, for the precondition."""
     selected = {item: runs(run_level, check_level(item)) for item in items}
     if not all(selected.values()):
         config.hook.pytest_deselected(items=[item for item, kept in selected.items() if not kept])

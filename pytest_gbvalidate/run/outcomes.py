@@ -24,8 +24,7 @@ RECORDED_PHASES: dict[str, Phase] = {"setup": "setup", "call": "call", "teardown
 
 
 def recorded(report: pytest.TestReport) -> bool:
-    """Whether the report is one the JSON report keeps: a test's call, or a phase that did not pass; not an attempt
-    pytest-rerunfailures runs again."""
+    """Whether the JSON report keeps it: a call, or a phase that did not pass; not a pytest-rerunfailures attempt."""
     replaced = report.outcome not in OUTCOMES and report.when in PHASES
     return (report.when == "call" or report.outcome != "passed") and not replaced
 

@@ -99,8 +99,7 @@ def check_record(s: Settings, target: Target) -> None:
 
 
 def node_history(s: Settings) -> tuple[Path, list[Entry]]:
-    """This node's directory in --gb-history (by a hostname checked to be one safe directory name) and its
-    reports, oldest first."""
+    """This node's directory in --gb-history (by its hostname, checked) and its reports, oldest first."""
     from pytest_gbvalidate.report import history
 
     root = s.history.value

@@ -94,8 +94,6 @@ class GbSession:
             self._report = RunReport(self.settings.report.value if self.is_controller else None)
         return self._report
 
-    # --- the target ---------------------------------------------------------------------------------------
-
     @property
     def engaged(self) -> bool:
         return self._target is not None
@@ -151,8 +149,6 @@ class GbSession:
         given = (self.settings, self.timeout, node, self.nccl_env, self._comparison, world_size)
         describe_run(self.report, target, *given, markers.narrowed_by(self.config), writable)
         self.report.write()
-
-    # --- ranks: timeout, reference tools, the gang -----------------------------------------------------------
 
     @property
     def timeout(self) -> Setting[float]:
@@ -267,9 +263,8 @@ class GbSession:
 
             detect = None if self.target.baseline is None else self.target.baseline.detect
             named = None if detect is None else detect.gpu_name_contains
-            self._unusable = (
-                preconditions.probe(preconditions.Promised(self.target.sku, self.target.gpu_count, named)),
-            )
+            promised = preconditions.Promised(self.target.sku, self.target.gpu_count, named)
+            self._unusable = (preconditions.probe(promised),)
         return self._unusable[0]
 
     def pytest_report_collectionfinish(self) -> list[str]:
@@ -346,10 +341,9 @@ class GbSession:
         if self._end is None:
             from pytest_gbvalidate.run.ending import RunEnd
 
-            unusable = self.unusable_gpus()
             self._end = RunEnd(
                 *(self.config, self.settings, self.report, self._comparison, self.world is not None),
-                *(self.is_controller, unusable, self.history_dir, self.output_notes),
+                *(self.is_controller, self.unusable_gpus(), self.history_dir, self.output_notes),
             )
         return self._end
 
