@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import io
-from pathlib import Path
 from typing import Any
 
 from pytest_gbvalidate import labels
-from pytest_gbvalidate.files import atomic_write_bytes
 from pytest_gbvalidate.report.records import MeasurementRecord
 
 OUR_TOOL = "pytest-gbvalidate"
@@ -34,8 +32,7 @@ def sweep_tables(records: list[MeasurementRecord]) -> list[str]:
             header += [f"{p}:time_us", "algbw", "busbw", "#wrong"]
         header += ["gate"]
         table = [header]
-        ordered = sorted(rows.items(), key=lambda item: _first(item[1])["details"].get("size_bytes", 0))
-        for label, by_place in ordered:
+        for label, by_place in sorted(rows.items(), key=lambda item: _first(item[1])["details"].get("size_bytes", 0)):
             first = _first(by_place)
             row = [label, str(first["details"].get("count", "")), str(first["details"].get("dtype", ""))]
             for p in placements:
@@ -80,12 +77,6 @@ def busbw_series(records: list[MeasurementRecord]) -> dict[tuple[str, str], list
         if isinstance(value, (int, float)):
             lines.setdefault((d.get("tool", OUR_TOOL), d["placement"]), {})[d["size_bytes"]] = value
     return {line: sorted(points.items()) for line, points in lines.items()}
-
-
-def busbw_plot(records: list[MeasurementRecord], path: Path, title: str) -> Path:
-    """The busbw plot (busbw_png) written to `path`; its path."""
-    atomic_write_bytes(path, busbw_png(records, title))
-    return path
 
 
 def busbw_png(records: list[MeasurementRecord], title: str) -> bytes:

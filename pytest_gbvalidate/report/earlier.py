@@ -103,8 +103,7 @@ def with_history(earlier: EarlierReport, runs: Sequence[Mapping[tuple[str, str, 
     for run in runs:
         for key, value in run.items():
             values.setdefault(key, []).append(value)
-    spreads = {key: noise.of_runs(figures) for key, figures in values.items()}
-    run_to_run = {key: spread for key, spread in spreads.items() if spread is not None}
+    run_to_run = {key: spread for key, figures in values.items() if (spread := noise.of_runs(figures)) is not None}
     return dataclasses.replace(earlier, runs=tuple(runs), run_to_run=run_to_run)
 
 

@@ -97,8 +97,7 @@ def judge(report: RunReportRecord) -> Judgement:
         elif test["outcome"] == "skipped":
             skipped.add(test_id)
     checks = tuple(failed.values())
-    verdict = _verdict(report, checks)
-    return Judgement(verdict, checks, frozenset(passed - failed.keys()), frozenset(skipped), cause)
+    return Judgement(_verdict(report, checks), checks, frozenset(passed - failed.keys()), frozenset(skipped), cause)
 
 
 def _verdict(report: RunReportRecord, failed: Sequence[FailedCheck]) -> NodeVerdict:

@@ -34,8 +34,7 @@ RUN_VERDICTS: tuple[str, ...] = get_args(node_verdict.NodeVerdict)  # pass, fail
 COMPARE_VERDICTS: tuple[str, ...] = get_args(CompareVerdict)  # ok, regressed, within_noise, unresolved, gpu_replaced
 MEASUREMENT_LABELS = ("metric", "scope", "placement", "tool")
 
-# The units of metrics.UNITS in Prometheus's base units: (the unit label, the factor to it). A unit not here (a
-# site's own metric's) is kept as it is, value and name.
+# metrics.UNITS in Prometheus's base units: (the unit label, the factor to it); a unit not here is kept as it is.
 BASE_UNITS: Mapping[str, tuple[str, float]] = {
     "GB/s": ("bytes_per_second", 1e9),
     "TB/s": ("bytes_per_second", 1e12),

@@ -56,8 +56,6 @@ def field_problem(field: str, value: Any, item: int | None = None) -> str | None
     return _problem(value, hint, field)
 
 
-# --- the walk over the records' types ------------------------------------------------------------------------
-
 _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null"}
 _NAMES = {str: "text", int: "an integer", float: "number", bool: "true/false", type(None): "null"}
 # The element types a list of each plain type may hold (a number is an int or a float, never a bool).
@@ -71,8 +69,7 @@ def _is_typeddict(tp: Any) -> bool:
 
 @functools.cache  # the records are fixed: their hints are worked out once, not for every record checked
 def _fields(td: Any) -> tuple[dict[str, Any], frozenset[str]]:
-    hints = typing_extensions.get_type_hints(td, vars(records))
-    return hints, frozenset(td.__required_keys__)
+    return typing_extensions.get_type_hints(td, vars(records)), frozenset(td.__required_keys__)
 
 
 @functools.cache  # a report's types are few, asked of every field of every report a fleet reads

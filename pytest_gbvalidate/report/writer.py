@@ -27,8 +27,7 @@ NodeSection = Literal["gpus", "numa_map", "gang"]
 ListSection = Literal["telemetry", "suspects"]
 # Lists of the run's own: its plots, the files it could not write.
 RunList = Literal["plots", "outputs_lost"]
-# The run's own fields, set as the run is described and as it ends (`set`); the tests, measurements and the
-# sections above have methods of their own.
+# The run's own fields (`set`); the tests, measurements and the sections above have methods of their own.
 RunField = Literal[
     "sku",
     "level",

@@ -48,8 +48,7 @@ RESULT_CELL = '<td class="col-result">'
 WARN_STYLE = "color: #9a6700; font-weight: bold"  # amber, as a warning is in the terminal
 WARN_TITLE = "passed, with a measurement past its warn limit (WARN): see its figures"
 PLOT_STYLE = 'style="display: block; max-width: 100%"'
-# The rows' order, read from the top: what failed, what warned, what passed, what did not run. pytest-html's own
-# ("result") puts the skipped before the passed and knows no WARN.
+# The rows' order from the top: failed, warned, passed, not run (pytest-html's puts skipped first, knows no WARN).
 ROW_ORDER = ("error", "failed", "rerun", "xpassed", "warned", "passed", "xfailed", "skipped")
 
 
@@ -57,8 +56,7 @@ class HtmlPage:
     def __init__(self, gb: GbSession) -> None:
         self.gb = gb
 
-    # Between the session's (tryfirst), which puts the test's records in the report, and pytest-html's
-    # (trylast), which reads every phase's extras when the teardown arrives.
+    # Between the session's (tryfirst: the test's records) and pytest-html's (trylast: reads the extras at teardown).
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when != "teardown" or not self.gb.engaged:
             return
@@ -70,8 +68,7 @@ class HtmlPage:
         for extra in test_extras(report.nodeid, self.gb.report.data):
             content = extra.html
             if extra.png is not None:
-                # Inline at its own size: pytest-html's image extras are 320x240 thumbnails, cropped, unreadable
-                # until clicked.
+                # Inline at its own size: pytest-html's image extras are cropped thumbnails, unreadable until clicked.
                 data = base64.b64encode(extra.png).decode("ascii")
                 content = f'<img alt="{_escape(extra.name)}" src="data:image/png;base64,{data}" {PLOT_STYLE}>'
             if content is not None:

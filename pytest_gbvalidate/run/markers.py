@@ -15,8 +15,7 @@ if TYPE_CHECKING:
 
 GPU_MARKER = "gb_gpu"
 WARN_FILTER = "ignore::pytest_gbvalidate.hooks.GbValidateWarning"
-# How our collection errors begin (a check's bad marker, a usage error met where the checks are collected): the
-# controller of pytest-xdist receives a worker's as text, and ends the run as a usage error on seeing it.
+# How our collection errors begin: pytest-xdist's controller gets a worker's as text, and ends the run as a usage error.
 USAGE_ERROR = "gbvalidate usage error: "
 
 
@@ -59,8 +58,7 @@ def check_level(item: pytest.Item) -> Level:
     marker = item.get_closest_marker(MARKER)
     if marker is None:
         return DEFAULT_LEVEL
-    given = marker.args[0] if len(marker.args) == 1 and not marker.kwargs else None
-    return parse_level(given)
+    return parse_level(marker.args[0] if len(marker.args) == 1 and not marker.kwargs else None)
 
 
 def level_problems(nodes: list[pytest.Item | pytest.Collector]) -> str | None:
@@ -97,8 +95,7 @@ def select(
     if unusable is not None:
         blocked = pytest.mark.skip(reason=unusable.skip_reason())
         for item in items:
-            fixtures = set(getattr(item, "fixturenames", ()))
-            if unusable.blocks(item.get_closest_marker(GPU_MARKER) is not None, fixtures):
+            if unusable.blocks(item.get_closest_marker(GPU_MARKER) is not None, set(getattr(item, "fixturenames", ()))):
                 item.add_marker(blocked)
     if gpu_sku is None:
         return

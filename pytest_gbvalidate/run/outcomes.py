@@ -37,8 +37,7 @@ def test_record(
     outcome = report.outcome
     when = RECORDED_PHASES.get(report.when or "")
     if when is None:
-        # pytest-xdist's report of a worker that died under a test (the OOM killer, a driver's segfault, a
-        # signal) says when "???": the test failed by crashing, which the node's record must say in its terms.
+        # pytest-xdist's report of a worker that died under a test says when "???": the test failed by crashing.
         when, outcome = "call", "failed"
         said = [line for line in report.longreprtext.splitlines() if "crashed" in line]  # xdist's own line
         message = f"crashed: {said[-1].strip() if said else 'the process running the test ended without a report'}"

@@ -144,13 +144,15 @@ def gang_section(gang: Gang, in_world: bool, device_type: str) -> GangRecord:
 def attach_busbw_plot(report: RunReport, base: Path | None, sku: str) -> str | None:
     """A PNG of busbw against size next to `base` (the JSON report, else the JUnit XML), named in the report; why
     it could not be written (for the terminal), else None. Without matplotlib, the report's `plot_note` says so."""
+    from pytest_gbvalidate.files import atomic_write_bytes
     from pytest_gbvalidate.report import collective_tables
 
     if base is None or not collective_tables.sweep_records(report.measurements):
         return None
     path = base.with_name(f"{base.stem}.busbw.png")
     try:
-        collective_tables.busbw_plot(report.measurements, path, f"{sku}: bus bandwidth per message size")
+        png = collective_tables.busbw_png(report.measurements, f"{sku}: bus bandwidth per message size")
+        atomic_write_bytes(path, png)
     except OSError as exc:  # OutputError: the plot is a picture of the report, not evidence: noted
         note = f"busbw plot NOT written: {exc}"
         report.set("plot_note", note)

@@ -196,8 +196,6 @@ class GbSession:
             *(self.world_rank, self._comparison, self.compare_note),
         )
 
-    # --- pytest hooks ---------------------------------------------------------------------------------------
-
     def pytest_report_header(self) -> list[str]:
         return self.header_lines()
 
