@@ -114,8 +114,7 @@ def replace(path: Path, report: RunReportRecord) -> Path:
 
 
 def keep(directory: Path, report: RunReportRecord) -> Path:
-    """Write `report` into the node's history `directory` as a new file named by its start time; the path. Raises
-    OutputError (naming the path) where it cannot."""
+    """Write `report` into `directory` as a new file named by its start time; the path. Raises OutputError."""
     data = as_json(report).encode("utf-8")
     start = start_time(report)
     for seq in range(1, MAX_SAME_SECOND + 1):

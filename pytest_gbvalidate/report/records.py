@@ -312,8 +312,7 @@ class RunReportRecord(TypedDict):
     node: NotRequired[NodeRecord]  # once the run resolved its SKU
     settings: dict[str, SettingRecord]  # every setting, by name
     created_directories: NotRequired[list[CreatedDirectory]]
-    # Inputs deciding verdicts that others than root and the running user could have written (files.writable_by_others).
-    writable_inputs: NotRequired[list[WritableInputRecord]]
+    writable_inputs: NotRequired[list[WritableInputRecord]]  # files.writable_by_others
     # What narrowed the checks beyond the level (`-k 'copy'`, `-m ...`, `--deselect ...`, a test id): a subset, which
     # speaks for its node only where no whole run of the node came before it. Absent or empty: the whole level.
     narrowed_by: NotRequired[list[str]]

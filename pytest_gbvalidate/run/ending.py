@@ -49,8 +49,7 @@ class RunEnd:
 
 
 def judge_preconditions(end: RunEnd, session: pytest.Session, exitstatus: int) -> int:
-    """A node whose GPUs cannot be used fails the test PRECONDITIONS_TEST_ID once, with the cause and its fault
-    category (the checks that depend on it were skipped naming it). Only for a run that ran its checks."""
+    """A node whose GPUs cannot be used fails PRECONDITIONS_TEST_ID once, with the cause (judged runs only)."""
     if end.unusable is None or end.config.option.collectonly or exitstatus not in JUDGED:
         return exitstatus
     from pytest_gbvalidate.node.preconditions import PRECONDITIONS_TEST_ID
@@ -92,8 +91,7 @@ def measure_again(end: RunEnd, session: pytest.Session) -> None:
 
 
 def judge_pace(end: RunEnd, session: pytest.Session, exitstatus: int) -> int:
-    """The run's pace (`end.pace`) into the report; a run slower across the board than its history allows fails
-    PACE_TEST_ID. Only for a run that passed or failed its checks."""
+    """The run's pace into the report; a run slower than its history allows fails PACE_TEST_ID (judged runs only)."""
     if end.pace is None or exitstatus not in JUDGED:
         return exitstatus
     from pytest_gbvalidate import compare as cmp
@@ -158,8 +156,7 @@ def write_outputs(
     exitstatus = fail_on_lost_outputs(end, session, session.exitstatus)
     end.report.set("exit_status", int(exitstatus))
     if not end.config.option.collectonly:  # a run that measured nothing replaces no node's figures
-        prometheus = end.settings.prometheus.value
-        end.notes += sections.keep_report(end.report, end.history_dir, prometheus, started)
+        end.notes += sections.keep_report(end.report, end.history_dir, end.settings.prometheus.value, started)
         exitstatus = fail_on_lost_outputs(end, session, exitstatus)
         end.report.set("exit_status", int(exitstatus))  # a file lost fails the run, and the report says so
     end.report.write()

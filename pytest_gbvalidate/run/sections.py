@@ -212,9 +212,8 @@ def output_lost(report: RunReport, line: str) -> None:
 
 
 def keep_started(report: RunReport, history_dir: Path) -> Path | None:
-    """The report as the checks start (`running`) kept in the node's history, to be replaced by the finished one: a
-    run killed outright is still a run of the node there (`fleet offenders` counts it). Its path, or None where it
-    could not be written (the end tries again, and says so)."""
+    """The report as the checks start (`running`) kept in the node's history, so that a run killed outright is still
+    a run of the node there; its path, or None where it could not be written (the end tries again, and says so)."""
     from pytest_gbvalidate.files import OutputError
     from pytest_gbvalidate.report import history
 

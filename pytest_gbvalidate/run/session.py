@@ -388,8 +388,7 @@ class GbSession:
 
     @pytest.hookimpl(specname="pytest_sessionfinish", wrapper=True, trylast=True)
     def pytest_sessionfinish_after_writers(self, session: pytest.Session) -> Generator[None]:
-        """The innermost wrapper: after pytest's own writers (junitxml's, pytest-html's), the run's own files, so
-        that the report says which of theirs were lost."""
+        """The innermost wrapper: after pytest's own writers, the run's own files, saying which of theirs were lost."""
         try:
             return (yield)
         finally:
