@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import io
-from pathlib import Path
 from typing import Any
 
 from pytest_gbvalidate import labels
-from pytest_gbvalidate.files import atomic_write_bytes
 from pytest_gbvalidate.report.records import MeasurementRecord
 
 OUR_TOOL = "pytest-gbvalidate"
@@ -20,8 +18,7 @@ def sweep_records(records: list[MeasurementRecord]) -> list[MeasurementRecord]:
 
 
 def sweep_tables(records: list[MeasurementRecord]) -> list[str]:
-    """One table per collective and tool, one row per size, out-of-place and in-place side by side as
-    nccl-tests prints them (time, algbw, busbw, #wrong), and the verdict of the sizes the baseline gates."""
+    """One table per collective and tool, a row per size as nccl-tests prints them, and the gated sizes' verdict."""
     groups: dict[tuple[str, str], dict[str, dict[str, MeasurementRecord]]] = {}
     for record in sweep_records(records):
         tool = record["details"].get("tool", OUR_TOOL)
@@ -35,8 +32,7 @@ def sweep_tables(records: list[MeasurementRecord]) -> list[str]:
             header += [f"{p}:time_us", "algbw", "busbw", "#wrong"]
         header += ["gate"]
         table = [header]
-        ordered = sorted(rows.items(), key=lambda item: _first(item[1])["details"].get("size_bytes", 0))
-        for label, by_place in ordered:
+        for label, by_place in sorted(rows.items(), key=lambda item: _first(item[1])["details"].get("size_bytes", 0)):
             first = _first(by_place)
             row = [label, str(first["details"].get("count", "")), str(first["details"].get("dtype", ""))]
             for p in placements:
@@ -73,21 +69,14 @@ def _gate(by_place: dict[str, MeasurementRecord]) -> str:
 
 
 def busbw_series(records: list[MeasurementRecord]) -> dict[tuple[str, str], list[tuple[int, float]]]:
-    """One collective's plotted lines: (tool, placement) -> (size in bytes, busbw) by size, one point per size --
-    the last measured, as the tables keep it (the quick level's one all_reduce size is measured again by the
-    sweep: two points at one size would draw the line back and forth)."""
+    """One collective's plotted lines: (tool, placement) -> (size in bytes, busbw) by size, the last measured of a
+    size as the tables keep it (the quick level's all_reduce size is measured again by the sweep)."""
     lines: dict[tuple[str, str], dict[int, float]] = {}
     for r in records:
         d, value = r["details"], r["value"]
         if isinstance(value, (int, float)):
             lines.setdefault((d.get("tool", OUR_TOOL), d["placement"]), {})[d["size_bytes"]] = value
     return {line: sorted(points.items()) for line, points in lines.items()}
-
-
-def busbw_plot(records: list[MeasurementRecord], path: Path, title: str) -> Path:
-    """The busbw plot (busbw_png) written to `path`. Needs matplotlib: ImportError without it."""
-    atomic_write_bytes(path, busbw_png(records, title))
-    return path
 
 
 def busbw_png(records: list[MeasurementRecord], title: str) -> bytes:

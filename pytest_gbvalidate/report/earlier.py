@@ -38,15 +38,13 @@ class EarlierReport:
     hostname: str | None
     gpus: tuple[GpuIdentity, ...] | None  # None: the earlier run did not read the inventory
     measurements: Mapping[tuple[str, str, str, str], MeasurementRecord]
-    # With --gb-history: the node's kept runs of this SKU (each figure's value, oldest first), and each figure
-    # across them (noise.of_runs), where there are enough of them.
+    # With --gb-history: the node's kept runs of this SKU (oldest first), and each figure across them (noise.of_runs).
     runs: tuple[Mapping[tuple[str, str, str, str], float], ...] = ()
     run_to_run: Mapping[tuple[str, str, str, str], noise.RunToRun] = field(default_factory=dict)
 
 
 def load_earlier(path: Path) -> EarlierReport:
-    """Read an earlier JSON report. A partial one (status `running`: the run was killed) is used for what it
-    measured; the caller says so."""
+    """Read an earlier JSON report; a partial one (a killed run's) is used for what it measured: the caller says so."""
     try:
         data = read_json(path)
     except InputError as exc:
@@ -77,22 +75,13 @@ def load_earlier(path: Path) -> EarlierReport:
                 f"{path}: a GPU of its `gpus` section lacks index, pci_bus_id or uuid ({exc!r})"
             ) from None
     sku, node = report["sku"], report.get("node")
-    return EarlierReport(
-        path=path,
-        date=report["start_time"],
-        status=report["status"],
-        sku=None if sku is None else sku["name"],
-        hostname=None if node is None else node["hostname"],
-        gpus=gpus,
-        measurements=measurements,
-    )
+    sku_name, hostname = (None if sku is None else sku["name"]), (None if node is None else node["hostname"])
+    return EarlierReport(path, report["start_time"], report["status"], sku_name, hostname, gpus, measurements)
 
 
 def node_runs(paths: Sequence[Path], sku: str, hostname: str) -> tuple[dict[tuple[str, str, str, str], float], ...]:
-    """This node's kept reports `paths` (oldest first, future-dated ones left out already) as runs, oldest first:
-    the last noise.MAX_RUNS that read as reports of this node and SKU, each figure's value. A report that cannot
-    be read, or is another node's or SKU's, is no run of this node; nor is one that did not finish (killed, stopped,
-    or this very run's own record, kept `running` as it started)."""
+    """This node's kept reports `paths` (oldest first) as runs, oldest first: the last noise.MAX_RUNS finished
+    reports of this node and SKU, each figure's value."""
     runs: list[dict[tuple[str, str, str, str], float]] = []
     for path in reversed(paths):
         if len(runs) == noise.MAX_RUNS:
@@ -114,15 +103,13 @@ def with_history(earlier: EarlierReport, runs: Sequence[Mapping[tuple[str, str, 
     for run in runs:
         for key, value in run.items():
             values.setdefault(key, []).append(value)
-    spreads = {key: noise.of_runs(figures) for key, figures in values.items()}
-    run_to_run = {key: spread for key, spread in spreads.items() if spread is not None}
+    run_to_run = {key: spread for key, figures in values.items() if (spread := noise.of_runs(figures)) is not None}
     return dataclasses.replace(earlier, runs=tuple(runs), run_to_run=run_to_run)
 
 
 @dataclass(frozen=True)
 class SameNode:
-    """The outcome of the same-node check: GPUs replaced since the earlier run (scope label -> what changed),
-    and notes for the header and the JSON report."""
+    """The same-node check's outcome: GPUs replaced since the earlier run (scope label -> what changed), and notes."""
 
     replaced: Mapping[str, str]
     notes: tuple[str, ...]

@@ -1,21 +1,13 @@
 """A node's own history of run reports (`--gb-history DIR`): every run's JSON report kept as
 `DIR/<hostname>/<UTC start time>.json`, e.g. `DIR/node7/20261124T101500Z.json`. No pytest here.
 
-The layout follows pytest-benchmark's autosave (`--benchmark-autosave` keeps each run as
-`.benchmarks/<machine id>/<counter>_<commit>_<UTC date>_<UTC time>.json`, and `--benchmark-compare` with no value
-compares with the latest of them): a directory per machine, a file per run named by its UTC time, the latest
-being the one to compare with. Three differences:
-
-- the machine is the node's hostname, not pytest-benchmark's interpreter and platform (`Linux-CPython-3.11-64bit`,
-  the same on every node of a fleet);
-- no counter: pytest-benchmark numbers a run one above the highest it finds, so two runs saving at once take the
-  same number. The name is the run's start time, ISO 8601 basic format (sortable as text), and a second run
-  starting within the same second takes `_2`, `_3`, ... (`20261124T101500Z_2.json`); the name is claimed
-  atomically (files.atomic_create_bytes), so no run replaces another's file;
-- the hostname is checked before it names a directory: one path component of letters, digits, `.`, `_` and `-`,
-  not starting with `.` or `-`, at most MAX_HOSTNAME characters (a hostname is 253 at most).
-
-Files of the directory whose names are not of this form (a note, a temporary file) are not the history's.
+The layout follows pytest-benchmark's autosave (`.benchmarks/<machine id>/<counter>_<commit>_<UTC date>_<UTC
+time>.json`, the latest compared with), except: the machine is the node's hostname (pytest-benchmark's
+`Linux-CPython-3.11-64bit` is the same on every node of a fleet), checked to be one safe path component; and no
+counter, which two runs saving at once both take: the name is the run's start time, ISO 8601 basic format (sortable
+as text), a second run within the same second taking `_2`, `_3`, ..., claimed atomically (files.atomic_create_bytes)
+so that no run replaces another's file. Files of the directory not named so (a note, a temporary file) are not the
+history's.
 """
 
 from __future__ import annotations
@@ -37,9 +29,8 @@ _STAMP_FORMAT = "%Y%m%dT%H%M%SZ"
 _NAME = re.compile(r"(?P<stamp>\d{8}T\d{6}Z)(?:_(?P<seq>[1-9]\d{0,5}))?\.json")
 # More runs of one node starting within one second than this is no real history: something loops.
 MAX_SAME_SECOND = 1000
-# Clocks of a fleet's nodes differ a little (NTP keeps them within milliseconds; a node without it drifts). A report
-# dated later than now by more than this cannot count: the latest report is the one compared with and summarised,
-# so one dated 2099 (a clock set wrong, a file edited) would stand in for every later run.
+# Clocks of a fleet's nodes differ a little (NTP keeps them within milliseconds). A report dated later than now by
+# more than this cannot count: the latest is the one compared with, and one dated 2099 would stand for every later run.
 CLOCK_SKEW = dt.timedelta(minutes=5)
 
 
@@ -117,15 +108,13 @@ def start_time(report: RunReportRecord) -> dt.datetime:
 
 
 def replace(path: Path, report: RunReportRecord) -> Path:
-    """Write `report` over the one this run kept at `path` when it started (its record `running`, which a run
-    killed outright leaves as it is); the path. Raises OutputError (naming the path) where it cannot."""
+    """Write `report` over the one this run kept at `path` as it started; the path. Raises OutputError naming it."""
     atomic_write_bytes(path, as_json(report).encode("utf-8"))
     return path
 
 
 def keep(directory: Path, report: RunReportRecord) -> Path:
-    """Write `report` into the node's history `directory` as a new file named by its start time; the path. Raises
-    OutputError (naming the path) where it cannot."""
+    """Write `report` into `directory` as a new file named by its start time; the path. Raises OutputError."""
     data = as_json(report).encode("utf-8")
     start = start_time(report)
     for seq in range(1, MAX_SAME_SECOND + 1):

@@ -1,12 +1,8 @@
 """The node's page for a person: HTML fragments for pytest-html's page (html_page.py puts them there). No pytest.
 
-At the top, the node's verdict (SKU, level, hostname; pass, warn, fail, unresolved, partial or no verdict, as
-report/node_verdict.py reads the report, warn where a pass has a figure past its warn limit; the failures by fault
-category with the operator's action, the level times and skips) and the measured-vs-baseline table, with the same
-rows as the terminal (terminal.py), its WARN, FAIL and UNRESOLVED cells coloured. Beside each test, its own
-measurements, its busbw against size (a collective sweep), its telemetry summary and its pretraining loss curve, the
-pictures as PNG bytes (the page embeds them: one file that opens offline). Every text is escaped: hostnames,
-messages and test ids are untrusted."""
+At the top, the node's verdict and the measured-vs-baseline table, with the terminal's rows (terminal.py); beside
+each test, its own figures, the pictures as PNG bytes (the page embeds them: one file that opens offline). Every text
+is escaped: hostnames, messages and test ids are untrusted."""
 
 from __future__ import annotations
 
@@ -56,8 +52,7 @@ class Extra:
 
 
 def node_verdict(report: RunReportRecord) -> str:
-    """What the report says of the node (report/node_verdict.py), and WARN for a pass with a measurement past its
-    warn limit: the badge a reader sees first."""
+    """The node's verdict (node_verdict.py), WARN for a pass with a figure past its warn limit: the badge on top."""
     verdict = node_verdict_of(report)
     if verdict == "pass" and any(m["verdict"] == "warn" for m in report["measurements"]):
         return "warn"
@@ -208,6 +203,5 @@ def _text(value: object) -> str:
 
 
 def escape(text: str) -> str:
-    """`text` for the page: HTML's special characters escaped, and the characters that do not print shown as
-    escapes (labels.visible: a hostname's control characters reached the page raw)."""
+    """`text` for the page: HTML's special characters escaped, those that do not print as escapes (labels.visible)."""
     return html_escape(visible(text), quote=True)

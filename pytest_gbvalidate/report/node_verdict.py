@@ -2,9 +2,8 @@
 no I/O, no pytest.
 
 In this order, the first that applies:
-0. no verdict: the report still says `running`: the run is being written (a summary taken while the nodes' runs
-   go on, as a job array's first task to end did) or was killed outright. Neither is a finding about the node
-   (`fleet offenders` counts a killed run, once a later one of the node is kept).
+0. no verdict: the report still says `running`: the run is being written or was killed outright. Neither is a
+   finding about the node (`fleet offenders` counts a killed run, once a later one of the node is kept).
 1. partial: the run was stopped (`interrupted`); what it showed is not the node's whole story.
 2. fail: a check failed on the node (a failed test whose fault is not `unresolved`).
 3. unresolved: every failed test failed only because its figures were too noisy to judge (rules/resolution.py): neither
@@ -13,14 +12,10 @@ In this order, the first that applies:
    collected, an output it could not write), or no check passed (only collected, or every test skipped).
 5. pass: the run finished, exit status 0, at least one check passed and none failed.
 
-A failed check stands however the run ended (the health check's rule too): a run stopped after a check failed is
-`fail`, not `partial`. An interrupted run without one is `partial`: not shown healthy (the fleet exits 1 for it), and
-not drained -- being stopped is no finding about the node (the operator's Ctrl-C, the scheduler's time limit); a run
-the deadline killed is the health check's own finding (healthcheck/verdict.py TIMEOUT).
-
-`judge` gives the verdict with what it rests on -- the failed checks (one record each, `FailedCheck`), the ones
-too noisy to judge, the checks that passed and skipped, the cause that kept the node's GPUs from being used --
-which both readers show; fleet/drain.py says what takes a node out of service.
+A failed check stands however the run ended: a run stopped after a check failed is `fail`, not `partial`. An
+interrupted run without one is `partial`: not shown healthy, and not drained -- being stopped is no finding about the
+node; a run the deadline killed is the health check's own finding (healthcheck/verdict.py TIMEOUT). `judge` gives
+the verdict with what it rests on; fleet/drain.py says what takes a node out of service.
 """
 
 from __future__ import annotations
@@ -42,22 +37,21 @@ UNRESOLVED_CATEGORY: Final = "unresolved"
 # The fault table's category where no rule matches (faults.yaml), and a failed check's in a report without one.
 UNCLASSIFIED: Final = "unclassified"
 # pytest's exit status for a run whose every failed test was too noisy to judge: "this run could not tell", apart
-# from 1, "a check failed on the node"; the health check's "not run, no verdict" is 10 too (healthcheck/slurm.py).
+# from 1; the health check's "not run, no verdict" is 10 too (healthcheck/slurm.py).
 EXIT_UNRESOLVED: Final = 10
 
 
 @dataclass(frozen=True)
 class FailedCheck:
-    """A failed test of a run's report with its fault (None in reports from before fault categories), its texts
-    printable (labels.printable)."""
+    """A failed test of a run's report with its fault (None where the report has none), its texts printable."""
 
     test_id: str
     message: str
     category: str | None
     action: str | None
     disposition: str | None
-    reason_class: ReasonClass = "hardware"  # whose problem it is (faults.yaml); a report without one: hardware
-    repair: str | None = None  # what brings the node back (faults.yaml); None in a report from before repairs
+    reason_class: ReasonClass = "hardware"  # whose problem it is (faults.yaml)
+    repair: str | None = None  # what brings the node back (faults.yaml)
 
     @property
     def name(self) -> str:
@@ -103,8 +97,7 @@ def judge(report: RunReportRecord) -> Judgement:
         elif test["outcome"] == "skipped":
             skipped.add(test_id)
     checks = tuple(failed.values())
-    verdict = _verdict(report, checks)
-    return Judgement(verdict, checks, frozenset(passed - failed.keys()), frozenset(skipped), cause)
+    return Judgement(_verdict(report, checks), checks, frozenset(passed - failed.keys()), frozenset(skipped), cause)
 
 
 def _verdict(report: RunReportRecord, failed: Sequence[FailedCheck]) -> NodeVerdict:
@@ -153,9 +146,7 @@ JUDGED: Final = frozenset({"pass", "warn", "fail", "unresolved", "recorded"})
 
 
 def checked(report: RunReportRecord) -> bool:
-    """Whether the run checked anything: a test passed, or a measurement was judged. A run whose every test was
-    skipped and that judged nothing (a baseline that gates none of its checks, a -k that matched only checks the
-    node cannot run) measured nothing, and passes nothing."""
+    """Whether the run checked anything: a test passed, or a measurement was judged (else it passes nothing)."""
     return any(t["outcome"] == "passed" for t in report["tests"]) or any(
         m["verdict"] in JUDGED for m in report["measurements"]
     )

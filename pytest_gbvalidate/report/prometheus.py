@@ -1,43 +1,13 @@
 """The run as a Prometheus text file for node_exporter's textfile collector (`--gb-prometheus PATH`), made from the
 finished report by prometheus-client (`pip install 'pytest-gbvalidate[prometheus]'`). No pytest here.
 
-The families (docs/prometheus.md shows a file):
-
-- `gbvalidate_measurement_value`, `..._expected`, `..._fail_limit`, `..._warn_limit`: each measurement the
-  baseline has a reference (an expected value) for, labelled by `metric`, `scope`, `placement` and `tool` (a
-  measurement's identity, as --gb-compare matches them; the last two only in collective sweeps) and `unit`;
-- `gbvalidate_measurement_verdict{..., verdict}`: 1 for the measurement's verdict, 0 for the others (pass, warn,
-  fail, info): one series per state, kube-state-metrics' `kube_pod_status_phase` encoding, so an alert is
-  `gbvalidate_measurement_verdict{verdict="fail"} == 1`;
-- `gbvalidate_measurement_mfu_peak_flops{..., source}`: for each MFU, the dense peak per GPU it divides by (FLOP/s)
-  and where that figure comes from;
-- `gbvalidate_test_outcome{test, outcome}`: the same one-hot encoding of each test's outcome (passed, failed,
-  skipped; failed where any phase failed);
-- `gbvalidate_test_fault{test, category, repair} 1`: each failed test's fault category in the fault table
-  (faults.yaml, the report's `fault`) and the repair it calls for (empty in a report from before repairs), once per
-  test (its first failed phase's, as the fleet summary reads it); a failed test without a fault has none. Rules
-  select checks by what the fault table says of them (`category="nvlink_fabric"`: the fleet's NVLink domain finding,
-  fleet/domains.py; `repair="rma"`), not by test names;
-- `gbvalidate_measurement_compare_verdict{..., verdict}`: with --gb-compare, the same one-hot encoding of each
-  compared measurement's verdict against the node's earlier report (ok, regressed, within_noise, unresolved,
-  gpu_replaced: records.CompareVerdict);
-- `gbvalidate_run_status{status}` (one-hot), `gbvalidate_run_exit_code` (pytest's: 0 is a passed gate),
-  `gbvalidate_run_verdict{verdict}` (one-hot: what the run says about its node, node_verdict.py's rule, the fleet's:
-  pass, fail, unresolved, partial, no verdict), `gbvalidate_run_start_timestamp_seconds`,
-  `gbvalidate_run_end_timestamp_seconds` (Unix time) and `gbvalidate_run_info{sku, level, hostname, nvlink_domain}
-  1` (the info-metric pattern: what describes the run, joined onto the other series in a query rather than repeated
-  on each; `nvlink_domain` is node/fabric.py's `<cluster UUID>/<clique id>` of the GPU inventory, empty where no
-  GPU registered with an NVLink fabric);
-- `gbvalidate_node_consecutive_unresolved_runs`: with --gb-history, how many of the node's runs in a row, this one
-  the last, were unresolved (consecutive_unresolved): one file holds one run, and this is how an alert sees two.
-
-Naming follows prometheus.io's "Metric and label naming": the `gbvalidate_` prefix, base units (a value is
-converted to the unit BASE_UNITS names: GB/s to bytes per second, TFLOPS to floating-point operations per second,
-ms to seconds, % to a ratio) and `_seconds` for times. The measurements are one family with a `metric` label, not
-a family per metric, as that page asks that no part of a metric name be made from data: a site's own metrics then
-appear without a new name. The labels stay bounded: a node has a fixed set of tests, metrics and scopes; no test
-duration, date or value becomes a label. node_exporter adds the node's `instance` itself.
-"""
+docs/prometheus.md lists the families and shows a file. A state (verdict, outcome, status) is one series per state, 1
+for the current one and 0 for the others (kube-state-metrics' `kube_pod_status_phase` encoding), so an alert is
+`gbvalidate_measurement_verdict{verdict="fail"} == 1`; a failed test's fault category and repair are labels, so rules
+select checks by what the fault table says of them, not by test names. Naming follows prometheus.io's "Metric and label
+naming": the `gbvalidate_` prefix, base units (BASE_UNITS), `_seconds` for times, and one family with a `metric` label
+rather than a metric name made from data (a site's own metrics need no new name). The labels stay bounded: no test
+duration, date or value becomes one; node_exporter adds the node's `instance` itself."""
 
 from __future__ import annotations
 
@@ -52,30 +22,19 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from pytest_gbvalidate.files import InputError, atomic_write_bytes, read_json
 from pytest_gbvalidate.node.fabric import nvlink_domain
-from pytest_gbvalidate.report import history, node_verdict, schema
-from pytest_gbvalidate.report.records import (
-    FAIL,
-    INFO,
-    PASS,
-    WARN,
-    CompareVerdict,
-    MeasurementRecord,
-    RunReportRecord,
-    TestRecord,
-    measurement_key,
-)
+from pytest_gbvalidate.report import history, node_verdict, records, schema
+from pytest_gbvalidate.report.records import CompareVerdict, RunReportRecord, TestRecord, measurement_key
 from pytest_gbvalidate.report.writer import text_safe_copy
 
 PREFIX = "gbvalidate"
-VERDICTS = (PASS, WARN, FAIL, INFO)
+VERDICTS = (records.PASS, records.WARN, records.FAIL, records.INFO)
 OUTCOMES = ("passed", "failed", "skipped")
 RUN_STATUSES = ("running", "finished", "interrupted")  # records.RunStatus
 RUN_VERDICTS: tuple[str, ...] = get_args(node_verdict.NodeVerdict)  # pass, fail, unresolved, partial, no verdict
 COMPARE_VERDICTS: tuple[str, ...] = get_args(CompareVerdict)  # ok, regressed, within_noise, unresolved, gpu_replaced
 MEASUREMENT_LABELS = ("metric", "scope", "placement", "tool")
 
-# The units of metrics.UNITS in Prometheus's base units: (the unit label, the factor to it). A unit not here (a
-# site's own metric's) is kept as it is, value and name.
+# metrics.UNITS in Prometheus's base units: (the unit label, the factor to it); a unit not here is kept as it is.
 BASE_UNITS: Mapping[str, tuple[str, float]] = {
     "GB/s": ("bytes_per_second", 1e9),
     "TB/s": ("bytes_per_second", 1e12),
@@ -110,10 +69,11 @@ def _number(value: object) -> float | None:
         return None
 
 
-def _one_hot(family: GaugeMetricFamily, labels: list[str], states: tuple[str, ...], current: str) -> None:
-    """A series per state, 1 for `current` and 0 for the others (a state not among them gets a series of its own)."""
+def _one_hot(family: GaugeMetricFamily, labels: list[str], states: tuple[str, ...], current: str) -> GaugeMetricFamily:
+    """`family` with a series per state, 1 for `current` and 0 for the others (a state not among them gets its own)."""
     for state in states if current in states else (*states, current):
         family.add_metric([*labels, state], 1.0 if state == current else 0.0)
+    return family
 
 
 def _test_outcomes(tests: list[TestRecord]) -> dict[str, str]:
@@ -129,9 +89,8 @@ _WORSE = {"passed": 0, "skipped": 1, "failed": 2}
 
 
 def _test_faults(tests: list[TestRecord]) -> dict[str, tuple[str, str]]:
-    """Each failed test's fault category and repair, from its first failed phase (fleet/findings.py's failed_checks: the
-    fleet's category of the test); a test whose first failed phase has no fault (a report from before the fault
-    table) is left out."""
+    """Each failed test's fault category and repair, from its first failed phase, as fleet/findings.py reads it;
+    a test whose first failed phase has no fault is left out."""
     first: dict[str, TestRecord] = {}
     for test in tests:
         if test["outcome"] == "failed":
@@ -156,9 +115,8 @@ class _RunCollector:
                 yield family
 
     def _measurements(self) -> Iterator[Metric]:
-        labels = [*MEASUREMENT_LABELS, "unit"]
         families = {
-            field: GaugeMetricFamily(f"{PREFIX}_measurement_{name}", text, labels=labels)
+            field: GaugeMetricFamily(f"{PREFIX}_measurement_{name}", text, labels=[*MEASUREMENT_LABELS, "unit"])
             for field, name, text in (
                 ("value", "value", "The measured value, in the unit of its unit label."),
                 ("expected", "expected", "The baseline's expected value."),
@@ -178,13 +136,10 @@ class _RunCollector:
         )
         # The same measurement twice (it cannot be, in a report of the bundled suites): the later one counts, as
         # --gb-compare reads an earlier report; two series of the same labels would make the file unreadable.
-        latest: dict[tuple[str, str, str, str], MeasurementRecord] = {}
-        latest_compared: dict[tuple[str, str, str, str], MeasurementRecord] = {}
-        for record in self.report["measurements"]:
-            if record.get("expected") is not None:
-                latest[measurement_key(record)] = record
-            if record.get("compare") is not None:  # a regression matters with or without a baseline's reference
-                latest_compared[measurement_key(record)] = record
+        measurements = self.report["measurements"]
+        latest = {measurement_key(r): r for r in measurements if r.get("expected") is not None}
+        # A regression matters with or without a baseline's reference.
+        latest_compared = {measurement_key(r): r for r in measurements if r.get("compare") is not None}
         for key, record in latest_compared.items():
             _one_hot(compared, list(key), COMPARE_VERDICTS, record["compare"]["verdict"])
         for key, record in latest.items():
@@ -195,10 +150,7 @@ class _RunCollector:
                 if value is not None:
                     family.add_metric([*key, unit], value * factor if math.isfinite(value) else value)
             _one_hot(verdict, list(key), VERDICTS, record["verdict"])
-        yield from families.values()
-        yield verdict
-        yield compared
-        yield self._mfu_peaks()
+        yield from (*families.values(), verdict, compared, self._mfu_peaks())
 
     def _mfu_peaks(self) -> Metric:
         """What each MFU divides by, and where that figure comes from: public peaks differ, so an MFU series says
@@ -242,15 +194,13 @@ class _RunCollector:
         status = GaugeMetricFamily(
             f"{PREFIX}_run_status", "1 for the run's status, 0 for the others.", labels=["status"]
         )
-        _one_hot(status, [], RUN_STATUSES, report["status"])
-        yield status
+        yield _one_hot(status, [], RUN_STATUSES, report["status"])
         verdict = GaugeMetricFamily(
             f"{PREFIX}_run_verdict",
             "1 for what the run says about its node (pass, fail, unresolved, partial, no verdict), 0 for the others.",
             labels=["verdict"],
         )
-        _one_hot(verdict, [], RUN_VERDICTS, node_verdict.of_report(report))
-        yield verdict
+        yield _one_hot(verdict, [], RUN_VERDICTS, node_verdict.of_report(report))
         streak = consecutive_unresolved(report)
         if streak is not None:
             yield GaugeMetricFamily(
@@ -270,36 +220,27 @@ class _RunCollector:
                     f"When the run {'started' if name == 'start' else 'ended'}, in seconds since the Unix epoch.",
                     _unix_seconds(stamp),
                 )
-        sku, node = report["sku"], report.get("node")
+        node, gpus = report.get("node"), report.get("gpus")
+        devices = gpus.get("devices") if isinstance(gpus, Mapping) else None
+        domain = (nvlink_domain(devices) if isinstance(devices, list) else None) or ""  # node/fabric.py's, or none
         info = GaugeMetricFamily(
             f"{PREFIX}_run_info",
             "The run's SKU, level, node and the node's NVLink domain: always 1.",
             labels=["sku", "level", "hostname", "nvlink_domain"],
         )
         hostname = "" if node is None else node["hostname"]
-        domain = _nvlink_domain(report)
-        info.add_metric(["" if sku is None else sku["name"], report.get("level", ""), hostname, domain], 1.0)
+        info.add_metric([_sku_name(report) or "", report.get("level", ""), hostname, domain], 1.0)
         yield info
-
-
-def _nvlink_domain(report: RunReportRecord) -> str:
-    """The NVLink domain of the report's GPU inventory (node/fabric.py), empty where it names none."""
-    gpus = report.get("gpus")
-    devices = gpus.get("devices") if isinstance(gpus, Mapping) else None
-    return (nvlink_domain(devices) if isinstance(devices, list) else None) or ""
 
 
 def consecutive_unresolved(report: RunReportRecord) -> int | None:
     """How many of the node's runs in a row, `report`'s the last, were unresolved (node_verdict.py): 0 where this
-    one was not; None where the run kept no --gb-history (the report's `history` setting) to count in, or its node's
-    directory there cannot be listed.
+    one was not; None without a --gb-history to count in, or where its node's directory cannot be listed.
 
-    Counted back through the node's kept reports of the same SKU and level, from this run's start, until one whose
-    verdict is pass or fail. Runs that say nothing of the node (partial, no verdict: stopped, a usage error) are
-    passed over, neither counted nor ending the count, and so are the other SKUs' and levels' runs (a health check's
-    passive runs between two gates measure nothing, and cannot be unresolved). A report that cannot be read, or
-    does not fit the records, ends the count there: what it said is not known. The history is read only for an
-    unresolved run, and only as far back as the count goes."""
+    Counted back through the node's kept reports of the same SKU and level until one whose verdict is pass or fail;
+    runs that say nothing of the node (partial, no verdict) are passed over, and so are other SKUs' and levels'
+    (a health check's passive runs between two gates). A report that cannot be read, or does not fit the records,
+    ends the count: what it said is not known."""
     setting = report["settings"].get("history")
     root = None if setting is None else setting.get("value")
     node = report.get("node")
@@ -323,9 +264,8 @@ def consecutive_unresolved(report: RunReportRecord) -> int | None:
         if schema.problem(data) is not None:
             break
         earlier: RunReportRecord = data
-        if earlier["start_time"] == report["start_time"]:  # this run's own, kept before this file is written
-            continue
-        if _sku_name(earlier) != _sku_name(report) or earlier.get("level") != report.get("level"):
+        this_run = earlier["start_time"] == report["start_time"]  # its own record, kept before this file is written
+        if this_run or _sku_name(earlier) != _sku_name(report) or earlier.get("level") != report.get("level"):
             continue
         verdict = node_verdict.of_report(earlier)
         if verdict == node_verdict.UNRESOLVED:
@@ -341,10 +281,8 @@ def _sku_name(report: RunReportRecord) -> str | None:
 
 
 def _unix_seconds(stamp: str) -> float:
-    moment = dt.datetime.fromisoformat(stamp)
-    if moment.tzinfo is None:  # the writer's times are UTC
-        moment = moment.replace(tzinfo=dt.timezone.utc)
-    return moment.timestamp()
+    moment = dt.datetime.fromisoformat(stamp)  # the writer's times are UTC
+    return (moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.timezone.utc)).timestamp()
 
 
 def exposition(report: RunReportRecord) -> bytes:

@@ -1,11 +1,8 @@
-"""The JSON run report's records: every section the report holds, declared once. The writer builds the report
-only through these types, the JSON Schema shipped beside them (report.schema.json) is generated from them, and the
-readers (the fleet summary, --gb-compare) check a report against them before reading it.
+"""The JSON run report's records, declared once: the writer builds the report through them, report.schema.json is
+generated from them, and the readers (the fleet summary, --gb-compare) check a report against them.
 
-`REPORT_VERSION` changes when a field is removed or renamed, or its type or meaning changes; a new optional
-field does not change it, so a reader ignores fields it does not know. Version 1 was the string
-`"schema": "pytest-gbvalidate/report/1"`; version 2 declares the records and stores hosts as data.
-"""
+`REPORT_VERSION` changes when a field is removed or renamed, or its type or meaning changes; not for a new optional
+field: a reader ignores fields it does not know."""
 
 # No `from __future__ import annotations` here: TypedDict reads NotRequired from evaluated annotations only.
 from collections.abc import Mapping
@@ -20,6 +17,25 @@ REPORT_VERSION = 2
 RunStatus = Literal["running", "finished", "interrupted"]
 # A number, or the text of one JSON cannot hold ("nan", "inf"): a broken measurement is kept, not dropped.
 Number = float | str
+# Whose problem a failure is (faults.yaml's classes); a drain reason starts with it (`gbvalidate: [hardware] ...`).
+ReasonClass = Literal["hardware", "configuration", "job_leftovers"]
+Phase = Literal["setup", "call", "teardown"]  # pytest's `when`, without `collect`
+# A measurement's verdict, as every reader takes it: pass, warn or fail against its baseline's limits
+# (baselines/verdicts.py); unresolved, too noisy for the resolution its metric needs (rules/resolution.py: neither a
+# pass nor a fail); info, gated by nothing; skip, no reference; recorded, measured for a --gb-record with no baseline.
+Verdict = Literal["pass", "warn", "fail", "unresolved", "info", "skip", "recorded"]
+PASS: Final = "pass"  # noqa: S105 (a verdict, not a password)
+WARN: Final = "warn"
+FAIL: Final = "fail"
+UNRESOLVED: Final = "unresolved"
+INFO: Final = "info"
+SKIP: Final = "skip"
+RECORDED: Final = "recorded"
+# Against the earlier report (compare.py): not worse than allowed, worse, worse by no more than its resolution
+# allows, too noisy to tell, or not compared (the GPU was replaced).
+CompareVerdict = Literal["ok", "regressed", "within_noise", "unresolved", "gpu_replaced"]
+
+CreatedDirectory = TypedDict("CreatedDirectory", {"path": str, "for": str})
 
 
 class SkuRecord(TypedDict):
@@ -49,14 +65,6 @@ class SettingRecord(TypedDict):
     source: str
 
 
-CreatedDirectory = TypedDict("CreatedDirectory", {"path": str, "for": str})
-
-
-# Whose problem a failure is (faults.yaml's classes): the node's hardware, its configuration, or what a job left
-# behind. A drain reason starts with it (`gbvalidate: [hardware] link: test_pcie_link`).
-ReasonClass = Literal["hardware", "configuration", "job_leftovers"]
-
-
 class FaultRecord(TypedDict):
     """A failure's category in the fault table (faults.yaml) and what the operator does about it."""
 
@@ -65,12 +73,8 @@ class FaultRecord(TypedDict):
     action: str
     disposition: str
     why: str | None  # the rule that matched; None for the default category
-    reason_class: NotRequired[ReasonClass]  # absent in reports of 0.x before classes: hardware
-    repair: NotRequired[RepairAction]  # what brings the node back; absent in reports before repair actions
-
-
-# The phase of a test a record is of (pytest's `when`, without `collect`).
-Phase = Literal["setup", "call", "teardown"]
+    reason_class: NotRequired[ReasonClass]  # absent: hardware
+    repair: NotRequired[RepairAction]  # what brings the node back
 
 
 class TestRecord(TypedDict):
@@ -84,21 +88,6 @@ class TestRecord(TypedDict):
     text: str | None  # all of it, as the terminal shows it
     fault: NotRequired[FaultRecord]
     level: NotRequired[Level]  # the level the check belongs to (levels.py)
-
-
-# A measurement's verdict, as every reader of the report takes it (the terminal, the page, JUnit, Prometheus, the
-# fleet): pass, warn or fail against its baseline's limits (baselines/verdicts.py decides which); unresolved, its
-# evidence too noisy for the resolution the metric needs (rules/resolution.py: neither a pass nor a fail); info,
-# measured and gated by nothing; skip, no reference to compare with; recorded, measured for a --gb-record with no
-# baseline.
-Verdict = Literal["pass", "warn", "fail", "unresolved", "info", "skip", "recorded"]
-PASS: Final = "pass"  # noqa: S105 (a verdict, not a password)
-WARN: Final = "warn"
-FAIL: Final = "fail"
-UNRESOLVED: Final = "unresolved"
-INFO: Final = "info"
-SKIP: Final = "skip"
-RECORDED: Final = "recorded"
 
 
 class WritableInputRecord(TypedDict):
@@ -117,11 +106,6 @@ class RunToRunRecord(TypedDict):
     median: float
     spread_pct: float
     z: Number
-
-
-# A measurement against its earlier report (compare.py): not worse than allowed, worse, worse by no more than its
-# resolution allows, too noisy to tell which, or not compared (the GPU was replaced).
-CompareVerdict = Literal["ok", "regressed", "within_noise", "unresolved", "gpu_replaced"]
 
 
 class ResolutionRecord(TypedDict):
@@ -147,11 +131,8 @@ class MeasurementCompareRecord(TypedDict):
     verdict: CompareVerdict
     message: str
     resolution: NotRequired[ResolutionRecord]
-    # The figure's resolution in percent (resolution.pct), kept for readers of the earlier field.
-    noise_margin_pct: NotRequired[float]
-    # With --gb-history, from noise.MIN_RUNS kept runs of the node on: the figure among them; its spread is part of
-    # the figure's resolution.
-    run_to_run: NotRequired[RunToRunRecord]
+    noise_margin_pct: NotRequired[float]  # resolution.pct (percent), kept for readers of this earlier field
+    run_to_run: NotRequired[RunToRunRecord]  # --gb-history, from noise.MIN_RUNS kept runs: part of the resolution
 
 
 class NoiseRecord(TypedDict):
@@ -163,11 +144,10 @@ class NoiseRecord(TypedDict):
     count: int
     spread_pct: float
     passes: NotRequired[list[float]]
-    # The share of the time it was measured (percent) that the measurement waited for a CPU another task held
-    # (node/neighbours.py): a fall those waits explain is no verdict on the node (rules/resolution.py).
+    # Percent of its measuring time spent waiting for a CPU another task held (node/neighbours.py): a fall those
+    # waits explain is no verdict on the node (rules/resolution.py).
     cpu_wait_pct: NotRequired[float]
-    # How far the figure itself may be off, in percent: the standard error of its median (noise.Noise.error_of).
-    error_pct: NotRequired[float]
+    error_pct: NotRequired[float]  # percent: the standard error of its median (noise.Noise.error_of)
 
 
 class MeasurementRecord(TypedDict):
@@ -192,13 +172,6 @@ class MeasurementRecord(TypedDict):
     compare: NotRequired[MeasurementCompareRecord]
     noise: NotRequired[NoiseRecord]  # where the figure came from samples or passes
     resolution: NotRequired[ResolutionRecord]  # where a reference judged it
-
-
-def measurement_key(record: Mapping[str, Any]) -> tuple[str, str, str, str]:
-    """What makes two measurements the same one: metric and scope, and for a collective sweep the placement
-    (in place or out of place) and the tool (ours or nccl-tests), which share a metric and a size label."""
-    details = record.get("details") or {}
-    return record["metric"], record["scope"], str(details.get("placement", "")), str(details.get("tool", ""))
 
 
 class NcclVariableRecord(TypedDict):
@@ -232,9 +205,9 @@ class RunPaceRecord(TypedDict):
     worse_z: float  # their median modified z among the runs, + to the worse side
     earlier_worse_z: list[float]  # the same of each kept run, against the others
     z: float | str  # this run's among those: "inf" where they all agree
-    # The share of its figures more than pace.SHARE_Z of the runs' spreads worse, each kept run's, and the run's
-    # modified z among those (None with fewer than noise.MIN_RUNS of them): a node slower across the board moves
-    # its share before its median. Either z beyond the cut-off, and worse_pct beyond allowed_pct, is `regressed`.
+    # The share of figures more than pace.SHARE_Z of the runs' spreads worse, each kept run's, and this run's modified
+    # z among those (None under noise.MIN_RUNS): a node slower across the board moves its share before its median.
+    # Either z beyond the cut-off, and worse_pct beyond allowed_pct, is `regressed`.
     worse_share: NotRequired[float]
     earlier_worse_share: NotRequired[list[float]]
     share_z: NotRequired[float | str | None]
@@ -339,12 +312,9 @@ class RunReportRecord(TypedDict):
     node: NotRequired[NodeRecord]  # once the run resolved its SKU
     settings: dict[str, SettingRecord]  # every setting, by name
     created_directories: NotRequired[list[CreatedDirectory]]
-    # The inputs that decide verdicts (the baseline, the earlier report) which others than root and the running
-    # user could have written (files.writable_by_others): who could have set the limits a node was judged by.
-    writable_inputs: NotRequired[list[WritableInputRecord]]
-    # What narrowed the checks beyond the run's level (`-k 'copy'`, `-m ...`, `--deselect ...`, a test id): such a
-    # run checked a subset, and speaks for its node only where no whole run of the node came before it. Absent or
-    # empty: the level's whole selection (of the paths given).
+    writable_inputs: NotRequired[list[WritableInputRecord]]  # files.writable_by_others
+    # What narrowed the checks beyond the level (`-k 'copy'`, `-m ...`, `--deselect ...`, a test id): a subset, which
+    # speaks for its node only where no whole run of the node came before it. Absent or empty: the whole level.
     narrowed_by: NotRequired[list[str]]
     tests: list[TestRecord]
     measurements: list[MeasurementRecord]
@@ -359,6 +329,11 @@ class RunReportRecord(TypedDict):
     plots: NotRequired[list[PlotRecord]]
     plot_note: NotRequired[str]
     record: NotRequired[RecordedBaselineRecord]
-    # The run's files that could not be written (a full disk, a path that went): each names the file and why. Such a
-    # run does not pass: its evidence is missing where the operator looks for it.
-    outputs_lost: NotRequired[list[str]]
+    outputs_lost: NotRequired[list[str]]  # the files not written, each with why: such a run does not pass
+
+
+def measurement_key(record: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    """What makes two measurements the same one: metric and scope, and for a collective sweep the placement
+    (in place or out of place) and the tool (ours or nccl-tests), which share a metric and a size label."""
+    details = record.get("details") or {}
+    return record["metric"], record["scope"], str(details.get("placement", "")), str(details.get("tool", ""))

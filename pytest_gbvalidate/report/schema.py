@@ -49,15 +49,12 @@ def problem(data: Any) -> str | None:
 
 
 def field_problem(field: str, value: Any, item: int | None = None) -> str | None:
-    """What does not fit in `value` as the report's top-level `field` (with `item`: as that item of the list
-    `field`), or None: the writer's check of each record it keeps, against the same records its readers use."""
+    """What does not fit in `value` as the top-level `field` (with `item`: an item of the list `field`), or None."""
     hint = _fields(RunReportRecord)[0][field]
     if item is not None:
         return _problem(value, _args(hint)[0], f"{field}[{item}]")
     return _problem(value, hint, field)
 
-
-# --- the walk over the records' types ------------------------------------------------------------------------
 
 _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null"}
 _NAMES = {str: "text", int: "an integer", float: "number", bool: "true/false", type(None): "null"}
@@ -72,8 +69,7 @@ def _is_typeddict(tp: Any) -> bool:
 
 @functools.cache  # the records are fixed: their hints are worked out once, not for every record checked
 def _fields(td: Any) -> tuple[dict[str, Any], frozenset[str]]:
-    hints = typing_extensions.get_type_hints(td, vars(records))
-    return hints, frozenset(td.__required_keys__)
+    return typing_extensions.get_type_hints(td, vars(records)), frozenset(td.__required_keys__)
 
 
 @functools.cache  # a report's types are few, asked of every field of every report a fleet reads
@@ -126,8 +122,7 @@ Checker = typing.Callable[[Any, str], "str | None"]
 
 @functools.cache
 def _checker(tp: Any) -> Checker:
-    """The check of a value against `tp`, worked out once per type: a fleet reads thousands of reports, each of
-    thousands of fields, and asking typing what each field's type is, every time, was most of the read."""
+    """The check of a value against `tp`, worked out once per type: a fleet reads thousands of reports."""
     if tp is Any:
         return lambda value, where: None
     if tp in _JSON_TYPES:

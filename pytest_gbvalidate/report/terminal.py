@@ -1,9 +1,5 @@
-"""The end-of-run terminal summary, verdict last: what a person reads at the end of a run.
-
-Details first (the collectives' per-size tables, with -v only), then the run (level and the time each level's
-checks took, the checks skipped and why, where the outputs went), then the measured-vs-baseline table and the
-failures by fault category with the operator's action -- the last lines before pytest's own closing line. The
-HTML page (html_fragments.py) shows the same rows, made by the functions here."""
+"""The end-of-run terminal summary, verdict last: what a person reads at the end of a run. The HTML page
+(html_fragments.py) shows the same rows, made by the functions here."""
 
 from __future__ import annotations
 
@@ -37,18 +33,9 @@ def measured_rows(records: Sequence[MeasurementRecord]) -> list[tuple[str, ...]]
         header += ("vs earlier",)
     rows = [header]
     for r in records:
-        row = (
-            r["test_id"].rsplit("::", 1)[-1],
-            r["metric"],
-            r["scope"],
-            number(r["value"]),
-            number(r.get("expected")),
-            number(r.get("limit")),
-            r["unit"],
-            "" if r.get("delta_pct") is None else f"{r['delta_pct']:+.1f}%",
-            _resolution(r),
-            _verdict(r),
-        )
+        delta = "" if r.get("delta_pct") is None else f"{r['delta_pct']:+.1f}%"
+        shown = (number(r["value"]), number(r.get("expected")), number(r.get("limit")), r["unit"], delta)
+        row = (r["test_id"].rsplit("::", 1)[-1], r["metric"], r["scope"], *shown, _resolution(r), _verdict(r))
         rows.append(row + ((_versus_earlier(r.get("compare")),) if compared else ()))
     return rows
 
@@ -74,9 +61,7 @@ def detail_sections(report: RunReportRecord, verbose: bool) -> list[Section]:
 
 
 def verdict_sections(sku: str, report: RunReportRecord, given: SummaryInput) -> list[Section]:
-    """What comes after pytest's short test summary, the verdict last: the run (level times, skips, outputs),
-    then measured vs baseline (under the table, why_lines: what a row's cells do not explain), then the failures by
-    fault category."""
+    """After pytest's short test summary: the run, measured vs baseline, failures by fault category, the verdict."""
     run = [*level_lines(report), *skipped_lines(report["tests"])]
     run += [] if given.json_report is None else [f"JSON report: {given.json_report}"]
     run += [f"busbw plot: {plot['path']}" for plot in report.get("plots", [])]
@@ -102,8 +87,7 @@ def verdict_sections(sku: str, report: RunReportRecord, given: SummaryInput) -> 
 
 
 def verdict_line(report: RunReportRecord) -> str:
-    """What the run says about its node (node_verdict.py's rule, the fleet's and the health check's), in one line: a
-    node that failed apart from a run that could not tell."""
+    """What the run says about its node (node_verdict.py's rule, the fleet's and the health check's), in one line."""
     from pytest_gbvalidate.report import node_verdict
 
     judged = node_verdict.judge(report)
@@ -122,10 +106,8 @@ def verdict_line(report: RunReportRecord) -> str:
 
 
 def why_lines(records: Sequence[MeasurementRecord]) -> list[str]:
-    """Under the table, each verdict a row cannot explain in its cells, with its message: a WARN (the run's
-    verdict, not a Python warning), an UNRESOLVED figure (its resolution against what its metric needs), a PASS
-    past its warn limit (by what allowance), and against the earlier report what was not plainly OK or
-    REGRESSED."""
+    """Under the table, each verdict a row cannot explain in its cells, with its message: a WARN, an UNRESOLVED
+    figure, a PASS past its warn limit, and against the earlier report what was not plainly OK or REGRESSED."""
     lines = []
     for m in records:
         past_warn = m["verdict"] == "pass" and _past(m, m.get("warn_limit"))
@@ -151,8 +133,7 @@ def _resolution(record: MeasurementRecord) -> str:
 
 
 def mfu_peak_lines(records: Sequence[MeasurementRecord]) -> list[str]:
-    """Under the table, what each MFU in it divides by: `MFU (llama3_8b_mfu_pct) against 2450 TFLOPS per GPU
-    (source)`; public peaks differ, so an MFU says against what."""
+    """Under the table, what each MFU in it divides by: public peaks differ, so an MFU says against what."""
     lines = []
     for r in records:
         peak, source = r["details"].get("peak_tflops_per_gpu"), r["details"].get("peak_tflops_source")
@@ -222,8 +203,7 @@ def fault_lines(tests: Sequence[TestRecord]) -> list[str]:
 
 
 def _verdict(record: MeasurementRecord) -> str:
-    """What the row's measurement did to its test: its baseline verdict, or REGRESSED where it passed its baseline
-    but failed the test against the earlier report (the `vs earlier` column says by how much)."""
+    """The row's verdict: its baseline's, or REGRESSED where it passed that but failed against the earlier report."""
     compared = record.get("compare")
     if compared is not None and compared["verdict"] == "regressed" and record["verdict"] in ("pass", "warn"):
         return f"REGRESSED ({record['verdict'].upper()} vs baseline)"

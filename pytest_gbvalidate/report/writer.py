@@ -27,8 +27,7 @@ NodeSection = Literal["gpus", "numa_map", "gang"]
 ListSection = Literal["telemetry", "suspects"]
 # Lists of the run's own: its plots, the files it could not write.
 RunList = Literal["plots", "outputs_lost"]
-# The run's own fields, set as the run is described and as it ends (`set`); the tests, measurements and the
-# sections above have methods of their own.
+# The run's own fields (`set`); the tests, measurements and the sections above have methods of their own.
 RunField = Literal[
     "sku",
     "level",
@@ -58,9 +57,8 @@ def json_safe(value: float) -> float | str:
 
 
 def as_json(data: RunReportRecord) -> str:
-    """The report's text, as every copy of it is written (--gb-report, the node's history). Text from the system
-    that is not UTF-8 (lone surrogates) is written as escapes (labels.text_safe): the readers refuse a report that
-    holds any."""
+    """The report's text, as every copy of it is written. Text that is not UTF-8 (lone surrogates) is written as
+    escapes (labels.text_safe): the readers refuse a report that holds any."""
     text = json.dumps(data, indent=1, default=str, allow_nan=False) + "\n"
     if "\\ud" in text:  # only then: a surrogate escape, of a lone surrogate or of a pair (a valid emoji)
         text = json.dumps(text_safe_copy(data), indent=1, default=str, allow_nan=False) + "\n"
@@ -117,8 +115,7 @@ class RunReport:
         data[field] = value
 
     def set_pace(self, pace: RunPaceRecord) -> None:
-        """The run as a whole against the node's history, in the comparison section (set once the run is
-        described)."""
+        """The run as a whole against the node's history, in the comparison section (set once the run is described)."""
         self.set("compare", {**self.data["compare"], "pace": pace})
 
     def set_section(self, name: NodeSection, value: Any) -> None:
@@ -127,8 +124,7 @@ class RunReport:
         self.data[name] = value
 
     def add_record(self, section: ListSection | RunList, record: Any) -> None:
-        """A record in a list section (`telemetry`: one per sampler; `suspects`; the run's `plots` and
-        `outputs_lost`), created on first use."""
+        """A record in a list section (`telemetry`, `suspects`, `plots`, `outputs_lost`), created on first use."""
         data: dict[str, Any] = self.data  # type: ignore[assignment]  # a list section, checked below
         found = data.setdefault(section, [])
         self._check(schema.field_problem(section, record, len(found)))

@@ -1,11 +1,7 @@
 """The run's end: what the run as a whole says beyond its checks, and the exit status it ends with -- the node's GPU
-preconditions, the pace against the node's history (measured again where a neighbour may have slowed it), a run
-that checked nothing, and outputs that could not be written. Each reads a RunEnd (what the session knows by then,
-not the session) and the exit status so far.
-
-The run's own checks (the preconditions, the pace) reach the JUnit XML, the terminal and pytest-xdist as a test's
-report: pytest's writers read results only from pytest_runtest_logreport's TestReport, and a check outside a
-collected item has no other way in (outcomes.fail_run_check)."""
+preconditions, the pace against the node's history, a run that checked nothing, and outputs that could not be
+written. Each reads a RunEnd (what the session knows by then) and the exit status so far. The run's own checks reach
+pytest's writers as a test's report (outcomes.fail_run_check): they read results from no other place."""
 
 from __future__ import annotations
 
@@ -28,8 +24,7 @@ if TYPE_CHECKING:
     from pytest_gbvalidate.run.signals import Stopper
     from pytest_gbvalidate.settings import Settings
 
-# The test a run slower across the board than the node's history fails (compare.run_pace): no check of a suite,
-# the run as a whole.
+# The test a run slower across the board than the node's history fails (compare.run_pace).
 PACE_TEST_ID = "gbvalidate::node_pace"
 JUDGED = (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)  # a run that passed or failed its checks
 
@@ -48,16 +43,13 @@ class RunEnd:
     history_dir: Path | None
     notes: list[str]  # the terminal summary's last lines (the session's own list)
     record_error: str | None = None  # why the recorded baseline could not be written
-    # The pace against the node's history, computed once the checks ran (measure_again), and the measurements of
-    # the run's second pass where it would have regressed.
+    # The pace against the node's history (measure_again), and the measurements of a second pass where it regressed.
     pace: RunPaceRecord | None = None
     again: list[MeasurementRecord] | None = None
 
 
 def judge_preconditions(end: RunEnd, session: pytest.Session, exitstatus: int) -> int:
-    """A node whose GPUs cannot be used fails the test PRECONDITIONS_TEST_ID once, with the cause and its fault
-    category; the checks that depend on it were skipped naming it (markers.select). Only for a run that ran its
-    checks."""
+    """A node whose GPUs cannot be used fails PRECONDITIONS_TEST_ID once, with the cause (judged runs only)."""
     if end.unusable is None or end.config.option.collectonly or exitstatus not in JUDGED:
         return exitstatus
     from pytest_gbvalidate.node.preconditions import PRECONDITIONS_TEST_ID
@@ -68,12 +60,10 @@ def judge_preconditions(end: RunEnd, session: pytest.Session, exitstatus: int) -
 
 def measure_again(end: RunEnd, session: pytest.Session) -> None:
     """The run's pace against the node's history (compare.run_pace), once, into `end.pace`; where it would
-    regress, every test that measured runs once more, silently (its reports, failures and warnings left out: the
-    first pass's stand), and the measurements of that second pass go to `end.again` for the pace to take each
-    figure's better pass: a neighbour that held the machine for one pass slows that pass, a node that lost pace is
-    slow in both (docs/noise.md). pytest-rerunfailures runs a test again the same way (`runtestprotocol`, not
-    logged). Nothing is measured again without a comparison with a history, in a run stopped early, or on
-    pytest-xdist's controller (its workers ran the tests)."""
+    regress, every test that measured runs once more, silently (the first pass's reports stand), its measurements
+    into `end.again` for the pace to take each figure's better pass: a neighbour that held the machine slows one
+    pass, a node that lost pace is slow in both (docs/noise.md). Not in a run stopped early, nor on pytest-xdist's
+    controller (its workers ran the tests)."""
     if end.comparison is None or not end.is_controller or end.config.option.collectonly:
         return
     from pytest_gbvalidate import compare as cmp
@@ -101,9 +91,7 @@ def measure_again(end: RunEnd, session: pytest.Session) -> None:
 
 
 def judge_pace(end: RunEnd, session: pytest.Session, exitstatus: int) -> int:
-    """With --gb-compare and the node's history: the run as a whole against the node's kept runs (`end.pace`), in
-    the report's `compare.pace`. A run slower across the board than its history allows fails PACE_TEST_ID. Only
-    for a run that passed or failed its checks."""
+    """The run's pace into the report; a run slower than its history allows fails PACE_TEST_ID (judged runs only)."""
     if end.pace is None or exitstatus not in JUDGED:
         return exitstatus
     from pytest_gbvalidate import compare as cmp
@@ -115,11 +103,9 @@ def judge_pace(end: RunEnd, session: pytest.Session, exitstatus: int) -> int:
 
 
 def judge_nothing_checked(end: RunEnd, session: pytest.Session, exitstatus: int) -> int:
-    """A run that would pass having checked nothing -- every check skipped and no figure judged: a baseline that
-    gates nothing, a -k that matched only checks this node cannot run -- no verdict (pytest's NO_TESTS_COLLECTED,
-    as a run that selected nothing), never a pass. Not under torchrun / srun, whose launcher reads any other status
-    of a rank as its failure and ends the world: the report says no verdict all the same (report/node_verdict.py),
-    which the fleet summary reads."""
+    """A run that would pass having checked nothing (node_verdict.checked) exits NO_TESTS_COLLECTED, as a run that
+    selected nothing: never a pass. Not under torchrun / srun, whose launcher reads any other status of a rank as
+    its failure: the report says no verdict all the same (report/node_verdict.py)."""
     from pytest_gbvalidate.report.node_verdict import checked
 
     data: Any = end.report.data  # a RunReportRecord by now: the run described, its tests and measurements
@@ -135,9 +121,7 @@ def judge_nothing_checked(end: RunEnd, session: pytest.Session, exitstatus: int)
 
 
 def judge_unresolved(end: RunEnd, session: pytest.Session, exitstatus: int) -> int:
-    """A run whose every failed test failed only for figures too noisy to judge exits
-    node_verdict.EXIT_UNRESOLVED, not 1: "this run could not tell" is no "this node failed" (the terminal's last
-    line, the JUnit XML's error type and the page say the same)."""
+    """Exit node_verdict.EXIT_UNRESOLVED, not 1, where every failed test was only too noisy to judge."""
     from pytest_gbvalidate.report import node_verdict
 
     if hasattr(end.config, "workerinput"):  # pytest-xdist's controller decides the run's status
@@ -163,9 +147,8 @@ def fail_on_lost_outputs(end: RunEnd, session: pytest.Session, exitstatus: int) 
 def write_outputs(
     end: RunEnd, session: pytest.Session, writers_lost: Mapping[str, str], started: Path | None, stopper: Stopper | None
 ) -> None:
-    """After pytest's writers: the report, with the files lost so far (`outputs_lost`: pytest's JUnit XML or page in
-    `writers_lost`; a lost file fails the run), kept in the node's history (over the record kept as it `started`),
-    written as a Prometheus file, and written."""
+    """After pytest's writers: the report, with the files lost so far (`writers_lost` too), kept in the node's
+    history (over the record kept as it `started`), written as a Prometheus file, and written."""
     from pytest_gbvalidate.run import sections
 
     for line in writers_lost.values():
@@ -173,8 +156,7 @@ def write_outputs(
     exitstatus = fail_on_lost_outputs(end, session, session.exitstatus)
     end.report.set("exit_status", int(exitstatus))
     if not end.config.option.collectonly:  # a run that measured nothing replaces no node's figures
-        prometheus = end.settings.prometheus.value
-        end.notes += sections.keep_report(end.report, end.history_dir, prometheus, started)
+        end.notes += sections.keep_report(end.report, end.history_dir, end.settings.prometheus.value, started)
         exitstatus = fail_on_lost_outputs(end, session, exitstatus)
         end.report.set("exit_status", int(exitstatus))  # a file lost fails the run, and the report says so
     end.report.write()
@@ -184,8 +166,7 @@ def write_outputs(
 
 
 def output_notes(report: RunReport, notes: Sequence[str | None]) -> list[str]:
-    """The terminal summary's last lines: the report's own failures, then `notes` (the plot's, where the files went)
-    and the recorded baseline's, then each file lost."""
+    """The terminal summary's last lines: the report's own failures, `notes`, the recorded baseline's, files lost."""
     found = [] if report.write_error is None else [f"JSON report NOT written: {report.write_error}; the run fails"]
     if report.misfit is not None:
         found.append(

@@ -1,10 +1,7 @@
-"""pytest-html's page (`--html=node.html --self-contained-html`) with the node's verdict and each test's figures.
-
-Registered only where pytest-html is installed and enabled and this process writes the page (the xdist
-controller, global rank 0), so a run without it is untouched. The fragments are made by report/html_fragments.py
-from the JSON report's records; here they are handed to pytest-html: the verdict through its
-`pytest_html_results_summary` hook, a test's figures as its extras (its plots inline as base64 images, whether or
-not the page is self-contained); and the results table put in the order a person reads it."""
+"""pytest-html's page (`--html=node.html --self-contained-html`) with the node's verdict and each test's figures:
+report/html_fragments.py's fragments handed to pytest-html (the verdict through `pytest_html_results_summary`, a
+test's figures as its extras), and the results table put in the order a person reads it. Registered only where
+this process writes the page, so a run without it is untouched."""
 
 from __future__ import annotations
 
@@ -25,9 +22,8 @@ def register(config: pytest.Config, gb: GbSession) -> None:
 
 
 def keep_last_good(config: pytest.Config, lost: dict[str, str]) -> None:
-    """pytest-html's page written as the plugin writes its own files (files.atomic_write_text): pytest-html opens
-    the page for writing first, so a full disk left an empty page where the last good one was, and a traceback. A
-    write that fails now leaves the last good page and goes in `lost` by its path, until a later write succeeds."""
+    """pytest-html's page written as the plugin writes its own files (files.atomic_write_text), not opened for
+    writing first: a write that fails leaves the last good page and goes in `lost` by its path, until one succeeds."""
     from pytest_html.basereport import BaseReport
 
     from pytest_gbvalidate.files import OutputError, atomic_write_text
@@ -52,8 +48,7 @@ RESULT_CELL = '<td class="col-result">'
 WARN_STYLE = "color: #9a6700; font-weight: bold"  # amber, as a warning is in the terminal
 WARN_TITLE = "passed, with a measurement past its warn limit (WARN): see its figures"
 PLOT_STYLE = 'style="display: block; max-width: 100%"'
-# The rows' order, read from the top: what failed, what warned, what passed, what did not run. pytest-html's own
-# ("result") puts the skipped before the passed and knows no WARN.
+# The rows' order from the top: failed, warned, passed, not run (pytest-html's puts skipped first, knows no WARN).
 ROW_ORDER = ("error", "failed", "rerun", "xpassed", "warned", "passed", "xfailed", "skipped")
 
 
@@ -61,8 +56,7 @@ class HtmlPage:
     def __init__(self, gb: GbSession) -> None:
         self.gb = gb
 
-    # Between the session's (tryfirst), which puts the test's records in the report, and pytest-html's
-    # (trylast), which reads every phase's extras when the teardown arrives.
+    # Between the session's (tryfirst: the test's records) and pytest-html's (trylast: reads the extras at teardown).
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when != "teardown" or not self.gb.engaged:
             return
@@ -74,8 +68,7 @@ class HtmlPage:
         for extra in test_extras(report.nodeid, self.gb.report.data):
             content = extra.html
             if extra.png is not None:
-                # Inline at its own size: pytest-html's image extras are 320x240 thumbnails, cropped, unreadable
-                # until clicked.
+                # Inline at its own size: pytest-html's image extras are cropped thumbnails, unreadable until clicked.
                 data = base64.b64encode(extra.png).decode("ascii")
                 content = f'<img alt="{_escape(extra.name)}" src="data:image/png;base64,{data}" {PLOT_STYLE}>'
             if content is not None:
@@ -87,8 +80,7 @@ class HtmlPage:
     def pytest_html_results_table_row(self, report: pytest.TestReport, cells: list[str]) -> None:
         """The test id as text: pytest-html puts it in its row as markup, and a parameter's id (`test_x[<img
         src=x onerror=...>]`) would run in the page. A passed test whose measurement warned has its result cell
-        marked apart (amber, with a title saying why): pytest-html knows only passed, and a WARN row looked like
-        every PASS row."""
+        marked apart (amber, with a title saying why): pytest-html knows only passed."""
         test_id = report.nodeid if report.when == "call" else f"{report.nodeid}::{report.when}"
         warned = report.passed and report.nodeid in self._warned()
         for index, cell in enumerate(cells):
@@ -101,8 +93,7 @@ class HtmlPage:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_html_results_table_html(self, report: pytest.TestReport, data: list[str]) -> None:
-        """A skipped test's log is its reason: pytest-html shows the skip's (path, line, reason) tuple as text, an
-        absolute path the reader has no use for."""
+        """A skipped test's log is its reason, not the (path, line, reason) tuple pytest-html shows as text."""
         if report.skipped and isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:
             data[:1] = [_escape(str(report.longrepr[2])) + "\n"]
 
@@ -124,12 +115,10 @@ class HtmlPage:
         return {m["test_id"] for m in self.gb.report.data["measurements"] if m["verdict"] == "warn"}
 
     def _arrange_rows(self, config: pytest.Config) -> None:
-        """The results table in ROW_ORDER, each group in the order the tests ran, unless the operator chose an
-        `initial_sort` (pytest-html sorts in the page from its data's `initialSort`: this sets its `original`, the
-        order of its data's `tests`); the skipped rows collapsed as the passed ones are, their reasons grouped in
-        the verdict on top, unless the operator chose another `render_collapsed`. pytest-html has no public way to its
-        data (its 4.x writer's ReportData, read just before it writes the page): where it is not as expected, the
-        page stays as pytest-html made it."""
+        """The results table in ROW_ORDER, each group in the order the tests ran (the data's `original` order),
+        unless the operator chose an `initial_sort`; the skipped rows collapsed as the passed ones are, unless the
+        operator chose another `render_collapsed`. pytest-html has no public way to its data (its 4.x writer's
+        ReportData): where it is not as expected, the page stays as pytest-html made it."""
         from pytest_html.basereport import BaseReport  # the page's writer, registered without a name
 
         page = next((p for p in config.pluginmanager.get_plugins() if isinstance(p, BaseReport)), None)
@@ -137,8 +126,7 @@ class HtmlPage:
         if not isinstance(data, dict):
             return
         tests = data.get("tests")
-        # "Chosen": other than pytest-html's defaults (`result`, `passed`), read through getini (Config.inicfg,
-        # which told whether an option was set at all, is deprecated since pytest 9.1).
+        # "Chosen": other than pytest-html's defaults (`result`, `passed`); getini cannot tell a default given.
         if config.getini("initial_sort") == "result" and isinstance(tests, dict):
             warned = self._warned()
 

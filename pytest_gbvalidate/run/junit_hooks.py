@@ -37,9 +37,8 @@ def add_suite_properties(config: pytest.Config, properties: Mapping[str, str]) -
 
 
 def add_testcase_output(config: pytest.Config, report: pytest.TestReport, records: Sequence[MeasurementRecord]) -> None:
-    """A testcase's measurements as its `system-out`, the terminal's table of them: what CI systems show of a test
-    (Jenkins' Standard Output, GitLab's and Azure DevOps' output), in either family -- xunit2, pytest's default,
-    has no properties on a testcase. Called with the teardown's report, before junitxml closes the testcase."""
+    """A testcase's measurements as its `system-out` (the terminal's table), which CI systems show in either family.
+    Called with the teardown's report, before junitxml closes the testcase."""
     from _pytest.junitxml import bin_xml_escape, xml_key  # as pytest escapes a test's captured output
 
     xml = config.stash.get(xml_key, None)
@@ -56,9 +55,8 @@ def add_testcase_output(config: pytest.Config, report: pytest.TestReport, record
 
 def unresolved_as_error(config: pytest.Config, report: pytest.TestReport) -> None:
     """A test that failed only for figures too noisy to judge is written as an `<error type="unresolved">`, not a
-    `<failure>`: JUnit's error is a test that could not give its verdict, which CI systems (Jenkins, GitLab, Azure
-    DevOps) count and show apart from failures -- "this run could not tell", not "this node failed". The suite's
-    counts move with it. Called with the teardown's report, before junitxml closes the testcase."""
+    `<failure>`: JUnit's error is a test that could not give its verdict, which CI systems show apart from failures.
+    The suite's counts move with it. Called with the teardown's report, before junitxml closes the testcase."""
     from _pytest.junitxml import xml_key
 
     xml = config.stash.get(xml_key, None)
@@ -83,10 +81,9 @@ def stop_writing(config: pytest.Config) -> None:
 
 
 def keep_last_good(config: pytest.Config, lost: dict[str, str]) -> None:
-    """pytest's JUnit XML written as the plugin writes its own files (files.atomic_write_by): pytest opens the
-    file for writing first, so a full disk left an empty file where the last good one was, and a traceback. A write
-    that fails now leaves the last good file and goes in `lost` by its path. What XML cannot hold is escaped as
-    pytest escapes it elsewhere in the file."""
+    """pytest's JUnit XML written as the plugin writes its own files (files.atomic_write_by), not opened for writing
+    first: a write that fails leaves the last good file and goes in `lost` by its path. What XML cannot hold is
+    escaped as pytest escapes it elsewhere in the file."""
     from _pytest.junitxml import bin_xml_escape, xml_key
 
     xml = config.stash.get(xml_key, None)
@@ -105,8 +102,7 @@ def keep_last_good(config: pytest.Config, lost: dict[str, str]) -> None:
                 write_xml()
             finally:
                 xml.logfile = final
-            # pytest escapes what XML cannot hold in texts and properties, not in the suite's `hostname`
-            # (platform.node()): a hostname with a control character made the file no XML at all.
+            # pytest escapes what XML cannot hold in texts and properties, not in the suite's `hostname`.
             text = Path(name).read_text(encoding="utf-8")
             if (held := bin_xml_escape(text)) != text:
                 Path(name).write_text(held, encoding="utf-8")
@@ -125,8 +121,7 @@ def keep_last_good(config: pytest.Config, lost: dict[str, str]) -> None:
 
 def failure_text(report: pytest.TestReport) -> tuple[str, str]:
     """(the first line of what went wrong, as JUnit's message attribute starts; the whole text the terminal
-    shows). A failed test's exception is in its crash line, never in the traceback's last line, which names only
-    the file and line where it surfaced."""
+    shows). A failed test's exception is in its crash line, not in the traceback's last line."""
     if report.skipped and isinstance(report.longrepr, tuple):
         reason = str(report.longrepr[2])
         return reason, reason

@@ -15,8 +15,7 @@ if TYPE_CHECKING:
 
 GPU_MARKER = "gb_gpu"
 WARN_FILTER = "ignore::pytest_gbvalidate.hooks.GbValidateWarning"
-# How our collection errors begin (a check's bad marker, a usage error met where the checks are collected): the
-# controller of pytest-xdist receives a worker's as text, and ends the run as a usage error on seeing it.
+# How our collection errors begin: pytest-xdist's controller gets a worker's as text, and ends the run as a usage error.
 USAGE_ERROR = "gbvalidate usage error: "
 
 
@@ -34,11 +33,9 @@ def register(config: pytest.Config) -> None:
 
 
 def leave_warns_to_the_reports(config: pytest.Config) -> None:
-    """A WARN is the run's verdict -- the terminal's table and the message under it, the page's amber cell,
-    JUnit's gb_verdict, the JSON report -- not a Python warning in pytest's warnings summary with pytest's docs
-    link: GbValidateWarning is ignored unless the operator's filters name it. `-W
-    error::pytest_gbvalidate.expect.GbValidateWarning` fails a test on a WARN (pytest applies the command line's
-    filters after the ini file's); an ini file's `filterwarnings` naming it is left to apply."""
+    """A WARN is the run's verdict, in every report, not a Python warning in pytest's warnings summary:
+    GbValidateWarning is ignored unless the operator's filters name it (`-W
+    error::pytest_gbvalidate.expect.GbValidateWarning` fails a test on a WARN; an ini file's `filterwarnings` too)."""
     named = [*config.getini("filterwarnings"), *(config.getoption("pythonwarnings", None) or [])]
     if not any("GbValidateWarning" in str(f) for f in named):
         config.addinivalue_line("filterwarnings", WARN_FILTER)
@@ -57,19 +54,16 @@ def narrowed_by(config: pytest.Config) -> list[str]:
 
 
 def check_level(item: pytest.Item) -> Level:
-    """The level of a check: its `gb_level` marker's (the closest one: a test's own, else its class's or
-    module's), else full. Only for items collected (level_problems refuses the others at collection)."""
+    """The level of a check: its closest `gb_level` marker's, else full (for items level_problems let through)."""
     marker = item.get_closest_marker(MARKER)
     if marker is None:
         return DEFAULT_LEVEL
-    given = marker.args[0] if len(marker.args) == 1 and not marker.kwargs else None
-    return parse_level(given)
+    return parse_level(marker.args[0] if len(marker.args) == 1 and not marker.kwargs else None)
 
 
 def level_problems(nodes: list[pytest.Item | pytest.Collector]) -> str | None:
-    """One line per collected check whose `gb_level` marker names no level (the check would silently never run),
-    or None. Found where the checks are collected, it fails that collection: in pytest-xdist's workers too, whose
-    collection errors the controller shows as its own, while a usage error raised there is an INTERNALERROR."""
+    """One line per collected check whose `gb_level` marker names no level (it would silently never run), or None:
+    a collection error, which pytest-xdist's controller shows as its own (a usage error there is an INTERNALERROR)."""
     found = []
     for item in nodes:
         if not isinstance(item, pytest.Item):
@@ -91,10 +85,9 @@ def select(
     gpu_sku: str | None,
     unusable: Unmet | None = None,
 ) -> None:
-    """Deselect the checks above `run_level`, as -m deselects (counted in pytest's summary line, absent from the
-    reports), skip the GPU checks where the SKU (`gpu_sku`: its name when it has no GPUs) has none, and skip the
-    checks that depend on a precondition the node's GPUs do not meet (`unusable`, node/preconditions.py), naming
-    it: the run fails once, for the precondition."""
+    """Deselect the checks above `run_level`, as -m deselects; skip the GPU checks where the SKU (`gpu_sku`: its
+    name when it has no GPUs) has none, and the checks that depend on a precondition the node's GPUs do not meet
+    (`unusable`), naming it: the run fails once, for the precondition."""
     selected = {item: runs(run_level, check_level(item)) for item in items}
     if not all(selected.values()):
         config.hook.pytest_deselected(items=[item for item, kept in selected.items() if not kept])
@@ -102,8 +95,7 @@ def select(
     if unusable is not None:
         blocked = pytest.mark.skip(reason=unusable.skip_reason())
         for item in items:
-            fixtures = set(getattr(item, "fixturenames", ()))
-            if unusable.blocks(item.get_closest_marker(GPU_MARKER) is not None, fixtures):
+            if unusable.blocks(item.get_closest_marker(GPU_MARKER) is not None, set(getattr(item, "fixturenames", ()))):
                 item.add_marker(blocked)
     if gpu_sku is None:
         return
@@ -115,8 +107,7 @@ def select(
 
 def gangs_at_once(config: pytest.Config, items: list[pytest.Item]) -> str | None:
     """Why checks that start ranks cannot run here, or None: under pytest-xdist with more than one worker each
-    worker would start a gang of its own, at once, on the same GPUs (two 2-rank gangs on a 2-rank SKU halved its
-    figures and passed, or their ranks joined one world and failed). A gang needs the whole node."""
+    worker would start a gang of its own, at once, on the same GPUs. A gang needs the whole node."""
     workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
     if workers <= 1:
         return None

@@ -1,6 +1,5 @@
-"""Each test's outcome as the report keeps it: its record (phase, outcome, the failure's text), its fault from the
-fault table, and the run's own checks that fail as tests do (the node's GPU preconditions, the run's pace), reported
-through pytest's own hook so the terminal, JUnit, the JSON report and the page show them as the suites' checks."""
+"""Each test's outcome as the report keeps it: its record, its fault from the fault table, and the run's own checks
+that fail as tests do, reported through pytest's own hook so every output shows them as the suites' checks."""
 
 from __future__ import annotations
 
@@ -25,8 +24,7 @@ RECORDED_PHASES: dict[str, Phase] = {"setup": "setup", "call": "call", "teardown
 
 
 def recorded(report: pytest.TestReport) -> bool:
-    """Whether the report is one the JSON report keeps: a test's call, or a phase that did not pass; not an attempt
-    pytest-rerunfailures runs again."""
+    """Whether the JSON report keeps it: a call, or a phase that did not pass; not a pytest-rerunfailures attempt."""
     replaced = report.outcome not in OUTCOMES and report.when in PHASES
     return (report.when == "call" or report.outcome != "passed") and not replaced
 
@@ -39,8 +37,7 @@ def test_record(
     outcome = report.outcome
     when = RECORDED_PHASES.get(report.when or "")
     if when is None:
-        # pytest-xdist's report of a worker that died under a test (the OOM killer, a driver's segfault, a
-        # signal) says when "???": the test failed by crashing, which the node's record must say in its terms.
+        # pytest-xdist's report of a worker that died under a test says when "???": the test failed by crashing.
         when, outcome = "call", "failed"
         said = [line for line in report.longreprtext.splitlines() if "crashed" in line]  # xdist's own line
         message = f"crashed: {said[-1].strip() if said else 'the process running the test ended without a report'}"
@@ -91,9 +88,9 @@ def count_level_time(times: dict[Level, LevelTimeRecord], level: Level, report: 
 def fail_run_check(
     config: pytest.Config, session: pytest.Session, test_id: str, message: str, verdicts: set[str]
 ) -> int:
-    """A check of the run itself (`gbvalidate::node_pace`) fails as the suites' checks do, with its fault: through
-    pytest's report hook, its call then its teardown, so every output shows it (pytest-html adds a test's row once
-    its teardown is reported). The run's exit status from now: tests failed."""
+    """A check of the run itself (`gbvalidate::node_pace`) fails as the suites' checks do, with its fault: its call
+    then its teardown through pytest's report hook (pytest-html adds a row once its teardown is reported). The run's
+    exit status from now: tests failed."""
     location = (test_id.split("::")[0], None, test_id.split("::")[1])
     failed = pytest.TestReport(test_id, location, {}, "failed", message, "call")
     Payload(fault=classify(test_id, message, verdicts)).attach(failed)

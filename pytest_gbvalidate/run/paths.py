@@ -51,8 +51,8 @@ def check_outputs(config: pytest.Config, s: Settings, keeps_history: bool) -> Pa
         read |= {f"the history's {e.path}": e.path for e in kept}
     baselines = {f"the baseline {p}": p for p in sorted(s.baselines.value.glob("*.yaml"))}
     found = clashes({**outputs, **recorded}, read) + clashes(outputs, baselines)
-    # pytest's and pytest-html's own files get the checks --gb-report's path gets as a setting: else a directory
-    # they cannot write in stops the run with a traceback once every check has run.
+    # pytest's and pytest-html's own files get --gb-report's checks: else a directory they cannot write in stops the
+    # run with a traceback once every check has run.
     for source in ("--junitxml on the command line", "--html on the command line"):
         if (path := written[source]) is not None:
             try:
@@ -81,8 +81,7 @@ def _inside_history(s: Settings, outputs: dict[str, Path]) -> list[str]:
 
 def check_record(s: Settings, target: Target) -> None:
     """--gb-record never replaces another SKU's baseline: a file of the baselines directory named for another SKU,
-    or a baseline (anywhere) whose `sku` is another. (Recording a SKU that has no baseline yet, under its own
-    name, from a run checked as another is how a new SKU is brought up.)"""
+    or a baseline (anywhere) whose `sku` is another."""
     path = s.record.value
     if path is None:
         return
@@ -100,8 +99,7 @@ def check_record(s: Settings, target: Target) -> None:
 
 
 def node_history(s: Settings) -> tuple[Path, list[Entry]]:
-    """This node's directory in --gb-history (by a hostname checked to be one safe directory name) and its
-    reports, oldest first."""
+    """This node's directory in --gb-history (by its hostname, checked) and its reports, oldest first."""
     from pytest_gbvalidate.report import history
 
     root = s.history.value
@@ -125,8 +123,7 @@ def kept_reports(s: Settings) -> tuple[Path | None, list[Path]]:
 
 
 def kept_runs(s: Settings, sku: str) -> tuple[dict[tuple[str, str, str, str], float], ...]:
-    """With --gb-history: the node's kept runs of `sku`, each figure's value (report/earlier.py's node_runs); ()
-    without."""
+    """With --gb-history: the node's kept runs of `sku` (report/earlier.py's node_runs); () without."""
     from pytest_gbvalidate.report import earlier as earlier_reports
 
     _, kept = kept_reports(s)
@@ -149,7 +146,6 @@ def earlier_report(
             "each node is compared in its own run, or the fleet summary compares the nodes"
         )
     hostname = labels.hostname()
-    # With --gb-history the node's kept runs also give each figure's run-to-run spread (report/earlier.py's node_runs).
     directory, kept = kept_reports(s)
     try:
         if isinstance(setting.value, Path):
@@ -167,11 +163,9 @@ def earlier_report(
 
 
 def _latest_of_sku(kept: list[Path], sku: str) -> EarlierReport | None:
-    """The newest of the node's kept reports `kept` (oldest first) that checked `sku`. One that cannot be read is
-    a usage error naming it (report/earlier.py's CompareError), not passed over: the node's last evidence is
-    unreadable, and the operator has to say what it means. Another SKU's run (the node checked as something else)
-    is passed over, and so is a run that did not finish (kept `running` as it started, then killed; or
-    stopped)."""
+    """The newest finished run of `sku` among the node's kept reports `kept` (oldest first). One that cannot be read
+    is a usage error naming it (CompareError), not passed over: the node's last evidence is unreadable, and the
+    operator has to say what it means."""
     from pytest_gbvalidate.report import earlier as earlier_reports
 
     for path in reversed(kept):
@@ -190,10 +184,9 @@ def html_page_path(config: pytest.Config) -> Path | None:
 
 
 def writable_inputs(target: Target, earlier: EarlierReport | None) -> list[WritableInputRecord]:
-    """The inputs that decide this run's verdicts which others than root and this user could have written: the
-    baseline (its limits) and the earlier report --gb-compare reads (what a regression is measured from). They
-    are used, and the report says so: a shared baselines directory is common, and refusing it would stop every
-    gate that uses one. (A baseline that says what runs is refused instead: baselines.load_baseline.)"""
+    """The inputs that decide this run's verdicts (the baseline, the earlier report) which others than root and this
+    user could have written. They are used, and the report says so: a shared baselines directory is common, and
+    refusing it would stop every gate that uses one."""
     from pytest_gbvalidate.files import writable_by_others
 
     inputs = [("the baseline", target.baseline_file), ("the earlier report", None if earlier is None else earlier.path)]

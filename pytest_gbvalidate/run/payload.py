@@ -18,9 +18,8 @@ ATTRIBUTE = "gb_payload"
 
 @dataclass
 class Payload:
-    """What one test hands the JSON report: its measurements, its records of list sections (`telemetry`,
-    `suspects`), the node sections (`gpus`, `numa_map`, `gang`) set since the last test, and a failure's fault.
-    Plain data only: it travels as a dict of its fields."""
+    """What one test hands the JSON report: its measurements, list sections' records, the node sections set since
+    the last test, and a failure's fault. Plain data only: it travels as a dict of its fields."""
 
     measurements: list[MeasurementRecord] = field(default_factory=list)
     records: list[tuple[ListSection, Any]] = field(default_factory=list)

@@ -1,13 +1,10 @@
 """`--gb-rerun-failed REPORT`: run only the checks that failed in an earlier JSON report of this plugin, as pytest's
 `--lf` does from its cache -- but from the report, so it works where the cache is off (`-p no:cacheprovider`, as
-the health check runs) and on another machine than the one that failed. The health check confirms a failure so
-before it drains (healthcheck/confirm.py), and the fleet recipe's confirm step runs it on the failed nodes.
+the health check runs) and on another machine than the one that failed (healthcheck/confirm.py).
 
-A check is named by its test id as the earlier run wrote it: give the same paths and rootdir as that run; a failed
-check this run does not collect (renamed, removed, or left out by the paths given) is a usage error naming it, never
-a run of the others alone, nor an empty run. Where a check of the run as a whole failed (the node's GPUs unusable,
-node/preconditions.py; its pace, run/ending.py: `gbvalidate::...`), its checks did not run or were all part of it:
-every check of the level runs again."""
+A check is named by its test id as the earlier run wrote it: a failed check this run does not collect is a usage
+error naming it, never a run of the others alone. Where a check of the run as a whole failed (`gbvalidate::...`:
+node/preconditions.py, run/ending.py), its checks did not run or were all part of it: every check runs again."""
 
 from __future__ import annotations
 

@@ -27,9 +27,9 @@ if TYPE_CHECKING:
 
 
 def nccl_environment(target: Target, environ: Mapping[str, str]) -> dict[str, NcclVariableRecord]:
-    """What the ranks' NCCL runs with: the baseline's `params.nccl_env` (what its figures were taken with),
-    except where this process's environment already sets a variable -- the operator's word wins, and the
-    report says so -- plus every other NCCL_* variable of the environment. Raises BaselineError."""
+    """What the ranks' NCCL runs with: the baseline's `params.nccl_env` (what its figures were taken with), except
+    where this process's environment sets a variable (the operator's word wins), plus every other NCCL_* variable of
+    the environment. Raises BaselineError."""
     from pytest_gbvalidate import baselines as bl
 
     asked = {} if target.baseline is None else bl.nccl_env(target.baseline)
@@ -58,8 +58,7 @@ def describe_run(
     narrowed_by: list[str],
     writable: list[WritableInputRecord],
 ) -> None:
-    """The report's header: what is checked against what, on which node and software, with which settings, what
-    narrowed the checks, and the inputs others could have written."""
+    """The report's header: what is checked against what, on which node and software, with which settings."""
     settings_section = settings.report_section()
     settings_section["timeout"] = {"value": timeout.value, "source": timeout.source}  # the SKU's default resolved
     baseline_file = str(target.baseline_file) if target.baseline else None
@@ -69,7 +68,6 @@ def describe_run(
     report.set("node", node)
     report.set("settings", settings_section)
     report.set("nccl_env", nccl_env)
-    # Directories the report or the recorded baseline is written into that did not exist: created.
     report.set("created_directories", [{"path": str(path), "for": source} for source, path in settings.created_dirs])
     if comparison is not None:
         report.set("compare", compare_section(settings, *comparison))
@@ -89,8 +87,7 @@ def header_lines(
     comparison: tuple[EarlierReport, SameNode] | None,
     compare_note: str | None,
 ) -> list[str]:
-    """The terminal's header: the report's header in a few lines (the SKU, level and baseline, and where each came
-    from; the stack; what is compared with what; the inputs others could have written)."""
+    """The terminal's header: the report's header in a few lines."""
     baseline = str(target.baseline_file) if target.baseline else "none yet (recording)"
     stack = ", ".join(f"{k} {facts[k]}" for k in ("driver", "cuda_driver", "nccl", "torch") if k in facts)
     level = settings.level
@@ -133,8 +130,7 @@ def compare_section(settings: Settings, earlier: EarlierReport, same: SameNode) 
 
 
 def gang_section(gang: Gang, in_world: bool, device_type: str) -> GangRecord:
-    """The ranks the run measured on, their nodes by rank and hostname, and start-ups that failed and were retried
-    (a torchrun / srun world is never started by us)."""
+    """The ranks the run measured on, their nodes by rank and hostname, and start-ups that failed and were retried."""
     return {
         "kind": "world" if in_world else "local",
         "world_size": gang.world_size,
@@ -146,16 +142,17 @@ def gang_section(gang: Gang, in_world: bool, device_type: str) -> GangRecord:
 
 
 def attach_busbw_plot(report: RunReport, base: Path | None, sku: str) -> str | None:
-    """A PNG of busbw against size next to `base` (the JSON report, else the JUnit XML), named in the report.
-    Where one could not be written, why (for the terminal), else None. A plot not drawn because matplotlib is
-    absent is no fault: the report's `plot_note` says how to get one; with no report to put it beside, none."""
+    """A PNG of busbw against size next to `base` (the JSON report, else the JUnit XML), named in the report; why
+    it could not be written (for the terminal), else None. Without matplotlib, the report's `plot_note` says so."""
+    from pytest_gbvalidate.files import atomic_write_bytes
     from pytest_gbvalidate.report import collective_tables
 
     if base is None or not collective_tables.sweep_records(report.measurements):
         return None
     path = base.with_name(f"{base.stem}.busbw.png")
     try:
-        collective_tables.busbw_plot(report.measurements, path, f"{sku}: bus bandwidth per message size")
+        png = collective_tables.busbw_png(report.measurements, f"{sku}: bus bandwidth per message size")
+        atomic_write_bytes(path, png)
     except OSError as exc:  # OutputError: the plot is a picture of the report, not evidence: noted
         note = f"busbw plot NOT written: {exc}"
         report.set("plot_note", note)
@@ -175,9 +172,9 @@ def record_baseline(
     why_not: str | None,
     runs: Sequence[Mapping[tuple[str, str, str, str], float]] = (),
 ) -> str | None:
-    """Write the recorded baseline to `path` unless `why_not` says the run did not complete, from this run's
-    figures and the node's kept `runs` (--gb-history); the outcome goes in the report's `record` section. Why it
-    could not be written, or fell short of a figure the SKU requires (one line each), else None."""
+    """Write the recorded baseline to `path` from this run's figures and the node's kept `runs`, unless `why_not`
+    says the run did not complete; the outcome goes in the report's `record` section. Why it could not be written,
+    or fell short of a figure the SKU requires, else None."""
     from pytest_gbvalidate.baselines.recording import write_recorded_baseline
     from pytest_gbvalidate.files import OutputError
 
@@ -215,9 +212,8 @@ def output_lost(report: RunReport, line: str) -> None:
 
 
 def keep_started(report: RunReport, history_dir: Path) -> Path | None:
-    """The report as the checks start (`running`) kept in the node's history (--gb-history), to be replaced by the
-    finished one: a run killed outright (SIGKILL after a hang) is still a run of the node there, which `fleet
-    offenders` counts. Its path, or None where it could not be written (the end tries again, and says so)."""
+    """The report as the checks start (`running`) kept in the node's history, so that a run killed outright is still
+    a run of the node there; its path, or None where it could not be written (the end tries again, and says so)."""
     from pytest_gbvalidate.files import OutputError
     from pytest_gbvalidate.report import history
 
@@ -230,10 +226,9 @@ def keep_started(report: RunReport, history_dir: Path) -> Path | None:
 def keep_report(
     report: RunReport, history_dir: Path | None, prometheus: Path | None, started: Path | None = None
 ) -> list[str]:
-    """The finished report kept in the node's history (--gb-history: over the record kept as it `started`, where
-    there is one), then written as a Prometheus file (--gb-prometheus), which then says whether the history could be
-    kept. Lines for the terminal summary; a file that could not be written is in the report's `outputs_lost`, and
-    fails the run."""
+    """The finished report kept in the node's history (over the record kept as it `started`, where there is one),
+    then written as a Prometheus file, which then says whether the history could be kept. Lines for the terminal
+    summary; a file that could not be written is in the report's `outputs_lost`, and fails the run."""
     from pytest_gbvalidate.files import OutputError
     from pytest_gbvalidate.report import history
 

@@ -36,9 +36,7 @@ if TYPE_CHECKING:
     from pytest_gbvalidate.run.signals import Stopper
     from pytest_gbvalidate.target import ReferenceTools, Target
 
-# Loaded in every pytest run of the environment: the target and its baselines (PyYAML), detection (urllib,
-# NVML), node facts and the report code are imported where they are first used, once gbvalidate is engaged.
-
+# Loaded in every pytest run of the environment: the rest is imported where first used, once gbvalidate is engaged.
 ENGAGING_FIXTURES = frozenset({"gb_expect", "gb_target", "gb_gang", "gb_gpu_pair"})
 
 
@@ -46,8 +44,8 @@ class GbSession:
     def __init__(self, config: pytest.Config, settings: Settings) -> None:
         self.config = config
         self.settings = settings
-        # The launcher's world this process is a rank of, or None; why that is unknown, where it is (a usage error
-        # once gbvalidate is asked for: an unrelated run in the same environment is not ours to stop).
+        # The launcher's world this process is a rank of, or None; why it is unknown, where it is (a usage error once
+        # gbvalidate is asked for: an unrelated run in the same environment is not ours to stop).
         none = f"{settings.world.source}: --gb-world=none runs this process as one node's own run"
         self.world, self.world_problem = (None, None) if settings.world.value == "none" else launcher_world(none)
         if self.world_problem is not None and settings.explicit:
@@ -96,17 +94,13 @@ class GbSession:
             self._report = RunReport(self.settings.report.value if self.is_controller else None)
         return self._report
 
-    # --- the target ---------------------------------------------------------------------------------------
-
     @property
     def engaged(self) -> bool:
         return self._target is not None
 
     def engage(self) -> Target:
-        """Engage gbvalidate for this run, once (the first call; later ones return the same target): resolve the
-        SKU and its baseline and the earlier report --gb-compare names, take the NCCL environment, end the run as
-        Ctrl-C does on SIGTERM and SIGHUP, and describe the run in the report. Called where a run first needs it:
-        at start-up when gbvalidate was asked for, else at collection or by the first fixture of ours."""
+        """The run's target, resolved once where the run first needs it (with the earlier report --gb-compare names,
+        the NCCL environment, the signal handlers, and the run described in the report)."""
         if self._target is None:
             from pytest_gbvalidate import baselines as bl
             from pytest_gbvalidate.run import paths, sections, signals
@@ -114,8 +108,7 @@ class GbSession:
 
             if self.world_problem is not None:
                 raise pytest.UsageError(self.world_problem)
-            # Engaged: GPUs numbered as NVML numbers them, before the node facts or a test first touch CUDA here
-            # (its driver reads the order once); the ranks we start inherit it.
+            # GPUs numbered as NVML numbers them, before anything here touches CUDA (its driver reads the order once).
             number_gpus_by_pci_bus()
             target = resolve_target(self.config, self.settings)
             paths.check_record(self.settings, target)
@@ -144,11 +137,6 @@ class GbSession:
         self.engage()
         return self._comparison
 
-    @property
-    def comparison_if_engaged(self) -> tuple[EarlierReport, SameNode] | None:
-        """The comparison, without engaging a run that has not engaged (None there)."""
-        return self._comparison
-
     def _describe_run(self, target: Target) -> None:
         from pytest_gbvalidate.node.facts import software_facts
         from pytest_gbvalidate.run.paths import writable_inputs
@@ -161,8 +149,6 @@ class GbSession:
         given = (self.settings, self.timeout, node, self.nccl_env, self._comparison, world_size)
         describe_run(self.report, target, *given, markers.narrowed_by(self.config), writable)
         self.report.write()
-
-    # --- ranks: timeout, reference tools, the gang -----------------------------------------------------------
 
     @property
     def timeout(self) -> Setting[float]:
@@ -206,24 +192,16 @@ class GbSession:
         from pytest_gbvalidate.run.sections import header_lines
 
         return header_lines(
-            self.report,
-            self.target,
-            self.settings,
-            self.node_facts,
-            self.world_rank,
-            self._comparison,
-            self.compare_note,
+            *(self.report, self.target, self.settings, self.node_facts),
+            *(self.world_rank, self._comparison, self.compare_note),
         )
-
-    # --- pytest hooks ---------------------------------------------------------------------------------------
 
     def pytest_report_header(self) -> list[str]:
         return self.header_lines()
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        """Under torchrun / srun only global rank 0 writes the JUnit XML, as it alone writes the JSON report:
-        every rank would otherwise write the same path. Only when gbvalidate was asked for explicitly, so an
-        unrelated test suite launched by torchrun keeps its own behaviour."""
+        """Under torchrun / srun only global rank 0 writes the JUnit XML (else every rank writes the same path);
+        only when gbvalidate was asked for, so an unrelated suite launched by torchrun keeps its own behaviour."""
         self._pytest_session = session  # its exit status, for a rank that ends at once (pytest_unconfigure)
         if self.world_rank not in (None, 0) and self.settings.explicit:
             junit_hooks.stop_writing(self.config)
@@ -231,9 +209,8 @@ class GbSession:
             self._keep_pytest_writers()
 
     def _keep_pytest_writers(self) -> None:
-        """pytest's JUnit XML and pytest-html's page, written as the plugin writes its own files: a write that
-        fails leaves the last good file, and the report says so. Once all plugins are configured, on the process that
-        writes them, where gbvalidate was asked for or its checks collected: an unrelated run keeps pytest's ways."""
+        """pytest's JUnit XML and pytest-html's page written as the plugin writes its own files (junit_hooks.py,
+        html_page.py), once, where gbvalidate was asked for or its checks collected: an unrelated run keeps pytest's."""
         if not self.is_controller or self._pytest_writers_kept:
             return
         self._pytest_writers_kept = True
@@ -284,9 +261,8 @@ class GbSession:
 
             detect = None if self.target.baseline is None else self.target.baseline.detect
             named = None if detect is None else detect.gpu_name_contains
-            self._unusable = (
-                preconditions.probe(preconditions.Promised(self.target.sku, self.target.gpu_count, named)),
-            )
+            promised = preconditions.Promised(self.target.sku, self.target.gpu_count, named)
+            self._unusable = (preconditions.probe(promised),)
         return self._unusable[0]
 
     def pytest_report_collectionfinish(self) -> list[str]:
@@ -363,10 +339,9 @@ class GbSession:
         if self._end is None:
             from pytest_gbvalidate.run.ending import RunEnd
 
-            unusable = self.unusable_gpus()
             self._end = RunEnd(
-                *(self.config, self.settings, self.report, self.comparison_if_engaged, self.world is not None),
-                *(self.is_controller, unusable, self.history_dir, self.output_notes),
+                *(self.config, self.settings, self.report, self._comparison, self.world is not None),
+                *(self.is_controller, self.unusable_gpus(), self.history_dir, self.output_notes),
             )
         return self._end
 
@@ -413,8 +388,7 @@ class GbSession:
 
     @pytest.hookimpl(specname="pytest_sessionfinish", wrapper=True, trylast=True)
     def pytest_sessionfinish_after_writers(self, session: pytest.Session) -> Generator[None]:
-        """The innermost wrapper: after pytest's own writers (junitxml's, pytest-html's), the run's own files, so
-        that the report says which of theirs were lost."""
+        """The innermost wrapper: after pytest's own writers, the run's own files, saying which of theirs were lost."""
         try:
             return (yield)
         finally:
@@ -434,8 +408,7 @@ class GbSession:
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)  # around pytest's own summary: the verdict after all of it
     def pytest_terminal_summary(self, terminalreporter: Any) -> Generator[None]:
-        """Details before pytest's failures and short test summary; the run, measured vs baseline and the failures
-        by fault category after them, the last lines before pytest's closing line."""
+        """Details before pytest's failures and short test summary; the verdict's sections after them (terminal.py)."""
         if not self.is_controller or not self.engaged:
             return (yield)
         from pytest_gbvalidate.report import terminal
@@ -452,9 +425,7 @@ class GbSession:
         _write_sections(terminalreporter, terminal.verdict_sections(self.target.sku, self.report.data, given))
         return result
 
-    # --- report sections beyond measurements: GPU inventory, NUMA map, telemetry -----------------------------
-    # Probed wherever the test runs (an xdist worker, or this process) and carried to the controller in the
-    # test's payload, with its measurements.
+    # --- report sections, probed wherever the test runs and carried to the controller in its payload (payload.py)
 
     def set_report_section(self, name: NodeSection, value: Any) -> None:
         """A section of the JSON report about the whole node (`gpus`, `numa_map`), sent with the next report."""

@@ -17,15 +17,13 @@ STOPS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
 class Stopper:
     """SIGTERM (Slurm's scancel and time limit, Kubernetes deleting a pod), SIGHUP (a closed terminal) and SIGINT
-    (Ctrl-C) end the run as Ctrl-C does: pytest's interrupted path tears the ranks down, writes the report
-    `"interrupted"`, records nothing and exits 2. Python's default for SIGTERM and SIGHUP ends the process at once,
-    leaving the report "running".
+    (Ctrl-C) end the run as Ctrl-C does (pytest's interrupted path: the report `"interrupted"`, exit 2); Python's
+    default for SIGTERM and SIGHUP ends the process at once, leaving the report "running".
 
-    Only the first signal stops the run: a second one (Ctrl-C pressed twice, scancel then slurmd's own SIGTERM)
-    would land in pytest's own interrupted path, which never sets the exit status, and the report would say
-    `finished` over a part of the checks. Once the outputs are being written (`finishing`), a signal no longer
-    interrupts: cut there, the report would stay `running` and the run's files be lost after every check had run.
-    `cut_short` says whether a signal stopped the checks, whatever pytest's exit status says."""
+    Only the first signal stops the run: a second would land in pytest's own interrupted path, which never sets the
+    exit status (the report would say `finished` over part of the checks). Once the outputs are being written
+    (`finishing`), a signal no longer interrupts, so they are not lost. `cut_short`: whether a signal stopped the
+    checks, whatever pytest's exit status says."""
 
     def __init__(self) -> None:
         self.replaced: dict[int, Any] = {}  # the handlers replaced, to put back when the session ends
@@ -60,10 +58,8 @@ class Stopper:
 
 
 def end_now(config: pytest.Config, session: pytest.Session | None) -> NoReturn:
-    """A rank whose process group failed ends here, its reports written, with the run's exit status. Left to the
-    interpreter's exit, torch's NCCL watchdog held it (every collective still queued timed out in turn, a minute
-    apart) or crashed it (SIGABRT, "Broken promise"), and the launcher would wait on it or call a node whose run had
-    ended a crashed one."""
+    """A rank whose process group failed ends here, its reports written, with the run's exit status: left to the
+    interpreter's exit, torch's NCCL watchdog holds it (each queued collective timing out in turn) or crashes it."""
     capture = config.pluginmanager.get_plugin("capturemanager")
     if capture is not None:  # what pytest still holds of the output, to the terminal
         capture.stop_global_capturing()
