@@ -1,11 +1,11 @@
-"""The node against its own earlier report (`--gb-compare PATH`): before and after maintenance.
+"""The node against its own earlier report (`--gb-compare PATH`): before and after maintenance. No pytest here.
 
 The earlier run's JSON report is read once; the run first checks it is the same node (hostname, and each GPU's
 serial and UUID by PCI bus id), then every measurement is also compared with the one of the same metric and scope in
-that report. The change allowed is `--gb-compare-fail`'s, else the resolution the metric needs (the baseline's
-`resolution`, rules/resolution.py): never a baseline's fail band, which would let a node lose most of a figure
-between two runs. The figure's resolution is made of the spreads behind the comparison: the new figure's samples
-(and its waits for a CPU), the earlier figure's, and, with the node's kept history (`--gb-history`, from
+that report (compare_one). The change allowed is `--gb-compare-fail`'s, else the resolution the metric needs (the
+baseline's `resolution`, rules/resolution.py): never a baseline's fail band, which would let a node lose most of a
+figure between two runs. The figure's resolution is made of the spreads behind the comparison: the new figure's
+samples (and its waits for a CPU), the earlier figure's, and, with the node's kept history (`--gb-history`, from
 noise.MIN_RUNS runs on), the figure's run-to-run spread on this node. resolution.side turns the change and that
 resolution into the verdict, the allowed change and the noise overlapping (both are tolerances for the same scatter:
 a change is excused by the larger, not their sum): noise excuses no more than the metric needs, and a figure too
@@ -13,12 +13,8 @@ noisy for it is `unresolved`, never `ok`. With a kept history the figure is also
 the node's reference runs (the median of its oldest noise.MIN_RUNS kept runs): a node losing a little each run never
 moves far from the run before, and only the reference shows the fall. The worse of the two verdicts holds.
 
-pytest-benchmark's convention, mirrored rather than reused: `--benchmark-compare` / `--benchmark-compare-fail=
-mean:5%` compare pytest-benchmark's own saved timing statistics of functions it timed itself; our measurements are
-bandwidths, TFLOPS and step times that the checks take with CUDA events, kept in our JSON report. So the names
-follow it (`--gb-compare`, `--gb-compare-fail=[METRIC:]PCT%`), the storage is the report the run already writes.
-
-No pytest here.
+The names follow pytest-benchmark's (`--benchmark-compare`, `--benchmark-compare-fail=mean:5%`), not its storage: it
+compares timings it took itself, ours are the bandwidths, TFLOPS and step times in the report the run already writes.
 """
 
 from __future__ import annotations
@@ -72,9 +68,7 @@ class AllowedRegression:
 
     def for_metric(self, metric: str, needed: rs.Needed) -> tuple[float, str]:
         """(the percentage, where it comes from): `--gb-compare-fail`'s for the metric, else its default, else the
-        resolution the metric needs (`needed`). Never a baseline's fail band: that is how far any healthy node may
-        be from the expected figure, and a node that lost that much since its last run has lost it (a fail band of
-        95% let a figure fall to a twentieth of the run before)."""
+        resolution the metric needs (`needed`); never a baseline's fail band (the module's rule)."""
         if metric in self.by_metric:
             return self.by_metric[metric], f"--gb-compare-fail {metric}"
         if self.default_pct is not None:
@@ -112,7 +106,7 @@ def parse_allowed(text: str) -> AllowedRegression:
 
 
 def _shown(z: float) -> float | str:
-    """A z-score for the report: rounded, or "inf" / "-inf" (JSON has no infinity)."""
+    """A z-score or a delta for the report: rounded, or "inf" / "-inf" / "nan" (JSON has neither)."""
     return round(z, 3) if math.isfinite(z) else str(z)
 
 
@@ -122,13 +116,10 @@ def run_pace(
     allowed: AllowedRegression,
     again: Sequence[MeasurementRecord] | None = None,
 ) -> RunPaceRecord | None:
-    """The run as a whole against the node's kept runs (rules/pace.py): regressed where its pace -- the median of its
-    figures, or its share of worse figures -- is an outlier among theirs (beyond noise.family_z for two figures
-    against as many runs) and its figures are, at the median, worse by more than the regression allowed
-    (`--gb-compare-fail`'s default, else DEFAULT_ALLOWED_PCT): a node slower across the board, each figure still
-    within its own run-to-run spread. With `again` (the run's checks measured once more, where the first pass's
-    pace regressed): the pace of each figure's better pass, the first pass's beside it in `first_pass`. None
-    without a history that can say (fewer than noise.MIN_RUNS + 1 kept runs, or figures)."""
+    """The run as a whole against the node's kept runs, by pace.Pace.verdict with `--gb-compare-fail`'s default, else
+    DEFAULT_ALLOWED_PCT: a node slower across the board, each figure still within its own run-to-run spread. With
+    `again` (the run's checks measured once more, where the first pass's pace regressed): the pace of each figure's
+    better pass, the first pass's in `first_pass`. None without a history that can say."""
     pace = _pace(earlier, measurements, allowed)
     if pace is None or again is None:
         return pace
@@ -166,13 +157,10 @@ def better_passes(first: Sequence[MeasurementRecord], again: Sequence[Measuremen
 def _pace(
     earlier: EarlierReport, measurements: Sequence[MeasurementRecord], allowed: AllowedRegression
 ) -> RunPaceRecord | None:
-    now: dict[tuple[str, str, str, str], float] = {}
-    directions: dict[tuple[str, str, str, str], str] = {}
-    for record in measurements:
-        value = noise.finite(record["value"])
-        if value is not None:
-            now[measurement_key(record)] = value
-            directions[measurement_key(record)] = record["direction"]
+    kept = [
+        (measurement_key(r), v, r["direction"]) for r in measurements if (v := noise.finite(r["value"])) is not None
+    ]
+    now, directions = {key: v for key, v, _ in kept}, {key: d for key, _, d in kept}
     found = pacing.pace(now, earlier.runs, directions)
     z = None if found is None else found.z()
     if found is None or z is None:
@@ -214,17 +202,11 @@ def compare_one(
     same_node: SameNode,
     now: str,
 ) -> MeasurementCompareRecord | None:
-    """The `compare` section of a measurement `record` (metric, scope, value, unit, direction, details, noise), or
-    None when the earlier report has no such measurement. `needed`: the resolution the metric needs (its
-    baseline's), which is also the change allowed where `--gb-compare-fail` gives none.
-
-    The figure is judged against the earlier report's, and, where the node's kept runs have it, against the
-    node's reference runs (_reference_runs), each by resolution.side: its change to the worse side (a log ratio)
-    beyond the allowed one, against its resolution -- the spreads of its samples, of what it is compared with and
-    of the node's runs. The worse verdict holds (SEVERITY), and the message says which comparison decided. A
-    figure that is not a finite number regressed."""
-    old = earlier.measurements.get(measurement_key(record))
-    value = record.get("value")
+    """The `compare` section of a measurement `record` (metric, scope, value, unit, direction, details, noise) by the
+    module's rules, or None when the earlier report has no such measurement. `needed`: the resolution the metric
+    needs (its baseline's). The message says which comparison decided; a figure that is no finite number regressed."""
+    key = measurement_key(record)
+    old, value = earlier.measurements.get(key), record.get("value")
     if old is None or not isinstance(value, (int, float)):
         return None
     metric, scope, unit = record["metric"], record["scope"], record["unit"]
@@ -236,41 +218,28 @@ def compare_one(
         message = f"{metric} [{scope}]: not compared with the earlier report: this GPU was {replaced}"
         return _compared(old_value, earlier.date, now, None, None, GPU_REPLACED, message)
     delta_pct = _delta_pct(value, old_value)
-    key = measurement_key(record)
     runs = earlier.run_to_run.get(key)
     pct, source = allowed.for_metric(metric, needed)
     direction = rs.direction_of(str(record["direction"]))
     own, theirs = noise.from_record(record.get("noise")), noise.from_record(old.get("noise"))
+    samples = None if own is None else own.error_of()
+    run_to_run = None if runs is None else runs.spread_pct
+    explained = noise.explained_pct(own)  # a fall its waits for a CPU explain is not the node's
     # The earlier report's figure, then the node's reference runs where they have it, each with its own error.
     references = [(float(old_value), None if theirs is None else theirs.error_of(), "the earlier report")]
-    reference = _reference_runs(earlier, key)
-    references += [] if reference is None else [reference]
-    judged = [
-        _judge(
-            against,
-            float(value),
-            figure,
-            direction,
-            pct,
-            needed,
-            rs.of_spreads(
-                samples=None if own is None else own.error_of(),
-                reference=spread,
-                run_to_run=None if runs is None else runs.spread_pct,
-                explained_pct=noise.explained_pct(own),  # a fall its waits for a CPU explain is not the node's
-            ),
-            _SpreadNames("the earlier report's figure" if n == 0 else "the reference runs' median", runs),
-        )
-        for n, (figure, spread, against) in enumerate(references)
-    ]
+    references += [] if (reference := _reference_runs(earlier, key)) is None else [reference]
+    judged = []
+    for n, (figure, spread, against) in enumerate(references):
+        resolution = rs.of_spreads(samples=samples, reference=spread, run_to_run=run_to_run, explained_pct=explained)
+        names = _SpreadNames("the earlier report's figure" if n == 0 else "the reference runs' median", runs)
+        judged.append(_judge(against, float(value), figure, direction, pct, needed, resolution, names))
     decided = max(judged, key=lambda j: SEVERITY.index(j.verdict))  # the first of equals: the earlier report
     head = (
         f"{metric} [{scope}]: {number(value)} {unit} now ({now}) against {number(old_value)} {unit} in the earlier "
         f"report ({earlier.date}), delta {delta_pct:+.1f}%, {direction} is better, allowed {pct:g}% ({source})"
     )
     message = _message(head, float(value), unit, judged, decided)
-    shown_delta = round(delta_pct, 3) if math.isfinite(delta_pct) else str(delta_pct)
-    section = _compared(old_value, earlier.date, now, shown_delta, pct, decided.verdict, message)
+    section = _compared(old_value, earlier.date, now, _shown(delta_pct), pct, decided.verdict, message)
     if decided.resolution is not None:
         section["resolution"] = _resolution_record(decided.resolution, needed)
         section["noise_margin_pct"] = round(decided.resolution.pct, 3)  # the resolution, as readers before it had it
@@ -345,11 +314,9 @@ def _judge(
     if not math.isfinite(value):
         return _Judged(against, reference, resolution, REGRESSED, "; not a finite number")
     worse = rs.worse_pct(value, reference, direction)
-    side = (
-        "within"
-        if rs.at_least_as_good(value, reference, direction)
-        else rs.side(worse - allowed_pct, resolution, needed, tolerance_pct=allowed_pct)
-    )
+    side = rs.side(worse - allowed_pct, resolution, needed, tolerance_pct=allowed_pct)
+    if rs.at_least_as_good(value, reference, direction):
+        side = "within"
     shown = f"{worse:+.1f}% to the worse side as a log ratio"
     if resolution is None:
         why = f"; {shown}" if side == "beyond" else ""
@@ -369,10 +336,9 @@ def _judge(
 
 
 def _reference_runs(earlier: EarlierReport, key: tuple[str, str, str, str]) -> tuple[float, float | None, str] | None:
-    """The node's reference for the figure `key`: the median of its oldest noise.MIN_RUNS kept runs that have it,
-    that median's own error (noise.median_error_pct of their spread; None where they give none), and how the
-    message names it. None with fewer kept runs. The run before is the reference of a comparison that a node
-    losing a little each run always passes; the node's first runs are not."""
+    """The node's reference for the figure `key` (the module's rule): the median of its oldest noise.MIN_RUNS kept
+    runs that have it, that median's own error (noise.median_error_pct; None where they give none), and how the
+    message names it. None with fewer kept runs."""
     values = [run[key] for run in earlier.runs if key in run and math.isfinite(run[key])]
     if len(values) < noise.MIN_RUNS:
         return None

@@ -217,7 +217,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     atomic_write_by(path, lambda name: Path(name).write_bytes(data))
 
 
-def atomic_write_by(path: Path, write: Callable[[str], None]) -> None:
+def atomic_write_by(path: Path, write: Callable[[str], object]) -> None:
     """Write `path` by `write(name)`, which writes the whole file at `name` (pytest's JUnit writer opens its own):
     the temporary file beside `path`, renamed over it once `write` returned; its OSError is an OutputError too."""
     if (problem := unwritable(path)) is not None:
