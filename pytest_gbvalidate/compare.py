@@ -1,17 +1,15 @@
 """The node against its own earlier report (`--gb-compare PATH`): before and after maintenance. No pytest here.
 
-The earlier run's JSON report is read once; the run first checks it is the same node (hostname, and each GPU's
-serial and UUID by PCI bus id), then every measurement is also compared with the one of the same metric and scope in
-that report (compare_one). The change allowed is `--gb-compare-fail`'s, else the resolution the metric needs (the
-baseline's `resolution`, rules/resolution.py): never a baseline's fail band, which would let a node lose most of a
-figure between two runs. The figure's resolution is made of the spreads behind the comparison: the new figure's
-samples (and its waits for a CPU), the earlier figure's, and, with the node's kept history (`--gb-history`, from
-noise.MIN_RUNS runs on), the figure's run-to-run spread on this node. resolution.side turns the change and that
-resolution into the verdict, the allowed change and the noise overlapping (both are tolerances for the same scatter:
-a change is excused by the larger, not their sum): noise excuses no more than the metric needs, and a figure too
-noisy for it is `unresolved`, never `ok`. With a kept history the figure is also judged, by the same rule, against
-the node's reference runs (the median of its oldest noise.MIN_RUNS kept runs): a node losing a little each run never
-moves far from the run before, and only the reference shows the fall. The worse of the two verdicts holds.
+The earlier run's JSON report is read once; the run first checks it is the same node (hostname, and each GPU's serial
+and UUID by PCI bus id), then every measurement is also compared with the one of the same metric and scope in that
+report (compare_one). The change allowed is `--gb-compare-fail`'s, else the resolution the metric needs (the baseline's
+`resolution`, rules/resolution.py): never a baseline's fail band, which would let a node lose most of a figure between
+two runs. The figure's resolution is made of the spreads behind the comparison: the new figure's samples (and its waits
+for a CPU), the earlier figure's, and, with the node's kept history (`--gb-history`, from noise.MIN_RUNS runs on), the
+figure's run-to-run spread on this node. resolution.side turns the change and that resolution into the verdict: a figure
+too noisy for the metric is `unresolved`, never `ok`. With a kept history the figure is also judged, by the same rule,
+against the node's reference runs (the median of its oldest noise.MIN_RUNS kept runs): a node losing a little each run
+never moves far from the run before, and only the reference shows the fall. The worse verdict holds.
 
 The names follow pytest-benchmark's (`--benchmark-compare`, `--benchmark-compare-fail=mean:5%`), not its storage: it
 compares timings it took itself, ours are the bandwidths, TFLOPS and step times in the report the run already writes.
@@ -34,7 +32,6 @@ from pytest_gbvalidate.report.records import (
     MeasurementCompareRecord,
     MeasurementRecord,
     PaceFirstPassRecord,
-    ResolutionRecord,
     RunPaceRecord,
     measurement_key,
 )
@@ -78,8 +75,7 @@ class AllowedRegression:
 
 def parse_allowed(text: str) -> AllowedRegression:
     """`5%`, `all_reduce_busbw_gbps:3%`, or several, separated by commas or spaces: `3%,gemm_bf16_tflops:2%`."""
-    default: float | None = None
-    by_metric: dict[str, float] = {}
+    by_metric: dict[str, float] = {}  # "": every other metric
     for part in text.replace(",", " ").split():
         metric, _, pct_text = part.rpartition(":")
         if not pct_text.endswith("%"):
@@ -94,15 +90,12 @@ def parse_allowed(text: str) -> AllowedRegression:
             close = difflib.get_close_matches(metric, CATALOG, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise ValueError(f"{part!a}: no metric {metric!a}{hint}; the metrics are those in metrics.CATALOG")
-        if metric in by_metric or (not metric and default is not None):  # which of the two was meant?
+        if metric in by_metric:  # which of the two was meant?
             raise ValueError(f"{part!a}: a second percentage for {metric or 'every other metric'}")
-        if metric:
-            by_metric[metric] = pct
-        else:
-            default = pct
-    if default is None and not by_metric:
+        by_metric[metric] = pct
+    if not by_metric:
         raise ValueError("expected [METRIC:]PCT%, e.g. 5% or all_reduce_busbw_gbps:3%")
-    return AllowedRegression(default, by_metric)
+    return AllowedRegression(by_metric.pop("", None), by_metric)
 
 
 def _shown(z: float) -> float | str:
@@ -162,8 +155,7 @@ def _pace(
     ]
     now, directions = {key: v for key, v, _ in kept}, {key: d for key, _, d in kept}
     found = pacing.pace(now, earlier.runs, directions)
-    z = None if found is None else found.z()
-    if found is None or z is None:
+    if found is None or (z := found.z()) is None:
         return None
     share_z = found.share_z()
     pct = DEFAULT_ALLOWED_PCT if allowed.default_pct is None else allowed.default_pct
@@ -209,12 +201,10 @@ def compare_one(
     old, value = earlier.measurements.get(key), record.get("value")
     if old is None or not isinstance(value, (int, float)):
         return None
-    metric, scope, unit = record["metric"], record["scope"], record["unit"]
-    old_value = old["value"]
+    metric, scope, unit, old_value = record["metric"], record["scope"], record["unit"], old["value"]
     if not isinstance(old_value, (int, float)):  # only numbers are kept by load_earlier
         return None
-    replaced = same_node.replaced.get(scope)
-    if replaced is not None:
+    if (replaced := same_node.replaced.get(scope)) is not None:
         message = f"{metric} [{scope}]: not compared with the earlier report: this GPU was {replaced}"
         return _compared(old_value, earlier.date, now, None, None, GPU_REPLACED, message)
     delta_pct = _delta_pct(value, old_value)
@@ -240,9 +230,14 @@ def compare_one(
     )
     message = _message(head, float(value), unit, judged, decided)
     section = _compared(old_value, earlier.date, now, _shown(delta_pct), pct, decided.verdict, message)
-    if decided.resolution is not None:
-        section["resolution"] = _resolution_record(decided.resolution, needed)
-        section["noise_margin_pct"] = round(decided.resolution.pct, 3)  # the resolution, as readers before it had it
+    if (resolution := decided.resolution) is not None:
+        section["resolution"] = {
+            "pct": round(resolution.pct, 3),
+            "spreads": {name: round(spread, 3) for name, spread in resolution.spreads},
+            "needed_pct": needed.pct,
+            "needed_source": needed.source,
+        }
+        section["noise_margin_pct"] = round(resolution.pct, 3)  # the resolution, as readers before it had it
     if runs is not None:
         section["run_to_run"] = runs.as_record(value)
     return section
@@ -317,7 +312,7 @@ def _judge(
     side = rs.side(worse - allowed_pct, resolution, needed, tolerance_pct=allowed_pct)
     if rs.at_least_as_good(value, reference, direction):
         side = "within"
-    shown = f"{worse:+.1f}% to the worse side as a log ratio"
+    shown, why = f"{worse:+.1f}% to the worse side as a log ratio", ""
     if resolution is None:
         why = f"; {shown}" if side == "beyond" else ""
     elif side == "within_noise":
@@ -330,8 +325,6 @@ def _judge(
     elif side == "beyond":
         excused = max(allowed_pct, min(resolution.pct, needed.pct))
         why = f"; {shown}, beyond the {excused:.1f}% it and its resolution allow ({names.describe(resolution)})"
-    else:
-        why = ""
     return _Judged(against, reference, resolution, _BY_SIDE[side], why)
 
 
@@ -347,15 +340,6 @@ def _reference_runs(earlier: EarlierReport, key: tuple[str, str, str, str]) -> t
     error = None if spread is None else noise.median_error_pct(spread, len(first))
     against = f"the node's reference runs (median of the first {len(first)} of {len(values)} kept runs)"
     return statistics.median(first), error, against
-
-
-def _resolution_record(resolution: rs.Resolution, needed: rs.Needed) -> ResolutionRecord:
-    return {
-        "pct": round(resolution.pct, 3),
-        "spreads": {name: round(spread, 3) for name, spread in resolution.spreads},
-        "needed_pct": needed.pct,
-        "needed_source": needed.source,
-    }
 
 
 def _compared(

@@ -4,6 +4,7 @@ the reports whatever the verdict."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 import warnings
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -14,7 +15,7 @@ import pytest
 from pytest_gbvalidate.hooks import GbValidateWarning as GbValidateWarning  # its documented place
 from pytest_gbvalidate.metrics import CATALOG, MetricSpec
 from pytest_gbvalidate.report.junit_properties import junit_properties
-from pytest_gbvalidate.report.records import INFO, PASS, RECORDED, SKIP, UNRESOLVED, WARN, MeasurementRecord
+from pytest_gbvalidate.report.records import FAIL, INFO, PASS, RECORDED, SKIP, UNRESOLVED, WARN, MeasurementRecord
 from pytest_gbvalidate.report.writer import json_safe, utc_now
 from pytest_gbvalidate.rules import noise as nz
 from pytest_gbvalidate.rules import resolution as rs
@@ -24,11 +25,11 @@ if TYPE_CHECKING:
     from pytest_gbvalidate import baselines as bl
     from pytest_gbvalidate.report.records import Verdict as VerdictWord
     from pytest_gbvalidate.run.session import GbSession
-    from pytest_gbvalidate.target import Target
 
 
 # What an unresolved figure's failure line starts with: the fault table's `unresolved` category matches it.
 UNRESOLVED_PREFIX = "UNRESOLVED: "
+Figures = Mapping[str, tuple[float, Mapping[str, Any]]]  # label -> (value, details): the devices of one node
 
 
 class Judged(NamedTuple):
@@ -104,24 +105,31 @@ class Expect:
         from pytest_gbvalidate import baselines as bl
         from pytest_gbvalidate.baselines.verdicts import resolution_of
 
-        target, (metric, value, scope, details) = self.gb.target, measured
-        spec, ref, record = self._record(metric, value, scope, spec, details, noise)
+        target, (metric, value, scope, _) = self.gb.target, measured
+        spec, ref, record = self._record(measured, spec, noise)
         regressed = self._compare(record, ref)
         if ref is not None and (ref.unit, ref.direction) != (spec.unit, spec.direction):
             reason = f"{metric}: measured in {spec.unit} ({spec.direction} is better) but the baseline says "
             reason += f"{ref.unit} ({ref.direction} is better) in {target.baseline_file}"
-            return Judged(record, None, bl.FAIL, reason, (reason,))
+            return Judged(record, None, FAIL, reason, (reason,))
         if ref is None or not ref.has_reference:
             if self.gb.settings.record.value is not None:
                 return Judged(record, None, RECORDED, "recorded, no baseline to compare with", (regressed,))
-            reason = _no_reference_reason(target, metric, scope, ref)
+            if target.baseline is None or metric not in target.baseline.metrics:
+                reason = f"{target.sku} baseline has no {metric}"
+            elif ref is None:
+                reason = f"{target.sku} baseline has no {metric} value for {scope}"
+            else:
+                reason = (
+                    f"{target.sku} baseline for {metric} is provisional with no reference value yet ({ref.provenance})"
+                )
             if self.gb.settings.strict.value:
-                return Judged(record, None, bl.FAIL, reason, (f"{reason} (--gb-strict)", regressed), reason)
+                return Judged(record, None, FAIL, reason, (f"{reason} (--gb-strict)", regressed), reason)
             return Judged(record, None, SKIP, reason, (regressed,), reason)
         verdict = bl.compare(ref, value, scope, resolution_of(nz.from_record(record.get("noise")), ref))
-        if verdict.verdict == bl.UNRESOLVED:
+        if verdict.verdict == UNRESOLVED:
             verdict = dataclasses.replace(verdict, noise_note=verdict.noise_note + _sampled(record["details"]))
-        missed = {bl.FAIL: verdict.message, bl.UNRESOLVED: f"{UNRESOLVED_PREFIX}{verdict.message}"}
+        missed = {FAIL: verdict.message, UNRESOLVED: f"{UNRESOLVED_PREFIX}{verdict.message}"}
         return Judged(record, verdict, verdict.verdict, verdict.message, (missed.get(verdict.verdict), regressed))
 
     def record(
@@ -135,9 +143,7 @@ class Expect:
     ) -> None:
         """Keep a measurement in the reports without comparing it with anything (verdict `info`): the sizes of
         a sweep that the baseline does not gate, so every measured size is reported."""
-        from pytest_gbvalidate.baselines import INFO
-
-        _, ref, record = self._record(metric, float(value), scope, spec, details)
+        _, ref, record = self._record(Measured(metric, float(value), scope, details or {}), spec)
         self._compare(record, ref)  # reported, never failing: the baseline does not gate this scope
         self._store(record, INFO, "measured; not gated at this scope")
 
@@ -146,10 +152,8 @@ class Expect:
     ) -> None:
         """Keep, in the reports, a measurement that was planned but not taken (a sweep size too large for the
         free memory): verdict `fail` where the scope is gated (the caller fails the test), else `info`."""
-        from pytest_gbvalidate import baselines as bl
-
-        _, _, record = self._record(metric, None, scope, None, details)
-        self._store(record, bl.FAIL if gated else INFO, f"not run: {reason}")
+        _, _, record = self._record(Measured(metric, math.nan, scope, details or {}), taken=False)
+        self._store(record, FAIL if gated else INFO, f"not run: {reason}")
 
     def suspect(self, host: str, why: str) -> None:
         """A node of a multi-node run that this check finds at fault, for the report's `suspects` section, with
@@ -161,16 +165,11 @@ class Expect:
         self.gb.add_report_record(self.item, "suspects", entry)
 
     def _record(
-        self,
-        metric: str,
-        value: float | None,
-        scope: str,
-        spec: MetricSpec | None,
-        details: Mapping[str, Any] | None,
-        noise: nz.Noise | None = None,
+        self, measured: Measured, spec: MetricSpec | None = None, noise: nz.Noise | None = None, taken: bool = True
     ) -> tuple[MetricSpec, bl.Reference | None, MeasurementRecord]:
         """The metric's spec (built-in, given, or the baseline's), its reference, and the measurement's report
-        record, its verdict `info` until _store gives it the one it gets."""
+        record, its verdict `info` until _store gives it the one it gets; with no value where it was not `taken`."""
+        metric, value, scope, details = measured
         ref = self.gb.target.reference(metric, scope)
         spec = spec or CATALOG.get(metric) or _spec_from(ref)
         if spec is None:
@@ -180,7 +179,7 @@ class Expect:
             metric=metric,
             scope=scope,
             scope_kind=spec.scope_kind,
-            value=None if value is None else json_safe(value),
+            value=json_safe(value) if taken else None,
             unit=spec.unit,
             direction=rs.direction_of(spec.direction),
             details=dict(details or {}),
@@ -188,14 +187,13 @@ class Expect:
             message="",
         )
         noise = noise or nz.from_details(dict(details or {}))
-        if noise is not None and value is not None:
+        if noise is not None and taken:
             record["noise"] = noise.as_record()
         return spec, ref, record
 
     def _compare(self, record: MeasurementRecord, ref: bl.Reference | None) -> str | None:
-        """With --gb-compare: the measurement against the same one in the node's earlier report, kept in the
-        record's `compare` section. The message when it regressed beyond what is allowed or is too noisy to tell
-        (UNRESOLVED_PREFIX), else None."""
+        """With --gb-compare: the measurement against the node's earlier report, kept in the record's `compare` section;
+        the message where it regressed or is too noisy to tell (UNRESOLVED_PREFIX), else None."""
         comparison = self.gb.comparison
         if comparison is None:
             return None
@@ -239,19 +237,12 @@ class Expect:
                 failures.append(str(exc.msg))
             except pytest.skip.Exception as exc:
                 skip = skip or exc
-        if failures:
-            # A missed gate first: the first line decides the test's fault category, and UNRESOLVED is not one.
-            failures.sort(key=lambda line: line.startswith(UNRESOLVED_PREFIX))
-            pytest.fail("\n".join(failures), pytrace=False)
+        _fail_with(*failures)
         if skip is not None and not compared:
             raise skip
 
     def siblings(
-        self,
-        metric: str,
-        figures: Mapping[str, tuple[float, Mapping[str, Any]]],
-        of: str = "GPU",
-        again: Callable[[], Mapping[str, tuple[float, Mapping[str, Any]]]] | None = None,
+        self, metric: str, figures: Figures, of: str = "GPU", again: Callable[[], Figures] | None = None
     ) -> None:
         """Each device's figure of `metric` (label -> (value, details), the devices of one node) against its
         siblings': fails naming every device behind them by rules/outliers.py's sibling rule, whatever the baseline
@@ -330,28 +321,25 @@ class Expect:
         stored = record.copy()
         stored["verdict"], stored["message"] = verdict, message
         if judged is not None:
-            stored["expected"] = judged.expected
+            stored["expected"], stored["delta_pct"] = judged.expected, judged.rounded_delta_pct()
             stored["limit"], stored["warn_limit"] = judged.limits()
-            stored["delta_pct"] = judged.rounded_delta_pct()
             stored["status"], stored["provenance"] = judged.status, judged.provenance
-            resolution = judged.resolution_record()
-            if resolution is not None:
+            if (resolution := judged.resolution_record()) is not None:
                 stored["resolution"] = resolution
         self.gb.add_measurement(self.item, stored)
         self.item.user_properties.extend(junit_properties(stored))
 
 
 def _fail_with(*messages: str | None) -> None:
-    """Fail the test with every message given, one per line (a missed gate and a regression), an UNRESOLVED one
-    last: the first line decides the test's fault category. Pass on without."""
-    text = "\n".join(sorted((m for m in messages if m), key=lambda m: m.startswith(UNRESOLVED_PREFIX)))
-    if text:
-        pytest.fail(text, pytrace=False)
+    """Fail the test with every message given (None: none), one per line, an UNRESOLVED one last: the first line
+    decides the test's fault category, and UNRESOLVED is not one. Pass on without."""
+    lines = sorted((m for m in messages if m is not None), key=lambda m: m.startswith(UNRESOLVED_PREFIX))
+    if lines:
+        pytest.fail("\n".join(lines), pytrace=False)
 
 
 def _sampled(details: Mapping[str, Any]) -> str:
-    """What an unresolved figure's message adds where it was measured more than once: how often, and why no more
-    (rules/sampling.py)."""
+    """What an unresolved figure's message adds where it was measured more than once (rules/sampling.py)."""
     said = details.get("sampling")
     if not isinstance(said, dict):
         return ""
@@ -394,11 +382,3 @@ def _measured(given: Sequence[Any]) -> Measured:
 
 def _spec_from(ref: bl.Reference | None) -> MetricSpec | None:
     return None if ref is None else MetricSpec(ref.metric, ref.unit, ref.direction, ref.scope_kind, "")
-
-
-def _no_reference_reason(target: Target, metric: str, scope: str, ref: bl.Reference | None) -> str:
-    if target.baseline is None or metric not in target.baseline.metrics:
-        return f"{target.sku} baseline has no {metric}"
-    if ref is None:
-        return f"{target.sku} baseline has no {metric} value for {scope}"
-    return f"{target.sku} baseline for {metric} is provisional with no reference value yet ({ref.provenance})"

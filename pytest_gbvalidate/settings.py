@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast
 
 from pytest_gbvalidate import setting_values as sv
 from pytest_gbvalidate.levels import DEFAULT_LEVEL, LEVELS, Level
@@ -80,8 +80,7 @@ class Settings:
         return any(not self.get(spec.name).is_default for spec in TABLE)
 
     def get(self, name: str) -> Setting[Any]:
-        setting: Setting[Any] = getattr(self, name)
-        return setting
+        return cast("Setting[Any]", getattr(self, name))
 
     def report_section(self) -> dict[str, SettingRecord]:
         """Every setting with its value (as JSON holds it) and its source, for the JSON report."""
@@ -202,70 +201,43 @@ def _pick(sources: Sources, spec: SettingSpec) -> Setting[Any]:
 # Each setting's help text, for its option and its ini key.
 _HELP = {
     "sku": "SKU to check against, or 'auto' to detect it (Azure metadata, NVML, else 'cpu'). Default: auto.",
-    "level": (
-        f"how much to check: {', '.join(LEVELS)} (each runs the checks of the levels below it too). "
-        f"Default: {DEFAULT_LEVEL}, the acceptance gate."
-    ),
+    "level": f"how much to check: {', '.join(LEVELS)} (each runs the checks of the levels below it too). "
+    f"Default: {DEFAULT_LEVEL}, the acceptance gate.",
     "baselines": "directory of <SKU>.yaml baselines. Default: the baselines shipped with pytest-gbvalidate.",
     "report": "write the JSON run report here (rewritten as results arrive).",
-    "prometheus": (
-        "at the end of the run, write its measurements, verdicts and outcomes here as a Prometheus text file for "
-        "node_exporter's textfile collector (name it *.prom; needs pytest-gbvalidate[prometheus])."
-    ),
-    "history": (
-        "at the end of the run, keep its JSON report as DIR/<hostname>/<UTC start time>.json (the node's history, "
-        "for --gb-compare=last and `python -m pytest_gbvalidate.fleet history`)."
-    ),
-    "window": (
-        "the file that keeps where the kernel log and the error counters stood at each check's last clean run, so "
-        "an Xid or an error is judged once and counters as rates since then; 'none': judge everything since boot. "
-        f"Default: {window.DEFAULT_PATH} (emptied by a reboot)."
-    ),
+    "prometheus": "at the end of the run, write its measurements, verdicts and outcomes here as a Prometheus text "
+    "file for node_exporter's textfile collector (name it *.prom; needs pytest-gbvalidate[prometheus]).",
+    "history": "at the end of the run, keep its JSON report as DIR/<hostname>/<UTC start time>.json (the node's "
+    "history, for --gb-compare=last and `python -m pytest_gbvalidate.fleet history`).",
+    "window": "the file that keeps where the kernel log and the error counters stood at each check's last clean "
+    "run, so an Xid or an error is judged once and counters as rates since then; 'none': judge everything since "
+    f"boot. Default: {window.DEFAULT_PATH} (emptied by a reboot).",
     "strict": "fail, rather than skip, a measurement the baseline has no reference for.",
-    "timeout": (
-        "seconds one call on the ranks may take before the gang is torn down and the test fails, "
-        f"{sv.MIN_TIMEOUT_S:g} to {sv.MAX_TIMEOUT_S:g} (a week). Default: 300 on GPU SKUs, 30 on cpu."
-    ),
-    "compare": (
-        "also compare every measurement with the same one in this earlier JSON report of the same node, or with "
-        "'last': its latest report in --gb-history; a regression beyond the allowed percentage fails the test (as "
-        "pytest-benchmark's --benchmark-compare)."
-    ),
-    "compare_fail": (
-        "the regression --gb-compare allows, [METRIC:]PCT%, comma-separated (e.g. 5% or "
-        f"'3%,all_reduce_busbw_gbps:2%'). Default: {compare_fail_default()}."
-    ),
-    "scratch": (
-        "the local scratch directory the storage checks write to (the node's NVMe volume). Default: a "
-        "temporary directory on cpu; on GPU SKUs the storage checks skip without one."
-    ),
-    "reference_tools": (
-        "also run nccl-tests (all_reduce_perf, ...) and nvbandwidth when they are on PATH, and report their figures "
-        "beside ours."
-    ),
-    "engine_python": (
-        "the Python the NeMo engines' driver runs under, with any launcher before it (e.g. /opt/nemo/bin/python, "
-        "or 'srun --container-image=nvcr.io/nvidia/nemo:25.04 python'). Default: the baseline's "
-        "pretrain.engine_python, else this interpreter."
-    ),
-    "world": (
-        "auto: under torchrun or srun this process is one rank of the launcher's world (srun's tasks, not a batch "
-        "script); none: it is one node's own run whatever a launcher set (e.g. per-node checks started on every "
-        "node by one srun). Default: auto."
-    ),
-    "compute_domain": (
-        "whether this node is to be in a multi-node NVLink compute domain now, so that IMEX must be ready: expected; "
-        "none (IMEX is not judged); auto: judged where IMEX is set up on the node (a channel device or the "
-        "nvidia-imex daemon), not on an idle node outside any domain. Default: auto."
-    ),
-    "node_idle": (
-        "no job runs on this node now: a process on its GPUs is one a job left behind, and fails "
-        "test_no_leftover_gpu_processes (the Slurm health check sets it where Slurm says the node is idle)."
-    ),
+    "timeout": "seconds one call on the ranks may take before the gang is torn down and the test fails, "
+    f"{sv.MIN_TIMEOUT_S:g} to {sv.MAX_TIMEOUT_S:g} (a week). Default: 300 on GPU SKUs, 30 on cpu.",
+    "compare": "also compare every measurement with the same one in this earlier JSON report of the same node, or "
+    "with 'last': its latest report in --gb-history; a regression beyond the allowed percentage fails the test (as "
+    "pytest-benchmark's --benchmark-compare).",
+    "compare_fail": "the regression --gb-compare allows, [METRIC:]PCT%, comma-separated (e.g. 5% or "
+    f"'3%,all_reduce_busbw_gbps:2%'). Default: {compare_fail_default()}.",
+    "scratch": "the local scratch directory the storage checks write to (the node's NVMe volume). Default: a "
+    "temporary directory on cpu; on GPU SKUs the storage checks skip without one.",
+    "reference_tools": "also run nccl-tests (all_reduce_perf, ...) and nvbandwidth when they are on PATH, and report "
+    "their figures beside ours.",
+    "engine_python": "the Python the NeMo engines' driver runs under, with any launcher before it (e.g. "
+    "/opt/nemo/bin/python, or 'srun --container-image=nvcr.io/nvidia/nemo:25.04 python'). Default: the baseline's "
+    "pretrain.engine_python, else this interpreter.",
+    "world": "auto: under torchrun or srun this process is one rank of the launcher's world (srun's tasks, not a "
+    "batch script); none: it is one node's own run whatever a launcher set (e.g. per-node checks started on every "
+    "node by one srun). Default: auto.",
+    "compute_domain": "whether this node is to be in a multi-node NVLink compute domain now, so that IMEX must be "
+    "ready: expected; none (IMEX is not judged); auto: judged where IMEX is set up on the node (a channel device or "
+    "the nvidia-imex daemon), not on an idle node outside any domain. Default: auto.",
+    "node_idle": "no job runs on this node now: a process on its GPUs is one a job left behind, and fails "
+    "test_no_leftover_gpu_processes (the Slurm health check sets it where Slurm says the node is idle).",
     "record": "write a baseline for this node from this run's measurements to PATH (the file name is the SKU).",
-    "rerun_failed": (
-        "run only the checks that failed in this earlier JSON report (run/rerun.py; same paths as that run)."
-    ),
+    "rerun_failed": "run only the checks that failed in this earlier JSON report (run/rerun.py; same paths as that "
+    "run).",
     "list_skus": "list known SKUs and exit.",
 }
 
@@ -286,8 +258,8 @@ TABLE: tuple[SettingSpec, ...] = (
     SettingSpec("scratch", sv.parse_scratch_dir, lambda: None, "DIR"),
     SettingSpec("reference_tools", sv.parse_bool, lambda: False),
     SettingSpec("engine_python", sv.parse_command, lambda: None, "COMMAND"),
-    SettingSpec("world", sv.parse_world, lambda: AUTO, "WORLD"),
-    SettingSpec("compute_domain", sv.parse_compute_domain, lambda: AUTO, "MODE"),
+    SettingSpec("world", lambda raw, _: sv.one_of(raw, sv.WORLDS), lambda: AUTO, "WORLD"),
+    SettingSpec("compute_domain", lambda raw, _: sv.one_of(raw, sv.COMPUTE_DOMAINS), lambda: AUTO, "MODE"),
     SettingSpec("node_idle", sv.parse_bool, lambda: False),
     SettingSpec("record", sv.parse_record_path, lambda: None, "PATH", cli_only=True),
     SettingSpec("rerun_failed", sv.parse_input_file, lambda: None, "REPORT", cli_only=True),
