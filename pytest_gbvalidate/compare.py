@@ -1,24 +1,18 @@
-"""The node against its own earlier report (`--gb-compare PATH`): before and after maintenance.
+"""The node against its own earlier report (`--gb-compare PATH`): before and after maintenance. No pytest here.
 
-The earlier run's JSON report is read once; the run first checks it is the same node (hostname, and each GPU's
-serial and UUID by PCI bus id), then every measurement is also compared with the one of the same metric and scope in
-that report. The change allowed is `--gb-compare-fail`'s, else the resolution the metric needs (the baseline's
-`resolution`, rules/resolution.py): never a baseline's fail band, which would let a node lose most of a figure
-between two runs. The figure's resolution is made of the spreads behind the comparison: the new figure's samples
-(and its waits for a CPU), the earlier figure's, and, with the node's kept history (`--gb-history`, from
-noise.MIN_RUNS runs on), the figure's run-to-run spread on this node. resolution.side turns the change and that
-resolution into the verdict, the allowed change and the noise overlapping (both are tolerances for the same scatter:
-a change is excused by the larger, not their sum): noise excuses no more than the metric needs, and a figure too
-noisy for it is `unresolved`, never `ok`. With a kept history the figure is also judged, by the same rule, against
-the node's reference runs (the median of its oldest noise.MIN_RUNS kept runs): a node losing a little each run never
-moves far from the run before, and only the reference shows the fall. The worse of the two verdicts holds.
+The earlier run's JSON report is read once; the run first checks it is the same node (hostname, and each GPU's serial
+and UUID by PCI bus id), then every measurement is also compared with the one of the same metric and scope in that
+report (compare_one). The change allowed is `--gb-compare-fail`'s, else the resolution the metric needs (the baseline's
+`resolution`, rules/resolution.py): never a baseline's fail band, which would let a node lose most of a figure between
+two runs. The figure's resolution is made of the spreads behind the comparison: the new figure's samples (and its waits
+for a CPU), the earlier figure's, and, with the node's kept history (`--gb-history`, from noise.MIN_RUNS runs on), the
+figure's run-to-run spread on this node. resolution.side turns the change and that resolution into the verdict: a figure
+too noisy for the metric is `unresolved`, never `ok`. With a kept history the figure is also judged, by the same rule,
+against the node's reference runs (the median of its oldest noise.MIN_RUNS kept runs): a node losing a little each run
+never moves far from the run before, and only the reference shows the fall. The worse verdict holds.
 
-pytest-benchmark's convention, mirrored rather than reused: `--benchmark-compare` / `--benchmark-compare-fail=
-mean:5%` compare pytest-benchmark's own saved timing statistics of functions it timed itself; our measurements are
-bandwidths, TFLOPS and step times that the checks take with CUDA events, kept in our JSON report. So the names
-follow it (`--gb-compare`, `--gb-compare-fail=[METRIC:]PCT%`), the storage is the report the run already writes.
-
-No pytest here.
+The names follow pytest-benchmark's (`--benchmark-compare`, `--benchmark-compare-fail=mean:5%`), not its storage: it
+compares timings it took itself, ours are the bandwidths, TFLOPS and step times in the report the run already writes.
 """
 
 from __future__ import annotations
@@ -38,7 +32,6 @@ from pytest_gbvalidate.report.records import (
     MeasurementCompareRecord,
     MeasurementRecord,
     PaceFirstPassRecord,
-    ResolutionRecord,
     RunPaceRecord,
     measurement_key,
 )
@@ -72,9 +65,7 @@ class AllowedRegression:
 
     def for_metric(self, metric: str, needed: rs.Needed) -> tuple[float, str]:
         """(the percentage, where it comes from): `--gb-compare-fail`'s for the metric, else its default, else the
-        resolution the metric needs (`needed`). Never a baseline's fail band: that is how far any healthy node may
-        be from the expected figure, and a node that lost that much since its last run has lost it (a fail band of
-        95% let a figure fall to a twentieth of the run before)."""
+        resolution the metric needs (`needed`); never a baseline's fail band (the module's rule)."""
         if metric in self.by_metric:
             return self.by_metric[metric], f"--gb-compare-fail {metric}"
         if self.default_pct is not None:
@@ -84,8 +75,7 @@ class AllowedRegression:
 
 def parse_allowed(text: str) -> AllowedRegression:
     """`5%`, `all_reduce_busbw_gbps:3%`, or several, separated by commas or spaces: `3%,gemm_bf16_tflops:2%`."""
-    default: float | None = None
-    by_metric: dict[str, float] = {}
+    by_metric: dict[str, float] = {}  # "": every other metric
     for part in text.replace(",", " ").split():
         metric, _, pct_text = part.rpartition(":")
         if not pct_text.endswith("%"):
@@ -100,19 +90,16 @@ def parse_allowed(text: str) -> AllowedRegression:
             close = difflib.get_close_matches(metric, CATALOG, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise ValueError(f"{part!a}: no metric {metric!a}{hint}; the metrics are those in metrics.CATALOG")
-        if metric in by_metric or (not metric and default is not None):  # which of the two was meant?
+        if metric in by_metric:  # which of the two was meant?
             raise ValueError(f"{part!a}: a second percentage for {metric or 'every other metric'}")
-        if metric:
-            by_metric[metric] = pct
-        else:
-            default = pct
-    if default is None and not by_metric:
+        by_metric[metric] = pct
+    if not by_metric:
         raise ValueError("expected [METRIC:]PCT%, e.g. 5% or all_reduce_busbw_gbps:3%")
-    return AllowedRegression(default, by_metric)
+    return AllowedRegression(by_metric.pop("", None), by_metric)
 
 
 def _shown(z: float) -> float | str:
-    """A z-score for the report: rounded, or "inf" / "-inf" (JSON has no infinity)."""
+    """A z-score or a delta for the report: rounded, or "inf" / "-inf" / "nan" (JSON has neither)."""
     return round(z, 3) if math.isfinite(z) else str(z)
 
 
@@ -122,13 +109,10 @@ def run_pace(
     allowed: AllowedRegression,
     again: Sequence[MeasurementRecord] | None = None,
 ) -> RunPaceRecord | None:
-    """The run as a whole against the node's kept runs (rules/pace.py): regressed where its pace -- the median of its
-    figures, or its share of worse figures -- is an outlier among theirs (beyond noise.family_z for two figures
-    against as many runs) and its figures are, at the median, worse by more than the regression allowed
-    (`--gb-compare-fail`'s default, else DEFAULT_ALLOWED_PCT): a node slower across the board, each figure still
-    within its own run-to-run spread. With `again` (the run's checks measured once more, where the first pass's
-    pace regressed): the pace of each figure's better pass, the first pass's beside it in `first_pass`. None
-    without a history that can say (fewer than noise.MIN_RUNS + 1 kept runs, or figures)."""
+    """The run as a whole against the node's kept runs, by pace.Pace.verdict with `--gb-compare-fail`'s default, else
+    DEFAULT_ALLOWED_PCT: a node slower across the board, each figure still within its own run-to-run spread. With
+    `again` (the run's checks measured once more, where the first pass's pace regressed): the pace of each figure's
+    better pass, the first pass's in `first_pass`. None without a history that can say."""
     pace = _pace(earlier, measurements, allowed)
     if pace is None or again is None:
         return pace
@@ -166,16 +150,12 @@ def better_passes(first: Sequence[MeasurementRecord], again: Sequence[Measuremen
 def _pace(
     earlier: EarlierReport, measurements: Sequence[MeasurementRecord], allowed: AllowedRegression
 ) -> RunPaceRecord | None:
-    now: dict[tuple[str, str, str, str], float] = {}
-    directions: dict[tuple[str, str, str, str], str] = {}
-    for record in measurements:
-        value = noise.finite(record["value"])
-        if value is not None:
-            now[measurement_key(record)] = value
-            directions[measurement_key(record)] = record["direction"]
+    kept = [
+        (measurement_key(r), v, r["direction"]) for r in measurements if (v := noise.finite(r["value"])) is not None
+    ]
+    now, directions = {key: v for key, v, _ in kept}, {key: d for key, _, d in kept}
     found = pacing.pace(now, earlier.runs, directions)
-    z = None if found is None else found.z()
-    if found is None or z is None:
+    if found is None or (z := found.z()) is None:
         return None
     share_z = found.share_z()
     pct = DEFAULT_ALLOWED_PCT if allowed.default_pct is None else allowed.default_pct
@@ -214,66 +194,50 @@ def compare_one(
     same_node: SameNode,
     now: str,
 ) -> MeasurementCompareRecord | None:
-    """The `compare` section of a measurement `record` (metric, scope, value, unit, direction, details, noise), or
-    None when the earlier report has no such measurement. `needed`: the resolution the metric needs (its
-    baseline's), which is also the change allowed where `--gb-compare-fail` gives none.
-
-    The figure is judged against the earlier report's, and, where the node's kept runs have it, against the
-    node's reference runs (_reference_runs), each by resolution.side: its change to the worse side (a log ratio)
-    beyond the allowed one, against its resolution -- the spreads of its samples, of what it is compared with and
-    of the node's runs. The worse verdict holds (SEVERITY), and the message says which comparison decided. A
-    figure that is not a finite number regressed."""
-    old = earlier.measurements.get(measurement_key(record))
-    value = record.get("value")
+    """The `compare` section of a measurement `record` (metric, scope, value, unit, direction, details, noise) by the
+    module's rules, or None when the earlier report has no such measurement. `needed`: the resolution the metric
+    needs (its baseline's). The message says which comparison decided; a figure that is no finite number regressed."""
+    key = measurement_key(record)
+    old, value = earlier.measurements.get(key), record.get("value")
     if old is None or not isinstance(value, (int, float)):
         return None
-    metric, scope, unit = record["metric"], record["scope"], record["unit"]
-    old_value = old["value"]
+    metric, scope, unit, old_value = record["metric"], record["scope"], record["unit"], old["value"]
     if not isinstance(old_value, (int, float)):  # only numbers are kept by load_earlier
         return None
-    replaced = same_node.replaced.get(scope)
-    if replaced is not None:
+    if (replaced := same_node.replaced.get(scope)) is not None:
         message = f"{metric} [{scope}]: not compared with the earlier report: this GPU was {replaced}"
         return _compared(old_value, earlier.date, now, None, None, GPU_REPLACED, message)
     delta_pct = _delta_pct(value, old_value)
-    key = measurement_key(record)
     runs = earlier.run_to_run.get(key)
     pct, source = allowed.for_metric(metric, needed)
     direction = rs.direction_of(str(record["direction"]))
     own, theirs = noise.from_record(record.get("noise")), noise.from_record(old.get("noise"))
+    samples = None if own is None else own.error_of()
+    run_to_run = None if runs is None else runs.spread_pct
+    explained = noise.explained_pct(own)  # a fall its waits for a CPU explain is not the node's
     # The earlier report's figure, then the node's reference runs where they have it, each with its own error.
     references = [(float(old_value), None if theirs is None else theirs.error_of(), "the earlier report")]
-    reference = _reference_runs(earlier, key)
-    references += [] if reference is None else [reference]
-    judged = [
-        _judge(
-            against,
-            float(value),
-            figure,
-            direction,
-            pct,
-            needed,
-            rs.of_spreads(
-                samples=None if own is None else own.error_of(),
-                reference=spread,
-                run_to_run=None if runs is None else runs.spread_pct,
-                explained_pct=noise.explained_pct(own),  # a fall its waits for a CPU explain is not the node's
-            ),
-            _SpreadNames("the earlier report's figure" if n == 0 else "the reference runs' median", runs),
-        )
-        for n, (figure, spread, against) in enumerate(references)
-    ]
+    references += [] if (reference := _reference_runs(earlier, key)) is None else [reference]
+    judged = []
+    for n, (figure, spread, against) in enumerate(references):
+        resolution = rs.of_spreads(samples=samples, reference=spread, run_to_run=run_to_run, explained_pct=explained)
+        names = _SpreadNames("the earlier report's figure" if n == 0 else "the reference runs' median", runs)
+        judged.append(_judge(against, float(value), figure, direction, pct, needed, resolution, names))
     decided = max(judged, key=lambda j: SEVERITY.index(j.verdict))  # the first of equals: the earlier report
     head = (
         f"{metric} [{scope}]: {number(value)} {unit} now ({now}) against {number(old_value)} {unit} in the earlier "
         f"report ({earlier.date}), delta {delta_pct:+.1f}%, {direction} is better, allowed {pct:g}% ({source})"
     )
     message = _message(head, float(value), unit, judged, decided)
-    shown_delta = round(delta_pct, 3) if math.isfinite(delta_pct) else str(delta_pct)
-    section = _compared(old_value, earlier.date, now, shown_delta, pct, decided.verdict, message)
-    if decided.resolution is not None:
-        section["resolution"] = _resolution_record(decided.resolution, needed)
-        section["noise_margin_pct"] = round(decided.resolution.pct, 3)  # the resolution, as readers before it had it
+    section = _compared(old_value, earlier.date, now, _shown(delta_pct), pct, decided.verdict, message)
+    if (resolution := decided.resolution) is not None:
+        section["resolution"] = {
+            "pct": round(resolution.pct, 3),
+            "spreads": {name: round(spread, 3) for name, spread in resolution.spreads},
+            "needed_pct": needed.pct,
+            "needed_source": needed.source,
+        }
+        section["noise_margin_pct"] = round(resolution.pct, 3)  # the resolution, as readers before it had it
     if runs is not None:
         section["run_to_run"] = runs.as_record(value)
     return section
@@ -345,12 +309,10 @@ def _judge(
     if not math.isfinite(value):
         return _Judged(against, reference, resolution, REGRESSED, "; not a finite number")
     worse = rs.worse_pct(value, reference, direction)
-    side = (
-        "within"
-        if rs.at_least_as_good(value, reference, direction)
-        else rs.side(worse - allowed_pct, resolution, needed, tolerance_pct=allowed_pct)
-    )
-    shown = f"{worse:+.1f}% to the worse side as a log ratio"
+    side = rs.side(worse - allowed_pct, resolution, needed, tolerance_pct=allowed_pct)
+    if rs.at_least_as_good(value, reference, direction):
+        side = "within"
+    shown, why = f"{worse:+.1f}% to the worse side as a log ratio", ""
     if resolution is None:
         why = f"; {shown}" if side == "beyond" else ""
     elif side == "within_noise":
@@ -363,16 +325,13 @@ def _judge(
     elif side == "beyond":
         excused = max(allowed_pct, min(resolution.pct, needed.pct))
         why = f"; {shown}, beyond the {excused:.1f}% it and its resolution allow ({names.describe(resolution)})"
-    else:
-        why = ""
     return _Judged(against, reference, resolution, _BY_SIDE[side], why)
 
 
 def _reference_runs(earlier: EarlierReport, key: tuple[str, str, str, str]) -> tuple[float, float | None, str] | None:
-    """The node's reference for the figure `key`: the median of its oldest noise.MIN_RUNS kept runs that have it,
-    that median's own error (noise.median_error_pct of their spread; None where they give none), and how the
-    message names it. None with fewer kept runs. The run before is the reference of a comparison that a node
-    losing a little each run always passes; the node's first runs are not."""
+    """The node's reference for the figure `key` (the module's rule): the median of its oldest noise.MIN_RUNS kept
+    runs that have it, that median's own error (noise.median_error_pct; None where they give none), and how the
+    message names it. None with fewer kept runs."""
     values = [run[key] for run in earlier.runs if key in run and math.isfinite(run[key])]
     if len(values) < noise.MIN_RUNS:
         return None
@@ -381,15 +340,6 @@ def _reference_runs(earlier: EarlierReport, key: tuple[str, str, str, str]) -> t
     error = None if spread is None else noise.median_error_pct(spread, len(first))
     against = f"the node's reference runs (median of the first {len(first)} of {len(values)} kept runs)"
     return statistics.median(first), error, against
-
-
-def _resolution_record(resolution: rs.Resolution, needed: rs.Needed) -> ResolutionRecord:
-    return {
-        "pct": round(resolution.pct, 3),
-        "spreads": {name: round(spread, 3) for name, spread in resolution.spreads},
-        "needed_pct": needed.pct,
-        "needed_source": needed.source,
-    }
 
 
 def _compared(

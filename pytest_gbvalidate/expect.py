@@ -4,6 +4,7 @@ the reports whatever the verdict."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 import warnings
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -14,7 +15,7 @@ import pytest
 from pytest_gbvalidate.hooks import GbValidateWarning as GbValidateWarning  # its documented place
 from pytest_gbvalidate.metrics import CATALOG, MetricSpec
 from pytest_gbvalidate.report.junit_properties import junit_properties
-from pytest_gbvalidate.report.records import INFO, PASS, RECORDED, SKIP, UNRESOLVED, WARN, MeasurementRecord
+from pytest_gbvalidate.report.records import FAIL, INFO, PASS, RECORDED, SKIP, UNRESOLVED, WARN, MeasurementRecord
 from pytest_gbvalidate.report.writer import json_safe, utc_now
 from pytest_gbvalidate.rules import noise as nz
 from pytest_gbvalidate.rules import resolution as rs
@@ -22,20 +23,19 @@ from pytest_gbvalidate.rules import sampling
 
 if TYPE_CHECKING:
     from pytest_gbvalidate import baselines as bl
-    from pytest_gbvalidate.report.records import MeasurementCompareRecord
     from pytest_gbvalidate.report.records import Verdict as VerdictWord
     from pytest_gbvalidate.run.session import GbSession
-    from pytest_gbvalidate.target import Target
 
 
 # What an unresolved figure's failure line starts with: the fault table's `unresolved` category matches it.
 UNRESOLVED_PREFIX = "UNRESOLVED: "
+Figures = Mapping[str, tuple[float, Mapping[str, Any]]]  # label -> (value, details): the devices of one node
 
 
 class Judged(NamedTuple):
-    """A measurement judged (Expect._judge), nothing stored or raised yet: its report record (with its `compare`
-    section), the reference's verdict where one judged it, the verdict word and message the record gets, the lines
-    that fail its test (None: nothing), and the reason it skips where nothing gates it."""
+    """A measurement judged (Expect._judge), nothing stored or raised yet: its record (with its `compare` section),
+    its reference's verdict, the verdict word and message the record gets, the lines that fail its test (None:
+    nothing), and the reason it skips where nothing gates it."""
 
     record: MeasurementRecord
     verdict: bl.Verdict | None
@@ -48,16 +48,13 @@ class Judged(NamedTuple):
     def flagged(self) -> bool:
         """Whether a second pass could change its verdict: judged other than PASS by its reference, or regressed or
         unresolved against the earlier report."""
-        compared = self.record.get("compare")
-        against_earlier = compared is not None and compared["verdict"] in ("regressed", "unresolved")
-        return (self.verdict is not None and self.verdict.verdict != PASS) or against_earlier
+        earlier = self.record.get("compare", {}).get("verdict")
+        return (self.verdict is not None and self.verdict.verdict != PASS) or earlier in ("regressed", "unresolved")
 
     @property
     def unresolved(self) -> bool:
-        """Whether it is too noisy to judge against its baseline or --gb-compare's report: what more evidence
-        settles."""
-        compared = self.record.get("compare")
-        return self.word == UNRESOLVED or (compared is not None and compared["verdict"] == "unresolved")
+        """Whether it is too noisy to judge against its baseline or the earlier report: what more evidence settles."""
+        return self.word == UNRESOLVED or self.record.get("compare", {}).get("verdict") == "unresolved"
 
 
 class Measured(NamedTuple):
@@ -74,8 +71,7 @@ class Expect:
     measured it. Fails the test below the fail limit, warns in the warn band, fails it as UNRESOLVED where its
     evidence is too noisy for the resolution its metric needs (rules/resolution.py), skips (or, with --gb-strict,
     fails) when the baseline has no reference for it. Every call is recorded in the reports, whatever the
-    verdict, with its noise (rules/noise.py: given, or from the `samples_<unit>` / `passes` of its details) and its
-    resolution; noise moves a verdict by no more than the metric needs."""
+    verdict, with its noise (rules/noise.py: given, or from its details' `samples_<unit>` / `passes`) and resolution."""
 
     def __init__(self, gb: GbSession, item: pytest.Item) -> None:
         self.gb = gb
@@ -91,7 +87,7 @@ class Expect:
         details: Mapping[str, Any] | None = None,
         noise: nz.Noise | None = None,
     ) -> bl.Verdict | None:
-        judged = self._judge(metric, float(value), scope, spec, details, noise)
+        judged = self._judge(Measured(metric, float(value), scope, details or {}), spec, noise)
         self._store(judged.record, judged.word, judged.message, judged.verdict)
         _fail_with(*judged.failures)
         if judged.skip is not None:
@@ -103,38 +99,37 @@ class Expect:
             warnings.warn_explicit(GbValidateWarning(judged.message), GbValidateWarning, path, (line or 0) + 1)
         return judged.verdict
 
-    def _judge(
-        self,
-        metric: str,
-        value: float,
-        scope: str,
-        spec: MetricSpec | None,
-        details: Mapping[str, Any] | None,
-        noise: nz.Noise | None = None,
-    ) -> Judged:
+    def _judge(self, measured: Measured, spec: MetricSpec | None = None, noise: nz.Noise | None = None) -> Judged:
         """A measurement judged against its reference and --gb-compare's report, nothing stored or raised: what
-        gb_expect then keeps and does, and what `each` asks before it decides to measure again."""
+        gb_expect then keeps and does, and what measure_again asks before it measures again."""
         from pytest_gbvalidate import baselines as bl
+        from pytest_gbvalidate.baselines.verdicts import resolution_of
 
-        target = self.gb.target
-        ref = target.reference(metric, scope)
-        spec, record = self._record(metric, value, scope, spec, ref, details, noise)
+        target, (metric, value, scope, _) = self.gb.target, measured
+        spec, ref, record = self._record(measured, spec, noise)
         regressed = self._compare(record, ref)
         if ref is not None and (ref.unit, ref.direction) != (spec.unit, spec.direction):
             reason = f"{metric}: measured in {spec.unit} ({spec.direction} is better) but the baseline says "
             reason += f"{ref.unit} ({ref.direction} is better) in {target.baseline_file}"
-            return Judged(record, None, bl.FAIL, reason, (reason,))
+            return Judged(record, None, FAIL, reason, (reason,))
         if ref is None or not ref.has_reference:
             if self.gb.settings.record.value is not None:
                 return Judged(record, None, RECORDED, "recorded, no baseline to compare with", (regressed,))
-            reason = _no_reference_reason(target, metric, scope, ref)
+            if target.baseline is None or metric not in target.baseline.metrics:
+                reason = f"{target.sku} baseline has no {metric}"
+            elif ref is None:
+                reason = f"{target.sku} baseline has no {metric} value for {scope}"
+            else:
+                reason = (
+                    f"{target.sku} baseline for {metric} is provisional with no reference value yet ({ref.provenance})"
+                )
             if self.gb.settings.strict.value:
-                return Judged(record, None, bl.FAIL, reason, (f"{reason} (--gb-strict)", regressed), reason)
+                return Judged(record, None, FAIL, reason, (f"{reason} (--gb-strict)", regressed), reason)
             return Judged(record, None, SKIP, reason, (regressed,), reason)
-        verdict = bl.compare(ref, value, scope, _resolution(record, ref))
-        if verdict.verdict == bl.UNRESOLVED:
+        verdict = bl.compare(ref, value, scope, resolution_of(nz.from_record(record.get("noise")), ref))
+        if verdict.verdict == UNRESOLVED:
             verdict = dataclasses.replace(verdict, noise_note=verdict.noise_note + _sampled(record["details"]))
-        missed = {bl.FAIL: verdict.message, bl.UNRESOLVED: f"{UNRESOLVED_PREFIX}{verdict.message}"}
+        missed = {FAIL: verdict.message, UNRESOLVED: f"{UNRESOLVED_PREFIX}{verdict.message}"}
         return Judged(record, verdict, verdict.verdict, verdict.message, (missed.get(verdict.verdict), regressed))
 
     def record(
@@ -148,10 +143,7 @@ class Expect:
     ) -> None:
         """Keep a measurement in the reports without comparing it with anything (verdict `info`): the sizes of
         a sweep that the baseline does not gate, so every measured size is reported."""
-        from pytest_gbvalidate.baselines import INFO
-
-        ref = self.gb.target.reference(metric, scope)
-        _, record = self._record(metric, float(value), scope, spec, ref, details)
+        _, ref, record = self._record(Measured(metric, float(value), scope, details or {}), spec)
         self._compare(record, ref)  # reported, never failing: the baseline does not gate this scope
         self._store(record, INFO, "measured; not gated at this scope")
 
@@ -160,11 +152,8 @@ class Expect:
     ) -> None:
         """Keep, in the reports, a measurement that was planned but not taken (a sweep size too large for the
         free memory): verdict `fail` where the scope is gated (the caller fails the test), else `info`."""
-        from pytest_gbvalidate import baselines as bl
-
-        ref = self.gb.target.reference(metric, scope)
-        _, record = self._record(metric, None, scope, None, ref, details)
-        self._store(record, bl.FAIL if gated else INFO, f"not run: {reason}")
+        _, _, record = self._record(Measured(metric, math.nan, scope, details or {}), taken=False)
+        self._store(record, FAIL if gated else INFO, f"not run: {reason}")
 
     def suspect(self, host: str, why: str) -> None:
         """A node of a multi-node run that this check finds at fault, for the report's `suspects` section, with
@@ -172,22 +161,16 @@ class Expect:
         from pytest_gbvalidate import faults
 
         fault = faults.load().classify(self.item.nodeid, why).as_dict()
-        self.gb.add_report_record(
-            self.item, "suspects", {"test_id": self.item.nodeid, "host": host, "why": why, "fault": fault}
-        )
+        entry = {"test_id": self.item.nodeid, "host": host, "why": why, "fault": fault}
+        self.gb.add_report_record(self.item, "suspects", entry)
 
     def _record(
-        self,
-        metric: str,
-        value: float | None,
-        scope: str,
-        spec: MetricSpec | None,
-        ref: bl.Reference | None,
-        details: Mapping[str, Any] | None,
-        noise: nz.Noise | None = None,
-    ) -> tuple[MetricSpec, MeasurementRecord]:
-        """The metric's spec (built-in, given, or the baseline's) and the measurement's report record, its verdict
-        `info` until _store gives it the one it gets."""
+        self, measured: Measured, spec: MetricSpec | None = None, noise: nz.Noise | None = None, taken: bool = True
+    ) -> tuple[MetricSpec, bl.Reference | None, MeasurementRecord]:
+        """The metric's spec (built-in, given, or the baseline's), its reference, and the measurement's report
+        record, its verdict `info` until _store gives it the one it gets; with no value where it was not `taken`."""
+        metric, value, scope, details = measured
+        ref = self.gb.target.reference(metric, scope)
         spec = spec or CATALOG.get(metric) or _spec_from(ref)
         if spec is None:
             raise TypeError(f"{metric!r} is not a built-in metric: pass spec=MetricSpec(...) to say its unit")
@@ -196,7 +179,7 @@ class Expect:
             metric=metric,
             scope=scope,
             scope_kind=spec.scope_kind,
-            value=None if value is None else json_safe(value),
+            value=json_safe(value) if taken else None,
             unit=spec.unit,
             direction=rs.direction_of(spec.direction),
             details=dict(details or {}),
@@ -204,17 +187,24 @@ class Expect:
             message="",
         )
         noise = noise or nz.from_details(dict(details or {}))
-        if noise is not None and value is not None:
+        if noise is not None and taken:
             record["noise"] = noise.as_record()
-        return spec, record
+        return spec, ref, record
 
     def _compare(self, record: MeasurementRecord, ref: bl.Reference | None) -> str | None:
-        """With --gb-compare: the measurement against the same one in the node's earlier report, kept in the
-        record's `compare` section. The message when it regressed beyond what is allowed or is too noisy to tell
-        (UNRESOLVED_PREFIX), else None."""
+        """With --gb-compare: the measurement against the node's earlier report, kept in the record's `compare` section;
+        the message where it regressed or is too noisy to tell (UNRESOLVED_PREFIX), else None."""
+        comparison = self.gb.comparison
+        if comparison is None:
+            return None
+        from pytest_gbvalidate import baselines as bl
         from pytest_gbvalidate import compare as cmp
 
-        section = self._compare_section(record, ref)
+        (earlier, same_node), baseline = comparison, self.gb.target.baseline
+        # The change allowed: the resolution the measurement's reference needs, else its SKU's.
+        needed = ref.needed if ref is not None else bl.DEFAULT_NEEDED if baseline is None else baseline.resolution
+        allowed = self.gb.settings.compare_fail.value or cmp.AllowedRegression()
+        section = cmp.compare_one(earlier, record, allowed, needed, same_node, utc_now())
         if section is None:
             return None
         record["compare"] = section
@@ -222,26 +212,6 @@ class Expect:
             section["message"] += _sampled(record["details"])
             return f"{UNRESOLVED_PREFIX}{section['message']}"
         return str(section["message"]) if section["verdict"] == cmp.REGRESSED else None
-
-    def _compare_section(self, record: Mapping[str, Any], ref: bl.Reference | None) -> MeasurementCompareRecord | None:
-        """The record against --gb-compare's earlier report (None without one, or where it lacks the measurement)."""
-        comparison = self.gb.comparison
-        if comparison is None:
-            return None
-        from pytest_gbvalidate import compare as cmp
-
-        earlier, same_node = comparison
-        allowed = self.gb.settings.compare_fail.value or cmp.AllowedRegression()
-        return cmp.compare_one(earlier, record, allowed, self._needed(ref), same_node, utc_now())
-
-    def _needed(self, ref: bl.Reference | None) -> rs.Needed:
-        """The resolution a measurement needs: its reference's, else its SKU's."""
-        from pytest_gbvalidate import baselines as bl
-
-        if ref is not None:
-            return ref.needed
-        baseline = self.gb.target.baseline
-        return bl.DEFAULT_NEEDED if baseline is None else baseline.resolution
 
     def each(
         self,
@@ -252,10 +222,7 @@ class Expect:
         """`gb_expect(metric, value, scope=..., details=...)` for every Measured(metric, value, scope, details), all
         recorded before the test fails with the `problems` the caller found (wrong data, a port that could not be
         measured) and every missed gate in one message. Without a failure it skips only when no measurement had a
-        reference to be compared with: a provisional metric beside a gated one does not hide the gated one.
-
-        `again` measures the same figures once more: called before any verdict while rules/sampling.py says to
-        (measure_again)."""
+        reference: a provisional metric beside a gated one does not hide the gated one. `again`: measure_again's."""
         measurements = [_measured(m) for m in measurements]
         if again is not None:
             measurements = self.measure_again(measurements, again)
@@ -270,28 +237,17 @@ class Expect:
                 failures.append(str(exc.msg))
             except pytest.skip.Exception as exc:
                 skip = skip or exc
-        if failures:
-            # A missed gate first: the first line decides the test's fault category, and UNRESOLVED is not one.
-            failures.sort(key=lambda line: line.startswith(UNRESOLVED_PREFIX))
-            pytest.fail("\n".join(failures), pytrace=False)
+        _fail_with(*failures)
         if skip is not None and not compared:
             raise skip
 
     def siblings(
-        self,
-        metric: str,
-        figures: Mapping[str, tuple[float, Mapping[str, Any]]],
-        of: str = "GPU",
-        again: Callable[[], Mapping[str, tuple[float, Mapping[str, Any]]]] | None = None,
+        self, metric: str, figures: Figures, of: str = "GPU", again: Callable[[], Figures] | None = None
     ) -> None:
         """Each device's figure of `metric` (label -> (value, details), the devices of one node) against its
-        siblings': fails naming every device behind them (rules/outliers.py's sibling_outliers: measured in rounds,
-        round by round against its siblings of the same round, beyond the practical margin and beyond the error of
-        its median; else by the fleet's outlier rule), whatever the baseline says -- on day one most figures have
-        no baseline value, and a GPU 25% behind its seven siblings is a GPU to look at. Fewer than three devices:
-        no verdict (one of two may be the slow one). `again` measures every device once more before a device is
-        named: named where both passes find it (outliers.sibling_verdict), the message giving the second pass's
-        figures."""
+        siblings': fails naming every device behind them by rules/outliers.py's sibling rule, whatever the baseline
+        says -- on day one most figures have none, and a GPU 25% behind its seven siblings is a GPU to look at.
+        `again` measures every device once more before one is named (outliers.sibling_verdict)."""
         from pytest_gbvalidate.rules import outliers
 
         if len(figures) < outliers.MIN_NODES:
@@ -311,17 +267,11 @@ class Expect:
             pytest.fail("\n".join([*lines, f"every {of}: {shown} {unit}"]), pytrace=False)
 
     def measure_again(
-        self,
-        first: Sequence[Measured],
-        again: Callable[[], Sequence[Measured]],
-        gated: Collection[str] | None = None,
+        self, first: Sequence[Measured], again: Callable[[], Sequence[Measured]], gated: Collection[str] | None = None
     ) -> list[Measured]:
-        """A check's figures (`first`, its first pass) measured again by `again` while rules/sampling.py says to:
-        a second pass where any would fail, warn, regress or is unresolved (and always with --gb-record, which must
-        see the node's spread), more while one whose verdict decides the test (a scope in `gated`; None: every one)
-        is unresolved, within the check's share of the level's budget. Each figure is the best of its passes
-        (interference only slows a pass; a degraded node is slow in all), every pass's figure in its details'
-        `passes`, and how many passes and what stopped them in `sampling`."""
+        """A check's figures (`first`, its first pass) measured again by `again` while rules/sampling.py says to
+        (_pending: `gated` holds the scopes whose verdict decides the test; None: every one), each the best of its
+        passes (best_of_passes), how many passes and what stopped them in its details' `sampling`."""
         from pytest_gbvalidate.levels import BUDGET_S
 
         directions = {m.metric: self.direction(m.metric, m.scope) for m in first}
@@ -339,10 +289,9 @@ class Expect:
     def _pending(
         self, measured: Sequence[Measured], passes: int, pass_s: float | None, gated: Collection[str] | None
     ) -> sampling.Pending:
-        """Where `measured` stand after `passes` passes (rules/sampling.py): flagged where any would fail, warn or
-        regress or is unresolved against the baseline or --gb-compare's report (with --gb-record, always: the
-        recording must see the node's spread), unresolved where one in `gated` is (nothing recorded) or, recording,
-        is too noisy to record where the baseline gates it."""
+        """Where `measured` stand after `passes` passes (rules/sampling.py): flagged where any would fail, warn,
+        regress or is unresolved (with --gb-record, always: the recording must see the node's spread), unresolved
+        where one in `gated` is, or, recording, is too noisy to record where the baseline gates it."""
         from pytest_gbvalidate.baselines.recording import too_noisy_to_record
 
         recording = self.gb.settings.record.value is not None
@@ -351,7 +300,7 @@ class Expect:
             ref = self.gb.target.reference(metric, scope)
             if (CATALOG.get(metric) or _spec_from(ref)) is None:
                 continue
-            judged = self._judge(metric, float(value), scope, None, details)
+            judged = self._judge(Measured(metric, float(value), scope, details))
             flagged = flagged or judged.flagged
             cannot_tell = judged.unresolved or (
                 recording and ref is not None and ref.has_reference and too_noisy_to_record(judged.record, ref.needed)
@@ -372,77 +321,56 @@ class Expect:
         stored = record.copy()
         stored["verdict"], stored["message"] = verdict, message
         if judged is not None:
-            stored["expected"] = judged.expected
+            stored["expected"], stored["delta_pct"] = judged.expected, judged.rounded_delta_pct()
             stored["limit"], stored["warn_limit"] = judged.limits()
-            stored["delta_pct"] = judged.rounded_delta_pct()
             stored["status"], stored["provenance"] = judged.status, judged.provenance
-            resolution = judged.resolution_record()
-            if resolution is not None:
+            if (resolution := judged.resolution_record()) is not None:
                 stored["resolution"] = resolution
         self.gb.add_measurement(self.item, stored)
         self.item.user_properties.extend(junit_properties(stored))
 
 
 def _fail_with(*messages: str | None) -> None:
-    """Fail the test with every message given, one per line (a missed gate and a regression), an UNRESOLVED one
-    last: the first line decides the test's fault category. Pass on without."""
-    text = "\n".join(sorted((m for m in messages if m), key=lambda m: m.startswith(UNRESOLVED_PREFIX)))
-    if text:
-        pytest.fail(text, pytrace=False)
+    """Fail the test with every message given (None: none), one per line, an UNRESOLVED one last: the first line
+    decides the test's fault category, and UNRESOLVED is not one. Pass on without."""
+    lines = sorted((m for m in messages if m is not None), key=lambda m: m.startswith(UNRESOLVED_PREFIX))
+    if lines:
+        pytest.fail("\n".join(lines), pytrace=False)
 
 
 def _sampled(details: Mapping[str, Any]) -> str:
-    """What an unresolved figure's message adds where it was measured more than once: how often, and why no more
-    (rules/sampling.py)."""
+    """What an unresolved figure's message adds where it was measured more than once (rules/sampling.py)."""
     said = details.get("sampling")
     if not isinstance(said, dict):
         return ""
     return f" (measured in {said.get('passes')} passes, stopped: {said.get('stopped')})"
 
 
-def _resolution(record: Mapping[str, Any], ref: bl.Reference) -> rs.Resolution | None:
-    """What a measurement's evidence can tell against its baseline (verdicts.resolution_of)."""
-    from pytest_gbvalidate.baselines.verdicts import resolution_of
-
-    return resolution_of(nz.from_record(record.get("noise")), ref)
-
-
 def best_of_passes(
-    first: Sequence[Measured],
-    second: Sequence[Measured],
-    directions: Mapping[str, str],
-    *,
-    merged: bool = False,
+    first: Sequence[Measured], second: Sequence[Measured], directions: Mapping[str, str], *, merged: bool = False
 ) -> list[Measured]:
-    """Each measurement of `first` that `second` measured again (the same metric and scope, and in a sweep the same
-    placement and tool: records.measurement_key) as the better pass by the metric's direction in `directions`, its
-    details the better pass's with `passes` (every pass's figure, in order) added; in `first`'s order, one for
-    each. A figure the second pass lacks stays as it was. `merged`: `first` is itself the best of passes this
-    function gave, its details' `passes` the figures so far."""
+    """Each measurement of `first` as the better of it and the same one in `second` (records.measurement_key) by the
+    metric's direction in `directions` (interference only slows a pass; a degraded node is slow in all), its details
+    the better pass's with `passes` (every pass's figure, in order) added; in `first`'s order, one for each. A figure
+    the second pass lacks stays as it was. `merged`: `first` is itself what this gave, its `passes` so far."""
     from pytest_gbvalidate.report.records import measurement_key
 
-    def key(metric: str, scope: str, details: Mapping[str, Any]) -> tuple[str, str, str, str]:
-        return measurement_key({"metric": metric, "scope": scope, "details": details})
-
-    again = {key(metric, scope, details): (value, details) for metric, value, scope, details in second}
+    again = {measurement_key(m._asdict()): m for m in second}
     combined = []
-    for measured in first:
-        metric, value, scope, details = measured
-        if key(metric, scope, details) not in again:
-            combined.append(measured)
+    for m in first:
+        other = again.get(measurement_key(m._asdict()))
+        if other is None:
+            combined.append(m)
             continue
-        value2, details2 = again[key(metric, scope, details)]
-        second_better = rs.is_worse(value, value2, directions.get(metric, "higher"))
-        best, best_details = (value2, details2) if second_better else (value, details)
-        so_far = list(details.get("passes", [value])) if merged else [value]
-        combined.append(Measured(metric, best, scope, {**best_details, "passes": [*so_far, value2]}))
+        better = other if rs.is_worse(m.value, other.value, directions.get(m.metric, "higher")) else m
+        so_far = list(m.details.get("passes", [m.value])) if merged else [m.value]
+        combined.append(m._replace(value=better.value, details={**better.details, "passes": [*so_far, other.value]}))
     return combined
 
 
 def _measured(given: Sequence[Any]) -> Measured:
-    """`given` as a Measured: a site's check may hand plain tuples, in the same order. A tuple in another order
-    (scope before value, as `each` once took them) is a TypeError that says so, never a measurement of a size
-    label."""
+    """`given` as a Measured: a site's check may hand plain tuples, in the same order. A tuple in another order is a
+    TypeError that says so, never a measurement of a size label."""
     shown = ", ".join(repr(x) for x in list(given)[:3])
     if len(given) != 4 or not isinstance(given[0], str) or not isinstance(given[2], str):
         raise TypeError(f"gb_expect.each takes Measured(metric, value, scope, details), not ({shown}, ...)")
@@ -454,11 +382,3 @@ def _measured(given: Sequence[Any]) -> Measured:
 
 def _spec_from(ref: bl.Reference | None) -> MetricSpec | None:
     return None if ref is None else MetricSpec(ref.metric, ref.unit, ref.direction, ref.scope_kind, "")
-
-
-def _no_reference_reason(target: Target, metric: str, scope: str, ref: bl.Reference | None) -> str:
-    if target.baseline is None or metric not in target.baseline.metrics:
-        return f"{target.sku} baseline has no {metric}"
-    if ref is None:
-        return f"{target.sku} baseline has no {metric} value for {scope}"
-    return f"{target.sku} baseline for {metric} is provisional with no reference value yet ({ref.provenance})"

@@ -1,6 +1,5 @@
-"""Fault categories: what an operator does about a failing check. The table is data (`faults.yaml` beside this
-file): categories with their action and disposition, and rules that map a failing check to a category. No
-pytest here."""
+"""Fault categories: what an operator does about a failing check. The table is data (`faults.yaml` beside this file):
+categories with their action and disposition, and rules that map a failing check to a category. No pytest here."""
 
 from __future__ import annotations
 
@@ -102,9 +101,8 @@ def load(path: Path = TABLE) -> FaultTable:
         rules = tuple(_rule(fields) for fields in data["rules"])
     except (KeyError, TypeError, re.error) as exc:
         raise FaultTableError(f"{path}: {type(exc).__name__}: {exc}") from None
-    unknown = sorted({r.category for r in rules} - set(categories)) + (
-        [] if UNCLASSIFIED in categories else [UNCLASSIFIED]
-    )
+    unknown = sorted({r.category for r in rules} - set(categories))
+    unknown += [] if UNCLASSIFIED in categories else [UNCLASSIFIED]
     if unknown:
         raise FaultTableError(f"{path}: categories used but not defined: {', '.join(unknown)}")
     return FaultTable(categories, rules)

@@ -1,25 +1,19 @@
 """The files a run reads and writes, and the rules they keep. Pure Python: no pytest.
 
-Inputs (baselines, earlier reports, the fleet's reports) are untrusted: `read_input` takes only a regular file
-(a FIFO would block forever, a device never end) of a bounded size; `read_json` also refuses what Python's json
-module lets through but no report holds (NaN and Infinity, lone surrogates, nesting deep enough to exhaust the
-stack, integers of thousands of digits). Each problem is one InputError naming the file.
+Inputs (baselines, earlier reports, the fleet's reports) are untrusted: `read_input` takes only a regular file (a
+FIFO would block forever, a device never end) of a bounded size; `read_json` also refuses what Python's json module
+lets through but no report holds (NaN, Infinity, what _odd_value finds). Each problem is one InputError naming it.
 
-Outputs (the JSON report, a recorded baseline, plots, the fleet summary's files):
-
-- An output replaces only a regular file, or creates one. A device, FIFO, socket or directory at its path is
-  refused, and so is a symbolic link (named, with its target: name the file itself), consistently: writing
-  through a link would put the file somewhere the operator did not name, replacing it would lose the link.
-- An output is none of the run's inputs and none of its other outputs (`clashes`): the earlier report
-  `--gb-compare` reads, a baseline, the ini file, a test module, `--junitxml`.
-- It is written to a temporary file beside it, flushed, renamed over the old one, and the directory is synced,
-  so a reader (or a crash) sees the old file or the new one, never half of one. A write that fails is one
-  OutputError naming the path and the operating system's words; the old file is left as it was and no temporary
-  file stays behind.
+An output (the JSON report, a recorded baseline, plots, the fleet summary's files) replaces only a regular file or
+creates one (`unwritable`), is none of the run's inputs and other outputs (`clashes`), and is written to a temporary
+file beside it, flushed, renamed over the old one, the directory synced: a reader (or a crash) sees the old file or
+the new one, never half of one. A failed write is one OutputError naming the path and the operating system's words,
+leaving the old file as it was and no temporary file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import itertools
 import json
@@ -51,8 +45,7 @@ class InputError(ValueError):
     """An input that cannot be read as what it should be: the message names the path and why."""
 
 
-# The most a run reads of one input: a real report of an 8-GPU node with every sweep is about 1 MiB, a baseline
-# 20 KiB.
+# The most a run reads of one input (an 8-GPU node's report with every sweep is about 1 MiB, a baseline 20 KiB).
 MAX_INPUT_BYTES = 64 * 2**20
 MAX_JSON_DEPTH = 64  # a report nests 5 levels
 
@@ -90,15 +83,13 @@ def read_json(path: Path, max_bytes: int = MAX_INPUT_BYTES) -> Any:
         raise InputError(f"{path}: not JSON a report can be: nested too deep") from None
     except ValueError as exc:  # not JSON, NaN / Infinity, an integer past Python's digit limit
         raise InputError(f"{path}: not JSON: {exc}") from None
-    problem = _odd_value(doc) if _may_be_odd(text) else None
-    if problem is not None:
+    if _may_be_odd(text) and (problem := _odd_value(doc)) is not None:
         raise InputError(f"{path}: {problem}")
     return doc
 
 
-# What the text of a document must show for _odd_value to find anything: a string's escape of a surrogate, an
-# integer of more digits than a float holds, brackets nested deeper than MAX_JSON_DEPTH (strings set aside). A
-# regular expression at C speed rules them out for a fleet's thousands of reports; the walk names where.
+# What a document's text must show for _odd_value to find anything (a surrogate's escape, more digits than a float
+# holds, brackets nested past MAX_JSON_DEPTH outside strings): ruled out at C speed for a fleet's thousands of reports.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')  # the unrolled loop: no alternation per character
 _LONG_DIGITS = re.compile(r"\d{300,}")
@@ -110,9 +101,8 @@ def _may_be_odd(text: str) -> bool:
     if "\\u" in text and _SURROGATE_ESCAPE.search(text):
         return True
     bare = _STRING.sub('""', text)
-    if _LONG_DIGITS.search(bare):
-        return True
-    return max(itertools.accumulate(map(_DEPTH_STEP.__getitem__, _BRACKET.findall(bare))), default=0) > MAX_JSON_DEPTH
+    depth = max(itertools.accumulate(map(_DEPTH_STEP.__getitem__, _BRACKET.findall(bare))), default=0)
+    return depth > MAX_JSON_DEPTH or _LONG_DIGITS.search(bare) is not None
 
 
 def _refuse_constant(name: str) -> Any:
@@ -132,11 +122,8 @@ def _odd_value(doc: Any) -> str | None:
             stack += [(k, f"{where} (a key)", depth + 1) for k in value]
         elif isinstance(value, list):
             stack += [(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value)]
-        elif isinstance(value, str):
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError:
-                return f"{where} holds a lone surrogate ({ascii(value)[:60]}), which is no text"
+        elif isinstance(value, str) and text_safe(value) != value:
+            return f"{where} holds a lone surrogate ({ascii(value)[:60]}), which is no text"
         elif isinstance(value, int) and not isinstance(value, bool):
             try:  # JSON integers have no bound; every reader does float arithmetic on a report's numbers
                 float(value)
@@ -146,8 +133,9 @@ def _odd_value(doc: Any) -> str | None:
 
 
 def unwritable(path: Path) -> str | None:
-    """Why `path` cannot be an output, or None where it may be: absent, or a regular file that is no symlink;
-    never a Python file, present or not (a conftest.py written where none was is imported by every later run)."""
+    """Why `path` cannot be an output, or None where it may be: absent, or a regular file that is no symlink (writing
+    through one would put the file where the operator did not name it, replacing it would lose the link); never a
+    Python file, present or not (a conftest.py written where none was is imported by every later run)."""
     if path.suffix == ".py":
         return "is a Python file (the suites' and tests' modules are inputs of a run)"
     try:
@@ -158,20 +146,16 @@ def unwritable(path: Path) -> str | None:
         return f"cannot look at it: {exc.strerror}"
     if stat.S_ISLNK(mode):
         return f"is a symbolic link (to {os.readlink(path)}): name the file itself"
-    for is_kind, kind in _KINDS:
-        if is_kind(mode):
-            return f"is {kind}, not a regular file: it is not replaced"
-    if not stat.S_ISREG(mode):
-        return "is not a regular file: it is not replaced"
-    return None
+    if stat.S_ISREG(mode):
+        return None
+    kind = next((k for is_kind, k in _KINDS if is_kind(mode)), None)
+    return f"is {kind}, not a regular file: it is not replaced" if kind else "is not a regular file: it is not replaced"
 
 
 def writable_by_others(path: Path) -> str | None:
-    """Who besides root and the running user could change what `path` holds, in one line naming the file or
-    directory; None where nobody can. As sudo and ssh check their files: the file and every directory above it
-    (symbolic links followed) must be owned by root or this user and writable by no one else. A directory others
-    may write in passes with its sticky bit (/tmp): they can add names there, not replace or remove ours; one its
-    owner's private group may write in passes too (_private_group)."""
+    """Who besides root and the running user could change what `path` holds, one line naming the file or directory; None
+    where nobody can. As sudo and ssh check: the file and each directory above it (links followed) owned by root or this
+    user, writable by none else but others of a sticky directory (/tmp) and the owner's private group."""
     me = os.geteuid()
     real = Path(os.path.realpath(path))
     for part in [real, *real.parents]:
@@ -181,19 +165,17 @@ def writable_by_others(path: Path) -> str | None:
             return f"{part}: cannot look at it: {exc.strerror or exc}"
         if st.st_uid not in (0, me):
             return f"{part} is owned by uid {st.st_uid}, neither root nor this user (uid {me})"
-        sticky = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX and part != real
         mode = st.st_mode & ~0o020 if _private_group(st) else st.st_mode
-        if mode & 0o022 and not sticky:
+        if mode & 0o022 and not (stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX and part != real):  # sticky
             who = {0o022: "its group and everyone", 0o020: "its group", 0o002: "everyone"}[mode & 0o022]
             return f"{part} is writable by {who} (mode {stat.S_IMODE(st.st_mode):04o})"
     return None
 
 
 def _private_group(st: os.stat_result) -> bool:
-    """Whether the group of a file is its owner's private group (the owner's primary group, no other members, and
-    no other account's primary group), as on systems whose users' umask is 002: writable by that group is writable
-    by the owner alone (Debian's OpenSSH accepts it, user-group-modes). An account whose primary group it is can
-    write as that group without being listed among its members (RHEL's `operator` has root's group, gid 0)."""
+    """Whether a file's group is its owner's private group (the owner's primary group, no other members, no other
+    account's primary group: RHEL's `operator` has root's gid 0 unlisted), as where users' umask is 002: writable by
+    it is writable by the owner alone (Debian's OpenSSH accepts it, user-group-modes)."""
     import grp
     import pwd
 
@@ -201,9 +183,8 @@ def _private_group(st: os.stat_result) -> bool:
         owner, group = pwd.getpwuid(st.st_uid), grp.getgrgid(st.st_gid)
     except KeyError:
         return False
-    others_primary = any(a.pw_gid == st.st_gid and a.pw_uid != st.st_uid for a in pwd.getpwall())
     private = owner.pw_gid == st.st_gid and set(group.gr_mem) <= {owner.pw_name} and group.gr_name == owner.pw_name
-    return private and not others_primary
+    return private and not any(a.pw_gid == st.st_gid and a.pw_uid != st.st_uid for a in pwd.getpwall())
 
 
 def same_file(a: Path, b: Path) -> bool:
@@ -227,26 +208,19 @@ def clashes(outputs: Mapping[str, Path], inputs: Mapping[str, Path]) -> list[str
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write `text` to `path` (see the module's rules). The file keeps the mode of the one it replaces; a new file
-    gets the usual 0666 less the umask, as open() would give it (not mkstemp's 0600, which would hide a committed
-    baseline or a report from a collector running as another user)."""
+    """Write `text` to `path`, keeping the mode of the file it replaces; a new one gets open()'s 0666 less the umask,
+    not mkstemp's 0600 (which would hide a committed baseline or a report from a collector run as another user)."""
     atomic_write_bytes(path, text_safe(text).encode("utf-8"))
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    def write(name: str) -> None:
-        with open(name, "wb") as f:
-            f.write(data)
-
-    atomic_write_by(path, write)
+    atomic_write_by(path, lambda name: Path(name).write_bytes(data))
 
 
-def atomic_write_by(path: Path, write: Callable[[str], None]) -> None:
-    """Write `path` by `write(name)`, which writes the whole file at `name` itself (pytest's JUnit writer opens its
-    own file), under the module's rules: `name` is the temporary file beside `path`, renamed over it only once
-    `write` returned. An OSError from `write` is an OutputError like any other."""
-    problem = unwritable(path)
-    if problem is not None:
+def atomic_write_by(path: Path, write: Callable[[str], object]) -> None:
+    """Write `path` by `write(name)`, which writes the whole file at `name` (pytest's JUnit writer opens its own):
+    the temporary file beside `path`, renamed over it once `write` returned; its OSError is an OutputError too."""
+    if (problem := unwritable(path)) is not None:
         raise OutputError(f"{path}: {problem}")
     tmp: str | None = None
     try:
@@ -258,13 +232,10 @@ def atomic_write_by(path: Path, write: Callable[[str], None]) -> None:
         fd, tmp = _new_temp_file(path.parent)
         os.close(fd)
         write(tmp)
-        fd = os.open(tmp, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        try:
+        with open(tmp, "rb") as f:
             if mode is not None:
-                os.fchmod(fd, mode)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+                os.fchmod(f.fileno(), mode)
+            os.fsync(f.fileno())
         os.replace(tmp, path)
         tmp = None
         _sync_directory(path.parent)
@@ -277,10 +248,8 @@ def atomic_write_by(path: Path, write: Callable[[str], None]) -> None:
 
 def atomic_create_bytes(path: Path, data: bytes) -> None:
     """Write `data` to a new file `path`, never replacing one: FileExistsError where the name is taken (the caller
-    picks another), OutputError for anything else. The name appears with the whole content at once: it is a hard
-    link made to the finished temporary file, and making a link fails where the name exists, so neither a reader nor
-    a crash sees half a file and two writers never replace each other's. On a file system without hard links the
-    name is checked, then the file renamed onto it (two writers in the same instant could then collide)."""
+    picks another), OutputError for anything else. The name appears whole, as a hard link to the finished temporary
+    file, which fails where the name exists (without hard links: checked, then renamed onto)."""
     tmp: str | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -291,20 +260,16 @@ def atomic_create_bytes(path: Path, data: bytes) -> None:
             os.fsync(f.fileno())
         try:
             os.link(tmp, path)
-        except FileExistsError:
-            raise
         except OSError as exc:
-            if exc.errno not in _NO_HARD_LINKS:
+            if exc.errno not in _NO_HARD_LINKS:  # FileExistsError too
                 raise
             if os.path.lexists(path):
                 raise FileExistsError(errno.EEXIST, "File exists", str(path)) from None
             os.replace(tmp, path)
         _sync_directory(path.parent)
-    except FileExistsError as exc:
-        if exc.filename != str(path) and exc.filename2 != str(path):
-            raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
-        raise
     except OSError as exc:
+        if isinstance(exc, FileExistsError) and str(path) in (exc.filename, exc.filename2):
+            raise
         raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
     finally:
         if tmp is not None:
@@ -320,22 +285,16 @@ def _new_temp_file(directory: Path) -> tuple[int, str]:
     name is short whatever the output's is, so a name at the file system's limit still gets its twin."""
     while True:
         tmp = str(directory / f".gbvalidate-{secrets.token_hex(6)}.tmp")
-        try:
+        with contextlib.suppress(FileExistsError):
             return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666), tmp
-        except FileExistsError:
-            continue
 
 
 def _sync_directory(directory: Path) -> None:
     """Make the rename durable: a crash after it must not bring the old file back. A file system that cannot sync
     a directory (some network ones refuse) has made the rename all the same: that is no failed write."""
-    try:
+    with contextlib.suppress(OSError):
         fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

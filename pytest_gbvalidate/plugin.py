@@ -174,25 +174,21 @@ def gb_nccl_env(request: pytest.FixtureRequest, gb_target: Target) -> dict[str, 
     return {name: v["value"] for name, v in request.config.stash[SESSION].nccl_env.items()}
 
 
-# --- node probes: GPUs, NUMA map, telemetry (probes.py) ----------------------------------------------------
-# Each depends on gb_target, so a test that uses one engages gbvalidate like gb_expect does.
+# The node probes (probes.py) each depend on gb_target, so a test that uses one engages gbvalidate like gb_expect does.
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """One test case per GPU (`gpu`: `[gpu3]`) or ordered GPU pair (`gb_gpu_pair`: `[gpu0->gpu1]`), as many as
     the SKU promises, so a GPU that vanished fails its own case rather than going missing."""
-    per_gpu = "gpu" in metafunc.fixturenames and _is_ours(metafunc, "gpu")
+    # Only this plugin's `gpu` fixture, not a project's own. pytest has no public way to ask which one a name
+    # resolves to, so this reads the fixture definitions the Metafunc holds.
+    definitions: Any = getattr(metafunc, "_arg2fixturedefs", {}).get("gpu")
+    ours = bool(definitions) and getattr(definitions[-1].func, "__module__", None) == __name__
+    per_gpu = "gpu" in metafunc.fixturenames and ours
     if per_gpu or "gb_gpu_pair" in metafunc.fixturenames:
         from pytest_gbvalidate.probes import parametrize_gpus
 
         parametrize_gpus(metafunc, metafunc.config.stash[SESSION].engage(), per_gpu=per_gpu)
-
-
-def _is_ours(metafunc: pytest.Metafunc, name: str) -> bool:
-    """Whether `name` resolves to this plugin's fixture: a project's own `gpu` fixture is left alone. pytest
-    has no public way to ask, so this reads the fixture definitions the Metafunc holds."""
-    definitions: Any = getattr(metafunc, "_arg2fixturedefs", {}).get(name)
-    return bool(definitions) and getattr(definitions[-1].func, "__module__", None) == __name__
 
 
 @pytest.fixture(scope="session")

@@ -24,9 +24,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-# --- the node's GPUs ---------------------------------------------------------------------------------------
-
-
 class NodeGpus:
     """The GPUs NVML listed when the session started. `devices` fails the test using it when NVML could not
     list them (no driver, NVML error); `failed` holds the GPUs NVML counted but could not read."""
@@ -35,10 +32,6 @@ class NodeGpus:
         self.target = target
         self.inventory = inventory
         self.error = error
-
-    @property
-    def expected_count(self) -> int | None:
-        return self.target.gpu_count
 
     def require(self) -> nvml.Inventory:
         if self.inventory is None:
@@ -93,7 +86,7 @@ class Gpu:
             return inventory.gpus[self.index]
         if self.index in inventory.failed:
             pytest.fail(f"{self.label}: NVML cannot read it: {inventory.failed[self.index]}", pytrace=False)
-        expected = self.gpus.expected_count
+        expected = self.gpus.target.gpu_count
         pytest.fail(
             f"{self.label}: missing: NVML lists {inventory.count} GPU(s), the {self.gpus.target.sku} SKU has "
             f"{expected if expected is not None else 'more'}",
@@ -133,13 +126,8 @@ def parametrize_gpus(metafunc: pytest.Metafunc, target: Target, *, per_gpu: bool
         seen = nvml.gpus_seen()
         count = max(seen, 1) if isinstance(seen, int) else 1
     if per_gpu:
-        indices = range(count)
-        metafunc.parametrize(
-            "gpu",
-            list(indices) or [_none(target, "needs NVIDIA GPUs")],
-            ids=[gpu_label(i) for i in indices] or None,
-            indirect=True,
-        )
+        ids = [gpu_label(i) for i in range(count)] or None
+        metafunc.parametrize("gpu", list(range(count)) or [_none(target, "needs NVIDIA GPUs")], ids=ids, indirect=True)
     if "gb_gpu_pair" in metafunc.fixturenames:
         pairs = [(i, j) for i in range(count) for j in range(count) if i != j]
         ids = [gpu_pair_label(*p) for p in pairs] or None
@@ -152,9 +140,6 @@ def _none(target: Target, needs: str) -> Any:
     return pytest.param(None, id="nogpu", marks=pytest.mark.skip(reason=reason))
 
 
-# --- the NUMA map ------------------------------------------------------------------------------------------
-
-
 def numa_map(gb: GbSession, gpus: NodeGpus) -> NumaMap:
     """The node's NUMA map from sysfs, with the GPUs NVML could read placed on it."""
     from pytest_gbvalidate.node import topology
@@ -163,9 +148,6 @@ def numa_map(gb: GbSession, gpus: NodeGpus) -> NumaMap:
     result = topology.read_numa_map(topology.SYSFS_ROOT, devices)
     gb.set_report_section("numa_map", result.as_dict())
     return result
-
-
-# --- telemetry ---------------------------------------------------------------------------------------------
 
 
 class Telemetry:
@@ -207,9 +189,6 @@ class Telemetry:
                 self.item.user_properties.extend((f"{prefix}.{series}.{stat}", v) for stat, v in stats.items())
             record = {"test_id": self.item.nodeid, "label": label, **sampler.as_dict()}
             self.gb.add_report_record(self.item, "telemetry", record)
-
-
-# --- expectations from the baseline's health and topology sections -----------------------------------------
 
 
 class Expected:

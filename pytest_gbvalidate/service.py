@@ -28,7 +28,6 @@ _DNS1123_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?")
 _QUALIFIED_NAME = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?")
 DNS1123_SUBDOMAIN_MAX_CHARS = 253
 LABEL_VALUE_MAX_CHARS = 63
-TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 
 def slurm_node_name(hostname: str) -> str | None:

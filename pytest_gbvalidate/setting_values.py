@@ -19,13 +19,9 @@ if TYPE_CHECKING:
     from pytest_gbvalidate.compare import AllowedRegression
 
 LAST: Literal["last"] = "last"  # --gb-compare=last: the node's latest report in the --gb-history directory
-# --gb-world: `auto`, a launcher's task variables say whether this process is a rank of a world (ranks/world.py);
-# `none`, it is one node's own run whatever a launcher set (a per-node check launched on every node at once).
+# --gb-world and --gb-compute-domain: settings.py's help texts say what each word means.
 World = Literal["auto", "none"]
 WORLDS: tuple[World, ...] = ("auto", "none")
-# --gb-compute-domain: whether this node is to be in a multi-node NVLink compute domain now, for which IMEX must be
-# ready (suites/test_health.py test_imex). `auto`: where IMEX is set up on the node (a channel device or the daemon);
-# a node left idle outside any domain (a Kubernetes ComputeDomain or a Slurm job makes one on demand) has none.
 ComputeDomain = Literal["auto", "expected", "none"]
 COMPUTE_DOMAINS: tuple[ComputeDomain, ...] = ("auto", "expected", "none")
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
@@ -39,10 +35,9 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 def bundled_baselines(package_dir: Path = _PACKAGE_DIR) -> Path:
-    """The baselines shipped with the plugin, next to the code that is running: inside the installed package
-    (`bundled_baselines/`), or, where the package is a source checkout's, the checkout's `baselines/`. A
-    `python -m pytest` started in a checkout imports the checkout's package even when the plugin is installed,
-    so the installed layout cannot be assumed. (The baselines setting's default.)"""
+    """The baselines shipped with the plugin, next to the code that is running (the baselines setting's default):
+    the installed package's `bundled_baselines/`, else a source checkout's `baselines/` (`python -m pytest` in a
+    checkout imports the checkout's package even when the plugin is installed)."""
     installed = package_dir / "bundled_baselines"
     return installed if installed.is_dir() else package_dir.parent / "baselines"
 
@@ -61,21 +56,16 @@ def parse_sku(raw: str, _base: Path) -> str:
     return name
 
 
-def parse_output_path(raw: str, base: Path) -> Path | None:
+def parse_output_path(raw: str, base: Path) -> Path:
     """A file the run writes (the report, a recorded baseline): checked before any test runs, so a bad path
     fails the run at once rather than after the measurements. A missing directory is fine: it is created."""
     path = base / raw
     if os.path.isdir(path):
         raise SettingError(f"is a directory: {path}")
-    parent, _ = ancestors(path)
-    if not os.path.isdir(parent):
-        raise SettingError(f"is under a file, not a directory: {parent}")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise SettingError(f"cannot create files in {parent} (no write permission)")
+    _creatable_under(ancestors(path)[0])
     from pytest_gbvalidate.files import unwritable  # only where an output is named: an unrelated run names none
 
-    refused = unwritable(path)
-    if refused is not None:
+    if (refused := unwritable(path)) is not None:
         raise SettingError(f"{path} {refused}")
     return path
 
@@ -103,12 +93,15 @@ def parse_history_dir(raw: str, base: Path) -> Path:
     path = base / raw
     if os.path.lexists(path) and not path.is_dir():
         raise SettingError(f"is not a directory: {path}")
-    existing, _ = ancestors(path / "-")
-    if not existing.is_dir():
+    _creatable_under(ancestors(path / "-")[0])
+    return path
+
+
+def _creatable_under(existing: Path) -> None:
+    if not os.path.isdir(existing):
         raise SettingError(f"is under a file, not a directory: {existing}")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise SettingError(f"cannot create files in {existing} (no write permission)")
-    return path
 
 
 def parse_compare(raw: str, base: Path) -> Path | Literal["last"] | None:
@@ -172,7 +165,6 @@ def parse_record_path(raw: str, base: Path) -> Path | None:
     """The baseline --gb-record writes: an output path whose file name is a SKU's, as --gb-sku takes SKU names
     (a baseline of another name would be listed, but no --gb-sku could name it)."""
     path = parse_output_path(raw, base)
-    assert path is not None  # parse_output_path returns the path or raises
     # 'auto' too: --gb-sku=auto detects a SKU, it never names this one.
     if path.suffix != ".yaml" or not _is_sku_name(path.stem) or path.stem == "auto":
         raise SettingError(f"a baseline is named <SKU>.yaml, and {_SKU_NAME} (not 'auto')")
@@ -223,18 +215,10 @@ def parse_command(raw: str, base: Path) -> tuple[str, ...]:
     return words
 
 
-def parse_world(raw: str, _base: Path) -> World:
-    return _one_of(raw, WORLDS)
-
-
-def parse_compute_domain(raw: str, _base: Path) -> ComputeDomain:
-    return _one_of(raw, COMPUTE_DOMAINS)
-
-
 Word = TypeVar("Word", bound=str)
 
 
-def _one_of(raw: str, choices: tuple[Word, ...]) -> Word:
+def one_of(raw: str, choices: tuple[Word, ...]) -> Word:
     """The choice `raw` names (case and surrounding space aside)."""
     word = raw.strip().lower()
     for choice in choices:

@@ -7,40 +7,14 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast
 
+from pytest_gbvalidate import setting_values as sv
 from pytest_gbvalidate.levels import DEFAULT_LEVEL, LEVELS, Level
 from pytest_gbvalidate.node import window
 from pytest_gbvalidate.rules.allowed import compare_fail_default
-from pytest_gbvalidate.setting_values import (
-    LAST,
-    MAX_TIMEOUT_S,
-    MIN_TIMEOUT_S,
-    ComputeDomain,
-    SettingError,
-    World,
-    ancestors,
-    parse_allowed_regression,
-    parse_bool,
-    parse_command,
-    parse_compare,
-    parse_compute_domain,
-    parse_dir,
-    parse_history_dir,
-    parse_input_file,
-    parse_level,
-    parse_output_path,
-    parse_prometheus_path,
-    parse_record_path,
-    parse_scratch_dir,
-    parse_sku,
-    parse_timeout,
-    parse_window,
-    parse_world,
-)
-from pytest_gbvalidate.setting_values import (
-    bundled_baselines as bundled_baselines,  # re-exported: its home was here (the health check reads it too)
-)
+from pytest_gbvalidate.setting_values import ComputeDomain, SettingError, World, ancestors
+from pytest_gbvalidate.setting_values import bundled_baselines as bundled_baselines  # re-exported: tests import it
 
 if TYPE_CHECKING:
     from pytest_gbvalidate.compare import AllowedRegression
@@ -84,15 +58,12 @@ class Settings:
     history: Setting[Path | None]  # the directory of every node's kept reports, DIR/<hostname>/<time>.json
     window: Setting[Path | None]  # the node's window (node/window.py): None, every check judges since boot
     strict: Setting[bool]
-    # Seconds one call on the ranks may take before the gang is torn down; None: the SKU's default.
-    timeout: Setting[float | None]
+    timeout: Setting[float | None]  # seconds one call on the ranks may take; None: the SKU's default
     compare: Setting[Path | Literal["last"] | None]  # an earlier JSON report of this node; last: the history's
     compare_fail: Setting[AllowedRegression | None]  # None: rules/allowed.compare_fail_default()
     scratch: Setting[Path | None]  # the local scratch volume the storage checks write to
     reference_tools: Setting[bool]  # also run nccl-tests / nvbandwidth when on PATH
-    # The command the NeMo engines' driver runs under, in place of this interpreter: the NeMo image's python, or a
-    # launcher ending in one (`srun --container-image=... python`). None: the baseline's, else this interpreter.
-    engine_python: Setting[tuple[str, ...] | None]
+    engine_python: Setting[tuple[str, ...] | None]  # the NeMo driver's command; None: the baseline's or this Python
     world: Setting[World]  # whether a launcher's variables make this process a rank of a world (ranks/world.py)
     compute_domain: Setting[ComputeDomain]  # whether IMEX is judged (setting_values.py)
     node_idle: Setting[bool]  # no job runs on the node now: a process on its GPUs is one a job left behind
@@ -109,8 +80,7 @@ class Settings:
         return any(not self.get(spec.name).is_default for spec in TABLE)
 
     def get(self, name: str) -> Setting[Any]:
-        setting: Setting[Any] = getattr(self, name)
-        return setting
+        return cast("Setting[Any]", getattr(self, name))
 
     def report_section(self) -> dict[str, SettingRecord]:
         """Every setting with its value (as JSON holds it) and its source, for the JSON report."""
@@ -151,9 +121,12 @@ class SettingSpec:
     name: str
     parse: Callable[[str, Path], Any]  # the raw text and the directory a relative path is taken from
     default: Callable[[], Any]
-    help: str
     metavar: str | None = None  # None: an on-switch (`store_true`), given without a value
     cli_only: bool = False
+
+    @property
+    def help(self) -> str:
+        return _HELP[self.name]
 
     @property
     def option(self) -> str:
@@ -171,7 +144,7 @@ class SettingSpec:
 def resolve(sources: Sources) -> Settings:
     picked = {spec.name: _pick(sources, spec) for spec in TABLE}
     compare, history = picked["compare"], picked["history"]
-    if compare.value == LAST and history.value is None:
+    if compare.value == sv.LAST and history.value is None:
         raise SettingError(
             f"{compare.source}: 'last' compares with this node's latest report in the history directory, and none "
             f"is named: {cli_flag('history')} DIR, {env_name('history')} or {ini_name('history')}"
@@ -225,161 +198,70 @@ def _pick(sources: Sources, spec: SettingSpec) -> Setting[Any]:
     return Setting(spec.default(), "default")
 
 
-def _none() -> None:
-    return None
-
-
-def _off() -> bool:
-    return False
-
-
-def _default_window() -> Path:
-    return window.DEFAULT_PATH  # read when asked: the tests move it
-
+# Each setting's help text, for its option and its ini key.
+_HELP = {
+    "sku": "SKU to check against, or 'auto' to detect it (Azure metadata, NVML, else 'cpu'). Default: auto.",
+    "level": f"how much to check: {', '.join(LEVELS)} (each runs the checks of the levels below it too). "
+    f"Default: {DEFAULT_LEVEL}, the acceptance gate.",
+    "baselines": "directory of <SKU>.yaml baselines. Default: the baselines shipped with pytest-gbvalidate.",
+    "report": "write the JSON run report here (rewritten as results arrive).",
+    "prometheus": "at the end of the run, write its measurements, verdicts and outcomes here as a Prometheus text "
+    "file for node_exporter's textfile collector (name it *.prom; needs pytest-gbvalidate[prometheus]).",
+    "history": "at the end of the run, keep its JSON report as DIR/<hostname>/<UTC start time>.json (the node's "
+    "history, for --gb-compare=last and `python -m pytest_gbvalidate.fleet history`).",
+    "window": "the file that keeps where the kernel log and the error counters stood at each check's last clean "
+    "run, so an Xid or an error is judged once and counters as rates since then; 'none': judge everything since "
+    f"boot. Default: {window.DEFAULT_PATH} (emptied by a reboot).",
+    "strict": "fail, rather than skip, a measurement the baseline has no reference for.",
+    "timeout": "seconds one call on the ranks may take before the gang is torn down and the test fails, "
+    f"{sv.MIN_TIMEOUT_S:g} to {sv.MAX_TIMEOUT_S:g} (a week). Default: 300 on GPU SKUs, 30 on cpu.",
+    "compare": "also compare every measurement with the same one in this earlier JSON report of the same node, or "
+    "with 'last': its latest report in --gb-history; a regression beyond the allowed percentage fails the test (as "
+    "pytest-benchmark's --benchmark-compare).",
+    "compare_fail": "the regression --gb-compare allows, [METRIC:]PCT%, comma-separated (e.g. 5% or "
+    f"'3%,all_reduce_busbw_gbps:2%'). Default: {compare_fail_default()}.",
+    "scratch": "the local scratch directory the storage checks write to (the node's NVMe volume). Default: a "
+    "temporary directory on cpu; on GPU SKUs the storage checks skip without one.",
+    "reference_tools": "also run nccl-tests (all_reduce_perf, ...) and nvbandwidth when they are on PATH, and report "
+    "their figures beside ours.",
+    "engine_python": "the Python the NeMo engines' driver runs under, with any launcher before it (e.g. "
+    "/opt/nemo/bin/python, or 'srun --container-image=nvcr.io/nvidia/nemo:25.04 python'). Default: the baseline's "
+    "pretrain.engine_python, else this interpreter.",
+    "world": "auto: under torchrun or srun this process is one rank of the launcher's world (srun's tasks, not a "
+    "batch script); none: it is one node's own run whatever a launcher set (e.g. per-node checks started on every "
+    "node by one srun). Default: auto.",
+    "compute_domain": "whether this node is to be in a multi-node NVLink compute domain now, so that IMEX must be "
+    "ready: expected; none (IMEX is not judged); auto: judged where IMEX is set up on the node (a channel device or "
+    "the nvidia-imex daemon), not on an idle node outside any domain. Default: auto.",
+    "node_idle": "no job runs on this node now: a process on its GPUs is one a job left behind, and fails "
+    "test_no_leftover_gpu_processes (the Slurm health check sets it where Slurm says the node is idle).",
+    "record": "write a baseline for this node from this run's measurements to PATH (the file name is the SKU).",
+    "rerun_failed": "run only the checks that failed in this earlier JSON report (run/rerun.py; same paths as that "
+    "run).",
+    "list_skus": "list known SKUs and exit.",
+}
 
 # Every setting, in the order `--help` lists them. Options, environment variables, ini keys, `--help` and the
 # report's `settings` section are all made from this table.
 TABLE: tuple[SettingSpec, ...] = (
-    SettingSpec(
-        "sku",
-        parse_sku,
-        lambda: AUTO,
-        "SKU to check against, or 'auto' to detect it (Azure metadata, NVML, else 'cpu'). Default: auto.",
-        "NAME",
-    ),
-    SettingSpec(
-        "level",
-        parse_level,
-        lambda: DEFAULT_LEVEL,
-        f"how much to check: {', '.join(LEVELS)} (each runs the checks of the levels below it too). "
-        f"Default: {DEFAULT_LEVEL}, the acceptance gate.",
-        "LEVEL",
-    ),
-    SettingSpec(
-        "baselines",
-        parse_dir,
-        bundled_baselines,
-        "directory of <SKU>.yaml baselines. Default: the baselines shipped with pytest-gbvalidate.",
-        "DIR",
-    ),
-    SettingSpec(
-        "report", parse_output_path, _none, "write the JSON run report here (rewritten as results arrive).", "PATH"
-    ),
-    SettingSpec(
-        "prometheus",
-        parse_prometheus_path,
-        _none,
-        "at the end of the run, write its measurements, verdicts and outcomes here as a Prometheus text file for "
-        "node_exporter's textfile collector (name it *.prom; needs pytest-gbvalidate[prometheus]).",
-        "PATH",
-    ),
-    SettingSpec(
-        "history",
-        parse_history_dir,
-        _none,
-        "at the end of the run, keep its JSON report as DIR/<hostname>/<UTC start time>.json (the node's history, "
-        "for --gb-compare=last and `python -m pytest_gbvalidate.fleet history`).",
-        "DIR",
-    ),
-    SettingSpec(
-        "window",
-        parse_window,
-        _default_window,
-        "the file that keeps where the kernel log and the error counters stood at each check's last clean run, so "
-        "an Xid or an error is judged once and counters as rates since then; 'none': judge everything since boot. "
-        f"Default: {window.DEFAULT_PATH} (emptied by a reboot).",
-        "PATH|none",
-    ),
-    SettingSpec("strict", parse_bool, _off, "fail, rather than skip, a measurement the baseline has no reference for."),
-    SettingSpec(
-        "timeout",
-        parse_timeout,
-        _none,
-        "seconds one call on the ranks may take before the gang is torn down and the test fails, "
-        f"{MIN_TIMEOUT_S:g} to {MAX_TIMEOUT_S:g} (a week). Default: 300 on GPU SKUs, 30 on cpu.",
-        "SECONDS",
-    ),
-    SettingSpec(
-        "compare",
-        parse_compare,
-        _none,
-        "also compare every measurement with the same one in this earlier JSON report of the same node, or with "
-        "'last': its latest report in --gb-history; a regression beyond the allowed percentage fails the test (as "
-        "pytest-benchmark's --benchmark-compare).",
-        "PATH|last",
-    ),
-    SettingSpec(
-        "compare_fail",
-        parse_allowed_regression,
-        _none,
-        "the regression --gb-compare allows, [METRIC:]PCT%, comma-separated (e.g. 5% or "
-        f"'3%,all_reduce_busbw_gbps:2%'). Default: {compare_fail_default()}.",
-        "[METRIC:]PCT%",
-    ),
-    SettingSpec(
-        "scratch",
-        parse_scratch_dir,
-        _none,
-        "the local scratch directory the storage checks write to (the node's NVMe volume). Default: a "
-        "temporary directory on cpu; on GPU SKUs the storage checks skip without one.",
-        "DIR",
-    ),
-    SettingSpec(
-        "reference_tools",
-        parse_bool,
-        _off,
-        "also run nccl-tests (all_reduce_perf, ...) and nvbandwidth when they are on PATH, and report their figures "
-        "beside ours.",
-    ),
-    SettingSpec(
-        "engine_python",
-        parse_command,
-        _none,
-        "the Python the NeMo engines' driver runs under, with any launcher before it (e.g. /opt/nemo/bin/python, "
-        "or 'srun --container-image=nvcr.io/nvidia/nemo:25.04 python'). Default: the baseline's "
-        "pretrain.engine_python, else this interpreter.",
-        "COMMAND",
-    ),
-    SettingSpec(
-        "world",
-        parse_world,
-        lambda: AUTO,
-        "auto: under torchrun or srun this process is one rank of the launcher's world (srun's tasks, not a batch "
-        "script); none: it is one node's own run whatever a launcher set (e.g. per-node checks started on every "
-        "node by one srun). Default: auto.",
-        "WORLD",
-    ),
-    SettingSpec(
-        "compute_domain",
-        parse_compute_domain,
-        lambda: AUTO,
-        "whether this node is to be in a multi-node NVLink compute domain now, so that IMEX must be ready: expected; "
-        "none (IMEX is not judged); auto: judged where IMEX is set up on the node (a channel device or the "
-        "nvidia-imex daemon), not on an idle node outside any domain. Default: auto.",
-        "MODE",
-    ),
-    SettingSpec(
-        "node_idle",
-        parse_bool,
-        _off,
-        "no job runs on this node now: a process on its GPUs is one a job left behind, and fails "
-        "test_no_leftover_gpu_processes (the Slurm health check sets it where Slurm says the node is idle).",
-    ),
-    SettingSpec(
-        "record",
-        parse_record_path,
-        _none,
-        "write a baseline for this node from this run's measurements to PATH (the file name is the SKU).",
-        "PATH",
-        cli_only=True,
-    ),
-    SettingSpec(
-        "rerun_failed",
-        parse_input_file,
-        _none,
-        "run only the checks that failed in this earlier JSON report (run/rerun.py; same paths as that run).",
-        "REPORT",
-        cli_only=True,
-    ),
-    SettingSpec("list_skus", parse_bool, _off, "list known SKUs and exit.", cli_only=True),
+    SettingSpec("sku", sv.parse_sku, lambda: AUTO, "NAME"),
+    SettingSpec("level", sv.parse_level, lambda: DEFAULT_LEVEL, "LEVEL"),
+    SettingSpec("baselines", sv.parse_dir, bundled_baselines, "DIR"),
+    SettingSpec("report", sv.parse_output_path, lambda: None, "PATH"),
+    SettingSpec("prometheus", sv.parse_prometheus_path, lambda: None, "PATH"),
+    SettingSpec("history", sv.parse_history_dir, lambda: None, "DIR"),
+    SettingSpec("window", sv.parse_window, lambda: window.DEFAULT_PATH, "PATH|none"),  # read when asked: tests move it
+    SettingSpec("strict", sv.parse_bool, lambda: False),
+    SettingSpec("timeout", sv.parse_timeout, lambda: None, "SECONDS"),
+    SettingSpec("compare", sv.parse_compare, lambda: None, "PATH|last"),
+    SettingSpec("compare_fail", sv.parse_allowed_regression, lambda: None, "[METRIC:]PCT%"),
+    SettingSpec("scratch", sv.parse_scratch_dir, lambda: None, "DIR"),
+    SettingSpec("reference_tools", sv.parse_bool, lambda: False),
+    SettingSpec("engine_python", sv.parse_command, lambda: None, "COMMAND"),
+    SettingSpec("world", lambda raw, _: sv.one_of(raw, sv.WORLDS), lambda: AUTO, "WORLD"),
+    SettingSpec("compute_domain", lambda raw, _: sv.one_of(raw, sv.COMPUTE_DOMAINS), lambda: AUTO, "MODE"),
+    SettingSpec("node_idle", sv.parse_bool, lambda: False),
+    SettingSpec("record", sv.parse_record_path, lambda: None, "PATH", cli_only=True),
+    SettingSpec("rerun_failed", sv.parse_input_file, lambda: None, "REPORT", cli_only=True),
+    SettingSpec("list_skus", sv.parse_bool, lambda: False, cli_only=True),
 )

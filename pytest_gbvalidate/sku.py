@@ -1,9 +1,6 @@
-"""Which SKU is this node? Small providers, tried in order by `detect_sku`: Azure instance metadata, then the
-GPUs NVML sees, then `cpu` when the node has no NVIDIA GPU at all.
-
-No pytest here; the plugin exposes `detect_sku` as the last implementation of a first-result-wins hook, so a
-site plugin can answer first. pynvml is imported only when called.
-"""
+"""Which SKU is this node? Small providers, tried in order by `detect_sku`: Azure instance metadata, then the GPUs NVML
+sees, then `cpu` when the node has no NVIDIA GPU at all. No pytest here; the plugin exposes `detect_sku` as the last
+implementation of a first-result-wins hook, so a site plugin can answer first. pynvml is imported only when called."""
 
 from __future__ import annotations
 

@@ -43,7 +43,10 @@ def sweep_plan(target: Target, metric: str) -> SweepPlan:
     max_bytes = int(params.get("max_bytes", max(SWEEP_BYTES[kind][1], min_bytes)))
     gates = target.gate_labels(metric) or [g for g in DEFAULT_GATES[kind] if parse_size_label(g) <= max_bytes]
     gate_bytes = [parse_size_label(g) for g in gates]
-    sizes = sorted({*_doubling(min_bytes, max_bytes), *gate_bytes})
+    if not 0 < min_bytes <= max_bytes:
+        raise ValueError(f"a sweep needs 0 < min_bytes <= max_bytes, got {min_bytes} and {max_bytes}")
+    doubling = (min_bytes << i for i in range((max_bytes // min_bytes).bit_length()))  # up to max_bytes
+    sizes = sorted({*doubling, *gate_bytes})
     return SweepPlan(
         min_bytes,
         max(sizes),
@@ -61,16 +64,6 @@ def one_size_plan(plan: SweepPlan) -> SweepPlan:
     return dataclasses.replace(plan, min_bytes=size, max_bytes=size, sizes=[size], gates=gates)
 
 
-def _doubling(min_bytes: int, max_bytes: int) -> list[int]:
-    if not 0 < min_bytes <= max_bytes:
-        raise ValueError(f"a sweep needs 0 < min_bytes <= max_bytes, got {min_bytes} and {max_bytes}")
-    sizes, size = [], min_bytes
-    while size <= max_bytes:
-        sizes.append(size)
-        size *= 2
-    return sizes
-
-
 def expect_sweep(
     gb_expect: Expect,
     metric: str,
@@ -79,12 +72,10 @@ def expect_sweep(
     problems: list[str] | None = None,
     again: Callable[[], Sequence[tuple[str, float, Mapping[str, Any]]]] | None = None,
 ) -> None:
-    """Report every size of a sweep -- (label, value, details) -- gate the sizes the plan gates, one by one, and
-    fail with every problem (wrong data, a gate missed, a gated size not run) in one message. Sizes not gated
-    are recorded only. A size whose details carry `not_run` (the reason) was not measured. `again` measures the
-    sweep once more, as gb_expect.measure_again says: a second pass where a size would fail, warn or regress (gated
-    or not: a size no baseline gates is still compared with --gb-compare's report), more while a gated one is
-    unresolved, each size then the best of its passes; a problem it finds (wrong data) is appended to `problems`."""
+    """Report every size of a sweep -- (label, value, details) -- gate the sizes the plan gates, one by one, and fail
+    with every problem (wrong data, a gate missed, a gated size not run) in one message. Sizes not gated are recorded
+    only (and compared with --gb-compare's report). A size whose details carry `not_run` (the reason) was not measured.
+    `again` measures it again as gb_expect.measure_again says, appending what it finds wrong to `problems`."""
     failures = problems if problems is not None else []
 
     def measured_of(rows: Sequence[tuple[str, float, Mapping[str, Any]]]) -> list[Measured]:

@@ -114,19 +114,18 @@ def reference_tools(asked: bool, world_rank: int | None, env: dict[str, str], ti
     """Whether this run also runs the reference tools: when asked for, from a single-node pytest only."""
     if not asked:
         reason = "reference tools not asked for (--gb-reference-tools, GBVALIDATE_REFERENCE_TOOLS, gb_reference_tools)"
-        return ReferenceTools(False, reason, env, timeout_s)
-    if world_rank is not None:
-        return ReferenceTools(
-            False, "reference tools run from a single-node pytest, not under torchrun / srun", env, timeout_s
-        )
-    return ReferenceTools(True, "", env, timeout_s)
+    elif world_rank is not None:
+        reason = "reference tools run from a single-node pytest, not under torchrun / srun"
+    else:
+        reason = ""
+    return ReferenceTools(not reason, reason, env, timeout_s)
 
 
 def resolve_target(config: pytest.Config, settings: Settings) -> Target:
     """The SKU this run checks (the setting, or detection through the pytest_gbvalidate_detect_sku hook) and
     its baseline; every problem is a usage error that says where it came from."""
     from pytest_gbvalidate import baselines as bl
-    from pytest_gbvalidate.sku import Detection, DetectionError
+    from pytest_gbvalidate.sku import Detection, DetectionError, nvml_gpu_names
 
     directory = settings.baselines.value
     if not directory.is_dir():
@@ -143,8 +142,9 @@ def resolve_target(config: pytest.Config, settings: Settings) -> Target:
             baseline: bl.Baseline | None = loaded[detection.sku]
         elif os.path.lexists(path):  # whatever is there (a directory, a FIFO, a dangling link): the loader says why
             baseline = bl.load_baseline(path)
-        elif settings.record.value is not None:
-            return Target(detection.sku, detection.source, directory, None, _node_gpu_count())
+        elif settings.record.value is not None:  # a SKU recorded for the first time: a rank per GPU NVML sees
+            names = nvml_gpu_names()
+            return Target(detection.sku, detection.source, directory, None, 0 if names is None else len(names))
         else:
             raise pytest.UsageError(_unknown_sku_message(detection, directory))
     except bl.BaselineError as exc:
@@ -152,14 +152,6 @@ def resolve_target(config: pytest.Config, settings: Settings) -> Target:
     except DetectionError as exc:
         raise pytest.UsageError(f"SKU auto-detection ({settings.sku.source}): {exc}") from None
     return Target(detection.sku, detection.source, directory, baseline)
-
-
-def _node_gpu_count() -> int:
-    """The GPUs NVML sees (0 without a driver): how many ranks a SKU being recorded for the first time gets."""
-    from pytest_gbvalidate.sku import nvml_gpu_names
-
-    names = nvml_gpu_names()
-    return 0 if names is None else len(names)
 
 
 def _unknown_sku_message(detection: Detection, directory: Path) -> str:
