@@ -1,13 +1,8 @@
 """The fleet summary as data: one row per node (verdict, failed checks with their fault, outlier metrics,
 software stack, what multi-node runs found, what it ran less than its peers), per-metric statistics across the
 nodes, multi-node runs with their weak scaling, the reports not merged, the nodes to take out of service with their
-drain reasons, and the exit code. What each report found is in findings.py; rendering is elsewhere (render.py,
-junit.py, plots.py).
-
-Exit code 1 when a node fails its checks, is an outlier of a metric, is too noisy to judge on a metric (its own
-spread far beyond the fleet's: neither drained nor passed), is found at fault by a multi-node run, ran less than its
-peers, has a partial report or gave no verdict; when a report is corrupt, or another SKU's did not pass;
-when a multi-node run did not pass; or when no node report of the fleet's SKU is given. Otherwise 0: nothing to drain.
+drain reasons, and the exit code: 1 for each reason Summary.failures() gives, else 0 (nothing to drain). What each
+report found is in findings.py; rendering is elsewhere (render.py, junit.py, plots.py).
 """
 
 from __future__ import annotations
@@ -204,44 +199,31 @@ class Summary:
         """Why the exit code is 1; empty when it is 0."""
         why = []
         counts = Counter(n.verdict for n in self.nodes)
-        failing = sum(1 for n in self.nodes if n.fleet_verdict == "fail")  # flapping and unconfirmed apart
-        if failing:
+        if failing := sum(n.fleet_verdict == "fail" for n in self.nodes):  # flapping and unconfirmed apart
             why.append(f"{failing} node(s) fail their checks")
-        unconfirmed = sum(1 for n in self.nodes if n.unconfirmed is not None)
-        if unconfirmed:
+        if unconfirmed := sum(n.unconfirmed is not None for n in self.nodes):
             why.append(f"{unconfirmed} node(s) failed once, not confirmed (no verdict: run their failed checks again)")
-        outlying = sum(1 for n in self.nodes if n.outliers and n.drain)
-        if outlying:
+        if outlying := sum(bool(n.outliers and n.drain) for n in self.nodes):
             why.append(f"{outlying} node(s) are outliers")
-        noisy = sum(1 for n in self.nodes if n.unjudged)
-        if noisy:
+        if noisy := sum(bool(n.unjudged) for n in self.nodes):
             why.append(f"{noisy} node(s) too noisy to judge on some figure (no verdict: run again on an idle node)")
-        short = sum(1 for n in self.nodes if n.lacks and n.drain)
-        if short:
+        if short := sum(bool(n.lacks and n.drain) for n in self.nodes):
             why.append(f"{short} node(s) ran less than their peers")
         if counts["partial"]:
             why.append(f"{counts['partial']} node(s) have a partial report (the run was stopped; not drained)")
-        suspected = sum(1 for n in self.nodes if n.suspected and n.drain) + len(self.unreported_suspects)
-        if suspected:
+        if suspected := sum(bool(n.suspected and n.drain) for n in self.nodes) + len(self.unreported_suspects):
             why.append(f"{suspected} node(s) found at fault by a multi-node run")
         if self.domains:
             why.append(f"{len(self.domains)} NVLink domain(s) fail their fabric checks together (see each domain)")
-        if counts[UNRESOLVED]:
-            why.append(
-                f"{counts[UNRESOLVED]} node(s) unresolved: too noisy to judge (no verdict: run again on an idle node)"
-            )
-        if counts[NO_VERDICT]:
-            why.append(
-                f"{counts[NO_VERDICT]} node(s) gave no verdict (pytest's own error, or no check ran: see their reports)"
-            )
-        corrupt = sum(1 for r in self.not_merged if r.kind == CORRUPT)
-        if corrupt:
+        if unresolved := counts[UNRESOLVED]:
+            why.append(f"{unresolved} node(s) unresolved: too noisy to judge (no verdict: run again on an idle node)")
+        if no_verdict := counts[NO_VERDICT]:
+            why.append(f"{no_verdict} node(s) gave no verdict (pytest's own error, or no check ran: see their reports)")
+        if corrupt := sum(r.kind == CORRUPT for r in self.not_merged):
             why.append(f"{corrupt} report(s) are corrupt")
-        other_sku = sum(1 for r in self.not_merged if r.kind == OTHER_SKU and r.fails_fleet)
-        if other_sku:
+        if other_sku := sum(r.kind == OTHER_SKU and r.fails_fleet for r in self.not_merged):
             why.append(f"{other_sku} report(s) of another SKU did not pass their own checks")
-        bad_runs = sum(1 for r in self.multi_node if r.verdict != "pass")
-        if bad_runs:
+        if bad_runs := sum(r.verdict != "pass" for r in self.multi_node):
             why.append(f"{bad_runs} multi-node run(s) did not pass")
         if not self.nodes:
             why.append(f"no node report of SKU {self.sku}")
