@@ -1,11 +1,7 @@
 """The fleet summary as text: Markdown (summary.md), CSV (nodes.csv, metrics.csv), the compact terminal summary,
-and the lines that take nodes out of service (Slurm's drain, Kubernetes' cordon, taint and label: commands.py;
-printed for the operator, never run).
-
-Each document is its sections in order, one function per section and format: the overview, the software that
-differs, the nodes, the nodes to take out of service, the reports not merged and the outputs here; the outliers,
-the metrics across the nodes and the multi-node runs in render_stats.py. A node's row is formatted once
-(`node_row`) for the Markdown table, the terminal and nodes.csv."""
+and the lines that take nodes out of service (commands.py: printed for the operator, never run). Each document is
+its sections in order, one function per section and format; the sections of numbers are in render_stats.py. A
+node's row is formatted once (`node_row`) for the Markdown table, the terminal and nodes.csv."""
 
 from __future__ import annotations
 
@@ -14,34 +10,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_gbvalidate.fleet.commands import (
-    NOT_DRAINED,
-    drain_commands,
-    kubectl_commands,
-    kubectl_notes,
-    not_drained,
-)
+from pytest_gbvalidate.fleet import render_stats as stats
+from pytest_gbvalidate.fleet.commands import NOT_DRAINED, drain_commands, kubectl_commands, kubectl_notes, not_drained
 from pytest_gbvalidate.fleet.findings import SESSION_CHECK, Suspect
 from pytest_gbvalidate.fleet.markup import checks_cell, columns, csv_text, md, md_table, yes
-from pytest_gbvalidate.fleet.render_stats import (
-    METRIC_COLUMNS,
-    metrics_md,
-    metrics_rows,
-    multi_node_md,
-    multi_node_terminal,
-    outliers_md,
-    outliers_terminal,
-    rules_text,
-)
 from pytest_gbvalidate.fleet.reports import CORRUPT, NO_VERDICT, NotMerged
 from pytest_gbvalidate.fleet.summary import FLAPPING, SOFTWARE, UNCONFIRMED, Node, Summary
 from pytest_gbvalidate.fleet.text import shorten
 
 # Long failure messages are cut in tables: the whole message is in the node's own report.
 MESSAGE_MAX_CHARS = 160
-
-
-# --- the documents -----------------------------------------------------------------------------------------------
 
 
 def markdown(summary: Summary, plots: Sequence[Path], plot_note: str | None, out: Path) -> str:
@@ -51,9 +29,9 @@ def markdown(summary: Summary, plots: Sequence[Path], plot_note: str | None, out
         *_nodes_md(summary),
         *_domains_md(summary),
         *_drain_md(summary),
-        *outliers_md(summary),
-        *metrics_md(summary),
-        *multi_node_md(summary),
+        *stats.outliers_md(summary),
+        *stats.metrics_md(summary),
+        *stats.multi_node_md(summary),
         *_not_merged_md(summary),
         *_plots_md(plots, plot_note, out),
     ]
@@ -67,7 +45,7 @@ def nodes_csv(summary: Summary) -> str:
 
 
 def metrics_csv(summary: Summary) -> str:
-    return csv_text(METRIC_COLUMNS, metrics_rows(summary))
+    return csv_text(stats.METRIC_COLUMNS, stats.metrics_rows(summary))
 
 
 def terminal(summary: Summary, written: Sequence[Path], plot_note: str | None) -> list[str]:
@@ -75,16 +53,13 @@ def terminal(summary: Summary, written: Sequence[Path], plot_note: str | None) -
         *_overview_terminal(summary),
         *_nodes_terminal(summary),
         *[finding.line() for finding in summary.domains],
-        *outliers_terminal(summary),
+        *stats.outliers_terminal(summary),
         *_software_terminal(summary),
         *_not_merged_terminal(summary),
-        *multi_node_terminal(summary),
+        *stats.multi_node_terminal(summary),
         *_drain_terminal(summary),
         *_outputs_terminal(written, plot_note),
     ]
-
-
-# --- overview ----------------------------------------------------------------------------------------------------
 
 
 def headline(summary: Summary) -> str:
@@ -108,7 +83,7 @@ def _overview_md(summary: Summary) -> list[str]:
     lines += [
         f"- reports given: {', '.join(given)}",
         f"- fleet SKU: {summary.sku} ({summary.sorted.sku_note})",
-        f"- outliers: {rules_text(summary)}",
+        f"- outliers: {stats.rules_text(summary)}",
     ]
     if summary.statistics_note:
         lines.append(f"- {summary.statistics_note}")
@@ -122,9 +97,6 @@ def _overview_terminal(summary: Summary) -> list[str]:
     return lines
 
 
-# --- software that differs across the nodes ----------------------------------------------------------------------
-
-
 def software_differences(nodes: Sequence[Node]) -> list[str]:
     """`torch: 2.13.0 (4 node(s)), 2.12.0 (1 node(s): node-3)` for each part of the stack that differs."""
     lines = []
@@ -134,10 +106,7 @@ def software_differences(nodes: Sequence[Node]) -> list[str]:
             by_version.setdefault(n.software.get(name, "(none)"), []).append(n.hostname)
         if len(by_version) > 1:
             ranked = sorted(by_version.items(), key=lambda item: -len(item[1]))
-            parts = [
-                f"{version} ({len(hosts)} node(s)" + (f": {', '.join(hosts)})" if len(hosts) <= 3 else ")")
-                for version, hosts in ranked
-            ]
+            parts = [f"{v} ({len(h)} node(s)" + (f": {', '.join(h)})" if len(h) <= 3 else ")") for v, h in ranked]
             lines.append(f"{name}: {', '.join(parts)}")
     return lines
 
@@ -151,25 +120,12 @@ def _software_terminal(summary: Summary) -> list[str]:
     return [f"software differs: {d}" for d in software_differences(summary.nodes)]
 
 
-# --- nodes -------------------------------------------------------------------------------------------------------
-
 # The nodes table's columns before the software ones, for people; the terminal shows the first four.
 NODE_TABLE = ("node", "verdict", "failed checks", "outlier metrics", "drain", "level")
 TERMINAL_NODE_TABLE = ("node", "verdict", "failed checks", "outliers")
 NODE_COLUMNS = (
-    "hostname",
-    "verdict",
-    "drain",
-    "reason",
-    "failed_checks",
-    "fault_actions",
-    "outlier_metrics",
-    "sku",
-    "level",
-    "status",
-    "start_time",
-    *SOFTWARE,
-    "report",
+    *("hostname", "verdict", "drain", "reason", "failed_checks", "fault_actions", "outlier_metrics", "sku", "level"),
+    *("status", "start_time", *SOFTWARE, "report"),
 )
 
 
@@ -269,16 +225,10 @@ def _check_id(test_id: str, category: str | None) -> str:
     return f"{test_id} [{category or '-'}]"
 
 
-# --- NVLink domains that fail together ---------------------------------------------------------------------------
-
-
 def _domains_md(summary: Summary) -> list[str]:
     if not summary.domains:
         return []
     return ["", "## NVLink domains", "", *[f"- {md(finding.line())}" for finding in summary.domains]]
-
-
-# --- take out of service -----------------------------------------------------------------------------------------
 
 
 # Shadow mode's word where the drain and kubectl lines would be (Summary.shadow).
@@ -328,11 +278,9 @@ def _drain_terminal(summary: Summary) -> list[str]:
         return []
     if summary.shadow:
         return [SHADOW_LINE, *(f"  would drain {node.host}: {node.reason}" for node in summary.drain_list())]
-    lines = ["take out of service (Slurm, printed, not run):"]
-    lines += [f"  {command}" for command in drain_commands(summary)]
+    lines = ["take out of service (Slurm, printed, not run):", *(f"  {c}" for c in drain_commands(summary))]
     lines += [f"  {host}: {NOT_DRAINED}" for host in not_drained(summary)]
-    lines += ["take out of service (Kubernetes, printed, not run):"]
-    lines += [f"  {command}" for command in kubectl_commands(summary)]
+    lines += ["take out of service (Kubernetes, printed, not run):", *(f"  {c}" for c in kubectl_commands(summary))]
     lines += [f"  {note}" for note in kubectl_notes(summary)]
     return lines
 
@@ -351,9 +299,6 @@ def _drain_rows(summary: Summary) -> list[dict[str, object]]:
         }
         for host, found in summary.unreported_suspects.items()
     ]
-
-
-# --- reports not merged ------------------------------------------------------------------------------------------
 
 
 def _not_merged(summary: Summary) -> list[NotMerged]:
@@ -391,9 +336,6 @@ def _not_merged_rows(summary: Summary) -> list[dict[str, object]]:
         }
         for r in _not_merged(summary)
     ]
-
-
-# --- outputs: the plots and the files written --------------------------------------------------------------------
 
 
 def _plots_md(plots: Sequence[Path], plot_note: str | None, out: Path) -> list[str]:

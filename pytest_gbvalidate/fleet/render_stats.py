@@ -48,28 +48,22 @@ def noisy_rule_text(summary: Summary) -> str:
     )
 
 
-# --- outliers ----------------------------------------------------------------------------------------------------
-
-
 def outliers_md(summary: Summary) -> list[str]:
     lines = ["", "## Outliers", "", f"Rule: {rules_text(summary)}.", ""]
     if not summary.outliers:
         return [*lines, summary.statistics_note or "None.", *_unjudged_md(summary)]
-    rows = []
-    for n, o in summary.outliers:
-        s, out = o.metric, o.outlier
-        delta = s.delta_pct(out.value)
-        rows.append(
-            [
-                n.hostname,
-                s.key.label,
-                f"{number(out.value)} {s.unit}",
-                f"{number(s.spread.median)} {s.unit}",
-                "-" if delta is None else f"{delta:+.1f}%",
-                "-" if out.z is None else f"{out.z:+.2f}",
-                "; ".join(out.rules),
-            ]
-        )
+    rows = [
+        [
+            n.hostname,
+            o.metric.key.label,
+            f"{number(o.outlier.value)} {o.metric.unit}",
+            f"{number(o.metric.spread.median)} {o.metric.unit}",
+            "-" if (delta := o.metric.delta_pct(o.outlier.value)) is None else f"{delta:+.1f}%",
+            "-" if o.outlier.z is None else f"{o.outlier.z:+.2f}",
+            "; ".join(o.outlier.rules),
+        ]
+        for n, o in summary.outliers
+    ]
     header = ["node", "metric", "value", "fleet median", "vs median", "modified z", "flagged by"]
     return lines + md_table(header, rows) + _unjudged_md(summary)
 
@@ -105,23 +99,9 @@ def outliers_terminal(summary: Summary) -> list[str]:
     return lines
 
 
-# --- metrics across nodes ----------------------------------------------------------------------------------------
-
 METRIC_COLUMNS = (
-    "metric",
-    "scope",
-    "placement",
-    "tool",
-    "unit",
-    "direction",
-    "nodes",
-    "median",
-    "min",
-    "max",
-    "mad",
-    "spread_pct",
-    "expected",
-    "outliers",
+    *("metric", "scope", "placement", "tool", "unit", "direction", "nodes", "median", "min", "max", "mad"),
+    *("spread_pct", "expected", "outliers"),
 )
 
 
@@ -154,31 +134,25 @@ def _metric_cells(m: MetricStats) -> list[str]:
 
 def metrics_rows(summary: Summary) -> list[dict[str, object]]:
     """metrics.csv's rows (METRIC_COLUMNS): the numbers unrounded but the spread, the key in its parts."""
-    rows: list[dict[str, object]] = []
-    for m in summary.metrics:
-        s = m.spread
-        rows.append(
-            {
-                "metric": m.key.metric,
-                "scope": m.key.scope,
-                "placement": m.key.placement or "",
-                "tool": m.key.tool or "",
-                "unit": m.unit,
-                "direction": m.direction,
-                "nodes": s.nodes,
-                "median": s.median,
-                "min": s.minimum,
-                "max": s.maximum,
-                "mad": s.mad,
-                "spread_pct": "" if s.spread_pct is None else round(s.spread_pct, 3),
-                "expected": "" if m.expected is None else m.expected,
-                "outliers": " ".join(o.host for o in m.outliers),
-            }
-        )
-    return rows
-
-
-# --- multi-node runs and weak scaling ----------------------------------------------------------------------------
+    return [
+        {
+            "metric": m.key.metric,
+            "scope": m.key.scope,
+            "placement": m.key.placement or "",
+            "tool": m.key.tool or "",
+            "unit": m.unit,
+            "direction": m.direction,
+            "nodes": m.spread.nodes,
+            "median": m.spread.median,
+            "min": m.spread.minimum,
+            "max": m.spread.maximum,
+            "mad": m.spread.mad,
+            "spread_pct": "" if m.spread.spread_pct is None else round(m.spread.spread_pct, 3),
+            "expected": "" if m.expected is None else m.expected,
+            "outliers": " ".join(o.host for o in m.outliers),
+        }
+        for m in summary.metrics
+    ]
 
 
 def multi_node_md(summary: Summary) -> list[str]:

@@ -1,35 +1,23 @@
 """Reading the nodes' JSON run reports and sorting them: the fleet's nodes (one report per hostname, the latest),
-multi-node runs, and the reports that are not merged (corrupt, another SKU's, superseded by a later one).
+multi-node runs, and the reports that are not merged. Which report counts as what, in this order:
 
-Which report counts as what, in this order:
+1. corrupt (the summary fails: such a node has not shown it is healthy): unreadable, not JSON, not a report of this
+   `report_version` whose every field has its declared type (report/records.py), without `node.hostname`, with a
+   `start_time` that cannot be read or lies in the future (_problem), saying what its writer never does (a
+   finished run without one of pytest's exit statuses, a gang of no nodes or not of its hosts), or contradicting
+   itself (_contradiction).
+2. another SKU: its `sku.name` is not the fleet's (`--sku`, else the most common among the finished reports; a
+   report without one is the fleet's). Listed; one that did not pass its own checks fails the summary.
+3. multi-node run: `gang.nodes` > 1 (absent means 1), summarised apart from the per-node rows.
+4. superseded: an earlier report (by `start_time`, then the command line's order) of a hostname that has a later
+   one, or an earlier multi-node run over the same hostnames as a later one. Listed, no effect on the exit code;
+   but where the later one is still running, narrowed or of a lesser level, the earlier one speaks (_earlier_stands).
+5. the rest are the fleet's nodes. A node whose latest report is `interrupted` is partial (exit 1); one whose latest
+   is still `running` gave no verdict (exit 1, no drain line). Neither's measurements count in the statistics.
 
-1. corrupt: unreadable, not JSON, not a report of this `report_version` whose every field has its declared type
-   (report/records.py: the first field that does not is named), without `node.hostname`, with a `start_time`
-   that cannot be read or lies in the future (report.history.in_future): the latest report counts, so such a
-   date would hide every later one; or saying what its writer never does: a finished run without one of pytest's
-   exit statuses, a gang of no nodes or of more or fewer than its hosts; or contradicting itself (_contradiction:
-   a passing run with a failed test, a measurement's verdict its own value and limit deny). Such a node has not
-   shown it is healthy: the summary fails (exit 1).
-2. another SKU: its `sku.name` is not the fleet's (`--sku`, else the most common among the finished reports).
-   It is not part of this fleet's statistics: listed; one that did not pass its own checks fails the summary
-   (exit 1: summarise its SKU with --sku), one that passed has no effect on it. (A report without a SKU, from a
-   run stopped before it resolved one, is taken as the fleet's.)
-3. multi-node run: `gang.nodes` > 1 (a torchrun / srun run over several nodes; absent means 1). A fleet-wide
-   run, summarised apart from the per-node rows.
-4. superseded: an earlier report (by `start_time`; on a tie, the earlier on the command line) of a hostname
-   that has a later one, or an earlier multi-node run over the same hostnames as a later one. Listed, no effect
-   on the exit code: the later report speaks for the node (its findings, such as pairwise suspects, too). But the
-   later one is listed instead, and the earlier one speaks (_earlier_stands), where the later is still `running`
-   after a finished one (unfinished: it speaks in no direction, neither clearing a failure nor hiding one), is
-   narrowed (`narrowed_by`: `-k`, `-m`, a test id) after a whole one (a subset run again does not speak for the
-   node a whole run judged), or is of a lesser level (a quick run after a full one that failed).
-5. the rest are the fleet's nodes. A node whose latest report is `interrupted` is listed as partial: it has not
-   shown it is healthy (exit 1). One whose latest report is still `running` gave no verdict (exit 1, no drain
-   line): its run is being written, or was killed outright. Neither's measurements count in the statistics.
-
-Every text a report holds is escaped as it is read (labels.printable_exactly: anything but printable ASCII, and
-every backslash), so nothing from a file reaches the terminal, Markdown, CSV or a drain command as more than text, and
-two hostnames that differ are never shown, or counted, as one.
+Every text a report holds is escaped as it is read (labels.printable_exactly), so nothing from a file reaches the
+terminal, Markdown, CSV or a drain command as more than text, and two hostnames that differ are never shown, or
+counted, as one.
 """
 
 from __future__ import annotations
@@ -81,7 +69,6 @@ class Report:
 
     @property
     def hostname(self) -> str:
-        """As it may be shown: escaped as read (labels.printable_exactly), like every text of the report."""
         return self.data["node"]["hostname"]
 
     @property
@@ -144,8 +131,7 @@ class Report:
 
     @functools.cached_property
     def verdict(self) -> NodeVerdict:
-        """What the report says about its node (report/node_verdict.py: the rule the health check reads too); read
-        once, as the report is (a fleet's tables ask it of every node, for every row)."""
+        """What the report says about its node (report/node_verdict.py); worked out once: every row asks it."""
         return node_verdict.of_report(self.data)
 
 
@@ -190,22 +176,15 @@ def read(path: Path, order: int, now: dt.datetime | None = None) -> Report | Not
     node = data.get("node")
     hostname = node.get("hostname") if isinstance(node, dict) else None
     hostname = printable_exactly(hostname) if isinstance(hostname, str) and hostname else None
-    problem = _problem(data, hostname, now)
-    if problem is not None:
+    if (problem := _problem(data, hostname, now)) is not None:
         return NotMerged(path, CORRUPT, problem, hostname)
     report = cast(RunReportRecord, escaped(fleet_part(data)))  # checked against the records by _problem
     gpus = data.get("gpus")
     devices = gpus.get("devices") if isinstance(gpus, dict) else None
     devices = devices if isinstance(devices, list) else []
-    domain = nvlink_domain(devices)
+    domain = None if (found := nvlink_domain(devices)) is None else printable_exactly(found)
     vbios = sorted({str(d["vbios_version"]) for d in devices if isinstance(d, dict) and d.get("vbios_version")})
-    return Report(
-        path,
-        report,
-        order,
-        None if domain is None else printable_exactly(domain),
-        printable_exactly("/".join(vbios)) if vbios else None,
-    )
+    return Report(path, report, order, domain, printable_exactly("/".join(vbios)) if vbios else None)
 
 
 # What the fleet reads of a report, kept once the whole report is checked: the rest -- telemetry series, the GPU
@@ -259,10 +238,8 @@ def _problem(data: dict[str, Any], hostname: str | None, now: dt.datetime | None
         return printable(problem)
     if hostname is None:
         return "no node.hostname"
-    if len(data["node"]["hostname"]) > history.MAX_HOSTNAME:
-        return (
-            f"node.hostname of {len(data['node']['hostname'])} characters: a hostname is {history.MAX_HOSTNAME} at most"
-        )
+    if (length := len(data["node"]["hostname"])) > history.MAX_HOSTNAME:
+        return f"node.hostname of {length} characters: a hostname is {history.MAX_HOSTNAME} at most"
     start = _start_time(data)
     if start is None:
         return f"start_time {printable(str(data.get('start_time')))!r} is not an ISO 8601 time: undated"
@@ -325,8 +302,7 @@ def sort_reports(paths: Sequence[Path], sku: str | None = None) -> Sorted:
             reason = f"SKU {report.sku}, the fleet's is {fleet_sku}"
             if report.verdict != "pass":
                 reason += f"; its own verdict: {report.verdict} (summarise its SKU with --sku {report.sku})"
-            other = NotMerged(report.path, OTHER_SKU, reason, report.hostname, report.sku, report.verdict)
-            not_merged.append(other)
+            not_merged.append(NotMerged(report.path, OTHER_SKU, reason, report.hostname, report.sku, report.verdict))
         else:
             ours.append(report)
     latest: dict[str, Report] = {}
@@ -396,9 +372,7 @@ def _start_time(data: Mapping[str, Any]) -> dt.datetime | None:
     """In UTC; None where it is no ISO 8601 time, or none UTC can hold (0001-01-01T00:00+14:00)."""
     try:
         start = dt.datetime.fromisoformat(str(data.get("start_time")))
-        return (start if start.tzinfo is not None else start.replace(tzinfo=dt.timezone.utc)).astimezone(
-            dt.timezone.utc
-        )
+        return (start.replace(tzinfo=dt.timezone.utc) if start.tzinfo is None else start).astimezone(dt.timezone.utc)
     except (ValueError, OverflowError):
         return None
 
