@@ -1,7 +1,6 @@
 """What the reports found, as records: each node report's failed checks (with their fault), the gated metrics
 across the finished node reports (with their statistics and outliers), and the nodes the multi-node runs found at
-fault. The summary (summary.py) gathers them per node; these read the reports' own records (`tests`,
-`measurements`, `suspects`)."""
+fault. The summary (summary.py) gathers them per node."""
 
 from __future__ import annotations
 
@@ -132,18 +131,9 @@ def suspects(runs: Sequence[Report]) -> list[Suspect]:
             if not isinstance(record, dict) or not isinstance(record.get("host"), str):
                 continue
             fault = record.get("fault")
-            category = fault.get("category") if isinstance(fault, dict) else None
-            repair = fault.get("repair") if isinstance(fault, dict) else None
-            found.append(
-                Suspect(
-                    record["host"],
-                    str(record.get("test_id")),
-                    str(record.get("why")),
-                    _text(category),
-                    run.path,
-                    None if repair is None else _text(repair),
-                )
-            )
+            category, repair = (fault.get("category"), fault.get("repair")) if isinstance(fault, dict) else (None, None)
+            test_id, why = str(record.get("test_id")), str(record.get("why"))
+            found.append(Suspect(record["host"], test_id, why, _text(category), run.path, _text(repair)))
     return found
 
 
@@ -265,13 +255,8 @@ def _run_to_run_pct(measurement: Mapping[str, Any]) -> float | None:
 def metric_key(measurement: Mapping[str, Any]) -> MetricKey:
     details = measurement.get("details")
     details = details if isinstance(details, dict) else {}
-    placement, tool = details.get("placement"), details.get("tool")
-    return MetricKey(
-        str(measurement.get("metric")),
-        str(measurement.get("scope")),
-        None if placement is None else str(placement),
-        None if tool is None else str(tool),
-    )
+    placement, tool = _text(details.get("placement")), _text(details.get("tool"))
+    return MetricKey(str(measurement.get("metric")), str(measurement.get("scope")), placement, tool)
 
 
 def _text(value: object) -> str | None:

@@ -23,19 +23,9 @@ MESSAGE_MAX_CHARS = 160
 
 
 def markdown(summary: Summary, plots: Sequence[Path], plot_note: str | None, out: Path) -> str:
-    lines = [
-        *_overview_md(summary),
-        *_software_md(summary),
-        *_nodes_md(summary),
-        *_domains_md(summary),
-        *_drain_md(summary),
-        *stats.outliers_md(summary),
-        *stats.metrics_md(summary),
-        *stats.multi_node_md(summary),
-        *_not_merged_md(summary),
-        *_plots_md(plots, plot_note, out),
-    ]
-    return "\n".join(lines).rstrip() + "\n"
+    sections = (_overview_md, _software_md, _nodes_md, _domains_md, _drain_md, stats.outliers_md, stats.metrics_md)
+    lines = [line for section in (*sections, stats.multi_node_md, _not_merged_md) for line in section(summary)]
+    return "\n".join([*lines, *_plots_md(plots, plot_note, out)]).rstrip() + "\n"
 
 
 def nodes_csv(summary: Summary) -> str:
@@ -49,17 +39,9 @@ def metrics_csv(summary: Summary) -> str:
 
 
 def terminal(summary: Summary, written: Sequence[Path], plot_note: str | None) -> list[str]:
-    return [
-        *_overview_terminal(summary),
-        *_nodes_terminal(summary),
-        *[finding.line() for finding in summary.domains],
-        *stats.outliers_terminal(summary),
-        *_software_terminal(summary),
-        *_not_merged_terminal(summary),
-        *stats.multi_node_terminal(summary),
-        *_drain_terminal(summary),
-        *_outputs_terminal(written, plot_note),
-    ]
+    sections = [_overview_terminal, _nodes_terminal, _domains_terminal, stats.outliers_terminal, _software_terminal]
+    sections += [_not_merged_terminal, stats.multi_node_terminal, _drain_terminal]
+    return [*(line for section in sections for line in section(summary)), *_outputs_terminal(written, plot_note)]
 
 
 def headline(summary: Summary) -> str:
@@ -229,6 +211,10 @@ def _domains_md(summary: Summary) -> list[str]:
     if not summary.domains:
         return []
     return ["", "## NVLink domains", "", *[f"- {md(finding.line())}" for finding in summary.domains]]
+
+
+def _domains_terminal(summary: Summary) -> list[str]:
+    return [finding.line() for finding in summary.domains]
 
 
 # Shadow mode's word where the drain and kubectl lines would be (Summary.shadow).

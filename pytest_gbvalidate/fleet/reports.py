@@ -45,7 +45,6 @@ from pytest_gbvalidate.report.records import HostRecord, MeasurementRecord, RunR
 from pytest_gbvalidate.rules import resolution as rs
 
 FINISHED, RUNNING = "finished", "running"
-PARTIAL_STATUSES = (RUNNING, "interrupted")
 # What a finished run's report may say (pytest.ExitCode, and ours for a run that could not tell: 2, interrupted, is
 # written as the status `interrupted`).
 FINISHED_EXIT_STATUSES = (0, 1, 2, 3, 4, 5, EXIT_UNRESOLVED)
@@ -187,10 +186,9 @@ def read(path: Path, order: int, now: dt.datetime | None = None) -> Report | Not
     return Report(path, report, order, domain, printable_exactly("/".join(vbios)) if vbios else None)
 
 
-# What the fleet reads of a report, kept once the whole report is checked: the rest -- telemetry series, the GPU
-# inventory, the NUMA map, each figure's samples (the lists in its details), where its reference came from -- goes
-# as each report is read, so the summary holds what each node adds to it and one report's parse at a time, not every
-# report given (benchmarks/fleet_memory.py: 1,000 nodes).
+# What the fleet reads of a report, kept once the whole report is checked: the rest (telemetry, the GPU inventory,
+# the NUMA map, each figure's samples and provenance) goes as each report is read, so the summary holds one report's
+# parse at a time, not every report given (benchmarks/fleet_memory.py: 1,000 nodes).
 FLEET_SECTIONS = frozenset(
     {"report_version", "status", "exit_status", "start_time", "end_time", "sku", "level", "node", "settings"}
     | {"narrowed_by", "tests", "measurements", "gang", "world", "suspects", "outputs_lost"}
@@ -309,9 +307,8 @@ def sort_reports(paths: Sequence[Path], sku: str | None = None) -> Sorted:
     confirmations: dict[str, Report] = {}
     for report in sorted((r for r in ours if r.nodes == 1), key=_age):
         earlier = latest.get(report.hostname)
-        kept = None if earlier is None else _earlier_stands(earlier, report)
-        if earlier is not None and kept is not None:
-            not_merged.append(NotMerged(report.path, kept[0], kept[1], report.hostname, report.sku))
+        if earlier is not None and (kept := _earlier_stands(earlier, report)) is not None:
+            not_merged.append(NotMerged(report.path, *kept, report.hostname, report.sku))
             continue
         if earlier is not None and report.reruns_failed and not earlier.reruns_failed:
             reason = f"runs the failed checks of {report.hostname} again (fleet summary --confirm reads it)"
@@ -324,8 +321,7 @@ def sort_reports(paths: Sequence[Path], sku: str | None = None) -> Sorted:
         latest[report.hostname] = report
         confirmations.pop(report.hostname, None)  # a second run of an earlier run's failures: not this one's
     nodes = sorted(latest.values(), key=lambda r: natural_key(r.hostname))
-    # A multi-node run over the same hosts as a later one is superseded by it; runs that do not name their hosts
-    # all count.
+    # A multi-node run is superseded by a later one over the same hosts; runs that do not name their hosts all count.
     latest_runs: dict[tuple[str, ...], Report] = {}
     multi_node: list[Report] = []
     for report in sorted((r for r in ours if r.nodes > 1), key=_age):

@@ -14,18 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_gbvalidate.fleet import confirm as confirmation
-from pytest_gbvalidate.fleet import drain
+from pytest_gbvalidate.fleet import drain, findings
 from pytest_gbvalidate.fleet.domains import FABRIC_CATEGORY, DomainFinding, domain_findings
-from pytest_gbvalidate.fleet.findings import (
-    FailedCheck,
-    MetricStats,
-    NodeOutlier,
-    NodeUnjudged,
-    Suspect,
-    failed_checks,
-    metric_stats,
-    suspects,
-)
+from pytest_gbvalidate.fleet.findings import FailedCheck, MetricStats, NodeOutlier, NodeUnjudged, Suspect
 from pytest_gbvalidate.fleet.reports import CORRUPT, NO_VERDICT, OTHER_SKU, NotMerged, Report, Sorted, sort_reports
 from pytest_gbvalidate.fleet.scaling import WeakScaling, weak_scaling
 from pytest_gbvalidate.report.node_verdict import UNCLASSIFIED, UNRESOLVED
@@ -97,11 +88,10 @@ class Node:
         return found | ({"vbios": self.report.vbios} if self.report.vbios else {})
 
     def causes(self) -> list[drain.Cause]:
-        """What takes the node out of service (fleet/drain.py): its NVLink domain (which goes out as a unit, whatever
-        this node's own run said), failed checks that stand (not flapping or unconfirmed), outlier metrics, what
-        multi-node runs found, checks its peers ran and it did not (it has not shown what they showed). None for a
-        node whose run gave no verdict, was stopped without a failure, or was only too noisy to judge: listed
-        instead."""
+        """What takes the node out of service (fleet/drain.py): its NVLink domain (whatever its own run said), failed
+        checks that stand (not flapping or unconfirmed), outlier metrics, what multi-node runs found, checks its peers
+        ran and it did not. None for a node that gave no verdict, was stopped without a failure, or was only too noisy
+        to judge: listed instead."""
         found = [drain.Cause("domain", self.domain.reason_part(), FABRIC_CATEGORY)] if self.domain else []
         if self.verdict in (NO_VERDICT, UNRESOLVED):  # the run's own failure, or its figures too noisy: not judged
             return found
@@ -133,9 +123,7 @@ class Summary:
     unreported_suspects: dict[str, list[Suspect]]  # host -> findings, for hosts without a node report here
     breaker: Breaker = field(default_factory=Breaker)
     domains: list[DomainFinding] = field(default_factory=list)
-    # Shadow mode (--shadow): everything judged and written, no drain or kubectl line printed, exit 0; what would
-    # have been taken out is listed as such.
-    shadow: bool = False
+    shadow: bool = False  # --shadow: everything judged and written, nothing taken out, exit 0
 
     @property
     def sku(self) -> str | None:
@@ -249,11 +237,11 @@ def summarize(
     """With `confirm`, a failed node's failures stand only where a second run of them here failed them again
     (confirm.py); with `shadow`, nothing is taken out (Summary.shadow)."""
     sorted_reports = sort_reports(paths, sku)
-    nodes = [Node(r, failed_checks(r)) for r in sorted_reports.nodes]
+    nodes = [Node(r, findings.failed_checks(r)) for r in sorted_reports.nodes]
     for failed in (n for n in nodes if confirm and n.verdict == "fail"):
         confirmation.apply(failed, sorted_reports.confirmations.get(failed.hostname))
     coverage(nodes)
-    metrics = metric_stats([n.report for n in nodes if n.report.finished], mad_k, pct, noise_floor_pct)
+    metrics = findings.metric_stats([n.report for n in nodes if n.report.finished], mad_k, pct, noise_floor_pct)
     by_host = {n.hostname: n for n in nodes}
     for m in metrics:
         for outlier in m.outliers:
@@ -261,7 +249,7 @@ def summarize(
         for unjudged in m.unjudged:
             by_host[unjudged.host].unjudged.append(NodeUnjudged(m, unjudged))
     unreported: dict[str, list[Suspect]] = {}
-    for suspect in suspects(sorted_reports.multi_node):
+    for suspect in findings.suspects(sorted_reports.multi_node):
         node = by_host.get(suspect.host)
         (node.suspected if node is not None else unreported.setdefault(suspect.host, [])).append(suspect)
     scaling = weak_scaling(sorted_reports.multi_node, sorted_reports.nodes)

@@ -24,11 +24,8 @@ NVBANDWIDTH = "nvbandwidth"
 NVBANDWIDTH_JSON_OPTION = "--json"
 # The nvbandwidth test cases that measure what our per-GPU suites measure (copy engine, one direction).
 NVBANDWIDTH_TESTCASES = (
-    "host_to_device_memcpy_ce",
-    "device_to_host_memcpy_ce",
-    "device_local_copy",
-    "device_to_device_memcpy_write_ce",
-    "device_to_device_memcpy_read_ce",
+    *("host_to_device_memcpy_ce", "device_to_host_memcpy_ce", "device_local_copy"),
+    *("device_to_device_memcpy_write_ce", "device_to_device_memcpy_read_ce"),
 )
 
 

@@ -34,9 +34,6 @@ class Measurement:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-# --- running --------------------------------------------------------------------------------------------------
-
-
 def find(binary: str, path: str | None = None) -> str | None:
     return shutil.which(binary, path=path)
 
@@ -88,9 +85,6 @@ def read_json_file(binary: str, path: str | Path) -> str:
         return Path(path).read_text(errors="replace")
     except OSError as exc:
         raise ToolError(f"{binary} was asked for JSON but wrote no {path}: {exc.strerror}") from None
-
-
-# --- JSON from the tools ----------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
