@@ -312,14 +312,9 @@ def _not_merged_terminal(summary: Summary) -> list[str]:
 def _not_merged_rows(summary: Summary) -> list[dict[str, object]]:
     """Its kind as the verdict and why as the reason."""
     return [
-        {
-            "hostname": r.hostname or "",
-            "verdict": r.kind,
-            "drain": "no",
-            "reason": r.reason,
-            "sku": r.sku or "",
-            "report": str(r.path),
-        }
+        dict(
+            hostname=r.hostname or "", verdict=r.kind, drain="no", reason=r.reason, sku=r.sku or "", report=str(r.path)
+        )
         for r in _not_merged(summary)
     ]
 

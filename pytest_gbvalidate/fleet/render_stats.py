@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pytest_gbvalidate.fleet.findings import MetricStats, failed_checks
 from pytest_gbvalidate.fleet.markup import checks_cell, md, md_table, num
+from pytest_gbvalidate.fleet.reports import Report
 from pytest_gbvalidate.fleet.scaling import WeakScaling
 from pytest_gbvalidate.fleet.summary import Summary
 from pytest_gbvalidate.labels import number
@@ -107,29 +108,16 @@ METRIC_COLUMNS = (
 
 def metrics_md(summary: Summary) -> list[str]:
     header = ["metric", "unit", "better", "nodes", "median", "min", "max", "MAD", "(max-min)/median", "expected"]
-    return [
-        "",
-        "## Metrics across nodes",
-        "",
-        *md_table([*header, "outliers"], [_metric_cells(m) for m in summary.metrics]),
-    ]
+    rows = [_metric_cells(m) for m in summary.metrics]
+    return ["", "## Metrics across nodes", "", *md_table([*header, "outliers"], rows)]
 
 
 def _metric_cells(m: MetricStats) -> list[str]:
     s = m.spread
-    return [
-        m.key.label,
-        m.unit,
-        m.direction,
-        str(s.nodes),
-        num(s.median),
-        num(s.minimum),
-        num(s.maximum),
-        num(s.mad),
-        "-" if s.spread_pct is None else f"{s.spread_pct:.1f}%",
-        num(m.expected),
-        ", ".join(o.host for o in m.outliers) or ("-" if s.nodes >= outliers.MIN_NODES else "- (too few nodes)"),
-    ]
+    numbers = [num(x) for x in (s.median, s.minimum, s.maximum, s.mad)]
+    spread = "-" if s.spread_pct is None else f"{s.spread_pct:.1f}%"
+    flagged = ", ".join(o.host for o in m.outliers) or ("-" if s.nodes >= outliers.MIN_NODES else "- (too few nodes)")
+    return [m.key.label, m.unit, m.direction, str(s.nodes), *numbers, spread, num(m.expected), flagged]
 
 
 def metrics_rows(summary: Summary) -> list[dict[str, object]]:
@@ -159,20 +147,8 @@ def multi_node_md(summary: Summary) -> list[str]:
     lines = ["", "## Multi-node runs", ""]
     if not summary.multi_node:
         return [*lines, "None."]
-    lines += md_table(
-        ["report", "rank 0 host", "nodes", "hosts", "verdict", "failed checks"],
-        [
-            [
-                str(r.path),
-                r.hostname,
-                str(r.nodes),
-                ", ".join(f"node{h['node_rank']} ({h['hostname']})" for h in r.hosts) or "-",
-                r.verdict.upper(),
-                checks_cell(failed_checks(r)),
-            ]
-            for r in summary.multi_node
-        ],
-    )
+    header = ["report", "rank 0 host", "nodes", "hosts", "verdict", "failed checks"]
+    lines += md_table(header, [_run_cells(r) for r in summary.multi_node])
     lines += ["", "### Weak scaling", ""]
     if not summary.scaling:
         return [*lines, "No multi-node run has a pretraining step time with its layout."]
@@ -195,6 +171,11 @@ def multi_node_md(summary: Summary) -> list[str]:
     return lines
 
 
+def _run_cells(r: Report) -> list[str]:
+    hosts = ", ".join(f"node{h['node_rank']} ({h['hostname']})" for h in r.hosts) or "-"
+    return [str(r.path), r.hostname, str(r.nodes), hosts, r.verdict.upper(), checks_cell(failed_checks(r))]
+
+
 def multi_node_terminal(summary: Summary) -> list[str]:
     lines = [
         f"multi-node run {r.path}: {r.nodes} nodes, rank 0 on {r.hostname}: {r.verdict.upper()}"
@@ -212,17 +193,10 @@ def multi_node_terminal(summary: Summary) -> list[str]:
 
 
 def _scaling_cells(w: WeakScaling) -> list[str]:
-    layouts = sorted({r.layout for r in w.references})
-    reference = w.reference_s
-    return [
-        w.step.model,
-        str(w.nodes),
-        w.step.layout,
-        f"{number(w.step.value_s)} s",
-        ", ".join(layouts) or "-",
-        "-" if reference is None else f"{number(reference)} s (median of {len(w.references)})",
-        w.note if w.efficiency is None else f"{w.efficiency:.3f}",
-    ]
+    layouts = ", ".join(sorted({r.layout for r in w.references})) or "-"
+    reference = "-" if w.reference_s is None else f"{number(w.reference_s)} s (median of {len(w.references)})"
+    efficiency = w.note if w.efficiency is None else f"{w.efficiency:.3f}"
+    return [w.step.model, str(w.nodes), w.step.layout, f"{number(w.step.value_s)} s", layouts, reference, efficiency]
 
 
 def _straggler_text(w: WeakScaling) -> str:
@@ -231,7 +205,6 @@ def _straggler_text(w: WeakScaling) -> str:
     if s is None:
         return ranks.removeprefix("; ")
     return (
-        f"{w.per_node_what}: slowest {number(s.slowest_s)} s, fastest {number(s.fastest_s)} s, "
-        f"median {number(s.median_s)} s: "
-        f"spread (max-min)/median {s.spread_pct:.1f}%{ranks}"
+        f"{w.per_node_what}: slowest {number(s.slowest_s)} s, fastest {number(s.fastest_s)} s, median "
+        f"{number(s.median_s)} s: spread (max-min)/median {s.spread_pct:.1f}%{ranks}"
     )

@@ -99,26 +99,14 @@ def parse_nccl_tests_json(text: str) -> NcclTestsOutput:
     if not rows:
         raise ToolError("nccl-tests JSON output has no results")
     average = doc.get("average_bus_bandwidth")  # reported, never gated: "nan" where nccl-tests had none
-    devices = doc.get("devices")
-    return NcclTestsOutput(
-        rows,
-        0 if devices is None else len(devices.items()),
-        None if average is None else average["bandwidth"].number_or_none(),
-        source="json",
-    )
+    ranks = 0 if (devices := doc.get("devices")) is None else len(devices.items())
+    return NcclTestsOutput(rows, ranks, None if average is None else average["bandwidth"].number_or_none(), "json")
 
 
 def _nccl_tests_json_row(r: ToolJson) -> NcclTestsRow:
-    out_of_place = r.get("out_of_place")
-    return NcclTestsRow(
-        r["size"].integer(),
-        r["count"].integer(),
-        r["type"].string(),
-        r["redop"].string(),
-        r["root"].integer(),
-        None if out_of_place is None else _nccl_tests_json_result(out_of_place),
-        _nccl_tests_json_result(r["in_place"]),
-    )
+    head = (r["size"].integer(), r["count"].integer(), r["type"].string(), r["redop"].string(), r["root"].integer())
+    out_of_place = None if (half := r.get("out_of_place")) is None else _nccl_tests_json_result(half)
+    return NcclTestsRow(*head, out_of_place, _nccl_tests_json_result(r["in_place"]))
 
 
 def _nccl_tests_json_result(half: ToolJson) -> NcclTestsResult:
