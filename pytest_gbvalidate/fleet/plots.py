@@ -1,14 +1,11 @@
 """PNG plots of the metrics across the nodes: one band per metric, the nodes along the x axis.
 
-Each band shows every node's value relative to the fleet median (the solid line through the band), oriented so
-that better is up and worse is down whatever the metric's direction, the baseline's expected value (dashed,
-green), the practical margin below the median (dotted: the metric's needed resolution, or the percent rule), and
-the outliers in red; a value beyond the band's range sits on its edge as a triangle. The band's label names the
-metric (its median and expected value are in summary.md's metrics table). All bands of a page share one set of
-axes, without ticks, at a low resolution: matplotlib's cost is per axes, per tick and per glyph, and the whole
-command with 20 nodes' reports has to take under a second (benchmarks/fleet_summary.py times it).
-
-matplotlib is optional (`pip install 'pytest-gbvalidate[plots]'`): without it the plots are skipped with a note.
+Each band shows every node's value relative to the fleet median (the solid line through the band), better up
+whatever the metric's direction, the baseline's expected value (dashed, green), the practical margin below the median
+(dotted), and the outliers in red; a value beyond the band's range sits on its edge as a triangle. All bands of a
+page share one set of axes, without ticks, at a low resolution: matplotlib's cost is per axes, per tick and per
+glyph, and the whole command with 20 nodes' reports has to take under a second (benchmarks/fleet_summary.py times
+it). matplotlib is optional (`pip install 'pytest-gbvalidate[plots]'`): without it the plots are skipped with a note.
 """
 
 from __future__ import annotations

@@ -218,7 +218,7 @@ def escaped(value: Any) -> Any:
     if isinstance(value, list):
         return value if set(map(type, value)) <= _NUMBERS else [escaped(v) for v in value]  # a series: as it is
     if isinstance(value, dict):
-        return {_shared(k) if len(k) <= SHARED_TEXT_MAX else printable_exactly(k): escaped(v) for k, v in value.items()}
+        return {escaped(k): escaped(v) for k, v in value.items()}
     return value
 
 
@@ -231,15 +231,13 @@ def _shared(text: str) -> str:
 def _problem(data: dict[str, Any], hostname: str | None, now: dt.datetime | None) -> str | None:
     """Why the report cannot count, or None. The latest report of a node counts: one without a readable start time,
     or one from the future (a node's clock set wrong, a file edited), would hide every later failure of the node."""
-    problem = schema.problem(data)
-    if problem is not None:
+    if (problem := schema.problem(data)) is not None:
         return printable(problem)
     if hostname is None:
         return "no node.hostname"
     if (length := len(data["node"]["hostname"])) > history.MAX_HOSTNAME:
         return f"node.hostname of {length} characters: a hostname is {history.MAX_HOSTNAME} at most"
-    start = _start_time(data)
-    if start is None:
+    if (start := _start_time(data)) is None:
         return f"start_time {printable(str(data.get('start_time')))!r} is not an ISO 8601 time: undated"
     now = now or dt.datetime.now(dt.timezone.utc)
     if history.in_future(start, now):
@@ -309,11 +307,8 @@ def sort_reports(paths: Sequence[Path], sku: str | None = None) -> Sorted:
         earlier = latest.get(report.hostname)
         if earlier is not None and (kept := _earlier_stands(earlier, report)) is not None:
             not_merged.append(NotMerged(report.path, *kept, report.hostname, report.sku))
-            continue
-        if earlier is not None and report.reruns_failed and not earlier.reruns_failed:
-            reason = f"runs the failed checks of {report.hostname} again (fleet summary --confirm reads it)"
-            not_merged.append(NotMerged(report.path, CONFIRMATION, reason, report.hostname, report.sku))
-            confirmations[report.hostname] = report
+            if kept[0] == CONFIRMATION:
+                confirmations[report.hostname] = report
             continue
         if earlier is not None:
             reason = f"{report.hostname} has a later report: {report.path} ({report.data.get('start_time')})"
@@ -340,12 +335,13 @@ def sort_reports(paths: Sequence[Path], sku: str | None = None) -> Sorted:
 def _earlier_stands(earlier: Report, later: Report) -> tuple[str, str] | None:
     """(kind, why) where `later`, a report of the same node, does not speak for it over `earlier`; None where it
     does. A run still `running` (being written, or killed outright) speaks in no direction: it neither clears a
-    failure, as a second run, nor hides one. A subset run again (`-k` the failed check) does not speak for the node
-    a whole run judged, nor a lesser level's run (a quick one) for a node a fuller one failed."""
+    failure, as a second run, nor hides one. A second run of the failed checks is a confirmation. A subset run again
+    (`-k` the failed check) does not speak for the node a whole run judged, nor a lesser level's run (a quick one)
+    for a node a fuller one failed."""
     if later.status == RUNNING and earlier.finished:
         return UNFINISHED, f"still running: {earlier.path}, a finished run of {later.hostname}, speaks for it"
     if later.reruns_failed and not earlier.reruns_failed:
-        return None  # a confirmation: fleet summary --confirm reads it
+        return CONFIRMATION, f"runs the failed checks of {later.hostname} again (fleet summary --confirm reads it)"
     if later.narrowed_by and not earlier.narrowed_by:
         return NARROWED, (
             f"checked a subset ({'; '.join(later.narrowed_by)}): {earlier.path}, a whole run of "
@@ -375,8 +371,7 @@ def _start_time(data: Mapping[str, Any]) -> dt.datetime | None:
 
 def _age(report: Report) -> tuple[dt.datetime, int]:
     """Oldest first; a report without a readable start time counts as the oldest."""
-    earliest = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
-    return report.start_time or earliest, report.order
+    return report.start_time or dt.datetime.min.replace(tzinfo=dt.timezone.utc), report.order
 
 
 def _fleet_sku(reports: Sequence[Report], sku: str | None) -> tuple[str | None, str]:
