@@ -43,8 +43,7 @@ def kubectl_commands(summary: Summary) -> list[str]:
     last two only where its category is a label value). Names and values are validated, so nothing needs quoting."""
     lines = []
     for node in summary.drain_list():
-        name = kubernetes_node_name(node.host)
-        if name is None:
+        if (name := kubernetes_node_name(node.host)) is None:
             continue
         lines.append(f"kubectl cordon {name}")
         if label_value_problem(node.category) is None:

@@ -148,8 +148,7 @@ def failed_checks(report: Report) -> list[FailedCheck]:
     exit_status = report.data.get("exit_status")
     if report.finished and exit_status != 0 and not checks:
         message = f"pytest exited with status {exit_status} and no failed test"
-        lost = report.data.get("outputs_lost") or []
-        if lost:  # a file the run could not write: its evidence is missing, not the node's fault
+        if lost := report.data.get("outputs_lost") or []:  # a file it could not write: evidence missing, not a fault
             message += f": {one_line(lost[0])}{f' (and {len(lost) - 1} more)' if len(lost) > 1 else ''}"
         checks.append(FailedCheck(SESSION_CHECK, message, None, None, None))
     return checks
@@ -219,8 +218,7 @@ def _gathered(reports: Sequence[Report]) -> _Gathered:
             key = metric_key(m)
             first = g.meta.setdefault(key, {"unit": str(m.get("unit", "")), "direction": str(m.get("direction"))})
             by_host = g.values.setdefault(key, {})
-            needed_pct = _needed_pct(m)
-            if needed_pct is not None:
+            if (needed_pct := _needed_pct(m)) is not None:
                 g.needed.setdefault(key, []).append(needed_pct)
             if host not in by_host or rs.is_worse(value, by_host[host], first["direction"]):
                 by_host[host] = value

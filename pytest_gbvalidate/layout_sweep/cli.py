@@ -135,7 +135,6 @@ def out_problem(out: Path) -> str | None:
     if not os.access(out, os.W_OK | os.X_OK):
         return "cannot create files in it (no write permission)"
     for name in layout_grid.OUTPUT_NAMES:
-        why = unwritable(out / name)
-        if why is not None:
+        if (why := unwritable(out / name)) is not None:
             return f"{name} {why}"
     return None

@@ -77,8 +77,7 @@ def parse_nccl_tests(text: str) -> NcclTestsOutput:
             continue
         if stripped.startswith("#"):
             ranks += bool(_NCCL_RANK.match(stripped))
-            match = _NCCL_AVG.match(stripped)
-            if match:
+            if match := _NCCL_AVG.match(stripped):
                 avg = float(match.group(1))
             continue
         fields = stripped.split()

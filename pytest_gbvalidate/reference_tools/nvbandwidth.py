@@ -54,8 +54,7 @@ def parse_nvbandwidth(text: str) -> list[NvbMatrix]:
     while i < len(lines):
         line = lines[i].strip()
         i += 1
-        match = _NVB_RUNNING.match(line)
-        if match:
+        if match := _NVB_RUNNING.match(line):
             testcase = match.group(1)
             continue
         if testcase is None or not line.endswith("(GB/s)"):
@@ -131,18 +130,10 @@ def nvbandwidth_measurements(matrices: Sequence[NvbMatrix]) -> list[Measurement]
     for m in matrices:
         for row, values in m.rows.items():
             for col, value in zip(m.columns, values, strict=True):
-                if value is None:
+                if value is None or (found := _nvb_scope(m.testcase, row, col)) is None:
                     continue
-                found = _nvb_scope(m.testcase, row, col)
-                if found is not None:
-                    metric, scope = found
-                    details = {
-                        "tool": NVBANDWIDTH,
-                        "testcase": m.testcase,
-                        "matrix": m.description,
-                        "read_from": m.source,
-                    }
-                    out.append(Measurement(metric, scope, value, details))
+                details = {"tool": NVBANDWIDTH, "testcase": m.testcase, "matrix": m.description, "read_from": m.source}
+                out.append(Measurement(*found, value, details))
     return out
 
 

@@ -116,8 +116,7 @@ class ToolJson:
         return None if value is None else ToolJson(self.tool, value, f"{self.path}.{key}".lstrip("."))
 
     def __getitem__(self, key: str) -> ToolJson:
-        found = self.get(key)
-        if found is None:
+        if (found := self.get(key)) is None:
             raise ToolJson(self.tool, None, f"{self.path}.{key}".lstrip(".")).error("is missing or null")
         return found
 
@@ -127,8 +126,7 @@ class ToolJson:
         return [ToolJson(self.tool, v, f"{self.path}[{i}]") for i, v in enumerate(self.value)]
 
     def number(self) -> float:
-        value = self.number_or_none()
-        if value is None:
+        if (value := self.number_or_none()) is None:
             raise self.error(f"is {reprlib.repr(self.value)}, not a finite number")
         return value
 
