@@ -75,10 +75,9 @@ class NodeOutlier:
         delta = s.delta_pct(o.value)
         versus = "" if delta is None else f" ({delta:+.1f}%)"
         z = "" if o.z is None else f", modified z {o.z:+.1f}"
-        better = f"{s.direction} is better"
         return (
             f"{s.key.label}: {number(o.value)} {s.unit} vs fleet median {number(s.spread.median)} {s.unit}{versus}, "
-            f"{better}{z}; flagged: {'; '.join(o.rules)}"
+            f"{s.direction} is better{z}; flagged: {'; '.join(o.rules)}"
         )
 
     def short(self, compact: bool = False) -> str:

@@ -1,12 +1,7 @@
-"""One node over time: `python -m pytest_gbvalidate.fleet history DIR/<hostname>` reads the reports `--gb-history`
-kept for a node and prints each measurement's trend over its runs (time, value, verdict, the change from the
-run before and from the median of all its runs). No pytest.
-
-Every report is read as the fleet summary reads one (reports.read). A corrupt report, or another node's (its
-`node.hostname` is not the directory's name), is listed with why and fails the command (exit 1); a partial one, or
-one of another SKU than the node's latest (a trend compares like with like), is listed; none of them adds figures.
-A measurement is the same one across runs, and a run that measured it twice counts its later value, as
---gb-compare has it.
+"""One node over time, from the reports `--gb-history` kept (`fleet history`: cli.py's HISTORY_HELP says what it
+prints), and the nodes of a history that fail again and again (`fleet offenders`). No pytest. Every report is read
+as the fleet summary reads one (reports.read); a trend compares like with like (one SKU's runs), and a measurement
+is the same one across runs, a run that measured it twice counting its later value, as --gb-compare has it.
 """
 
 from __future__ import annotations
@@ -30,9 +25,7 @@ from pytest_gbvalidate.report import history as kept
 from pytest_gbvalidate.report.records import MeasurementRecord
 from pytest_gbvalidate.rules.outliers import is_number
 
-PARTIAL = "partial"
-OTHER_NODE = "another node's"
-OTHER_SKU = "another SKU's"
+PARTIAL, OTHER_NODE, OTHER_SKU = "partial", "another node's", "another SKU's"
 
 
 @dataclass(frozen=True)

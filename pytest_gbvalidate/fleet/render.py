@@ -58,9 +58,8 @@ def headline(summary: Summary) -> str:
 
 
 def _overview_md(summary: Summary) -> list[str]:
-    kinds = Counter(r.kind for r in summary.not_merged)
     given = [f"{len(summary.nodes)} node(s)", f"{len(summary.multi_node)} multi-node run(s)"]
-    given += [f"{count} {kind}" for kind, count in kinds.items()]
+    given += [f"{count} {kind}" for kind, count in Counter(r.kind for r in summary.not_merged).items()]
     lines = [f"# Fleet summary: SKU {md(str(summary.sku))}", "", f"**{md(headline(summary))}**", ""]
     lines += [
         f"- reports given: {', '.join(given)}",
@@ -302,11 +301,8 @@ def _not_merged_md(summary: Summary) -> list[str]:
 
 
 def _not_merged_terminal(summary: Summary) -> list[str]:
-    if not summary.not_merged:
-        return []
-    lines = ["reports not merged:"]
-    lines += [f"  {r.kind}: {r.path}: {shorten(r.reason, MESSAGE_MAX_CHARS)}" for r in _not_merged(summary)]
-    return lines
+    found = [f"  {r.kind}: {r.path}: {shorten(r.reason, MESSAGE_MAX_CHARS)}" for r in _not_merged(summary)]
+    return ["reports not merged:", *found] if found else []
 
 
 def _not_merged_rows(summary: Summary) -> list[dict[str, object]]:
@@ -321,9 +317,7 @@ def _not_merged_rows(summary: Summary) -> list[dict[str, object]]:
 
 def _plots_md(plots: Sequence[Path], plot_note: str | None, out: Path) -> list[str]:
     """Each plot by its path relative to summary.md's folder, so that the folder can move."""
-    lines = ["", "## Plots", ""]
-    if plot_note:
-        lines.append(plot_note)
+    lines = ["", "## Plots", "", *([plot_note] if plot_note else [])]
     for plot in plots:
         rel = plot.relative_to(out) if plot.is_relative_to(out) else plot
         lines += [f"![{rel.stem}]({rel.as_posix()})", ""]

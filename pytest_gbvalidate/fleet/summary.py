@@ -74,9 +74,8 @@ class Node:
         if self.unconfirmed is not None:
             return f"{self.hostname}: failed once, not confirmed: {self.unconfirmed}"
         if self.flapping:
-            return f"{self.hostname}: flapping (failed, then passed on a second run; not drained): " + ", ".join(
-                self.flapping
-            )
+            flapping = ", ".join(self.flapping)
+            return f"{self.hostname}: flapping (failed, then passed on a second run; not drained): {flapping}"
         return None
 
     @property
