@@ -58,8 +58,7 @@ class DomainFinding:
 
 
 def domain_findings(nodes: Sequence[DomainNode]) -> list[DomainFinding]:
-    """One finding per NVLink domain where more than half of its nodes here (finished reports) fail a fabric
-    check; by domain."""
+    """One finding per NVLink domain where more than half of its nodes here (finished reports) fail a fabric check."""
     members: dict[str, list[DomainNode]] = {}
     for node in nodes:
         if node.report.finished and node.report.nvlink_domain is not None:

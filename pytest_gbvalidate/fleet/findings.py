@@ -222,12 +222,10 @@ def _gathered(reports: Sequence[Report]) -> _Gathered:
             if host not in by_host or rs.is_worse(value, by_host[host], first["direction"]):
                 by_host[host] = value
                 g.noises.setdefault(key, {})[host] = noise.from_record(m.get("noise"))
-                spread = _run_to_run_pct(m)
                 g.run_to_run.setdefault(key, {}).pop(host, None)  # the worse figure's, or none
-                if spread is not None:
+                if (spread := _run_to_run_pct(m)) is not None:
                     g.run_to_run[key][host] = spread
-            reference = m.get("expected")
-            if reference is not None and outliers.is_number(reference):
+            if (reference := m.get("expected")) is not None and outliers.is_number(reference):
                 g.expected.setdefault(key, Counter())[float(reference)] += 1
     return g
 

@@ -80,8 +80,7 @@ class NodeHistory:
 
 
 def read_history(directory: Path) -> NodeHistory:
-    """The node's reports in `directory`, read, checked and turned into trends. Raises history.HistoryError where
-    the directory cannot be listed."""
+    """The node's reports in `directory`, read, checked and turned into trends (HistoryError: it cannot be listed)."""
     hostname = directory.name
     runs: list[Report] = []
     stopped: list[Report] = []

@@ -42,9 +42,8 @@ def plot_fleet(summary: Summary, directory: Path) -> tuple[list[Path], str | Non
     except ImportError:
         return [], "plots skipped: matplotlib is not installed (pip install 'pytest-gbvalidate[plots]')"
     drawable = [m for m in summary.metrics if m.spread.median != 0]
-    note = None
-    if len(drawable) < len(summary.metrics):
-        note = f"{len(summary.metrics) - len(drawable)} metric(s) with a fleet median of 0 not plotted"
+    dropped = len(summary.metrics) - len(drawable)
+    note = f"{dropped} metric(s) with a fleet median of 0 not plotted" if dropped else None
     hosts = [n.hostname for n in summary.nodes if n.report.finished]
     if not drawable or not hosts:
         return [], note or "no metric to plot"
@@ -130,10 +129,9 @@ def _page(summary: Summary, hosts: Sequence[str], metrics: Sequence[MetricStats]
     x_min, x_max = -0.5, len(hosts) - 0.5
     ax.hlines([c + 0.5 for c in centers[1:]], x_min, x_max, color="0.7", linewidth=0.5)  # between the bands
     ax.hlines(centers, x_min, x_max, color="black", linewidth=0.7)
-    dotted = [(c, margin / span * BAND_HALF) for c, margin in zip(centers, margins, strict=True) if margin <= span]
+    dotted = [c - margin / span * BAND_HALF for c, margin in zip(centers, margins, strict=True) if margin <= span]
     if dotted:
-        ys = [c - below for c, below in dotted]
-        ax.hlines(ys, x_min, x_max, color="0.35", linewidth=0.8, linestyles="dotted")
+        ax.hlines(dotted, x_min, x_max, color="0.35", linewidth=0.8, linestyles="dotted")
     if expected_y:
         ax.hlines(expected_y, x_min, x_max, color="tab:green", linewidth=0.8, linestyles="dashed")
     for marker, ys in zip("v^", expected_off, strict=True):

@@ -2,10 +2,8 @@
 multi-node runs, and the reports that are not merged. Which report counts as what, in this order:
 
 1. corrupt (the summary fails: such a node has not shown it is healthy): unreadable, not JSON, not a report of this
-   `report_version` whose every field has its declared type (report/records.py), without `node.hostname`, with a
-   `start_time` that cannot be read or lies in the future (_problem), saying what its writer never does (a
-   finished run without one of pytest's exit statuses, a gang of no nodes or not of its hosts), or contradicting
-   itself (_contradiction).
+   `report_version` whose every field has its declared type (report/records.py), or saying what its writer never
+   does (_problem: no hostname, an unreadable or future start time, ...) or contradicting itself (_contradiction).
 2. another SKU: its `sku.name` is not the fleet's (`--sku`, else the most common among the finished reports; a
    report without one is the fleet's). Listed; one that did not pass its own checks fails the summary.
 3. multi-node run: `gang.nodes` > 1 (absent means 1), summarised apart from the per-node rows.
@@ -72,8 +70,7 @@ class Report:
 
     @property
     def sku(self) -> str | None:
-        sku = self.data["sku"]
-        return None if sku is None else sku["name"]
+        return None if (sku := self.data["sku"]) is None else sku["name"]
 
     @property
     def status(self) -> str:
@@ -102,14 +99,12 @@ class Report:
     @property
     def nodes(self) -> int:
         """How many nodes the run spanned: `gang.nodes`, 1 where absent."""
-        gang = self.data.get("gang")
-        return 1 if gang is None else gang["nodes"]
+        return 1 if (gang := self.data.get("gang")) is None else gang["nodes"]
 
     @property
     def hosts(self) -> list[HostRecord]:
         """The nodes of a multi-node run by node rank, where the report says them (`gang.hosts`)."""
-        gang = self.data.get("gang")
-        return [] if gang is None else gang["hosts"]
+        return [] if (gang := self.data.get("gang")) is None else gang["hosts"]
 
     @property
     def hostnames(self) -> tuple[str, ...]:

@@ -72,8 +72,7 @@ class Straggler:
 
 @dataclass(frozen=True)
 class WeakScaling:
-    """One step time of a multi-node run, with its single-node references. `note` says why there is no
-    efficiency where `efficiency` is None."""
+    """One step time of a multi-node run, with its single-node references; `note`: why `efficiency` is None."""
 
     run: Report
     nodes: int

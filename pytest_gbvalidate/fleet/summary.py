@@ -156,8 +156,7 @@ class Summary:
     @property
     def tripped(self) -> str | None:
         """Why no drain line is printed, where the breaker tripped (rules/breaker.py); else None."""
-        fleet = len(self.nodes) + len(self.unreported_suspects)
-        return self.breaker.tripped(len(self.take_out), fleet)
+        return self.breaker.tripped(len(self.take_out), len(self.nodes) + len(self.unreported_suspects))
 
     def drain_list(self) -> list[OutOfService]:
         """What the drain lines take out: take_out, or nothing where the breaker tripped."""
@@ -174,8 +173,7 @@ class Summary:
     @property
     def statistics_note(self) -> str | None:
         """Why there are no outlier statistics, where there are none."""
-        counted = sum(1 for n in self.nodes if n.report.finished)
-        if counted < outliers.MIN_NODES:
+        if (counted := sum(1 for n in self.nodes if n.report.finished)) < outliers.MIN_NODES:
             return (
                 f"outlier statistics need at least {outliers.MIN_NODES} nodes with a finished report; "
                 f"{counted} given: medians and spreads only"

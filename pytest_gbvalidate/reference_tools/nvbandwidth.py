@@ -85,8 +85,7 @@ def parse_nvbandwidth(text: str) -> list[NvbMatrix]:
 
 
 def parse_nvbandwidth_json(text: str) -> list[NvbMatrix]:
-    """nvbandwidth --json: the matrices of its test cases that passed (one that did not has none, as in the text);
-    columns and rows by position."""
+    """nvbandwidth --json: the matrices of the test cases that passed (as in the text); columns and rows by position."""
     top = ToolJson.load(NVBANDWIDTH, text)["nvbandwidth"]
     testcases = top.get("testcases")
     matrices = []

@@ -1,7 +1,6 @@
-"""What every reference tool shares: found on PATH, run with the run's environment and a timeout, its output
-captured, a failure (a nonzero exit, an overrun, a binary that cannot start) a ToolError with the end of what it
-printed; its JSON read field by field, a field of the wrong shape a ToolError naming the tool and the field; its
-figures as Measurements in our terms. Pure Python.
+"""What every reference tool shares: found on PATH, run with the run's environment and a timeout, a failure (a
+nonzero exit, an overrun, a binary that cannot start) a ToolError with the end of what it printed; its JSON read
+field by field (ToolJson); its figures as Measurements in our terms. Pure Python.
 """
 
 from __future__ import annotations
@@ -74,8 +73,7 @@ def _completed(command: Sequence[str], *, env: Mapping[str, str], timeout_s: flo
 
 
 def writes_json(binary: str, option: str, *, env: Mapping[str, str], timeout_s: float) -> bool:
-    """Whether this build can write JSON: its usage (`-h`) names `option` (nccl_tests.NCCL_TESTS_JSON_OPTION,
-    nvbandwidth.NVBANDWIDTH_JSON_OPTION)."""
+    """Whether this build can write JSON: its usage (`-h`) names `option` (each tool's *_JSON_OPTION)."""
     return option in printed([binary, "-h"], env=env, timeout_s=timeout_s)
 
 
