@@ -138,21 +138,11 @@ class NodeRow:
         return people + [self.software.get(name, "-") for name in software]
 
     def csv(self) -> dict[str, object]:
-        return {
-            "hostname": self.hostname,
-            "verdict": self.verdict,
-            "drain": self.drain,
-            "reason": self.drain_reason,
-            "failed_checks": "; ".join(self.check_ids),
-            "fault_actions": "; ".join(self.fault_actions),
-            "outlier_metrics": "; ".join(self.outliers),
-            "sku": self.sku,
-            "level": self.level,
-            "status": self.status,
-            "start_time": self.start_time,
-            **self.software,
-            "report": self.report,
-        }
+        row: dict[str, object] = {"hostname": self.hostname, "verdict": self.verdict, "drain": self.drain}
+        row |= {"reason": self.drain_reason, "failed_checks": "; ".join(self.check_ids)}
+        row |= {"fault_actions": "; ".join(self.fault_actions), "outlier_metrics": "; ".join(self.outliers)}
+        row |= {"sku": self.sku, "level": self.level, "status": self.status, "start_time": self.start_time}
+        return row | self.software | {"report": self.report}
 
 
 def node_row(n: Node, held: bool = False) -> NodeRow:

@@ -123,22 +123,11 @@ def _metric_cells(m: MetricStats) -> list[str]:
 def metrics_rows(summary: Summary) -> list[dict[str, object]]:
     """metrics.csv's rows (METRIC_COLUMNS): the numbers unrounded but the spread, the key in its parts."""
     return [
-        {
-            "metric": m.key.metric,
-            "scope": m.key.scope,
-            "placement": m.key.placement or "",
-            "tool": m.key.tool or "",
-            "unit": m.unit,
-            "direction": m.direction,
-            "nodes": m.spread.nodes,
-            "median": m.spread.median,
-            "min": m.spread.minimum,
-            "max": m.spread.maximum,
-            "mad": m.spread.mad,
-            "spread_pct": "" if m.spread.spread_pct is None else round(m.spread.spread_pct, 3),
-            "expected": "" if m.expected is None else m.expected,
-            "outliers": " ".join(o.host for o in m.outliers),
-        }
+        {"metric": m.key.metric, "scope": m.key.scope, "placement": m.key.placement or "", "tool": m.key.tool or ""}
+        | {"unit": m.unit, "direction": m.direction, "nodes": m.spread.nodes, "median": m.spread.median}
+        | {"min": m.spread.minimum, "max": m.spread.maximum, "mad": m.spread.mad}
+        | {"spread_pct": "" if m.spread.spread_pct is None else round(m.spread.spread_pct, 3)}
+        | {"expected": "" if m.expected is None else m.expected, "outliers": " ".join(o.host for o in m.outliers)}
         for m in summary.metrics
     ]
 

@@ -140,16 +140,8 @@ def nccl_tests_measurements(collective: str, output: NcclTestsOutput) -> list[Me
         for placement, result in (("out_of_place", row.out_of_place), ("in_place", row.in_place)):
             if result is None:
                 continue
-            details = {
-                "tool": tool,
-                "placement": placement,
-                "size_bytes": row.size_bytes,
-                "count": row.count,
-                "dtype": row.dtype,
-                "time_us": result.time_us,
-                "algbw_gbps": result.algbw_gbps,
-                "wrong": result.wrong,
-                "read_from": output.source,
-            }
+            details = {"tool": tool, "placement": placement, "size_bytes": row.size_bytes, "count": row.count}
+            details |= {"dtype": row.dtype, "time_us": result.time_us, "algbw_gbps": result.algbw_gbps}
+            details |= {"wrong": result.wrong, "read_from": output.source}
             out.append(Measurement(f"{collective}_busbw_gbps", size_label(row.size_bytes), result.busbw_gbps, details))
     return out
