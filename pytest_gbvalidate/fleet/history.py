@@ -152,8 +152,7 @@ def _signed(pct: float | None) -> str:
     return "-" if pct is None else f"{pct:+.1f}%"
 
 
-# What a run's verdicts gate: a trend whose every point is one of the others (`info`, `skip`, `recorded`) is a
-# figure no baseline gates, shown with --all.
+# What a run's verdicts gate: a trend with none of them (only `info`, `skip`, `recorded`) is shown with --all.
 GATED = frozenset({"pass", "warn", "fail", "regressed"})
 # How many of the figures that moved most, from the median of their runs, the headline names.
 MOVED_MOST = 5

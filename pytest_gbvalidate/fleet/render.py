@@ -61,14 +61,9 @@ def _overview_md(summary: Summary) -> list[str]:
     given = [f"{len(summary.nodes)} node(s)", f"{len(summary.multi_node)} multi-node run(s)"]
     given += [f"{count} {kind}" for kind, count in Counter(r.kind for r in summary.not_merged).items()]
     lines = [f"# Fleet summary: SKU {md(str(summary.sku))}", "", f"**{md(headline(summary))}**", ""]
-    lines += [
-        f"- reports given: {', '.join(given)}",
-        f"- fleet SKU: {summary.sku} ({summary.sorted.sku_note})",
-        f"- outliers: {stats.rules_text(summary)}",
-    ]
-    if summary.statistics_note:
-        lines.append(f"- {summary.statistics_note}")
-    return lines
+    lines += [f"- reports given: {', '.join(given)}", f"- fleet SKU: {summary.sku} ({summary.sorted.sku_note})"]
+    note = [f"- {summary.statistics_note}"] if summary.statistics_note else []
+    return [*lines, f"- outliers: {stats.rules_text(summary)}", *note]
 
 
 def _overview_terminal(summary: Summary) -> list[str]:
@@ -112,9 +107,8 @@ NODE_COLUMNS = (
 
 @dataclass(frozen=True)
 class NodeRow:
-    """A node's row, each field formatted once, for the Markdown table, the terminal and nodes.csv. People read
-    `cells` (the verdict in capitals, checks by name, "-" for none); programs read `csv` (the report's own verdict
-    and test ids, "; " between items, empty for none)."""
+    """A node's row, each field formatted once: people read `cells` (the verdict in capitals, checks by name, "-"
+    for none); programs read `csv` (the report's own verdict and test ids, "; " between items, empty for none)."""
 
     hostname: str
     verdict: str  # Node.fleet_verdict: the report's, unresolved where the fleet could not judge a passing node
@@ -296,7 +290,6 @@ def _not_merged_terminal(summary: Summary) -> list[str]:
 
 
 def _not_merged_rows(summary: Summary) -> list[dict[str, object]]:
-    """Its kind as the verdict and why as the reason."""
     return [
         dict(
             hostname=r.hostname or "", verdict=r.kind, drain="no", reason=r.reason, sku=r.sku or "", report=str(r.path)

@@ -4,7 +4,7 @@ scaling (summary.md, terminal). render.py puts them in its documents."""
 
 from __future__ import annotations
 
-from pytest_gbvalidate.fleet.findings import MetricStats, failed_checks
+from pytest_gbvalidate.fleet.findings import MetricStats, NodeOutlier, failed_checks
 from pytest_gbvalidate.fleet.markup import checks_cell, md, md_table, num
 from pytest_gbvalidate.fleet.reports import Report
 from pytest_gbvalidate.fleet.scaling import WeakScaling
@@ -53,20 +53,19 @@ def outliers_md(summary: Summary) -> list[str]:
     lines = ["", "## Outliers", "", f"Rule: {rules_text(summary)}.", ""]
     if not summary.outliers:
         return [*lines, summary.statistics_note or "None.", *_unjudged_md(summary)]
-    rows = [
-        [
-            n.hostname,
-            o.metric.key.label,
-            f"{number(o.outlier.value)} {o.metric.unit}",
-            f"{number(o.metric.spread.median)} {o.metric.unit}",
-            "-" if (delta := o.metric.delta_pct(o.outlier.value)) is None else f"{delta:+.1f}%",
-            "-" if o.outlier.z is None else f"{o.outlier.z:+.2f}",
-            "; ".join(o.outlier.rules),
-        ]
-        for n, o in summary.outliers
-    ]
+    rows = [_outlier_cells(n.hostname, o) for n, o in summary.outliers]
     header = ["node", "metric", "value", "fleet median", "vs median", "modified z", "flagged by"]
     return lines + md_table(header, rows) + _unjudged_md(summary)
+
+
+def _outlier_cells(host: str, o: NodeOutlier) -> list[str]:
+    delta = "-" if (pct := o.metric.delta_pct(o.outlier.value)) is None else f"{pct:+.1f}%"
+    z = "-" if o.outlier.z is None else f"{o.outlier.z:+.2f}"
+    return [host, o.metric.key.label, *_value_cells(o.metric, o.outlier.value), delta, z, "; ".join(o.outlier.rules)]
+
+
+def _value_cells(m: MetricStats, value: float) -> list[str]:
+    return [f"{number(value)} {m.unit}", f"{number(m.spread.median)} {m.unit}"]
 
 
 def _unjudged_md(summary: Summary) -> list[str]:
@@ -75,21 +74,14 @@ def _unjudged_md(summary: Summary) -> list[str]:
         return []
     lines = ["", "### Too noisy to judge", "", f"Rule: {noisy_rule_text(summary)}.", ""]
     rows = [
-        [
-            n.hostname,
-            u.metric.key.label,
-            f"{number(u.unjudged.value)} {u.metric.unit}",
-            f"{number(u.metric.spread.median)} {u.metric.unit}",
-            u.unjudged.describe(),
-        ]
+        [n.hostname, u.metric.key.label, *_value_cells(u.metric, u.unjudged.value), u.unjudged.describe()]
         for n, u in summary.unjudged
     ]
     return lines + md_table(["node", "metric", "value", "fleet median", "no verdict"], rows)
 
 
 def outliers_terminal(summary: Summary) -> list[str]:
-    """Why there are no outlier statistics, where there are none; each outlier with how far out it is; each figure
-    too noisy to judge."""
+    """Why there are no outlier statistics, where none; each outlier, how far out; each figure too noisy to judge."""
     lines = [summary.statistics_note] if summary.statistics_note else []
     if summary.outliers:
         lines.append(f"outliers ({rules_text(summary)}):")

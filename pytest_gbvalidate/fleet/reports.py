@@ -82,8 +82,7 @@ class Report:
 
     @property
     def level(self) -> str:
-        """The check level the run took on (levels.LEVELS; as the report says it, escaped); empty where it says
-        none (a run stopped before it resolved its settings)."""
+        """The check level the run took on (levels.LEVELS, escaped); empty where a run stopped before it had one."""
         return str(self.data.get("level") or "")
 
     @property
