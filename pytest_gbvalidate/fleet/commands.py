@@ -4,10 +4,9 @@
 
 Each line names exactly one node, validated (service.py): a hostname that is no single Slurm node name, or no
 Kubernetes node name, gets no line of that kind but a note for a person. The taint and the label carry the node's
-fault category (its first cause's in fleet/drain.py's table: its NVLink domain's, its first failed check's, else
-`outlier`, a multi-node finding's or `coverage`), so `kubectl get nodes -l gbvalidate/fault` lists the nodes taken
-out and why; `--overwrite` lets the lines run again after a later summary. A category that is no label value gets
-no taint or label line."""
+fault category (fleet/drain.py), so `kubectl get nodes -l gbvalidate/fault` lists the nodes taken out and why;
+`--overwrite` lets the lines run again after a later summary. A category that is no label value gets no taint or
+label line."""
 
 from __future__ import annotations
 
@@ -44,8 +43,7 @@ def kubectl_commands(summary: Summary) -> list[str]:
     last two only where its category is a label value). Names and values are validated, so nothing needs quoting."""
     lines = []
     for node in summary.drain_list():
-        name = kubernetes_node_name(node.host)
-        if name is None:
+        if (name := kubernetes_node_name(node.host)) is None:
             continue
         lines.append(f"kubectl cordon {name}")
         if label_value_problem(node.category) is None:

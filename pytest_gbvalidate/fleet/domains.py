@@ -1,10 +1,9 @@
 """The NVLink domain as a unit. On GB200 NVL72 the rack's compute trays share one NVLink domain (the cluster UUID
 and clique NVML's fabric info gives each GPU, node/fabric.py): a switch-tray or fabric-manager fault fails the
-fabric checks of every node of the domain at once, and the action is one -- the domain's switch trays -- not a
-node-by-node drain. Where most of a domain's nodes here fail a fabric check (the fault table's `nvlink_fabric`:
-registration, clique, NVLS, multi-node NVLink), the summary names one domain-level finding and takes the domain's
-nodes out together, passing ones too: a job placed on the rest of a broken domain meets the same fabric. Fewer
-failing nodes are each their own (a tray's cable, a GPU's registration) and drain one by one. Pure: no I/O."""
+fabric checks of every node of the domain at once, and the action is one (the domain's switch trays). Where most of
+a domain's nodes here fail a fabric check, the summary names one domain-level finding and takes the domain's nodes
+out together, passing ones too: a job placed on the rest of a broken domain meets the same fabric. Fewer failing
+nodes are each their own (a tray's cable, a GPU's registration) and drain one by one. Pure: no I/O."""
 
 from __future__ import annotations
 
@@ -59,8 +58,7 @@ class DomainFinding:
 
 
 def domain_findings(nodes: Sequence[DomainNode]) -> list[DomainFinding]:
-    """One finding per NVLink domain where more than half of its nodes here (finished reports) fail a fabric
-    check; by domain."""
+    """One finding per NVLink domain where more than half of its nodes here (finished reports) fail a fabric check."""
     members: dict[str, list[DomainNode]] = {}
     for node in nodes:
         if node.report.finished and node.report.nvlink_domain is not None:

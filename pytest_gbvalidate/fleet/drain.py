@@ -1,7 +1,6 @@
 """What takes a node out of service, told once: the drain table. The fleet summary and the health check each list
-what they found as causes -- the health check what its run knows (failed checks, the deadline), the fleet what a
-fleet knows besides (an NVLink domain, outliers, multi-node runs, coverage) -- and take from here whether the node
-drains (any cause), its drain reason and its fault category (the taint's and label's value: the first cause's).
+what they found as causes (Kind) and take from here whether the node drains (any cause), its drain reason and its
+fault category (the taint's and label's value: the first cause's).
 
 A reason is `gbvalidate: [class] part; part; +N more`: whose drain it is (NHC's start with "NHC:"), the most
 pressing class of its causes (faults.yaml's reason classes, in CLASS_ORDER; a cause without one is hardware's),

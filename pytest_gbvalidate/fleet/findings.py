@@ -1,7 +1,6 @@
 """What the reports found, as records: each node report's failed checks (with their fault), the gated metrics
 across the finished node reports (with their statistics and outliers), and the nodes the multi-node runs found at
-fault. The summary (summary.py) gathers them per node; these read the reports' own records (`tests`,
-`measurements`, `suspects`)."""
+fault. The summary (summary.py) gathers them per node."""
 
 from __future__ import annotations
 
@@ -76,10 +75,9 @@ class NodeOutlier:
         delta = s.delta_pct(o.value)
         versus = "" if delta is None else f" ({delta:+.1f}%)"
         z = "" if o.z is None else f", modified z {o.z:+.1f}"
-        better = f"{s.direction} is better"
         return (
             f"{s.key.label}: {number(o.value)} {s.unit} vs fleet median {number(s.spread.median)} {s.unit}{versus}, "
-            f"{better}{z}; flagged: {'; '.join(o.rules)}"
+            f"{s.direction} is better{z}; flagged: {'; '.join(o.rules)}"
         )
 
     def short(self, compact: bool = False) -> str:
@@ -132,18 +130,9 @@ def suspects(runs: Sequence[Report]) -> list[Suspect]:
             if not isinstance(record, dict) or not isinstance(record.get("host"), str):
                 continue
             fault = record.get("fault")
-            category = fault.get("category") if isinstance(fault, dict) else None
-            repair = fault.get("repair") if isinstance(fault, dict) else None
-            found.append(
-                Suspect(
-                    record["host"],
-                    str(record.get("test_id")),
-                    str(record.get("why")),
-                    _text(category),
-                    run.path,
-                    None if repair is None else _text(repair),
-                )
-            )
+            category, repair = (fault.get("category"), fault.get("repair")) if isinstance(fault, dict) else (None, None)
+            test_id, why = str(record.get("test_id")), str(record.get("why"))
+            found.append(Suspect(record["host"], test_id, why, _text(category), run.path, _text(repair)))
     return found
 
 
@@ -158,8 +147,7 @@ def failed_checks(report: Report) -> list[FailedCheck]:
     exit_status = report.data.get("exit_status")
     if report.finished and exit_status != 0 and not checks:
         message = f"pytest exited with status {exit_status} and no failed test"
-        lost = report.data.get("outputs_lost") or []
-        if lost:  # a file the run could not write: its evidence is missing, not the node's fault
+        if lost := report.data.get("outputs_lost") or []:  # a file it could not write: evidence missing, not a fault
             message += f": {one_line(lost[0])}{f' (and {len(lost) - 1} more)' if len(lost) > 1 else ''}"
         checks.append(FailedCheck(SESSION_CHECK, message, None, None, None))
     return checks
@@ -229,18 +217,15 @@ def _gathered(reports: Sequence[Report]) -> _Gathered:
             key = metric_key(m)
             first = g.meta.setdefault(key, {"unit": str(m.get("unit", "")), "direction": str(m.get("direction"))})
             by_host = g.values.setdefault(key, {})
-            needed_pct = _needed_pct(m)
-            if needed_pct is not None:
+            if (needed_pct := _needed_pct(m)) is not None:
                 g.needed.setdefault(key, []).append(needed_pct)
             if host not in by_host or rs.is_worse(value, by_host[host], first["direction"]):
                 by_host[host] = value
                 g.noises.setdefault(key, {})[host] = noise.from_record(m.get("noise"))
-                spread = _run_to_run_pct(m)
                 g.run_to_run.setdefault(key, {}).pop(host, None)  # the worse figure's, or none
-                if spread is not None:
+                if (spread := _run_to_run_pct(m)) is not None:
                     g.run_to_run[key][host] = spread
-            reference = m.get("expected")
-            if reference is not None and outliers.is_number(reference):
+            if (reference := m.get("expected")) is not None and outliers.is_number(reference):
                 g.expected.setdefault(key, Counter())[float(reference)] += 1
     return g
 
@@ -265,13 +250,8 @@ def _run_to_run_pct(measurement: Mapping[str, Any]) -> float | None:
 def metric_key(measurement: Mapping[str, Any]) -> MetricKey:
     details = measurement.get("details")
     details = details if isinstance(details, dict) else {}
-    placement, tool = details.get("placement"), details.get("tool")
-    return MetricKey(
-        str(measurement.get("metric")),
-        str(measurement.get("scope")),
-        None if placement is None else str(placement),
-        None if tool is None else str(tool),
-    )
+    placement, tool = _text(details.get("placement")), _text(details.get("tool"))
+    return MetricKey(str(measurement.get("metric")), str(measurement.get("scope")), placement, tool)
 
 
 def _text(value: object) -> str | None:

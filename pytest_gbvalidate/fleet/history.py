@@ -1,14 +1,7 @@
-"""One node over time: `python -m pytest_gbvalidate.fleet history DIR/<hostname>` reads the reports `--gb-history`
-kept for a node and prints each measurement's trend over its runs (time, value, verdict, the change from the
-run before and from the median of all its runs). No pytest.
-
-Every report is read as the fleet summary reads one (reports.read: the report's records, a start time that can be
-believed), and the same rules apply: a corrupt report, or another node's (its `node.hostname` is not the
-directory's name), is listed with why and fails the command (exit 1), its figures left out; a partial report (the
-run was interrupted) is listed and its figures left out, as the fleet summary leaves a partial node's out of its
-statistics; a run of another SKU than the node's latest is listed and left out (a trend compares like with
-like). A measurement is the same one across runs when its metric, scope, placement and tool are (as
---gb-compare matches them); a run that measured it twice counts its later value, as --gb-compare does.
+"""One node over time, from the reports `--gb-history` kept (`fleet history`: cli.py's HISTORY_HELP says what it
+prints), and the nodes of a history that fail again and again (`fleet offenders`). No pytest. Every report is read
+as the fleet summary reads one (reports.read); a trend compares like with like (one SKU's runs), and a measurement
+is the same one across runs, a run that measured it twice counting its later value, as --gb-compare has it.
 """
 
 from __future__ import annotations
@@ -26,14 +19,13 @@ from pytest_gbvalidate.fleet import drain
 from pytest_gbvalidate.fleet.findings import MetricKey, failed_checks, metric_key
 from pytest_gbvalidate.fleet.markup import columns, num
 from pytest_gbvalidate.fleet.reports import NotMerged, Report, natural_key, read
+from pytest_gbvalidate.fleet.summary import FLAPPING
 from pytest_gbvalidate.labels import parse_size_label, printable_exactly
 from pytest_gbvalidate.report import history as kept
 from pytest_gbvalidate.report.records import MeasurementRecord
 from pytest_gbvalidate.rules.outliers import is_number
 
-PARTIAL = "partial"
-OTHER_NODE = "another node's"
-OTHER_SKU = "another SKU's"
+PARTIAL, OTHER_NODE, OTHER_SKU = "partial", "another node's", "another SKU's"
 
 
 @dataclass(frozen=True)
@@ -88,8 +80,7 @@ class NodeHistory:
 
 
 def read_history(directory: Path) -> NodeHistory:
-    """The node's reports in `directory`, read, checked and turned into trends. Raises history.HistoryError where
-    the directory cannot be listed."""
+    """The node's reports in `directory`, read, checked and turned into trends (HistoryError: it cannot be listed)."""
     hostname = directory.name
     runs: list[Report] = []
     stopped: list[Report] = []
@@ -161,8 +152,7 @@ def _signed(pct: float | None) -> str:
     return "-" if pct is None else f"{pct:+.1f}%"
 
 
-# What a run's verdicts gate: a trend whose every point is one of the others (`info`, `skip`, `recorded`) is a
-# figure no baseline gates, shown with --all.
+# What a run's verdicts gate: a trend with none of them (only `info`, `skip`, `recorded`) is shown with --all.
 GATED = frozenset({"pass", "warn", "fail", "regressed"})
 # How many of the figures that moved most, from the median of their runs, the headline names.
 MOVED_MOST = 5
@@ -174,15 +164,10 @@ def render(history: NodeHistory, everything: bool = False) -> list[str]:
     shown = printable_exactly(history.hostname)
     lines = [f"node {shown}: {len(history.runs)} finished run(s) in {history.directory}"]
     gated = [t for t in history.trends if any(p.verdict in GATED for p in t.points)]
-    moved = sorted(
-        ((abs(last), t.key.label, last) for t in gated if (last := t.deltas()[-1][1]) is not None and last != 0),
-        reverse=True,
-    )[:MOVED_MOST]
+    moved = [(abs(last), t.key.label, last) for t in gated if (last := t.deltas()[-1][1])]  # None or 0: not moved
     if moved:
-        lines.append(
-            "moved most in the latest run, from their median: "
-            + ", ".join(f"{label} {_signed(pct)}" for _, label, pct in moved)
-        )
+        moves = ", ".join(f"{label} {_signed(pct)}" for _, label, pct in sorted(moved, reverse=True)[:MOVED_MOST])
+        lines.append(f"moved most in the latest run, from their median: {moves}")
     hidden = len(history.trends) - len(gated)
     if hidden and not everything:
         lines.append(f"{hidden} measurement(s) no baseline gates not shown (--all shows them)")
@@ -228,9 +213,7 @@ class Offender:
     stopped: int = 0  # how many of the failed runs never finished (hung and stopped, or interrupted)
     # The time between its incidents (failed runs, by their start), oldest first: NVSentinel's time between incidents
     between_s: tuple[float, ...] = ()
-    repeat: int | None = (
-        None  # its failures within fleet/drain.py's repeat window, where they make it a repeat offender
-    )
+    repeat: int | None = None  # its failures in fleet/drain.py's repeat window, where that makes a repeat offender
 
     def describe(self) -> str:
         found = ", ".join(f"{category} {n}" for category, n in self.categories.items()) or "no category"
@@ -255,9 +238,8 @@ def span(seconds: float) -> str:
 def repeat_offenders(root: Path, failed: int = DEFAULT_FAILED, of: int = DEFAULT_OF) -> tuple[list[Offender], int]:
     """The nodes under the history root `root` (`root/<hostname>/`) that failed in at least `failed` of their last
     `of` runs, the largest share of failed runs first (then the most failures); and how many node directories were
-    read. A run that never finished (interrupted: stopped for hanging past its limit, or by hand) counts as failed
-    -- a node that hangs run after run is the worst offender, not none -- but for the node's latest, where it may
-    still be running (a run kept as `running`). Raises history.HistoryError where `root` cannot be listed."""
+    read. A run that never finished counts as failed (a node that hangs run after run is the worst offender), but
+    for the node's latest, which may still be running. Raises history.HistoryError where `root` cannot be listed."""
     try:
         directories = sorted(d for d in root.iterdir() if d.is_dir())
     except OSError as exc:
@@ -276,14 +258,11 @@ def repeat_offenders(root: Path, failed: int = DEFAULT_FAILED, of: int = DEFAULT
         failing = [r for r in last if not r.finished or r.verdict in COUNTED]
         if len(failing) >= failed:
             categories = Counter(c.category or "unclassified" for r in failing for c in failed_checks(r))
-            flapped = sum(1 for r in failing if _flapped(r, again))
-            if flapped:
+            if flapped := sum(1 for r in failing if _flapped(r, again)):
                 categories[FLAPPING] = flapped
-            stopped = sum(1 for r in failing if not r.finished)
-            if stopped:
-                categories[f"stopped ({', '.join(sorted({str(r.status) for r in failing if not r.finished}))})"] = (
-                    stopped
-                )
+            if stopped := sum(1 for r in failing if not r.finished):
+                statuses = ", ".join(sorted({str(r.status) for r in failing if not r.finished}))
+                categories[f"stopped ({statuses})"] = stopped
             starts = [r.start_time for r in failing if r.start_time is not None]  # reports.read refuses none
             between = tuple((b - a).total_seconds() for a, b in itertools.pairwise(starts))
             repeat = drain.repeats([t.timestamp() for t in starts[:-1]], starts[-1].timestamp())
@@ -293,10 +272,6 @@ def repeat_offenders(root: Path, failed: int = DEFAULT_FAILED, of: int = DEFAULT
             )
     found.sort(key=lambda o: (-o.failed / o.runs, -o.failed, o.hostname))
     return found, len(directories)
-
-
-# What a failed run whose checks all passed their second run is counted as (fleet/confirm.py's word).
-FLAPPING = "flapping"
 
 
 def _flapped(run: Report, again: Sequence[Report]) -> bool:

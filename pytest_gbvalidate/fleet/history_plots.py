@@ -1,9 +1,7 @@
 """PNG plots of one node's history (`fleet history DIR/<hostname> --plots OUT`): a file per metric, `OUT/<metric>.png`,
 its value over the node's runs, a line per scope (and placement and tool in sweeps), the baseline's expected values
-dashed, a failed measurement marked with a red cross.
-
-matplotlib is optional (`pip install 'pytest-gbvalidate[plots]'`): without it the plots are skipped with a note.
-A metric whose name is no file name (a site's metric named with a `/`, say) is not plotted, and the note says so.
+dashed, a failed measurement marked with a red cross. matplotlib is optional, as for plots.py. A metric whose name
+is no file name (a site's metric named with a `/`, say) is not plotted, and the note says so.
 """
 
 from __future__ import annotations

@@ -28,11 +28,9 @@ def fleet_junit(summary: Summary) -> str:
         suite = _report_suite(node.hostname, node.report, root)
         _property(suite.find("properties"), "drain", "yes" if node.drain else "no")
         for o in node.outliers:
-            case = _case(suite, "fleet.outliers", o.metric.key.label)
-            ET.SubElement(case, "failure", message=o.describe())
+            ET.SubElement(_case(suite, "fleet.outliers", o.metric.key.label), "failure", message=o.describe())
         for u in node.unjudged:  # no verdict on the figure: an error, as a run that gave none is
-            case = _case(suite, "fleet.too_noisy", u.metric.key.label)
-            ET.SubElement(case, "error", message=u.describe())
+            ET.SubElement(_case(suite, "fleet.too_noisy", u.metric.key.label), "error", message=u.describe())
         _suspect_cases(suite, node.suspected)
     for host, found in summary.unreported_suspects.items():
         suite = ET.SubElement(root, "testsuite", name=host, hostname=host)

@@ -20,9 +20,8 @@ def md(text: str) -> str:
 
 
 def md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    lines = ["| " + " | ".join(md(h) for h in header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(md(c) for c in row) + " |" for row in rows]
-    return lines
+    head = ["| " + " | ".join(md(h) for h in header) + " |", "|" + "---|" * len(header)]
+    return head + ["| " + " | ".join(md(c) for c in row) + " |" for row in rows]
 
 
 def csv_text(columns: Sequence[str], rows: Sequence[Mapping[str, object]]) -> str:

@@ -1,14 +1,11 @@
 """PNG plots of the metrics across the nodes: one band per metric, the nodes along the x axis.
 
-Each band shows every node's value relative to the fleet median (the solid line through the band), oriented so
-that better is up and worse is down whatever the metric's direction, the baseline's expected value (dashed,
-green), the practical margin below the median (dotted: the metric's needed resolution, or the percent rule), and
-the outliers in red; a value beyond the band's range sits on its edge as a triangle. The band's label names the
-metric (its median and expected value are in summary.md's metrics table). All bands of a page share one set of
-axes, without ticks, at a low resolution: matplotlib's cost is per axes, per tick and per glyph, and the whole
-command with 20 nodes' reports has to take under a second (benchmarks/fleet_summary.py times it).
-
-matplotlib is optional (`pip install 'pytest-gbvalidate[plots]'`): without it the plots are skipped with a note.
+Each band shows every node's value relative to the fleet median (the solid line through the band), better up
+whatever the metric's direction, the baseline's expected value (dashed, green), the practical margin below the median
+(dotted), and the outliers in red; a value beyond the band's range sits on its edge as a triangle. All bands of a
+page share one set of axes, without ticks, at a low resolution: matplotlib's cost is per axes, per tick and per
+glyph, and the whole command with 20 nodes' reports has to take under a second (benchmarks/fleet_summary.py times
+it). matplotlib is optional (`pip install 'pytest-gbvalidate[plots]'`): without it the plots are skipped with a note.
 """
 
 from __future__ import annotations
@@ -45,9 +42,8 @@ def plot_fleet(summary: Summary, directory: Path) -> tuple[list[Path], str | Non
     except ImportError:
         return [], "plots skipped: matplotlib is not installed (pip install 'pytest-gbvalidate[plots]')"
     drawable = [m for m in summary.metrics if m.spread.median != 0]
-    note = None
-    if len(drawable) < len(summary.metrics):
-        note = f"{len(summary.metrics) - len(drawable)} metric(s) with a fleet median of 0 not plotted"
+    dropped = len(summary.metrics) - len(drawable)
+    note = f"{dropped} metric(s) with a fleet median of 0 not plotted" if dropped else None
     hosts = [n.hostname for n in summary.nodes if n.report.finished]
     if not drawable or not hosts:
         return [], note or "no metric to plot"
@@ -133,10 +129,9 @@ def _page(summary: Summary, hosts: Sequence[str], metrics: Sequence[MetricStats]
     x_min, x_max = -0.5, len(hosts) - 0.5
     ax.hlines([c + 0.5 for c in centers[1:]], x_min, x_max, color="0.7", linewidth=0.5)  # between the bands
     ax.hlines(centers, x_min, x_max, color="black", linewidth=0.7)
-    dotted = [(c, margin / span * BAND_HALF) for c, margin in zip(centers, margins, strict=True) if margin <= span]
+    dotted = [c - margin / span * BAND_HALF for c, margin in zip(centers, margins, strict=True) if margin <= span]
     if dotted:
-        ys = [c - below for c, below in dotted]
-        ax.hlines(ys, x_min, x_max, color="0.35", linewidth=0.8, linestyles="dotted")
+        ax.hlines(dotted, x_min, x_max, color="0.35", linewidth=0.8, linestyles="dotted")
     if expected_y:
         ax.hlines(expected_y, x_min, x_max, color="tab:green", linewidth=0.8, linestyles="dashed")
     for marker, ys in zip("v^", expected_off, strict=True):

@@ -1,11 +1,7 @@
 """The fleet summary as text: Markdown (summary.md), CSV (nodes.csv, metrics.csv), the compact terminal summary,
-and the lines that take nodes out of service (Slurm's drain, Kubernetes' cordon, taint and label: commands.py;
-printed for the operator, never run).
-
-Each document is its sections in order, one function per section and format: the overview, the software that
-differs, the nodes, the nodes to take out of service, the reports not merged and the outputs here; the outliers,
-the metrics across the nodes and the multi-node runs in render_stats.py. A node's row is formatted once
-(`node_row`) for the Markdown table, the terminal and nodes.csv."""
+and the lines that take nodes out of service (commands.py: printed for the operator, never run). Each document is
+its sections in order, one function per section and format; the sections of numbers are in render_stats.py. A
+node's row is formatted once (`node_row`) for the Markdown table, the terminal and nodes.csv."""
 
 from __future__ import annotations
 
@@ -14,25 +10,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_gbvalidate.fleet.commands import (
-    NOT_DRAINED,
-    drain_commands,
-    kubectl_commands,
-    kubectl_notes,
-    not_drained,
-)
+from pytest_gbvalidate.fleet import render_stats as stats
+from pytest_gbvalidate.fleet.commands import NOT_DRAINED, drain_commands, kubectl_commands, kubectl_notes, not_drained
 from pytest_gbvalidate.fleet.findings import SESSION_CHECK, Suspect
 from pytest_gbvalidate.fleet.markup import checks_cell, columns, csv_text, md, md_table, yes
-from pytest_gbvalidate.fleet.render_stats import (
-    METRIC_COLUMNS,
-    metrics_md,
-    metrics_rows,
-    multi_node_md,
-    multi_node_terminal,
-    outliers_md,
-    outliers_terminal,
-    rules_text,
-)
 from pytest_gbvalidate.fleet.reports import CORRUPT, NO_VERDICT, NotMerged
 from pytest_gbvalidate.fleet.summary import FLAPPING, SOFTWARE, UNCONFIRMED, Node, Summary
 from pytest_gbvalidate.fleet.text import shorten
@@ -41,23 +22,10 @@ from pytest_gbvalidate.fleet.text import shorten
 MESSAGE_MAX_CHARS = 160
 
 
-# --- the documents -----------------------------------------------------------------------------------------------
-
-
 def markdown(summary: Summary, plots: Sequence[Path], plot_note: str | None, out: Path) -> str:
-    lines = [
-        *_overview_md(summary),
-        *_software_md(summary),
-        *_nodes_md(summary),
-        *_domains_md(summary),
-        *_drain_md(summary),
-        *outliers_md(summary),
-        *metrics_md(summary),
-        *multi_node_md(summary),
-        *_not_merged_md(summary),
-        *_plots_md(plots, plot_note, out),
-    ]
-    return "\n".join(lines).rstrip() + "\n"
+    sections = (_overview_md, _software_md, _nodes_md, _domains_md, _drain_md, stats.outliers_md, stats.metrics_md)
+    lines = [line for section in (*sections, stats.multi_node_md, _not_merged_md) for line in section(summary)]
+    return "\n".join([*lines, *_plots_md(plots, plot_note, out)]).rstrip() + "\n"
 
 
 def nodes_csv(summary: Summary) -> str:
@@ -67,24 +35,13 @@ def nodes_csv(summary: Summary) -> str:
 
 
 def metrics_csv(summary: Summary) -> str:
-    return csv_text(METRIC_COLUMNS, metrics_rows(summary))
+    return csv_text(stats.METRIC_COLUMNS, stats.metrics_rows(summary))
 
 
 def terminal(summary: Summary, written: Sequence[Path], plot_note: str | None) -> list[str]:
-    return [
-        *_overview_terminal(summary),
-        *_nodes_terminal(summary),
-        *[finding.line() for finding in summary.domains],
-        *outliers_terminal(summary),
-        *_software_terminal(summary),
-        *_not_merged_terminal(summary),
-        *multi_node_terminal(summary),
-        *_drain_terminal(summary),
-        *_outputs_terminal(written, plot_note),
-    ]
-
-
-# --- overview ----------------------------------------------------------------------------------------------------
+    sections = [_overview_terminal, _nodes_terminal, _domains_terminal, stats.outliers_terminal, _software_terminal]
+    sections += [_not_merged_terminal, stats.multi_node_terminal, _drain_terminal]
+    return [*(line for section in sections for line in section(summary)), *_outputs_terminal(written, plot_note)]
 
 
 def headline(summary: Summary) -> str:
@@ -101,18 +58,12 @@ def headline(summary: Summary) -> str:
 
 
 def _overview_md(summary: Summary) -> list[str]:
-    kinds = Counter(r.kind for r in summary.not_merged)
     given = [f"{len(summary.nodes)} node(s)", f"{len(summary.multi_node)} multi-node run(s)"]
-    given += [f"{count} {kind}" for kind, count in kinds.items()]
+    given += [f"{count} {kind}" for kind, count in Counter(r.kind for r in summary.not_merged).items()]
     lines = [f"# Fleet summary: SKU {md(str(summary.sku))}", "", f"**{md(headline(summary))}**", ""]
-    lines += [
-        f"- reports given: {', '.join(given)}",
-        f"- fleet SKU: {summary.sku} ({summary.sorted.sku_note})",
-        f"- outliers: {rules_text(summary)}",
-    ]
-    if summary.statistics_note:
-        lines.append(f"- {summary.statistics_note}")
-    return lines
+    lines += [f"- reports given: {', '.join(given)}", f"- fleet SKU: {summary.sku} ({summary.sorted.sku_note})"]
+    note = [f"- {summary.statistics_note}"] if summary.statistics_note else []
+    return [*lines, f"- outliers: {stats.rules_text(summary)}", *note]
 
 
 def _overview_terminal(summary: Summary) -> list[str]:
@@ -120,9 +71,6 @@ def _overview_terminal(summary: Summary) -> list[str]:
     if summary.sorted.sku_note.startswith("tie"):
         lines.append(f"fleet SKU: {summary.sorted.sku_note}")
     return lines
-
-
-# --- software that differs across the nodes ----------------------------------------------------------------------
 
 
 def software_differences(nodes: Sequence[Node]) -> list[str]:
@@ -134,10 +82,7 @@ def software_differences(nodes: Sequence[Node]) -> list[str]:
             by_version.setdefault(n.software.get(name, "(none)"), []).append(n.hostname)
         if len(by_version) > 1:
             ranked = sorted(by_version.items(), key=lambda item: -len(item[1]))
-            parts = [
-                f"{version} ({len(hosts)} node(s)" + (f": {', '.join(hosts)})" if len(hosts) <= 3 else ")")
-                for version, hosts in ranked
-            ]
+            parts = [f"{v} ({len(h)} node(s)" + (f": {', '.join(h)})" if len(h) <= 3 else ")") for v, h in ranked]
             lines.append(f"{name}: {', '.join(parts)}")
     return lines
 
@@ -151,33 +96,19 @@ def _software_terminal(summary: Summary) -> list[str]:
     return [f"software differs: {d}" for d in software_differences(summary.nodes)]
 
 
-# --- nodes -------------------------------------------------------------------------------------------------------
-
 # The nodes table's columns before the software ones, for people; the terminal shows the first four.
 NODE_TABLE = ("node", "verdict", "failed checks", "outlier metrics", "drain", "level")
 TERMINAL_NODE_TABLE = ("node", "verdict", "failed checks", "outliers")
 NODE_COLUMNS = (
-    "hostname",
-    "verdict",
-    "drain",
-    "reason",
-    "failed_checks",
-    "fault_actions",
-    "outlier_metrics",
-    "sku",
-    "level",
-    "status",
-    "start_time",
-    *SOFTWARE,
-    "report",
+    *("hostname", "verdict", "drain", "reason", "failed_checks", "fault_actions", "outlier_metrics", "sku", "level"),
+    *("status", "start_time", *SOFTWARE, "report"),
 )
 
 
 @dataclass(frozen=True)
 class NodeRow:
-    """A node's row, each field formatted once, for the Markdown table, the terminal and nodes.csv. People read
-    `cells` (the verdict in capitals, checks by name, "-" for none); programs read `csv` (the report's own verdict
-    and test ids, "; " between items, empty for none)."""
+    """A node's row, each field formatted once: people read `cells` (the verdict in capitals, checks by name, "-"
+    for none); programs read `csv` (the report's own verdict and test ids, "; " between items, empty for none)."""
 
     hostname: str
     verdict: str  # Node.fleet_verdict: the report's, unresolved where the fleet could not judge a passing node
@@ -201,21 +132,11 @@ class NodeRow:
         return people + [self.software.get(name, "-") for name in software]
 
     def csv(self) -> dict[str, object]:
-        return {
-            "hostname": self.hostname,
-            "verdict": self.verdict,
-            "drain": self.drain,
-            "reason": self.drain_reason,
-            "failed_checks": "; ".join(self.check_ids),
-            "fault_actions": "; ".join(self.fault_actions),
-            "outlier_metrics": "; ".join(self.outliers),
-            "sku": self.sku,
-            "level": self.level,
-            "status": self.status,
-            "start_time": self.start_time,
-            **self.software,
-            "report": self.report,
-        }
+        row: dict[str, object] = {"hostname": self.hostname, "verdict": self.verdict, "drain": self.drain}
+        row |= {"reason": self.drain_reason, "failed_checks": "; ".join(self.check_ids)}
+        row |= {"fault_actions": "; ".join(self.fault_actions), "outlier_metrics": "; ".join(self.outliers)}
+        row |= {"sku": self.sku, "level": self.level, "status": self.status, "start_time": self.start_time}
+        return row | self.software | {"report": self.report}
 
 
 def node_row(n: Node, held: bool = False) -> NodeRow:
@@ -269,16 +190,14 @@ def _check_id(test_id: str, category: str | None) -> str:
     return f"{test_id} [{category or '-'}]"
 
 
-# --- NVLink domains that fail together ---------------------------------------------------------------------------
-
-
 def _domains_md(summary: Summary) -> list[str]:
     if not summary.domains:
         return []
     return ["", "## NVLink domains", "", *[f"- {md(finding.line())}" for finding in summary.domains]]
 
 
-# --- take out of service -----------------------------------------------------------------------------------------
+def _domains_terminal(summary: Summary) -> list[str]:
+    return [finding.line() for finding in summary.domains]
 
 
 # Shadow mode's word where the drain and kubectl lines would be (Summary.shadow).
@@ -328,11 +247,9 @@ def _drain_terminal(summary: Summary) -> list[str]:
         return []
     if summary.shadow:
         return [SHADOW_LINE, *(f"  would drain {node.host}: {node.reason}" for node in summary.drain_list())]
-    lines = ["take out of service (Slurm, printed, not run):"]
-    lines += [f"  {command}" for command in drain_commands(summary)]
+    lines = ["take out of service (Slurm, printed, not run):", *(f"  {c}" for c in drain_commands(summary))]
     lines += [f"  {host}: {NOT_DRAINED}" for host in not_drained(summary)]
-    lines += ["take out of service (Kubernetes, printed, not run):"]
-    lines += [f"  {command}" for command in kubectl_commands(summary)]
+    lines += ["take out of service (Kubernetes, printed, not run):", *(f"  {c}" for c in kubectl_commands(summary))]
     lines += [f"  {note}" for note in kubectl_notes(summary)]
     return lines
 
@@ -353,9 +270,6 @@ def _drain_rows(summary: Summary) -> list[dict[str, object]]:
     ]
 
 
-# --- reports not merged ------------------------------------------------------------------------------------------
-
-
 def _not_merged(summary: Summary) -> list[NotMerged]:
     """Corrupt first: they fail the summary."""
     return sorted(summary.not_merged, key=lambda r: (r.kind != CORRUPT, str(r.path)))
@@ -371,36 +285,22 @@ def _not_merged_md(summary: Summary) -> list[str]:
 
 
 def _not_merged_terminal(summary: Summary) -> list[str]:
-    if not summary.not_merged:
-        return []
-    lines = ["reports not merged:"]
-    lines += [f"  {r.kind}: {r.path}: {shorten(r.reason, MESSAGE_MAX_CHARS)}" for r in _not_merged(summary)]
-    return lines
+    found = [f"  {r.kind}: {r.path}: {shorten(r.reason, MESSAGE_MAX_CHARS)}" for r in _not_merged(summary)]
+    return ["reports not merged:", *found] if found else []
 
 
 def _not_merged_rows(summary: Summary) -> list[dict[str, object]]:
-    """Its kind as the verdict and why as the reason."""
     return [
-        {
-            "hostname": r.hostname or "",
-            "verdict": r.kind,
-            "drain": "no",
-            "reason": r.reason,
-            "sku": r.sku or "",
-            "report": str(r.path),
-        }
+        dict(
+            hostname=r.hostname or "", verdict=r.kind, drain="no", reason=r.reason, sku=r.sku or "", report=str(r.path)
+        )
         for r in _not_merged(summary)
     ]
 
 
-# --- outputs: the plots and the files written --------------------------------------------------------------------
-
-
 def _plots_md(plots: Sequence[Path], plot_note: str | None, out: Path) -> list[str]:
     """Each plot by its path relative to summary.md's folder, so that the folder can move."""
-    lines = ["", "## Plots", ""]
-    if plot_note:
-        lines.append(plot_note)
+    lines = ["", "## Plots", "", *([plot_note] if plot_note else [])]
     for plot in plots:
         rel = plot.relative_to(out) if plot.is_relative_to(out) else plot
         lines += [f"![{rel.stem}]({rel.as_posix()})", ""]

@@ -4,8 +4,9 @@ scaling (summary.md, terminal). render.py puts them in its documents."""
 
 from __future__ import annotations
 
-from pytest_gbvalidate.fleet.findings import MetricStats, failed_checks
+from pytest_gbvalidate.fleet.findings import MetricStats, NodeOutlier, failed_checks
 from pytest_gbvalidate.fleet.markup import checks_cell, md, md_table, num
+from pytest_gbvalidate.fleet.reports import Report
 from pytest_gbvalidate.fleet.scaling import WeakScaling
 from pytest_gbvalidate.fleet.summary import Summary
 from pytest_gbvalidate.labels import number
@@ -48,30 +49,23 @@ def noisy_rule_text(summary: Summary) -> str:
     )
 
 
-# --- outliers ----------------------------------------------------------------------------------------------------
-
-
 def outliers_md(summary: Summary) -> list[str]:
     lines = ["", "## Outliers", "", f"Rule: {rules_text(summary)}.", ""]
     if not summary.outliers:
         return [*lines, summary.statistics_note or "None.", *_unjudged_md(summary)]
-    rows = []
-    for n, o in summary.outliers:
-        s, out = o.metric, o.outlier
-        delta = s.delta_pct(out.value)
-        rows.append(
-            [
-                n.hostname,
-                s.key.label,
-                f"{number(out.value)} {s.unit}",
-                f"{number(s.spread.median)} {s.unit}",
-                "-" if delta is None else f"{delta:+.1f}%",
-                "-" if out.z is None else f"{out.z:+.2f}",
-                "; ".join(out.rules),
-            ]
-        )
+    rows = [_outlier_cells(n.hostname, o) for n, o in summary.outliers]
     header = ["node", "metric", "value", "fleet median", "vs median", "modified z", "flagged by"]
     return lines + md_table(header, rows) + _unjudged_md(summary)
+
+
+def _outlier_cells(host: str, o: NodeOutlier) -> list[str]:
+    delta = "-" if (pct := o.metric.delta_pct(o.outlier.value)) is None else f"{pct:+.1f}%"
+    z = "-" if o.outlier.z is None else f"{o.outlier.z:+.2f}"
+    return [host, o.metric.key.label, *_value_cells(o.metric, o.outlier.value), delta, z, "; ".join(o.outlier.rules)]
+
+
+def _value_cells(m: MetricStats, value: float) -> list[str]:
+    return [f"{number(value)} {m.unit}", f"{number(m.spread.median)} {m.unit}"]
 
 
 def _unjudged_md(summary: Summary) -> list[str]:
@@ -80,21 +74,14 @@ def _unjudged_md(summary: Summary) -> list[str]:
         return []
     lines = ["", "### Too noisy to judge", "", f"Rule: {noisy_rule_text(summary)}.", ""]
     rows = [
-        [
-            n.hostname,
-            u.metric.key.label,
-            f"{number(u.unjudged.value)} {u.metric.unit}",
-            f"{number(u.metric.spread.median)} {u.metric.unit}",
-            u.unjudged.describe(),
-        ]
+        [n.hostname, u.metric.key.label, *_value_cells(u.metric, u.unjudged.value), u.unjudged.describe()]
         for n, u in summary.unjudged
     ]
     return lines + md_table(["node", "metric", "value", "fleet median", "no verdict"], rows)
 
 
 def outliers_terminal(summary: Summary) -> list[str]:
-    """Why there are no outlier statistics, where there are none; each outlier with how far out it is; each figure
-    too noisy to judge."""
+    """Why there are no outlier statistics, where none; each outlier, how far out; each figure too noisy to judge."""
     lines = [summary.statistics_note] if summary.statistics_note else []
     if summary.outliers:
         lines.append(f"outliers ({rules_text(summary)}):")
@@ -105,100 +92,44 @@ def outliers_terminal(summary: Summary) -> list[str]:
     return lines
 
 
-# --- metrics across nodes ----------------------------------------------------------------------------------------
-
 METRIC_COLUMNS = (
-    "metric",
-    "scope",
-    "placement",
-    "tool",
-    "unit",
-    "direction",
-    "nodes",
-    "median",
-    "min",
-    "max",
-    "mad",
-    "spread_pct",
-    "expected",
-    "outliers",
+    *("metric", "scope", "placement", "tool", "unit", "direction", "nodes", "median", "min", "max", "mad"),
+    *("spread_pct", "expected", "outliers"),
 )
 
 
 def metrics_md(summary: Summary) -> list[str]:
     header = ["metric", "unit", "better", "nodes", "median", "min", "max", "MAD", "(max-min)/median", "expected"]
-    return [
-        "",
-        "## Metrics across nodes",
-        "",
-        *md_table([*header, "outliers"], [_metric_cells(m) for m in summary.metrics]),
-    ]
+    rows = [_metric_cells(m) for m in summary.metrics]
+    return ["", "## Metrics across nodes", "", *md_table([*header, "outliers"], rows)]
 
 
 def _metric_cells(m: MetricStats) -> list[str]:
     s = m.spread
-    return [
-        m.key.label,
-        m.unit,
-        m.direction,
-        str(s.nodes),
-        num(s.median),
-        num(s.minimum),
-        num(s.maximum),
-        num(s.mad),
-        "-" if s.spread_pct is None else f"{s.spread_pct:.1f}%",
-        num(m.expected),
-        ", ".join(o.host for o in m.outliers) or ("-" if s.nodes >= outliers.MIN_NODES else "- (too few nodes)"),
-    ]
+    numbers = [num(x) for x in (s.median, s.minimum, s.maximum, s.mad)]
+    spread = "-" if s.spread_pct is None else f"{s.spread_pct:.1f}%"
+    flagged = ", ".join(o.host for o in m.outliers) or ("-" if s.nodes >= outliers.MIN_NODES else "- (too few nodes)")
+    return [m.key.label, m.unit, m.direction, str(s.nodes), *numbers, spread, num(m.expected), flagged]
 
 
 def metrics_rows(summary: Summary) -> list[dict[str, object]]:
     """metrics.csv's rows (METRIC_COLUMNS): the numbers unrounded but the spread, the key in its parts."""
-    rows: list[dict[str, object]] = []
-    for m in summary.metrics:
-        s = m.spread
-        rows.append(
-            {
-                "metric": m.key.metric,
-                "scope": m.key.scope,
-                "placement": m.key.placement or "",
-                "tool": m.key.tool or "",
-                "unit": m.unit,
-                "direction": m.direction,
-                "nodes": s.nodes,
-                "median": s.median,
-                "min": s.minimum,
-                "max": s.maximum,
-                "mad": s.mad,
-                "spread_pct": "" if s.spread_pct is None else round(s.spread_pct, 3),
-                "expected": "" if m.expected is None else m.expected,
-                "outliers": " ".join(o.host for o in m.outliers),
-            }
-        )
-    return rows
-
-
-# --- multi-node runs and weak scaling ----------------------------------------------------------------------------
+    return [
+        {"metric": m.key.metric, "scope": m.key.scope, "placement": m.key.placement or "", "tool": m.key.tool or ""}
+        | {"unit": m.unit, "direction": m.direction, "nodes": m.spread.nodes, "median": m.spread.median}
+        | {"min": m.spread.minimum, "max": m.spread.maximum, "mad": m.spread.mad}
+        | {"spread_pct": "" if m.spread.spread_pct is None else round(m.spread.spread_pct, 3)}
+        | {"expected": "" if m.expected is None else m.expected, "outliers": " ".join(o.host for o in m.outliers)}
+        for m in summary.metrics
+    ]
 
 
 def multi_node_md(summary: Summary) -> list[str]:
     lines = ["", "## Multi-node runs", ""]
     if not summary.multi_node:
         return [*lines, "None."]
-    lines += md_table(
-        ["report", "rank 0 host", "nodes", "hosts", "verdict", "failed checks"],
-        [
-            [
-                str(r.path),
-                r.hostname,
-                str(r.nodes),
-                ", ".join(f"node{h['node_rank']} ({h['hostname']})" for h in r.hosts) or "-",
-                r.verdict.upper(),
-                checks_cell(failed_checks(r)),
-            ]
-            for r in summary.multi_node
-        ],
-    )
+    header = ["report", "rank 0 host", "nodes", "hosts", "verdict", "failed checks"]
+    lines += md_table(header, [_run_cells(r) for r in summary.multi_node])
     lines += ["", "### Weak scaling", ""]
     if not summary.scaling:
         return [*lines, "No multi-node run has a pretraining step time with its layout."]
@@ -221,6 +152,11 @@ def multi_node_md(summary: Summary) -> list[str]:
     return lines
 
 
+def _run_cells(r: Report) -> list[str]:
+    hosts = ", ".join(f"node{h['node_rank']} ({h['hostname']})" for h in r.hosts) or "-"
+    return [str(r.path), r.hostname, str(r.nodes), hosts, r.verdict.upper(), checks_cell(failed_checks(r))]
+
+
 def multi_node_terminal(summary: Summary) -> list[str]:
     lines = [
         f"multi-node run {r.path}: {r.nodes} nodes, rank 0 on {r.hostname}: {r.verdict.upper()}"
@@ -238,17 +174,10 @@ def multi_node_terminal(summary: Summary) -> list[str]:
 
 
 def _scaling_cells(w: WeakScaling) -> list[str]:
-    layouts = sorted({r.layout for r in w.references})
-    reference = w.reference_s
-    return [
-        w.step.model,
-        str(w.nodes),
-        w.step.layout,
-        f"{number(w.step.value_s)} s",
-        ", ".join(layouts) or "-",
-        "-" if reference is None else f"{number(reference)} s (median of {len(w.references)})",
-        w.note if w.efficiency is None else f"{w.efficiency:.3f}",
-    ]
+    layouts = ", ".join(sorted({r.layout for r in w.references})) or "-"
+    reference = "-" if w.reference_s is None else f"{number(w.reference_s)} s (median of {len(w.references)})"
+    efficiency = w.note if w.efficiency is None else f"{w.efficiency:.3f}"
+    return [w.step.model, str(w.nodes), w.step.layout, f"{number(w.step.value_s)} s", layouts, reference, efficiency]
 
 
 def _straggler_text(w: WeakScaling) -> str:
@@ -257,7 +186,6 @@ def _straggler_text(w: WeakScaling) -> str:
     if s is None:
         return ranks.removeprefix("; ")
     return (
-        f"{w.per_node_what}: slowest {number(s.slowest_s)} s, fastest {number(s.fastest_s)} s, "
-        f"median {number(s.median_s)} s: "
-        f"spread (max-min)/median {s.spread_pct:.1f}%{ranks}"
+        f"{w.per_node_what}: slowest {number(s.slowest_s)} s, fastest {number(s.fastest_s)} s, median "
+        f"{number(s.median_s)} s: spread (max-min)/median {s.spread_pct:.1f}%{ranks}"
     )

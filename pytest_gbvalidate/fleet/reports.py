@@ -1,35 +1,21 @@
 """Reading the nodes' JSON run reports and sorting them: the fleet's nodes (one report per hostname, the latest),
-multi-node runs, and the reports that are not merged (corrupt, another SKU's, superseded by a later one).
+multi-node runs, and the reports that are not merged. Which report counts as what, in this order:
 
-Which report counts as what, in this order:
+1. corrupt (the summary fails: such a node has not shown it is healthy): unreadable, not JSON, not a report of this
+   `report_version` whose every field has its declared type (report/records.py), or saying what its writer never
+   does (_problem: no hostname, an unreadable or future start time, ...) or contradicting itself (_contradiction).
+2. another SKU: its `sku.name` is not the fleet's (`--sku`, else the most common among the finished reports; a
+   report without one is the fleet's). Listed; one that did not pass its own checks fails the summary.
+3. multi-node run: `gang.nodes` > 1 (absent means 1), summarised apart from the per-node rows.
+4. superseded: an earlier report (by `start_time`, then the command line's order) of a hostname that has a later
+   one, or an earlier multi-node run over the same hostnames as a later one. Listed, no effect on the exit code;
+   but where the later one is still running, narrowed or of a lesser level, the earlier one speaks (_earlier_stands).
+5. the rest are the fleet's nodes. A node whose latest report is `interrupted` is partial (exit 1); one whose latest
+   is still `running` gave no verdict (exit 1, no drain line). Neither's measurements count in the statistics.
 
-1. corrupt: unreadable, not JSON, not a report of this `report_version` whose every field has its declared type
-   (report/records.py: the first field that does not is named), without `node.hostname`, with a `start_time`
-   that cannot be read or lies in the future (report.history.in_future): the latest report counts, so such a
-   date would hide every later one; or saying what its writer never does: a finished run without one of pytest's
-   exit statuses, a gang of no nodes or of more or fewer than its hosts; or contradicting itself (_contradiction:
-   a passing run with a failed test, a measurement's verdict its own value and limit deny). Such a node has not
-   shown it is healthy: the summary fails (exit 1).
-2. another SKU: its `sku.name` is not the fleet's (`--sku`, else the most common among the finished reports).
-   It is not part of this fleet's statistics: listed; one that did not pass its own checks fails the summary
-   (exit 1: summarise its SKU with --sku), one that passed has no effect on it. (A report without a SKU, from a
-   run stopped before it resolved one, is taken as the fleet's.)
-3. multi-node run: `gang.nodes` > 1 (a torchrun / srun run over several nodes; absent means 1). A fleet-wide
-   run, summarised apart from the per-node rows.
-4. superseded: an earlier report (by `start_time`; on a tie, the earlier on the command line) of a hostname
-   that has a later one, or an earlier multi-node run over the same hostnames as a later one. Listed, no effect
-   on the exit code: the later report speaks for the node (its findings, such as pairwise suspects, too). But the
-   later one is listed instead, and the earlier one speaks (_earlier_stands), where the later is still `running`
-   after a finished one (unfinished: it speaks in no direction, neither clearing a failure nor hiding one), is
-   narrowed (`narrowed_by`: `-k`, `-m`, a test id) after a whole one (a subset run again does not speak for the
-   node a whole run judged), or is of a lesser level (a quick run after a full one that failed).
-5. the rest are the fleet's nodes. A node whose latest report is `interrupted` is listed as partial: it has not
-   shown it is healthy (exit 1). One whose latest report is still `running` gave no verdict (exit 1, no drain
-   line): its run is being written, or was killed outright. Neither's measurements count in the statistics.
-
-Every text a report holds is escaped as it is read (labels.printable_exactly: anything but printable ASCII, and
-every backslash), so nothing from a file reaches the terminal, Markdown, CSV or a drain command as more than text, and
-two hostnames that differ are never shown, or counted, as one.
+Every text a report holds is escaped as it is read (labels.printable_exactly), so nothing from a file reaches the
+terminal, Markdown, CSV or a drain command as more than text, and two hostnames that differ are never shown, or
+counted, as one.
 """
 
 from __future__ import annotations
@@ -57,7 +43,6 @@ from pytest_gbvalidate.report.records import HostRecord, MeasurementRecord, RunR
 from pytest_gbvalidate.rules import resolution as rs
 
 FINISHED, RUNNING = "finished", "running"
-PARTIAL_STATUSES = (RUNNING, "interrupted")
 # What a finished run's report may say (pytest.ExitCode, and ours for a run that could not tell: 2, interrupted, is
 # written as the status `interrupted`).
 FINISHED_EXIT_STATUSES = (0, 1, 2, 3, 4, 5, EXIT_UNRESOLVED)
@@ -81,13 +66,11 @@ class Report:
 
     @property
     def hostname(self) -> str:
-        """As it may be shown: escaped as read (labels.printable_exactly), like every text of the report."""
         return self.data["node"]["hostname"]
 
     @property
     def sku(self) -> str | None:
-        sku = self.data["sku"]
-        return None if sku is None else sku["name"]
+        return None if (sku := self.data["sku"]) is None else sku["name"]
 
     @property
     def status(self) -> str:
@@ -99,8 +82,7 @@ class Report:
 
     @property
     def level(self) -> str:
-        """The check level the run took on (levels.LEVELS; as the report says it, escaped); empty where it says
-        none (a run stopped before it resolved its settings)."""
+        """The check level the run took on (levels.LEVELS, escaped); empty where a run stopped before it had one."""
         return str(self.data.get("level") or "")
 
     @property
@@ -116,14 +98,12 @@ class Report:
     @property
     def nodes(self) -> int:
         """How many nodes the run spanned: `gang.nodes`, 1 where absent."""
-        gang = self.data.get("gang")
-        return 1 if gang is None else gang["nodes"]
+        return 1 if (gang := self.data.get("gang")) is None else gang["nodes"]
 
     @property
     def hosts(self) -> list[HostRecord]:
         """The nodes of a multi-node run by node rank, where the report says them (`gang.hosts`)."""
-        gang = self.data.get("gang")
-        return [] if gang is None else gang["hosts"]
+        return [] if (gang := self.data.get("gang")) is None else gang["hosts"]
 
     @property
     def hostnames(self) -> tuple[str, ...]:
@@ -144,8 +124,7 @@ class Report:
 
     @functools.cached_property
     def verdict(self) -> NodeVerdict:
-        """What the report says about its node (report/node_verdict.py: the rule the health check reads too); read
-        once, as the report is (a fleet's tables ask it of every node, for every row)."""
+        """What the report says about its node (report/node_verdict.py); worked out once: every row asks it."""
         return node_verdict.of_report(self.data)
 
 
@@ -190,28 +169,20 @@ def read(path: Path, order: int, now: dt.datetime | None = None) -> Report | Not
     node = data.get("node")
     hostname = node.get("hostname") if isinstance(node, dict) else None
     hostname = printable_exactly(hostname) if isinstance(hostname, str) and hostname else None
-    problem = _problem(data, hostname, now)
-    if problem is not None:
+    if (problem := _problem(data, hostname, now)) is not None:
         return NotMerged(path, CORRUPT, problem, hostname)
     report = cast(RunReportRecord, escaped(fleet_part(data)))  # checked against the records by _problem
     gpus = data.get("gpus")
     devices = gpus.get("devices") if isinstance(gpus, dict) else None
     devices = devices if isinstance(devices, list) else []
-    domain = nvlink_domain(devices)
+    domain = None if (found := nvlink_domain(devices)) is None else printable_exactly(found)
     vbios = sorted({str(d["vbios_version"]) for d in devices if isinstance(d, dict) and d.get("vbios_version")})
-    return Report(
-        path,
-        report,
-        order,
-        None if domain is None else printable_exactly(domain),
-        printable_exactly("/".join(vbios)) if vbios else None,
-    )
+    return Report(path, report, order, domain, printable_exactly("/".join(vbios)) if vbios else None)
 
 
-# What the fleet reads of a report, kept once the whole report is checked: the rest -- telemetry series, the GPU
-# inventory, the NUMA map, each figure's samples (the lists in its details), where its reference came from -- goes
-# as each report is read, so the summary holds what each node adds to it and one report's parse at a time, not every
-# report given (benchmarks/fleet_memory.py: 1,000 nodes).
+# What the fleet reads of a report, kept once the whole report is checked: the rest (telemetry, the GPU inventory,
+# the NUMA map, each figure's samples and provenance) goes as each report is read, so the summary holds one report's
+# parse at a time, not every report given (benchmarks/fleet_memory.py: 1,000 nodes).
 FLEET_SECTIONS = frozenset(
     {"report_version", "status", "exit_status", "start_time", "end_time", "sku", "level", "node", "settings"}
     | {"narrowed_by", "tests", "measurements", "gang", "world", "suspects", "outputs_lost"}
@@ -241,7 +212,7 @@ def escaped(value: Any) -> Any:
     if isinstance(value, list):
         return value if set(map(type, value)) <= _NUMBERS else [escaped(v) for v in value]  # a series: as it is
     if isinstance(value, dict):
-        return {_shared(k) if len(k) <= SHARED_TEXT_MAX else printable_exactly(k): escaped(v) for k, v in value.items()}
+        return {escaped(k): escaped(v) for k, v in value.items()}
     return value
 
 
@@ -254,17 +225,13 @@ def _shared(text: str) -> str:
 def _problem(data: dict[str, Any], hostname: str | None, now: dt.datetime | None) -> str | None:
     """Why the report cannot count, or None. The latest report of a node counts: one without a readable start time,
     or one from the future (a node's clock set wrong, a file edited), would hide every later failure of the node."""
-    problem = schema.problem(data)
-    if problem is not None:
+    if (problem := schema.problem(data)) is not None:
         return printable(problem)
     if hostname is None:
         return "no node.hostname"
-    if len(data["node"]["hostname"]) > history.MAX_HOSTNAME:
-        return (
-            f"node.hostname of {len(data['node']['hostname'])} characters: a hostname is {history.MAX_HOSTNAME} at most"
-        )
-    start = _start_time(data)
-    if start is None:
+    if (length := len(data["node"]["hostname"])) > history.MAX_HOSTNAME:
+        return f"node.hostname of {length} characters: a hostname is {history.MAX_HOSTNAME} at most"
+    if (start := _start_time(data)) is None:
         return f"start_time {printable(str(data.get('start_time')))!r} is not an ISO 8601 time: undated"
     now = now or dt.datetime.now(dt.timezone.utc)
     if history.in_future(start, now):
@@ -325,22 +292,17 @@ def sort_reports(paths: Sequence[Path], sku: str | None = None) -> Sorted:
             reason = f"SKU {report.sku}, the fleet's is {fleet_sku}"
             if report.verdict != "pass":
                 reason += f"; its own verdict: {report.verdict} (summarise its SKU with --sku {report.sku})"
-            other = NotMerged(report.path, OTHER_SKU, reason, report.hostname, report.sku, report.verdict)
-            not_merged.append(other)
+            not_merged.append(NotMerged(report.path, OTHER_SKU, reason, report.hostname, report.sku, report.verdict))
         else:
             ours.append(report)
     latest: dict[str, Report] = {}
     confirmations: dict[str, Report] = {}
     for report in sorted((r for r in ours if r.nodes == 1), key=_age):
         earlier = latest.get(report.hostname)
-        kept = None if earlier is None else _earlier_stands(earlier, report)
-        if earlier is not None and kept is not None:
-            not_merged.append(NotMerged(report.path, kept[0], kept[1], report.hostname, report.sku))
-            continue
-        if earlier is not None and report.reruns_failed and not earlier.reruns_failed:
-            reason = f"runs the failed checks of {report.hostname} again (fleet summary --confirm reads it)"
-            not_merged.append(NotMerged(report.path, CONFIRMATION, reason, report.hostname, report.sku))
-            confirmations[report.hostname] = report
+        if earlier is not None and (kept := _earlier_stands(earlier, report)) is not None:
+            not_merged.append(NotMerged(report.path, *kept, report.hostname, report.sku))
+            if kept[0] == CONFIRMATION:
+                confirmations[report.hostname] = report
             continue
         if earlier is not None:
             reason = f"{report.hostname} has a later report: {report.path} ({report.data.get('start_time')})"
@@ -348,8 +310,7 @@ def sort_reports(paths: Sequence[Path], sku: str | None = None) -> Sorted:
         latest[report.hostname] = report
         confirmations.pop(report.hostname, None)  # a second run of an earlier run's failures: not this one's
     nodes = sorted(latest.values(), key=lambda r: natural_key(r.hostname))
-    # A multi-node run over the same hosts as a later one is superseded by it; runs that do not name their hosts
-    # all count.
+    # A multi-node run is superseded by a later one over the same hosts; runs that do not name their hosts all count.
     latest_runs: dict[tuple[str, ...], Report] = {}
     multi_node: list[Report] = []
     for report in sorted((r for r in ours if r.nodes > 1), key=_age):
@@ -368,12 +329,13 @@ def sort_reports(paths: Sequence[Path], sku: str | None = None) -> Sorted:
 def _earlier_stands(earlier: Report, later: Report) -> tuple[str, str] | None:
     """(kind, why) where `later`, a report of the same node, does not speak for it over `earlier`; None where it
     does. A run still `running` (being written, or killed outright) speaks in no direction: it neither clears a
-    failure, as a second run, nor hides one. A subset run again (`-k` the failed check) does not speak for the node
-    a whole run judged, nor a lesser level's run (a quick one) for a node a fuller one failed."""
+    failure, as a second run, nor hides one. A second run of the failed checks is a confirmation. A subset run again
+    (`-k` the failed check) does not speak for the node a whole run judged, nor a lesser level's run (a quick one)
+    for a node a fuller one failed."""
     if later.status == RUNNING and earlier.finished:
         return UNFINISHED, f"still running: {earlier.path}, a finished run of {later.hostname}, speaks for it"
     if later.reruns_failed and not earlier.reruns_failed:
-        return None  # a confirmation: fleet summary --confirm reads it
+        return CONFIRMATION, f"runs the failed checks of {later.hostname} again (fleet summary --confirm reads it)"
     if later.narrowed_by and not earlier.narrowed_by:
         return NARROWED, (
             f"checked a subset ({'; '.join(later.narrowed_by)}): {earlier.path}, a whole run of "
@@ -396,17 +358,14 @@ def _start_time(data: Mapping[str, Any]) -> dt.datetime | None:
     """In UTC; None where it is no ISO 8601 time, or none UTC can hold (0001-01-01T00:00+14:00)."""
     try:
         start = dt.datetime.fromisoformat(str(data.get("start_time")))
-        return (start if start.tzinfo is not None else start.replace(tzinfo=dt.timezone.utc)).astimezone(
-            dt.timezone.utc
-        )
+        return (start.replace(tzinfo=dt.timezone.utc) if start.tzinfo is None else start).astimezone(dt.timezone.utc)
     except (ValueError, OverflowError):
         return None
 
 
 def _age(report: Report) -> tuple[dt.datetime, int]:
     """Oldest first; a report without a readable start time counts as the oldest."""
-    earliest = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
-    return report.start_time or earliest, report.order
+    return report.start_time or dt.datetime.min.replace(tzinfo=dt.timezone.utc), report.order
 
 
 def _fleet_sku(reports: Sequence[Report], sku: str | None) -> tuple[str | None, str]:

@@ -1,18 +1,15 @@
 """Weak scaling: a multi-node pretraining run against the single-node runs of the same model.
 
-A multi-node report (`gang.nodes` N > 1) with a step time measurement (a metric ending `_step_time_s` whose
-details carry mbs, gbs, dp, seq_len, model and layout) is paired with the finished single-node reports whose step
-time is of the same model and sequence length, and the same engine, precision, micro-batch and model-parallel
-layout (tp, pp, cp; where both say them), and whose global batch is the multi-node run's per-node batch
-(gbs_1 * N == gbs_N): the work per node is the same, so ideal weak scaling keeps the step time. Efficiency =
-median single-node step time / N-node step time (1.0 is ideal). Informational: it does not change the exit code
-(the baselines gate the step times themselves).
+A multi-node report (`gang.nodes` N > 1) with a step time (a metric ending `_step_time_s` whose details carry
+LAYOUT_FIELDS) is paired with the finished single-node reports of the same workload (StepTime.same_workload) whose
+global batch is the multi-node run's per-node batch (gbs_1 * N == gbs_N): the work per node is the same, so ideal
+weak scaling keeps the step time. Efficiency = median single-node step time / N-node step time (1.0 is ideal).
+Informational: it does not change the exit code (the baselines gate the step times themselves).
 
-Where the multi-node run's step time details carry `per_node_compute_s` (node -> seconds: each node's slowest
-rank's median time of the work before the gradient sync) or, from older reports, `per_node_step_time_s`, the
-per-node times are shown with the straggler: the slowest node, and the spread (max - min) / median in percent;
-and the ranks' spread (`rank_spread_pct`) where the details have it. The step time itself cannot show a
-straggler: the gradient sync makes every node wait for the slowest.
+Where the details carry `per_node_compute_s` (each node's slowest rank's median time of the work before the gradient
+sync) or `per_node_step_time_s`, the per-node times are shown with the straggler (the slowest node, and the spread
+(max - min) / median in percent), and the ranks' spread (`rank_spread_pct`) where given: the step time itself cannot
+show a straggler, the gradient sync makes every node wait for the slowest.
 """
 
 from __future__ import annotations
@@ -75,8 +72,7 @@ class Straggler:
 
 @dataclass(frozen=True)
 class WeakScaling:
-    """One step time of a multi-node run, with its single-node references. `note` says why there is no
-    efficiency where `efficiency` is None."""
+    """One step time of a multi-node run, with its single-node references; `note`: why `efficiency` is None."""
 
     run: Report
     nodes: int

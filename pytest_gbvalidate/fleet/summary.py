@@ -1,13 +1,8 @@
 """The fleet summary as data: one row per node (verdict, failed checks with their fault, outlier metrics,
 software stack, what multi-node runs found, what it ran less than its peers), per-metric statistics across the
 nodes, multi-node runs with their weak scaling, the reports not merged, the nodes to take out of service with their
-drain reasons, and the exit code. What each report found is in findings.py; rendering is elsewhere (render.py,
-junit.py, plots.py).
-
-Exit code 1 when a node fails its checks, is an outlier of a metric, is too noisy to judge on a metric (its own
-spread far beyond the fleet's: neither drained nor passed), is found at fault by a multi-node run, ran less than its
-peers, has a partial report or gave no verdict; when a report is corrupt, or another SKU's did not pass;
-when a multi-node run did not pass; or when no node report of the fleet's SKU is given. Otherwise 0: nothing to drain.
+drain reasons, and the exit code: 1 for each reason Summary.failures() gives, else 0 (nothing to drain). What each
+report found is in findings.py; rendering is elsewhere (render.py, junit.py, plots.py).
 """
 
 from __future__ import annotations
@@ -19,18 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_gbvalidate.fleet import confirm as confirmation
-from pytest_gbvalidate.fleet import drain
+from pytest_gbvalidate.fleet import drain, findings
 from pytest_gbvalidate.fleet.domains import FABRIC_CATEGORY, DomainFinding, domain_findings
-from pytest_gbvalidate.fleet.findings import (
-    FailedCheck,
-    MetricStats,
-    NodeOutlier,
-    NodeUnjudged,
-    Suspect,
-    failed_checks,
-    metric_stats,
-    suspects,
-)
+from pytest_gbvalidate.fleet.findings import FailedCheck, MetricStats, NodeOutlier, NodeUnjudged, Suspect
 from pytest_gbvalidate.fleet.reports import CORRUPT, NO_VERDICT, OTHER_SKU, NotMerged, Report, Sorted, sort_reports
 from pytest_gbvalidate.fleet.scaling import WeakScaling, weak_scaling
 from pytest_gbvalidate.report.node_verdict import UNCLASSIFIED, UNRESOLVED
@@ -88,9 +74,8 @@ class Node:
         if self.unconfirmed is not None:
             return f"{self.hostname}: failed once, not confirmed: {self.unconfirmed}"
         if self.flapping:
-            return f"{self.hostname}: flapping (failed, then passed on a second run; not drained): " + ", ".join(
-                self.flapping
-            )
+            flapping = ", ".join(self.flapping)
+            return f"{self.hostname}: flapping (failed, then passed on a second run; not drained): {flapping}"
         return None
 
     @property
@@ -102,11 +87,10 @@ class Node:
         return found | ({"vbios": self.report.vbios} if self.report.vbios else {})
 
     def causes(self) -> list[drain.Cause]:
-        """What takes the node out of service (fleet/drain.py): its NVLink domain (which goes out as a unit, whatever
-        this node's own run said), failed checks that stand (not flapping or unconfirmed), outlier metrics, what
-        multi-node runs found, checks its peers ran and it did not (it has not shown what they showed). None for a
-        node whose run gave no verdict, was stopped without a failure, or was only too noisy to judge: listed
-        instead."""
+        """What takes the node out of service (fleet/drain.py): its NVLink domain (whatever its own run said), failed
+        checks that stand (not flapping or unconfirmed), outlier metrics, what multi-node runs found, checks its peers
+        ran and it did not. None for a node that gave no verdict, was stopped without a failure, or was only too noisy
+        to judge: listed instead."""
         found = [drain.Cause("domain", self.domain.reason_part(), FABRIC_CATEGORY)] if self.domain else []
         if self.verdict in (NO_VERDICT, UNRESOLVED):  # the run's own failure, or its figures too noisy: not judged
             return found
@@ -138,9 +122,7 @@ class Summary:
     unreported_suspects: dict[str, list[Suspect]]  # host -> findings, for hosts without a node report here
     breaker: Breaker = field(default_factory=Breaker)
     domains: list[DomainFinding] = field(default_factory=list)
-    # Shadow mode (--shadow): everything judged and written, no drain or kubectl line printed, exit 0; what would
-    # have been taken out is listed as such.
-    shadow: bool = False
+    shadow: bool = False  # --shadow: everything judged and written, nothing taken out, exit 0
 
     @property
     def sku(self) -> str | None:
@@ -174,8 +156,7 @@ class Summary:
     @property
     def tripped(self) -> str | None:
         """Why no drain line is printed, where the breaker tripped (rules/breaker.py); else None."""
-        fleet = len(self.nodes) + len(self.unreported_suspects)
-        return self.breaker.tripped(len(self.take_out), fleet)
+        return self.breaker.tripped(len(self.take_out), len(self.nodes) + len(self.unreported_suspects))
 
     def drain_list(self) -> list[OutOfService]:
         """What the drain lines take out: take_out, or nothing where the breaker tripped."""
@@ -192,8 +173,7 @@ class Summary:
     @property
     def statistics_note(self) -> str | None:
         """Why there are no outlier statistics, where there are none."""
-        counted = sum(1 for n in self.nodes if n.report.finished)
-        if counted < outliers.MIN_NODES:
+        if (counted := sum(1 for n in self.nodes if n.report.finished)) < outliers.MIN_NODES:
             return (
                 f"outlier statistics need at least {outliers.MIN_NODES} nodes with a finished report; "
                 f"{counted} given: medians and spreads only"
@@ -204,44 +184,31 @@ class Summary:
         """Why the exit code is 1; empty when it is 0."""
         why = []
         counts = Counter(n.verdict for n in self.nodes)
-        failing = sum(1 for n in self.nodes if n.fleet_verdict == "fail")  # flapping and unconfirmed apart
-        if failing:
+        if failing := sum(n.fleet_verdict == "fail" for n in self.nodes):  # flapping and unconfirmed apart
             why.append(f"{failing} node(s) fail their checks")
-        unconfirmed = sum(1 for n in self.nodes if n.unconfirmed is not None)
-        if unconfirmed:
+        if unconfirmed := sum(n.unconfirmed is not None for n in self.nodes):
             why.append(f"{unconfirmed} node(s) failed once, not confirmed (no verdict: run their failed checks again)")
-        outlying = sum(1 for n in self.nodes if n.outliers and n.drain)
-        if outlying:
+        if outlying := sum(bool(n.outliers and n.drain) for n in self.nodes):
             why.append(f"{outlying} node(s) are outliers")
-        noisy = sum(1 for n in self.nodes if n.unjudged)
-        if noisy:
+        if noisy := sum(bool(n.unjudged) for n in self.nodes):
             why.append(f"{noisy} node(s) too noisy to judge on some figure (no verdict: run again on an idle node)")
-        short = sum(1 for n in self.nodes if n.lacks and n.drain)
-        if short:
+        if short := sum(bool(n.lacks and n.drain) for n in self.nodes):
             why.append(f"{short} node(s) ran less than their peers")
         if counts["partial"]:
             why.append(f"{counts['partial']} node(s) have a partial report (the run was stopped; not drained)")
-        suspected = sum(1 for n in self.nodes if n.suspected and n.drain) + len(self.unreported_suspects)
-        if suspected:
+        if suspected := sum(bool(n.suspected and n.drain) for n in self.nodes) + len(self.unreported_suspects):
             why.append(f"{suspected} node(s) found at fault by a multi-node run")
         if self.domains:
             why.append(f"{len(self.domains)} NVLink domain(s) fail their fabric checks together (see each domain)")
-        if counts[UNRESOLVED]:
-            why.append(
-                f"{counts[UNRESOLVED]} node(s) unresolved: too noisy to judge (no verdict: run again on an idle node)"
-            )
-        if counts[NO_VERDICT]:
-            why.append(
-                f"{counts[NO_VERDICT]} node(s) gave no verdict (pytest's own error, or no check ran: see their reports)"
-            )
-        corrupt = sum(1 for r in self.not_merged if r.kind == CORRUPT)
-        if corrupt:
+        if unresolved := counts[UNRESOLVED]:
+            why.append(f"{unresolved} node(s) unresolved: too noisy to judge (no verdict: run again on an idle node)")
+        if no_verdict := counts[NO_VERDICT]:
+            why.append(f"{no_verdict} node(s) gave no verdict (pytest's own error, or no check ran: see their reports)")
+        if corrupt := sum(r.kind == CORRUPT for r in self.not_merged):
             why.append(f"{corrupt} report(s) are corrupt")
-        other_sku = sum(1 for r in self.not_merged if r.kind == OTHER_SKU and r.fails_fleet)
-        if other_sku:
+        if other_sku := sum(r.kind == OTHER_SKU and r.fails_fleet for r in self.not_merged):
             why.append(f"{other_sku} report(s) of another SKU did not pass their own checks")
-        bad_runs = sum(1 for r in self.multi_node if r.verdict != "pass")
-        if bad_runs:
+        if bad_runs := sum(r.verdict != "pass" for r in self.multi_node):
             why.append(f"{bad_runs} multi-node run(s) did not pass")
         if not self.nodes:
             why.append(f"no node report of SKU {self.sku}")
@@ -267,11 +234,11 @@ def summarize(
     """With `confirm`, a failed node's failures stand only where a second run of them here failed them again
     (confirm.py); with `shadow`, nothing is taken out (Summary.shadow)."""
     sorted_reports = sort_reports(paths, sku)
-    nodes = [Node(r, failed_checks(r)) for r in sorted_reports.nodes]
+    nodes = [Node(r, findings.failed_checks(r)) for r in sorted_reports.nodes]
     for failed in (n for n in nodes if confirm and n.verdict == "fail"):
         confirmation.apply(failed, sorted_reports.confirmations.get(failed.hostname))
     coverage(nodes)
-    metrics = metric_stats([n.report for n in nodes if n.report.finished], mad_k, pct, noise_floor_pct)
+    metrics = findings.metric_stats([n.report for n in nodes if n.report.finished], mad_k, pct, noise_floor_pct)
     by_host = {n.hostname: n for n in nodes}
     for m in metrics:
         for outlier in m.outliers:
@@ -279,7 +246,7 @@ def summarize(
         for unjudged in m.unjudged:
             by_host[unjudged.host].unjudged.append(NodeUnjudged(m, unjudged))
     unreported: dict[str, list[Suspect]] = {}
-    for suspect in suspects(sorted_reports.multi_node):
+    for suspect in findings.suspects(sorted_reports.multi_node):
         node = by_host.get(suspect.host)
         (node.suspected if node is not None else unreported.setdefault(suspect.host, [])).append(suspect)
     scaling = weak_scaling(sorted_reports.multi_node, sorted_reports.nodes)

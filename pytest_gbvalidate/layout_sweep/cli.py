@@ -10,7 +10,6 @@ SKU has, else the cpu SKU's."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -21,16 +20,8 @@ from pytest_gbvalidate import baselines as bl
 from pytest_gbvalidate.files import OutputError, atomic_write_bytes, unwritable
 from pytest_gbvalidate.ranks import CPU_RANKS
 from pytest_gbvalidate.setting_values import SettingError, bundled_baselines, parse_dir, parse_sku
-from pytest_gbvalidate.workloads.llama.layout_grid import (
-    DEFAULT_GRID,
-    OUTPUT_NAMES,
-    PARAMETERS,
-    markdown_table,
-    native_trainer,
-    node_samplers,
-    sweep,
-    write_outputs,
-)
+from pytest_gbvalidate.workloads.llama import layout_grid
+from pytest_gbvalidate.workloads.llama.layout_grid import DEFAULT_GRID, PARAMETERS, native_trainer, sweep
 
 PROG = "python -m pytest_gbvalidate.layout_sweep"
 
@@ -79,18 +70,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--sku", type=_setting(parse_sku), required=True, help="SKU whose baseline's pretrain section sets the workload"
     )
-    parser.add_argument(
-        "--baselines", type=_setting(parse_dir), default=None, help="baselines directory (default: bundled)"
-    )
+    parser.add_argument("--baselines", type=_setting(parse_dir), help="baselines directory (default: bundled)")
     parser.add_argument("--out", type=_path, required=True, help="directory for the table and plots")
     for name in PARAMETERS:
-        default = ",".join(map(str, DEFAULT_GRID[name]))
-        parser.add_argument(
-            f"--{name}",
-            type=_ints,
-            default=DEFAULT_GRID[name],
-            help=f"values, 1 to {MAX_LAYOUT_SIZE} (default {default})",
-        )
+        about = f"values, 1 to {MAX_LAYOUT_SIZE} (default {','.join(map(str, DEFAULT_GRID[name]))})"
+        parser.add_argument(f"--{name}", type=_ints, default=DEFAULT_GRID[name], help=about)
     args = parser.parse_args(argv)
 
     # Everything the sweep needs is checked before it starts: it runs for hours, and its results would be lost.
@@ -98,8 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     spec = baseline.pretrain
     if spec is None:
         parser.error(f"argument --sku: the {args.sku} baseline has no pretrain section ({baseline.path})")
-    refused = out_problem(args.out)
-    if refused is not None:
+    if (refused := out_problem(args.out)) is not None:
         parser.error(f"argument --out: {args.out}: {refused}")
 
     from pytest_gbvalidate.ranks.gang import LocalGang  # torch: only once the arguments are good
@@ -108,21 +91,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     world_size = gpu_count or CPU_RANKS
     gang = LocalGang(world_size, device_type="cpu" if gpu_count == 0 else "cuda")
 
-    peak = spec.peak
     train = native_trainer(
-        gang, spec.config, spec.warmup_steps, spec.timed_steps, spec.learning_rate, peak, spec.compile
+        gang, spec.config, spec.warmup_steps, spec.timed_steps, spec.learning_rate, spec.peak, spec.compile
     )
     grid = {name: getattr(args, name) for name in PARAMETERS}
-    fixed = dataclasses.asdict(spec.layout)
-    fixed = {k: fixed[k] for k in ("precision", "activation_checkpointing")}
+    fixed = {k: getattr(spec.layout, k) for k in ("precision", "activation_checkpointing")}
     try:
-        with node_samplers(gpu=gpu_count != 0) as sample:
+        with layout_grid.node_samplers(gpu=gpu_count != 0) as sample:
             points = sweep(spec.config, world_size, spec.layout.gbs, grid, train, sample, **fixed)
     finally:
         gang.close()
-    print(markdown_table(points), end="")  # first: a file that cannot be written loses none of the results
+    print(layout_grid.markdown_table(points), end="")  # first: a file that cannot be written loses none of the results
     try:
-        written = write_outputs(points, args.out, atomic_write_bytes)
+        written = layout_grid.write_outputs(points, args.out, atomic_write_bytes)
     except OutputError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1
@@ -153,8 +134,7 @@ def out_problem(out: Path) -> str | None:
         return f"cannot make the directory: {exc.strerror or exc}"
     if not os.access(out, os.W_OK | os.X_OK):
         return "cannot create files in it (no write permission)"
-    for name in OUTPUT_NAMES:
-        why = unwritable(out / name)
-        if why is not None:
+    for name in layout_grid.OUTPUT_NAMES:
+        if (why := unwritable(out / name)) is not None:
             return f"{name} {why}"
     return None

@@ -77,8 +77,7 @@ def parse_nccl_tests(text: str) -> NcclTestsOutput:
             continue
         if stripped.startswith("#"):
             ranks += bool(_NCCL_RANK.match(stripped))
-            match = _NCCL_AVG.match(stripped)
-            if match:
+            if match := _NCCL_AVG.match(stripped):
                 avg = float(match.group(1))
             continue
         fields = stripped.split()
@@ -99,26 +98,14 @@ def parse_nccl_tests_json(text: str) -> NcclTestsOutput:
     if not rows:
         raise ToolError("nccl-tests JSON output has no results")
     average = doc.get("average_bus_bandwidth")  # reported, never gated: "nan" where nccl-tests had none
-    devices = doc.get("devices")
-    return NcclTestsOutput(
-        rows,
-        0 if devices is None else len(devices.items()),
-        None if average is None else average["bandwidth"].number_or_none(),
-        source="json",
-    )
+    ranks = 0 if (devices := doc.get("devices")) is None else len(devices.items())
+    return NcclTestsOutput(rows, ranks, None if average is None else average["bandwidth"].number_or_none(), "json")
 
 
 def _nccl_tests_json_row(r: ToolJson) -> NcclTestsRow:
-    out_of_place = r.get("out_of_place")
-    return NcclTestsRow(
-        r["size"].integer(),
-        r["count"].integer(),
-        r["type"].string(),
-        r["redop"].string(),
-        r["root"].integer(),
-        None if out_of_place is None else _nccl_tests_json_result(out_of_place),
-        _nccl_tests_json_result(r["in_place"]),
-    )
+    head = (r["size"].integer(), r["count"].integer(), r["type"].string(), r["redop"].string(), r["root"].integer())
+    out_of_place = None if (half := r.get("out_of_place")) is None else _nccl_tests_json_result(half)
+    return NcclTestsRow(*head, out_of_place, _nccl_tests_json_result(r["in_place"]))
 
 
 def _nccl_tests_json_result(half: ToolJson) -> NcclTestsResult:
@@ -153,16 +140,8 @@ def nccl_tests_measurements(collective: str, output: NcclTestsOutput) -> list[Me
         for placement, result in (("out_of_place", row.out_of_place), ("in_place", row.in_place)):
             if result is None:
                 continue
-            details = {
-                "tool": tool,
-                "placement": placement,
-                "size_bytes": row.size_bytes,
-                "count": row.count,
-                "dtype": row.dtype,
-                "time_us": result.time_us,
-                "algbw_gbps": result.algbw_gbps,
-                "wrong": result.wrong,
-                "read_from": output.source,
-            }
+            details = {"tool": tool, "placement": placement, "size_bytes": row.size_bytes, "count": row.count}
+            details |= {"dtype": row.dtype, "time_us": result.time_us, "algbw_gbps": result.algbw_gbps}
+            details |= {"wrong": result.wrong, "read_from": output.source}
             out.append(Measurement(f"{collective}_busbw_gbps", size_label(row.size_bytes), result.busbw_gbps, details))
     return out

@@ -24,11 +24,8 @@ NVBANDWIDTH = "nvbandwidth"
 NVBANDWIDTH_JSON_OPTION = "--json"
 # The nvbandwidth test cases that measure what our per-GPU suites measure (copy engine, one direction).
 NVBANDWIDTH_TESTCASES = (
-    "host_to_device_memcpy_ce",
-    "device_to_host_memcpy_ce",
-    "device_local_copy",
-    "device_to_device_memcpy_write_ce",
-    "device_to_device_memcpy_read_ce",
+    *("host_to_device_memcpy_ce", "device_to_host_memcpy_ce", "device_local_copy"),
+    *("device_to_device_memcpy_write_ce", "device_to_device_memcpy_read_ce"),
 )
 
 
@@ -57,8 +54,7 @@ def parse_nvbandwidth(text: str) -> list[NvbMatrix]:
     while i < len(lines):
         line = lines[i].strip()
         i += 1
-        match = _NVB_RUNNING.match(line)
-        if match:
+        if match := _NVB_RUNNING.match(line):
             testcase = match.group(1)
             continue
         if testcase is None or not line.endswith("(GB/s)"):
@@ -89,8 +85,7 @@ def parse_nvbandwidth(text: str) -> list[NvbMatrix]:
 
 
 def parse_nvbandwidth_json(text: str) -> list[NvbMatrix]:
-    """nvbandwidth --json: the matrices of its test cases that passed (one that did not has none, as in the text);
-    columns and rows by position."""
+    """nvbandwidth --json: the matrices of the test cases that passed (as in the text); columns and rows by position."""
     top = ToolJson.load(NVBANDWIDTH, text)["nvbandwidth"]
     testcases = top.get("testcases")
     matrices = []
@@ -134,18 +129,10 @@ def nvbandwidth_measurements(matrices: Sequence[NvbMatrix]) -> list[Measurement]
     for m in matrices:
         for row, values in m.rows.items():
             for col, value in zip(m.columns, values, strict=True):
-                if value is None:
+                if value is None or (found := _nvb_scope(m.testcase, row, col)) is None:
                     continue
-                found = _nvb_scope(m.testcase, row, col)
-                if found is not None:
-                    metric, scope = found
-                    details = {
-                        "tool": NVBANDWIDTH,
-                        "testcase": m.testcase,
-                        "matrix": m.description,
-                        "read_from": m.source,
-                    }
-                    out.append(Measurement(metric, scope, value, details))
+                details = {"tool": NVBANDWIDTH, "testcase": m.testcase, "matrix": m.description, "read_from": m.source}
+                out.append(Measurement(*found, value, details))
     return out
 
 

@@ -54,8 +54,7 @@ def parse_ib_write_bw(text: str) -> float:
     """The average bandwidth of the result row, in GB/s (perftest prints Gb/s with --report_gbits)."""
     lines = text.splitlines()
     for i, line in enumerate(lines):
-        header = _PERFTEST_HEADER.search(line)
-        if header is None:
+        if (header := _PERFTEST_HEADER.search(line)) is None:
             continue
         if header.group(2) != "Gb/sec":
             raise ToolError(f"ib_write_bw reports its average in {header.group(2)}, not Gb/sec (--report_gbits)")

@@ -1,7 +1,6 @@
-"""What every reference tool shares: found on PATH, run with the run's environment and a timeout, its output
-captured, a failure (a nonzero exit, an overrun, a binary that cannot start) a ToolError with the end of what it
-printed; its JSON read field by field, a field of the wrong shape a ToolError naming the tool and the field; its
-figures as Measurements in our terms. Pure Python.
+"""What every reference tool shares: found on PATH, run with the run's environment and a timeout, a failure (a
+nonzero exit, an overrun, a binary that cannot start) a ToolError with the end of what it printed; its JSON read
+field by field (ToolJson); its figures as Measurements in our terms. Pure Python.
 """
 
 from __future__ import annotations
@@ -32,9 +31,6 @@ class Measurement:
     scope: str
     value: float
     details: dict[str, Any] = field(default_factory=dict)
-
-
-# --- running --------------------------------------------------------------------------------------------------
 
 
 def find(binary: str, path: str | None = None) -> str | None:
@@ -77,8 +73,7 @@ def _completed(command: Sequence[str], *, env: Mapping[str, str], timeout_s: flo
 
 
 def writes_json(binary: str, option: str, *, env: Mapping[str, str], timeout_s: float) -> bool:
-    """Whether this build can write JSON: its usage (`-h`) names `option` (nccl_tests.NCCL_TESTS_JSON_OPTION,
-    nvbandwidth.NVBANDWIDTH_JSON_OPTION)."""
+    """Whether this build can write JSON: its usage (`-h`) names `option` (each tool's *_JSON_OPTION)."""
     return option in printed([binary, "-h"], env=env, timeout_s=timeout_s)
 
 
@@ -88,9 +83,6 @@ def read_json_file(binary: str, path: str | Path) -> str:
         return Path(path).read_text(errors="replace")
     except OSError as exc:
         raise ToolError(f"{binary} was asked for JSON but wrote no {path}: {exc.strerror}") from None
-
-
-# --- JSON from the tools ----------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -122,8 +114,7 @@ class ToolJson:
         return None if value is None else ToolJson(self.tool, value, f"{self.path}.{key}".lstrip("."))
 
     def __getitem__(self, key: str) -> ToolJson:
-        found = self.get(key)
-        if found is None:
+        if (found := self.get(key)) is None:
             raise ToolJson(self.tool, None, f"{self.path}.{key}".lstrip(".")).error("is missing or null")
         return found
 
@@ -133,8 +124,7 @@ class ToolJson:
         return [ToolJson(self.tool, v, f"{self.path}[{i}]") for i, v in enumerate(self.value)]
 
     def number(self) -> float:
-        value = self.number_or_none()
-        if value is None:
+        if (value := self.number_or_none()) is None:
             raise self.error(f"is {reprlib.repr(self.value)}, not a finite number")
         return value
 
