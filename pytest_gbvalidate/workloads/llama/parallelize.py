@@ -1,14 +1,7 @@
 """A layout applied to the model on one rank, in a fixed order: the pipeline stage's share of the model (PP),
-then tensor parallel linear layers (TP), then context parallel attention (CP). Data parallel replicas (DP)
-average their gradients after backward (`average_gradients`).
-
-Ranks are numbered with DP outermost and TP innermost (rank = ((dp * PP + pp) * CP + cp) * TP + tp; see
-MESH_DIMS below), so the ranks of a TP group, which talk in every layer, are neighbours (one NVLink domain on a
-GPU node), and a node holds whole pipelines.
-
-Gradients are averaged per parameter after the whole backward (`average_gradients`), not bucketed and overlapped
-with it as DDP and Megatron do: a multi-rank step pays the all-reduce time on top of the compute, and the MFU it
-reports is lower by that much than an overlapping engine's would be at the same compute speed.
+then tensor parallel linear layers (TP), then context parallel attention (CP). Data parallel replicas (DP) average
+their gradients per parameter after the whole backward (`average_gradients`), not bucketed and overlapped with it
+as DDP and Megatron do: a multi-rank step pays the all-reduce on top of the compute, and its MFU is lower by that.
 """
 
 from __future__ import annotations
@@ -29,11 +22,10 @@ from pytest_gbvalidate.workloads.llama.fp8 import convert_blocks_to_fp8
 from pytest_gbvalidate.workloads.llama.model import Transformer, repeat_kv
 from pytest_gbvalidate.workloads.llama.parallel import Layout, check_world
 
-# Ranks are laid out data-parallel outermost, TP innermost: consecutive ranks (one node's GPUs under torchrun or
-# srun) hold whole pipelines. A layout weak-scaled over N nodes then trains on each node exactly what the node
-# trains alone (its PP, CP and TP traffic stays inside it; only the gradient sync crosses nodes), and a slow node
-# shows in its own ranks' work rather than in every pipeline. (Megatron puts PP outermost, pipelines across nodes.)
-# The layout's parallel sizes (parallel.SIZES), in this order on purpose, not in SIZES' (a label's) order.
+# Ranks are numbered DP outermost, TP innermost (rank = ((dp * PP + pp) * CP + cp) * TP + tp), not in SIZES' order:
+# a TP group, which talks in every layer, is neighbours (one NVLink domain), and a node holds whole pipelines, so a
+# layout weak-scaled over N nodes trains on each what it would alone (only the gradient sync crosses nodes) and a
+# slow node shows in its own ranks' work. (Megatron puts PP outermost, pipelines across nodes.)
 MESH_DIMS = ("dp", "pp", "cp", "tp")
 # The dimensions whose ranks hold the same weights: their gradients are averaged over them together.
 REPLICA_DIMS = ("dp", "cp")
@@ -94,9 +86,6 @@ def build_groups(layout: Layout, device: torch.device) -> RankGroups:
     )
 
 
-# --- PP ---------------------------------------------------------------------------------------------------
-
-
 def stage_layers(cfg: LlamaConfig, pp: int, stage: int) -> range:
     per_stage = cfg.n_layers // pp
     return range(stage * per_stage, (stage + 1) * per_stage)
@@ -114,8 +103,6 @@ def keep_stage(model: Transformer, pp: int, stage: int) -> None:
         model.norm = None
         model.output = None
 
-
-# --- TP ---------------------------------------------------------------------------------------------------
 
 # Megatron's split: Q, K, V and the SwiGLU gate/up projections by output columns (each rank gets whole heads
 # and a slice of the FFN), the attention output and FFN down projections by input rows; one all-reduce after
@@ -136,9 +123,6 @@ def apply_tensor_parallel(model: Transformer, tp_mesh: DeviceMesh) -> None:
         parallelize_module(block, tp_mesh, TP_PLAN)
 
 
-# --- CP ---------------------------------------------------------------------------------------------------
-
-
 def context_parallel_positions(seq_len: int, cp: int, cp_rank: int) -> Tensor:
     """Positions of the tokens CP rank `cp_rank` holds: chunks r and 2*CP-1-r of 2*CP, one early and one late,
     so every rank does the same share of causal attention work."""
@@ -147,9 +131,8 @@ def context_parallel_positions(seq_len: int, cp: int, cp_rank: int) -> Tensor:
 
 
 class _GatherSequence(torch.autograd.Function):
-    """All-gather along the sequence dimension (dim 2 of (bs, heads, seq, hd)); the backward pass sums the
-    gradients of every rank's copy and keeps this rank's slice. all_gather and all_reduce, which every backend
-    has (gloo has no reduce_scatter of tensor lists)."""
+    """All-gather along dim 2 of (bs, heads, seq, hd); the backward sums every rank's copy's gradient and keeps this
+    rank's slice (all_reduce: gloo has no reduce_scatter of tensor lists)."""
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, group: dist.ProcessGroup) -> Tensor:
@@ -168,11 +151,9 @@ class _GatherSequence(torch.autograd.Function):
 
 
 class ContextParallelAttention:
-    """Causal attention over a sequence split across a CP group, by all-gathering keys and values (the
-    all-gather flavour of context parallelism, as Llama 3's training used): each rank attends with its own
-    queries to the whole sequence's keys and values, masked by the tokens' global positions. torch's own
-    experimental context_parallel (ring attention) does not run on the CPU in torch 2.13 (the CPU attention
-    kernel has no sharding strategy), so the cpu SKU could not run the lines a GPU runs; this runs on both."""
+    """Causal attention over a sequence split across a CP group by all-gathering keys and values (as Llama 3's
+    training did), masked by the tokens' global positions. torch's experimental context_parallel (ring attention)
+    does not run on the CPU (torch 2.13), so the cpu SKU could not run the lines a GPU runs; this runs on both."""
 
     def __init__(self, group: dist.ProcessGroup, seq_len: int, device: torch.device) -> None:
         cp, cp_rank = dist.get_world_size(group), dist.get_rank(group)
@@ -191,14 +172,11 @@ class ContextParallelAttention:
         )
 
 
-# --- the model on this rank ----------------------------------------------------------------------------------
-
-
 def build_rank_model(
     cfg: LlamaConfig, layout: Layout, groups: RankGroups | None, device: torch.device, seed: int
 ) -> Transformer:
-    """This rank's part of the model with the whole model's seeded weights, parallelised as `layout` says.
-    Built on the meta device and materialised after the pipeline cut, so a rank allocates only its stage."""
+    """This rank's part of the model with the whole model's seeded weights, parallelised as `layout` says (built on
+    the meta device, so a rank allocates only its stage)."""
     with torch.device("meta"):
         model = Transformer(cfg)
     at = groups.at if groups is not None else Coordinates()
@@ -221,8 +199,7 @@ def build_rank_model(
 
 
 def average_gradients(model: torch.nn.Module, group: dist.ProcessGroup | None) -> None:
-    """Average gradients over the ranks holding the same weights (DP x CP). Tensor-parallel parameters are
-    DTensors: their local shards are averaged, each with the same shard on the other replicas."""
+    """Average gradients over the ranks holding the same weights (DP x CP); a DTensor's (TP's) by its local shard."""
     if group is None or dist.get_world_size(group) == 1:
         return
     n = dist.get_world_size(group)

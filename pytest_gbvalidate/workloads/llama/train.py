@@ -1,8 +1,6 @@
 """The built-in training engine: Llama 3 on synthetic tokens, in any valid layout, timed per optimizer step.
-
-`train_worker(ctx, request)` is the SPMD function every rank of a gang runs; results.py's `summarize` turns the
-ranks' results into the step time, throughput, MFU and loss curve the suite checks. On one rank, `train(request,
-device)` runs the same steps without any process group (the reference the parallel layouts are tested against).
+`train_worker` is what every rank of a gang runs (results.py's `summarize` turns the ranks' results into the run's
+figures); on one rank, `train` runs the same steps without a process group (the parallel layouts' reference).
 """
 
 from __future__ import annotations
@@ -59,7 +57,6 @@ class Trainer:
         self.at = groups.at if groups is not None else None
         options = request.options
         self.model = build_rank_model(cfg, layout, groups, device, request.seed)
-        # The weights' .grad buffers live from step to step when the backward pass adds into them.
         self.fused_grads = options.grad_accumulation_fusion
         in_gemm = False
         if self.fused_grads:
@@ -73,26 +70,18 @@ class Trainer:
         # (the last stage's output, labels) -> the mean loss
         self.loss_fn: Callable[[Tensor, Tensor], Tensor] = loss_fn
         if options.compile:
-            # Every block of every run goes through one code object, whose dynamo cache keeps an entry per guard
-            # set seen: a recomputation mode, a precision, a head width, a first change of a tensor shape, and so on.
-            # A long-lived rank trains many runs (a layout sweep); past torch._dynamo.config.recompile_limit (8)
-            # entries dynamo stops compiling and runs the blocks eager with only a warning, and later runs would
-            # time an uncompiled engine. So each compiled run starts with dynamo's caches empty: it compiles for
-            # itself (the warm-up steps absorb that; Inductor's on-disk cache keeps a repeated shape cheap), and
-            # nothing an earlier run compiled stays referenced. Raising the limit would only postpone the fallback.
+            # Every run's blocks share one code object, whose dynamo cache keeps an entry per guard set seen; past
+            # torch._dynamo.config.recompile_limit (8) a long-lived rank (a layout sweep) would run them eager with
+            # only a warning. So each compiled run starts with dynamo's caches empty (the warm-up absorbs it).
             torch._dynamo.reset()
-            # Held by the model (model.py, call_block): no reference back to any block.
             self.model.call_block = torch.compile(call_block, backend=options.compile_backend)
         if options.chunked_loss and self.model.output is not None:
             head = self.model.output
             self.model.head_in_loss = True
-            # Compiled with the blocks: one fused pass or two over each chunk's logits instead of several.
             chunk_grad = softmax_grad
-            if options.compile:
-                one_pass = options.loss_grad_one_pass  # a variant for compiling only
-                chunk_grad = torch.compile(
-                    softmax_grad_one_pass if one_pass else softmax_grad, backend=options.compile_backend
-                )
+            if options.compile:  # with the blocks: one fused pass or two over each chunk's logits, not several
+                one_pass = softmax_grad_one_pass if options.loss_grad_one_pass else softmax_grad
+                chunk_grad = torch.compile(one_pass, backend=options.compile_backend)
             fused_grads = self.fused_grads
 
             # A closure over the head, not over self: the trainer -> loss function -> head, no cycle.
@@ -189,9 +178,8 @@ def torch_release(version: str = torch.__version__) -> tuple[int, int]:
 
 
 def adamw(model: torch.nn.Module, learning_rate: float, *, fused: bool) -> torch.optim.AdamW:
-    """AdamW with its fused kernel or its multi-tensor (foreach) ones, the same on every device so the CPU runs
-    the GPU's code. Neither can mix DTensors (tensor-parallel weights) and plain tensors in one call, hence one
-    parameter group each."""
+    """AdamW with its fused kernel or its multi-tensor (foreach) ones, the same on every device so the CPU runs the
+    GPU's code; DTensors (TP's weights) and plain tensors in a group each, as neither kernel mixes them."""
     params = list(model.parameters())
     sharded = [p for p in params if isinstance(p, DTensor)]
     plain = [p for p in params if not isinstance(p, DTensor)]
@@ -224,9 +212,8 @@ def train(request: TrainRequest, device: torch.device, groups: RankGroups | None
 
 def train_worker(ctx: RankContext, request: TrainRequest) -> RankResult:
     """The SPMD entry point: every rank of a gang (whose default process group is up) calls this."""
-    # A long-lived rank (a layout sweep) trains run after run: whatever of an earlier run only the cyclic collector
-    # frees goes before this one allocates. (Seen: an eager context-parallel run's weights are freed only by the
-    # collector, on torch 2.13; where the cycle is, ours or torch's, is not known.)
+    # A long-lived rank (a layout sweep) trains run after run: what of an earlier run only the cyclic collector frees
+    # (an eager context-parallel run's weights, torch 2.13) goes before this one allocates.
     gc.collect()
     groups = build_groups(request.layout, ctx.device) if request.layout.world_size > 1 else None
     result = train(request, ctx.device, groups)
