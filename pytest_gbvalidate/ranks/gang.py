@@ -3,8 +3,7 @@ itself, one process per GPU (or N on the CPU), over a file rendezvous in a priva
 runs never collide on a port. They stay up between calls (a start costs seconds); a rank that crashes, raises or
 outlives its deadline tears the gang down, the call raises `GangError` naming the rank and the cause (a hung rank's
 whereabouts: hang.py), and the next call starts afresh. `WorldGang` (world_gang.py), behind the same `Gang`
-interface, is for pytest itself running as one rank of a torchrun / srun world.
-"""
+interface, is for pytest itself running as one rank of a torchrun / srun world."""
 
 from __future__ import annotations
 
@@ -48,8 +47,7 @@ class RankContext:
     device: torch.device
     backend: str
     node_rank: int = 0  # which node of the world this rank is on (0 for a local gang)
-    # Ranks holding their buffers in this rank's memory, its own included: a CPU gang's share the host's; GPU ranks
-    # share one only where a launcher put them so. A rank may take the free memory divided among them.
+    # Ranks holding their buffers in this rank's memory (device_key), its own included: each may take a share of it.
     device_sharers: int = 1
 
 
@@ -82,7 +80,6 @@ class CpuWaits(Protocol):
     """How long a process's threads waited for a CPU another task held (node/neighbours.py, via run/gangs.py)."""
 
     def read(self, tasks: Path) -> Any: ...
-
     def waited_share(self, start: Any, end: Any) -> float | None: ...
 
 
@@ -90,13 +87,11 @@ class Gang(Protocol):
     world_size: int
     hosts: dict[int, str]  # node rank -> hostname
     failed_starts: list[str]  # why each start-up of the ranks that was tried again failed, in order
-    # This process's own process group failed (a world's call raised or lost a peer), so it may never end cleanly:
-    # the process ends once its reports are written.
+    # A world's process group failed (a call raised or lost a peer): the process ends once its reports are written.
     broken: bool
 
     def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None) -> list[Any]:
         """`fn(ctx, *args)` (a module-level function) on every rank; the results in rank order."""
-        ...
 
     def close(self) -> None: ...
 
@@ -128,9 +123,8 @@ def _init_rank(device: torch.device, rank: int, world_size: int, init_method: st
         interface = gloo_interface(socket.gethostname(), os.environ, init_method.startswith("file://"))
         if interface is not None:
             os.environ["GLOO_SOCKET_IFNAME"] = interface
-    dist.init_process_group(
-        backend, init_method=init_method, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s)
-    )
+    timeout = timedelta(seconds=timeout_s)
+    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size, timeout=timeout)
     return backend
 
 
@@ -147,7 +141,6 @@ def _rank_main(
 ) -> None:
     os.environ.update(env)
     number_gpus_by_pci_bus()
-    # On a hang the parent asks every rank where it is stuck (SIGUSR1).
     faulthandler.register(signal.SIGUSR1, file=open(stack_file, "w"), all_threads=False)  # noqa: SIM115
     if device_type == "cpu":
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))  # ranks share the cores
@@ -193,14 +186,11 @@ class LocalGang:
         call_timeout_s: float = 600.0,
         cpu_waits: CpuWaits | None = None,
     ) -> None:
-        self.world_size = world_size
+        self.world_size, self.device_type, self.env = world_size, device_type, dict(env or {})
         self.cpu_waits = cpu_waits  # None: a call that runs out of time is never judged slowed
         self.hosts = {0: labels.hostname()}
-        self.device_type = device_type
-        self.env = dict(env or {})
-        self.start_timeout_s = start_timeout_s
+        self.start_timeout_s, self.call_timeout_s = start_timeout_s, call_timeout_s
         self.collective_timeout_s = collective_timeout_s
-        self.call_timeout_s = call_timeout_s
         self._procs: list[Any] = []
         self._conns: list[Connection] = []
         self._tmpdir: str | None = None

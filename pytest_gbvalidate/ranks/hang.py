@@ -1,10 +1,10 @@
 """Where a hung rank of a local gang is stuck (its faulthandler dump's innermost frame), and whether it is waiting
-for a peer or the likely culprit."""
+for a peer or the likely culprit. No torch here: this reads text."""
 
 from __future__ import annotations
 
 # Where a rank waiting for a peer is stuck: in a collective (gloo), or in a device synchronisation (NCCL's run on the
-# GPU). A `.item()` waiting for a collective's result shows only its caller's frame, a culprit's look: none is named.
+# GPU). A `.item()` waiting for a collective's result shows only its caller's frame, as a culprit's does.
 _WAITING_IN = ("torch/distributed/", "torch/cuda/", "torch/accelerator/")
 
 

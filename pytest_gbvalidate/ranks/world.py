@@ -80,9 +80,8 @@ def _local_rank(env: Mapping[str, str]) -> tuple[str, int]:
 
 
 def _ranks_on_this_node(env: Mapping[str, str]) -> tuple[str, int] | None:
-    """The variable that says how many ranks share this node, and its value; None when none says. Slurm's task
-    counts are per node ("4", or "4(x2)" for 4 on each of 2 nodes); an uneven layout ("4,3") says nothing here.
-    Under torchrun, Slurm's counts are of torchrun's agents, not of the ranks."""
+    """The variable saying how many ranks share this node, and its value, else None: Slurm's ("4", "4(x2)"; not an
+    uneven "4,3"), or under torchrun, whose agents Slurm counts, LOCAL_WORLD_SIZE."""
     slurm = ["SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE"]
     for name in ["LOCAL_WORLD_SIZE"] if _under_torchrun(env) else slurm:
         same_on_every_node = re.fullmatch(r"(\d+)(\(x\d+\))?", env.get(name, ""))
@@ -96,10 +95,8 @@ class DeviceChoiceError(ValueError):
 
 
 def cuda_device_index(env: Mapping[str, str], device_count: int) -> int:
-    """The index, among the `device_count` GPUs this process sees, of this rank's own GPU: with one seen, that one
-    (srun --gpus-per-task=1 or --gpu-bind leaves each task one, so SLURM_LOCALID is no index into them); with one
-    per rank on the node or more (as under torchrun), the local rank. Fewer: DeviceChoiceError, as a guess would put
-    two ranks on one GPU."""
+    """The index of this rank's own GPU among the `device_count` it sees: the one seen (srun --gpus-per-task=1 leaves
+    SLURM_LOCALID no index into it), else the local rank where there are enough, else DeviceChoiceError."""
     name, local_rank = _local_rank(env)
     visible = env.get("CUDA_VISIBLE_DEVICES")
     shown = "CUDA_VISIBLE_DEVICES unset" if visible is None else f"CUDA_VISIBLE_DEVICES={visible}"
@@ -119,9 +116,8 @@ def cuda_device_index(env: Mapping[str, str], device_count: int) -> int:
 
 
 def number_gpus_by_pci_bus() -> None:
-    """Make cuda:3 the GPU NVML, nvidia-smi and our `[gpu3]` test cases call 3 (by PCI bus id; CUDA numbers the
-    fastest first unless told). The CUDA driver reads CUDA_DEVICE_ORDER once, when it initialises: call this before
-    anything touches CUDA. An order the operator set stays."""
+    """Make cuda:3 the GPU NVML, nvidia-smi and our `[gpu3]` test cases call 3 (by PCI bus id, not fastest first):
+    call it before anything initialises CUDA, which reads CUDA_DEVICE_ORDER once. An operator's order stays."""
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
 
 
@@ -141,8 +137,7 @@ def _whole(text: str) -> bool:
 
 def rendezvous_problem(env: Mapping[str, str], resolves: Callable[[str], bool] | None = None) -> str | None:
     """Why this process cannot join its world's rendezvous (env://), or None: the launcher's setting named, where a
-    missing or bad MASTER_ADDR / MASTER_PORT (srun sets neither) would otherwise be an obscure store error in a
-    test. `resolves`: getaddrinfo's."""
+    bad MASTER_ADDR / MASTER_PORT (srun sets neither) would otherwise be an obscure store error in a test."""
     missing = [name for name in ("MASTER_ADDR", "MASTER_PORT") if not env.get(name)]
     if missing:
         return (
@@ -188,8 +183,7 @@ def world_rank(env: Mapping[str, str]) -> int | None:
 
 # torch's TORCH_NCCL_ASYNC_ERROR_HANDLING values: 0 no handling, 1 tear down, 2 clean up only, 3 skip clean-up.
 NCCL_CLEAN_UP_ONLY = "2"
-# What torchrun hands every worker unless its own environment has a value (torch.distributed.elastic's
-# LocalElasticAgent): in the worker, torchrun's 1 and an operator's 1 look the same.
+# What torchrun (LocalElasticAgent) hands every worker unless set: in the worker, it looks like an operator's 1.
 TORCHRUN_TEAR_DOWN = "1"
 
 

@@ -38,10 +38,9 @@ from pytest_gbvalidate.ranks.world import (
 
 
 def store_problem(address: str, port: int, timeout_s: float) -> str | None:
-    """Why no torch store answered at `address`:`port` within `timeout_s`, else None. Asked before the process
-    group is made, where another program holding the port and accepting without answering held the rank in torch's
-    handshake whatever its timeout (deaf to SIGTERM, torch 2.13): here it runs on a thread, waited on in steps (a
-    signal's handler runs between them) and left behind if it never ends."""
+    """Why no torch store answered at `address`:`port` within `timeout_s`, else None: another program holding the
+    port held torch's handshake whatever its timeout (deaf to SIGTERM, torch 2.13), so here it runs on a thread,
+    waited on in steps (a signal's handler runs between them) and left behind if it never ends."""
     outcome: list[Exception | None] = []
 
     def connect() -> None:
@@ -135,8 +134,8 @@ class WorldGang:
             self._control = control if isinstance(control, dist.ProcessGroup) else None
         hostname = labels.hostname()
         placed: list[Any] = [None] * world_size
-        key = device_key(self.device, hostname, rank)
-        dist.all_gather_object(placed, (node_rank, hostname, key), group=self._control)
+        mine = device_key(self.device, hostname, rank)
+        dist.all_gather_object(placed, (node_rank, hostname, mine), group=self._control)
         self.hosts = {node: host for node, host, _ in sorted(placed)}
         sharers = device_sharers([key for _, _, key in placed], rank)
         self.ctx = RankContext(rank, world_size, local_rank, self.device, backend, node_rank, sharers)
@@ -159,8 +158,8 @@ class WorldGang:
         return [payload for _, payload in gathered]
 
     def close(self) -> None:
-        """End the process group this gang made (not one it found made): left to the process's exit, gloo's threads
-        could still run as it tore them down, and a finished rank aborted (SIGABRT, torch 2.14.1), failing a healthy
-        node's job. Not once broken: a communicator waiting on a dead peer may not end."""
+        """End the process group this gang made, not left to the process's exit, where a finished rank could abort
+        (SIGABRT, torch 2.14.1) and fail a healthy node's job; not once broken, as a communicator waiting on a dead
+        peer may not end."""
         if self._made_group and not self.broken and dist.is_initialized():
             dist.destroy_process_group()

@@ -1,9 +1,9 @@
-"""Silent data corruption: every rank runs the same seeded computation (a bf16 and an fp32 GEMM, one fp32 forward
-and backward pass of the Llama model) twice; the results must be bit-identical across the node's GPUs and passes,
-and within a tolerance of the CPU's. Defective units compute wrong results without an error (Meta's "Silent Data
-Corruptions at Scale", Dixit et al., 2021; Google's "Cores that Don't Count", Hochschild et al., HotOS 2021;
-SemiAnalysis' ClusterMAX expects such checks): bit-identity catches a flipped low bit that no tolerance would.
-"""
+"""Silent data corruption: every rank runs the same seeded computation (a bf16 and an fp32 GEMM, one fp32 forward and
+backward pass of the Llama model) twice; the results must be bit-identical across the node's GPUs and passes, and within
+a tolerance of the CPU's, which names the GPU that is off when only two disagree. Defective units compute wrong results
+without an error (Meta's "Silent Data Corruptions at Scale", Dixit et al., 2021; Google's "Cores that Don't Count",
+Hochschild et al., HotOS 2021; SemiAnalysis' ClusterMAX expects such checks): bit-identity catches a flipped low bit
+that no tolerance would."""
 
 from __future__ import annotations
 
@@ -108,11 +108,9 @@ def problems(labels: list[str], per_rank: list[list[dict[str, Outcome]]], refere
             first, second = passes[0][name], passes[1][name]
             if first.digest != second.digest:
                 found.append(f"{label}: {name} gave different bits in two passes ({first.digest}, {second.digest})")
-            error = relative_error(first.checked, reference[name])
-            if not error <= TOLERANCE[name]:  # NaN too
-                found.append(
-                    f"{label}: {name} is off the CPU reference by {error:.3g} (relative; tolerance {TOLERANCE[name]:g})"
-                )
+            error, limit = relative_error(first.checked, reference[name]), TOLERANCE[name]
+            if not error <= limit:  # NaN too
+                found.append(f"{label}: {name} is off the CPU reference by {error:.3g} (relative; tolerance {limit:g})")
     for name in COMPUTATIONS:
         digests = [passes[0][name].digest for passes in per_rank]
         (common, count), *_ = Counter(digests).most_common()

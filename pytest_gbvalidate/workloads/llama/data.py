@@ -1,8 +1,6 @@
-"""Synthetic training tokens with something to learn: from uniformly random tokens the loss only falls to
-ln(vocab), however the node computes. These come from a seeded random Markov chain: tokens live in the first
-ACTIVE_TOKENS ids, each followed by one of SUCCESSORS tokens fixed for it, so a model that trains correctly drives
-the loss from about ln(vocab) towards ln(SUCCESSORS); a node that computes garbage does not.
-"""
+"""Synthetic training tokens with something to learn (from uniformly random ones the loss only falls to ln(vocab)):
+a seeded random Markov chain over the first ACTIVE_TOKENS ids, each followed by one of SUCCESSORS tokens fixed for
+it, so correct training drives the loss from about ln(vocab) towards ln(SUCCESSORS); garbage computing does not."""
 
 from __future__ import annotations
 

@@ -1,20 +1,14 @@
-"""Model FLOPs and MFU, counted the standard way for decoder-only transformers. Pure Python.
-
-Training FLOPs per token (forward + backward), as in the PaLM paper (Chowdhery et al. 2022, appendix B),
-torchtitan's `get_num_flop_per_token` and Megatron-LM's model-FLOPs accounting::
-
-    flops_per_token = 6 * N + 12 * L * D * S
-
+"""Model FLOPs and MFU, counted the standard way for decoder-only transformers. Pure Python. Training FLOPs per
+token (forward + backward) are 6 * N + 12 * L * D * S, as in the PaLM paper (Chowdhery et al. 2022, appendix B),
+torchtitan's `get_num_flop_per_token` and Megatron-LM's model-FLOPs accounting:
 - 6 * N: every matmul weight does one multiply-add (2 FLOPs) per token forward and two backward (input and weight
   gradients). N is every parameter but the input embedding (a gather, not a matmul), RMSNorm weights included
   (a negligible 0.0003% of 8B).
 - 12 * L * D * S: attention scores (Q K^T) and their weighted sum (P V), 2 * S * D multiply-adds per token per
   layer forward, times 3 with backward. L layers, D model width, S sequence length. Causal masking is not
   subtracted, as in the references.
-
 Recomputation is not counted (model FLOPs, not hardware FLOPs), so MFU compares layouts and engines by useful work.
-For Llama 3 8B at S = 8192: N = 7.50e9, 6N = 45.0e9, 12LDS = 12.9e9, about 57.9 GFLOPs per token.
-"""
+For Llama 3 8B at S = 8192: N = 7.50e9, 6N = 45.0e9, 12LDS = 12.9e9, about 57.9 GFLOPs per token."""
 
 from __future__ import annotations
 

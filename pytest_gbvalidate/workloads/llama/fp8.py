@@ -1,10 +1,8 @@
-"""fp8 training matmuls for the built-in engine: `torch._scaled_mm` (the kernel torchao's float8 training calls)
-with dynamic per-tensor scaling (torchao's "tensorwise", Transformer Engine's "current scaling"): each matmul casts
-its operands to fp8 scaled by their absolute maximum, activations and weights in e4m3 (more precision), gradients
-in e5m2 (more range). The weights stay fp32 parameters. `_scaled_mm` runs on GPUs of compute capability 8.9 up
-and, slowly, on the CPU, so the cpu SKU's tests run these lines. Shapes: tokens = bs * seq, in_dim and out_dim
-the layer's.
-"""
+"""fp8 training matmuls for the built-in engine: `torch._scaled_mm` (which torchao's float8 training calls) with
+dynamic per-tensor scaling (torchao's "tensorwise", Transformer Engine's "current scaling"): operands cast to fp8
+scaled by their absolute maximum, activations and weights in e4m3 (precision), gradients in e5m2 (range); weights
+stay fp32. It runs on GPUs of compute capability 8.9 up and, slowly, on the CPU (so the cpu SKU's tests run it).
+Shapes: tokens = bs * seq, in_dim and out_dim the layer's."""
 
 from __future__ import annotations
 
@@ -69,8 +67,7 @@ class _Float8Matmul(torch.autograd.Function):
 
 
 class Float8Linear(FusedGradLinear):
-    """nn.Linear without bias whose matmuls (forward, input gradient, weight gradient) run in fp8; once fused
-    (grad_accumulation.py), its weight gradient is added into `weight.grad`."""
+    """nn.Linear without bias whose three matmuls run in fp8 (once fused, grad_accumulation.py's, into .grad)."""
 
     def forward(self, x: Tensor) -> Tensor:
         grad = main_grad(self.weight) if self.fused else None
@@ -79,8 +76,7 @@ class Float8Linear(FusedGradLinear):
 
 
 def convert_blocks_to_fp8(model: nn.Module) -> int:
-    """Swap every nn.Linear inside the model's transformer blocks (`model.layers`) for a Float8Linear holding the
-    same weight; the output head stays as it is. Returns how many were swapped."""
+    """How many of the transformer blocks' nn.Linear were swapped for a Float8Linear (same weight; not the head)."""
     swapped = 0
     for block in model.get_submodule("layers").children():
         for module in block.modules():

@@ -1,7 +1,5 @@
-"""Offline generation with the built-in Llama: a fixed batch of prompts, prefill, then greedy decoding of a fixed
-number of tokens with a KV cache plugged in as the model's `attend`. The same fixed work on every GPU, timed: not a
-serving benchmark (no arrivals, scheduling, continuous batching or paged attention), nor MLPerf inference.
-"""
+"""Offline generation with the built-in Llama: prefill a fixed batch of prompts, then greedily decode a fixed number
+of tokens with a KV cache (the model's `attend`). Fixed work, timed: neither a serving benchmark nor MLPerf."""
 
 from __future__ import annotations
 
@@ -19,9 +17,8 @@ from pytest_gbvalidate.workloads.llama.model import Transformer
 
 
 class KVCache:
-    """The model's `attend` while generating, called by the layers in order: the prompt (`position` None) fills the
-    start of the cache; each decoded token is written at `position`, a device tensor the step advances in place, and
-    attends over the whole cache under a mask: the same shapes every step, so a GPU replays it as a CUDA graph."""
+    """The model's `attend` while generating: the prompt (`position` None) fills the cache's start; a decoded token
+    is written at `position`, advanced in place, and attends over the whole cache under a mask (fixed shapes)."""
 
     def __init__(self, cfg: LlamaConfig, batch: int, max_len: int, device: torch.device, dtype: torch.dtype) -> None:
         shape = (cfg.n_layers, batch, cfg.n_kv_heads, max_len, cfg.head_dim)  # (layers, bs, kv_heads, len, hd)
@@ -66,13 +63,11 @@ class Generation:
 @torch.no_grad()
 def generate(model: Transformer, prompts: Tensor, new_tokens: int) -> Generation:
     """Greedy generation of `new_tokens` after `prompts` (bs, prompt_len), timed on the host clock around device
-    synchronisation: prefill (the prompt, and the first token) and decode (the others, one at a time). A decode
-    step runs dozens of small kernels per layer: launched op by op the GPU waits on the host (the rate would time
-    the host's CPU), so on a GPU the step is captured once as a CUDA graph and replayed (`_replayed`)."""
+    synchronisation: prefill (the prompt and the first token), then decode, a step at a time, on a GPU as a CUDA graph
+    (launched op by op, its dozens of small kernels a layer would time the host)."""
     device = prompts.device
     batch, prompt_len = prompts.shape
-    dtype = next(model.parameters()).dtype
-    cache = KVCache(model.cfg, batch, prompt_len + new_tokens, device, dtype)
+    cache = KVCache(model.cfg, batch, prompt_len + new_tokens, device, next(model.parameters()).dtype)
     saved = model.attend, model.positions
     model.attend = cache
     try:
@@ -108,8 +103,7 @@ def generate(model: Transformer, prompts: Tensor, new_tokens: int) -> Generation
 
 def _replayed(step: Callable[[], None], device: torch.device, changes: tuple[Tensor, ...]) -> Callable[[], None]:
     """On a CUDA device, `step` captured as a CUDA graph, whose replay runs it; elsewhere `step` itself. The capture
-    follows one call on a side stream (CUDA graphs' rule), after which `changes` (what a step changes in place but
-    the cache slot it rewrites) are put back; on the current device, the rank's own (ranks/gang.py)."""
+    follows one call on a side stream (CUDA graphs' rule), after which `changes` (besides the cache) are put back."""
     if device.type != "cuda":
         return step
     before = [t.clone() for t in changes]

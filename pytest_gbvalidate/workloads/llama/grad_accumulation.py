@@ -1,15 +1,11 @@
 """Gradient-accumulation fusion for the built-in engine (Megatron-LM's `gradient_accumulation_fusion`): the backward
 pass adds each weight gradient into the weight's fp32 `.grad` itself, kept allocated and zeroed in place after each
-optimizer step, instead of handing autograd a new gradient to add.
-
-Per parameter and microbatch under bf16 autocast, autograd's way moves 18 bytes (6 for a step's first microbatch):
-the bf16 weight gradient is cast to a new fp32 tensor (2 + 4) and added to `.grad` (4 + 4 + 4). Here, on CUDA,
-cuBLAS adds its fp32 accumulator into `.grad` (`torch.addmm(..., out_dtype=torch.float32)`: 4 + 4, and 4 a step to
-zero it; never rounded to bf16); elsewhere the bf16 product is added in place (2 + 2 + 4 + 4), rounding as
-autograd's way does. It covers the blocks' plain linear layers in every precision (fp8's through its own matmul),
-the output head (in the chunked loss, loss.py, or as a layer) and the input embedding. Not with TP or PP (train.py
-says why). Shapes: tokens = bs * seq, in_dim and out_dim the layer's.
-"""
+optimizer step, instead of handing autograd a new gradient to add. Per parameter and microbatch under bf16 autocast,
+autograd's way moves 18 bytes (6 for a step's first microbatch): the bf16 weight gradient is cast to a new fp32 tensor
+(2 + 4) and added to `.grad` (4 + 4 + 4). Here, on CUDA, cuBLAS adds its fp32 accumulator into `.grad`
+(`torch.addmm(..., out_dtype=torch.float32)`: 4 + 4, and 4 a step to zero it; never rounded to bf16); elsewhere the bf16
+product is added in place (2 + 2 + 4 + 4), rounding as autograd's way does. Not with TP or PP (train.py says why).
+Shapes: tokens = bs * seq, in_dim and out_dim the layer's."""
 
 from __future__ import annotations
 
@@ -116,8 +112,7 @@ class FusedGradEmbedding(nn.Embedding):
 
 
 def _plain(layer: nn.Linear | nn.Embedding) -> bool:
-    """A layer whose whole gradient is its weight's, dense: no bias; no padding index, norm limit, sparse or
-    frequency-scaled gradient."""
+    """Whether the layer's gradient is its weight's, dense (no bias, padding index, norm limit, sparse or scaling)."""
     if isinstance(layer, nn.Linear):
         return layer.bias is None
     return layer.padding_idx is None and layer.max_norm is None and not layer.sparse and not layer.scale_grad_by_freq
@@ -134,9 +129,8 @@ def main_grad(weight: Tensor) -> Tensor:
 
 
 def fuse_gradient_accumulation(model: nn.Module, device: torch.device) -> bool:
-    """Make every bias-free linear layer of the model and its embedding add their weight gradients into their
-    `.grad`, allocated here (zeros, fp32). Returns whether the GEMM itself adds (gemm_adds_into_fp32), for the
-    chunked loss (loss.py) to add the head's gradient that way too."""
+    """Make the model's bias-free linear layers and embedding add their weight gradients into `.grad` (zeros, fp32);
+    whether the GEMM itself adds (gemm_adds_into_fp32), for the chunked loss to add the head's that way too."""
     in_gemm = gemm_adds_into_fp32(device)
     for name, module in model.named_modules():
         if not isinstance(module, nn.Linear | nn.Embedding):

@@ -1,7 +1,5 @@
-"""The layout sweep: train every valid layout of a grid of MBS, TP, PP and CP on the same ranks with the built-in
-engine, record what each measured (or that it ran out of memory, or why it cannot run) and name the fastest, in a
-table, JSON and, with matplotlib, plots. Its command line: `python -m pytest_gbvalidate.layout_sweep`.
-"""
+"""The layout sweep (`python -m pytest_gbvalidate.layout_sweep`): train every valid layout of a grid of MBS, TP, PP
+and CP on the same ranks with the built-in engine, record what each measured (or why not) and name the fastest."""
 
 from __future__ import annotations
 
@@ -32,7 +30,7 @@ POINT_SIZES = tuple(k for k in SIZES if k != "gbs")
 # The sizes a grid sweeps: those but DP, which is what the others leave of the ranks.
 PARAMETERS = tuple(k for k in POINT_SIZES if k != "dp")
 DEFAULT_GRID = {p: [1, 2, 4, 8, 16] if p == "mbs" else [1, 2, 4] for p in PARAMETERS}
-# A rank's out-of-memory error once it has crossed the gang: torch.OutOfMemoryError, or the allocator's message.
+# A rank's out-of-memory error once across the gang: torch.OutOfMemoryError, or, re-raised, the allocator's message.
 OOM_MARKERS = ("OutOfMemoryError", "out of memory")
 
 
@@ -61,8 +59,7 @@ class SweepPoint:
 
     @property
     def peak_memory_gib(self) -> float | None:
-        memory = [] if self.result is None else [m.gib for m in self.result.memory]
-        return max(memory) if memory else None
+        return None if self.result is None else max((m.gib for m in self.result.memory), default=None)
 
 
 def layouts(
@@ -96,8 +93,7 @@ def sweep(
     sample: Callable[[], AbstractContextManager[Any]] = nullcontext,
     **fixed: Any,
 ) -> list[SweepPoint]:
-    """Train each valid layout with `train`, inside `sample()` (a telemetry sampler with a `summary()`, or nothing);
-    a point that runs out of memory or fails is recorded as such."""
+    """Each point, its valid layout trained with `train` inside `sample()` (a telemetry sampler, or nothing)."""
     points = []
     for point, layout in layouts(cfg, world_size, gbs, grid, **fixed):
         if isinstance(layout, str):
@@ -205,8 +201,7 @@ PANELS = (
 
 
 def plot(points: Sequence[SweepPoint], out: Path, write: Callable[[Path, bytes], None]) -> list[Path]:
-    """One PNG per parameter, each panel a figure against it, a dot per layout that ran, out-of-memory ones marked
-    on the axis; nothing (and no error) without matplotlib."""
+    """The PNGs written, one per parameter with a panel per figure; none (and no error) without matplotlib."""
     try:
         import matplotlib
     except ImportError:
@@ -231,8 +226,7 @@ def plot(points: Sequence[SweepPoint], out: Path, write: Callable[[Path, bytes],
             if not ran:
                 ax.text(0.5, 0.5, "not sampled", ha="center", va="center", transform=ax.transAxes)
             ax.set_xscale("log", base=2)
-            ax.set_xlabel(parameter.upper())
-            ax.set_title(title)
+            ax.set(xlabel=parameter.upper(), title=title)
         axes[0].legend(fontsize="small")
         path = out / f"sweep_{parameter}.png"
         image = io.BytesIO()

@@ -1,8 +1,7 @@
 """The output head and the cross-entropy loss in one, over chunks of tokens, so the (tokens, vocab) logits are never
 held whole (the plain head's backward peaks at 14 bytes a logit, memory.py: 59 GB for Llama 3's 4 x 8192 tokens).
 A chunk's logits live only while its share of the loss and of both gradients is computed, in the forward pass (as
-in Liger Kernel's fused linear cross entropy, in plain PyTorch). Shapes: tokens = bs * seq, chunk CHUNK_TOKENS.
-"""
+in Liger Kernel's fused linear cross entropy, in plain PyTorch). Shapes: tokens = bs * seq, chunk CHUNK_TOKENS."""
 
 from __future__ import annotations
 
@@ -101,9 +100,8 @@ def linear_cross_entropy(
     main_grad: Tensor | None = None,
     in_gemm: bool = False,
 ) -> Tensor:
-    """Mean next-token cross entropy of the logits h @ weight.T, in fp32, chunk by chunk: `cross_entropy((h @
-    weight.T).float(), labels)` up to rounding. h (bs, seq, dim), weight (vocab, dim), labels (bs, seq). `main_grad`:
-    the weight's fp32 .grad, which the backward pass adds into (grad_accumulation.py; `in_gemm` as there)."""
+    """`cross_entropy((h @ weight.T).float(), labels)` up to rounding, chunk by chunk. h (bs, seq, dim), weight (vocab,
+    dim), labels (bs, seq); `main_grad`, `in_gemm`: the weight's .grad to add into, as in grad_accumulation.py."""
     # Function.apply is untyped up to torch 2.14, typed from 2.15.
     loss: Tensor = _LinearCrossEntropy.apply(h, weight, labels, chunk_tokens, chunk_grad, main_grad, in_gemm)  # type: ignore[no-untyped-call, unused-ignore]
     return loss

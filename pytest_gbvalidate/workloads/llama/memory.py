@@ -6,16 +6,15 @@ fails at once, not half-way. Pure Python. A rank of pipeline stage s holds, at t
 - on the last stage, the logits and their loss: 14 bytes per logit at the peak of the loss's backward pass
   (its fp32 log-softmax output, the fp32 gradient of it and of the logits, and their bf16 copy); with the chunked
   loss, the fp32 gradients of the final hidden state and of the head, the head's bf16 copy, one chunk's logits;
-- with recomputation, one block's whole activations while its backward pass runs (after the loss's).
+- with recomputation, one block's whole activations (RankMemory.recompute_gib).
 A block's bytes per token in bf16 autocast (d model width, kv key-value width, f SwiGLU width) follow the tensors
-autograd saves in model.py: both RMSNorms' fp32 input and output (16d); autocast's bf16 copies of the norms'
-outputs for q, k, v, gate and up (10d); the fp32 rotary copies of q and k (4d + 4kv); attention's q, repeated k
-and v, and output (8d); wo's input (2d); SwiGLU's gate, up, gated and product (8f). Compiled blocks keep 20d + 8f,
-Inductor saving the matmuls' and attention's inputs and outputs (the fp32 block input and residual 8d, the norms'
-bf16 outputs 4d, q, repeated k and v and attention's output 8d, SwiGLU's four 8f); with fp8 matmuls half that was
-measured (10d + 4f). Checked against peaks measured on an H100 and an H200 for every lever of the engine
-(tests/unit/test_llama_memory.py): within 4%.
-"""
+autograd saves in model.py: both RMSNorms' fp32 input and output (16d); autocast's bf16 copies of the norms' outputs for
+q, k, v, gate and up (10d); the fp32 rotary copies of q and k (4d + 4kv); attention's q, repeated k and v, and output
+(8d); wo's input (2d); SwiGLU's gate, up, gated and product (8f). Compiled blocks keep 20d + 8f, Inductor saving the
+matmuls' and attention's inputs and outputs (the fp32 block input and residual 8d, the norms' bf16 outputs 4d, q,
+repeated k and v and attention's output 8d, SwiGLU's four 8f); with fp8 matmuls half that was measured (10d + 4f: their
+saved inputs are fp8). Checked against peaks measured on an H100 and an H200 for every lever of the engine
+(tests/unit/test_llama_memory.py): within 4%."""
 
 from __future__ import annotations
 
@@ -124,10 +123,9 @@ def busiest(ranks: list[RankMemory]) -> RankMemory:
     return max(ranks, key=lambda r: r.total_gib)
 
 
-# What a GPU holds beside the counted tensors: the CUDA context with torch's kernels (about half a GiB), NCCL's
-# buffers (4 MiB per channel and peer: up to about a GiB on 8 GPUs, more with NVLS), cuBLAS workspaces (tens of
-# MiB), P2P peers' contexts; then the caching allocator's fragmentation, up to about a tenth of its peak.
-# Engineering allowances, not measurements (benchmarks/gpu_smoke.py prints the estimate beside the measured peak).
+# Beside the counted tensors a GPU holds the CUDA context (about half a GiB), NCCL's buffers (up to about a GiB on 8
+# GPUs, more with NVLS), cuBLAS workspaces, P2P peers' contexts, and the allocator's fragmentation (up to a tenth):
+# engineering allowances, not measurements (benchmarks/gpu_smoke.py prints the estimate beside the measured peak).
 FIXED_HEADROOM_GIB = 2.0
 FRAGMENTATION_FRACTION = 0.1
 

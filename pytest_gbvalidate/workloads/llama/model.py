@@ -1,8 +1,6 @@
-"""A compact Llama 3 (grouped-query attention, rotary embeddings, RMSNorm, SwiGLU, untied embeddings), one model for
-every layout: a pipeline stage removes layers, tensor parallelism shards its linear layers, context parallelism
-swaps its attention function. Shapes: bs batch, seq the sequence this rank holds, dim model width, heads / kv_heads
-the query and key-value heads this rank holds, hd head dim, vocab vocabulary.
-"""
+"""A compact Llama 3 (grouped-query attention, rotary embeddings, RMSNorm, SwiGLU, untied embeddings) for every
+layout: a pipeline stage removes layers, TP shards its linear layers, CP swaps its attention function. Shapes: seq
+the sequence this rank holds, heads / kv_heads the query and key-value heads it holds, hd head dim."""
 
 from __future__ import annotations
 
@@ -162,8 +160,7 @@ BlockFn = Callable[[nn.Module, Tensor, Tensor, Tensor, AttendFn], Tensor]
 
 
 class Transformer(nn.Module):
-    """The model, or one pipeline stage of it. Layers keep their global index as their name, so a parameter has the
-    same name and the same initial value in every layout."""
+    """The model or a pipeline stage of it; layers keep their global index as name, so weights match in any layout."""
 
     tok_embeddings: nn.Embedding | None
     norm: RMSNorm | None
@@ -215,9 +212,8 @@ class Transformer(nn.Module):
 
     @torch.no_grad()
     def init_weights(self, seed: int) -> None:
-        """Seeded initial weights, each parameter from a generator keyed by its name, so any stage or TP rank gets the
-        whole model's values: normal(0, 0.02), projections back into the residual stream (wo, w2) scaled down by
-        sqrt(2 * layers), as GPT-2 does, so the residual stream does not grow with depth."""
+        """Seeded weights, each from a generator keyed by its name (any stage or TP rank gets the whole model's):
+        normal(0, 0.02), wo and w2 scaled down by sqrt(2 * layers) as in GPT-2, so the residual stream does not grow."""
         for name, param in self.named_parameters():
             generator = torch.Generator(device=param.device).manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
             if name.endswith("norm.weight"):

@@ -7,8 +7,7 @@
 A driver script (nemo_drivers.py; this module does not import NeMo) runs under the engine's own Python: this
 interpreter, or `pretrain.engine_python` / `--gb-engine-python` (e.g. `srun --container-image=... python`). Its
 `--check` builds the recipe in one process, so a missing engine or model hub or a field the release lacks fails
-before any rank starts; then torchrun runs it on every GPU and the step times are read back from the log.
-"""
+before any rank starts; then torchrun runs it on every GPU and the step times are read back from the log."""
 
 from __future__ import annotations
 
@@ -103,17 +102,9 @@ def plan_launch(spec: PretrainSpec, gpus: int, workdir: Path, python: EnginePyth
     # NeMo logs its memory peaks only when asked; its recipe needs nothing from the model hub (Megatron-Bridge's
     # does), so an air-gapped node fails fast instead of waiting on the network.
     env = {"NEMO_LOG_MEMORY_USAGE": "1", "HF_HUB_OFFLINE": "1"} if engine == "nemo" else {}
-    return LaunchPlan(
-        engine=engine,
-        python=python,
-        check_argv=[*python.command, str(driver_path), "--check"],
-        argv=[*python.command, *torchrun],
-        env=env,
-        driver_path=driver_path,
-        driver_source=source,
-        log_path=workdir / f"{engine}_pretrain.log",
-        settings=values,
-    )
+    check_argv, argv = [*python.command, str(driver_path), "--check"], [*python.command, *torchrun]
+    log_path = workdir / f"{engine}_pretrain.log"
+    return LaunchPlan(engine, python, check_argv, argv, env, driver_path, source, log_path, values)
 
 
 def run_pretrain(
@@ -137,18 +128,12 @@ def run_pretrain(
 
 
 def check_recipe(plan: LaunchPlan, timeout_s: float = CHECK_TIMEOUT_S) -> dict[str, Any]:
-    """What the driver read back from the recipe it built under the engine's Python, checked to hold the layout;
-    else EngineUnavailable / EngineFailed saying what is wrong."""
+    """The recipe the driver built under the engine's Python, as read back, checked to hold the layout (else raises)."""
     where = f"engine {plan.engine} under {' '.join(plan.python.command)} ({plan.python.source})"
+    env, cwd = {**os.environ, **plan.env}, plan.driver_path.parent
     try:
         done = subprocess.run(
-            plan.check_argv,
-            cwd=plan.driver_path.parent,
-            env={**os.environ, **plan.env},
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=timeout_s,
+            plan.check_argv, cwd=cwd, env=env, capture_output=True, text=True, errors="replace", timeout=timeout_s
         )
     except OSError as exc:
         raise EngineUnavailable(f"{where}: cannot start it: {exc.strerror or exc}") from None
@@ -194,18 +179,16 @@ def _tail(path: Path) -> str:
 
 
 _NUMBER = r"([-+]?\d*\.?\d+(?:[eE][-+]?\d+)?)"
-# NeMo's TimingCallback progress line (`... | global_step: 7 | max_memory_reserved: 7.517e+10 | max_memory_allocated:
-# 6.84e+10 | reduced_train_loss: 11.2 | train_step_timing in s: 12.39 | ...`), its memory figures rank 0's
-# torch.cuda.max_memory_allocated() / max_memory_reserved() in bytes, printed `{value:.4}` or as an integer when
-# whole, with NEMO_LOG_MEMORY_USAGE=1 only (which the launch sets).
+# NeMo's progress line (`... | global_step: 7 | max_memory_reserved: 7.517e+10 | max_memory_allocated: 6.84e+10 |
+# reduced_train_loss: 11.2 | train_step_timing in s: 12.39 | ...`), its memory peaks rank 0's, in bytes, printed
+# `{value:.4}` or as an integer when whole, under NEMO_LOG_MEMORY_USAGE=1 only.
 _NEMO_STEP = re.compile(r"global_step: (\d+)")
 _NEMO_TIME = re.compile(r"train_step_timing in s: " + _NUMBER)
 _NEMO_LOSS = re.compile(r"reduced_train_loss: " + _NUMBER)
 _NEMO_ALLOCATED = re.compile(r"max_memory_allocated: " + _NUMBER)
 _NEMO_RESERVED = re.compile(r"max_memory_reserved: " + _NUMBER)
-# Megatron-Bridge's one memory line per rank of DP rank 0, after its first iteration (`[Rank 3] (after 1 iterations)
-# memory (GB) | ... | mem-max-allocated-gigabytes: 52.345 | ... | mem-max-reserved-gigabytes: 60.123 | ...`), in
-# decimal GB (torch.cuda.memory_stats() / 1e9).
+# Megatron-Bridge's memory line per rank of DP rank 0 after its first iteration (`[Rank 3] (after 1 iterations)
+# memory (GB) | ... | mem-max-allocated-gigabytes: 52.345 | ...`), in decimal GB (torch.cuda.memory_stats() / 1e9).
 _BRIDGE_ALLOCATED = re.compile(r"mem-max-allocated-gigabytes: " + _NUMBER)
 _BRIDGE_RESERVED = re.compile(r"mem-max-reserved-gigabytes: " + _NUMBER)
 # Megatron's training log line: `iteration 7/ 13 | ... | elapsed time per iteration (ms): 4160.2 | ... | lm loss: ...`
@@ -259,18 +242,12 @@ def result_from_log(spec: PretrainSpec, text: str) -> PretrainResult:
     if None in losses:
         raise EngineFailed(f"{engine}: a step's log line has no loss")
     request = TrainRequest(spec.config, spec.layout, spec.warmup_steps, spec.timed_steps, spec.learning_rate)
-    return pretrain_result(
-        request,
-        [s.step_time_s for s in logged[spec.warmup_steps :]],
-        [x for x in losses if x is not None],
-        logged_memory(engine, text, logged),
-        spec.peak,
-    )
+    times, known = [s.step_time_s for s in logged[spec.warmup_steps :]], [x for x in losses if x is not None]
+    return pretrain_result(request, times, known, logged_memory(engine, text, logged), spec.peak)
 
 
 def logged_memory(engine: str, text: str, logged: list[LoggedStep]) -> list[MemoryPeak]:
-    """The device memory peaks the engine's log gives: NeMo's rank 0 on every step line (the peak so far);
-    Megatron-Bridge's after its first iteration, on each rank that prints one (the busiest taken)."""
+    """The device memory peaks the engine's log gives: NeMo's rank 0's, Megatron-Bridge's busiest rank's."""
     if engine == "nemo":
         where = "engine log, rank 0"
         peaks = {
@@ -279,8 +256,6 @@ def logged_memory(engine: str, text: str, logged: list[LoggedStep]) -> list[Memo
         }
     else:
         where = "engine log after the first iteration, busiest rank"
-        peaks = {
-            "allocated": [float(m.group(1)) * 1e9 for m in _BRIDGE_ALLOCATED.finditer(text)],
-            "reserved": [float(m.group(1)) * 1e9 for m in _BRIDGE_RESERVED.finditer(text)],
-        }
+        lines = {"allocated": _BRIDGE_ALLOCATED, "reserved": _BRIDGE_RESERVED}
+        peaks = {kind: [float(m.group(1)) * 1e9 for m in pattern.finditer(text)] for kind, pattern in lines.items()}
     return [MemoryPeak(f"device max {kind} ({where})", max(b) / GIB) for kind, b in peaks.items() if b]

@@ -1,7 +1,6 @@
 """Parallel layouts of a pretraining run and the rules that make one valid. Pure Python: the baseline loader and
 the suite reject an invalid layout before any process starts. World = TP x PP x CP x DP ranks; each step trains on
-GBS sequences, GBS / DP per DP rank fed through its pipeline in microbatches of MBS; CP splits every sequence.
-"""
+GBS sequences, GBS / DP per DP rank fed through its pipeline in microbatches of MBS; CP splits every sequence."""
 
 from __future__ import annotations
 
@@ -31,7 +30,6 @@ class LayoutError(ValueError):
 
 @dataclass(frozen=True)
 class Layout:
-    # The sizes (SIZES): the integer fields, in the order a label names them.
     mbs: int  # micro-batch size: sequences per pipeline microbatch
     gbs: int  # global batch size: sequences per optimizer step, all DP ranks together
     tp: int = 1  # tensor parallel: each layer's heads and FFN split over TP ranks
@@ -65,7 +63,7 @@ class Layout:
         return f"{self.engine}-{precision}-{sizes}{_CHECKPOINTING_LABELS.get(self.activation_checkpointing, '')}"
 
 
-# The layout's sizes in the order its label, a baseline's `pretrain` section, a report and the sweep name them.
+# Layout's integer fields, in the order its label, a baseline's `pretrain` section, a report and the sweep name them.
 SIZES = tuple(name for name, kind in get_type_hints(Layout).items() if kind is int)
 
 
@@ -140,7 +138,7 @@ def problems(cfg: LlamaConfig, layout: Layout) -> list[tuple[str, str]]:
         found.append(("precision", f"the native engine trains in fp8 without tensor parallelism, not TP={layout.tp}"))
     if layout.engine == "native" and layout.precision == "fp8":
         # cuBLASLt's fp8 rule for torch._scaled_mm: the inner dimension and both of the second operand's are
-        # multiples of 16, a rank's tokens too (the weight gradient's inner one). The CPU kernel does not check.
+        # multiples of 16, a rank's tokens too (the weight gradient's inner one). The CPU's kernel does not check.
         sizes = {
             "dim": cfg.dim,
             "KV dim": cfg.n_kv_heads * cfg.head_dim,
@@ -170,8 +168,8 @@ def validate(cfg: LlamaConfig, layout: Layout) -> Layout:
 
 
 def weak_scaled(layout: Layout, world_size: int) -> Layout:
-    """The layout for a world that is a whole multiple of its ranks (several nodes): more DP replicas with the same
-    batch each, so each node trains what it would alone (weak scaling). Any other world keeps the layout."""
+    """The layout for a world that is a whole multiple of its ranks: more DP replicas, each node training what it
+    would alone (weak scaling); else the layout itself."""
     if world_size <= layout.world_size or world_size % layout.world_size:
         return layout
     replicas = world_size // layout.world_size

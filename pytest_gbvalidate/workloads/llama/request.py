@@ -13,7 +13,8 @@ from pytest_gbvalidate.workloads.llama.parallel import Layout
 class EngineOptions:
     """The engine's speed levers (benchmarks/pretrain_engine.py measures each against the others off)."""
 
-    # torch.compile each transformer block (its recomputation too); the warm-up steps absorb the compilation.
+    # torch.compile each transformer block (its recomputation too); the warm-up steps absorb the compilation. Off
+    # unless asked for: the suite compiles where the SKU's baseline says so (`pretrain.compile`).
     compile: bool = False
     # Inductor; tests of dynamo's tracing, guards and recompiles, alike whatever the backend, take "eager" (fast).
     compile_backend: str = "inductor"

@@ -1,7 +1,5 @@
-"""What a training run gives back, whatever engine ran it: each rank's `RankResult`, and the run's figures
-(`PretrainResult`) that the suite checks, from the built-in engine's ranks (`summarize`) or any engine's step
-times (`pretrain_result`). No torch here.
-"""
+"""What a training run gives back, whatever engine ran it: each rank's `RankResult`, and the run's figures that the
+suite checks, from the built-in engine's ranks (`summarize`) or any engine's step times. No torch here."""
 
 from __future__ import annotations
 
@@ -18,8 +16,8 @@ from pytest_gbvalidate.workloads.llama.parallel import Layout
 if TYPE_CHECKING:
     from pytest_gbvalidate.workloads.llama.request import TrainRequest
 
-# The loss must end (mean of the last LOSS_TAIL_STEPS steps) more than this far below the first step's: shrinking
-# the initial logits alone brings it to about ln(vocab), a few percent (data.py). The NeMo engines' uniformly random
+# The loss must end (mean of the last LOSS_TAIL_STEPS) more than this far below the first step's: shrinking the initial
+# logits alone brings it to ln(vocab), a few percent; learning data.py's structure takes it far below. NeMo's random
 # mock tokens cannot take it below ln(vocab): with them the loss need only fall.
 MIN_LOSS_DROP_PCT = 10.0
 MIN_LOSS_DROP_PCT_RANDOM_TOKENS = 0.0
@@ -142,9 +140,8 @@ def summarize(request: TrainRequest, results: list[RankResult], peak: flops.Peak
     losses = next(r.losses for r in results if r.losses is not None)
     result = pretrain_result(request, per_step, losses, [r.memory for r in results], peak)
     per_rank = [statistics.median(r.step_times_s) for r in results]
-    per_rank_compute = [statistics.median(r.compute_times_s) for r in results if r.compute_times_s]
-    if len(per_rank_compute) != len(results):
-        per_rank_compute = []
+    complete = all(r.compute_times_s for r in results)
+    per_rank_compute = [statistics.median(r.compute_times_s) for r in results] if complete else []
     return dataclasses.replace(
         result,
         per_node_step_time_s=_slowest_per_node(results, per_rank),

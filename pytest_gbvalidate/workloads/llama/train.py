@@ -1,7 +1,5 @@
-"""The built-in training engine: Llama 3 on synthetic tokens, in any valid layout, timed per optimizer step.
-`train_worker` is what every rank of a gang runs (results.py's `summarize` turns the ranks' results into the run's
-figures); on one rank, `train` runs the same steps without a process group (the parallel layouts' reference).
-"""
+"""The built-in training engine: Llama 3 on synthetic tokens, in any valid layout, timed per optimizer step, by
+`train_worker` on every rank of a gang, or by `train` on one without a process group (the layouts' reference)."""
 
 from __future__ import annotations
 
@@ -70,9 +68,8 @@ class Trainer:
         # (the last stage's output, labels) -> the mean loss
         self.loss_fn: Callable[[Tensor, Tensor], Tensor] = loss_fn
         if options.compile:
-            # Every run's blocks share one code object, whose dynamo cache keeps an entry per guard set seen; past
-            # torch._dynamo.config.recompile_limit (8) a long-lived rank (a layout sweep) would run them eager with
-            # only a warning. So each compiled run starts with dynamo's caches empty (the warm-up absorbs it).
+            # Every run's blocks share one code object: past dynamo's recompile_limit (8) guard sets a long-lived rank
+            # (a layout sweep) would run them eager, with only a warning. The warm-up absorbs the recompile.
             torch._dynamo.reset()
             self.model.call_block = torch.compile(call_block, backend=options.compile_backend)
         if options.chunked_loss and self.model.output is not None:
@@ -117,8 +114,7 @@ class Trainer:
         """This rank's share of every step's global batch, made before timing starts: (inputs, labels)."""
         cfg, layout = self.request.cfg, self.request.layout
         data = SyntheticTokens(cfg.vocab_size, cfg.seq_len, self.request.seed)
-        dp_rank = self.at.dp if self.at is not None else 0
-        cp_rank = self.at.cp if self.at is not None else 0
+        dp_rank, cp_rank = (self.at.dp, self.at.cp) if self.at is not None else (0, 0)
         positions = context_parallel_positions(cfg.seq_len, layout.cp, cp_rank) if layout.cp > 1 else None
         out = []
         for i in range(self.request.steps):
@@ -126,8 +122,7 @@ class Trainer:
             inputs, labels = mine[:, :-1], mine[:, 1:]  # (gbs / dp, seq) each
             if positions is not None:
                 inputs, labels = inputs[:, positions], labels[:, positions]  # (gbs / dp, seq / cp)
-            # Contiguous: pipelining up to torch 2.11 records a stage's input strides from a contiguous copy and
-            # rejects a strided slice of the batch on every later step.
+            # Contiguous: pipelining up to torch 2.11 rejects a strided slice of the batch after the first step.
             out.append((inputs.contiguous().to(self.device), labels.contiguous().to(self.device)))
         return out
 
@@ -137,8 +132,7 @@ class Trainer:
         return nullcontext()
 
     def step(self, index: int) -> Tensor | None:
-        """One optimizer step on global batch `index`; the global batch's loss on the last pipeline stage, left
-        on the device (reading it would make the host wait for the step)."""
+        """One optimizer step on global batch `index`; its loss on the last pipeline stage, left on the device."""
         inputs, labels = self.batches[index]
         layout = self.request.layout
         self.compute.start()
