@@ -1,19 +1,9 @@
-"""Run one function SPMD on every rank of a gang and get each rank's result back.
-
-Two kinds of gang, one interface (`Gang`, with the `RankContext` each rank gets and `GangError`, all here):
-- `LocalGang` (here): we start the ranks ourselves, one process per GPU (or N processes on the CPU), each with
-  torch.distributed initialised (NCCL on GPUs, gloo on the CPU) over a file rendezvous in a private temporary
-  directory, so parallel runs never collide on a port. The processes stay up between calls (starting a gang
-  costs seconds); a rank that crashes, raises or outlives its deadline tears the whole gang down, the call
-  raises `GangError` naming the rank and the cause (a hung rank's whereabouts: hang.py), and the next call
-  starts a fresh gang.
-- `WorldGang` (world_gang.py): pytest itself runs under torchrun or Slurm `srun`; this process is one rank of
-  that world and `run` executes the function here and gathers every rank's result, so all ranks see the same
-  results.
-
-`run_on_local_rank` runs a function on one local rank of every node (per-GPU and per-node measurements) while
-the other ranks wait, so a node-local check needs no code of its own to work across nodes.
-"""
+"""Run one function SPMD on every rank of a gang and get each rank's result back. `LocalGang` starts the ranks
+itself, one process per GPU (or N on the CPU), over a file rendezvous in a private temporary directory, so parallel
+runs never collide on a port. They stay up between calls (a start costs seconds); a rank that crashes, raises or
+outlives its deadline tears the gang down, the call raises `GangError` naming the rank and the cause (a hung rank's
+whereabouts: hang.py), and the next call starts afresh. `WorldGang` (world_gang.py), behind the same `Gang`
+interface, is for pytest itself running as one rank of a torchrun / srun world."""
 
 from __future__ import annotations
 
@@ -44,8 +34,8 @@ from pytest_gbvalidate.ranks.world import number_gpus_by_pci_bus
 _POLL_S = 0.05
 _PARENT_CHECK_S = 1.0
 _TMPDIR_PREFIX = "gbvalidate-gang-"  # then the pid of the process that made it
-# A call that runs out of time with its ranks waiting for a CPU this share of it or more was slowed by the host, not
-# hung: a rank stuck in a collective sleeps, one stuck on a GPU spins on a free CPU; neither queues for one.
+# Ranks that ran out of time waiting for a CPU this share of it or more were slowed by the host, not hung: a rank
+# stuck in a collective sleeps, one stuck on a GPU spins on a free CPU; neither queues for one.
 SLOWED_SHARE = 0.25
 
 
@@ -57,21 +47,18 @@ class RankContext:
     device: torch.device
     backend: str
     node_rank: int = 0  # which node of the world this rank is on (0 for a local gang)
-    # How many ranks of the world hold their buffers in this rank's memory (its own included): a CPU gang's ranks
-    # share their host's; ranks share one GPU only where a launcher put them there (several torchrun "nodes" of
-    # one machine, each its own NCCL host). What a rank may take is the free memory divided among them.
+    # Ranks holding their buffers in this rank's memory (device_key), its own included: each may take a share of it.
     device_sharers: int = 1
 
 
 def device_sharers(keys: Sequence[str], rank: int) -> int:
-    """How many ranks share rank `rank`'s memory, from every rank's device key (device_key's), in rank order."""
+    """How many ranks share rank `rank`'s memory, from every rank's device_key, in rank order."""
     return sum(1 for key in keys if key == keys[rank])
 
 
 def device_key(device: torch.device, hostname: str, rank: int) -> str:
-    """What names the memory a rank's buffers live in, alike on the ranks that share it: the host's memory for a
-    CPU rank; a GPU's UUID for a GPU rank. Where the UUID cannot be read, a key of the rank's own: a guess that
-    two ranks share a GPU would shrink every collective's sizes, and the gated ones would then fail."""
+    """The name of the memory a rank's buffers live in (the host's, or a GPU's UUID), alike on the ranks sharing it.
+    Unreadable UUID: a key of the rank's own, as a wrong guess of sharing would shrink and fail gated collectives."""
     if device.type == "cpu":
         return f"{hostname}:host-memory"
     try:  # CUDA-only: the UUID names the GPU whatever CUDA_VISIBLE_DEVICES numbered it
@@ -86,49 +73,36 @@ class GangError(RuntimeError):
     def __init__(self, rank: int | None, cause: str, detail: str) -> None:
         who = "gang" if rank is None else f"rank {rank}"
         super().__init__(f"{who} {cause}: {detail}")
-        self.rank = rank
-        self.cause = cause
-        self.detail = detail
+        self.rank, self.cause, self.detail = rank, cause, detail
 
 
 class CpuWaits(Protocol):
-    """How long a process's threads waited for a CPU another task held (node/neighbours.py, which run/gangs.py hands
-    a local gang: the ranks know nothing of the node)."""
+    """How long a process's threads waited for a CPU another task held (node/neighbours.py, via run/gangs.py)."""
 
     def read(self, tasks: Path) -> Any: ...
-
     def waited_share(self, start: Any, end: Any) -> float | None: ...
 
 
 class Gang(Protocol):
     world_size: int
-    hosts: dict[int, str]  # node rank -> hostname: one node for a local gang, each node of a torchrun / srun world
-    failed_starts: list[str]  # why each start-up of the ranks that failed and was tried again failed, in order
-    # This process's own process group failed (a world's call raised or lost a peer): it may never end cleanly, and
-    # the process ends as soon as its reports are written. A local gang's ranks are processes of their own: never.
+    hosts: dict[int, str]  # node rank -> hostname
+    failed_starts: list[str]  # why each start-up of the ranks that was tried again failed, in order
+    # A world's process group failed (a call raised or lost a peer): the process ends once its reports are written.
     broken: bool
 
     def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None) -> list[Any]:
-        """`fn(ctx, *args)` on every rank; the results in rank order. `fn` must be a module-level function.
-        `timeout_s` bounds the call (None: the gang's default)."""
-        ...
+        """`fn(ctx, *args)` (a module-level function) on every rank; the results in rank order."""
 
     def close(self) -> None: ...
 
 
-def device_for(device_type: str, local_rank: int) -> torch.device:
-    return torch.device("cpu") if device_type == "cpu" else torch.device(device_type, local_rank)
-
-
-# gloo names this host by its hostname in a buffer of 64 bytes, its terminator included: at the kernel's 64
-# characters it fails to start ("File name too long").
+# gloo holds this host's name in 64 bytes, its terminator included: at 64 characters it fails ("File name too long").
 GLOO_HOSTNAME_MAX = 63
 
 
 def gloo_interface(hostname: str, env: Mapping[str, str], local: bool) -> str | None:
-    """The network interface gloo must be given (GLOO_SOCKET_IFNAME) where it cannot name this host by its
-    hostname, else None: the loopback for a local gang, whose ranks are all on this host. Raises WorldError for a
-    world's rank, whose peers are elsewhere: which interface reaches them is the launcher's to say."""
+    """The GLOO_SOCKET_IFNAME gloo needs where it cannot name this host by its hostname, else None: the loopback
+    for a local gang. Raises WorldError for a world's rank: which interface reaches its peers is the launcher's."""
     from pytest_gbvalidate.ranks.world import WorldError
 
     if len(hostname.encode("utf-8", "surrogateescape")) <= GLOO_HOSTNAME_MAX or "GLOO_SOCKET_IFNAME" in env:
@@ -149,13 +123,9 @@ def _init_rank(device: torch.device, rank: int, world_size: int, init_method: st
         interface = gloo_interface(socket.gethostname(), os.environ, init_method.startswith("file://"))
         if interface is not None:
             os.environ["GLOO_SOCKET_IFNAME"] = interface
-    dist.init_process_group(
-        backend, init_method=init_method, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s)
-    )
+    timeout = timedelta(seconds=timeout_s)
+    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size, timeout=timeout)
     return backend
-
-
-# --- local gang ---------------------------------------------------------------------------------------------
 
 
 def _rank_main(
@@ -171,11 +141,10 @@ def _rank_main(
 ) -> None:
     os.environ.update(env)
     number_gpus_by_pci_bus()
-    # On a hang the parent asks every rank where it is stuck; the answer names the culprit.
     faulthandler.register(signal.SIGUSR1, file=open(stack_file, "w"), all_threads=False)  # noqa: SIM115
     if device_type == "cpu":
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))  # ranks share the cores
-    device = device_for(device_type, rank)
+    device = torch.device("cpu") if device_type == "cpu" else torch.device(device_type, rank)
     try:
         backend = _init_rank(device, rank, world_size, init_method, collective_timeout_s)
     except BaseException:
@@ -186,25 +155,22 @@ def _rank_main(
     while True:
         if not conn.poll(_PARENT_CHECK_S):
             if os.getppid() != parent_pid:
-                return _orphaned(stack_file)
+                break
             continue
         try:
             task = conn.recv()
         except (EOFError, OSError):  # the parent's end is gone without a goodbye: it died
-            return _orphaned(stack_file)
-        if task is None:
             break
+        if task is None:
+            with contextlib.suppress(Exception):
+                dist.destroy_process_group()
+            return
         fn, args = task
         try:
             conn.send(("ok", fn(ctx, *args)))
         except BaseException:
             conn.send(("raised", traceback.format_exc()))
-    with contextlib.suppress(Exception):
-        dist.destroy_process_group()
-
-
-def _orphaned(stack_file: str) -> None:
-    """pytest was killed: do not linger, nor leave the rendezvous directory behind."""
+    # Orphaned (pytest was killed): do not linger, nor leave the rendezvous directory behind.
     shutil.rmtree(os.path.dirname(stack_file), ignore_errors=True)
 
 
@@ -220,20 +186,17 @@ class LocalGang:
         call_timeout_s: float = 600.0,
         cpu_waits: CpuWaits | None = None,
     ) -> None:
-        self.world_size = world_size
+        self.world_size, self.device_type, self.env = world_size, device_type, dict(env or {})
         self.cpu_waits = cpu_waits  # None: a call that runs out of time is never judged slowed
         self.hosts = {0: labels.hostname()}
-        self.device_type = device_type
-        self.env = dict(env or {})
-        self.start_timeout_s = start_timeout_s
+        self.start_timeout_s, self.call_timeout_s = start_timeout_s, call_timeout_s
         self.collective_timeout_s = collective_timeout_s
-        self.call_timeout_s = call_timeout_s
         self._procs: list[Any] = []
         self._conns: list[Connection] = []
         self._tmpdir: str | None = None
         self.starts = 0  # how many times ranks were started: a failed call costs a restart
-        self.failed_starts: list[str] = []  # why each failed start-up failed, in order
-        self.broken = False
+        self.failed_starts: list[str] = []
+        self.broken = False  # never: the ranks are processes of their own
 
     def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None) -> list[Any]:
         if not self._procs:
@@ -249,8 +212,7 @@ class LocalGang:
             raise
 
     def _start_retrying_once(self) -> None:
-        """One rank dying at start-up (a transient driver or rendezvous hiccup) must not fail the call: the
-        start is tried once more. A second failure fails the call; the next call tries afresh."""
+        """A start-up failure (a transient driver or rendezvous hiccup) is tried once more before failing the call."""
         try:
             self._start()
         except GangError as first:
@@ -260,8 +222,7 @@ class LocalGang:
                 self._start()
             except GangError as second:
                 self.failed_starts.append(str(second).partition("\n")[0])
-                # On the first line, which is what JUnit's message attribute and the JSON's `message` keep: the
-                # rank's traceback follows it.
+                # On the first line, which JUnit's message and the JSON's `message` keep, before the traceback.
                 head, newline, traceback = second.detail.partition("\n")
                 note = f"(start-up retried once; the first try: {first_line})"
                 raise GangError(second.rank, second.cause, f"{head} {note}{newline}{traceback}") from None
@@ -273,25 +234,11 @@ class LocalGang:
         init_method = f"file://{os.path.join(self._tmpdir, 'rendezvous')}"
         pipes = [ctx.Pipe() for _ in range(self.world_size)]
         self._conns = [parent_end for parent_end, _ in pipes]
-        self._procs = [
-            ctx.Process(
-                target=_rank_main,
-                args=(
-                    rank,
-                    self.world_size,
-                    self.device_type,
-                    init_method,
-                    self.env,
-                    self.collective_timeout_s,
-                    child_end,
-                    self._stack_file(rank),
-                    os.getpid(),
-                ),
-                name=f"gbvalidate-rank{rank}",
-                daemon=True,
-            )
-            for rank, (_, child_end) in enumerate(pipes)
-        ]
+        common = (self.world_size, self.device_type, init_method, self.env, self.collective_timeout_s)
+        self._procs = []
+        for rank, (_, child_end) in enumerate(pipes):
+            args = (rank, *common, child_end, self._stack_file(rank), os.getpid())
+            self._procs.append(ctx.Process(target=_rank_main, args=args, name=f"gbvalidate-rank{rank}", daemon=True))
         for p in self._procs:
             p.start()
         for _, child_end in pipes:
@@ -308,9 +255,9 @@ class LocalGang:
         return os.path.join(self._tmpdir, f"stack-rank{rank}.txt")
 
     def _collect(self, timeout_s: float, what: str, bound_by: str | None = None) -> list[Any]:
-        """Every rank's answer to the call `what` within `timeout_s` (the setting that sets it: `bound_by`)."""
+        """Every rank's answer to the call `what` within `timeout_s` (set by the setting `bound_by`)."""
         deadline = time.monotonic() + timeout_s
-        waits = self._waits()  # where a call runs out of time, whether its ranks were waiting for a CPU
+        waits = self._waits()
         results: dict[int, Any] = {}
         while len(results) < self.world_size:
             pending = {self._conns[r]: r for r in range(self.world_size) if r not in results}
@@ -350,17 +297,10 @@ class LocalGang:
         return None
 
     def _timeout(
-        self,
-        missing: list[int],
-        timeout_s: float,
-        what: str,
-        waits: Mapping[int, Any],
-        bound_by: str | None,
+        self, missing: list[int], timeout_s: float, what: str, waits: dict[int, Any], bound_by: str | None
     ) -> GangError:
-        """Why `missing` did not answer in time: a rank stuck (hang.py says which, from the stacks), or, where they
-        spent SLOWED_SHARE or more of a call (one `bound_by` a setting; not the start-up, whose rendezvous may hang
-        however busy the host) waiting for a CPU another task held, a busy host that slowed them: no hang of the
-        node (a hung rank sleeps in a collective or spins on a free CPU; it does not queue)."""
+        """Why `missing` did not answer in time: a rank stuck (hang.py says which, from the stacks), or a busy host
+        that slowed them (SLOWED_SHARE; a call's only, not the start-up, whose rendezvous may hang however busy)."""
         now, reader = self._waits(), self.cpu_waits
         found = [] if reader is None else [reader.waited_share(waits.get(r), now.get(r)) for r in missing]
         shares = [s for s in found if s is not None]
@@ -372,21 +312,18 @@ class LocalGang:
         for rank in missing:
             with contextlib.suppress(OSError), open(self._stack_file(rank)) as f:
                 stacks[rank] = innermost_frame(f.read())
-        # Ranks blocked in a collective are waiting for a peer; a rank that is not is the likely culprit.
         culprits = [r for r in missing if not waiting_for_a_peer(stacks.get(r))]
         where = "; ".join(f"rank {r} at {stacks.get(r, '?')}" for r in missing)
         culprit = culprits[0] if len(culprits) == 1 else None
         within = f"{what} did not finish within {timeout_s:g} s" + (f" ({bound_by})" if bound_by else "")
-        if bound_by is not None and shares and max(shares) >= SLOWED_SHARE:  # a call's, not the start-up's
+        if bound_by and shares and max(shares) >= SLOWED_SHARE:
             said = f"its ranks waited for a CPU another task held {max(shares):.0%} of that time"
-            detail = f"{within}: {said}, a busy host, not a hung node; run it on an idle node"
-            detail += f" or raise {bound_by}" if bound_by else ""
+            detail = f"{within}: {said}, a busy host, not a hung node; run it on an idle node or raise {bound_by}"
             return GangError(None, "slowed", f"{detail} ({where})")
         return GangError(culprit, "timed out", f"{within} ({where})")
 
     def close(self, *, force: bool = False) -> None:
-        """Stop every rank: politely (they finish their call and leave the process group), or at once after a
-        failure (a rank may be stuck in a collective). Safe to call twice."""
+        """Stop every rank: politely (they finish their call), or at once after a failure. Safe to call twice."""
         if not force:
             for conn in self._conns:
                 with contextlib.suppress(OSError):
@@ -407,8 +344,7 @@ class LocalGang:
 
 
 def remove_dead_gang_dirs(tmp: Path) -> None:
-    """Remove the rendezvous directories of gangs whose process is gone: a pytest killed together with its ranks
-    (SIGKILL to the process group) had no one left to clean up."""
+    """Remove the rendezvous directories of gangs whose process is gone (a pytest SIGKILLed with its ranks)."""
     for path in tmp.glob(f"{_TMPDIR_PREFIX}*"):
         pid = path.name.removeprefix(_TMPDIR_PREFIX).partition("-")[0]
         if pid.isdigit() and not _alive(int(pid)):
@@ -417,11 +353,10 @@ def remove_dead_gang_dirs(tmp: Path) -> None:
 
 def _alive(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
+        with contextlib.suppress(PermissionError):  # another user's process
+            os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:  # another user's process
-        return True
     return True
 
 
@@ -437,9 +372,6 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else text
 
 
-# --- one local rank per node --------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class NodeResult:
     """What one node's rank returned from `run_on_local_rank`."""
@@ -453,9 +385,8 @@ class NodeResult:
 def run_on_local_rank(
     gang: Gang, local_rank: int, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None
 ) -> list[NodeResult]:
-    """`fn(ctx, *args)` on the rank with this local rank on every node, while the others wait, so a per-GPU or
-    per-node measurement runs alone on its node. One result per node, in node order; every rank of a world
-    gets the same list, so every rank reaches the same verdict."""
+    """`fn(ctx, *args)` on the rank with this local rank on every node, while the others wait: one result per node,
+    in node order, the same list on every rank of a world, so every rank reaches the same verdict."""
     results = gang.run(_on_local_rank, local_rank, fn, *args, timeout_s=timeout_s)
     found = [r for r in results if r is not None]
     if not found:

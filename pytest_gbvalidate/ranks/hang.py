@@ -1,12 +1,10 @@
-"""Where a hung rank of a local gang is stuck: the innermost frame of its faulthandler dump, and whether that
-frame is one of a rank waiting for a peer or of the likely culprit. No torch here: this reads text."""
+"""Where a hung rank of a local gang is stuck (its faulthandler dump's innermost frame), and whether it is waiting
+for a peer or the likely culprit. No torch here: this reads text."""
 
 from __future__ import annotations
 
-# Where a rank waiting for a peer is stuck: in a collective (gloo blocks there), or, under NCCL, whose collectives
-# return at once and run on the GPU, in a device synchronisation that waits for one. A rank stuck elsewhere is the
-# likely culprit. (A `.item()` that waits for a collective's result shows only its caller's frame: such a rank
-# cannot be told from a culprit, and then none is named.)
+# Where a rank waiting for a peer is stuck: in a collective (gloo), or in a device synchronisation (NCCL's run on the
+# GPU). A `.item()` waiting for a collective's result shows only its caller's frame, as a culprit's does.
 _WAITING_IN = ("torch/distributed/", "torch/cuda/", "torch/accelerator/")
 
 

@@ -9,20 +9,6 @@ import socket
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
-__all__ = [
-    "DeviceChoiceError",
-    "World",
-    "WorldError",
-    "cuda_device_index",
-    "launcher_world",
-    "nccl_error_settings",
-    "node_rank_from_environment",
-    "number_gpus_by_pci_bus",
-    "rendezvous_problem",
-    "world_from_environment",
-    "world_rank",
-]
-
 
 class WorldError(ValueError):
     """The launcher's variables contradict each other: whether this process is a rank, and of what, is unknown."""
@@ -37,19 +23,11 @@ class World(NamedTuple):
 
 
 def world_from_environment(env: Mapping[str, str]) -> World | None:
-    """(rank, world_size, local_rank) when this process is one task of a launcher's world of two or more, else
-    None. A world is what a launcher says of its tasks, and only that:
-    - torchrun's ranks carry RANK and WORLD_SIZE (together, always);
-    - srun's tasks carry the step's variables (SLURM_STEP_NUM_TASKS, ...) beside SLURM_PROCID. An sbatch batch
-      script or an salloc shell has SLURM_PROCID=0 and the job's SLURM_NTASKS, but it is no task of a step: a
-      world formed from those would wait for ranks that never come. Nor is the shell of `srun -n2 --pty bash`,
-      although it is task 0 of a step of 2: its other tasks are shells too, never ranks (srun gives a --pty
-      step SLURM_PTY_PORT, and no other step).
-    Raises WorldError where the variables contradict each other (one of torchrun's pair alone, a rank outside its
-    world, a count that is no number) or leave a rank's place on its node unknown (RANK and WORLD_SIZE without
-    LOCAL_RANK, as a hand-made `RANK=$SLURM_PROCID` gives: every rank would take itself for its node's first,
-    measure the node at once with the others, and pick the first GPU): a guess would either wait forever, join the
-    wrong world or mismeasure the node."""
+    """(rank, world_size, local_rank) when this process is one task of a launcher's world of two or more, else None.
+    An sbatch script or salloc shell (SLURM_PROCID=0, the job's SLURM_NTASKS) is no task of an srun step, nor is the
+    shell of `srun -n2 --pty bash` (SLURM_PTY_PORT): their other tasks are never ranks. Raises WorldError where the
+    variables contradict each other or leave a rank's place on its node unknown (no LOCAL_RANK, as a hand-made
+    `RANK=$SLURM_PROCID` gives): a guess would wait forever, join the wrong world or mismeasure the node."""
     if "RANK" in env or "WORLD_SIZE" in env:
         missing = [name for name in ("RANK", "WORLD_SIZE") if name not in env]
         if missing:
@@ -81,7 +59,7 @@ def _world(env: Mapping[str, str], rank_name: str, size_name: str, local_rank: i
 
 def _count(env: Mapping[str, str], name: str) -> int:
     text = env[name]
-    if not (text.isascii() and text.isdecimal()):
+    if not _whole(text):
         raise WorldError(f"{name}={_shown(text)} is not a whole number")
     return int(text)
 
@@ -102,15 +80,10 @@ def _local_rank(env: Mapping[str, str]) -> tuple[str, int]:
 
 
 def _ranks_on_this_node(env: Mapping[str, str]) -> tuple[str, int] | None:
-    """The variable that says how many ranks share this node, and its value; None when none says. Slurm's task
-    counts are per node ("4", or "4(x2)" for 4 on each of 2 nodes); an uneven layout ("4,3") says nothing here."""
-    # Under torchrun, Slurm's counts are of torchrun's agents, not of the ranks.
-    names = (
-        ["LOCAL_WORLD_SIZE"]
-        if _under_torchrun(env)
-        else ["SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE"]
-    )
-    for name in names:
+    """The variable saying how many ranks share this node, and its value, else None: Slurm's ("4", "4(x2)"; not an
+    uneven "4,3"), or under torchrun, whose agents Slurm counts, LOCAL_WORLD_SIZE."""
+    slurm = ["SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE"]
+    for name in ["LOCAL_WORLD_SIZE"] if _under_torchrun(env) else slurm:
         same_on_every_node = re.fullmatch(r"(\d+)(\(x\d+\))?", env.get(name, ""))
         if same_on_every_node:
             return name, int(same_on_every_node[1])
@@ -122,14 +95,8 @@ class DeviceChoiceError(ValueError):
 
 
 def cuda_device_index(env: Mapping[str, str], device_count: int) -> int:
-    """The index, among the `device_count` GPUs this process sees (CUDA numbers the ones CUDA_VISIBLE_DEVICES
-    lets through 0, 1, ...), of this rank's own GPU:
-    - one GPU seen: that one, cuda:0. srun --gpus-per-task=1 or --gpu-bind leaves each task one GPU, so its
-      SLURM_LOCALID (1, 2, ...) is no index into what it sees;
-    - one GPU seen per rank on the node or more (a task sees all of its node's GPUs, as under torchrun): the local
-      rank (LOCAL_RANK, else SLURM_LOCALID) indexes them;
-    - several GPUs seen, but fewer than the node's ranks, or fewer than the local rank needs: an error. Which of
-      them is this rank's own is unknown, and a guess would put two ranks on one GPU."""
+    """The index of this rank's own GPU among the `device_count` it sees: the one seen (srun --gpus-per-task=1 leaves
+    SLURM_LOCALID no index into it), else the local rank where there are enough, else DeviceChoiceError."""
     name, local_rank = _local_rank(env)
     visible = env.get("CUDA_VISIBLE_DEVICES")
     shown = "CUDA_VISIBLE_DEVICES unset" if visible is None else f"CUDA_VISIBLE_DEVICES={visible}"
@@ -149,10 +116,8 @@ def cuda_device_index(env: Mapping[str, str], device_count: int) -> int:
 
 
 def number_gpus_by_pci_bus() -> None:
-    """CUDA numbers GPUs fastest first unless told otherwise; NVML, nvidia-smi and our `[gpu3]` test cases
-    number them by PCI bus id. The CUDA driver reads CUDA_DEVICE_ORDER once, when it initialises (the first
-    `torch.cuda.is_available()` or `device_count()` of the process): call this before anything touches CUDA, so
-    cuda:3 is the GPU NVML calls 3. An order the operator set stays."""
+    """Make cuda:3 the GPU NVML, nvidia-smi and our `[gpu3]` test cases call 3 (by PCI bus id, not fastest first):
+    call it before anything initialises CUDA, which reads CUDA_DEVICE_ORDER once. An operator's order stays."""
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
 
 
@@ -171,10 +136,8 @@ def _whole(text: str) -> bool:
 
 
 def rendezvous_problem(env: Mapping[str, str], resolves: Callable[[str], bool] | None = None) -> str | None:
-    """Why this process cannot join its world's rendezvous (env://), or None: the launcher's setting, named, never
-    a test failed on the node. torchrun sets MASTER_ADDR and MASTER_PORT; `srun` does not, and a missing one, a
-    port that is no port or an address that does not resolve (`resolves`: by getaddrinfo) would otherwise
-    surface as an obscure store error in a test, `unclassified`."""
+    """Why this process cannot join its world's rendezvous (env://), or None: the launcher's setting named, where a
+    bad MASTER_ADDR / MASTER_PORT (srun sets neither) would otherwise be an obscure store error in a test."""
     missing = [name for name in ("MASTER_ADDR", "MASTER_PORT") if not env.get(name)]
     if missing:
         return (
@@ -202,8 +165,7 @@ def _resolves(host: str) -> bool:
 
 
 def launcher_world(hint: str, env: Mapping[str, str] = os.environ) -> tuple[World | None, str | None]:
-    """The launcher's world this process is a rank of, else None; and why that cannot be told, where it cannot
-    (`hint`, what the operator can do about it, appended)."""
+    """The launcher's world this process is a rank of, else None; and why that cannot be told (`hint` appended)."""
     try:
         world = world_from_environment(env)
     except WorldError as exc:
@@ -221,21 +183,16 @@ def world_rank(env: Mapping[str, str]) -> int | None:
 
 # torch's TORCH_NCCL_ASYNC_ERROR_HANDLING values: 0 no handling, 1 tear down, 2 clean up only, 3 skip clean-up.
 NCCL_CLEAN_UP_ONLY = "2"
-# What torchrun hands every worker unless its own environment has a value (torch.distributed.elastic's
-# LocalElasticAgent): in the worker, torchrun's 1 and an operator's 1 look the same.
+# What torchrun (LocalElasticAgent) hands every worker unless set: in the worker, it looks like an operator's 1.
 TORCHRUN_TEAR_DOWN = "1"
 
 
 def nccl_error_settings(env: Mapping[str, str]) -> dict[str, str]:
     """The torch settings a world's rank takes before its NCCL process group is made, so that a dead or hung peer
-    fails a test and the report is written, rather than the process taken down:
-    - TORCH_NCCL_ASYNC_ERROR_HANDLING=2 (clean up only: the communicators are aborted and the collective raises).
-      With torchrun's 1 (tear down), every surviving rank died by SIGABRT a minute after a peer did, and rank 0's
-      report was left `running` (4 ranks under NCCL, H200, torch 2.11). A value the operator set stays, but a 1
-      under torchrun is torchrun's own;
-    - TORCH_NCCL_TRACE_BUFFER_SIZE=0 (no flight recorder): its thread, naming the failed collective's Python
-      stack, read Python's frames as a rank that had finished its run exited, and the rank died by SIGSEGV.
-      An operator who wants the recorder sets it."""
+    fails a test rather than taking the process (and its report) down; an operator's values stay:
+    TORCH_NCCL_ASYNC_ERROR_HANDLING=2 (clean up only: under torchrun's 1, every surviving rank died by SIGABRT after
+    a peer did; H200, torch 2.11) and TORCH_NCCL_TRACE_BUFFER_SIZE=0 (the flight recorder's thread read Python's
+    frames as a finished rank exited, which died by SIGSEGV)."""
     settings = {}
     handling = env.get("TORCH_NCCL_ASYNC_ERROR_HANDLING")
     if handling is None or (handling == TORCHRUN_TEAR_DOWN and "TORCHELASTIC_RUN_ID" in env):

@@ -1,9 +1,6 @@
-"""The world gang: pytest itself runs under torchrun or Slurm `srun`, and this process is one rank of that world.
-
-`WorldGang.run` executes the function here and gathers every rank's result over a gloo control group of its own,
-so all ranks see the same results (and the same failures). The shared interface (`Gang`, `RankContext`,
-`GangError`) and the local gang are in gang.py; which world this process is in, in world.py.
-"""
+"""The world gang (the interface: gang.py): pytest itself runs under torchrun or Slurm `srun`, this process is one
+rank of that world, and `WorldGang.run` runs the function here and gathers every rank's result over a gloo control
+group of its own, so all ranks see the same results (and the same failures)."""
 
 from __future__ import annotations
 
@@ -40,19 +37,10 @@ from pytest_gbvalidate.ranks.world import (
 )
 
 
-def port_in_use(port: int) -> str:
-    return (
-        f"MASTER_PORT={port} is in use on this node by another program, and rank 0 makes the world's store there: "
-        "the launcher's setting (a free port)"
-    )
-
-
 def store_problem(address: str, port: int, timeout_s: float) -> str | None:
-    """Why no torch store answered at `address`:`port` within `timeout_s`, else None. Asked before the process
-    group is made: there, a program other than the world's store that holds the port and accepts without answering
-    held the rank in torch's handshake whatever its timeout (ten minutes, deaf to SIGTERM: torch 2.13). Here the
-    handshake runs on a thread of its own, waited on in steps (a signal's handler runs between them) and left
-    behind if it never ends."""
+    """Why no torch store answered at `address`:`port` within `timeout_s`, else None: another program holding the
+    port held torch's handshake whatever its timeout (deaf to SIGTERM, torch 2.13), so here it runs on a thread,
+    waited on in steps (a signal's handler runs between them) and left behind if it never ends."""
     outcome: list[Exception | None] = []
 
     def connect() -> None:
@@ -89,10 +77,8 @@ def _accepts(address: str, port: int) -> bool:
 
 
 class WorldGang:
-    """This process is one rank of a torchrun / srun world (MASTER_ADDR and MASTER_PORT in the environment).
-
-    `timeout_s` is the process group's collective timeout: the only bound there is on a peer that hangs, since
-    the processes belong to the launcher, not to us (a call's own `timeout_s` cannot shorten it)."""
+    """This process as one rank of a torchrun / srun world. `timeout_s`, the process group's collective timeout, is
+    the only bound on a hung peer: the processes are the launcher's (a call's own `timeout_s` cannot shorten it)."""
 
     def __init__(
         self,
@@ -114,7 +100,6 @@ class WorldGang:
                 self.device = torch.device(device_type, cuda_device_index(os.environ, torch.cuda.device_count()))
             except DeviceChoiceError as exc:
                 raise GangError(rank, "has no GPU of its own", str(exc)) from None
-        # Whether this gang made the process group (and so ends it, in close), or found it made.
         self._made_group = not dist.is_initialized()
         self.broken = False
         if self._made_group:
@@ -124,12 +109,9 @@ class WorldGang:
                 problem = store_problem(os.environ["MASTER_ADDR"], port, timeout_s)  # a client: the store answers
             if problem is not None:
                 raise GangError(rank, "cannot join its world", problem)
-            for name, value in (env or {}).items():  # read by NCCL when the first communicator is made
+            place = {"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(local_rank)}
+            for name, value in {**place, **(env or {})}.items():  # NCCL reads `env` when it makes a communicator
                 os.environ.setdefault(name, value)
-            os.environ.setdefault("RANK", str(rank))
-            os.environ.setdefault("WORLD_SIZE", str(world_size))
-            os.environ.setdefault("LOCAL_RANK", str(local_rank))
-            # A dead or hung peer must fail a test, not take the process (and the report) down.
             os.environ.update(nccl_error_settings(os.environ))
             try:
                 _init_rank(self.device, rank, world_size, "env://", timeout_s)
@@ -138,7 +120,9 @@ class WorldGang:
             except dist.DistNetworkError as exc:
                 if "EADDRINUSE" not in str(exc):
                     raise
-                raise GangError(rank, "cannot join its world", port_in_use(port)) from None
+                used = f"MASTER_PORT={port} is in use on this node by another program, and rank 0 makes the world's"
+                said = f"{used} store there: the launcher's setting (a free port)"
+                raise GangError(rank, "cannot join its world", said) from None
         node_rank = node_rank_from_environment(os.environ, rank)
         backend = dist.get_backend()
         # Results and verdicts travel on a gloo group of their own (over TCP, on the host): a dead or hung peer
@@ -146,13 +130,12 @@ class WorldGang:
         self._control: dist.ProcessGroup | None = None
         if backend != "gloo":
             control = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
-            # Every rank is in it: new_group returns the group itself (-100 or None only to ranks left out).
+            # new_group returns -100 or None only to ranks left out of it.
             self._control = control if isinstance(control, dist.ProcessGroup) else None
         hostname = labels.hostname()
         placed: list[Any] = [None] * world_size
-        dist.all_gather_object(
-            placed, (node_rank, hostname, device_key(self.device, hostname, rank)), group=self._control
-        )
+        mine = device_key(self.device, hostname, rank)
+        dist.all_gather_object(placed, (node_rank, hostname, mine), group=self._control)
         self.hosts = {node: host for node, host, _ in sorted(placed)}
         sharers = device_sharers([key for _, _, key in placed], rank)
         self.ctx = RankContext(rank, world_size, local_rank, self.device, backend, node_rank, sharers)
@@ -175,10 +158,8 @@ class WorldGang:
         return [payload for _, payload in gathered]
 
     def close(self) -> None:
-        """The process group this gang made, ended: left to the process's exit, gloo's threads were at times
-        still running as it tore them down, and a rank whose run had finished aborted (SIGABRT, "terminate
-        called without an active exception", torch 2.14.1): torchrun and srun then fail the job of a healthy
-        node. Not once broken: a communicator waiting on a dead peer may not end, and the run has failed already
-        (the session ends the process once its reports are written). A group the gang found made is its maker's."""
+        """End the process group this gang made, not left to the process's exit, where a finished rank could abort
+        (SIGABRT, torch 2.14.1) and fail a healthy node's job; not once broken, as a communicator waiting on a dead
+        peer may not end."""
         if self._made_group and not self.broken and dist.is_initialized():
             dist.destroy_process_group()

@@ -1,14 +1,9 @@
-"""Silent data corruption: every rank (one per GPU; on the CPU, the gang's ranks) runs the same seeded computation
--- a bf16 and an fp32 GEMM, and one forward and backward pass of the Llama model in fp32 -- twice. Its results must
-be bit-identical across the node's GPUs (same model of GPU, same kernels) and between the two passes, and within a
-stated tolerance of a reference the CPU computes once.
-
-A defective unit computes wrong results without raising any error: Meta's "Silent Data Corruptions at Scale"
-(Dixit et al., 2021) and Google's "Cores that Don't Count" (Hochschild et al., HotOS 2021) found them in fleets by
-running known computations and comparing the answers, as SemiAnalysis' ClusterMAX expects of a cluster's health
-checks. Bit-identity across GPUs catches a flipped low bit that no tolerance would; the CPU reference says which
-GPU is off when only two disagree.
-"""
+"""Silent data corruption: every rank runs the same seeded computation (a bf16 and an fp32 GEMM, one fp32 forward and
+backward pass of the Llama model) twice; the results must be bit-identical across the node's GPUs and passes, and within
+a tolerance of the CPU's, which names the GPU that is off when only two disagree. Defective units compute wrong results
+without an error (Meta's "Silent Data Corruptions at Scale", Dixit et al., 2021; Google's "Cores that Don't Count",
+Hochschild et al., HotOS 2021; SemiAnalysis' ClusterMAX expects such checks): bit-identity catches a flipped low bit
+that no tolerance would."""
 
 from __future__ import annotations
 
@@ -28,9 +23,8 @@ MODEL = LLAMA3_TINY
 SEED = 1234
 SAMPLED_ROWS = 16  # rows of each GEMM's output compared with the CPU reference (all rows are hashed)
 SEQUENCES = 4  # the model pass's batch
-# Largest |result - reference| / max |reference|: bf16 outputs carry 8 bits of mantissa (2**-8 = 0.4%) and the
-# GPU sums in another order than the CPU; fp32 GEMMs and the fp32 model pass differ from the CPU in summation
-# order only.
+# Largest |result - reference| / max |reference|: bf16 outputs carry 8 bits of mantissa (2**-8 = 0.4%); beyond
+# that the GPU and the CPU differ in summation order only.
 TOLERANCE = {"gemm_bf16": 2e-2, "gemm_fp32": 1e-4, "model": 1e-3}
 COMPUTATIONS = tuple(TOLERANCE)
 
@@ -46,8 +40,7 @@ def sampled_rows(m: int) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class Outcome:
-    """One pass of one computation on one rank: the digest of all its results, and the values the CPU reference
-    is compared with (sampled GEMM rows; the loss and every gradient's norm)."""
+    """One pass of one computation on one rank: its results' digest, and the values compared with the CPU's."""
 
     digest: str
     checked: torch.Tensor
@@ -66,8 +59,7 @@ def run_pass(device: torch.device, m: int, n: int, k: int) -> dict[str, Outcome]
 
 
 def model_pass(device: torch.device) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """The loss and every parameter's gradient of one forward and backward pass, fp32, attention by the math
-    kernel (its backward has no atomics: the same inputs give the same bits)."""
+    """The loss and every gradient of one fp32 pass, attention by the math kernel (no atomics: the same bits)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     model = build(MODEL, torch.device("cpu"), SEED).to(device)  # the CPU's weights: a device draws others
@@ -96,8 +88,7 @@ def sdc_on_rank(ctx: RankContext, m: int, n: int, k: int) -> list[dict[str, Outc
 
 
 def cpu_reference(m: int, n: int, k: int) -> dict[str, torch.Tensor]:
-    """What each computation's checked values should be, in fp32 on the CPU (bf16 inputs rounded as the GPU
-    sees them). Only the sampled rows of the GEMMs are computed."""
+    """Each computation's checked values in fp32 on the CPU (bf16 inputs rounded as the GPU sees them)."""
     a32, b32 = gemm_inputs(m, n, k)
     a_rows = a32[sampled_rows(m)]
     bf16 = a_rows.bfloat16().float() @ b32.bfloat16().float()
@@ -110,19 +101,16 @@ def relative_error(got: torch.Tensor, reference: torch.Tensor) -> float:
 
 
 def problems(labels: list[str], per_rank: list[list[dict[str, Outcome]]], reference: dict[str, Any]) -> list[str]:
-    """Every rank off the reference, changing its answer between passes, or disagreeing bit for bit with the
-    others (named when the others agree; with no majority, every answer is listed)."""
+    """Every rank off the reference, changing its answer between passes, or disagreeing with the others' bits."""
     found = []
     for label, passes in zip(labels, per_rank, strict=True):
         for name in COMPUTATIONS:
             first, second = passes[0][name], passes[1][name]
             if first.digest != second.digest:
                 found.append(f"{label}: {name} gave different bits in two passes ({first.digest}, {second.digest})")
-            error = relative_error(first.checked, reference[name])
-            if not error <= TOLERANCE[name]:  # NaN too
-                found.append(
-                    f"{label}: {name} is off the CPU reference by {error:.3g} (relative; tolerance {TOLERANCE[name]:g})"
-                )
+            error, limit = relative_error(first.checked, reference[name]), TOLERANCE[name]
+            if not error <= limit:  # NaN too
+                found.append(f"{label}: {name} is off the CPU reference by {error:.3g} (relative; tolerance {limit:g})")
     for name in COMPUTATIONS:
         digests = [passes[0][name].digest for passes in per_rank]
         (common, count), *_ = Counter(digests).most_common()

@@ -1,11 +1,6 @@
-"""Synthetic training tokens with something to learn.
-
-Uniformly random tokens would make a useless check: nothing can be learned from them, so a model's loss only
-falls from its initial value to ln(vocab) however the node computes. These sequences come from a seeded random
-Markov chain instead: tokens live in the first ACTIVE_TOKENS ids, and each token is followed by one of
-SUCCESSORS tokens fixed for it. A model that trains correctly drives the loss from about ln(vocab) towards
-ln(SUCCESSORS); a node that computes garbage does not.
-"""
+"""Synthetic training tokens with something to learn (from uniformly random ones the loss only falls to ln(vocab)):
+a seeded random Markov chain over the first ACTIVE_TOKENS ids, each followed by one of SUCCESSORS tokens fixed for
+it, so correct training drives the loss from about ln(vocab) towards ln(SUCCESSORS); garbage computing does not."""
 
 from __future__ import annotations
 
@@ -17,8 +12,7 @@ SUCCESSORS = 4
 
 
 class SyntheticTokens:
-    """Batch `step` of the run is the same on every rank and in every layout: generated on the CPU from
-    (seed, step), whatever device trains on it."""
+    """Batch `step` is the same on every rank and in every layout: made on the CPU from (seed, step)."""
 
     def __init__(self, vocab_size: int, seq_len: int, seed: int) -> None:
         self.seq_len = seq_len

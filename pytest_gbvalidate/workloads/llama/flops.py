@@ -1,22 +1,14 @@
-"""Model FLOPs and MFU, counted the standard way for decoder-only transformers. Pure Python.
-
-Training FLOPs per token (forward + backward), as in the PaLM paper (Chowdhery et al. 2022, appendix B),
-torchtitan's `get_num_flop_per_token` and Megatron-LM's model-FLOPs accounting::
-
-    flops_per_token = 6 * N + 12 * L * D * S
-
-- 6 * N: every weight of a matmul does one multiply-add (2 FLOPs) per token in the forward pass and two in
-  the backward pass (gradient of the input, gradient of the weight). N counts the matmul weights: all
-  parameters except the input embedding, whose lookup is a gather, not a matmul. The output head counts.
-  RMSNorm weights are in N too (a negligible 0.0003% of 8B) to keep N "all parameters but the embedding".
+"""Model FLOPs and MFU, counted the standard way for decoder-only transformers. Pure Python. Training FLOPs per
+token (forward + backward) are 6 * N + 12 * L * D * S, as in the PaLM paper (Chowdhery et al. 2022, appendix B),
+torchtitan's `get_num_flop_per_token` and Megatron-LM's model-FLOPs accounting:
+- 6 * N: every matmul weight does one multiply-add (2 FLOPs) per token forward and two backward (input and weight
+  gradients). N is every parameter but the input embedding (a gather, not a matmul), RMSNorm weights included
+  (a negligible 0.0003% of 8B).
 - 12 * L * D * S: attention scores (Q K^T) and their weighted sum (P V), 2 * S * D multiply-adds per token per
-  layer in the forward pass, times 3 for forward + backward: 2 FLOPs * 2 matmuls * 3 = 12. L layers, D model
-  width (= heads * head dim), S sequence length. Causal masking is not subtracted, as in the references.
-
-Activation recomputation is not counted (these are model FLOPs, not hardware FLOPs), so MFU compares layouts
-and engines by useful work. MFU = achieved model FLOPs per second per GPU / the GPU's dense peak.
-For Llama 3 8B at S = 8192: N = 7.50e9, 6N = 45.0e9, 12LDS = 12.9e9, about 57.9 GFLOPs per token.
-"""
+  layer forward, times 3 with backward. L layers, D model width, S sequence length. Causal masking is not
+  subtracted, as in the references.
+Recomputation is not counted (model FLOPs, not hardware FLOPs), so MFU compares layouts and engines by useful work.
+For Llama 3 8B at S = 8192: N = 7.50e9, 6N = 45.0e9, 12LDS = 12.9e9, about 57.9 GFLOPs per token."""
 
 from __future__ import annotations
 
@@ -53,8 +45,8 @@ def model_tflops_per_gpu(cfg: LlamaConfig, tokens_per_s_per_gpu: float) -> float
 
 @dataclass(frozen=True)
 class Peak:
-    """The dense peak per GPU an MFU divides by, and where that figure comes from: public peaks differ (GB200's
-    dense bf16 is 2,500 TFLOPS in NVIDIA's datasheet, 2,450 in dgxc-benchmarking), so an MFU says against what."""
+    """The dense peak per GPU an MFU divides by, and its source: public peaks differ (GB200's dense bf16 is 2,500
+    TFLOPS in NVIDIA's datasheet, 2,450 in dgxc-benchmarking)."""
 
     tflops_per_gpu: float
     source: str

@@ -1,12 +1,8 @@
-"""fp8 training matmuls for the built-in engine: torch's scaled matmul (`torch._scaled_mm`, the kernel torchao's
-float8 training calls) with dynamic per-tensor scaling, the recipe torchao calls "tensorwise" and Transformer
-Engine "current scaling". Each forward and backward matmul casts its operands to fp8 with a scale computed from
-the tensor's absolute maximum: activations and weights in e4m3 (more precision), gradients in e5m2 (more range).
-The weights stay fp32 parameters: AdamW updates them, and each matmul casts the current values.
-
-torch runs `_scaled_mm` on GPUs with fp8 tensor cores (compute capability 8.9 and up) and, slowly, on the CPU,
-so the cpu SKU's tests run these lines. Shapes: tokens = bs * seq, in_dim and out_dim the layer's.
-"""
+"""fp8 training matmuls for the built-in engine: `torch._scaled_mm` (which torchao's float8 training calls) with
+dynamic per-tensor scaling (torchao's "tensorwise", Transformer Engine's "current scaling"): operands cast to fp8
+scaled by their absolute maximum, activations and weights in e4m3 (precision), gradients in e5m2 (range); weights
+stay fp32. It runs on GPUs of compute capability 8.9 up and, slowly, on the CPU (so the cpu SKU's tests run it).
+Shapes: tokens = bs * seq, in_dim and out_dim the layer's."""
 
 from __future__ import annotations
 
@@ -28,8 +24,7 @@ FORWARD_FAST_ACCUM = True
 
 
 def to_fp8(x: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    """(x scaled into fp8's range and cast, the inverse scale `_scaled_mm` multiplies back): the tensor's absolute
-    maximum lands on the format's largest value. Computed on the device: no host sync."""
+    """(x scaled so its absolute maximum is the format's largest value and cast, the inverse scale); no host sync."""
     amax = x.abs().amax().float().clamp(min=1e-12)
     scale = torch.finfo(dtype).max / amax
     return (x.float() * scale).clamp(-torch.finfo(dtype).max, torch.finfo(dtype).max).to(dtype), scale.reciprocal()
@@ -41,9 +36,7 @@ def _column_major(x: Tensor) -> Tensor:
 
 
 def _mm(a: Tensor, a_inv: Tensor, b: Tensor, b_inv: Tensor, *, fast_accum: bool = False) -> Tensor:
-    """a @ b in fp8, a row-major, b column-major. `fast_accum`: Hopper's fast fp8 accumulation (fewer promotions
-    to fp32 along the inner dimension), as torchao's float8 training takes for the forward GEMM only: the
-    gradients keep the exact accumulation. Kernels without it (the CPU's) ignore it."""
+    """a @ b in fp8, a row-major, b column-major; `fast_accum` as FORWARD_FAST_ACCUM (the CPU's kernel ignores it)."""
     return torch._scaled_mm(a, b, scale_a=a_inv, scale_b=b_inv, out_dtype=OUTPUT_DTYPE, use_fast_accum=fast_accum)
 
 
@@ -74,8 +67,7 @@ class _Float8Matmul(torch.autograd.Function):
 
 
 class Float8Linear(FusedGradLinear):
-    """nn.Linear without bias whose matmuls (forward, input gradient, weight gradient) run in fp8; once fused
-    (grad_accumulation.py), its weight gradient is added into `weight.grad`."""
+    """nn.Linear without bias whose three matmuls run in fp8 (once fused, grad_accumulation.py's, into .grad)."""
 
     def forward(self, x: Tensor) -> Tensor:
         grad = main_grad(self.weight) if self.fused else None
@@ -84,8 +76,7 @@ class Float8Linear(FusedGradLinear):
 
 
 def convert_blocks_to_fp8(model: nn.Module) -> int:
-    """Swap every nn.Linear inside the model's transformer blocks (`model.layers`) for a Float8Linear holding the
-    same weight; the output head stays as it is. Returns how many were swapped."""
+    """How many of the transformer blocks' nn.Linear were swapped for a Float8Linear (same weight; not the head)."""
     swapped = 0
     for block in model.get_submodule("layers").children():
         for module in block.modules():

@@ -1,11 +1,5 @@
-"""Offline generation with the built-in Llama: a fixed batch of prompts, prefill, then greedy decoding of a fixed
-number of tokens with a KV cache. The cache plugs into the model as its `attend` function, so the model file is
-the training one, unchanged.
-
-What this is not: a serving benchmark (no request arrival, scheduling, continuous batching or paged attention),
-nor MLPerf inference (no trained weights, no accuracy target, no tuned engine): it is the node-level cousin, the
-same fixed work on every GPU, timed.
-"""
+"""Offline generation with the built-in Llama: prefill a fixed batch of prompts, then greedily decode a fixed number
+of tokens with a KV cache (the model's `attend`). Fixed work, timed: neither a serving benchmark nor MLPerf."""
 
 from __future__ import annotations
 
@@ -23,15 +17,12 @@ from pytest_gbvalidate.workloads.llama.model import Transformer
 
 
 class KVCache:
-    """The model's `attend` while generating: every layer's keys and values so far. The layers call it in order,
-    once per forward pass. The prompt (`position` None) fills the start of the cache; then each decoded token is
-    written at `position`, a device tensor the decode step advances in place, and attends over the whole cache
-    under a mask: the same shapes every step, so that a GPU replays the step as one CUDA graph (`generate`)."""
+    """The model's `attend` while generating: the prompt (`position` None) fills the cache's start; a decoded token
+    is written at `position`, advanced in place, and attends over the whole cache under a mask (fixed shapes)."""
 
     def __init__(self, cfg: LlamaConfig, batch: int, max_len: int, device: torch.device, dtype: torch.dtype) -> None:
         shape = (cfg.n_layers, batch, cfg.n_kv_heads, max_len, cfg.head_dim)  # (layers, bs, kv_heads, len, hd)
-        # Zeros, not empty: a decoded token attends over every slot, the masked ones with weight 0, and 0 x NaN
-        # (what uninitialised memory can hold) is NaN.
+        # Zeros, not empty: a decoded token attends over every slot, masked ones with weight 0, and 0 x NaN is NaN.
         self.k = torch.zeros(shape, device=device, dtype=dtype)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
         self.slots = torch.arange(max_len, device=device)  # (len,)
@@ -46,13 +37,11 @@ class KVCache:
         if self.position is None:
             prompt_len = k.shape[2]
             keys[:, :, :prompt_len], values[:, :, :prompt_len] = k, v
-            # enable_gqa: query head h reads KV head h // (heads / kv_heads) in the kernel, where repeating the KV
-            # heads would copy the prompt's keys and values in every layer.
+            # enable_gqa: query head h reads KV head h // (heads / kv_heads) without copying the KV heads.
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)  # (bs, heads, new, hd)
         keys.index_copy_(2, self.position, k)
         values.index_copy_(2, self.position, v)
-        # One query per head: the query heads that share a KV head go in as that KV head's queries (grouped-query
-        # attention with no copy of the cache), every one seeing the slots up to its own position.
+        # The query heads that share a KV head go in as its queries (no copy of the cache), seeing slots up to here.
         bs, heads, _, hd = q.shape
         grouped = q.reshape(bs, keys.shape[1], heads // keys.shape[1], hd)  # (bs, kv_heads, heads / kv_heads, hd)
         visible = (self.slots <= self.position)[None, :]  # (1, len): SDPA wants a mask of two dimensions or more
@@ -74,16 +63,11 @@ class Generation:
 @torch.no_grad()
 def generate(model: Transformer, prompts: Tensor, new_tokens: int) -> Generation:
     """Greedy generation of `new_tokens` after `prompts` (bs, prompt_len), timed on the host clock around device
-    synchronisation: prefill (the prompt, and the first token) and decode (the others, one at a time).
-
-    A decode step runs dozens of small kernels per layer. Launched op by op from Python, Llama 3 8B's step took
-    70 ms on an H200 (batch 8: 127 steps in 8.9 s), the GPU waiting on the host: the rate timed the host's CPU.
-    So each step runs with the same shapes and device tensors (KVCache), and on a GPU it is captured once as a
-    CUDA graph and replayed (`_replayed`, before the decode timing starts); elsewhere the same step runs op by op."""
+    synchronisation: prefill (the prompt and the first token), then decode, a step at a time, on a GPU as a CUDA graph
+    (launched op by op, its dozens of small kernels a layer would time the host)."""
     device = prompts.device
     batch, prompt_len = prompts.shape
-    dtype = next(model.parameters()).dtype
-    cache = KVCache(model.cfg, batch, prompt_len + new_tokens, device, dtype)
+    cache = KVCache(model.cfg, batch, prompt_len + new_tokens, device, next(model.parameters()).dtype)
     saved = model.attend, model.positions
     model.attend = cache
     try:
@@ -118,10 +102,8 @@ def generate(model: Transformer, prompts: Tensor, new_tokens: int) -> Generation
 
 
 def _replayed(step: Callable[[], None], device: torch.device, changes: tuple[Tensor, ...]) -> Callable[[], None]:
-    """On a CUDA device, `step` captured as a CUDA graph, whose replay runs it; elsewhere `step` itself. A capture
-    follows one call on a side stream (CUDA graphs' rule: the kernels and allocations are made before); `changes`,
-    what a step changes in place besides the cache slot it rewrites, is put back after that call. Captured and
-    replayed on the current device's streams: a rank's own GPU, which the gang makes current (ranks/gang.py)."""
+    """On a CUDA device, `step` captured as a CUDA graph, whose replay runs it; elsewhere `step` itself. The capture
+    follows one call on a side stream (CUDA graphs' rule), after which `changes` (besides the cache) are put back."""
     if device.type != "cuda":
         return step
     before = [t.clone() for t in changes]
@@ -166,8 +148,7 @@ DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
 def inference_on_rank(ctx: RankContext, request: InferenceRequest) -> InferenceResult:
-    """The request on this rank's device: seeded weights in the request's precision, seeded prompts, one short
-    untimed generation of the same prompts to warm the kernels, then the timed one."""
+    """The request on this rank's device: seeded weights and prompts, a short untimed generation, then the timed one."""
     from pytest_gbvalidate.workloads.llama.config import CONFIGS
 
     cfg, device = CONFIGS[request.model], ctx.device

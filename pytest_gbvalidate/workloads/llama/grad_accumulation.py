@@ -1,21 +1,11 @@
 """Gradient-accumulation fusion for the built-in engine (Megatron-LM's `gradient_accumulation_fusion`): the backward
-pass adds each weight gradient into the weight's fp32 `.grad` itself, which stays allocated from step to step and is
-zeroed in place after each optimizer step, instead of handing autograd a new gradient to add.
-
-Per parameter and microbatch under bf16 autocast, autograd's way moves 18 bytes (6 for a step's first microbatch):
-the weight gradient leaves its matmul in bf16, is cast to a new fp32 tensor (2 + 4) and added to `.grad`
-(4 + 4 + 4). Here, on CUDA, cuBLAS adds its fp32 accumulator into `.grad` (`torch.addmm(..., out_dtype=
-torch.float32)`, beta 1: 4 + 4, and 4 a step to zero it; the gradient is never rounded to bf16); elsewhere (the
-CPU's kernels lack that form, as do older torch releases on CUDA) the bf16 product is added in place
-(2 + 2 + 4 + 4), which rounds exactly as autograd's way does.
-
-It covers the plain (not tensor-parallel) linear layers of the transformer blocks, in every precision (fp8's
-through its own matmul, fp8.py), the output head, in the chunked loss (loss.py) or as a layer, and the input
-embedding, whose backward adds the tokens' rows into `.grad` rather than filling a whole (vocab, dim) gradient with
-zeros for autograd to add. The trainer refuses it with TP or PP (train.py says why).
-
-Shapes: tokens = bs * seq, in_dim and out_dim the layer's.
-"""
+pass adds each weight gradient into the weight's fp32 `.grad` itself, kept allocated and zeroed in place after each
+optimizer step, instead of handing autograd a new gradient to add. Per parameter and microbatch under bf16 autocast,
+autograd's way moves 18 bytes (6 for a step's first microbatch): the bf16 weight gradient is cast to a new fp32 tensor
+(2 + 4) and added to `.grad` (4 + 4 + 4). Here, on CUDA, cuBLAS adds its fp32 accumulator into `.grad`
+(`torch.addmm(..., out_dtype=torch.float32)`: 4 + 4, and 4 a step to zero it; never rounded to bf16); elsewhere the bf16
+product is added in place (2 + 2 + 4 + 4), rounding as autograd's way does. Not with TP or PP (train.py says why).
+Shapes: tokens = bs * seq, in_dim and out_dim the layer's."""
 
 from __future__ import annotations
 
@@ -40,9 +30,8 @@ def gemm_adds_into_fp32(device: torch.device) -> bool:
     return float(total) == 2.0
 
 
-# An operator of its own, declared to change main_grad in place: inside a compiled backward graph, Inductor calls it on
-# the buffer itself. Written as plain in-place torch, the graph would compute main_grad + a @ b into a new buffer and
-# copy that back (seen in Inductor's generated code, torch 2.9 and 2.13): one more pass over every gradient.
+# An operator declared to change main_grad in place, which a compiled backward graph calls on the buffer itself: as
+# plain in-place torch, Inductor computes main_grad + a @ b into a new buffer and copies it back (torch 2.9, 2.13).
 @torch.library.custom_op("gbvalidate::accumulate_matmul_", mutates_args=("main_grad",))
 def accumulate_(main_grad: Tensor, a: Tensor, b: Tensor, in_gemm: bool) -> None:
     """main_grad += a @ b: main_grad fp32 (out_dim, in_dim), a (out_dim, tokens), b (tokens, in_dim) in the matmuls'
@@ -54,8 +43,7 @@ def accumulate_(main_grad: Tensor, a: Tensor, b: Tensor, in_gemm: bool) -> None:
 
 
 class _LinearAccumulating(torch.autograd.Function):
-    """x @ weight.T, as nn.Linear runs it under autocast; its backward returns the input's gradient and adds the
-    weight's into main_grad (the weight's `.grad`), returning none for autograd to add."""
+    """x @ weight.T, as nn.Linear runs it under autocast; its backward adds the weight's gradient into main_grad."""
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, weight: Tensor, main_grad: Tensor, in_gemm: bool) -> Tensor:
@@ -66,8 +54,8 @@ class _LinearAccumulating(torch.autograd.Function):
             w = weight.to(dtype)  # (out_dim, in_dim)
             out = F.linear(x2, w)  # (tokens, out_dim)
         ctx.save_for_backward(x2, w)
-        # An attribute, not a saved tensor: the buffer changes in place between this forward and its backward (other
-        # microbatches' backward passes), which saved tensors' version checks would refuse.
+        # An attribute, not a saved tensor: other microbatches' backward passes change the buffer in place before this
+        # one's, which saved tensors' version checks would refuse.
         ctx.main_grad, ctx.in_gemm, ctx.x_shape, ctx.x_dtype = main_grad, in_gemm, x.shape, x.dtype
         return out.view(*x.shape[:-1], -1)
 
@@ -81,8 +69,7 @@ class _LinearAccumulating(torch.autograd.Function):
 
 
 class FusedGradLinear(nn.Linear):
-    """nn.Linear without bias whose backward, once fused (fuse_gradient_accumulation), adds the weight's gradient
-    into `weight.grad` (fp32, kept allocated). fp8's layer (fp8.Float8Linear) is one, with its own matmul."""
+    """nn.Linear without bias whose backward, once fused (fuse_gradient_accumulation), adds into `weight.grad`."""
 
     fused = False
     in_gemm = False  # gemm_adds_into_fp32
@@ -95,9 +82,8 @@ class FusedGradLinear(nn.Linear):
 
 
 class _EmbeddingAccumulating(torch.autograd.Function):
-    """weight[ids]; its backward adds each token's gradient into main_grad's row for it (index_add_), where
-    autograd's would fill a new (vocab, dim) gradient with zeros, add the rows into it and then add it whole to
-    `.grad`: two passes over the whole table a microbatch for the few rows the tokens touch."""
+    """weight[ids]; its backward adds each token's gradient into main_grad's row for it, where autograd's would make
+    a (vocab, dim) gradient and add it whole to `.grad`: two passes over the table for the few rows touched."""
 
     @staticmethod
     def forward(ctx: Any, ids: Tensor, weight: Tensor, main_grad: Tensor) -> Tensor:
@@ -126,8 +112,7 @@ class FusedGradEmbedding(nn.Embedding):
 
 
 def _plain(layer: nn.Linear | nn.Embedding) -> bool:
-    """A layer whose whole gradient is its weight's, dense: no bias; no padding index, norm limit, sparse or
-    frequency-scaled gradient."""
+    """Whether the layer's gradient is its weight's, dense (no bias, padding index, norm limit, sparse or scaling)."""
     if isinstance(layer, nn.Linear):
         return layer.bias is None
     return layer.padding_idx is None and layer.max_norm is None and not layer.sparse and not layer.scale_grad_by_freq
@@ -144,10 +129,8 @@ def main_grad(weight: Tensor) -> Tensor:
 
 
 def fuse_gradient_accumulation(model: nn.Module, device: torch.device) -> bool:
-    """Make every bias-free linear layer of the model (the blocks' and the head) and its embedding add their weight
-    gradients into their `.grad`, allocated here (zeros, fp32). Returns whether the GEMM itself adds
-    (gemm_adds_into_fp32): the chunked loss (loss.py) accumulates the head's gradient that way too. Plain weights
-    only: the trainer refuses TP."""
+    """Make the model's bias-free linear layers and embedding add their weight gradients into `.grad` (zeros, fp32);
+    whether the GEMM itself adds (gemm_adds_into_fp32), for the chunked loss to add the head's that way too."""
     in_gemm = gemm_adds_into_fp32(device)
     for name, module in model.named_modules():
         if not isinstance(module, nn.Linear | nn.Embedding):

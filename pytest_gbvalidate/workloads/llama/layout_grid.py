@@ -1,9 +1,5 @@
-"""The layout sweep: train every valid layout of a grid of MBS, TP, PP and CP on the same ranks, record what each
-measured -- or that it ran out of memory, or why it cannot run -- and name the fastest. Writes a table
-(Markdown and CSV), the points as JSON and, with matplotlib installed (the `plots` extra), one PNG per
-parameter plotting step time, peak memory, GPU utilization and SM clock against it. Every point trains with the
-built-in engine. Its command line, which reads a SKU's baseline: `python -m pytest_gbvalidate.layout_sweep`.
-"""
+"""The layout sweep (`python -m pytest_gbvalidate.layout_sweep`): train every valid layout of a grid of MBS, TP, PP
+and CP on the same ranks with the built-in engine, record what each measured (or why not) and name the fastest."""
 
 from __future__ import annotations
 
@@ -33,10 +29,8 @@ OK, OOM, INVALID, FAILED = "ok", "oom", "invalid", "failed"
 POINT_SIZES = tuple(k for k in SIZES if k != "gbs")
 # The sizes a grid sweeps: those but DP, which is what the others leave of the ranks.
 PARAMETERS = tuple(k for k in POINT_SIZES if k != "dp")
-# MBS from 1 to 16, and each parallel size over one range.
 DEFAULT_GRID = {p: [1, 2, 4, 8, 16] if p == "mbs" else [1, 2, 4] for p in PARAMETERS}
-# How a rank's out-of-memory error reads once it has crossed the gang: torch.OutOfMemoryError (CUDA, and the
-# other accelerators' allocators), or the allocator's message where an engine re-raised it as something else.
+# A rank's out-of-memory error once across the gang: torch.OutOfMemoryError, or, re-raised, the allocator's message.
 OOM_MARKERS = ("OutOfMemoryError", "out of memory")
 
 
@@ -58,16 +52,14 @@ class SweepPoint:
         return None if self.layout is None else self.layout.dp
 
     def telemetry_mean(self, series: str) -> float | None:
-        """Mean over the GPUs of a telemetry series (`utilization_pct`, `sm_clock_mhz`), where it was sampled
-        (the sampler names them gpu<index>.<series>)."""
+        """Mean over the GPUs (gpu<index>.<series>) of a telemetry series, where it was sampled."""
         summary = self.telemetry or {}
         means = [stats["mean"] for name, stats in summary.items() if name.startswith("gpu") and name.endswith(series)]
         return sum(means) / len(means) if means else None
 
     @property
     def peak_memory_gib(self) -> float | None:
-        memory = [] if self.result is None else [m.gib for m in self.result.memory]
-        return max(memory) if memory else None
+        return None if self.result is None else max((m.gib for m in self.result.memory), default=None)
 
 
 def layouts(
@@ -101,8 +93,7 @@ def sweep(
     sample: Callable[[], AbstractContextManager[Any]] = nullcontext,
     **fixed: Any,
 ) -> list[SweepPoint]:
-    """Train each valid layout with `train`, inside `sample()` (a telemetry sampler with a `summary()`, or
-    nothing). A point that runs out of memory or fails is recorded as such and the sweep moves on."""
+    """Each point, its valid layout trained with `train` inside `sample()` (a telemetry sampler, or nothing)."""
     points = []
     for point, layout in layouts(cfg, world_size, gbs, grid, **fixed):
         if isinstance(layout, str):
@@ -135,8 +126,6 @@ def best(points: Sequence[SweepPoint]) -> SweepPoint | None:
     return min(done, key=lambda p: p.result.step_time_s if p.result else math.inf, default=None)
 
 
-# --- output -------------------------------------------------------------------------------------------------
-
 COLUMNS = (
     *POINT_SIZES,
     *("status", "step_time_s", "tokens_per_s_per_gpu", "mfu_pct"),
@@ -164,12 +153,10 @@ def row(p: SweepPoint) -> dict[str, Any]:
 
 def markdown_table(points: Sequence[SweepPoint]) -> str:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    for p in points:
-        lines.append("| " + " | ".join(_cell(v) for v in row(p).values()) + " |")
+    lines += ["| " + " | ".join(_cell(v) for v in row(p).values()) + " |" for p in points]
     winner = best(points)
     if winner is not None and winner.result is not None:
-        lines.append("")
-        lines.append(f"Best layout: {winner.result.scope} ({number(winner.result.step_time_s)} s per step)")
+        lines += ["", f"Best layout: {winner.result.scope} ({number(winner.result.step_time_s)} s per step)"]
     return "\n".join(lines) + "\n"
 
 
@@ -186,9 +173,8 @@ OUTPUT_NAMES = ("sweep.md", "sweep.csv", "sweep.json", *(f"sweep_{name}.png" for
 
 
 def write_outputs(points: Sequence[SweepPoint], out: Path, write: Callable[[Path, bytes], None]) -> list[Path]:
-    """sweep.md, sweep.csv, sweep.json and, with matplotlib, sweep_<parameter>.png in `out`, each file's bytes
-    written by `write` (the command line's: files.atomic_write_bytes, which refuses a link or a device there and
-    replaces a file whole or not at all; files.py is no module this one may import); the paths written."""
+    """The paths written in `out`: sweep.md, sweep.csv, sweep.json and, with matplotlib, sweep_<parameter>.png, by
+    `write` (the command line's files.atomic_write_bytes, a module this one may not import)."""
     out.mkdir(parents=True, exist_ok=True)
     write(out / "sweep.md", markdown_table(points).encode("utf-8"))
     table = io.StringIO(newline="")
@@ -215,8 +201,7 @@ PANELS = (
 
 
 def plot(points: Sequence[SweepPoint], out: Path, write: Callable[[Path, bytes], None]) -> list[Path]:
-    """One PNG per parameter, written by `write`: each panel plots a figure against it, one dot per layout that
-    ran; layouts that ran out of memory are marked on the axis. Nothing (and no error) without matplotlib."""
+    """The PNGs written, one per parameter with a panel per figure; none (and no error) without matplotlib."""
     try:
         import matplotlib
     except ImportError:
@@ -241,8 +226,7 @@ def plot(points: Sequence[SweepPoint], out: Path, write: Callable[[Path, bytes],
             if not ran:
                 ax.text(0.5, 0.5, "not sampled", ha="center", va="center", transform=ax.transAxes)
             ax.set_xscale("log", base=2)
-            ax.set_xlabel(parameter.upper())
-            ax.set_title(title)
+            ax.set(xlabel=parameter.upper(), title=title)
         axes[0].legend(fontsize="small")
         path = out / f"sweep_{parameter}.png"
         image = io.BytesIO()
@@ -262,8 +246,7 @@ def native_trainer(
     peak: Peak | None,
     compile_blocks: bool = False,
 ) -> Callable[[Layout], PretrainResult]:
-    """Trains one sweep point with the built-in engine on `gang`; `peak` for the MFU;
-    `compile_blocks` as the baseline's `pretrain.compile` says."""
+    """Trains one sweep point with the built-in engine on `gang`; `compile_blocks`: `pretrain.compile`."""
     from pytest_gbvalidate.workloads.llama.request import EngineOptions, TrainRequest
     from pytest_gbvalidate.workloads.llama.results import summarize
     from pytest_gbvalidate.workloads.llama.train import train_worker

@@ -1,12 +1,7 @@
-"""The output head and the cross-entropy loss in one, over chunks of tokens: the (tokens, vocab) logits are never
-held whole. For Llama 3's 128,256-wide vocabulary a microbatch of 4 x 8192 tokens has 4.2 G logits: 8.4 GB in
-bf16, and the plain head + fp32 cross entropy holds about 14 bytes per logit at the peak of its backward pass
-(59 GB). Here a chunk's logits live only while its share of the loss and of both gradients is computed, in the
-forward pass: the backward pass only scales the gradients it was handed (the idea of Liger Kernel's fused linear
-cross entropy, in plain PyTorch so every device runs it).
-
-Shapes: tokens = bs * seq, dim model width, vocab vocabulary, chunk CHUNK_TOKENS.
-"""
+"""The output head and the cross-entropy loss in one, over chunks of tokens, so the (tokens, vocab) logits are never
+held whole (the plain head's backward peaks at 14 bytes a logit, memory.py: 59 GB for Llama 3's 4 x 8192 tokens).
+A chunk's logits live only while its share of the loss and of both gradients is computed, in the forward pass (as
+in Liger Kernel's fused linear cross entropy, in plain PyTorch). Shapes: tokens = bs * seq, chunk CHUNK_TOKENS."""
 
 from __future__ import annotations
 
@@ -22,9 +17,7 @@ from pytest_gbvalidate.workloads.llama.memory import CHUNK_TOKENS
 
 def softmax_grad(logits: Tensor, labels: Tensor, tokens: int) -> tuple[Tensor, Tensor]:
     """One chunk's cross entropy summed over its tokens (fp32), and d(mean loss)/d(logits) = (softmax -
-    one_hot(label)) / tokens in the logits' dtype. logits (chunk, vocab) as the head's matmul made them, labels
-    (chunk,). Elementwise passes over the chunk in eager mode; the engine compiles it with its blocks
-    (EngineOptions.compile), which fuses them."""
+    one_hot(label)) / tokens in the logits' dtype. logits (chunk, vocab), labels (chunk,)."""
     x = logits.float()  # (chunk, vocab); the same tensor when the logits are fp32
     lse, loss = _logsumexp_and_loss(x, labels)
     grad = x.sub_(lse[:, None]).exp_()  # softmax, in place of the fp32 logits
@@ -33,11 +26,9 @@ def softmax_grad(logits: Tensor, labels: Tensor, tokens: int) -> tuple[Tensor, T
 
 
 def softmax_grad_one_pass(logits: Tensor, labels: Tensor, tokens: int) -> tuple[Tensor, Tensor]:
-    """softmax_grad written for compiling (EngineOptions.loss_grad_one_pass): the label's one is taken off where a
-    column's index equals the label, not by indexing. Compiled, the gradient is written by the pass that computes
-    it; softmax_grad's index_put makes Inductor write the whole fp32 softmax first and read it back (its generated
-    code: an fp32 (chunk, vocab) buffer more, 8 bytes a logit). Eager, this holds more temporaries than
-    softmax_grad's in-place steps: the engine runs it compiled only."""
+    """softmax_grad for compiling (EngineOptions.loss_grad_one_pass): the label's one taken off by comparing column
+    indices, not by indexing, whose index_put makes Inductor write the whole fp32 softmax first and read it back (an
+    fp32 (chunk, vocab) buffer more, in its generated code). Eager, it holds more temporaries: compiled only."""
     x = logits.float()  # (chunk, vocab)
     lse, loss = _logsumexp_and_loss(x, labels)
     is_label = torch.arange(x.shape[1], device=x.device)[None, :] == labels[:, None]  # (chunk, vocab)
@@ -67,8 +58,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         in_gemm: bool,
     ) -> Tensor:
         device_type = h.device.type
-        # The matmuls in autocast's dtype where it is on (as nn.Linear would run), in fp32 otherwise; the
-        # softmax and the loss in fp32 always.
+        # The matmuls in autocast's dtype where it is on (as nn.Linear would run); the softmax and loss in fp32.
         dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else h.dtype
         with torch.autocast(device_type, enabled=False):
             h2 = h.reshape(-1, h.shape[-1])  # (tokens, dim)
@@ -80,9 +70,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
             grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)  # (vocab, dim)
             for start in range(0, tokens, chunk_tokens):
                 hc, yc = h2[start : start + chunk_tokens].to(dtype), y[start : start + chunk_tokens]
-                chunk_loss, grad_logits = chunk_grad(
-                    hc @ w.t(), yc, tokens
-                )  # logits in, their gradient out: (chunk, vocab)
+                # logits in, their gradient out: (chunk, vocab)
+                chunk_loss, grad_logits = chunk_grad(hc @ w.t(), yc, tokens)
                 loss += chunk_loss
                 grad_h[start : start + chunk_tokens] = grad_logits @ w  # (chunk, dim)
                 # In place: no fp32 copy of a (vocab, dim) matrix (in the GEMM itself where `in_gemm`).
@@ -111,10 +100,8 @@ def linear_cross_entropy(
     main_grad: Tensor | None = None,
     in_gemm: bool = False,
 ) -> Tensor:
-    """Mean next-token cross entropy of the logits h @ weight.T, in fp32, chunk by chunk; equal to
-    `cross_entropy((h @ weight.T).float(), labels)` up to rounding. h (bs, seq, dim), weight (vocab, dim),
-    labels (bs, seq). `chunk_grad`: `softmax_grad`, or the engine's compiled copy of it. `main_grad`: the weight's
-    fp32 .grad, which the backward pass adds into itself (grad_accumulation.py; `in_gemm` as there)."""
+    """`cross_entropy((h @ weight.T).float(), labels)` up to rounding, chunk by chunk. h (bs, seq, dim), weight (vocab,
+    dim), labels (bs, seq); `main_grad`, `in_gemm`: the weight's .grad to add into, as in grad_accumulation.py."""
     # Function.apply is untyped up to torch 2.14, typed from 2.15.
     loss: Tensor = _LinearCrossEntropy.apply(h, weight, labels, chunk_tokens, chunk_grad, main_grad, in_gemm)  # type: ignore[no-untyped-call, unused-ignore]
     return loss

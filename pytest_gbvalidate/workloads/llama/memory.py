@@ -1,27 +1,20 @@
 """The built-in engine's memory per rank, estimated before any rank starts, so a layout that cannot fit the GPU
-fails at once instead of by running out of memory half-way. Pure Python.
-
-A rank of pipeline stage s holds, at the peak of a step:
-- its stage's parameters: fp32 weights (4 bytes each), fp32 gradients (4), AdamW's two fp32 moments (8). fp8
-  training keeps fp32 weights too. Under TP a block's matmul weights are split over the TP ranks.
-- the activations its blocks keep for the backward pass, for each microbatch in flight: 1F1B runs up to PP - s
-  microbatches' forward passes ahead of their backward ones; a single stage runs one at a time. Bytes per token
-  per block, with d the model width, kv the key-value width, f the SwiGLU width (`_kept_bytes_per_token`).
+fails at once, not half-way. Pure Python. A rank of pipeline stage s holds, at the peak of a step:
+- its stage's parameters (TP splits a block's matmul weights): fp32 weights (4 bytes each, fp8 training too),
+  fp32 gradients (4), AdamW's two fp32 moments (8);
+- its blocks' activations kept for the backward pass, per microbatch in flight (1F1B runs up to PP - s ahead);
 - on the last stage, the logits and their loss: 14 bytes per logit at the peak of the loss's backward pass
-  (its fp32 log-softmax output, the fp32 gradient of it and of the logits, and their bf16 copy); with the
-  chunked loss only the fp32 gradients of the final hidden state and of the head, the head's bf16 copy under
-  autocast, and one chunk's logits.
-- with recomputation, one block's whole activations while its backward pass runs (after the loss's).
-
-The bytes per token per block in bf16 autocast follow the tensors autograd saves in model.py: both RMSNorms keep
-their fp32 input and output (16d); the bf16 copies autocast makes of the norms' outputs for q, k, v, gate and up
-(10d); the fp32 rotary copies of q and k (4d + 4kv); attention's q, repeated k and v, and output (8d); wo's
-input (2d); SwiGLU's gate, up, gated and product (8f). Compiled blocks keep less (20d + 8f): Inductor saves the
-matmuls' and attention's inputs and outputs (the fp32 block input and residual 8d, the two norms' bf16 outputs 4d,
-q, repeated k and v and attention's output 8d, SwiGLU's four 8f) and recomputes the rest; with fp8 matmuls half
-that was measured (10d + 4f: their saved inputs are fp8). Checked against peaks measured on an H100 and an H200
-for every lever of the engine (tests/unit/test_llama_memory.py): within 4%.
-"""
+  (its fp32 log-softmax output, the fp32 gradient of it and of the logits, and their bf16 copy); with the chunked
+  loss, the fp32 gradients of the final hidden state and of the head, the head's bf16 copy, one chunk's logits;
+- with recomputation, one block's whole activations (RankMemory.recompute_gib).
+A block's bytes per token in bf16 autocast (d model width, kv key-value width, f SwiGLU width) follow the tensors
+autograd saves in model.py: both RMSNorms' fp32 input and output (16d); autocast's bf16 copies of the norms' outputs for
+q, k, v, gate and up (10d); the fp32 rotary copies of q and k (4d + 4kv); attention's q, repeated k and v, and output
+(8d); wo's input (2d); SwiGLU's gate, up, gated and product (8f). Compiled blocks keep 20d + 8f, Inductor saving the
+matmuls' and attention's inputs and outputs (the fp32 block input and residual 8d, the norms' bf16 outputs 4d, q,
+repeated k and v and attention's output 8d, SwiGLU's four 8f); with fp8 matmuls half that was measured (10d + 4f: their
+saved inputs are fp8). Checked against peaks measured on an H100 and an H200 for every lever of the engine
+(tests/unit/test_llama_memory.py): within 4%."""
 
 from __future__ import annotations
 
@@ -32,8 +25,8 @@ from pytest_gbvalidate.workloads.llama.flops import block_matmul_params
 from pytest_gbvalidate.workloads.llama.parallel import Layout
 
 GIB = 2**30
-# The chunked loss's chunk (loss.py): 4096 tokens x 128,256 logits is 2.1 GB per fp32 copy, of which a chunk holds
-# about two (logits and their softmax gradient) and a bf16 copy; large enough that its matmuls run at full speed.
+# The chunked loss's chunk (loss.py): 4096 tokens x 128,256 logits is 2.1 GB per fp32 copy (a chunk holds about
+# two and a bf16 copy); large enough that its matmuls run at full speed.
 CHUNK_TOKENS = 4096
 WHOLE_LOGITS_BYTES = 14  # per logit, bf16 autocast; 12 in fp32, where the logits need no fp32 copy
 CHUNK_LOGIT_BYTES = 10  # per logit of one chunk: fp32 logits, their fp32 softmax gradient, its bf16 copy
@@ -78,7 +71,7 @@ def stage_params(cfg: LlamaConfig, layout: Layout, stage: int) -> int:
 
 
 def _kept_bytes_per_token(cfg: LlamaConfig, layout: Layout, mode: str, compiled: bool) -> int:
-    """What one block keeps for its backward pass, per token (see the module's docstring)."""
+    """What one block keeps for its backward pass, in bytes per token (the module's docstring)."""
     d, kv, f, tp = cfg.dim, cfg.n_kv_heads * cfg.head_dim, cfg.ffn_dim, layout.tp
     if mode == "full":
         return 4 * d  # its fp32 input
@@ -95,15 +88,11 @@ def _kept_bytes_per_token(cfg: LlamaConfig, layout: Layout, mode: str, compiled:
 
 
 def estimate(cfg: LlamaConfig, layout: Layout, *, chunked_loss: bool, compiled: bool) -> list[RankMemory]:
-    """Each pipeline stage's rank at its peak (cfg.seq_len tokens per sequence); `compiled`: torch.compile'd blocks
-    (EngineOptions.compile)."""
+    """Each pipeline stage's rank at its peak; `compiled`: torch.compile'd blocks (EngineOptions.compile)."""
     tokens = layout.mbs * cfg.seq_len // layout.cp  # per microbatch, on this rank
     blocks = cfg.n_layers // layout.pp
     mode = layout.activation_checkpointing
-
-    def kept(mode: str) -> int:
-        return _kept_bytes_per_token(cfg, layout, mode, compiled)
-
+    whole_block = tokens * _kept_bytes_per_token(cfg, layout, "none", compiled)  # recomputed, where it is
     out = []
     for stage in range(layout.pp):
         params = stage_params(cfg, layout, stage)
@@ -122,9 +111,9 @@ def estimate(cfg: LlamaConfig, layout: Layout, *, chunked_loss: bool, compiled: 
                 weights_gib=4 * params / GIB,
                 gradients_gib=4 * params / GIB,
                 optimizer_gib=8 * params / GIB,
-                activations_gib=in_flight * blocks * tokens * kept(mode) / GIB,
+                activations_gib=in_flight * blocks * tokens * _kept_bytes_per_token(cfg, layout, mode, compiled) / GIB,
                 logits_gib=logits / GIB,
-                recompute_gib=tokens * kept("none") / GIB if mode != "none" else 0.0,
+                recompute_gib=whole_block / GIB if mode != "none" else 0.0,
             )
         )
     return out
@@ -134,12 +123,9 @@ def busiest(ranks: list[RankMemory]) -> RankMemory:
     return max(ranks, key=lambda r: r.total_gib)
 
 
-# What a GPU holds beside the tensors the estimate counts, and so the headroom a layout must leave: the CUDA
-# context with torch's kernels loaded (about half a GiB), NCCL's buffers (NCCL_BUFFSIZE, 4 MiB, per channel and
-# peer: up to about a GiB on 8 GPUs, more with NVLS), cuBLAS and cuBLASLt workspaces (tens of MiB), P2P peers'
-# contexts after the bandwidth checks; then the caching allocator's fragmentation, up to about a tenth of its
-# peak. Engineering allowances, not measurements: a GPU run shows the real margin (benchmarks/gpu_smoke.py prints
-# the estimate beside the measured peak).
+# Beside the counted tensors a GPU holds the CUDA context (about half a GiB), NCCL's buffers (up to about a GiB on 8
+# GPUs, more with NVLS), cuBLAS workspaces, P2P peers' contexts, and the allocator's fragmentation (up to a tenth):
+# engineering allowances, not measurements (benchmarks/gpu_smoke.py prints the estimate beside the measured peak).
 FIXED_HEADROOM_GIB = 2.0
 FRAGMENTATION_FRACTION = 0.1
 

@@ -1,11 +1,6 @@
-"""A compact Llama 3: grouped-query attention, rotary position embeddings (theta 500000), RMSNorm, SwiGLU,
-untied input and output embeddings. One model for every layout: a pipeline stage is this model with some
-layers (and the embedding or the head) removed, tensor parallelism swaps its linear layers for sharded ones,
-and context parallelism swaps its attention function.
-
-Shapes in comments: bs batch, seq the sequence this rank holds, dim model width, heads / kv_heads the query
-and key-value heads this rank holds (all of them unless tensor parallel), hd head dim, vocab vocabulary.
-"""
+"""A compact Llama 3 (grouped-query attention, rotary embeddings, RMSNorm, SwiGLU, untied embeddings) for every
+layout: a pipeline stage removes layers, TP shards its linear layers, CP swaps its attention function. Shapes: seq
+the sequence this rank holds, heads / kv_heads the query and key-value heads it holds, hd head dim."""
 
 from __future__ import annotations
 
@@ -48,8 +43,8 @@ def rope_tables(head_dim: int, positions: Tensor, theta: float) -> tuple[Tensor,
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate each adjacent pair (x[2i], x[2i+1]) of every head by its angle (Meta's Llama layout, which
-    treats the pair as one complex number). x: (bs, seq, heads, hd); cos, sin: (seq, hd/2)."""
+    """Rotate each adjacent pair (x[2i], x[2i+1]) of every head by its angle (Meta's Llama layout: one complex
+    number). x: (bs, seq, heads, hd); cos, sin: (seq, hd/2)."""
     pairs = x.float().reshape(*x.shape[:-1], -1, 2)  # (bs, seq, heads, hd/2, 2)
     x0, x1 = pairs.unbind(-1)  # (bs, seq, heads, hd/2) each
     cos, sin = cos[None, :, None, :], sin[None, :, None, :]  # (1, seq, 1, hd/2)
@@ -135,7 +130,7 @@ class TransformerBlock(nn.Module):
         self.attention = Attention(cfg)
         self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.feed_forward = FeedForward(cfg)
-        self.checkpointing = "none"  # parallel.CHECKPOINTING: what backward recomputes instead of keeping
+        self.checkpointing = "none"  # parallel.CHECKPOINTING
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, attend: AttendFn) -> Tensor:
         # Inside the block, so that a compiled block compiles its recomputation with it.
@@ -165,9 +160,7 @@ BlockFn = Callable[[nn.Module, Tensor, Tensor, Tensor, AttendFn], Tensor]
 
 
 class Transformer(nn.Module):
-    """The model, or one pipeline stage of it: a stage lacks the embedding (all but the first), the final norm
-    and head (all but the last), and the layers other stages hold. Layers keep their global index as their
-    name, so a parameter has the same name and the same initial value in every layout."""
+    """The model or a pipeline stage of it; layers keep their global index as name, so weights match in any layout."""
 
     tok_embeddings: nn.Embedding | None
     norm: RMSNorm | None
@@ -184,14 +177,12 @@ class Transformer(nn.Module):
         self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
         self.attend: AttendFn = causal_attention
-        # How each layer is called: `call_block`, or the engine's torch.compile of it (train.py). A compiled
-        # function of the block, not a compiled method kept on the block (nn.Module.compile), which references
-        # its own module: a reference cycle that kept every run's weights until Python's cyclic collector ran.
+        # `call_block`, or the engine's torch.compile of it (train.py): not nn.Module.compile, whose compiled method
+        # references its own module, a cycle that kept every run's weights until the cyclic collector ran.
         self.call_block: BlockFn = call_block
-        # The last stage returns the final norm's output and its loss function applies the head
-        # (loss.linear_cross_entropy), so the logits are never held whole.
+        # The last stage returns the final norm's output and its loss applies the head (loss.linear_cross_entropy).
         self.head_in_loss = False
-        # The positions of the tokens this rank holds: 0..seq-1, or this rank's chunks under context parallelism.
+        # The positions of the tokens this rank holds: 0..seq-1, or its chunks under context parallelism.
         self.register_buffer("positions", torch.arange(cfg.seq_len), persistent=False)
         self.register_buffer("rope_cos", torch.empty(0), persistent=False)
         self.register_buffer("rope_sin", torch.empty(0), persistent=False)
@@ -221,10 +212,8 @@ class Transformer(nn.Module):
 
     @torch.no_grad()
     def init_weights(self, seed: int) -> None:
-        """Seeded initial weights, each parameter from its own generator keyed by its name, so a pipeline
-        stage or a tensor-parallel rank gets exactly the values the whole model has. Linear and embedding
-        weights are normal(0, 0.02); projections back into the residual stream (wo, w2) are scaled down by
-        sqrt(2 * layers), as GPT-2 does, so the residual stream does not grow with depth."""
+        """Seeded weights, each from a generator keyed by its name (any stage or TP rank gets the whole model's):
+        normal(0, 0.02), wo and w2 scaled down by sqrt(2 * layers) as in GPT-2, so the residual stream does not grow."""
         for name, param in self.named_parameters():
             generator = torch.Generator(device=param.device).manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
             if name.endswith("norm.weight"):

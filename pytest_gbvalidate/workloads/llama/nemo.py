@@ -1,27 +1,13 @@
 """The NeMo engines: NVIDIA's training stacks run the same check, and their logs give the step times.
 
-- `nemo`: `nemo.collections.llm` (nemo_toolkit <= 2.7, as in the NGC NeMo containers), its llama3_8b pretrain
-  recipe. nemo_toolkit 3.x has no LLM collection (LLM training moved to Megatron-Bridge): the engine says so.
+- `nemo`: `nemo.collections.llm`'s llama3_8b pretrain recipe (nemo_toolkit <= 2.7, as in the NGC NeMo containers;
+  3.x has no LLM collection, LLM training moved to Megatron-Bridge: the engine says so).
 - `megatron_bridge`: Megatron-Bridge's `llama3_8b_pretrain_config` (0.3.0 takes `mock=True`, 0.3.1 no argument;
   it imports Transformer Engine, so CUDA).
-
-A driver script written here gets the SKU's layout, mock data with Llama 3's vocabulary (NeMo: a null tokenizer,
-nothing downloaded), warm-up + timed steps and a log line per step. It runs under the engine's own Python: this
-interpreter, or the baseline's `pretrain.engine_python` / `--gb-engine-python` (the NeMo image's python, or a
-launcher ending in one, e.g. `srun --container-image=... python`): the plugin only reads its output, so NeMo's
-environment need not be the plugin's. First `<python> driver --check` builds the recipe in one process and prints
-what it holds; a missing engine, an unreachable model hub or a field the release lacks fails there, before any
-rank starts. Then torchrun runs it on every GPU and the step times are read back from the log: NeMo's
-TimingCallback value in its progress line (`... | global_step: 7 | max_memory_reserved: 7.517e+10 |
-max_memory_allocated: 6.84e+10 | reduced_train_loss: 11.2 | train_step_timing in s: 12.39 | ...`; the memory
-figures, rank 0's, only with NEMO_LOG_MEMORY_USAGE=1, which the launch sets), Megatron's training log line
-(`iteration 7/ 13 | ... | elapsed time per iteration (ms): 4160.2 | ... | lm loss: 1.120000E+01 |`) and its one
-memory line per rank after the first iteration. NeMo's mock tokens are uniformly random, whose loss cannot fall
-below ln(vocab) (Megatron-Bridge's mock sequences are learnable): the loss check is weaker with them than with the
-built-in engine's learnable data.
-
-This module does not import NeMo: the driver does, in the processes it starts (the scripts: nemo_drivers.py).
-"""
+A driver script (nemo_drivers.py; this module does not import NeMo) runs under the engine's own Python: this
+interpreter, or `pretrain.engine_python` / `--gb-engine-python` (e.g. `srun --container-image=... python`). Its
+`--check` builds the recipe in one process, so a missing engine or model hub or a field the release lacks fails
+before any rank starts; then torchrun runs it on every GPU and the step times are read back from the log."""
 
 from __future__ import annotations
 
@@ -61,17 +47,13 @@ class EngineFailed(RuntimeError):
 
 @dataclass(frozen=True)
 class EnginePython:
-    """The command the driver runs under (`<command> gbvalidate_<engine>_pretrain.py`, `<command> -m
-    torch.distributed.run ...`) and where it was named: the plugin's `gb_engine_python`."""
+    """The command the driver runs under, and where it was named (the plugin's `gb_engine_python`)."""
 
     command: tuple[str, ...]
     source: str
 
 
 THIS_PYTHON = EnginePython((sys.executable,), "this interpreter")
-
-
-# --- the launch ---------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -105,8 +87,7 @@ def settings(spec: PretrainSpec, gpus: int, workdir: Path) -> dict[str, Any]:
 
 
 def plan_launch(spec: PretrainSpec, gpus: int, workdir: Path, python: EnginePython = THIS_PYTHON) -> LaunchPlan:
-    """The driver script for the baseline's engine, the command that checks it and the torchrun command that
-    runs it on `gpus` GPUs, both under `python`."""
+    """The driver script for the baseline's engine, and the commands under `python` that check it and run it."""
     engine = spec.layout.engine
     if spec.model != RECIPE_MODEL:
         raise EngineUnavailable(f"engine {engine} runs the {RECIPE_MODEL} recipe only, not {spec.model}")
@@ -118,20 +99,12 @@ def plan_launch(spec: PretrainSpec, gpus: int, workdir: Path, python: EnginePyth
     source = driver_source(engine, values)
     driver_path = workdir / f"gbvalidate_{engine}_pretrain.py"
     torchrun = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}", str(driver_path)]
-    # NeMo logs its memory peaks only when asked; its recipe needs nothing from the model hub, so an air-gapped
-    # node fails fast instead of waiting on the network. Megatron-Bridge reads Llama's config from the hub.
+    # NeMo logs its memory peaks only when asked; its recipe needs nothing from the model hub (Megatron-Bridge's
+    # does), so an air-gapped node fails fast instead of waiting on the network.
     env = {"NEMO_LOG_MEMORY_USAGE": "1", "HF_HUB_OFFLINE": "1"} if engine == "nemo" else {}
-    return LaunchPlan(
-        engine=engine,
-        python=python,
-        check_argv=[*python.command, str(driver_path), "--check"],
-        argv=[*python.command, *torchrun],
-        env=env,
-        driver_path=driver_path,
-        driver_source=source,
-        log_path=workdir / f"{engine}_pretrain.log",
-        settings=values,
-    )
+    check_argv, argv = [*python.command, str(driver_path), "--check"], [*python.command, *torchrun]
+    log_path = workdir / f"{engine}_pretrain.log"
+    return LaunchPlan(engine, python, check_argv, argv, env, driver_path, source, log_path, values)
 
 
 def run_pretrain(
@@ -155,18 +128,12 @@ def run_pretrain(
 
 
 def check_recipe(plan: LaunchPlan, timeout_s: float = CHECK_TIMEOUT_S) -> dict[str, Any]:
-    """Build the recipe under the engine's Python without training, and make sure it holds the layout: what the
-    driver read back from the built recipe, or EngineUnavailable / EngineFailed saying what is wrong."""
+    """The recipe the driver built under the engine's Python, as read back, checked to hold the layout (else raises)."""
     where = f"engine {plan.engine} under {' '.join(plan.python.command)} ({plan.python.source})"
+    env, cwd = {**os.environ, **plan.env}, plan.driver_path.parent
     try:
         done = subprocess.run(
-            plan.check_argv,
-            cwd=plan.driver_path.parent,
-            env={**os.environ, **plan.env},
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=timeout_s,
+            plan.check_argv, cwd=cwd, env=env, capture_output=True, text=True, errors="replace", timeout=timeout_s
         )
     except OSError as exc:
         raise EngineUnavailable(f"{where}: cannot start it: {exc.strerror or exc}") from None
@@ -191,8 +158,7 @@ def check_recipe(plan: LaunchPlan, timeout_s: float = CHECK_TIMEOUT_S) -> dict[s
 
 
 def recipe_problems(asked: Mapping[str, Any], recipe: Any) -> list[str]:
-    """What the built recipe lacks or holds differently from what the driver set: `recipe` is the driver's
-    description, {"values": {setting: value read back}, "missing": [fields the release does not have]}."""
+    """What the built recipe, as the driver describes it, lacks or holds differently from what the driver set."""
     if not isinstance(recipe, dict) or not isinstance(recipe.get("values"), dict):
         return [f"the driver's description is not {{'values': {{...}}, 'missing': [...]}}: {str(recipe)[:200]}"]
     found = [f"{field}: this release has no such field" for field in recipe.get("missing") or []]
@@ -212,21 +178,20 @@ def _tail(path: Path) -> str:
     return f"...{text[-LOG_TAIL_CHARS:]}" if len(text) > LOG_TAIL_CHARS else text
 
 
-# --- the log ------------------------------------------------------------------------------------------------
-
 _NUMBER = r"([-+]?\d*\.?\d+(?:[eE][-+]?\d+)?)"
+# NeMo's progress line (`... | global_step: 7 | max_memory_reserved: 7.517e+10 | max_memory_allocated: 6.84e+10 |
+# reduced_train_loss: 11.2 | train_step_timing in s: 12.39 | ...`), its memory peaks rank 0's, in bytes, printed
+# `{value:.4}` or as an integer when whole, under NEMO_LOG_MEMORY_USAGE=1 only.
 _NEMO_STEP = re.compile(r"global_step: (\d+)")
 _NEMO_TIME = re.compile(r"train_step_timing in s: " + _NUMBER)
 _NEMO_LOSS = re.compile(r"reduced_train_loss: " + _NUMBER)
-# torch.cuda.max_memory_allocated() / max_memory_reserved() in bytes, as NeMo's MegatronStrategy logs them under
-# NEMO_LOG_MEMORY_USAGE=1 (printed `{value:.4}`, or as an integer when whole).
 _NEMO_ALLOCATED = re.compile(r"max_memory_allocated: " + _NUMBER)
 _NEMO_RESERVED = re.compile(r"max_memory_reserved: " + _NUMBER)
-# Megatron-Bridge's one memory line per rank of DP rank 0, after its first iteration (`[Rank 3] (after 1 iterations)
-# memory (GB) | ... | mem-max-allocated-gigabytes: 52.345 | ... | mem-max-reserved-gigabytes: 60.123 | ...`), in
-# decimal GB (torch.cuda.memory_stats() / 1e9).
+# Megatron-Bridge's memory line per rank of DP rank 0 after its first iteration (`[Rank 3] (after 1 iterations)
+# memory (GB) | ... | mem-max-allocated-gigabytes: 52.345 | ...`), in decimal GB (torch.cuda.memory_stats() / 1e9).
 _BRIDGE_ALLOCATED = re.compile(r"mem-max-allocated-gigabytes: " + _NUMBER)
 _BRIDGE_RESERVED = re.compile(r"mem-max-reserved-gigabytes: " + _NUMBER)
+# Megatron's training log line: `iteration 7/ 13 | ... | elapsed time per iteration (ms): 4160.2 | ... | lm loss: ...`
 _MEGATRON_STEP = re.compile(r"iteration\s+(\d+)/\s*\d+ \|")
 _MEGATRON_TIME = re.compile(r"elapsed time per iteration \(ms\): " + _NUMBER)
 _MEGATRON_LOSS = re.compile(r"lm loss: " + _NUMBER)
@@ -251,22 +216,18 @@ def parse_log(engine: str, text: str) -> list[LoggedStep]:
                 continue
             allocated, reserved = _NEMO_ALLOCATED.search(line), _NEMO_RESERVED.search(line)
             index = int(step.group(1)) + 1  # NeMo counts global_step from 0
-            logged = LoggedStep(
-                index,
-                float(time_s.group(1)),
-                float(loss.group(1)) if loss else None,
-                float(allocated.group(1)) if allocated else None,
-                float(reserved.group(1)) if reserved else None,
-            )
+            logged = LoggedStep(index, float(time_s.group(1)), _number(loss), _number(allocated), _number(reserved))
         else:
             step, time_ms, loss = _MEGATRON_STEP.search(line), _MEGATRON_TIME.search(line), _MEGATRON_LOSS.search(line)
             if step is None or time_ms is None:
                 continue
-            logged = LoggedStep(
-                int(step.group(1)), float(time_ms.group(1)) / 1e3, float(loss.group(1)) if loss else None
-            )
+            logged = LoggedStep(int(step.group(1)), float(time_ms.group(1)) / 1e3, _number(loss))
         steps.setdefault(logged.step, logged)
     return [steps[i] for i in sorted(steps)]
+
+
+def _number(found: re.Match[str] | None) -> float | None:
+    return None if found is None else float(found.group(1))
 
 
 def result_from_log(spec: PretrainSpec, text: str) -> PretrainResult:
@@ -281,18 +242,12 @@ def result_from_log(spec: PretrainSpec, text: str) -> PretrainResult:
     if None in losses:
         raise EngineFailed(f"{engine}: a step's log line has no loss")
     request = TrainRequest(spec.config, spec.layout, spec.warmup_steps, spec.timed_steps, spec.learning_rate)
-    return pretrain_result(
-        request,
-        [s.step_time_s for s in logged[spec.warmup_steps :]],
-        [x for x in losses if x is not None],
-        logged_memory(engine, text, logged),
-        spec.peak,
-    )
+    times, known = [s.step_time_s for s in logged[spec.warmup_steps :]], [x for x in losses if x is not None]
+    return pretrain_result(request, times, known, logged_memory(engine, text, logged), spec.peak)
 
 
 def logged_memory(engine: str, text: str, logged: list[LoggedStep]) -> list[MemoryPeak]:
-    """The device memory peaks the engine's log gives: NeMo's rank 0 on every step line (the peak so far);
-    Megatron-Bridge's after its first iteration, on each rank that prints one (the busiest taken)."""
+    """The device memory peaks the engine's log gives: NeMo's rank 0's, Megatron-Bridge's busiest rank's."""
     if engine == "nemo":
         where = "engine log, rank 0"
         peaks = {
@@ -301,8 +256,6 @@ def logged_memory(engine: str, text: str, logged: list[LoggedStep]) -> list[Memo
         }
     else:
         where = "engine log after the first iteration, busiest rank"
-        peaks = {
-            "allocated": [float(m.group(1)) * 1e9 for m in _BRIDGE_ALLOCATED.finditer(text)],
-            "reserved": [float(m.group(1)) * 1e9 for m in _BRIDGE_RESERVED.finditer(text)],
-        }
+        lines = {"allocated": _BRIDGE_ALLOCATED, "reserved": _BRIDGE_RESERVED}
+        peaks = {kind: [float(m.group(1)) * 1e9 for m in pattern.finditer(text)] for kind, pattern in lines.items()}
     return [MemoryPeak(f"device max {kind} ({where})", max(b) / GIB) for kind, b in peaks.items() if b]

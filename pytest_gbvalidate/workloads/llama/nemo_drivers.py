@@ -1,11 +1,6 @@
-"""The NeMo engines' driver scripts: the Python source nemo.py writes next to the run and starts under the engine's
-own Python (`<python> driver --check`, then torchrun), so they import the engine, which this package never does.
-
-`driver_source(engine, settings)` puts one script together: SETTINGS and SIZE_FIELDS (Python literals), the head,
-the engine's `build()` and `describe()`, and the main. What the scripts print for the plugin to read (the recipe
-line, the unavailable line and its exit code) is spelled as nemo.py's RECIPE_MARK, UNAVAILABLE_MARK and
-UNAVAILABLE_EXIT.
-"""
+"""The NeMo engines' driver scripts, which nemo.py writes next to the run and starts under the engine's own Python,
+so that they, never this package, import the engine. What they print for the plugin (the recipe line, the
+unavailable line and its exit code) is spelled as nemo.py's RECIPE_MARK, UNAVAILABLE_MARK and UNAVAILABLE_EXIT."""
 
 from __future__ import annotations
 
@@ -35,17 +30,14 @@ RECIPE_SIZES = tuple(RECIPE_FIELDS["nemo"])  # the sizes SETTINGS carry, by our 
 
 
 def driver_source(engine: str, settings: dict[str, Any]) -> str:
-    """The driver script for `engine` (one of ENGINES) with `settings` and its recipe's fields of the layout's
-    sizes (RECIPE_FIELDS) written into it as Python literals."""
+    """The driver script for `engine`, its settings and RECIPE_FIELDS written in as Python literals."""
     body = {"nemo": _NEMO_DRIVER, "megatron_bridge": _MEGATRON_BRIDGE_DRIVER}[engine]
     fields = pprint.pformat(RECIPE_FIELDS[engine], sort_dicts=False)
     return f"SETTINGS = {pprint.pformat(settings)}\nSIZE_FIELDS = {fields}\n{_DRIVER_HEAD}{body}{_DRIVER_MAIN}"
 
 
-# --- the driver scripts (run under the engine's Python; they import the engine) --------------------------------
-# One script: SETTINGS, SIZE_FIELDS, the head, an engine's build() and describe(), and the main. `--check` builds
-# and prints what the recipe holds; otherwise it trains. Imports that fail, and what cannot be had (the model hub),
-# are one line the plugin reads, not a traceback.
+# Below: the head, each engine's build() and describe(), and the main (`--check` prints what the recipe holds, else
+# it trains). Imports that fail, and what cannot be had (the model hub), are one line the plugin reads.
 
 _DRIVER_HEAD = """
 import importlib.metadata

@@ -1,10 +1,6 @@
-"""Parallel layouts of a pretraining run and the rules that make one valid. Pure Python (no torch): the
-baseline loader and the suite reject an invalid layout before any process starts.
-
-World = TP x PP x CP x DP ranks. Each step trains on GBS sequences: each DP rank takes GBS / DP of them and
-feeds them through its pipeline in microbatches of MBS sequences; under CP each rank of a CP group holds
-1 / CP of every sequence.
-"""
+"""Parallel layouts of a pretraining run and the rules that make one valid. Pure Python: the baseline loader and
+the suite reject an invalid layout before any process starts. World = TP x PP x CP x DP ranks; each step trains on
+GBS sequences, GBS / DP per DP rank fed through its pipeline in microbatches of MBS; CP splits every sequence."""
 
 from __future__ import annotations
 
@@ -18,14 +14,12 @@ ENGINES = ("native", "nemo", "megatron_bridge")
 # blocks' matmuls in fp8 (the head stays bf16, as NeMo and torchao keep it).
 PRECISIONS = ("fp32", "bf16", "fp8")
 # How fp8 scales are chosen: from each tensor as it is cast ("current", per-tensor: the native engine's, Megatron's
-# "tensorwise") or from the amax history of earlier steps ("delayed": NeMo 2's bf16_with_fp8_mixed). The same
-# layout label must not cover two different runs, so the label names it: fp8cs / fp8ds.
+# "tensorwise") or from earlier steps' amax history ("delayed": NeMo 2's bf16_with_fp8_mixed); a label names it.
 FP8_RECIPES = ("current", "delayed")
 _FP8_LABELS = {"current": "fp8cs", "delayed": "fp8ds"}
 FP8_MULTIPLE = 16
-# What the backward pass recomputes instead of keeping: nothing; every transformer block from its input (about a
-# third more compute for the least memory); or a block's cheap elementwise work (norms, rotary embedding, SwiGLU
-# gating, casts) while its matmul and attention outputs are kept.
+# What the backward pass recomputes instead of keeping: nothing; every block from its input (about a third more
+# compute for the least memory); or a block's cheap elementwise work, its matmul and attention outputs kept.
 CHECKPOINTING = ("none", "full", "selective")
 _CHECKPOINTING_LABELS = {"none": "", "full": "-ac", "selective": "-sac"}
 
@@ -36,7 +30,6 @@ class LayoutError(ValueError):
 
 @dataclass(frozen=True)
 class Layout:
-    # The sizes: the integer fields, in the order a label names them (SIZES, below, is read from here).
     mbs: int  # micro-batch size: sequences per pipeline microbatch
     gbs: int  # global batch size: sequences per optimizer step, all DP ranks together
     tp: int = 1  # tensor parallel: each layer's heads and FFN split over TP ranks
@@ -63,16 +56,14 @@ class Layout:
 
     @property
     def label(self) -> str:
-        """e.g. native-bf16-mbs4-gbs128-tp1-pp2-cp1-dp2-ac (-ac full, -sac selective activation checkpointing;
-        fp8cs / fp8ds for fp8 with current / delayed scaling): what a step time measured with this layout is valid
-        for. The engine comes first: `engine_of` reads it."""
+        """What a step time measured with this layout is valid for, e.g. native-bf16-mbs4-gbs128-tp1-pp2-cp1-dp2-ac
+        (-ac full, -sac selective checkpointing; fp8cs / fp8ds). The engine comes first: `engine_of` reads it."""
         sizes = "-".join(f"{k}{v}" for k, v in self.sizes().items())
         precision = _FP8_LABELS.get(self.fp8_recipe, "fp8") if self.precision == "fp8" else self.precision
         return f"{self.engine}-{precision}-{sizes}{_CHECKPOINTING_LABELS.get(self.activation_checkpointing, '')}"
 
 
-# The layout's sizes, written once (Layout's integer fields): its label, a baseline's `pretrain` section, a report's
-# layout details and the layout sweep's table name them in this order.
+# Layout's integer fields, in the order its label, a baseline's `pretrain` section, a report and the sweep name them.
 SIZES = tuple(name for name, kind in get_type_hints(Layout).items() if kind is int)
 
 
@@ -81,8 +72,8 @@ def engine_of(label: str) -> str:
 
 
 def engine_mismatch(metric: str, recorded_labels: list[str], label: str) -> str | None:
-    """Why a measurement with layout `label` must not be compared with a baseline whose values for `metric`
-    were recorded under `recorded_labels`: they all come from other engines. None when they do not."""
+    """Why a measurement with layout `label` must not be compared with a baseline whose values for `metric` were
+    recorded under `recorded_labels` (all from other engines), else None."""
     engines = sorted({engine_of(x) for x in recorded_labels})
     if label in recorded_labels or not engines or engine_of(label) in engines:
         return None
@@ -115,17 +106,7 @@ def for_world(
         raise LayoutError(
             f"TP*PP*CP = {tp}*{pp}*{cp} = {model_parallel} does not divide the world of {world_size} ranks"
         )
-    return Layout(
-        mbs=mbs,
-        gbs=gbs,
-        tp=tp,
-        pp=pp,
-        cp=cp,
-        dp=world_size // model_parallel,
-        precision=precision,
-        engine=engine,
-        activation_checkpointing=activation_checkpointing,
-    )
+    return Layout(mbs, gbs, tp, pp, cp, world_size // model_parallel, precision, engine, activation_checkpointing)
 
 
 def problems(cfg: LlamaConfig, layout: Layout) -> list[tuple[str, str]]:
@@ -141,19 +122,13 @@ def problems(cfg: LlamaConfig, layout: Layout) -> list[tuple[str, str]]:
     if cfg.n_kv_heads % layout.tp:
         found.append(("tp", f"{cfg.n_kv_heads} KV heads are not divisible by TP={layout.tp}"))
     if cfg.seq_len % (2 * layout.cp):
-        # Each CP rank holds two of 2*CP chunks (one early, one late), so causal attention costs every rank
-        # the same.
+        # Each CP rank holds two of 2*CP chunks (one early, one late), so causal attention costs every rank the same.
         found.append(("cp", f"sequence length {cfg.seq_len} is not divisible by 2*CP = {2 * layout.cp}"))
     if layout.gbs % (layout.mbs * layout.dp):
         found.append(("gbs", f"GBS {layout.gbs} is not divisible by MBS*DP = {layout.mbs}*{layout.dp}"))
     elif layout.pp > 1 and layout.microbatches < layout.pp:
-        found.append(
-            (
-                "gbs",
-                f"{layout.microbatches} microbatches per step (GBS/(MBS*DP)) cannot fill PP={layout.pp} stages; "
-                "1F1B needs at least one per stage",
-            )
-        )
+        needs = f"cannot fill PP={layout.pp} stages; 1F1B needs at least one per stage"
+        found.append(("gbs", f"{layout.microbatches} microbatches per step (GBS/(MBS*DP)) {needs}"))
     if layout.engine not in ENGINES:
         found.append(("engine", f"engine {layout.engine!r} is not one of {', '.join(ENGINES)}"))
     if layout.precision not in PRECISIONS:
@@ -162,9 +137,8 @@ def problems(cfg: LlamaConfig, layout: Layout) -> list[tuple[str, str]]:
         # Its fp8 matmuls take plain tensors; tensor-parallel weights are DTensors.
         found.append(("precision", f"the native engine trains in fp8 without tensor parallelism, not TP={layout.tp}"))
     if layout.engine == "native" and layout.precision == "fp8":
-        # torch._scaled_mm on CUDA (cuBLASLt's fp8 rule): the inner dimension and both of the second operand's are
-        # multiples of 16. The weight gradient is (out_dim, tokens) @ (tokens, in_dim): a microbatch's tokens on a
-        # rank are an inner dimension too. The CPU kernel does not check, so the rule is here, before any rank.
+        # cuBLASLt's fp8 rule for torch._scaled_mm: the inner dimension and both of the second operand's are
+        # multiples of 16, a rank's tokens too (the weight gradient's inner one). The CPU's kernel does not check.
         sizes = {
             "dim": cfg.dim,
             "KV dim": cfg.n_kv_heads * cfg.head_dim,
@@ -179,13 +153,8 @@ def problems(cfg: LlamaConfig, layout: Layout) -> list[tuple[str, str]]:
     elif layout.engine == "native" and layout.fp8_recipe != "current":
         found.append(("fp8_recipe", "the native engine scales fp8 tensors as they are cast: fp8_recipe current only"))
     if layout.activation_checkpointing not in CHECKPOINTING:
-        found.append(
-            (
-                "activation_checkpointing",
-                f"activation checkpointing {layout.activation_checkpointing!r} is not one of "
-                f"{', '.join(CHECKPOINTING)}",
-            )
-        )
+        said = f"activation checkpointing {layout.activation_checkpointing!r} is not one of {', '.join(CHECKPOINTING)}"
+        found.append(("activation_checkpointing", said))
     return found
 
 
@@ -199,10 +168,8 @@ def validate(cfg: LlamaConfig, layout: Layout) -> Layout:
 
 
 def weak_scaled(layout: Layout, world_size: int) -> Layout:
-    """The layout for a world that is a whole multiple of the layout's ranks (a torchrun / srun world of several
-    nodes, each with the layout's ranks): more data-parallel replicas with the same batch per replica, so each
-    node trains what it would alone and the step time across N nodes compares with one node's (weak scaling).
-    Any other world keeps the layout, which check_world then judges."""
+    """The layout for a world that is a whole multiple of its ranks: more DP replicas, each node training what it
+    would alone (weak scaling); else the layout itself."""
     if world_size <= layout.world_size or world_size % layout.world_size:
         return layout
     replicas = world_size // layout.world_size

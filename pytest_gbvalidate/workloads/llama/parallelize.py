@@ -1,15 +1,6 @@
-"""A layout applied to the model on one rank, in a fixed order: the pipeline stage's share of the model (PP),
-then tensor parallel linear layers (TP), then context parallel attention (CP). Data parallel replicas (DP)
-average their gradients after backward (`average_gradients`).
-
-Ranks are numbered with DP outermost and TP innermost (rank = ((dp * PP + pp) * CP + cp) * TP + tp; see
-MESH_DIMS below), so the ranks of a TP group, which talk in every layer, are neighbours (one NVLink domain on a
-GPU node), and a node holds whole pipelines.
-
-Gradients are averaged per parameter after the whole backward (`average_gradients`), not bucketed and overlapped
-with it as DDP and Megatron do: a multi-rank step pays the all-reduce time on top of the compute, and the MFU it
-reports is lower by that much than an overlapping engine's would be at the same compute speed.
-"""
+"""A layout applied to the model on one rank: its pipeline stage (PP), tensor parallel linear layers (TP), context
+parallel attention (CP). DP replicas average gradients after the whole backward (`average_gradients`), not bucketed
+and overlapped with it as DDP and Megatron do: a multi-rank step pays the all-reduce, and its MFU is lower by that."""
 
 from __future__ import annotations
 
@@ -19,6 +10,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 from torch import Tensor
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor
@@ -29,11 +21,9 @@ from pytest_gbvalidate.workloads.llama.fp8 import convert_blocks_to_fp8
 from pytest_gbvalidate.workloads.llama.model import Transformer, repeat_kv
 from pytest_gbvalidate.workloads.llama.parallel import Layout, check_world
 
-# Ranks are laid out data-parallel outermost, TP innermost: consecutive ranks (one node's GPUs under torchrun or
-# srun) hold whole pipelines. A layout weak-scaled over N nodes then trains on each node exactly what the node
-# trains alone (its PP, CP and TP traffic stays inside it; only the gradient sync crosses nodes), and a slow node
-# shows in its own ranks' work rather than in every pipeline. (Megatron puts PP outermost, pipelines across nodes.)
-# The layout's parallel sizes (parallel.SIZES), in this order on purpose, not in SIZES' (a label's) order.
+# Ranks are numbered DP outermost, TP innermost (not in SIZES' order): a TP group, talking in every layer, is one
+# NVLink domain, and a node holds whole pipelines, so weak-scaled over N nodes each trains what it would alone (only
+# the gradient sync crosses nodes) and a slow node shows in its own ranks. (Megatron puts PP outermost.)
 MESH_DIMS = ("dp", "pp", "cp", "tp")
 # The dimensions whose ranks hold the same weights: their gradients are averaged over them together.
 REPLICA_DIMS = ("dp", "cp")
@@ -94,18 +84,10 @@ def build_groups(layout: Layout, device: torch.device) -> RankGroups:
     )
 
 
-# --- PP ---------------------------------------------------------------------------------------------------
-
-
-def stage_layers(cfg: LlamaConfig, pp: int, stage: int) -> range:
-    per_stage = cfg.n_layers // pp
-    return range(stage * per_stage, (stage + 1) * per_stage)
-
-
 def keep_stage(model: Transformer, pp: int, stage: int) -> None:
-    """Cut `model` down to pipeline stage `stage` of `pp`: its layers; the embedding on the first stage, the
-    final norm and output head on the last."""
-    keep = {str(i) for i in stage_layers(model.cfg, pp, stage)}
+    """Cut `model` down to pipeline stage `stage` of `pp`: its layers, the embedding first, norm and head last."""
+    per_stage = model.cfg.n_layers // pp
+    keep = {str(i) for i in range(stage * per_stage, (stage + 1) * per_stage)}
     for name in [n for n in model.layers if n not in keep]:
         del model.layers[name]
     if stage > 0:
@@ -115,11 +97,8 @@ def keep_stage(model: Transformer, pp: int, stage: int) -> None:
         model.output = None
 
 
-# --- TP ---------------------------------------------------------------------------------------------------
-
-# Megatron's split: Q, K, V and the SwiGLU gate/up projections by output columns (each rank gets whole heads
-# and a slice of the FFN), the attention output and FFN down projections by input rows; one all-reduce after
-# each row-wise layer. Embedding, norms and the output head stay replicated.
+# Megatron's split: Q, K, V and SwiGLU's gate and up by output columns (whole heads, a slice of the FFN), attention's
+# output and FFN's down by input rows (an all-reduce after each); embedding, norms and head stay replicated.
 TP_PLAN = {
     "attention.wq": ColwiseParallel(),
     "attention.wk": ColwiseParallel(),
@@ -131,25 +110,15 @@ TP_PLAN = {
 }
 
 
-def apply_tensor_parallel(model: Transformer, tp_mesh: DeviceMesh) -> None:
-    for block in model.layers.values():
-        parallelize_module(block, tp_mesh, TP_PLAN)
-
-
-# --- CP ---------------------------------------------------------------------------------------------------
-
-
 def context_parallel_positions(seq_len: int, cp: int, cp_rank: int) -> Tensor:
-    """Positions of the tokens CP rank `cp_rank` holds: chunks r and 2*CP-1-r of 2*CP, one early and one late,
-    so every rank does the same share of causal attention work."""
+    """Positions of CP rank `cp_rank`'s tokens: chunks r and 2*CP-1-r of 2*CP, for an equal share of attention."""
     chunks = torch.arange(seq_len).chunk(2 * cp)
     return torch.cat((chunks[cp_rank], chunks[2 * cp - 1 - cp_rank]))
 
 
 class _GatherSequence(torch.autograd.Function):
-    """All-gather along the sequence dimension (dim 2 of (bs, heads, seq, hd)); the backward pass sums the
-    gradients of every rank's copy and keeps this rank's slice. all_gather and all_reduce, which every backend
-    has (gloo has no reduce_scatter of tensor lists)."""
+    """All-gather along dim 2 of (bs, heads, seq, hd); the backward sums every rank's copy's gradient and keeps this
+    rank's slice (all_reduce: gloo has no reduce_scatter of tensor lists)."""
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, group: dist.ProcessGroup) -> Tensor:
@@ -168,11 +137,9 @@ class _GatherSequence(torch.autograd.Function):
 
 
 class ContextParallelAttention:
-    """Causal attention over a sequence split across a CP group, by all-gathering keys and values (the
-    all-gather flavour of context parallelism, as Llama 3's training used): each rank attends with its own
-    queries to the whole sequence's keys and values, masked by the tokens' global positions. torch's own
-    experimental context_parallel (ring attention) does not run on the CPU in torch 2.13 (the CPU attention
-    kernel has no sharding strategy), so the cpu SKU could not run the lines a GPU runs; this runs on both."""
+    """Causal attention over a sequence split across a CP group by all-gathering keys and values (as Llama 3's
+    training did), masked by the tokens' global positions. torch's experimental context_parallel (ring attention)
+    does not run on the CPU (torch 2.13), so the cpu SKU could not run the lines a GPU runs; this runs on both."""
 
     def __init__(self, group: dist.ProcessGroup, seq_len: int, device: torch.device) -> None:
         cp, cp_rank = dist.get_world_size(group), dist.get_rank(group)
@@ -186,19 +153,13 @@ class ContextParallelAttention:
         k = _GatherSequence.apply(k, self.group)  # type: ignore[no-untyped-call, unused-ignore]
         v = _GatherSequence.apply(v, self.group)  # type: ignore[no-untyped-call, unused-ignore]
         n_rep = q.shape[1] // k.shape[1]
-        return torch.nn.functional.scaled_dot_product_attention(
-            q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), attn_mask=self.mask
-        )
-
-
-# --- the model on this rank ----------------------------------------------------------------------------------
+        return F.scaled_dot_product_attention(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), attn_mask=self.mask)
 
 
 def build_rank_model(
     cfg: LlamaConfig, layout: Layout, groups: RankGroups | None, device: torch.device, seed: int
 ) -> Transformer:
-    """This rank's part of the model with the whole model's seeded weights, parallelised as `layout` says.
-    Built on the meta device and materialised after the pipeline cut, so a rank allocates only its stage."""
+    """This rank's part of the seeded model, parallelised as `layout` says; a rank allocates only its stage."""
     with torch.device("meta"):
         model = Transformer(cfg)
     at = groups.at if groups is not None else Coordinates()
@@ -212,7 +173,8 @@ def build_rank_model(
     if layout.tp > 1:
         assert groups is not None
         assert groups.tp_mesh is not None
-        apply_tensor_parallel(model, groups.tp_mesh)
+        for block in model.layers.values():
+            parallelize_module(block, groups.tp_mesh, TP_PLAN)
     if layout.cp > 1:
         assert groups is not None
         assert groups.cp_group is not None
@@ -221,8 +183,7 @@ def build_rank_model(
 
 
 def average_gradients(model: torch.nn.Module, group: dist.ProcessGroup | None) -> None:
-    """Average gradients over the ranks holding the same weights (DP x CP). Tensor-parallel parameters are
-    DTensors: their local shards are averaged, each with the same shard on the other replicas."""
+    """Average gradients over the ranks holding the same weights (DP x CP); a DTensor's (TP's) by its local shard."""
     if group is None or dist.get_world_size(group) == 1:
         return
     n = dist.get_world_size(group)

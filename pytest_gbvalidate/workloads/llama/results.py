@@ -1,8 +1,5 @@
-"""What a training run gives back, whatever engine ran it: each rank's `RankResult` and `MemoryPeak`, and the run's
-figures (`PretrainResult`: step time, throughput, MFU, loss curve, per-rank and per-node spread) that the suite
-checks. `summarize` makes them from the built-in engine's ranks (train.py); `pretrain_result` from any engine's
-step times (the NeMo engines: nemo.py). No torch here.
-"""
+"""What a training run gives back, whatever engine ran it: each rank's `RankResult`, and the run's figures that the
+suite checks, from the built-in engine's ranks (`summarize`) or any engine's step times. No torch here."""
 
 from __future__ import annotations
 
@@ -19,10 +16,9 @@ from pytest_gbvalidate.workloads.llama.parallel import Layout
 if TYPE_CHECKING:
     from pytest_gbvalidate.workloads.llama.request import TrainRequest
 
-# The loss must end (mean of the last LOSS_TAIL_STEPS steps) more than this far below the first step's loss.
-# Shrinking the initial random logits alone brings the loss down to about ln(vocab), a few percent; learning
-# the synthetic data's structure takes it far below (see data.py). The NeMo engines train on uniformly random
-# mock tokens, which cannot take the loss below ln(vocab): with them the loss need only fall.
+# The loss must end (mean of the last LOSS_TAIL_STEPS) more than this far below the first step's: shrinking the initial
+# logits alone brings it to ln(vocab), a few percent; learning data.py's structure takes it far below. NeMo's random
+# mock tokens cannot take it below ln(vocab): with them the loss need only fall.
 MIN_LOSS_DROP_PCT = 10.0
 MIN_LOSS_DROP_PCT_RANDOM_TOKENS = 0.0
 LOSS_TAIL_STEPS = 3
@@ -43,12 +39,8 @@ class RankResult:
     losses: list[float] | None  # every step's global-batch loss; on ranks of the last pipeline stage only
     memory: MemoryPeak
     node: str = ""  # "node<rank of the node> (<hostname>)": which node of a torchrun / srun world
-    # The timed steps' work before the gradient sync (forward, backward and the pipeline's own sends): a rank
-    # the others wait for at the sync shows here, where every rank's step time is the slowest one's.
+    # The timed steps' work before the gradient sync: a straggler shows here, not in the step times (all the slowest's).
     compute_times_s: list[float] = field(default_factory=list)
-
-
-# --- the run's figures --------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -69,16 +61,14 @@ class PretrainResult:
     losses: list[float]
     vocab_size: int
     memory: list[MemoryPeak] = field(default_factory=list)  # per rank; empty where the engine reports none
-    # Per node, its slowest rank's median step time (the built-in engine; a node's own figure across nodes).
+    # Medians per rank, and per node (its slowest rank's), of the step time and of the work before the gradient sync
+    # (RankResult.compute_times_s), from the built-in engine.
     per_node_step_time_s: dict[str, float] = field(default_factory=dict)
-    # Per rank, its median step time: about the same on every rank, as the gradient sync waits for the slowest.
     per_rank_step_time_s: list[float] = field(default_factory=list)
-    # Per rank and per node (its slowest rank), the median time of the work before the gradient sync: where a
-    # straggler shows.
     per_rank_compute_s: list[float] = field(default_factory=list)
     per_node_compute_s: dict[str, float] = field(default_factory=dict)
-    # (slowest - fastest) / fastest of the ranks' medians of that work, within a pipeline stage (stages differ by
-    # design: the last one runs the head and the loss); the largest of the stages'.
+    # (slowest - fastest) / fastest of the ranks' medians of that work within a pipeline stage (the last one runs the
+    # head and the loss), the largest of the stages'.
     rank_spread_pct: float | None = None
 
     @property
@@ -150,9 +140,8 @@ def summarize(request: TrainRequest, results: list[RankResult], peak: flops.Peak
     losses = next(r.losses for r in results if r.losses is not None)
     result = pretrain_result(request, per_step, losses, [r.memory for r in results], peak)
     per_rank = [statistics.median(r.step_times_s) for r in results]
-    per_rank_compute = [statistics.median(r.compute_times_s) for r in results if r.compute_times_s]
-    if len(per_rank_compute) != len(results):
-        per_rank_compute = []
+    complete = all(r.compute_times_s for r in results)
+    per_rank_compute = [statistics.median(r.compute_times_s) for r in results] if complete else []
     return dataclasses.replace(
         result,
         per_node_step_time_s=_slowest_per_node(results, per_rank),

@@ -1,9 +1,5 @@
-"""The built-in training engine: Llama 3 on synthetic tokens, in any valid layout, timed per optimizer step.
-
-`train_worker(ctx, request)` is the SPMD function every rank of a gang runs; results.py's `summarize` turns the
-ranks' results into the step time, throughput, MFU and loss curve the suite checks. On one rank, `train(request,
-device)` runs the same steps without any process group (the reference the parallel layouts are tested against).
-"""
+"""The built-in training engine: Llama 3 on synthetic tokens, in any valid layout, timed per optimizer step, by
+`train_worker` on every rank of a gang, or by `train` on one without a process group (the layouts' reference)."""
 
 from __future__ import annotations
 
@@ -59,7 +55,6 @@ class Trainer:
         self.at = groups.at if groups is not None else None
         options = request.options
         self.model = build_rank_model(cfg, layout, groups, device, request.seed)
-        # The weights' .grad buffers live from step to step when the backward pass adds into them.
         self.fused_grads = options.grad_accumulation_fusion
         in_gemm = False
         if self.fused_grads:
@@ -73,26 +68,17 @@ class Trainer:
         # (the last stage's output, labels) -> the mean loss
         self.loss_fn: Callable[[Tensor, Tensor], Tensor] = loss_fn
         if options.compile:
-            # Every block of every run goes through one code object, whose dynamo cache keeps an entry per guard
-            # set seen: a recomputation mode, a precision, a head width, a first change of a tensor shape, and so on.
-            # A long-lived rank trains many runs (a layout sweep); past torch._dynamo.config.recompile_limit (8)
-            # entries dynamo stops compiling and runs the blocks eager with only a warning, and later runs would
-            # time an uncompiled engine. So each compiled run starts with dynamo's caches empty: it compiles for
-            # itself (the warm-up steps absorb that; Inductor's on-disk cache keeps a repeated shape cheap), and
-            # nothing an earlier run compiled stays referenced. Raising the limit would only postpone the fallback.
+            # Every run's blocks share one code object: past dynamo's recompile_limit (8) guard sets a long-lived rank
+            # (a layout sweep) would run them eager, with only a warning. The warm-up absorbs the recompile.
             torch._dynamo.reset()
-            # Held by the model (model.py, call_block): no reference back to any block.
             self.model.call_block = torch.compile(call_block, backend=options.compile_backend)
         if options.chunked_loss and self.model.output is not None:
             head = self.model.output
             self.model.head_in_loss = True
-            # Compiled with the blocks: one fused pass or two over each chunk's logits instead of several.
             chunk_grad = softmax_grad
-            if options.compile:
-                one_pass = options.loss_grad_one_pass  # a variant for compiling only
-                chunk_grad = torch.compile(
-                    softmax_grad_one_pass if one_pass else softmax_grad, backend=options.compile_backend
-                )
+            if options.compile:  # with the blocks: one fused pass or two over each chunk's logits, not several
+                one_pass = softmax_grad_one_pass if options.loss_grad_one_pass else softmax_grad
+                chunk_grad = torch.compile(one_pass, backend=options.compile_backend)
             fused_grads = self.fused_grads
 
             # A closure over the head, not over self: the trainer -> loss function -> head, no cycle.
@@ -128,8 +114,7 @@ class Trainer:
         """This rank's share of every step's global batch, made before timing starts: (inputs, labels)."""
         cfg, layout = self.request.cfg, self.request.layout
         data = SyntheticTokens(cfg.vocab_size, cfg.seq_len, self.request.seed)
-        dp_rank = self.at.dp if self.at is not None else 0
-        cp_rank = self.at.cp if self.at is not None else 0
+        dp_rank, cp_rank = (self.at.dp, self.at.cp) if self.at is not None else (0, 0)
         positions = context_parallel_positions(cfg.seq_len, layout.cp, cp_rank) if layout.cp > 1 else None
         out = []
         for i in range(self.request.steps):
@@ -137,8 +122,7 @@ class Trainer:
             inputs, labels = mine[:, :-1], mine[:, 1:]  # (gbs / dp, seq) each
             if positions is not None:
                 inputs, labels = inputs[:, positions], labels[:, positions]  # (gbs / dp, seq / cp)
-            # Contiguous: pipelining up to torch 2.11 records a stage's input strides from a contiguous copy and
-            # rejects a strided slice of the batch on every later step.
+            # Contiguous: pipelining up to torch 2.11 rejects a strided slice of the batch after the first step.
             out.append((inputs.contiguous().to(self.device), labels.contiguous().to(self.device)))
         return out
 
@@ -148,8 +132,7 @@ class Trainer:
         return nullcontext()
 
     def step(self, index: int) -> Tensor | None:
-        """One optimizer step on global batch `index`; the global batch's loss on the last pipeline stage, left
-        on the device (reading it would make the host wait for the step)."""
+        """One optimizer step on global batch `index`; its loss on the last pipeline stage, left on the device."""
         inputs, labels = self.batches[index]
         layout = self.request.layout
         self.compute.start()
@@ -189,9 +172,8 @@ def torch_release(version: str = torch.__version__) -> tuple[int, int]:
 
 
 def adamw(model: torch.nn.Module, learning_rate: float, *, fused: bool) -> torch.optim.AdamW:
-    """AdamW with its fused kernel or its multi-tensor (foreach) ones, the same on every device so the CPU runs
-    the GPU's code. Neither can mix DTensors (tensor-parallel weights) and plain tensors in one call, hence one
-    parameter group each."""
+    """AdamW with its fused kernel or its multi-tensor (foreach) ones, the same on every device so the CPU runs the
+    GPU's code; DTensors (TP's weights) and plain tensors in a group each, as neither kernel mixes them."""
     params = list(model.parameters())
     sharded = [p for p in params if isinstance(p, DTensor)]
     plain = [p for p in params if not isinstance(p, DTensor)]
@@ -224,9 +206,8 @@ def train(request: TrainRequest, device: torch.device, groups: RankGroups | None
 
 def train_worker(ctx: RankContext, request: TrainRequest) -> RankResult:
     """The SPMD entry point: every rank of a gang (whose default process group is up) calls this."""
-    # A long-lived rank (a layout sweep) trains run after run: whatever of an earlier run only the cyclic collector
-    # frees goes before this one allocates. (Seen: an eager context-parallel run's weights are freed only by the
-    # collector, on torch 2.13; where the cycle is, ours or torch's, is not known.)
+    # A long-lived rank (a layout sweep) trains run after run: what of an earlier run only the cyclic collector frees
+    # (an eager context-parallel run's weights, torch 2.13) goes before this one allocates.
     gc.collect()
     groups = build_groups(request.layout, ctx.device) if request.layout.world_size > 1 else None
     result = train(request, ctx.device, groups)
