@@ -52,10 +52,9 @@ _PARAM_BOUNDS: dict[str, tuple[float, float]] = {
     "n": (1, 2**16),
     "k": (1, 2**16),
 }
-# The message sizes a baseline may gate (its `values` labels of a message_size metric): from the sweeps' smallest
-# (sweeps.SWEEP_BYTES, two float32 elements: a label below one element is never measured; a test holds the two
-# equal, as this pure module may not import the sweeps) to max_bytes' largest (a label above the free memory would
-# fail the node for the baseline's size).
+# The message sizes a message_size metric's `values` may gate: from the sweeps' smallest (sweeps.SWEEP_BYTES, two
+# float32 elements: below one nothing is measured; a test holds the two equal, as this module may not import the
+# sweeps) to max_bytes' largest (a label beyond the free memory would fail the node for the baseline's size).
 LEAST_LABEL_BYTES = 8
 _LABEL_BYTES = (LEAST_LABEL_BYTES, int(_PARAM_BOUNDS["max_bytes"][1]))
 _FRACTIONAL_PARAMS = frozenset({"slow_pct"})
@@ -81,18 +80,7 @@ def metric(f: Fields, metrics_doc: _Mapping, name: str, needed: Needed) -> Metri
     unit, direction, scope_kind = _kind(f, m, name, fp)
     if "status" not in m:
         raise f.error(m, None, f"{fp}.status", "missing")
-    base = Reference(
-        metric=name,
-        unit=unit,
-        direction=direction,
-        scope_kind=scope_kind,
-        status="provisional",
-        expected=None,
-        fail=None,
-        warn=None,
-        provenance="",
-        needed=needed,
-    )
+    base = Reference(name, unit, direction, scope_kind, "provisional", None, None, None, "", needed=needed)
     values: dict[str, Reference] = {}
     if "values" in m:
         values_doc = f.mapping(m["values"], m, "values", f"{fp}.values", None)

@@ -25,28 +25,15 @@ from pytest_gbvalidate.workloads.llama import parallel as llama_parallel
 from pytest_gbvalidate.workloads.llama.config import CONFIGS as LLAMA_CONFIGS
 
 _PRETRAIN_REQUIRED = {
-    "model",
-    *llama_parallel.SIZES,
-    "precision",
-    "engine",
-    "warmup_steps",
-    "timed_steps",
-    "provenance",
+    *("model", "precision", "engine", "warmup_steps", "timed_steps", "provenance", *llama_parallel.SIZES),
 }
 _PRETRAIN_KEYS = _PRETRAIN_REQUIRED | {
-    "seq_len",
-    "activation_checkpointing",
-    "compile",
-    "learning_rate",
-    "peak_tflops_per_gpu",
-    "peak_tflops_source",
-    "fp8_recipe",
-    "engine_python",
+    *("seq_len", "activation_checkpointing", "compile", "learning_rate", "peak_tflops_per_gpu", "peak_tflops_source"),
+    *("fp8_recipe", "engine_python"),
 }
 
-# The steps the pretraining check runs. Its time limit grows with them (suites/test_pretrain.py: 10 minutes a
-# step), so an unbounded count is a run that never ends. The baselines and docs use 2 to 34 warm-up steps
-# and 10 timed: a thousand is far beyond any figure's need and still ends.
+# The pretraining check's time limit grows with its steps (suites/test_pretrain.py: 10 minutes a step): the baselines
+# and docs use 2 to 34 warm-up steps and 10 timed; a thousand is far beyond any figure's need and still ends.
 _STEP_BOUNDS: dict[str, tuple[int, int | None]] = {"warmup_steps": (0, 1000), "timed_steps": (1, 1000)}
 
 
@@ -286,11 +273,9 @@ def topology(f: Fields, doc: _Mapping, detect: Detect) -> TopologyBaseline | Non
 
 
 _HEALTH_KEYS = {
-    *("provenance", "min_driver_version", "min_nccl_version", "nccl_net_plugin"),
+    *("provenance", "min_driver_version", "min_nccl_version", "nccl_net_plugin", "nic_pcie", "gpudirect_rdma"),
     *("nvlinks_per_gpu", "critical_xids", "xid_actions", "ecc_limits", "multi_node_nvlink", "c2c"),
-    "nvlink_error_limits",
-    "thermal_margin_offset_c",
-    *("nic_pcie", "gpudirect_rdma"),
+    *("nvlink_error_limits", "thermal_margin_offset_c"),
 }
 # Per-link ceilings on NVLink data-link error counters (nvml.NVLINK_ERROR_COUNTERS), since the driver loaded.
 _NVLINK_ERROR_LIMIT_KEYS = {"replay", "recovery", "crc_flit", "crc_data"}
@@ -298,12 +283,6 @@ _TOPOLOGY_KEYS = {"provenance", "gpu_numa_nodes", "gpus_per_numa_node", "nic_on_
 # Per-GPU ceilings on memory error counters (nvml.ecc_counts; volatile and aggregate counts are both held to
 # them) and on row remapping / page retirement states (pending and failed count as 1).
 _ECC_LIMIT_KEYS = {
-    "sram_uncorrectable",
-    "sram_correctable",
-    "dram_uncorrectable",
-    "dram_correctable",
-    "row_remaps_pending",
-    "row_remap_failures",
-    "retired_pages",
-    "retired_pages_pending",
+    *("sram_uncorrectable", "sram_correctable", "dram_uncorrectable", "dram_correctable", "row_remaps_pending"),
+    *("row_remap_failures", "retired_pages", "retired_pages_pending"),
 }

@@ -7,8 +7,7 @@ The lines read, with where NCCL prints them (github.com/NVIDIA/nccl, master at 5
 - ``NVLS multicast support is [not ]available on dev %d`` -- src/transport/nvls.cc (subsystem INIT), once per
   rank at communicator init.
 - ``%s: %ld Bytes -> Algo %s proto %s channel{Lo..Hi}={%d..%d}`` -- src/enqueue.cc (subsystem TUNING), rank 0
-  only, one line per collective call: the algorithm NCCL ran. NCCL releases spell the algorithm ``NVLS``/``Ring``
-  or ``NVLS``/``RING``; both are read.
+  only, one line per collective call: the algorithm NCCL ran (``Ring`` or ``RING``, by release: both are read).
 - ``comm %p rank %d nRanks %d nNodes %d localRanks %d localRank %d MNNVL %d`` -- src/init.cc (INIT): MNNVL 1
   when the communicator runs over multi-node NVLink (NCCL then counts the NVLink domain as one node).
 - ``Channel %02d/%d : %d[%d] -> %d[%d] via P2P/%s%s%s`` (and ``P2P/IPC``, ``P2P/direct pointer``,
@@ -31,11 +30,10 @@ The lines read, with where NCCL prints them (github.com/NVIDIA/nccl, master at 5
   and the call fails) or ``MNNVL (cliqueSize %d) is available but not working on this system. Check the IMEX ...``
   (src/mnnvl.cc).
 
-NCCL writes these with NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS naming INIT and TUNING (`debug_env`): the connection
-lines are logged under ``INIT|P2P``, ``INIT|SHM`` and ``INIT|NET``, and NCCL prints a line whose subsystems share
-one with NCCL_DEBUG_SUBSYS (src/debug.cc), so INIT is enough. Each line is prefixed ``host:pid:tid [dev] NCCL
-INFO`` (or ``NCCL WARN``): the host of a communicator's rank is read from its init line, and from the connection
-lines it prints.
+NCCL writes these with NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS naming INIT and TUNING (`debug_env`): a line prints
+where its subsystems share one with NCCL_DEBUG_SUBSYS (src/debug.cc), so INIT covers the connection lines'
+``INIT|P2P``, ``INIT|SHM`` and ``INIT|NET``. A rank's host is read from the ``host:pid:tid [dev] NCCL INFO`` (or
+``WARN``) prefix of its init and connection lines.
 """
 
 from __future__ import annotations
@@ -163,13 +161,8 @@ class NcclLog:
 
     def algorithms(self, function: str, size_bytes: int | None = None) -> list[str]:
         """The distinct ``ALGO/PROTO`` NCCL ran `function` with (at `size_bytes` only, when given), sorted."""
-        return sorted(
-            {
-                f"{c.algorithm}/{c.protocol}"
-                for c in self.choices
-                if c.function == function and (size_bytes is None or c.size_bytes == size_bytes)
-            }
-        )
+        calls = [c for c in self.choices if c.function == function and size_bytes in (None, c.size_bytes)]
+        return sorted({f"{c.algorithm}/{c.protocol}" for c in calls})
 
 
 def debug_env(path: str) -> dict[str, str]:
@@ -178,8 +171,7 @@ def debug_env(path: str) -> dict[str, str]:
 
 
 def parse(text: str) -> NcclLog:
-    """The NVLS, algorithm, communicator, connection and warning lines of one NCCL log; every other line is
-    ignored."""
+    """The NVLS, algorithm, communicator, connection and warning lines of one NCCL log (no other line)."""
     log = NcclLog()
     for line in text.splitlines():
         log.lines += 1
@@ -275,8 +267,9 @@ def mnnvl_problem(log: NcclLog) -> str | None:
     if network:
         used = ", ".join(sorted({c.transport for c in network}))
         counts = ", ".join(f"{name} {n}" for name, n in log.transports().items())
+        connections = f"{len(network)} connection" + ("" if len(network) == 1 else "s")
         return (
-            f"NCCL did not use multi-node NVLink: {_connections(len(network))} between nodes ran over {used}, not "
+            f"NCCL did not use multi-node NVLink: {connections} between nodes ran over {used}, not "
             f"{MNNVL_TRANSPORT} (first: {log.describe(network[0])}; NCCL's connections: {counts})"
         )
     off = [c for c in log.comms if not c.mnnvl]
@@ -296,10 +289,6 @@ def mnnvl_problem(log: NcclLog) -> str | None:
             f"so the transport between nodes is unknown (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS={SUBSYSTEMS} on the ranks)"
         )
     return None
-
-
-def _connections(n: int) -> str:
-    return f"{n} connection" if n == 1 else f"{n} connections"
 
 
 def shown_env(env: Mapping[str, str], names: Iterable[str]) -> dict[str, str]:
