@@ -1,43 +1,35 @@
-"""Robust statistics of one metric across the nodes of a fleet: median, spread, and the nodes that are worse than
-the fleet median by too much. Pure functions on numbers, no I/O.
+"""Robust statistics of one metric across the nodes of a fleet: median, spread, and the nodes worse than the fleet
+median by too much. Pure functions on numbers, no I/O.
 
 A node is an outlier of a metric when it is worse than the fleet median (direction-aware) by all of
 
-- more than `mad_k` scaled MADs: far from its peers in robust terms, the modified z-score of Iglewicz & Hoaglin,
-  0.6745 * (x - median) / MAD, where MAD is the median absolute deviation from the median ("How to Detect and
-  Handle Outliers", ASQC Basic References in Quality Control vol. 16, 1993, which recommends flagging |z| > 3.5);
-- beyond the practical margin: the resolution the metric needs (rules/resolution.py, as a log ratio), where its
-  reports give it, else `pct` percent, as a log ratio too: one scale, resolution.worse_pct's (a node a few
-  percent slow is a node);
-- more than the fleet's noise allows (noise.margin_pct of the fleet's typical spread, twice: the node's figure and
-  the median it is held against): the fleet's typical spread is the median of the other nodes' spreads (of two,
-  the smaller), as their reports give them beside the figure. A metric noisy on every node drains nobody; a node's
-  own scatter never widens its own allowance (an erratic figure is itself a symptom: a link retraining, a
+- more than `mad_k` scaled MADs: Iglewicz & Hoaglin's modified z-score, 0.6745 * (x - median) / MAD ("How to Detect
+  and Handle Outliers", ASQC Basic References in Quality Control vol. 16, 1993, which recommends flagging |z| > 3.5);
+- more than the practical margin, `pct` percent as a log ratio (resolution.worse_pct's scale: a node a few percent
+  slow is a node);
+- more than the fleet's noise allows: noise.margin_pct of the fleet's typical spread, twice (the node's figure and
+  the median), that being the median of the other nodes' spreads (of two, the smaller) as their reports give them. A
+  node's own scatter never widens its own allowance (an erratic figure is itself a symptom: a link retraining, a
   throttling GPU), and no single node, however noisy, widens anybody's.
 
-Where the metric's needed resolution is given (its reports say it), that resolution decides alone: a node worse
-than the median by more than it is an outlier, unless its waits for a CPU explain the dip, and no finer fall
-drains; the MAD rule and the fleet's noise excuse nothing beyond it, since peers that happen to scatter widely
-would let a slow node pass (docs/noise.md). The rules above judge reports that do not say it.
+Where the metric's needed resolution is given (its reports say it; rules/resolution.py), it decides alone: a node
+worse than the median by more than it is an outlier unless its waits for a CPU explain the dip, and no finer fall
+drains; neither the MAD rule nor the fleet's noise excuses anything beyond it, since peers that happen to scatter
+widely would let a slow node pass (docs/noise.md).
 
-A node whose own spread for a figure lies far beyond the fleet's (more than max(`mad_k`, OUTLIER_Z) scaled MADs of
-the other nodes' spreads above their median, and more than TOO_NOISY_RATIO times it) and that is no outlier by the
-rule above is too noisy to judge for that figure (Unjudged): neither drained nor passed; run it again on an idle
-node. An erratic node clearly slow beyond the fleet's noise is an outlier all the same.
+A node that is no outlier but whose own spread lies far beyond the fleet's (more than max(`mad_k`, OUTLIER_Z) scaled
+MADs of the other nodes' spreads above their median, and more than TOO_NOISY_RATIO times it) is too noisy to judge for
+that figure (Unjudged): neither drained nor passed; run it again on an idle node.
 
 The MAD is never taken as less than the nodes' typical run-to-run spread, where their reports give one (`--gb-history`
-with --gb-compare: `compare.run_to_run`): nodes differ at least as much as one node's runs do, and a few nodes'
-figures can agree closer than that by chance. That typical spread is the median of the other nodes' run-to-run
-spreads (of two, the smaller), taken where more than half of them give one: never the judged node's own, never one
-node's for the fleet (docs/noise.md: ten runs of one healthy VM as ten nodes).
+with --gb-compare): the median of the other nodes' (of two, the smaller) where more than half give one; never the
+judged node's own, never one node's for the fleet (docs/noise.md: ten runs of one healthy VM as ten nodes).
 
-Each rule alone drains healthy nodes: the percent rule any metric noisier than `pct`, the MAD rule a dip of 2%
-where a few nodes happen to agree closely.
-MAD == 0 (more than half of the nodes report the very same value, as quantised readings do): the modified
-z-score is undefined there (any deviation at all is infinitely many MADs), so the MAD rule holds for any deviation.
-`noise_floor_pct` (default 0, off) also requires the deviation to exceed that percent of the median: the metric's
-run-to-run noise on one node, for reports that do not give their own.
-Only deviations to the worse side count: a node faster than the rest is no reason to drain it.
+Each rule alone drains healthy nodes: the percent rule any metric noisier than `pct`, the MAD rule a dip of 2% where a
+few nodes agree closely. MAD == 0 (more than half of the nodes report the very same value, as quantised readings do):
+the modified z-score is undefined, so the MAD rule holds for any deviation. `noise_floor_pct` (default 0, off) also
+requires the deviation to exceed that percent of the median (one node's run-to-run noise, for reports without their
+own). Only deviations to the worse side count: a node faster than the rest is no reason to drain it.
 """
 
 from __future__ import annotations
@@ -60,8 +52,15 @@ DEFAULT_MAD_K = nz.OUTLIER_Z  # Iglewicz & Hoaglin's recommended cut-off for one
 DEFAULT_PCT = 10.0
 # Fewer nodes than this: the median of two is their mean, and "worse than the rest" means nothing.
 MIN_NODES = 3
-
+# Too noisy to judge needs this many times the fleet's typical spread too: where most nodes report the same spread
+# (their MAD 0), a node a little noisier than the rest is still judged.
+TOO_NOISY_RATIO = 2.0
+# Rounds a judgement of siblings round by round needs: fewer, and how far a device's rounds stray from their own
+# median says too little of its error (sibling_z for four devices: 17.9 at three rounds, 5.7 at four, 4.8 at six).
+MIN_SIBLING_ROUNDS = 4
 HIGHER, LOWER = "higher", "lower"
+# A node's devices: label -> (figure, details).
+Figures = Mapping[str, tuple[float, Mapping[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -129,21 +128,11 @@ def judge(
     run_to_runs: Mapping[str, float] | None = None,
     needed_pct: float | None = None,
 ) -> Judgement:
-    """The hosts of `values` (host -> value) worse than their median by more than `mad_k` scaled MADs, by more than
-    the practical margin (as a log ratio) and `noise_floor_pct` percent of the median, and by more than the fleet's
-    noise allows; and
-    the hosts too noisy to judge (Unjudged), in the order of `values`.
-
-    The practical margin: `needed_pct`, where given, the resolution the metric needs (rules/resolution.py, a log
-    ratio), in place of `pct`: a fleet drains for no finer a fall than its metric must be able to tell, and drains
-    every fall that much beyond the other rules; else `pct` percent, a log ratio too.
-
-    `noises`: host -> the noise its report gives beside the figure, where it gives one. Each host is held against
-    the fleet's typical spread without it (fleet_spread_pct of the other hosts'), never its own. `run_to_run_pct`:
-    the fleet's typical run-to-run spread, given as one number; `run_to_runs`: host -> its own run-to-run spread,
-    from which each host's MAD floor is the fleet's without it (fleet_spread_pct); the larger of the two counts.
-    No verdicts among fewer than MIN_NODES values or for a direction other than higher/lower (nothing says which
-    side is worse)."""
+    """The outliers of `values` (host -> value) by the module's rules, and the hosts too noisy to judge (Unjudged), in
+    the order of `values`. `noises`: host -> the noise its report gives beside the figure. `run_to_run_pct`: the
+    fleet's typical run-to-run spread as one number; `run_to_runs`: host -> its own, each host's MAD floor being the
+    others' (fleet_spread_pct); the larger counts. `needed_pct`: the metric's needed resolution. No verdicts among
+    fewer than MIN_NODES values or for a direction other than higher/lower (nothing says which side is worse)."""
     if len(values) < MIN_NODES or direction not in (HIGHER, LOWER):
         return Judgement([], [])
     s = spread(list(values.values()))
@@ -166,9 +155,7 @@ def judge(
         practical = _practical(value, s.median, direction, linear_pct, needed_pct)
         if needed_pct is None:
             out = worse > 0 and far_out and practical is not None and nz.beyond(value, s.median, margin)
-        else:
-            # The metric's needed resolution decides alone (rules/resolution.py): nothing finer drains, and the
-            # fleet's scatter and noise excuse nothing beyond it, however widely a few peers happen to scatter.
+        else:  # the needed resolution decides alone
             margin = min(margin, needed_pct)
             out = practical is not None
         if out and practical is not None:
@@ -199,25 +186,21 @@ def judge(
 
 
 def _practical(value: float, median: float, direction: str, pct: float, needed_pct: float | None) -> str | None:
-    """Why `value` lies beyond the practical margin below the fleet's `median` (judge), or None where it does not:
-    its fall as a log ratio (resolution.worse_pct, the one scale every verdict judges on) beyond `pct` and, where the
-    metric's needed resolution is given, beyond that."""
+    """Why `value` lies beyond the practical margin below the fleet's `median` (as a log ratio, beyond `pct` and any
+    `needed_pct`), or None where it does not."""
     log_pct = rs.worse_pct(value, median, direction)
-    if not log_pct > pct:
+    if not log_pct > pct or (needed_pct is not None and not log_pct > needed_pct):
         return None
     if needed_pct is None:
         return f"{log_pct:.1f}% worse than the median as a log ratio > {pct:g}%"
-    if not log_pct > needed_pct:
-        return None
     return f"{log_pct:.1f}% worse than the median as a log ratio > the {needed_pct:g}% its metric needs to tell"
 
 
 def _waits_explain(
     value: float, median: float, direction: str, own: nz.Noise | None, margin_pct: float
 ) -> tuple[float, float] | None:
-    """(the share of its time the node's measurement waited for a CPU, the fall those waits explain) where they
-    explain its dip below the fleet's median, within the fleet's noise margin; else None. Both in percent, the fall
-    as a log ratio (resolution.worse_pct's scale)."""
+    """(the share of its time the measurement waited for a CPU, the fall that explains; percent, a log ratio) where
+    those waits explain its dip below the fleet's median, within the noise margin; else None."""
     explained = nz.explained_pct(own)
     if own is None or own.cpu_wait_pct is None or not explained:
         return None
@@ -225,25 +208,17 @@ def _waits_explain(
     return (own.cpu_wait_pct, explained) if fits else None
 
 
-# A node's spread must be more than this many times the fleet's typical one, as well as far beyond the nodes'
-# spreads in robust terms, before the node is too noisy to judge: where most nodes report the same spread (their MAD
-# 0), a node a little noisier than the rest is still judged.
-TOO_NOISY_RATIO = 2.0
-
-
 @dataclass(frozen=True)
 class Unjudged:
-    """A node too noisy to judge for a figure: its own spread (`spread_pct`) far beyond the fleet's typical one
-    (`fleet_spread_pct`, without it), `z` the modified z of its spread among the other nodes' (None where their MAD
-    is 0), and its figure no outlier. Neither drained nor passed for that figure."""
+    """A node too noisy to judge for a figure: its `spread_pct` against the fleet's typical one (without it), `z` the
+    modified z of its spread among the others' (None where their MAD is 0)."""
 
     host: str
     value: float
     spread_pct: float
     fleet_spread_pct: float
     z: float | None
-    # Where its measurement waited for a CPU (node/neighbours.py) long enough to explain its dip: (the share of its
-    # time it waited, the fall that explains), percent.
+    # Where its waits for a CPU (node/neighbours.py) explain its dip: (the share of time waited, the fall), percent.
     busy: tuple[float, float] | None = None
 
     def describe(self) -> str:
@@ -265,9 +240,8 @@ class Judgement:
 
 
 class Others:
-    """The hosts' spreads of one figure (host -> spread, of `hosts`), each host's judged against the others' alone:
-    sorted once, the median of the others found by position, so that a fleet of 10,000 nodes costs 10,000 lookups
-    a metric, not 10,000 sorts of 10,000 spreads. Spreads that are negative or not a number are left out."""
+    """The hosts' spreads of one figure (host -> spread, of `hosts`; negative or NaN left out), each judged against
+    the others' alone: sorted once, the others' median found by position (10,000 nodes: lookups, not sorts)."""
 
     def __init__(self, spreads: Mapping[str, float], hosts: Sequence[str]) -> None:
         self.spreads = {h: spreads[h] for h in hosts if h in spreads and spreads[h] >= 0}
@@ -275,8 +249,7 @@ class Others:
         self.hosts = len(hosts)
 
     def values(self, host: str) -> list[float] | None:
-        """The spreads of the hosts other than `host`, where more than half of them and at least two give one; else
-        None."""
+        """The spreads of the hosts other than `host`, where more than half and at least two give one; else None."""
         known = list(self.sorted)
         if host in self.spreads:
             known.pop(bisect.bisect_left(known, self.spreads[host]))
@@ -300,9 +273,8 @@ class Others:
         return at(half) if count % 2 else (at(half - 1) + at(half)) / 2
 
     def too_noisy(self, host: str, cutoff: float) -> tuple[float, float | None] | None:
-        """(the fleet's typical spread, the modified z of the host's spread among the others') where `host`'s own
-        spread lies beyond the other hosts' (typical) by more than `cutoff` of their scaled MADs (any amount where
-        their MAD is 0) and more than TOO_NOISY_RATIO times it; else None."""
+        """(the fleet's typical spread, the modified z of the host's among the others') where `host`'s spread is more
+        than `cutoff` scaled MADs (any amount at MAD 0) and TOO_NOISY_RATIO times beyond the others'; else None."""
         own, center = self.spreads.get(host), self.typical(host)
         if own is None or center is None or own <= TOO_NOISY_RATIO * center:
             return None
@@ -313,9 +285,8 @@ class Others:
 
 
 def fleet_spread_pct(spreads: Mapping[str, float], hosts: Sequence[str], host: str) -> float | None:
-    """The fleet's typical spread of a figure (percent) that `host` is judged against: the median of the other
-    hosts' `spreads` (host -> spread), where more than half of them and at least two give one; else None. Neither
-    the host's own spread nor how far the noisiest of the others lies beyond the median moves it (_typical)."""
+    """The fleet's typical spread of a figure (percent) `host` is judged against: the median of the other hosts'
+    `spreads` (of two, the smaller) where more than half and at least two give one; else None."""
     return Others(spreads, hosts).typical(host)
 
 
@@ -329,18 +300,11 @@ def is_number(value: object) -> TypeGuard[float]:
     return nz.finite(value) is not None
 
 
-# Rounds a judgement of siblings round by round needs: fewer, and how far a device's rounds stray from their own
-# median says too little of its error (sibling_z for four devices: 17.9 at three rounds, 5.7 at four, 4.8 at six).
-MIN_SIBLING_ROUNDS = 4
-
-
-def sibling_outliers(figures: Mapping[str, tuple[float, Mapping[str, Any]]], direction: str) -> list[Outlier]:
-    """The devices of one node (label -> (figure, details)) worse than their siblings. Measured in rounds, every
-    device in turn each round (noise.in_rounds keeps each round's figure as `rounds`), a device is judged round by
-    round against its siblings of the same round (_outliers_by_round): what drifted between rounds moved them all.
-    Otherwise by the fleet's rule (far in robust terms, beyond PCT), beyond what the siblings' typical error allows
-    (the median of the other devices' noise.of_the_median, never the device's own: measured side by side, no drift
-    between runs separates them); a device too noisy to judge is not named."""
+def sibling_outliers(figures: Figures, direction: str) -> list[Outlier]:
+    """The devices of one node (label -> (figure, details)) worse than their siblings. Measured in rounds
+    (noise.in_rounds), each is judged round by round against its siblings of that round (_outliers_by_round): what
+    drifted between rounds moved them all. Otherwise by the fleet's rules, the noise being the other devices' typical
+    error (noise.of_the_median, never the device's own); a device too noisy to judge is not named."""
     values = {label: float(value) for label, (value, _) in figures.items()}
     rounds = _equal_rounds(figures)
     if rounds is not None:
@@ -350,29 +314,23 @@ def sibling_outliers(figures: Mapping[str, tuple[float, Mapping[str, Any]]], dir
 
 
 def sibling_verdict(
-    figures: Mapping[str, tuple[float, Mapping[str, Any]]],
-    direction: str,
-    again: Callable[[], Mapping[str, tuple[float, Mapping[str, Any]]]] | None = None,
-) -> tuple[list[Outlier], Mapping[str, tuple[float, Mapping[str, Any]]]]:
-    """The devices worse than their siblings (sibling_outliers), every device measured again (`again`) before any
-    is named: named where both passes find it, as the second pass has it (each pass's rounds are paired within the
-    pass, not across); and the figures the verdict read. A burst of interference in one pass does not repeat in
-    the next; a slow device is slow in both."""
+    figures: Figures, direction: str, again: Callable[[], Figures] | None = None
+) -> tuple[list[Outlier], Figures]:
+    """The devices worse than their siblings (sibling_outliers), all measured `again` before any is named: named where
+    both passes find it (a burst of interference does not repeat), as the second pass has it; and the figures read."""
     found = sibling_outliers(figures, direction)
     if not found or again is None:
         return found, figures
     second = again()
-    named_first = {o.host for o in found}
-    return [o for o in sibling_outliers(second, direction) if o.host in named_first], second
+    return [o for o in sibling_outliers(second, direction) if o.host in {f.host for f in found}], second
 
 
 def _outliers_by_round(
     values: Mapping[str, float], rounds: Mapping[str, Sequence[float]], direction: str
 ) -> list[Outlier]:
-    """The devices (label -> its figure in each round, positive, as many rounds each) behind their siblings round by
-    round (_behind), by more than DEFAULT_PCT and by more than sibling_z of its error: the z a healthy node's worst
-    device stays within but in FAMILY_LEVEL of simulated nodes of as many devices and rounds. A 4-device fleet's
-    MAD rule missed one slowed device in five: one healthy device measured fast widened the MAD of four."""
+    """The devices (label -> its positive figure in each round) behind their siblings round by round (_behind) by more
+    than DEFAULT_PCT and sibling_z errors. (A 4-device fleet's MAD rule missed one slowed device in five: one healthy
+    device measured fast widened the MAD of four.)"""
     labels = list(rounds)
     if len(labels) < MIN_NODES or direction not in (HIGHER, LOWER):
         return []
@@ -392,12 +350,10 @@ def _outliers_by_round(
 
 
 def _behind(figures: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(..., devices, rounds) positive figures, higher better -> how far each device is behind its siblings, as a
-    log ratio (negative: behind), and that in errors of a median. In each round a device's figure is taken against
-    the median of its siblings' in that round (what drifted between rounds moved them all); its ratio is the
-    median of its rounds', taken against the median of the devices' ratios; the error, from how far each device's
-    rounds stray from its own median, pooled over the devices (a slow device's rounds stray as little as a healthy
-    one's: it does not widen the error it is judged by)."""
+    """(..., devices, rounds) positive figures, higher better -> how far each device is behind its siblings (a log
+    ratio, negative: behind), and that in errors of a median. Each round against its siblings' median in that round;
+    the median of its rounds' ratios against the devices' median ratio; the error, how far each device's rounds stray
+    from its own median, pooled (a slow device's rounds stray as little as a healthy one's)."""
     logs = np.log(figures)
     devices, count = logs.shape[-2], logs.shape[-1]
     siblings = np.stack([np.median(np.delete(logs, d, axis=-2), axis=-2) for d in range(devices)], axis=-2)
@@ -412,27 +368,20 @@ def _behind(figures: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 @functools.cache
 def sibling_z(devices: int, rounds: int) -> float:
-    """How many errors of its median (_behind) a healthy node's worst device stays within but in FAMILY_LEVEL of
-    SIMULATED_FAMILIES simulated nodes of `devices` devices measured in `rounds` rounds (seeded: the same every
-    time). The statistic is a ratio of log deviations: the same whatever the noise's size."""
+    """The errors of its median (_behind) a healthy node's worst device stays within but in FAMILY_LEVEL of seeded
+    simulated nodes of `devices` devices and `rounds` rounds (a ratio of log deviations: any noise size alike)."""
     rng = np.random.default_rng(0)
     _, z = _behind(np.exp(rng.standard_normal((nz.SIMULATED_FAMILIES, devices, rounds))))
     return float(np.quantile(np.nan_to_num(-z, nan=0.0).max(axis=-1), 1.0 - nz.FAMILY_LEVEL))
 
 
-def _equal_rounds(figures: Mapping[str, tuple[float, Mapping[str, Any]]]) -> dict[str, list[float]] | None:
-    """Each device's round figures, where every device has as many (MIN_SIBLING_ROUNDS or more), all positive and
-    finite; else None."""
+def _equal_rounds(figures: Figures) -> dict[str, list[float]] | None:
+    """Each device's round figures, where all have as many (MIN_SIBLING_ROUNDS or more), positive and finite."""
     rounds = {}
     for label, (_, details) in figures.items():
         found = details.get("rounds")
-        if not isinstance(found, list) or not all(_positive(v) for v in found):
+        if not isinstance(found, list) or not all((x := nz.finite(v)) is not None and x > 0 for v in found):
             return None
         rounds[label] = [float(v) for v in found]
     counts = {len(r) for r in rounds.values()}
     return rounds if len(counts) == 1 and min(counts) >= MIN_SIBLING_ROUNDS else None
-
-
-def _positive(value: object) -> bool:
-    number = nz.finite(value)
-    return number is not None and number > 0
