@@ -1,27 +1,20 @@
 """Collective bandwidth over a sweep of message sizes, measured and reported as nccl-tests does:
 
-- S is the bytes of the full buffer (for all_gather, reduce_scatter and alltoall: the total array), float32
-  elements (nccl-tests' default type); algbw = S / t with GB = 1e9 bytes; busbw = algbw x factor, the factor
-  being 2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter and alltoall, 1 for broadcast.
-- t is per iteration: each rank times every iteration (device events on GPUs, the host clock on the CPU), the
-  ranks' times are averaged per iteration (nccl-tests' default `-a 1`), and the median over iterations is
-  reported (nccl-tests: the mean over a timed loop). On an accelerator, below BACK_TO_BACK_BELOW_BYTES an
-  iteration is BACK_TO_BACK_CALLS calls back to back between two events, divided, as nccl-tests' loop runs them:
-  a small message's kernel is shorter than its launch, and events around each call would add the launch
-  latency, which nccl-tests' figures do not have.
-- After timing, every size is run once more on known data and each rank counts the elements that are wrong
-  (nccl-tests' #wrong): a fast wrong answer is a failure.
-- Before each size, what it needs (buffers and the data check's temporaries) is compared with the memory free
-  on the fullest rank; a size that cannot fit is not run, and says so, rather than dying of out-of-memory. Each
-  size's buffers are freed before the next is allocated: they live in plain locals, never in a reference cycle
-  that only Python's cyclic collector would break.
-- A collective needs at least two ranks: with one, all_reduce's busbw is 0 by definition and broadcast times
-  a no-op.
+- S is the bytes of the full buffer (for all_gather, reduce_scatter and alltoall: the total array), float32 elements
+  (nccl-tests' default type); algbw = S / t with GB = 1e9 bytes; busbw = algbw x factor: 2(n-1)/n for all_reduce,
+  (n-1)/n for all_gather, reduce_scatter and alltoall, 1 for broadcast.
+- t is per iteration: each rank times every iteration (device events on GPUs, the host clock on the CPU), the ranks'
+  times are averaged per iteration (nccl-tests' default `-a 1`), and the median over iterations is reported
+  (nccl-tests: the mean over a timed loop). On an accelerator, below BACK_TO_BACK_BELOW_BYTES an iteration is
+  BACK_TO_BACK_CALLS calls back to back between two events, divided, as nccl-tests' loop runs them: a small
+  message's kernel is shorter than its launch, whose latency nccl-tests' figures do not have.
+- After timing, every size is run once more on known data and each rank counts the wrong elements (nccl-tests'
+  #wrong): a fast wrong answer is a failure.
+- A size whose buffers and check do not fit in the memory free on the fullest rank is not run, and says so. Each
+  size's buffers are freed before the next is allocated (plain locals, never a reference cycle).
+- A collective needs at least two ranks: with one, all_reduce's busbw is 0 by definition and broadcast times a no-op.
 
-Each collective is described once, in COLLECTIVES, as nccl-tests keeps one `testColl` per collective: its busbw
-factor, its buffers, its forms (in place, out of place), the call, and what a correct run leaves; the code that
-measures and checks a size looks it up there.
-
+Each collective is described once, in COLLECTIVES, as nccl-tests keeps one `testColl` per collective.
 `sweep_on_rank` runs on every rank of a gang (SPMD); `summarize` turns the ranks' results into one row per size.
 """
 
@@ -43,8 +36,7 @@ from pytest_gbvalidate.labels import bytes_label, size_label
 from pytest_gbvalidate.node import neighbours
 from pytest_gbvalidate.ranks.gang import RankContext
 
-# Small messages are timed in loops of back-to-back calls (see the module's docstring): below about 1 MiB a
-# collective's kernel on a GPU node lasts no longer than its launch, tens of microseconds.
+# Below about 1 MiB a collective's kernel on a GPU node lasts no longer than its launch, tens of microseconds.
 BACK_TO_BACK_BELOW_BYTES = 2**20
 BACK_TO_BACK_CALLS = 10
 
@@ -61,9 +53,8 @@ _CHECK_BYTES_PER_ELEMENT = 48
 
 @dataclass(frozen=True)
 class Collective:
-    """What measuring and checking one collective needs, as nccl-tests keeps it in one `testColl`. `count` is the
-    elements of the full buffer (S / 4), `chunk` one rank's part of it: count / n where the collective cuts the
-    buffer into one part per rank (`split`), else the whole count."""
+    """What measuring and checking one collective needs (nccl-tests' `testColl`). `count` is the elements of the full
+    buffer (S / 4), `chunk` one rank's part: count / n where `split`, else the whole count."""
 
     name: str
     busbw_factor: Callable[[int], float]  # busbw / algbw with n ranks (nccl-tests' getBw)
@@ -72,7 +63,6 @@ class Collective:
     # (count, chunk) -> elements of the input and of the output buffer (nccl-tests' getCollByteCount). In place,
     # the smaller is this rank's part of the larger (nccl-tests' in-place offsets), or both are one buffer.
     buffer_elements: Callable[[int, int], tuple[int, int]]
-    # (input, output, group): the collective, once, on `group` (None: the default group)
     call: Callable[[torch.Tensor, torch.Tensor, Any], object]
     # (indices into the output, rank, n, chunk) -> what a correct run leaves there, as int64, given the inputs
     # `_Case.fill` writes: element j of rank r's input is (j % 251) + (r % 7).
@@ -89,8 +79,8 @@ def _rank_sum(n: int) -> int:
     return sum(q % _RANK_MOD for q in range(n))
 
 
-# torch.distributed's all_reduce and broadcast only work in place, and all_to_all_single has no in-place form.
-# The calls look torch.distributed's functions up when they run, as the fault tests replace them.
+# torch.distributed's all_reduce and broadcast only work in place, and all_to_all_single has no in-place form. The
+# calls (input, output, group; None: the default group) look their functions up when run: the fault tests replace them.
 COLLECTIVES: dict[str, Collective] = {
     c.name: c
     for c in (
@@ -109,7 +99,7 @@ COLLECTIVES: dict[str, Collective] = {
             split=True,
             placements=(IN_PLACE, OUT_OF_PLACE),
             buffer_elements=lambda count, chunk: (chunk, count),
-            call=lambda inp, out, group: _all_gather_single(out, inp, group),
+            call=lambda inp, out, group: _single("all_gather_single", "all_gather_into_tensor", out, inp, group),
             # part q of the output is rank q's input
             expected=lambda idx, rank, n, chunk: idx % chunk % _PERIOD + idx // chunk % _RANK_MOD,
         ),
@@ -119,7 +109,7 @@ COLLECTIVES: dict[str, Collective] = {
             split=True,
             placements=(IN_PLACE, OUT_OF_PLACE),
             buffer_elements=lambda count, chunk: (count, chunk),
-            call=lambda inp, out, group: _reduce_scatter_single(out, inp, group),
+            call=lambda inp, out, group: _single("reduce_scatter_single", "reduce_scatter_tensor", out, inp, group),
             expected=lambda idx, rank, n, chunk: n * ((rank * chunk + idx) % _PERIOD) + _rank_sum(n),
         ),
         Collective(
@@ -190,11 +180,9 @@ class RankSizeResult:
     seconds: list[float]  # per timed iteration (empty when not run)
     wrong: int  # elements of this rank's output that differ from the expected result
     not_run: str | None = None  # why the size was not run (the same on every rank), e.g. too little memory
-    # The caching allocator's high-water mark while measuring it (accelerators only): our buffers, not NCCL's own
-    # (its channels' buffers and NVLS memory are allocated outside torch's allocator).
+    # The caching allocator's high-water mark (accelerators only): our buffers, not NCCL's own.
     peak_memory_bytes: int | None = None
-    # On the CPU (gloo), the share of the timed window this rank waited for a CPU (node/neighbours.py); None on an
-    # accelerator, whose host only launches the work, or where it cannot be read.
+    # On the CPU (gloo), the share of the timed window this rank waited for a CPU (node/neighbours.py); else None.
     cpu_wait_share: float | None = None
 
 
@@ -218,8 +206,8 @@ class SizeRow:
     not_run: str | None = None  # why this size was not measured; its times and bandwidths are then NaN
     peak_memory_bytes: int | None = None  # the largest of the ranks' device-memory high-water marks
     samples_busbw_gbps: tuple[float, ...] = ()  # each timed iteration's busbw: the figure is their median
-    # The share of the timed window in which some rank waited for a CPU (neighbours.combined: a collective waits for
-    # its slowest rank); None where no rank could tell.
+    # The share of the timed window some rank waited for a CPU (neighbours.combined: a collective waits for its
+    # slowest rank); None where no rank could tell.
     cpu_wait_share: float | None = None
 
     def details(self) -> dict[str, object]:
@@ -283,9 +271,8 @@ def sweep_on_rank(
 
 
 def calls_per_sample(size_bytes: int, device: torch.device) -> int:
-    """Back-to-back calls per timed sample: BACK_TO_BACK_CALLS for a small message on an accelerator, whose
-    launch would otherwise be timed with it; one on the CPU, where a call runs synchronously on the host clock and
-    there is no launch to hide (looping would only make the cpu suites slower)."""
+    """Back-to-back calls per timed sample: BACK_TO_BACK_CALLS for a small message on an accelerator; one on the CPU,
+    where a call runs synchronously and there is no launch to hide."""
     return BACK_TO_BACK_CALLS if device.type != "cpu" and size_bytes < BACK_TO_BACK_BELOW_BYTES else 1
 
 
@@ -376,14 +363,12 @@ class _Case:
             self.output = torch.empty(output_elements, dtype=DTYPE, device=device)
 
     def run(self) -> object:
-        """The collective, once. A method, not a stored closure: a closure over `self` kept on `self` is a
-        reference cycle, and the buffers would outlive the size until the cyclic collector ran."""
+        """The collective, once (a method: a closure over `self` kept on `self` would be a reference cycle)."""
         return self.spec.call(self.input, self.output, self.group)
 
     def fill(self) -> None:
-        """Known inputs: element j of a sending rank's input is (j % 251) + (rank % 7). The output is first set to
-        a value no correct result has, so what the collective should write and does not is counted wrong (the rest
-        of an in-place all_gather buffer, a broadcast's non-root buffers)."""
+        """Known inputs: element j of a sending rank's input is (j % 251) + (rank % 7). The output is first set to a
+        value no correct result has, so what the collective should write and does not is counted wrong."""
         self.output.fill_(_SENTINEL)
         if self.spec.root is None or self.spec.root == self.rank:
             _fill_chunked(self.input, lambda idx: (idx % _PERIOD + self.rank % _RANK_MOD).to(DTYPE))
@@ -407,15 +392,9 @@ def _fill_chunked(t: torch.Tensor, value: Callable[[torch.Tensor], torch.Tensor]
         t[lo:hi] = value(torch.arange(lo, hi, device=t.device))
 
 
-def _all_gather_single(output: torch.Tensor, input: torch.Tensor, group: Any) -> object:
-    # torch 2.13 renamed all_gather_into_tensor (now a deprecated alias); older releases have only the old name.
-    fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    return fn(output, input, group=group)
-
-
-def _reduce_scatter_single(output: torch.Tensor, input: torch.Tensor, group: Any) -> object:
-    fn = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-    return fn(output, input, group=group)
+def _single(name: str, old: str, output: torch.Tensor, input: torch.Tensor, group: Any) -> object:
+    """torch.distributed's `name`, else its `old` name (torch 2.13 renamed it; the old one is a deprecated alias)."""
+    return (getattr(dist, name, None) or getattr(dist, old))(output, input, group=group)
 
 
 # --- memory -------------------------------------------------------------------------------------------------
