@@ -53,13 +53,8 @@ def _pretrain_layout(f: Fields, p: _Mapping, model: str) -> tuple[dict[str, int]
     if isinstance(checkpointing, bool):  # true: every block recomputed, as files before the modes had it
         checkpointing = "full" if checkpointing else "none"
     if checkpointing not in llama_parallel.CHECKPOINTING:
-        raise f.error(
-            p,
-            "activation_checkpointing",
-            "pretrain.activation_checkpointing",
-            f"must be one of {', '.join(llama_parallel.CHECKPOINTING)} (or true for full, false for none), "
-            f"got {_shown(checkpointing)}",
-        )
+        known = f"{', '.join(llama_parallel.CHECKPOINTING)} (or true for full, false for none)"
+        raise f.at(p, "activation_checkpointing", "pretrain", f"must be one of {known}, got {_shown(checkpointing)}")
     named = (
         ("engine", llama_parallel.ENGINES),
         ("precision", llama_parallel.PRECISIONS),
@@ -113,13 +108,9 @@ def pretrain(f: Fields, doc: _Mapping) -> PretrainSpec | None:
     if engine_python is not None and not (
         isinstance(engine_python, str) and engine_python.strip() and p["engine"] != "native"
     ):
-        raise f.error(
-            p,
-            "engine_python",
-            "pretrain.engine_python",
-            "the command a NeMo engine's driver runs under (e.g. /opt/nemo/bin/python), for engine nemo or "
-            f"megatron_bridge only; got {_shown(engine_python)} with engine {p['engine']}",
-        )
+        got = f"got {_shown(engine_python)} with engine {p['engine']}"
+        command = "the command a NeMo engine's driver runs under (e.g. /opt/nemo/bin/python)"
+        raise f.at(p, "engine_python", "pretrain", f"{command}, for engine nemo or megatron_bridge only; {got}")
     return PretrainSpec(
         model=model,
         seq_len=counts["seq_len"],
@@ -151,14 +142,12 @@ def health(f: Fields, doc: _Mapping) -> HealthBaseline | None:
     if plugin is not None and not (isinstance(plugin, str) and plugin.strip()):
         raise f.error(h, "nccl_net_plugin", "health.nccl_net_plugin", f"{_shown(plugin)}: a library file name")
     if "critical_xids" in h:  # a list of codes that fail, read since boot: the catalog decides now
-        raise f.error(
-            h,
-            "critical_xids",
-            "health.critical_xids",
+        why = (
             "no longer read: NVIDIA's Xid catalog decides what each code calls for (docs/checks.md, Xid events); "
             "remove it, and where your site acts otherwise list the codes under their action in health.xid_actions "
-            "(e.g. {drain: [13], ignore: [94]}; actions: drain, job, warn, ignore)",
+            "(e.g. {drain: [13], ignore: [94]}; actions: drain, job, warn, ignore)"
         )
+        raise f.at(h, "critical_xids", "health", why)
     xid_actions = _xid_actions(f, h)
     limits = _counts(f, h, "ecc_limits", _ECC_LIMIT_KEYS)
     flags = {}
@@ -168,12 +157,8 @@ def health(f: Fields, doc: _Mapping) -> HealthBaseline | None:
             raise f.error(h, key, f"health.{key}", f"{_shown(flag)}: must be true or false")
     offset = h.get("thermal_margin_offset_c")
     if offset is not None and not (isinstance(offset, int) and not isinstance(offset, bool) and -50 <= offset <= 50):
-        raise f.error(
-            h,
-            "thermal_margin_offset_c",
-            "health.thermal_margin_offset_c",
-            f"{_shown(offset)}: must be whole degrees C from -50 to 50 (e.g. -2: 2 C past the T.Limit)",
-        )
+        why = f"{_shown(offset)}: must be whole degrees C from -50 to 50 (e.g. -2: 2 C past the T.Limit)"
+        raise f.at(h, "thermal_margin_offset_c", "health", why)
     return HealthBaseline(
         provenance=f.provenance(h, "health"),
         min_driver_version=versions["min_driver_version"],
@@ -247,16 +232,10 @@ def topology(f: Fields, doc: _Mapping, detect: Detect) -> TopologyBaseline | Non
     nodes = t.get("gpu_numa_nodes")
     if nodes is not None:
         if not (isinstance(nodes, list) and nodes and all(_is_count(n) for n in nodes)):
-            raise f.error(
-                t, "gpu_numa_nodes", "topology.gpu_numa_nodes", "must be a list of NUMA node numbers, one per GPU"
-            )
+            raise f.at(t, "gpu_numa_nodes", "topology", "must be a list of NUMA node numbers, one per GPU")
         if detect.gpu_count is not None and len(nodes) != detect.gpu_count:
-            raise f.error(
-                t,
-                "gpu_numa_nodes",
-                "topology.gpu_numa_nodes",
-                f"names {len(nodes)} GPUs but detect.gpu_count is {detect.gpu_count}",
-            )
+            why = f"names {len(nodes)} GPUs but detect.gpu_count is {detect.gpu_count}"
+            raise f.at(t, "gpu_numa_nodes", "topology", why)
     nic = t.get("nic_on_gpu_numa_node")
     if nic is not None and not isinstance(nic, bool):
         raise f.error(t, "nic_on_gpu_numa_node", "topology.nic_on_gpu_numa_node", "must be true or false")

@@ -25,11 +25,9 @@ SHARE_BY_CHANCE = 0.5 * math.erfc(SHARE_Z / math.sqrt(2))  # normal figures beyo
 
 @dataclass(frozen=True)
 class Pace:
-    """A run as a whole against the node's history: of its figures that the node's runs give a spread for, the
-    median of how far each lies to the worse side of those runs (modified z) and by how much (percent of their
-    median). One figure's drift between runs says little; a node that lost pace is worse in most of its figures
-    at once -- copies, GEMMs, collectives and the training step together. `earlier`: the same median z of each of
-    the node's runs, each against the others, which says how far a healthy run's pace strays.
+    """A run against the node's history: of its figures the node's runs give a spread for, the median of how far each
+    lies to the worse side of those runs (modified z) and by how much (percent of their median). `earlier`: the same
+    median z of each of the node's runs against the others (how far a healthy run's pace strays).
 
     `worse_share`: the share of its figures more than SHARE_Z of the runs' spreads to the worse side, and
     `earlier_shares` each run's. The median moves only once most figures have moved; a node slower across the board
@@ -49,10 +47,8 @@ class Pace:
         return _z_among(self.worse_z, self.earlier)
 
     def share_z(self) -> float | None:
-        """The same of the run's share of worse figures among the earlier runs' shares. A share counts figures:
-        where most runs have none or the same few, their MAD is 0 and one figure more would be infinitely far; the
-        spread is at least what counting the run's figures gives (binomial, at the runs' median share, or at the
-        share normal figures have by chance)."""
+        """The same of the run's share of worse figures among the earlier runs'. Where most runs have none or the
+        same few (a MAD of 0), the spread is at least counting's (binomial, at the median share or SHARE_BY_CHANCE)."""
         if len(self.earlier_shares) < MIN_RUNS:
             return None
         center = max(statistics.median(self.earlier_shares), SHARE_BY_CHANCE)
@@ -60,9 +56,8 @@ class Pace:
         return _z_among(self.worse_share, self.earlier_shares, floor=counted)
 
     def verdict(self, allowed_pct: float) -> tuple[Literal["ok", "regressed"], float]:
-        """(the verdict, the cut-off its two scores were held to): regressed where the run's pace or its share of
-        worse figures is an outlier among the earlier runs' (beyond noise.family_z for two figures against as many
-        runs, the run not among them) and its figures are, at the median, worse by more than `allowed_pct`."""
+        """(the verdict, the cut-off): regressed where the run's pace or share of worse figures is an outlier among
+        the earlier runs' (beyond noise.family_z for two, the run apart) and its median worse by over `allowed_pct`."""
         z, share_z = self.z(), self.share_z()
         cutoff = family_z(len(self.earlier), 2, apart=True)
         beyond = (z is not None and z > cutoff) or (share_z is not None and share_z > cutoff)
@@ -80,10 +75,9 @@ def _z_among(value: float, earlier: Sequence[float], floor: float = 0.0) -> floa
 
 
 def pace(now: Mapping[Any, float], runs: Sequence[Mapping[Any, float]], directions: Mapping[Any, str]) -> Pace | None:
-    """The pace of the run that measured `now` (figure key -> value), against the node's earlier `runs` (oldest
-    first; the last MAX_RUNS count), `directions` saying which way each figure is better ("higher" or "lower").
-    Figures whose runs agree exactly (error counts that stay 0) say nothing of pace and are left out. None where
-    fewer than MIN_PACE_FIGURES figures have a spread."""
+    """The pace of the run that measured `now` (figure key -> value) against the node's earlier `runs` (oldest first;
+    the last MAX_RUNS count), by `directions`. Figures whose runs agree exactly (error counts that stay 0) are left
+    out. None where fewer than MIN_PACE_FIGURES figures have a spread."""
     recent = list(runs)[-MAX_RUNS:]
     figures = _figure_paces(now, recent, directions)
     if len(figures) < MIN_PACE_FIGURES:

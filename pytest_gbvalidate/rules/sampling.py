@@ -25,8 +25,7 @@ from typing import Literal
 
 StopReason = Literal["settled", "resolved", "budget", "cap"]
 # Passes of one check at most: the first, the second every flagged figure gets, and two more for an unresolved one
-# (a figure's error shrinks only where a pass is calmer than the ones before it: docs/noise.md measures what they
-# buy).
+# (an error shrinks only where a pass is calmer than those before: docs/noise.md measures what they buy).
 MAX_PASSES = 4
 # The share of its level's budget (levels.BUDGET_S) the passes after the second of one check may take: ten checks
 # needing more evidence still leave the level within its budget.
@@ -35,9 +34,8 @@ CHECK_SHARE = 0.1
 
 @dataclass(frozen=True)
 class Pending:
-    """Where a check's figures stand after `passes` passes: whether any would fail, warn or regress or is
-    unresolved (`flagged`), whether any is unresolved, and the seconds one further pass took (None: not yet
-    timed)."""
+    """A check's figures after `passes` passes: whether any would fail, warn, regress or is unresolved (`flagged`),
+    whether any is unresolved, and the seconds one further pass took (None: not yet timed)."""
 
     passes: int
     flagged: bool
