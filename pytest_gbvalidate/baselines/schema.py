@@ -23,15 +23,7 @@ from pytest_gbvalidate.baselines.schema_sections import health, pretrain, topolo
 from pytest_gbvalidate.rules.resolution import Needed
 
 _TOP_KEYS = {
-    "schema_version",
-    "sku",
-    "description",
-    "detect",
-    "resolution",
-    "metrics",
-    "health",
-    "topology",
-    "pretrain",
+    *("schema_version", "sku", "description", "detect", "resolution", "metrics", "health", "topology", "pretrain"),
 }
 _RESOLUTION_KEYS = {"pct", "provenance"}
 _DETECT_KEYS = {"azure_vm_sizes", "gpu_name_contains", "gpu_count"}

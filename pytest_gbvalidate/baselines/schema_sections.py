@@ -126,9 +126,6 @@ def pretrain(f: Fields, doc: _Mapping) -> PretrainSpec | None:
     )
 
 
-# --- the health and topology sections ---------------------------------------------------------------------
-
-
 def health(f: Fields, doc: _Mapping) -> HealthBaseline | None:
     if "health" not in doc:
         return None

@@ -305,8 +305,7 @@ def _measure(
 
 def summarize(collective: str, placement: str, per_rank: Sequence[Sequence[RankSizeResult]]) -> list[SizeRow]:
     """One row per size from every rank's results (rank order)."""
-    n = len(per_rank)
-    factor = busbw_factor(collective, n)
+    factor = busbw_factor(collective, len(per_rank))
     rows = []
     for by_rank in zip(*per_rank, strict=True):
         first = by_rank[0]
@@ -337,9 +336,6 @@ def summarize(collective: str, placement: str, per_rank: Sequence[Sequence[RankS
             )
         )
     return rows
-
-
-# --- one collective at one size on one rank -------------------------------------------------------------------
 
 
 class _Case:
@@ -395,9 +391,6 @@ def _fill_chunked(t: torch.Tensor, value: Callable[[torch.Tensor], torch.Tensor]
 def _single(name: str, old: str, output: torch.Tensor, input: torch.Tensor, group: Any) -> object:
     """torch.distributed's `name`, else its `old` name (torch 2.13 renamed it; the old one is a deprecated alias)."""
     return (getattr(dist, name, None) or getattr(dist, old))(output, input, group=group)
-
-
-# --- memory -------------------------------------------------------------------------------------------------
 
 
 def _free_bytes_on_every_rank(ctx: RankContext) -> int:

@@ -24,18 +24,13 @@ class CopyResult:
     bandwidth_gbps: float  # median over the timed iterations
     samples_gbps: list[float]
     host_binding: dict[str, str] = field(default_factory=dict)  # CPUs / NUMA node the host side was bound to
-    # The share of the time the copies were timed that the measuring process waited for a CPU (node/neighbours.py),
-    # where host memory took part; None for a copy between GPUs, or where it cannot be read.
+    # The share of the timed copies' time the process waited for a CPU (node/neighbours.py), where host memory took
+    # part; else None.
     cpu_wait_share: float | None = None
 
 
 def copy_bandwidth(
-    src_device: torch.device,
-    dst_device: torch.device,
-    size_bytes: int,
-    *,
-    warmup: int = 3,
-    iterations: int = 20,
+    src_device: torch.device, dst_device: torch.device, size_bytes: int, *, warmup: int = 3, iterations: int = 20
 ) -> CopyResult:
     # CUDA-only: a host<->device copy runs at full rate only from page-locked (pinned) host memory.
     pin = torch.cuda.is_available() and (src_device.type == "cpu") != (dst_device.type == "cpu")

@@ -46,12 +46,9 @@ from dataclasses import dataclass, field
 # NCCL's algorithms that are NVLink SHARP: NVLS within an NVLink domain, NVLSTree across nodes (tree between them).
 NVLS_ALGORITHMS = frozenset({"NVLS", "NVLSTREE"})
 # NCCL's name for the collectives this package measures (ncclFuncToString).
-NCCL_FUNCTION = {
-    "all_reduce": "AllReduce",
-    "all_gather": "AllGather",
-    "reduce_scatter": "ReduceScatter",
-    "broadcast": "Broadcast",
-}
+NCCL_FUNCTION = dict(
+    all_reduce="AllReduce", all_gather="AllGather", reduce_scatter="ReduceScatter", broadcast="Broadcast"
+)
 SUBSYSTEMS = "INIT,ENV,TUNING"
 # How a problem starts where the log does not say what ran (no line of the kind the check reads): the check cannot
 # tell, and says so as unresolved, never as the node's fault (suites/test_collectives.py).

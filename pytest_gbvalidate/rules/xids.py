@@ -1,8 +1,7 @@
 """What an Xid means and what to do about it: NVIDIA's Xid catalog as data (`xid_catalog.yaml` beside this file:
-each code's resolution, and the action and repair each resolution calls for), and the rule that judges a GPU's
-Xid events over a window: lines deduplicated, grouped in bursts, a job's codes escalated only when they repeat. No
-pytest here; the kernel log is read by node/xid.py.
-"""
+each code's resolution, and the action and repair each calls for), and the rule that judges a GPU's Xid events over
+a window: lines deduplicated, grouped in bursts, a job's codes escalated only when they repeat. No pytest here; the
+kernel log is read by node/xid.py."""
 
 from __future__ import annotations
 
@@ -27,8 +26,7 @@ MAX_CODE = 65535  # a site may name a code newer than the catalog; the driver pr
 REPAIR_ACTIONS: tuple[RepairAction, ...] = get_args(RepairAction)
 
 
-class CatalogError(Exception):
-    pass
+class CatalogError(Exception): ...
 
 
 @dataclass(frozen=True)
@@ -137,9 +135,6 @@ def _repair(value: object, where: str) -> RepairAction:
     return value
 
 
-# --- judging one GPU's events ---------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class XidEvent:
     """One Xid line of the kernel log for a GPU."""
@@ -184,8 +179,7 @@ class Finding:
 
 
 def bursts(times: list[float | None], gap_s: float) -> int:
-    """How many bursts lines at these times make: a new burst where the gap to the line before exceeds `gap_s`. Lines
-    without a time make one burst between them."""
+    """The bursts lines at these times make: a new one where the gap exceeds `gap_s`; lines without a time make one."""
     known = sorted(t for t in times if t is not None)
     count = sum(1 for before, after in itertools.pairwise(known) if after - before > gap_s) + (1 if known else 0)
     return max(count, 1 if None in times else 0)
@@ -195,10 +189,9 @@ def judge(
     events: Iterable[XidEvent], catalog: Catalog, after_seq: int | None, floor_seq: int | None, now_s: float | None
 ) -> list[Finding]:
     """Each code's finding for one GPU's events, in code order. Events up to `floor_seq` (a repair acknowledged) are
-    never judged; a code is judged on the events after `after_seq` (the GPU's last clean check), so each once. A
+    never judged; a code is judged on the events after `after_seq` (the GPU's last clean check; None: since boot). A
     job's code drains where it made `escalation.bursts` bursts within the escalation window, counted across clean
-    checks: one buggy job is the job's, the same fault again and again is the GPU's. None: since boot; `now_s` (on
-    the log's clock) None: every event is recent."""
+    checks: one buggy job is the job's, the same fault again and again is the GPU's. `now_s` None: all recent."""
 
     def after(e: XidEvent, seq: int | None) -> bool:
         return seq is None or e.seq is None or e.seq > seq
