@@ -67,8 +67,7 @@ class Verdict:
 
     def resolution_record(self) -> ResolutionRecord | None:
         """The figure's resolution for the report, or None where its evidence gave none."""
-        r = self.resolution
-        if r is None:
+        if (r := self.resolution) is None:
             return None
         spreads = {name: round(spread, 3) for name, spread in r.spreads}
         return {
@@ -100,14 +99,11 @@ class Verdict:
 
 
 def compare(ref: Reference, value: float, scope: str, resolution: rs.Resolution | None = None) -> Verdict:
-    """The verdict for `value` measured at `scope`, its evidence resolving `resolution` (rules/resolution.py; None: the
-    value is taken as it is). A value that is not a finite number always fails. Each limit is judged by
-    resolution.side against the resolution the metric needs (`ref.needed`): beyond the fail limit by more than
-    the noise may excuse fails; within its noise warns; beyond the warn limit warns, within its noise passes. A
-    figure whose resolution is coarser than needed passes only where it is short of the first limit by more than
-    its whole resolution or at least as good as the expected value (resolution.at_least_as_good), fails only past the
-    fail limit by more than the needed resolution, and is UNRESOLVED in between. The message says by what allowance a
-    figure past a limit was not given that limit's verdict."""
+    """The verdict for `value` measured at `scope`, its evidence resolving `resolution` (None: taken as it is). A value
+    that is not a finite number fails. Each limit is judged by resolution.side against `ref.needed`: past the fail
+    limit beyond the noise fails, within it warns; past the warn limit warns, within its noise passes; a coarse
+    figure between is UNRESOLVED, and one at least as good as the expected value passes. The message says by what
+    allowance a figure past a limit was not given that limit's verdict."""
     fail_side = _side(value, ref.fail_limit, ref.direction, resolution, ref.needed)
     warn_side = _side(value, ref.warn_limit, ref.direction, resolution, ref.needed)
     if ref.expected is not None and math.isfinite(value) and rs.at_least_as_good(value, ref.expected, ref.direction):

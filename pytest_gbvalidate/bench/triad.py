@@ -1,16 +1,13 @@
 """Host memory bandwidth per NUMA node, as STREAM's Triad measures it: a = b + s * c over float64 arrays, every
 thread of the process on the node's CPUs and the arrays in the node's memory.
 
-STREAM's rules (stream.c, J. McCalpin), kept here: each array at least 4 times the last-level cache, so the kernel
-streams from memory (cut to what the timed runs can stream within TIMED_BUDGET_S, never below MIN_ARRAY_BYTES: a VM
-may claim a cache it shares with the host's other tenants); bytes counted as STREAM counts them, 3 arrays of 8-byte
-words per element (two read, one written; a write-allocate's extra read is not counted); the first run excluded; the
-reported rate is the best (the shortest time) of the timed runs, GB = 1e9 bytes. The median is kept beside it for
-the report.
+STREAM's rules (stream.c, J. McCalpin), kept here: each array at least 4 times the last-level cache (cut to what the
+timed runs stream within TIMED_BUDGET_S, never below MIN_ARRAY_BYTES: a VM may claim a cache it shares); bytes counted
+as STREAM counts them, 3 arrays of 8-byte words per element (a write-allocate's extra read not counted); the first
+run excluded; the rate reported the best of the timed runs, GB = 1e9 bytes (the median kept beside it).
 
-torch rather than numpy: `torch.add(b, c, alpha=s, out=a)` is one fused pass over the three arrays on every
-thread of torch's pool (numpy's `b + s * c` makes two passes and a temporary, on one thread), and its threads
-are the ones torch.set_num_threads sizes. No pytest.
+torch rather than numpy: `torch.add(b, c, alpha=s, out=a)` is one fused pass on every thread of torch's pool (numpy's
+`b + s * c` makes two passes and a temporary, on one thread). No pytest.
 """
 
 from __future__ import annotations
@@ -34,9 +31,9 @@ SCALAR = 3.0  # STREAM's scalar
 B_VALUE, C_VALUE = 2.0, 1.0  # so every element of a must be 5.0 afterwards
 CACHE_MULTIPLE = 4  # STREAM: each array at least 4x the last-level cache
 MIN_ARRAY_BYTES = 64 * 2**20  # where sysfs gives no cache size, and the least an array is cut to (TIMED_BUDGET_S)
-# What the timed runs of one node may take together: a VM may claim its host's whole last-level cache (480 MiB:
-# 1.9 GiB arrays), which a busy 2-vCPU VM streams in seconds a run, past the cpu SKU's 30 s --gb-timeout with the
-# second pass. The warm-up run's time says how much fits: the arrays are cut to it, never below MIN_ARRAY_BYTES.
+# What one node's timed runs may take together: a VM may claim its host's whole last-level cache (480 MiB: 1.9 GiB
+# arrays), which a busy 2-vCPU VM streams in seconds a run, past the cpu SKU's 30 s --gb-timeout; the arrays are cut
+# to what the warm-up's pace fits.
 TIMED_BUDGET_S = 3.0
 
 
