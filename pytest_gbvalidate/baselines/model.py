@@ -87,9 +87,7 @@ class MetricBaseline:
 
     def reference(self, scope: str) -> Reference | None:
         """The reference for a scope label: its own entry where `values` has one, else the metric's."""
-        if self.values:
-            return self.values.get(scope)
-        return self.default
+        return self.values.get(scope) if self.values else self.default
 
 
 @dataclass(frozen=True)

@@ -155,9 +155,7 @@ def resolution_of(own: noise.Noise | None, ref: Reference) -> rs.Resolution | No
 def _side(
     value: float, limit: float | None, direction: str, resolution: rs.Resolution | None, needed: rs.Needed
 ) -> rs.Side | None:
-    if limit is None:
-        return None
-    return rs.side(rs.worse_pct(value, limit, direction), resolution, needed)
+    return None if limit is None else rs.side(rs.worse_pct(value, limit, direction), resolution, needed)
 
 
 def _coarse(resolution: rs.Resolution | None, needed: rs.Needed) -> bool:

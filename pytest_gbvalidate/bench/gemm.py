@@ -41,9 +41,7 @@ class GemmResult:
 def fp8_speedup_x(bf16: GemmResult | None, fp8: GemmResult) -> float | None:
     """How much faster the fp8 GEMM ran than the bf16 one of the same GPU at the same shape; None where no bf16
     GEMM ran at that shape (deselected, or other params)."""
-    if bf16 is None or (bf16.m, bf16.n, bf16.k) != (fp8.m, fp8.n, fp8.k):
-        return None
-    return fp8.tflops / bf16.tflops
+    return None if bf16 is None or (bf16.m, bf16.n, bf16.k) != (fp8.m, fp8.n, fp8.k) else fp8.tflops / bf16.tflops
 
 
 def fp8_supported(device: torch.device) -> bool:

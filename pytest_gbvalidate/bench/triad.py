@@ -100,9 +100,7 @@ def last_level_cache_bytes(cpus: Sequence[int], sysfs: Path = SYSFS_ROOT) -> int
 def _size_bytes(text: str) -> int:
     text = text.strip()
     factors = {"K": 2**10, "M": 2**20, "G": 2**30}
-    if text[-1:] in factors:
-        return int(text[:-1]) * factors[text[-1]]
-    return int(text)
+    return int(text[:-1]) * factors[text[-1]] if text[-1:] in factors else int(text)
 
 
 def default_array_bytes(cpus: Sequence[int], sysfs: Path = SYSFS_ROOT) -> int:
@@ -175,18 +173,10 @@ def triad_on_node(
         raise TriadError(f"triad on NUMA node {numa_node}: {wrong} of {elements} elements are not {expected}")
     itemsize = torch.empty(0, dtype=dtype).element_size()
     samples = [triad_gbps(elements, itemsize, s) for s in seconds]
+    name, bound = str(dtype).removeprefix("torch."), {**binding, "threads": "every thread of the rank's process"}
+    cut = None if elements == allocated else allocated
     return TriadResult(
-        numa_node,
-        elements,
-        str(dtype).removeprefix("torch."),
-        iterations,
-        max(samples),
-        median(samples),
-        samples,
-        len(cpus),
-        {**binding, "threads": "every thread of the rank's process"},
-        waited,
-        None if elements == allocated else allocated,
+        numa_node, elements, name, iterations, max(samples), median(samples), samples, len(cpus), bound, waited, cut
     )
 
 

@@ -54,6 +54,4 @@ def stop(pending: Pending, budget_s: float) -> StopReason | None:
     if pending.passes >= MAX_PASSES:
         return "cap"
     further = pending.passes - 1  # the passes after the first, the next one among them
-    if pending.pass_s is None or pending.pass_s * further > CHECK_SHARE * budget_s:
-        return "budget"
-    return None
+    return "budget" if pending.pass_s is None or pending.pass_s * further > CHECK_SHARE * budget_s else None

@@ -103,18 +103,11 @@ def load(path: Path = CATALOG) -> Catalog:
             if "action" in entry:  # a code whose action differs from its resolution's
                 policy = _policy(entry, f"codes: Xid {xid}")
             codes[xid] = XidCode(xid, name, resolution, policy)
-        escalation = data["job_escalation"]
-        catalog = Catalog(
-            codes=codes,
-            provenance=f"{data['source']}, generated {data['generated']}; driver branch: {data['driver_branch']}",
-            burst_gap_s=float(data["burst_gap_s"]),
-            escalation=Escalation(
-                int(escalation["bursts"]),
-                float(escalation["within_h"]) * 3600,
-                _repair(escalation["repair"], "job_escalation.repair"),
-                str(escalation["source"]),
-            ),
-        )
+        esc = data["job_escalation"]
+        provenance = f"{data['source']}, generated {data['generated']}; driver branch: {data['driver_branch']}"
+        gap_s, bursts, within_s = float(data["burst_gap_s"]), int(esc["bursts"]), float(esc["within_h"]) * 3600
+        escalation = Escalation(bursts, within_s, _repair(esc["repair"], "job_escalation.repair"), str(esc["source"]))
+        catalog = Catalog(codes, provenance, gap_s, escalation)
     except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError, AttributeError) as exc:
         raise CatalogError(f"{path}: {type(exc).__name__}: {exc}") from None
     except CatalogError as exc:
