@@ -5,31 +5,24 @@ A node is an outlier of a metric when it is worse than the fleet median (directi
 
 - more than `mad_k` scaled MADs: Iglewicz & Hoaglin's modified z-score, 0.6745 * (x - median) / MAD ("How to Detect
   and Handle Outliers", ASQC Basic References in Quality Control vol. 16, 1993, which recommends flagging |z| > 3.5);
-- more than the practical margin, `pct` percent as a log ratio (resolution.worse_pct's scale: a node a few percent
-  slow is a node);
-- more than the fleet's noise allows: noise.margin_pct of the fleet's typical spread, twice (the node's figure and
-  the median), that being the median of the other nodes' spreads (of two, the smaller) as their reports give them. A
-  node's own scatter never widens its own allowance (an erratic figure is itself a symptom: a link retraining, a
-  throttling GPU), and no single node, however noisy, widens anybody's.
+- more than `pct` percent, a log ratio (resolution.worse_pct's scale: a node a few percent slow is a node);
+- more than the fleet's noise allows: noise.margin_pct of the fleet's typical spread (the median of the other nodes'
+  spreads, of two the smaller), twice: the figure and the median. A node's own scatter never widens its allowance (an
+  erratic figure is itself a symptom), and no single node, however noisy, widens anybody's.
 
-Where the metric's needed resolution is given (its reports say it; rules/resolution.py), it decides alone: a node
-worse than the median by more than it is an outlier unless its waits for a CPU explain the dip, and no finer fall
-drains; neither the MAD rule nor the fleet's noise excuses anything beyond it, since peers that happen to scatter
-widely would let a slow node pass (docs/noise.md).
+Where its reports give the metric's needed resolution (rules/resolution.py), that decides alone: a node worse than the
+median by more than it is an outlier unless its waits for a CPU explain the dip, and no finer fall drains (widely
+scattering peers would let a slow node pass: docs/noise.md). A node that is no outlier but whose own spread lies far
+beyond the others' (more than max(`mad_k`, OUTLIER_Z) of their scaled MADs above their median, and TOO_NOISY_RATIO
+times it) is too noisy to judge for that figure (Unjudged): neither drained nor passed.
 
-A node that is no outlier but whose own spread lies far beyond the fleet's (more than max(`mad_k`, OUTLIER_Z) scaled
-MADs of the other nodes' spreads above their median, and more than TOO_NOISY_RATIO times it) is too noisy to judge for
-that figure (Unjudged): neither drained nor passed; run it again on an idle node.
-
-The MAD is never taken as less than the nodes' typical run-to-run spread, where their reports give one (`--gb-history`
-with --gb-compare): the median of the other nodes' (of two, the smaller) where more than half give one; never the
-judged node's own, never one node's for the fleet (docs/noise.md: ten runs of one healthy VM as ten nodes).
-
-Each rule alone drains healthy nodes: the percent rule any metric noisier than `pct`, the MAD rule a dip of 2% where a
-few nodes agree closely. MAD == 0 (more than half of the nodes report the very same value, as quantised readings do):
-the modified z-score is undefined, so the MAD rule holds for any deviation. `noise_floor_pct` (default 0, off) also
-requires the deviation to exceed that percent of the median (one node's run-to-run noise, for reports without their
-own). Only deviations to the worse side count: a node faster than the rest is no reason to drain it.
+The MAD is never taken as less than the nodes' typical run-to-run spread where over half their reports give one
+(`--gb-history` with --gb-compare): the other nodes' median (of two, the smaller), never the judged node's own
+(docs/noise.md: ten runs of one healthy VM as ten nodes). Each rule alone drains healthy nodes: the percent rule any
+metric noisier than `pct`, the MAD rule a dip of 2% where a few nodes agree closely. MAD == 0 (over half the nodes
+report the same value, as quantised readings do): the modified z-score is undefined and the MAD rule holds for any
+deviation. `noise_floor_pct` (default 0, off) also requires the deviation to exceed that percent of the median. Only
+deviations to the worse side count: a node faster than the rest is no reason to drain it.
 """
 
 from __future__ import annotations
@@ -137,23 +130,21 @@ def judge(
         return Judgement([], [])
     s = spread(list(values.values()))
     spreads = {host: n.spread_pct for host, n in (noises or {}).items() if n is not None and host in values}
-    hosts = list(values)
-    fleet_spreads, fleet_runs = Others(spreads, hosts), Others(run_to_runs or {}, hosts)  # sorted once, not per host
+    fleet_spreads, fleet_runs = Others(spreads, list(values)), Others(run_to_runs or {}, list(values))
     found, unjudged = [], []
     for host, value in values.items():
         typical_pct = fleet_spreads.typical(host)
         r2r = max(run_to_run_pct or 0.0, fleet_runs.typical(host) or 0.0)
         floor = abs(s.median) * r2r / 100.0 / nz.MAD_TO_SIGMA
-        mad_value = max(s.mad, floor)
         worse = rs.toward_worse(value - s.median, direction)
-        z = modified_z(value, s.median, mad_value)
-        worse_pct = math.inf if s.median == 0 else worse / abs(s.median) * 100.0
+        z = modified_z(value, s.median, max(s.mad, floor))
+        worse_pct = None if s.median == 0 else worse / abs(s.median) * 100.0
         margin = nz.margin_pct(typical_pct, typical_pct)
-        far_out = z is None or abs(z) > mad_k
         noisy = fleet_spreads.too_noisy(host, max(mad_k, nz.OUTLIER_Z))
         linear_pct = max(pct, noise_floor_pct) if needed_pct is None else noise_floor_pct
         practical = _practical(value, s.median, direction, linear_pct, needed_pct)
         if needed_pct is None:
+            far_out = z is None or abs(z) > mad_k
             out = worse > 0 and far_out and practical is not None and nz.beyond(value, s.median, margin)
         else:  # the needed resolution decides alone
             margin = min(margin, needed_pct)
@@ -178,7 +169,7 @@ def judge(
             if noisy is not None:
                 own = f"its own spread, {spreads[host]:.1f}% against the fleet's {noisy[0]:.1f}%"
                 rules.append(f"{own}, excuses nothing")
-            found.append(Outlier(host, value, None if s.median == 0 else worse_pct, z, tuple(rules)))
+            found.append(Outlier(host, value, worse_pct, z, tuple(rules)))
             continue
         if noisy is not None:
             unjudged.append(Unjudged(host, value, spreads[host], noisy[0], noisy[1]))
