@@ -3,29 +3,25 @@ resolution each metric needs (rules/resolution.py), and the node's noise counted
 
 The rule. Each expected value is the median measured, rounded to three significant digits (more where the rounding
 would exceed ROUNDING_SHARE of the needed resolution). Its limits come from the resolution the metric needs (the
-previous baseline's for that metric, else its SKU's `resolution`, else baselines.DEFAULT_NEEDED), never from the
-previous limits or the node's noise: it fails FAIL_SHARE (three quarters) and warns WARN_SHARE (half) of the needed
-resolution to the worse side, as log ratios (resolution.worse_pct), written as percentages of the expected value (two
-significant digits). A verdict excuses a figure past a limit by no more than the needed resolution, so a fall of
-about 1.8 times it fails however noisy the figure is, and a dead node (0, or a tenth of the expected value) always
-fails.
+previous baseline's, else the SKU's `resolution`, else baselines.DEFAULT_NEEDED), never from previous limits or noise:
+fail at FAIL_SHARE, warn at WARN_SHARE of it to the worse side, as log ratios (resolution.worse_pct), written as
+percentages of the expected value (two significant digits). A verdict excuses no more than the needed resolution, so a
+fall of about 1.8 times it fails however noisy the figure, and a dead node (0, or a tenth of expected) always fails.
 
 The noise is counted once: the largest error the node's figures showed for an expected value (noise.Noise.error_of,
 with the fall its waits for a CPU explain) is written beside it as `spread_pct` (rounded up), which later verdicts
-count in the figure's resolution; the bands are not widened by it. A figure too noisy to record -- its resolution
-against a recording as noisy, resolution.of_spreads(samples=error, reference=error) (2.8 times the error), coarser
-than the metric needs -- is written not gated: a sweep's size left out of `values`, a metric `provisional` with no
-expected value, its spread and why in the provenance. Where the previous baseline gated such a figure, the recording
-is written and the run fails, naming each (NotGated.required).
+count in the figure's resolution; the bands are not widened. A figure too noisy to record -- its resolution against a
+recording as noisy, resolution.of_spreads(samples=error, reference=error) (2.8 times the error), coarser than needed
+-- is written not gated: a sweep's size left out of `values`, a metric `provisional` with no expected value, its spread
+and why in the provenance; where the previous baseline gated it, it is written and the run fails (NotGated.required).
 
-A floor-only metric (the previous baseline gave it a fail limit and no expected value or warn limit anywhere: figures
-that differ tenfold between machines) stays floor-only: its floor is kept while the node measures above it.
+A floor-only metric (a fail limit and no expected value or warn limit anywhere: figures that differ tenfold between
+machines) stays floor-only: its floor is kept while the node measures above it.
 
-Several runs: with --gb-record, gb_expect.measure_again keeps each figure's best pass (expect.py), its error that
-pass's. With --gb-history, an expected value the node's last runs kept (noise.MIN_RUNS to noise.MAX_RUNS, this one
-among them) is their median, its spread the larger of its error and their run-to-run spread (noise.of_runs); a node
-whose runs scatter too widely to judge is refused. Each metric's provenance says how many runs each expected value
-was taken from, how many figures were the best of several passes, and what spread was seen."""
+Several runs: --gb-record keeps each figure's best pass (gb_expect.measure_again, expect.py), with that pass's error.
+With --gb-history, an expected value the node's last noise.MIN_RUNS to noise.MAX_RUNS runs kept is their median, its
+spread the larger of its error and their run-to-run spread (noise.of_runs); runs that scatter too widely are refused.
+Each provenance says how many runs each expected value came from, how many figures were a best pass, the spread seen."""
 
 from __future__ import annotations
 

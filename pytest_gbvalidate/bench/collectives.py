@@ -266,7 +266,8 @@ def sweep_on_rank(
             results.append(RankSizeResult(size, count, [], 0, not_run=reason))
             continue
         results.append(_measure(ctx, collective, placement, size, count, warmup, iterations, group))
-        _release_cached_memory(ctx.device)
+        if ctx.device.type != "cpu":  # the size's freed buffers back to the device, for the next size's memory check
+            torch.accelerator.empty_cache()
     return results
 
 
@@ -287,11 +288,12 @@ def _measure(
     group: Any = None,
 ) -> RankSizeResult:
     """One size on this rank. Its buffers are this frame's: freed when it returns."""
-    _reset_peak_memory(ctx.device)
+    on_host = ctx.device.type == "cpu"  # a neighbour holding the host's CPUs slows it as a slow link would
+    if not on_host:
+        torch.accelerator.reset_peak_memory_stats(ctx.device)
     case = _Case(ctx, collective, placement, count, group)
     case.fill()
     calls = calls_per_sample(size, ctx.device)
-    on_host = ctx.device.type == "cpu"  # a neighbour holding the host's CPUs slows it as a slow link would
     # The rank's launcher (pytest, torchrun's agent, slurmstepd) and its children, the sibling ranks: no neighbours.
     family = os.getppid()
     before = neighbours.read(family=family) if on_host else None
@@ -299,7 +301,7 @@ def _measure(
     waited = neighbours.waited_share(before, neighbours.read(family=family) if on_host else None)
     case.fill()
     case.run()
-    peak = _peak_memory(ctx.device)
+    peak = None if on_host else int(torch.accelerator.max_memory_allocated(ctx.device))
     return RankSizeResult(size, count, seconds, case.count_wrong(), peak_memory_bytes=peak, cpu_wait_share=waited)
 
 
@@ -408,18 +410,3 @@ def _free_bytes(ctx: RankContext) -> int:
     else:  # CUDA-only: torch 2.9 has no torch.accelerator.get_memory_info.
         free, _total = torch.cuda.mem_get_info(ctx.device)
     return int(free) // ctx.device_sharers
-
-
-def _reset_peak_memory(device: torch.device) -> None:
-    if device.type != "cpu":
-        torch.accelerator.reset_peak_memory_stats(device)
-
-
-def _peak_memory(device: torch.device) -> int | None:
-    return None if device.type == "cpu" else int(torch.accelerator.max_memory_allocated(device))
-
-
-def _release_cached_memory(device: torch.device) -> None:
-    """Hand the last size's freed buffers back to the device, so the next size's free-memory check sees them."""
-    if device.type != "cpu":
-        torch.accelerator.empty_cache()
