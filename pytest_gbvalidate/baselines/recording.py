@@ -37,7 +37,6 @@ from pytest_gbvalidate.baselines.model import (
     SCHEMA_VERSION,
     Baseline,
     Detect,
-    Limit,
     MetricBaseline,
     _is_number,
 )
@@ -173,7 +172,8 @@ def _label_values(
         labels.setdefault(r["scope"], []).append(r)
     values: dict[str, Any] = {}
     for label, of_label in labels.items():
-        label_needed = _label_needed(old, label, needed)
+        ref = None if old is None else old.values.get(label)  # its own needed resolution where it declared one
+        label_needed = needed if old is None or ref is None or ref.needed == old.default.needed else ref.needed
         expected, figure, count = _expected(name, label, of_label, runs, label_needed)
         counted.append(count)
         if (why := _too_noisy(figure)) is not None:
@@ -250,12 +250,6 @@ def _figure(metric: str, records: Sequence[dict[str, Any]], needed: rs.Needed) -
     return _Figure(metric, str(noisiest["scope"]), spread, needed)
 
 
-def _label_needed(old: MetricBaseline | None, label: str, needed: rs.Needed) -> rs.Needed:
-    """The resolution one scope label of a metric needs: its own where the previous baseline declared one."""
-    ref = None if old is None else old.values.get(label)
-    return needed if old is None or ref is None or ref.needed == old.default.needed else ref.needed
-
-
 def _floor_only(old: MetricBaseline) -> bool:
     """A metric the previous baseline gave only a fail limit: no expected value and no warn limit at any scope."""
     refs = [old.default, *old.values.values()]
@@ -305,7 +299,7 @@ def _limits(floor_only: MetricBaseline | None, expected: float, direction: str, 
     fail = floor_only.default.fail
     assert fail is not None  # _floor_only
     if rs.is_worse(fail.threshold(expected, direction), expected, direction):
-        return {"fail": _limit_value(fail)}
+        return {"fail": str(fail) if fail.absolute is None else fail.absolute}
     return {"fail": bands["fail"]}
 
 
@@ -359,10 +353,6 @@ def _rounded(value: float, needed_pct: float) -> float:
     while 50.0 * 10.0 ** (1 - digits) > ROUNDING_SHARE * needed_pct and digits < 9:
         digits += 1
     return float(f"{value:.{digits}g}")
-
-
-def _limit_value(limit: Limit) -> str | float:
-    return str(limit) if limit.absolute is None else limit.absolute
 
 
 def write_recorded_baseline(

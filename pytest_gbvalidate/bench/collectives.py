@@ -369,7 +369,9 @@ class _Case:
         value no correct result has, so what the collective should write and does not is counted wrong."""
         self.output.fill_(_SENTINEL)
         if self.spec.root is None or self.spec.root == self.rank:
-            _fill_chunked(self.input, lambda idx: (idx % _PERIOD + self.rank % _RANK_MOD).to(DTYPE))
+            for lo in range(0, self.input.numel(), _CHUNK):
+                idx = torch.arange(lo, min(lo + _CHUNK, self.input.numel()), device=self.input.device)
+                self.input[lo : lo + idx.numel()] = (idx % _PERIOD + self.rank % _RANK_MOD).to(DTYPE)
 
     def expected(self, idx: torch.Tensor) -> torch.Tensor:
         """The correct value of output elements `idx` on this rank."""
@@ -382,12 +384,6 @@ class _Case:
             idx = torch.arange(lo, hi, device=self.output.device)
             wrong += int((self.output[lo:hi] != self.expected(idx)).sum())
         return wrong
-
-
-def _fill_chunked(t: torch.Tensor, value: Callable[[torch.Tensor], torch.Tensor]) -> None:
-    for lo in range(0, t.numel(), _CHUNK):
-        hi = min(lo + _CHUNK, t.numel())
-        t[lo:hi] = value(torch.arange(lo, hi, device=t.device))
 
 
 def _single(name: str, old: str, output: torch.Tensor, input: torch.Tensor, group: Any) -> object:

@@ -60,7 +60,8 @@ def gemm_tflops(
     before = neighbours.read() if device.type == "cpu" else None
     seconds = time_op_s(device, op, warmup=warmup, iterations=iterations)
     waited = neighbours.waited_share(before, neighbours.read() if device.type == "cpu" else None)
-    error = _relative_error(op(), a_used, b_used)
+    reference = a_used[:CHECKED_ROWS].float() @ b_used.float()
+    error = float((op()[:CHECKED_ROWS].float() - reference).abs().max() / reference.abs().max())
     if not error <= MAX_RELATIVE_ERROR:  # also catches NaN
         raise GemmResultError(
             f"{dtype} {m}x{n}x{k} matmul on {device}: relative error {error:.3g} against an fp32 reference "
@@ -92,9 +93,3 @@ def _fp8_matmul_cuda(
     b = b32.t().contiguous().to(device=device, dtype=torch.float8_e4m3fn).t()
     scale = torch.ones((), device=device, dtype=torch.float32)
     return (lambda: torch._scaled_mm(a, b, scale_a=scale, scale_b=scale, out_dtype=torch.bfloat16)), a, b
-
-
-def _relative_error(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> float:
-    reference = a[:CHECKED_ROWS].float() @ b.float()
-    got = out[:CHECKED_ROWS].float()
-    return float((got - reference).abs().max() / reference.abs().max())

@@ -113,7 +113,7 @@ def every_thread_on(cpus: Sequence[int]) -> Iterator[None]:
     """Every thread of this process (torch's intra-op pool included, which a binding of the calling thread alone
     would leave where it was) on `cpus`; each thread's own CPU set is restored afterwards."""
     before: dict[int, set[int]] = {}
-    for tid in _threads():
+    for tid in [int(p.name) for p in Path("/proc/self/task").iterdir() if p.name.isdigit()]:
         with contextlib.suppress(OSError):  # a thread that ended meanwhile
             before[tid] = os.sched_getaffinity(tid)
             os.sched_setaffinity(tid, cpus)
@@ -123,10 +123,6 @@ def every_thread_on(cpus: Sequence[int]) -> Iterator[None]:
         for tid, old in before.items():
             with contextlib.suppress(OSError):
                 os.sched_setaffinity(tid, old)
-
-
-def _threads() -> list[int]:
-    return [int(p.name) for p in Path("/proc/self/task").iterdir() if p.name.isdigit()]
 
 
 def triad_on_node(
