@@ -38,19 +38,11 @@ _METRIC_KEYS = _OVERRIDE_KEYS | {*_KIND_KEYS, "values"}
 
 # The params the suites read (suites/, sweeps.py) and the values they can run with.
 _PARAM_BOUNDS: dict[str, tuple[float, float]] = {
-    "iterations": (1, 10_000),
-    "warmup": (0, 10_000),
-    "size_bytes": (1, 2**40),
-    "min_bytes": (1, 2**40),
-    "max_bytes": (1, 2**40),
-    "slow_pct": (0.1, 99),
-    "batch": (1, 4096),
-    "prompt_len": (1, 2**20),
-    "new_tokens": (1, 2**20),
+    **{"iterations": (1, 10_000), "warmup": (0, 10_000), "slow_pct": (0.1, 99), "batch": (1, 4096)},
+    **dict.fromkeys(("size_bytes", "min_bytes", "max_bytes"), (1, 2**40)),
+    **dict.fromkeys(("prompt_len", "new_tokens"), (1, 2**20)),
     # A GEMM's dimensions: the bundled baselines use up to 8192; at 65536 its three bf16 matrices take 24 GiB.
-    "m": (1, 2**16),
-    "n": (1, 2**16),
-    "k": (1, 2**16),
+    **dict.fromkeys(("m", "n", "k"), (1, 2**16)),
 }
 # The message sizes a message_size metric's `values` may gate: from the sweeps' smallest (sweeps.SWEEP_BYTES, two
 # float32 elements: below one nothing is measured; a test holds the two equal, as this module may not import the

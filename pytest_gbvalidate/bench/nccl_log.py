@@ -4,31 +4,26 @@ torch, no pytest.
 
 The lines read, with where NCCL prints them (github.com/NVIDIA/nccl, master at 5067397c):
 
-- ``NVLS multicast support is [not ]available on dev %d`` -- src/transport/nvls.cc (subsystem INIT), once per
-  rank at communicator init.
+- ``NVLS multicast support is [not ]available on dev %d`` -- src/transport/nvls.cc (INIT), once per rank at init.
 - ``%s: %ld Bytes -> Algo %s proto %s channel{Lo..Hi}={%d..%d}`` -- src/enqueue.cc (subsystem TUNING), rank 0
   only, one line per collective call: the algorithm NCCL ran (``Ring`` or ``RING``, by release: both are read).
 - ``comm %p rank %d nRanks %d nNodes %d localRanks %d localRank %d MNNVL %d`` -- src/init.cc (INIT): MNNVL 1
   when the communicator runs over multi-node NVLink (NCCL then counts the NVLink domain as one node).
-- ``Channel %02d/%d : %d[%d] -> %d[%d] via P2P/%s%s%s`` (and ``P2P/IPC``, ``P2P/direct pointer``,
-  ``P2P/indirect/...``) -- src/transport/p2p.cc, printed by the sending rank when it sets a connection up:
-  ``P2P/MNNVL`` where the communicator runs over multi-node NVLink, ``P2P/CUMEM`` or ``P2P/IPC`` within one node;
-  ``Channel %02d : %d[%d] -> %d[%d] via SHM/%s/%s`` -- src/transport/shm.cc (same host, through host memory);
-  ``Channel %02d/%d : %d[%d] -> %d[%d] [send] via NET/%s/%d%s%s%s`` and its ``[receive]`` twin (printed by the
-  receiving rank) -- src/transport/net.cc: the network, ``NET/IB/0/GDRDMA``, ``NET/Socket/0``, or a plugin's
-  name (``NET/IBext_v8/2``); ``NET/%s/%d(%d)`` names the rank whose NIC proxies it (PXN). Older releases differ,
-  and are read too: before 2.18 the brackets hold the rank's PCI bus id (``2[c7000]``); the connection index
-  (``Channel 00/1``) came to NET's lines in 2.12 and P2P's in 2.14 (SHM's have none); before 2.13 SHM said ``via
-  direct shared memory``. Each is one connection of one channel: its ranks, its transport (the path's first two
-  parts: ``P2P/MNNVL``, ``NET/IB``; ``SHM`` alone) and the whole path. With ``NCCL_RUNTIME_CONNECT=1`` (the
-  default since 2.22) NCCL connects, and prints, only what the algorithms it runs need, at the first call that
-  needs them. Not read: CollNet's ``CollNet %02d/%1d : %d [send] via COLLNET/...`` (one rank, no peer), and NVLS,
-  which connects through multicast objects and prints no line per peer (``Connected NVLS tree`` only where NCCL
-  counts more than one node).
+- A connection of one channel, printed as it is set up: ``Channel %02d/%d : %d[%d] -> %d[%d] via P2P/%s%s%s`` (and
+  ``P2P/IPC``, ``P2P/direct pointer``, ``P2P/indirect/...``) by the sender -- src/transport/p2p.cc: ``P2P/MNNVL``
+  over multi-node NVLink, ``P2P/CUMEM`` or ``P2P/IPC`` within one node; ``Channel %02d : %d[%d] -> %d[%d] via
+  SHM/%s/%s`` -- src/transport/shm.cc (same host, through host memory); ``Channel %02d/%d : %d[%d] -> %d[%d] [send]
+  via NET/%s/%d%s%s%s`` and its ``[receive]`` twin from the receiver -- src/transport/net.cc: ``NET/IB/0/GDRDMA``,
+  ``NET/Socket/0``, or a plugin's (``NET/IBext_v8/2``); ``NET/%s/%d(%d)`` names the rank whose NIC proxies it (PXN).
+  Older releases are read too: before 2.18 the brackets hold the rank's PCI bus id (``2[c7000]``); the connection
+  index came to NET's lines in 2.12 and P2P's in 2.14 (SHM's have none); before 2.13 SHM said ``via direct shared
+  memory``. Each gives its ranks, its transport (the path's first two parts; ``SHM`` alone) and the whole path. With
+  ``NCCL_RUNTIME_CONNECT=1`` (the default since 2.22) NCCL connects, and prints, only what the algorithms it runs
+  need, at the first call that needs them. Not read: CollNet's ``CollNet %02d/%1d : %d [send] via COLLNET/...`` (no
+  peer), and NVLS, which prints no line per peer (``Connected NVLS tree`` only where NCCL counts several nodes).
 - ``NCCL WARN ...`` lines, e.g. ``No algorithm/protocol available for function AllReduce with datatype ...
-  NCCL_ALGO was set to NVLS.`` (src/enqueue.cc: NCCL_ALGO asks for an algorithm this communicator cannot run,
-  and the call fails) or ``MNNVL (cliqueSize %d) is available but not working on this system. Check the IMEX ...``
-  (src/mnnvl.cc).
+  NCCL_ALGO was set to NVLS.`` (src/enqueue.cc: an algorithm this communicator cannot run; the call fails) or
+  ``MNNVL (cliqueSize %d) is available but not working on this system. Check the IMEX ...`` (src/mnnvl.cc).
 
 NCCL writes these with NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS naming INIT and TUNING (`debug_env`): a line prints
 where its subsystems share one with NCCL_DEBUG_SUBSYS (src/debug.cc), so INIT covers the connection lines'

@@ -42,11 +42,9 @@ def copy_on_rank(ctx: RankContext, kind: str, size_bytes: int, warmup: int, iter
 
 
 def p2p_on_rank(ctx: RankContext, dst_index: int, size_bytes: int, warmup: int, iterations: int) -> CopyResult:
-    """From this rank's GPU to GPU `dst_index` of the same node (torch issues the copy on the source GPU).
-
-    The destination buffer is allocated on the peer by this process: its caching allocator keeps the freed block
-    there (and the CUDA context it made on the peer stays, a few hundred MiB that only the process's end frees:
-    the pretraining check's headroom counts them). The cached block goes back to the peer at once."""
+    """From this rank's GPU to GPU `dst_index` of the same node (torch issues the copy on the source GPU). The cached
+    block this process allocated on the peer goes back at once (the CUDA context it made there, a few hundred MiB,
+    stays until the process ends: the pretraining check's headroom counts them)."""
     dst = torch.device(ctx.device.type, dst_index)
     try:
         return copy_bandwidth(ctx.device, dst, size_bytes, warmup=warmup, iterations=iterations)

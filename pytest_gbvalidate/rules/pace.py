@@ -26,13 +26,10 @@ SHARE_BY_CHANCE = 0.5 * math.erfc(SHARE_Z / math.sqrt(2))  # normal figures beyo
 @dataclass(frozen=True)
 class Pace:
     """A run against the node's history: of its figures the node's runs give a spread for, the median of how far each
-    lies to the worse side of those runs (modified z) and by how much (percent of their median). `earlier`: the same
-    median z of each of the node's runs against the others (how far a healthy run's pace strays).
-
-    `worse_share`: the share of its figures more than SHARE_Z of the runs' spreads to the worse side, and
-    `earlier_shares` each run's. The median moves only once most figures have moved; a node slower across the board
-    on a machine whose runs drift as wholes (a VM) moves its share first (docs/noise.md: a run 25% slower among a
-    VM's healthy runs)."""
+    lies to the worse side of those runs (modified z) and by how much (percent of their median); `earlier`: each
+    earlier run's against the others. `worse_share`: the share of its figures more than SHARE_Z spreads to the worse
+    side, `earlier_shares` each run's: where runs drift as wholes (a VM) a node slower across the board moves its
+    share before the median (docs/noise.md: a run 25% slower among a VM's healthy runs)."""
 
     figures: int
     worse_z: float
