@@ -6,6 +6,7 @@ its entry may leave them out, and one that gives them must agree. A site's own m
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import itertools
 import math
@@ -154,11 +155,8 @@ def _overrides(f: Fields, m: _Mapping, base: Reference, fp: str, *, check: bool)
     if "params" in m:
         _check_nccl_env(f, m, params, fp)
         _check_params(f, m, params, fp)
-    ref = Reference(
-        metric=base.metric,
-        unit=base.unit,
-        direction=base.direction,
-        scope_kind=base.scope_kind,
+    ref = dataclasses.replace(
+        base,
         status=status,
         expected=expected,
         fail=_limit(f, m, "fail", fp, base) if "fail" in m else base.fail,

@@ -3,13 +3,12 @@ how the collectives suite measures all_reduce pinned to NVLS beside the Ring-pin
 own words which algorithm ran (bench/nccl_log.py reads the log).
 
 Why a communicator of its own: the gang's ranks run every other collective with the baseline's NCCL environment
-(e.g. ``NCCL_ALGO=Ring``). NCCL reads ``NCCL_ALGO`` when it builds a communicator's tuning tables
-(src/graph/tuning.cc, ncclTopoTuneModel), so the case sets its variables in the rank's environment, builds a new
-process group (a new NCCL communicator), sweeps on it, and puts the environment back. NCCL's logging is set up
-once per process; ``ncclResetDebugInit`` (exported by libnccl, src/debug.cc: "Use this after changing NCCL_DEBUG
-and related parameters in the environment") makes it read ``NCCL_DEBUG*`` again, before the case and after it.
-Where torch's NCCL is not the shared libnccl.so.2 the reset is not available and NCCL may write no log: the check
-then says NCCL did not confirm the algorithm, unresolved: never a pass on bandwidth alone, nor the node's fault.
+(e.g. ``NCCL_ALGO=Ring``), and NCCL reads ``NCCL_ALGO`` when it builds a communicator's tuning tables
+(src/graph/tuning.cc, ncclTopoTuneModel): the case sets its variables, builds a new process group, sweeps on it, and
+puts the environment back. NCCL sets its logging up once per process; ``ncclResetDebugInit`` (libnccl, src/debug.cc:
+"Use this after changing NCCL_DEBUG and related parameters in the environment") makes it read ``NCCL_DEBUG*`` again,
+before the case and after it. Where torch's NCCL is not the shared libnccl.so.2 there is no reset and maybe no log:
+the check then says NCCL did not confirm the algorithm, unresolved (never a pass on bandwidth alone, nor a fault).
 
 `sweep_with_nccl_log_on_rank` runs on every rank of a gang (SPMD).
 """
