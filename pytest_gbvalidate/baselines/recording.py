@@ -311,8 +311,7 @@ def _bands(needed: rs.Needed, direction: str) -> dict[str, Any]:
 
 def _band_pct(log_pct: float, direction: str) -> float:
     """The percentage of the expected value a limit `log_pct` (a log ratio in percent) to the worse side lies at."""
-    linear = abs(rs.moved_toward_worse(1.0, log_pct, direction) - 1.0)
-    return float(f"{linear * 100.0:.2g}")
+    return float(f"{abs(rs.moved_toward_worse(1.0, log_pct, direction) - 1.0) * 100.0:.2g}")
 
 
 def _spread_written(record: dict[str, Any]) -> float | None:

@@ -55,5 +55,4 @@ def copy_bandwidth(
 
 def _pattern(size_bytes: int) -> torch.Tensor:
     """A non-constant byte pattern (period 251, prime), so a copy that drops or shifts blocks is caught."""
-    period = torch.arange(251, dtype=torch.uint8)
-    return period.repeat(-(-size_bytes // 251))[:size_bytes].contiguous()
+    return torch.arange(251, dtype=torch.uint8).repeat(-(-size_bytes // 251))[:size_bytes].contiguous()

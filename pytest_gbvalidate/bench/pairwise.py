@@ -126,8 +126,7 @@ def pairwise_on_rank(
             results.append(PairResult(pair, index, ctx.rank, busbw, time_s, wrong[index, pair], spread, len(times)))
         return results
 
-    first = [[(nodes[a], nodes[b]) for a, b in pairs] for pairs in node_pairs(len(nodes))]
-    results = measure_rounds(first, REPEATS)
+    results = measure_rounds([[(nodes[a], nodes[b]) for a, b in pairs] for pairs in node_pairs(len(nodes))], REPEATS)
     everyone: list[Any] = [None] * ctx.world_size
     dist.all_gather_object(everyone, results)
     rows = pair_rows([r for answer in everyone for r in answer])
@@ -240,8 +239,7 @@ def recheck_pairs(rows: list[PairRow], node_of_rank: list[int], slow_pct: float)
     measured at the same time (a pair measured alone would have the fabric to itself). None where nothing is suspect or
     nothing passed."""
     wrong, suspects = first_pass(rows, node_of_rank, slow_pct)
-    nodes = sorted({node for row in rows for node in row.nodes})
-    passed = [n for n in nodes if n not in suspects and n not in wrong]
+    passed = [n for n in sorted({node for row in rows for node in row.nodes}) if n not in suspects and n not in wrong]
     if not passed or not suspects:
         return []
     rounds: list[list[tuple[int, int]]] = []

@@ -182,8 +182,7 @@ def within_budget(elements: int, first_s: float | None, iterations: int, itemsiz
     fit, never fewer than MIN_ARRAY_BYTES holds (nor more than there are)."""
     if first_s is None or first_s <= 0 or first_s * iterations <= TIMED_BUDGET_S:
         return elements
-    fitting = int(elements * TIMED_BUDGET_S / (first_s * iterations))
-    return min(elements, max(fitting, MIN_ARRAY_BYTES // itemsize))
+    return min(elements, max(int(elements * TIMED_BUDGET_S / (first_s * iterations)), MIN_ARRAY_BYTES // itemsize))
 
 
 def triads_on_rank(ctx: object, array_bytes: int | None, warmup: int, iterations: int) -> list[TriadResult]:

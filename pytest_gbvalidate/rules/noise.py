@@ -84,8 +84,7 @@ class Noise:
     def error_with_waits_pct(self) -> float:
         """The figure's error and the fall its waits for a CPU explain (over NOISE_K), combined: how unsure a
         reference made from this figure would be (a recording made beside a neighbour is too low by up to that)."""
-        waited = 0.0 if not self.cpu_wait_pct else neighbours_pct(self.cpu_wait_pct)
-        return math.hypot(self.error_of(), waited)
+        return math.hypot(self.error_of(), 0.0 if not self.cpu_wait_pct else neighbours_pct(self.cpu_wait_pct))
 
     def describe(self) -> str:
         how = f"best of {len(self.passes)} passes" if self.summary == BEST_PASS else f"median of {self.count}"
@@ -95,8 +94,7 @@ class Noise:
 
 def neighbours_pct(cpu_wait_pct: float) -> float:
     """The fall (percent, a log ratio) that waiting `cpu_wait_pct` of its time explains, over NOISE_K: as a spread."""
-    share = min(max(cpu_wait_pct, 0.0) / 100.0, MAX_WAIT_SHARE)
-    return -math.log1p(-share) * 100.0 / NOISE_K
+    return -math.log1p(-min(max(cpu_wait_pct, 0.0) / 100.0, MAX_WAIT_SHARE)) * 100.0 / NOISE_K
 
 
 def explained_pct(own: Noise | None) -> float:
@@ -228,8 +226,7 @@ class RunToRun:
 
     def z(self, value: float) -> float:
         """The modified z of `value` among the runs (+ above); where they agree exactly, infinite or 0."""
-        mad = self.spread_pct / 100.0 * abs(self.median) / MAD_TO_SIGMA
-        z = modified_z(value, self.median, mad, infinite=True)
+        z = modified_z(value, self.median, self.spread_pct / 100.0 * abs(self.median) / MAD_TO_SIGMA, infinite=True)
         return 0.0 if z is None else z
 
     def as_record(self, value: float) -> RunToRunRecord:

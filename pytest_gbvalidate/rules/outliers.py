@@ -195,8 +195,7 @@ def _waits_explain(
     explained = nz.explained_pct(own)
     if own is None or own.cpu_wait_pct is None or not explained:
         return None
-    fits = rs.worse_pct(value, median, direction) <= explained + margin_pct
-    return (own.cpu_wait_pct, explained) if fits else None
+    return (own.cpu_wait_pct, explained) if rs.worse_pct(value, median, direction) <= explained + margin_pct else None
 
 
 @dataclass(frozen=True)
@@ -347,8 +346,7 @@ def _behind(figures: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     from its own median, pooled (a slow device's rounds stray as little as a healthy one's)."""
     logs = np.log(figures)
     devices, count = logs.shape[-2], logs.shape[-1]
-    siblings = np.stack([np.median(np.delete(logs, d, axis=-2), axis=-2) for d in range(devices)], axis=-2)
-    ratios = logs - siblings
+    ratios = logs - np.stack([np.median(np.delete(logs, d, axis=-2), axis=-2) for d in range(devices)], axis=-2)
     own = np.median(ratios, axis=-1)
     stray = np.abs(ratios - own[..., None]).reshape(*ratios.shape[:-2], devices * count)
     error = np.median(stray, axis=-1) * nz.MAD_TO_SIGMA * nz.MEDIAN_ERROR / math.sqrt(count)
@@ -361,8 +359,7 @@ def _behind(figures: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def sibling_z(devices: int, rounds: int) -> float:
     """The errors of its median (_behind) a healthy node's worst device stays within but in FAMILY_LEVEL of seeded
     simulated nodes of `devices` devices and `rounds` rounds (a ratio of log deviations: any noise size alike)."""
-    rng = np.random.default_rng(0)
-    _, z = _behind(np.exp(rng.standard_normal((nz.SIMULATED_FAMILIES, devices, rounds))))
+    _, z = _behind(np.exp(np.random.default_rng(0).standard_normal((nz.SIMULATED_FAMILIES, devices, rounds))))
     return float(np.quantile(np.nan_to_num(-z, nan=0.0).max(axis=-1), 1.0 - nz.FAMILY_LEVEL))
 
 

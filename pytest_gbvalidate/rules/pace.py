@@ -49,8 +49,7 @@ class Pace:
         if len(self.earlier_shares) < MIN_RUNS:
             return None
         center = max(statistics.median(self.earlier_shares), SHARE_BY_CHANCE)
-        counted = math.sqrt(center * (1 - center) / self.figures)
-        return _z_among(self.worse_share, self.earlier_shares, floor=counted)
+        return _z_among(self.worse_share, self.earlier_shares, floor=math.sqrt(center * (1 - center) / self.figures))
 
     def verdict(self, allowed_pct: float) -> tuple[Literal["ok", "regressed"], float]:
         """(the verdict, the cut-off): regressed where the run's pace or share of worse figures is an outlier among
