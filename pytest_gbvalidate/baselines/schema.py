@@ -49,16 +49,9 @@ def baseline_from(path: Path, doc: Any) -> Baseline:
     metrics_doc = f.mapping(doc["metrics"], doc, "metrics", "metrics", None)
     found = detect(f, doc)
     needed = resolution(f, doc)
+    metrics = {name: metric(f, metrics_doc, name, needed) for name in metrics_doc}
     return Baseline(
-        sku=doc["sku"],
-        path=path,
-        description=description,
-        detect=found,
-        metrics={name: metric(f, metrics_doc, name, needed) for name in metrics_doc},
-        resolution=needed,
-        pretrain=pretrain(f, doc),
-        health=health(f, doc),
-        topology=topology(f, doc, found),
+        doc["sku"], path, description, found, metrics, pretrain(f, doc), needed, health(f, doc), topology(f, doc, found)
     )
 
 

@@ -69,13 +69,8 @@ class Verdict:
         """The figure's resolution for the report, or None where its evidence gave none."""
         if (r := self.resolution) is None:
             return None
-        spreads = {name: round(spread, 3) for name, spread in r.spreads}
-        return {
-            "pct": round(r.pct, 3),
-            "spreads": spreads,
-            "needed_pct": self.needed.pct,
-            "needed_source": self.needed.source,
-        }
+        spreads, n = {name: round(spread, 3) for name, spread in r.spreads}, self.needed
+        return {"pct": round(r.pct, 3), "spreads": spreads, "needed_pct": n.pct, "needed_source": n.source}
 
     def rounded_delta_pct(self) -> float | None:
         return None if self.delta_pct is None else round(self.delta_pct, 3)

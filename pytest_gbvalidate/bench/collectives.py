@@ -212,13 +212,8 @@ class SizeRow:
 
     def details(self) -> dict[str, object]:
         """What a report keeps of this row besides busbw itself."""
-        details: dict[str, object] = {
-            "collective": self.collective,
-            "placement": self.placement,
-            "size_bytes": self.bytes,
-            "count": self.count,
-            "dtype": self.dtype,
-        }
+        details: dict[str, object] = {"collective": self.collective, "placement": self.placement}
+        details |= {"size_bytes": self.bytes, "count": self.count, "dtype": self.dtype}
         if self.not_run is not None:
             return details | {"not_run": self.not_run}
         details |= {

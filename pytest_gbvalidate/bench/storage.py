@@ -160,12 +160,8 @@ def checkpoint_state(size_bytes: int) -> dict[str, torch.Tensor]:
     """A state dict of seeded bf16 tensors of 64 MiB each, `size_bytes` in all: what `checkpoint` writes."""
     per_tensor = 64 * 2**20
     generator = torch.Generator().manual_seed(0)
-    return {
-        f"layer{i}.weight": torch.randn(
-            min(per_tensor, size_bytes - i * per_tensor) // 2, generator=generator
-        ).bfloat16()
-        for i in range(max(1, -(-size_bytes // per_tensor)))
-    }
+    sizes = [min(per_tensor, size_bytes - i * per_tensor) // 2 for i in range(max(1, -(-size_bytes // per_tensor)))]
+    return {f"layer{i}.weight": torch.randn(n, generator=generator).bfloat16() for i, n in enumerate(sizes)}
 
 
 def checkpoint_passes(scratch: Path, size_bytes: int, passes: int = PASSES) -> list[CheckpointTimes]:

@@ -161,8 +161,8 @@ class Finding:
         after boot; repair: reboot'"""
         when = ""
         if self.first_s is not None and self.last_s is not None:
-            when = f", {self.first_s:.1f}" + ("" if self.last_s == self.first_s else f"-{self.last_s:.1f}")
-            when += " s after boot"
+            last = "" if self.last_s == self.first_s else f"-{self.last_s:.1f}"
+            when = f", {self.first_s:.1f}{last} s after boot"
         bursts = f"{self.bursts} burst{'' if self.bursts == 1 else 's'}"
         lines = f"{self.lines} line{'' if self.lines == 1 else 's'} ({self.distinct} distinct)"
         return (
