@@ -85,8 +85,7 @@ def _loader() -> type[yaml.SafeLoader]:
     return Loader
 
 
-# The largest bundled baseline is about 10 KiB (aliases are bounded apart: MAX_ALIAS_NODES).
-MAX_BASELINE_BYTES = 2**20
+MAX_BASELINE_BYTES = 2**20  # the largest bundled baseline is about 10 KiB (aliases are bounded apart: MAX_ALIAS_NODES)
 
 
 def strict_yaml(text: str) -> Any:
@@ -175,13 +174,8 @@ def parse_baseline(path: Path, data: bytes) -> Baseline:
 
 # What a baseline's text may not hold, though a quoted YAML string may spell it ("\e[2J"): C0 and C1 controls but
 # line breaks and tabs (an escape reaches the terminal), and the Unicode direction overrides and isolates.
-_CONTROLS = frozenset(
-    [
-        *(chr(c) for c in range(0x20) if chr(c) not in "\t\n"),
-        *map(chr, range(0x7F, 0xA0)),
-        *"\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069",
-    ]
-)
+_DIRECTION_CONTROLS = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+_CONTROLS = frozenset({*map(chr, [*range(0x20), *range(0x7F, 0xA0)]), *_DIRECTION_CONTROLS} - {"\t", "\n"})
 
 
 def _control_character(doc: Any) -> str | None:

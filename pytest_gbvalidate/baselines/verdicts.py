@@ -32,8 +32,7 @@ class Verdict:
     verdict: VerdictWord
     status: str
     provenance: str
-    # Why a value beyond a limit did not get that limit's verdict, or why it got none: its resolution.
-    noise_note: str = ""
+    noise_note: str = ""  # why a value past a limit did not get that limit's verdict, or got none: its resolution
     resolution: rs.Resolution | None = None
     needed: rs.Needed = DEFAULT_NEEDED
 

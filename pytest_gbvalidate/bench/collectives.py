@@ -216,13 +216,8 @@ class SizeRow:
         details |= {"size_bytes": self.bytes, "count": self.count, "dtype": self.dtype}
         if self.not_run is not None:
             return details | {"not_run": self.not_run}
-        details |= {
-            "iterations": self.iterations,
-            "time_us": round(self.time_s * 1e6, 3),
-            "algbw_gbps": self.algbw_gbps,
-            "wrong": self.wrong,
-            "samples_busbw_gbps": [float(f"{b:.6g}") for b in self.samples_busbw_gbps],
-        }
+        details |= dict(iterations=self.iterations, time_us=round(self.time_s * 1e6, 3), algbw_gbps=self.algbw_gbps)
+        details |= {"wrong": self.wrong, "samples_busbw_gbps": [float(f"{b:.6g}") for b in self.samples_busbw_gbps]}
         if self.peak_memory_bytes is not None:
             details["peak_memory_bytes"] = self.peak_memory_bytes
         if self.cpu_wait_share is not None:

@@ -40,8 +40,7 @@ from dataclasses import dataclass, field
 
 # NCCL's algorithms that are NVLink SHARP: NVLS within an NVLink domain, NVLSTree across nodes (tree between them).
 NVLS_ALGORITHMS = frozenset({"NVLS", "NVLSTREE"})
-# NCCL's name for the collectives this package measures (ncclFuncToString).
-NCCL_FUNCTION = dict(
+NCCL_FUNCTION = dict(  # NCCL's name for the collectives this package measures (ncclFuncToString)
     all_reduce="AllReduce", all_gather="AllGather", reduce_scatter="ReduceScatter", broadcast="Broadcast"
 )
 SUBSYSTEMS = "INIT,ENV,TUNING"

@@ -24,8 +24,7 @@ def time_op_s(
         raise ValueError(f"a sample is at least one call, got {calls_per_sample}")
     for _ in range(warmup):
         op()
-    if device.type == "cpu":
-        # The CPU backend has no events, and its ops are synchronous: the host clock brackets the work.
+    if device.type == "cpu":  # no events on the CPU, and its ops are synchronous: the host clock brackets the work
         samples = []
         for _ in range(iterations):
             start = time.perf_counter()

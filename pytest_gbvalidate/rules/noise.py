@@ -31,12 +31,10 @@ MAD_TO_SIGMA = 1.4826
 # times tighter (0.28 of a sample's spread for 20), so 2 spreads apart is about 5 of its standard deviations.
 NOISE_K = 2.0
 MEDIAN, BEST_PASS = "median", "best_pass"
-# Iglewicz & Hoaglin's cut-off for one modified z-score ("How to Detect and Handle Outliers", 1993).
-OUTLIER_Z = 3.5
+OUTLIER_Z = 3.5  # Iglewicz & Hoaglin's cut-off for one modified z-score ("How to Detect and Handle Outliers", 1993)
 # Kept runs needed before their spread is believed: the MAD of three runs is one run's distance from the middle one.
 MIN_RUNS = 5
-# The node's most recent runs the run-to-run spread is taken from: recent enough to be the node as it is now.
-MAX_RUNS = 20
+MAX_RUNS = 20  # the most recent runs the run-to-run spread is taken from: the node as it is now
 # A node's figures are judged all at once, each against a median and MAD of a few values: with 150 figures among 10
 # values, 73% of healthy nodes have one beyond OUTLIER_Z (4000 simulations). A figure is an outlier only beyond the z
 # a healthy node's worst stays within in all but FAMILY_LEVEL of such judgements (family_z).

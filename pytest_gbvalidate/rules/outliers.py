@@ -43,8 +43,7 @@ from pytest_gbvalidate.rules.noise import modified_z
 
 DEFAULT_MAD_K = nz.OUTLIER_Z  # Iglewicz & Hoaglin's recommended cut-off for one modified z-score
 DEFAULT_PCT = 10.0
-# Fewer nodes than this: the median of two is their mean, and "worse than the rest" means nothing.
-MIN_NODES = 3
+MIN_NODES = 3  # fewer: the median of two is their mean, and "worse than the rest" means nothing
 # Too noisy to judge needs this many times the fleet's typical spread too: where most nodes report the same spread
 # (their MAD 0), a node a little noisier than the rest is still judged.
 TOO_NOISY_RATIO = 2.0
@@ -52,8 +51,7 @@ TOO_NOISY_RATIO = 2.0
 # median says too little of its error (sibling_z for four devices: 17.9 at three rounds, 5.7 at four, 4.8 at six).
 MIN_SIBLING_ROUNDS = 4
 HIGHER, LOWER = "higher", "lower"
-# A node's devices: label -> (figure, details).
-Figures = Mapping[str, tuple[float, Mapping[str, Any]]]
+Figures = Mapping[str, tuple[float, Mapping[str, Any]]]  # a node's devices: label -> (figure, details)
 
 
 @dataclass(frozen=True)
