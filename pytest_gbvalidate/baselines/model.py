@@ -40,9 +40,8 @@ class Limit:
     def threshold(self, expected: float | None, direction: str) -> float:
         if self.absolute is not None:
             return self.absolute
-        # Both are present: a relative limit without an expected value is rejected when the file is loaded.
         assert self.relative_pct is not None
-        assert expected is not None
+        assert expected is not None  # the loader refuses a relative limit without an expected value
         return rs.moved_linearly(expected, self.relative_pct, direction)
 
     def __str__(self) -> str:
@@ -63,8 +62,7 @@ class Reference:
     warn: Limit | None
     provenance: str
     params: dict[str, Any] = field(default_factory=dict)
-    # The recorded node's spread (percent): a verdict counts it in the figure's resolution beside its own.
-    spread_pct: float | None = None
+    spread_pct: float | None = None  # the recorded node's spread (percent), counted in a verdict's resolution
     needed: Needed = DEFAULT_NEEDED  # the resolution the metric needs (rules/resolution.py)
 
     @property

@@ -36,8 +36,7 @@ from pytest_gbvalidate.labels import bytes_label, size_label
 from pytest_gbvalidate.node import neighbours
 from pytest_gbvalidate.ranks.gang import RankContext
 
-# Below about 1 MiB a collective's kernel on a GPU node lasts no longer than its launch, tens of microseconds.
-BACK_TO_BACK_BELOW_BYTES = 2**20
+BACK_TO_BACK_BELOW_BYTES = 2**20  # below about 1 MiB a GPU collective's kernel lasts no longer than its launch
 BACK_TO_BACK_CALLS = 10
 
 IN_PLACE, OUT_OF_PLACE = "in_place", "out_of_place"
@@ -180,10 +179,8 @@ class RankSizeResult:
     seconds: list[float]  # per timed iteration (empty when not run)
     wrong: int  # elements of this rank's output that differ from the expected result
     not_run: str | None = None  # why the size was not run (the same on every rank), e.g. too little memory
-    # The caching allocator's high-water mark (accelerators only): our buffers, not NCCL's own.
-    peak_memory_bytes: int | None = None
-    # On the CPU (gloo), the share of the timed window this rank waited for a CPU (node/neighbours.py); else None.
-    cpu_wait_share: float | None = None
+    peak_memory_bytes: int | None = None  # the caching allocator's high-water mark (accelerators): not NCCL's own
+    cpu_wait_share: float | None = None  # on the CPU, the share of the timed window it waited for a CPU (neighbours)
 
 
 @dataclass(frozen=True)
@@ -284,8 +281,7 @@ def _measure(
     case = _Case(ctx, collective, placement, count, group)
     case.fill()
     calls = calls_per_sample(size, ctx.device)
-    # The rank's launcher (pytest, torchrun's agent, slurmstepd) and its children, the sibling ranks: no neighbours.
-    family = os.getppid()
+    family = os.getppid()  # the launcher (pytest, torchrun, slurmstepd) and its children, the ranks: no neighbours
     before = neighbours.read(family=family) if on_host else None
     seconds = time_op_s(ctx.device, case.run, warmup=warmup, iterations=iterations, calls_per_sample=calls)
     waited = neighbours.waited_share(before, neighbours.read(family=family) if on_host else None)

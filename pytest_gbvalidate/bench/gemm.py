@@ -34,8 +34,7 @@ class GemmResult:
     tflops: float  # median over the timed iterations
     samples_tflops: list[float]
     relative_error: float  # max |out - reference| / max |reference| over the checked rows
-    # On the CPU: the share of the time it was timed that it waited for a CPU (node/neighbours.py).
-    cpu_wait_share: float | None = None
+    cpu_wait_share: float | None = None  # on the CPU: the share of its timed time it waited for a CPU (neighbours)
 
 
 def fp8_speedup_x(bf16: GemmResult | None, fp8: GemmResult) -> float | None:

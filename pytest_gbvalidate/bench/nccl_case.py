@@ -33,8 +33,7 @@ from pytest_gbvalidate.ranks.gang import RankContext
 # one node, and multi-node NVLink across the nodes of an NVLink domain.
 NVLS_METRIC, MNNVL_METRIC = "all_reduce_nvls_busbw_gbps", "mnnvl_all_reduce_busbw_gbps"
 
-# The most of a rank's NCCL log read back: rank 0 writes one TUNING line (about 90 bytes) per collective call.
-MAX_LOG_BYTES = 64 * 2**20
+MAX_LOG_BYTES = 64 * 2**20  # of a rank's NCCL log read back; rank 0 writes a TUNING line (~90 bytes) a call
 
 
 @dataclass(frozen=True)

@@ -61,8 +61,7 @@ _CONNECTION = re.compile(
 # the device number) and P2P's ``direct pointer``.
 _NET_PATH = re.compile(r"(NET/.+?)/\d+\S*")
 _P2P_PATH = re.compile(r"(P2P/(?:direct pointer|[^/\s]+))\S*")
-# What multi-node NVLink runs a connection between nodes over (p2p.cc: ``comm->MNNVL ? "MNNVL" : "CUMEM"``).
-MNNVL_TRANSPORT = "P2P/MNNVL"
+MNNVL_TRANSPORT = "P2P/MNNVL"  # between nodes over multi-node NVLink (p2p.cc: comm->MNNVL ? "MNNVL" : "CUMEM")
 
 
 @dataclass(frozen=True)

@@ -35,8 +35,7 @@ SLOW_PCT = 10.0
 # How often the first pass measures each round, in turn, `iterations` samples per pair each time (the figure: their
 # median); six make each median's error √2 smaller than three (docs/noise.md, behind the constants).
 REPEATS = 6
-# How often each round of the second pass is measured: its verdict rests on how its rounds scatter, not on one's.
-RECHECK_REPEATS = 3
+RECHECK_REPEATS = 3  # each second-pass round's measurements: its verdict rests on how rounds scatter
 # Rounds of the second pass per suspect, each beside a node that passed. A slowed node's rounds scatter about as
 # widely as it falls short (pairs sharing cores: one's loss is the other's gain), so its mean stands about
 # 1.25 x sqrt(rounds) standard errors below, 3.5 with eight rounds (docs/noise.md, behind the constants).

@@ -32,8 +32,7 @@ MAD_TO_SIGMA = 1.4826
 NOISE_K = 2.0
 MEDIAN, BEST_PASS = "median", "best_pass"
 OUTLIER_Z = 3.5  # Iglewicz & Hoaglin's cut-off for one modified z-score ("How to Detect and Handle Outliers", 1993)
-# Kept runs needed before their spread is believed: the MAD of three runs is one run's distance from the middle one.
-MIN_RUNS = 5
+MIN_RUNS = 5  # kept runs before their spread is believed: the MAD of three is one run's distance from the middle
 MAX_RUNS = 20  # the most recent runs the run-to-run spread is taken from: the node as it is now
 # A node's figures are judged all at once, each against a median and MAD of a few values: with 150 figures among 10
 # values, 73% of healthy nodes have one beyond OUTLIER_Z (4000 simulations). A figure is an outlier only beyond the z
@@ -58,8 +57,7 @@ class Noise:
     count: int
     spread_pct: float
     passes: tuple[float, ...] = ()
-    # The share of its time (percent) it waited for a CPU another task held: one-sided, no part of `spread_pct`.
-    cpu_wait_pct: float | None = None
+    cpu_wait_pct: float | None = None  # percent of its time it waited for a CPU: one-sided, no part of `spread_pct`
     error_pct: float | None = None  # its own error (percent); None: see error_of
 
     def as_record(self) -> NoiseRecord:

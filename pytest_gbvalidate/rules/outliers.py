@@ -206,8 +206,7 @@ class Unjudged:
     spread_pct: float
     fleet_spread_pct: float
     z: float | None
-    # Where its waits for a CPU (node/neighbours.py) explain its dip: (the share of time waited, the fall), percent.
-    busy: tuple[float, float] | None = None
+    busy: tuple[float, float] | None = None  # (% of time waiting for a CPU, the fall explained) where that explains it
 
     def describe(self) -> str:
         if self.busy is not None:

@@ -14,8 +14,7 @@ from typing import Any, Literal
 from pytest_gbvalidate.rules.noise import MAD_TO_SIGMA, MAX_RUNS, MIN_RUNS, family_z, modified_z, of_runs
 from pytest_gbvalidate.rules.resolution import toward_worse
 
-# The fewest figures a run's pace is taken over: the median of fewer says as little as one figure does.
-MIN_PACE_FIGURES = 5
+MIN_PACE_FIGURES = 5  # the fewest figures a pace is taken over: a median of fewer says as little as one
 # A figure this many of the runs' robust spreads to the worse side counts in the run's share of worse figures
 # (Pace.worse_share): about 2% of normal figures lie there by chance, and all of a node's figures shifted by two
 # spreads put half of them there.

@@ -100,8 +100,7 @@ class Resolution:
 
     pct: float
     spreads: tuple[tuple[str, float], ...]
-    # The fall (percent, a log ratio) its waits for a CPU explain: one-sided (the node is at least this good).
-    explained_pct: float = 0.0
+    explained_pct: float = 0.0  # the fall (%, log ratio) its CPU waits explain: one-sided, the node at least this good
 
     def describe(self) -> str:
         parts = ", ".join(f"{name.replace('_', '-')} {spread:.1f}%" for name, spread in self.spreads)
