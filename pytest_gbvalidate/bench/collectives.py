@@ -10,9 +10,8 @@
   message's kernel is shorter than its launch, whose latency nccl-tests' figures do not have.
 - After timing, every size is run once more on known data and each rank counts the wrong elements (nccl-tests'
   #wrong): a fast wrong answer is a failure.
-- A size whose buffers and check do not fit in the memory free on the fullest rank is not run, and says so. Each
-  size's buffers are freed before the next is allocated (plain locals, never a reference cycle).
-- A collective needs at least two ranks: with one, all_reduce's busbw is 0 by definition and broadcast times a no-op.
+- A size whose buffers and check do not fit in the memory free on the fullest rank is not run, and says so; each
+  size's buffers are freed before the next is allocated. A collective needs two ranks at least.
 
 Each collective is described once, in COLLECTIVES, as nccl-tests keeps one `testColl` per collective.
 `sweep_on_rank` runs on every rank of a gang (SPMD); `summarize` turns the ranks' results into one row per size.
@@ -43,7 +42,7 @@ IN_PLACE, OUT_OF_PLACE = "in_place", "out_of_place"
 DTYPE, DTYPE_NAME, ELEMENT_BYTES = torch.float32, "float", 4
 _PERIOD, _RANK_MOD, _SENTINEL = 251, 7, -1.0  # input element j of rank r holds (j % 251) + (r % 7), exact in fp32
 _ROOT = 0  # broadcast's root, as nccl-tests' default (-r 0)
-MIN_RANKS = 2
+MIN_RANKS = 2  # with one, all_reduce's busbw is 0 by definition and broadcast times a no-op
 _CHUNK = 2**24  # elements filled and checked at a time, so checking a 16 GiB buffer needs no second 16 GiB
 # Temporaries per element of a chunk while filling or checking: the int64 index, up to four int64 intermediates
 # of the expected value, its fp32 result and the comparison's bools.

@@ -1,9 +1,8 @@
 """Per-GPU and per-node measurements as functions of a gang rank (`fn(ctx, ...)`), for `run_on_local_rank`: the
 rank whose GPU is measured runs alone on its node, inside the gang's time bound.
 
-Host<->device copies run with the rank's thread and new memory bound to the GPU's NUMA node (as `numactl` does
-in the public procedures). A measurement of the host itself (`host` copies, CPU matmul) uses every CPU the
-rank may run on: it has the node to itself while the other ranks wait.
+Host<->device copies run with the rank's thread and new memory bound to the GPU's NUMA node (as `numactl` does in the
+public procedures); a measurement of the host itself uses every CPU the rank may run on, the node to itself.
 """
 
 from __future__ import annotations

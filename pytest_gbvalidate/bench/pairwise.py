@@ -233,10 +233,9 @@ def first_pass(
 
 
 def recheck_pairs(rows: list[PairRow], node_of_rank: list[int], slow_pct: float) -> list[list[tuple[int, int]]]:
-    """The second pass: each suspect paired RECHECKS times with a node that passed, in turn (suspect i's partners from
-    the i-th on), in rounds of disjoint pairs, each filled out with pairs of the free nodes that passed: the reference,
-    measured at the same time (a pair measured alone would have the fabric to itself). None where nothing is suspect or
-    nothing passed."""
+    """The second pass: each suspect paired RECHECKS times with a node that passed, in turn (suspect i's from the i-th
+    on), in rounds of disjoint pairs filled out with pairs of the free nodes that passed: the reference, measured at
+    the same time (a pair alone would have the fabric to itself). None where nothing is suspect or nothing passed."""
     wrong, suspects = first_pass(rows, node_of_rank, slow_pct)
     passed = [n for n in sorted({node for row in rows for node in row.nodes}) if n not in suspects and n not in wrong]
     if not passed or not suspects:
