@@ -362,9 +362,8 @@ def write_recorded_baseline(
     node_gpu_count: int | None,
     runs: Runs = (),
 ) -> tuple[list[str], list[NotGated]]:
-    """Write the baseline recorded from `measurements` to `path` (named for the SKU) atomically, its provenance naming
-    the node and its stack; one the loader would refuse is not written (OutputError). Returns what was left out
-    (left_out) and the figures written not gated."""
+    """Write the baseline `measurements` record to `path` atomically, its provenance naming the node and its stack
+    (OutputError where the loader would refuse it); returns what was left out and the figures written not gated."""
     from pytest_gbvalidate.baselines.loading import parse_baseline
     from pytest_gbvalidate.baselines.model import BaselineError
     from pytest_gbvalidate.files import OutputError, atomic_write_text

@@ -234,9 +234,8 @@ def _limit(f: Fields, m: _Mapping, key: str, fp: str, base: Reference) -> Limit:
 
 
 def _check_figure(f: Fields, m: _Mapping, key: str, fp: str, value: float, base: Reference) -> None:
-    """An expected value or an absolute limit is a figure in the metric's unit: above 0, or 0 or more in a
-    unit that counts what a healthy node may have none of (_ZERO_UNITS). A higher-is-better limit of 0
-    would fail nothing."""
+    """An expected value or absolute limit is above 0, or 0 or more in a unit a healthy node may have none of
+    (_ZERO_UNITS); a higher-is-better limit of 0 would fail nothing."""
     if base.unit in _ZERO_UNITS:
         if value < 0:
             raise f.error(m, key, f"{fp}.{key}", f"{value:g}: must be 0 or more (a {base.unit} is never negative)")

@@ -230,9 +230,8 @@ def sweep_on_rank(
     iterations: int,
     group: Any = None,
 ) -> list[RankSizeResult]:
-    """Time `collective` at each size on this rank, then check one run on known data. Runs on every rank, on
-    `group` (a process group of every rank; None: the default one). A size that does not fit in the memory free on
-    every rank is not run (`not_run` says why)."""
+    """Time `collective` at each size on every rank of `group` (None: the default), then check a run on known data; a
+    size that does not fit in the memory free on every rank is not run (`not_run` says why)."""
     placements = _collective(collective).placements
     if placement not in placements:
         raise ValueError(f"{collective} has no {placement} form here (has: {', '.join(placements)})")

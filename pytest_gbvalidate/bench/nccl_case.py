@@ -65,9 +65,8 @@ def sweep_with_nccl_log_on_rank(
     iterations: int,
     case_env: Mapping[str, str],
 ) -> RankCase:
-    """Sweep `collective` on a new communicator built with `case_env` on top of the rank's environment, NCCL's
-    log written to a private file; return the results and what the log says. A collective that raises (NCCL
-    refusing the algorithm asked for) is reported, not re-raised: every rank refuses alike at the same call."""
+    """Sweep `collective` on a new communicator built with `case_env`, NCCL's log in a private file: the results and the
+    log. A collective that raises (NCCL refusing the algorithm) is reported: every rank refuses alike at that call."""
     log_dir = tempfile.mkdtemp(prefix="gbvalidate-nccl-")
     path = os.path.join(log_dir, f"nccl-rank{ctx.rank}.log")
     try:

@@ -132,9 +132,8 @@ class NcclLog:
         return dict(sorted(Counter(c.transport for c in self.links()).items()))
 
     def between_nodes(self, connection: Connection) -> bool:
-        """Whether `connection` joins two hosts: unless the log puts both its ranks on one host. A rank whose host the
-        log does not name counts as elsewhere; NCCL joins two ranks of one host over the network only where neither
-        P2P nor SHM can connect them."""
+        """Whether `connection` joins two hosts: unless the log puts both ranks on one (an unnamed host counts as
+        elsewhere; NCCL joins two ranks of one host over the network only where P2P and SHM cannot)."""
         source, target = self.hosts.get(connection.source), self.hosts.get(connection.target)
         return source is None or target is None or source != target
 
@@ -246,9 +245,8 @@ def nvls_problem(log: NcclLog, function: str) -> str | None:
 
 
 def mnnvl_problem(log: NcclLog) -> str | None:
-    """Why NCCL's log does not show the communicator running over multi-node NVLink, in one line; None when
-    every communicator init line says MNNVL 1 and the connection lines (one at least) show no connection between
-    nodes over the network (NET/...): the transport NCCL used decides, whatever the init line said."""
+    """Why NCCL's log does not show the communicator over multi-node NVLink, in one line; None when every init line says
+    MNNVL 1 and no connection line (one at least) joins nodes over NET/...: the transport used decides."""
     broken = [w for w in log.warnings if w.startswith("MNNVL")]
     if broken:
         return f"NCCL did not use multi-node NVLink: {broken[0]}"

@@ -204,10 +204,9 @@ class Suspect:
 def first_pass(
     rows: list[PairRow], node_of_rank: list[int], slow_pct: float
 ) -> tuple[dict[int, str], dict[int, Suspect]]:
-    """The nodes every pair of which returned wrong data (on any of its ranks: a node that corrupts what it sends shows
-    on the other side), node -> why; and the suspects: every pair of which was more than `slow_pct` below the median
-    of the pairs it was not in (which the slow node cannot pull down), beyond its error (PairRow.slow_below). A node
-    needs MIN_PAIRS pairs of its own, and a slowness verdict MIN_PAIRS without it."""
+    """The nodes every pair of which returned wrong data (on any rank: what a node corrupts shows on the other side),
+    node -> why; and the suspects: every pair of which was over `slow_pct` below the median of the pairs it was not in
+    (which it cannot pull down), beyond its error (PairRow.slow_below). Each needs MIN_PAIRS pairs with, and without."""
     joined: dict[int, list[PairRow]] = {}
     for row in rows:
         for node in row.nodes:

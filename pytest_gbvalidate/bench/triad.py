@@ -134,9 +134,8 @@ def triad_on_node(
     warmup: int = 1,
     iterations: int = 10,
 ) -> TriadResult:
-    """STREAM Triad on `numa_node`: the arrays are allocated and first touched by the calling thread alone while
-    its memory is bound to the node (a page lands where the thread that first writes it is bound), then the
-    timed runs use one torch thread per CPU of the node."""
+    """STREAM Triad on `numa_node`: the arrays first touched by the calling thread alone, its memory bound to the node
+    (a page lands where its first writer is bound), then timed with one torch thread per CPU of the node."""
     if iterations < MIN_TIMED_ITERATIONS:
         raise ValueError(f"at least {MIN_TIMED_ITERATIONS} timed iterations are needed, got {iterations}")
     threads = torch.get_num_threads()
@@ -177,9 +176,8 @@ def triad_on_node(
 
 
 def within_budget(elements: int, first_s: float | None, iterations: int, itemsize: int) -> int:
-    """The elements per array the timed runs use: all of them, unless `iterations` runs at the pace of the first
-    (`first_s`, the warm-up's; None: no warm-up, nothing known) would take more than TIMED_BUDGET_S; then as many as
-    fit, never fewer than MIN_ARRAY_BYTES holds (nor more than there are)."""
+    """The elements per array the timed runs use: as many as `iterations` runs at the warm-up's pace (`first_s`; None:
+    unknown, all) fit in TIMED_BUDGET_S, never fewer than MIN_ARRAY_BYTES holds nor more than there are."""
     if first_s is None or first_s <= 0 or first_s * iterations <= TIMED_BUDGET_S:
         return elements
     return min(elements, max(int(elements * TIMED_BUDGET_S / (first_s * iterations)), MIN_ARRAY_BYTES // itemsize))

@@ -119,11 +119,10 @@ def judge(
     run_to_runs: Mapping[str, float] | None = None,
     needed_pct: float | None = None,
 ) -> Judgement:
-    """The outliers of `values` (host -> value) by the module's rules, and the hosts too noisy to judge (Unjudged), in
-    the order of `values`. `noises`: host -> the noise its report gives beside the figure. `run_to_run_pct`: the
-    fleet's typical run-to-run spread as one number; `run_to_runs`: host -> its own, each host's MAD floor being the
-    others' (fleet_spread_pct); the larger counts. `needed_pct`: the metric's needed resolution. No verdicts among
-    fewer than MIN_NODES values or for a direction other than higher/lower (nothing says which side is worse)."""
+    """The outliers of `values` (host -> value) by the module's rules, and the hosts too noisy to judge, in its order.
+    `noises`: host -> its report's noise; `run_to_run_pct`: the fleet's run-to-run spread as one number, `run_to_runs`
+    host -> its own (each host's floor the others', fleet_spread_pct; the larger counts). No verdicts among fewer than
+    MIN_NODES values or for a direction other than higher/lower (nothing says which side is worse)."""
     if len(values) < MIN_NODES or direction not in (HIGHER, LOWER):
         return Judgement([], [])
     s = spread(list(values.values()))
@@ -338,9 +337,8 @@ def _outliers_by_round(
 
 def _behind(figures: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(..., devices, rounds) positive figures, higher better -> how far each device is behind its siblings (a log
-    ratio, negative: behind), and that in errors of a median. Each round against its siblings' median in that round;
-    the median of its rounds' ratios against the devices' median ratio; the error, how far each device's rounds stray
-    from its own median, pooled (a slow device's rounds stray as little as a healthy one's)."""
+    ratio, each round against that round's siblings' median; its rounds' median against the devices'), and that in
+    errors of a median: how far each device's rounds stray from their own median, pooled over the devices."""
     logs = np.log(figures)
     devices, count = logs.shape[-2], logs.shape[-1]
     ratios = logs - np.stack([np.median(np.delete(logs, d, axis=-2), axis=-2) for d in range(devices)], axis=-2)

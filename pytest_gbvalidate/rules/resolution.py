@@ -138,9 +138,8 @@ def side(beyond_pct: float, resolution: Resolution | None, needed: Needed, toler
     excuses, or, with a resolution coarser than needed, within it of the threshold; `within` short of it (by more
     than a coarse resolution); else `within_noise` (past it, by no more than the noise the metric allows).
 
-    `tolerance_pct`: where the threshold is itself a change allowed for the same noise (--gb-compare's), noise
-    excuses only what reaches past it (they overlap, not add up); a neighbour's waits are no such noise: they count
-    in full."""
+    `tolerance_pct`: where the threshold is itself a change allowed for the same noise (--gb-compare's), noise excuses
+    only what reaches past it (they overlap, not add up); a neighbour's waits are no such noise: they count in full."""
     r = 0.0 if resolution is None else resolution.pct
     excused = max(min(r, needed.pct) - tolerance_pct, 0.0)
     explained = 0.0 if resolution is None else resolution.explained_pct
