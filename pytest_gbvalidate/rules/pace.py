@@ -71,7 +71,7 @@ def _z_among(value: float, earlier: Sequence[float], floor: float = 0.0) -> floa
 
 def pace(now: Mapping[Any, float], runs: Sequence[Mapping[Any, float]], directions: Mapping[Any, str]) -> Pace | None:
     """The pace of `now` (figure key -> value) against the node's earlier `runs` (oldest first, the last MAX_RUNS), by
-    `directions`; figures whose runs agree exactly are left out. None where fewer than MIN_PACE_FIGURES have a spread."""
+    `directions`; figures whose runs agree exactly are left out. None where under MIN_PACE_FIGURES have a spread."""
     recent = list(runs)[-MAX_RUNS:]
     figures = _figure_paces(now, recent, directions)
     if len(figures) < MIN_PACE_FIGURES:
