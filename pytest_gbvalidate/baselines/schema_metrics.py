@@ -53,9 +53,8 @@ _LABEL_BYTES = (LEAST_LABEL_BYTES, int(_PARAM_BOUNDS["max_bytes"][1]))
 _FRACTIONAL_PARAMS = frozenset({"slow_pct"})
 # What a metric name is made of: the bundled metrics' names are, and Prometheus and JUnit carry them as they are.
 _METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# difflib's similarity of a site metric's name to a bundled one at or above which it is taken for a misspelling:
-# one letter wrong, missing or doubled in a name of 10 or more (`h2d_bandwith_gbps`: 0.97; a suffix such as
-# `h2d_bandwidth_gbps_numa1` against its bundled stem: 0.86).
+# difflib's similarity to a bundled name at which a site metric's is a misspelling: one letter wrong, missing or
+# doubled in 10 or more (`h2d_bandwith_gbps`: 0.97; a suffix, `h2d_bandwidth_gbps_numa1` against its stem: 0.86).
 NEAR_MISS = 0.9
 
 

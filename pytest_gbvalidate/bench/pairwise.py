@@ -40,9 +40,8 @@ RECHECK_REPEATS = 3  # each second-pass round's measurements: its verdict rests 
 # widely as it falls short (pairs sharing cores: one's loss is the other's gain), so its mean stands about
 # 1.25 x sqrt(rounds) standard errors below, 3.5 with eight rounds (docs/noise.md, behind the constants).
 RECHECKS = 8
-# How many standard errors of their mean a suspect's rounds must stand below the pairs beside them (`shortfall`).
-# Eight normal rounds of a healthy node reach it in 1% of cases (Student's t, 7 degrees of freedom), and only where
-# the node is a suspect already (docs/noise.md, the pairwise second pass: slowed and healthy suspects measured).
+# Standard errors of their mean a suspect's rounds must stand below the pairs beside them (`shortfall`): eight
+# normal rounds reach it in 1% of cases (Student's t, 7 degrees of freedom; docs/noise.md, the second pass).
 SHORTFALL_T = 3.0
 # Pairs a verdict on one node needs: its own (one pair cannot tell which side is at fault), and as the reference
 # for slowness the pairs without it (one such pair may just be two nodes on the same leaf switch).

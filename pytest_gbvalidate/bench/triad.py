@@ -31,9 +31,8 @@ SCALAR = 3.0  # STREAM's scalar
 B_VALUE, C_VALUE = 2.0, 1.0  # so every element of a must be 5.0 afterwards
 CACHE_MULTIPLE = 4  # STREAM: each array at least 4x the last-level cache
 MIN_ARRAY_BYTES = 64 * 2**20  # where sysfs gives no cache size, and the least an array is cut to (TIMED_BUDGET_S)
-# What one node's timed runs may take together: a VM may claim its host's whole last-level cache (480 MiB: 1.9 GiB
-# arrays), which a busy 2-vCPU VM streams in seconds a run, past the cpu SKU's 30 s --gb-timeout; the arrays are cut
-# to what the warm-up's pace fits.
+# What one node's timed runs may take: a VM may claim its host's whole last-level cache (480 MiB: 1.9 GiB arrays),
+# which a busy 2-vCPU VM streams in seconds a run, past the cpu SKU's 30 s --gb-timeout.
 TIMED_BUDGET_S = 3.0
 
 

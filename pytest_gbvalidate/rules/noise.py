@@ -34,9 +34,8 @@ MEDIAN, BEST_PASS = "median", "best_pass"
 OUTLIER_Z = 3.5  # Iglewicz & Hoaglin's cut-off for one modified z-score ("How to Detect and Handle Outliers", 1993)
 MIN_RUNS = 5  # kept runs before their spread is believed: the MAD of three is one run's distance from the middle
 MAX_RUNS = 20  # the most recent runs the run-to-run spread is taken from: the node as it is now
-# A node's figures are judged all at once, each against a median and MAD of a few values: with 150 figures among 10
-# values, 73% of healthy nodes have one beyond OUTLIER_Z (4000 simulations). A figure is an outlier only beyond the z
-# a healthy node's worst stays within in all but FAMILY_LEVEL of such judgements (family_z).
+# Figures are judged at once, each against a few values: 73% of healthy nodes with 150 figures among 10 have one
+# beyond OUTLIER_Z (4000 simulations). Cut-off: the z a healthy node's worst exceeds in FAMILY_LEVEL of them (family_z).
 FAMILY_LEVEL = 0.01
 SIMULATED_FAMILIES = 2000
 # More values or figures than these are judged as this many (the cut-off falls with values, rises with figures).

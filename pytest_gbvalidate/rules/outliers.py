@@ -243,9 +243,8 @@ class Others:
 
     def typical(self, host: str) -> float | None:
         """The fleet's typical spread that `host` is judged against: _typical of values(host), without a copy."""
-        known, skip = self.sorted, None
-        if host in self.spreads:
-            skip = bisect.bisect_left(known, self.spreads[host])
+        known = self.sorted
+        skip = bisect.bisect_left(known, self.spreads[host]) if host in self.spreads else None
         count = len(known) - (skip is not None)
         if count < 2 or count <= (self.hosts - 1) / 2:
             return None

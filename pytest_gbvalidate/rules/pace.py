@@ -15,9 +15,8 @@ from pytest_gbvalidate.rules.noise import MAD_TO_SIGMA, MAX_RUNS, MIN_RUNS, fami
 from pytest_gbvalidate.rules.resolution import toward_worse
 
 MIN_PACE_FIGURES = 5  # the fewest figures a pace is taken over: a median of fewer says as little as one
-# A figure this many of the runs' robust spreads to the worse side counts in the run's share of worse figures
-# (Pace.worse_share): about 2% of normal figures lie there by chance, and all of a node's figures shifted by two
-# spreads put half of them there.
+# A figure this many of the runs' spreads to the worse side counts in the run's share of worse figures
+# (Pace.worse_share): about 2% of normal figures by chance, half of them where all shift by two spreads.
 SHARE_Z = 2.0
 SHARE_BY_CHANCE = 0.5 * math.erfc(SHARE_Z / math.sqrt(2))  # normal figures beyond SHARE_Z: 2.3%
 

@@ -17,9 +17,8 @@ CATALOG = Path(__file__).with_name("xid_catalog.yaml")
 # drain: the node fails the check, with the repair; job: the job's fault, reported, a drain only when it repeats on one
 # GPU (job_escalation); warn: reported as a warning, never a drain; ignore: counted in the report only.
 XidAction = Literal["drain", "job", "warn", "ignore"]
-# What brings the node back (faults.yaml's categories and the catalog's resolutions both say one). rma: the part goes
-# back to the vendor; reprovision: the node is rebuilt (image, driver, firmware); fix_job: the job that ran is at
-# fault, not the node; fix_config: the site's setting; none: nothing to do.
+# What brings the node back (faults.yaml's categories and the catalog's resolutions say one). rma: the part goes back
+# to the vendor; reprovision: rebuilt (image, driver, firmware); fix_job: the job's fault; fix_config: the site's.
 RepairAction = Literal["reboot", "gpu_reset", "reprovision", "rma", "fix_job", "fix_config", "none"]
 XID_ACTIONS: tuple[XidAction, ...] = get_args(XidAction)
 MAX_CODE = 65535  # a site may name a code newer than the catalog; the driver prints them as small numbers
