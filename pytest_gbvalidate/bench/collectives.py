@@ -58,12 +58,10 @@ class Collective:
     busbw_factor: Callable[[int], float]  # busbw / algbw with n ranks (nccl-tests' getBw)
     split: bool  # one part per rank: the count is rounded down to a multiple of the ranks
     placements: tuple[str, ...]  # the forms torch.distributed has (IN_PLACE, OUT_OF_PLACE)
-    # (count, chunk) -> elements of the input and of the output buffer (nccl-tests' getCollByteCount). In place,
-    # the smaller is this rank's part of the larger (nccl-tests' in-place offsets), or both are one buffer.
+    # (count, chunk) -> elements of the input and the output buffer (nccl-tests' getCollByteCount; in place: _Case).
     buffer_elements: Callable[[int, int], tuple[int, int]]
     call: Callable[[torch.Tensor, torch.Tensor, Any], object]
-    # (indices into the output, rank, n, chunk) -> what a correct run leaves there, as int64, given the inputs
-    # `_Case.fill` writes: element j of rank r's input is (j % 251) + (r % 7).
+    # (indices into the output, rank, n, chunk) -> what a correct run leaves there (int64), given _Case.fill's inputs.
     expected: Callable[[torch.Tensor, int, int, int], torch.Tensor]
     root: int | None = None  # the one rank whose input the others receive; None: every rank sends its own
 

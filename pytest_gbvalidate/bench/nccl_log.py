@@ -86,8 +86,7 @@ class CommInit:
 
 @dataclass(frozen=True)
 class Connection:
-    """One connection of one channel as NCCL set it up: from `source` to `target` (communicator ranks) over
-    `transport`."""
+    """One connection of one channel as NCCL set it up: `source` to `target` (communicator ranks) over `transport`."""
 
     channel: int
     index: int  # NCCL's connection index (0 where the release prints none)

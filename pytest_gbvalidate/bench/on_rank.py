@@ -24,8 +24,7 @@ HOST = torch.device("cpu")
 
 
 def copy_on_rank(ctx: RankContext, kind: str, size_bytes: int, warmup: int, iterations: int) -> CopyResult:
-    """`host`: host memory to host memory (any SKU); `h2d`, `d2h`, `d2d`: between host memory and the rank's
-    device, or within it."""
+    """`host`: host memory to host memory (any SKU); `h2d`, `d2h`, `d2d`: to, from or within the rank's device."""
     device = ctx.device
     if kind == "host":
         with all_host_cpus():

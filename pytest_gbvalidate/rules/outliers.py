@@ -56,8 +56,7 @@ Figures = Mapping[str, tuple[float, Mapping[str, Any]]]  # a node's devices: lab
 
 @dataclass(frozen=True)
 class Spread:
-    """How one metric's values spread across the nodes. `spread_pct` is (max - min) / |median| in percent (None
-    where the median is 0)."""
+    """How one metric's values spread across the nodes; `spread_pct`: (max - min) / |median| in percent (None at 0)."""
 
     nodes: int
     median: float
@@ -69,8 +68,8 @@ class Spread:
 
 @dataclass(frozen=True)
 class Outlier:
-    """A node worse than the fleet median. `worse_pct`: how much worse, in percent of |median| (None where the
-    median is 0); `z`: the signed modified z-score (None where MAD is 0); `rules`: which rules flagged it."""
+    """A node worse than the fleet median: by `worse_pct` of |median| (None at 0), `z` its signed modified z-score
+    (None at MAD 0), flagged by `rules`."""
 
     host: str
     value: float

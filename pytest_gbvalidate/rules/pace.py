@@ -37,8 +37,7 @@ class Pace:
     earlier_shares: tuple[float, ...] = ()
 
     def z(self) -> float | None:
-        """How far this run's pace lies beyond the earlier runs' (their modified z, + slower); None with fewer
-        than MIN_RUNS of them, or where theirs all agree and this one does too."""
+        """The modified z of this run's pace among the earlier runs' (+ slower; _z_among)."""
         return _z_among(self.worse_z, self.earlier)
 
     def share_z(self) -> float | None:
