@@ -193,8 +193,7 @@ class PretrainSpec:
     def as_doc(self) -> dict[str, Any]:
         """The section as it is written in a baseline file."""
         layout = self.layout
-        doc: dict[str, Any] = {"model": self.model, "seq_len": self.seq_len}
-        doc.update(layout.sizes())
+        doc: dict[str, Any] = {"model": self.model, "seq_len": self.seq_len, **layout.sizes()}
         doc.update(precision=layout.precision, engine=layout.engine)
         if layout.precision == "fp8":
             doc.update(fp8_recipe=layout.fp8_recipe)

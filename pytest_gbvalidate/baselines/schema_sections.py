@@ -92,8 +92,7 @@ def pretrain(f: Fields, doc: _Mapping) -> PretrainSpec | None:
     learning_rate = p.get("learning_rate", DEFAULT_LEARNING_RATE)
     if not _is_number(learning_rate) or learning_rate <= 0:
         raise f.error(p, "learning_rate", "pretrain.learning_rate", "must be a positive number")
-    peak = p.get("peak_tflops_per_gpu")
-    source = p.get("peak_tflops_source", "")
+    peak, source = p.get("peak_tflops_per_gpu"), p.get("peak_tflops_source", "")
     if peak is not None and (not _is_number(peak) or peak <= 0):
         raise f.error(p, "peak_tflops_per_gpu", "pretrain.peak_tflops_per_gpu", "must be a positive number")
     if not isinstance(source, str) or (peak is not None and not source.strip()):
@@ -101,9 +100,7 @@ def pretrain(f: Fields, doc: _Mapping) -> PretrainSpec | None:
     compile_blocks = p.get("compile", True)
     if not isinstance(compile_blocks, bool):
         raise f.error(p, "compile", "pretrain.compile", f"must be true or false, got {_shown(compile_blocks)}")
-    provenance = p["provenance"]
-    if not isinstance(provenance, str) or not provenance.strip():
-        raise f.error(p, "provenance", "pretrain.provenance", "must be a non-empty string naming the source")
+    provenance = f.provenance(p, "pretrain")
     engine_python = p.get("engine_python")
     if engine_python is not None and not (
         isinstance(engine_python, str) and engine_python.strip() and p["engine"] != "native"

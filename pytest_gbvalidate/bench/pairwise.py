@@ -36,9 +36,9 @@ SLOW_PCT = 10.0
 # median); six make each median's error √2 smaller than three (docs/noise.md, behind the constants).
 REPEATS = 6
 RECHECK_REPEATS = 3  # each second-pass round's measurements: its verdict rests on how rounds scatter
-# Rounds of the second pass per suspect, each beside a node that passed. A slowed node's rounds scatter about as
-# widely as it falls short (pairs sharing cores: one's loss is the other's gain), so its mean stands about
-# 1.25 x sqrt(rounds) standard errors below, 3.5 with eight rounds (docs/noise.md, behind the constants).
+# Second-pass rounds per suspect. A slowed node's rounds scatter about as widely as it falls short (pairs sharing cores:
+# one's loss is the other's gain): its mean stands 1.25 x sqrt(rounds) standard errors below, 3.5 with eight
+# (docs/noise.md, behind the constants).
 RECHECKS = 8
 # Standard errors of their mean a suspect's rounds must stand below the pairs beside them (`shortfall`): eight
 # normal rounds reach it in 1% of cases (Student's t, 7 degrees of freedom; docs/noise.md, the second pass).

@@ -197,10 +197,9 @@ def judge(
         entry = catalog.code(xid)
         policy, window = entry.policy, [e for e in seen if after(e, after_seq)]
         if policy.action == "job":
-            within_s = catalog.escalation.within_s
-            recent = [e for e in seen if now_s is None or e.time_s is None or now_s - e.time_s <= within_s]
-            if bursts([e.time_s for e in recent], catalog.burst_gap_s) >= catalog.escalation.bursts:
-                esc = catalog.escalation
+            esc = catalog.escalation
+            recent = [e for e in seen if now_s is None or e.time_s is None or now_s - e.time_s <= esc.within_s]
+            if bursts([e.time_s for e in recent], catalog.burst_gap_s) >= esc.bursts:
                 why = f"{esc.bursts} bursts or more on one GPU within {esc.within_s / 3600:g} h ({esc.source})"
                 policy, window = Policy("drain", esc.repair, why), recent
         if window:
