@@ -103,11 +103,12 @@ def compare(ref: Reference, value: float, scope: str, resolution: rs.Resolution 
     if ref.expected is not None and math.isfinite(value) and rs.at_least_as_good(value, ref.expected, ref.direction):
         fail_side = warn_side = "within"  # at or above what the SKU expects: its noise cannot hide a fall
     allowed = "" if resolution is None else f"its {resolution.describe()}"
+    coarse = resolution is not None and resolution.pct > ref.needed.pct
     verdict: VerdictWord
     note = ""
     if not math.isfinite(value) or fail_side == "beyond":
         verdict = FAIL
-    elif "unresolved" in (fail_side, warn_side) or (warn_side == "beyond" and _coarse(resolution, ref.needed)):
+    elif "unresolved" in (fail_side, warn_side) or (warn_side == "beyond" and coarse):
         verdict = UNRESOLVED
         note = f", too noisy to judge: {allowed}, coarser than the {ref.needed.pct:g}% needed ({ref.needed.source})"
     elif fail_side == "within_noise":
@@ -150,10 +151,6 @@ def _side(
     value: float, limit: float | None, direction: str, resolution: rs.Resolution | None, needed: rs.Needed
 ) -> rs.Side | None:
     return None if limit is None else rs.side(rs.worse_pct(value, limit, direction), resolution, needed)
-
-
-def _coarse(resolution: rs.Resolution | None, needed: rs.Needed) -> bool:
-    return resolution is not None and resolution.pct > needed.pct
 
 
 def _round(x: float | None) -> float | None:

@@ -79,16 +79,9 @@ def _matmul(
         b = b32.to(device=device, dtype=torch.bfloat16)
         out = torch.empty(a.shape[0], b.shape[1], device=device, dtype=torch.bfloat16)
         return (lambda: torch.matmul(a, b, out=out)), a, b
-    if dtype == "fp8":
-        return _fp8_matmul_cuda(device, a32, b32)
+    if dtype == "fp8":  # CUDA-only: e4m3 inputs, unit scales, bf16 output; cuBLASLt wants the second column-major
+        a = a32.to(device=device, dtype=torch.float8_e4m3fn)
+        b = b32.t().contiguous().to(device=device, dtype=torch.float8_e4m3fn).t()
+        scale = torch.ones((), device=device, dtype=torch.float32)
+        return (lambda: torch._scaled_mm(a, b, scale_a=scale, scale_b=scale, out_dtype=torch.bfloat16)), a, b
     raise ValueError(f"unknown GEMM dtype {dtype!r} (known: {', '.join(DTYPES)})")
-
-
-def _fp8_matmul_cuda(
-    device: torch.device, a32: torch.Tensor, b32: torch.Tensor
-) -> tuple[Callable[[], torch.Tensor], torch.Tensor, torch.Tensor]:
-    """CUDA-only: e4m3 inputs, unit scales, bf16 output. cuBLASLt wants the second operand column-major."""
-    a = a32.to(device=device, dtype=torch.float8_e4m3fn)
-    b = b32.t().contiguous().to(device=device, dtype=torch.float8_e4m3fn).t()
-    scale = torch.ones((), device=device, dtype=torch.float32)
-    return (lambda: torch._scaled_mm(a, b, scale_a=scale, scale_b=scale, out_dtype=torch.bfloat16)), a, b

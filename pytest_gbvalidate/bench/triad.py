@@ -29,6 +29,7 @@ from pytest_gbvalidate.node.topology import SYSFS_ROOT, format_cpulist, numa_nod
 ARRAYS_PER_ELEMENT = 3  # STREAM's count for Triad: b and c read, a written
 SCALAR = 3.0  # STREAM's scalar
 B_VALUE, C_VALUE = 2.0, 1.0  # so every element of a must be 5.0 afterwards
+_SIZE_UNITS = {"K": 2**10, "M": 2**20, "G": 2**30}  # of sysfs's cache sizes
 CACHE_MULTIPLE = 4  # STREAM: each array at least 4x the last-level cache
 MIN_ARRAY_BYTES = 64 * 2**20  # where sysfs gives no cache size, and the least an array is cut to (TIMED_BUDGET_S)
 # What one node's timed runs may take: a VM may claim its host's whole last-level cache (480 MiB: 1.9 GiB arrays),
@@ -84,7 +85,8 @@ def last_level_cache_bytes(cpus: Sequence[int], sysfs: Path = SYSFS_ROOT) -> int
             try:
                 level = int((index / "level").read_text())
                 kind = (index / "type").read_text().strip()
-                size = _size_bytes((index / "size").read_text())
+                text = (index / "size").read_text().strip()  # e.g. 32768K
+                size = int(text[:-1]) * _SIZE_UNITS[text[-1]] if text[-1:] in _SIZE_UNITS else int(text)
                 shared = format_cpulist(parse_cpulist((index / "shared_cpu_list").read_text()))
             except (OSError, ValueError):
                 continue
@@ -94,12 +96,6 @@ def last_level_cache_bytes(cpus: Sequence[int], sysfs: Path = SYSFS_ROOT) -> int
                 level_found, seen = level, {}
             seen[shared] = size
     return sum(seen.values()) or None
-
-
-def _size_bytes(text: str) -> int:
-    text = text.strip()
-    factors = {"K": 2**10, "M": 2**20, "G": 2**30}
-    return int(text[:-1]) * factors[text[-1]] if text[-1:] in factors else int(text)
 
 
 def default_array_bytes(cpus: Sequence[int], sysfs: Path = SYSFS_ROOT) -> int:

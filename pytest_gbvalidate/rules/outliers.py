@@ -82,12 +82,7 @@ def spread(values: Sequence[float]) -> Spread:
     center = statistics.median(values)
     low, high = min(values), max(values)
     spread_pct = None if center == 0 else (high - low) / abs(center) * 100.0
-    return Spread(len(values), center, low, high, mad(values, center), spread_pct)
-
-
-def mad(values: Sequence[float], center: float) -> float:
-    """The median absolute deviation from `center` (unscaled)."""
-    return statistics.median(abs(v - center) for v in values)
+    return Spread(len(values), center, low, high, statistics.median(abs(v - center) for v in values), spread_pct)
 
 
 def outliers(
