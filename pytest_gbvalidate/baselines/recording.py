@@ -45,8 +45,7 @@ from pytest_gbvalidate.metrics import CATALOG, PER_LABEL_SCOPE_KINDS
 from pytest_gbvalidate.rules import noise
 from pytest_gbvalidate.rules import resolution as rs
 
-# Shares of the needed resolution (the module's rule). Fail short of the whole of it: past the fail limit by more than
-# a verdict may excuse is a fall of 1.75 times it.
+# Shares of the needed resolution (the module's rule): past the fail limit by what a verdict excuses is a 1.75x fall.
 FAIL_SHARE, WARN_SHARE = 0.75, 0.5
 ROUNDING_SHARE = 0.05
 

@@ -31,8 +31,7 @@ from pytest_gbvalidate.rules.noise import NOISE_K
 from pytest_gbvalidate.rules.resolution import MAX_NEEDED_PCT, MIN_NEEDED_PCT, Needed, is_worse, side_word
 
 _OVERRIDE_KEYS = {"status", "expected", "fail", "warn", "provenance", "params", "spread_pct", "resolution_pct"}
-# The largest recorded spread a baseline may carry: one whose resolution alone (NOISE_K times it) is the coarsest a
-# metric may need; a node noisier than that is no reference.
+# The largest recorded spread a baseline may carry: its resolution alone (NOISE_K x it) the coarsest a metric needs.
 MAX_SPREAD_PCT = MAX_NEEDED_PCT / NOISE_K
 _KIND_KEYS = ("unit", "direction", "scope")  # what the catalog fixes for its metrics
 _METRIC_KEYS = _OVERRIDE_KEYS | {*_KIND_KEYS, "values"}
@@ -206,8 +205,7 @@ def _check_nccl_env(f: Fields, m: _Mapping, params: dict[str, Any], fp: str) -> 
             raise f.error(m, "params", f"{fp}.params.nccl_env.{name}", _NODE_OWN_NCCL_VARIABLES[name])
 
 
-# What NCCL's variables are named (NCCL_ALGO, NCCL_IB_HCA, NCCL_NET_GDR_LEVEL): a name with '=' or a space
-# could not be one variable of an environment.
+# NCCL's variable names (NCCL_ALGO, NCCL_IB_HCA): a name with '=' or a space could not be one variable.
 _NCCL_NAME = re.compile(r"NCCL_[A-Z0-9_]+")
 # NCCL variables that say which node a process is, never how a SKU is measured: one value given to every node of
 # a fleet would make NCCL take them all for one host (shared memory and P2P between machines).

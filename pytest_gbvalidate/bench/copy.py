@@ -24,9 +24,7 @@ class CopyResult:
     bandwidth_gbps: float  # median over the timed iterations
     samples_gbps: list[float]
     host_binding: dict[str, str] = field(default_factory=dict)  # CPUs / NUMA node the host side was bound to
-    # The share of the timed copies' time the process waited for a CPU (node/neighbours.py), where host memory took
-    # part; else None.
-    cpu_wait_share: float | None = None
+    cpu_wait_share: float | None = None  # where host memory took part: the share of its time it waited for a CPU
 
 
 def copy_bandwidth(

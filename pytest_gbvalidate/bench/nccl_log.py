@@ -189,9 +189,7 @@ def _host(line: str) -> str | None:
 
 def _transport(via: str) -> tuple[str, str]:
     """A connection line's text after ``via``: its transport's name and its path as NCCL printed it."""
-    if m := _NET_PATH.match(via):
-        return m[1], m[0]
-    if m := _P2P_PATH.match(via):
+    if m := _NET_PATH.match(via) or _P2P_PATH.match(via):
         return m[1], m[0]
     path = via.split()[0]
     if via.startswith("direct shared memory"):  # SHM before NCCL 2.13

@@ -29,8 +29,7 @@ from pytest_gbvalidate.bench.timing import median, time_op_s
 from pytest_gbvalidate.ranks.gang import RankContext
 from pytest_gbvalidate.rules import noise
 
-# A node is slow when each of its pairs is this much below the median of the pairs it is not in (overridable: the
-# metric's params).
+# Slow: each of a node's pairs this much below the median of the pairs it is not in (the metric's params override).
 SLOW_PCT = 10.0
 # How often the first pass measures each round, in turn, `iterations` samples per pair each time (the figure: their
 # median); six make each median's error √2 smaller than three (docs/noise.md, behind the constants).

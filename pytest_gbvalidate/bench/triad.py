@@ -52,9 +52,7 @@ class TriadResult:
     samples_gbps: list[float]
     threads: int
     binding: dict[str, str] = field(default_factory=dict)
-    # The share of the timed runs' time that the process waited for a CPU (node/neighbours.py); None where it
-    # cannot be read.
-    cpu_wait_share: float | None = None
+    cpu_wait_share: float | None = None  # the share of the timed runs' time it waited for a CPU (neighbours)
     allocated: int | None = None  # elements per array allocated, where the timed runs used fewer (TIMED_BUDGET_S)
 
 

@@ -44,8 +44,7 @@ from pytest_gbvalidate.rules.noise import modified_z
 DEFAULT_MAD_K = nz.OUTLIER_Z  # Iglewicz & Hoaglin's recommended cut-off for one modified z-score
 DEFAULT_PCT = 10.0
 MIN_NODES = 3  # fewer: the median of two is their mean, and "worse than the rest" means nothing
-# Too noisy to judge needs this many times the fleet's typical spread too: where most nodes report the same spread
-# (their MAD 0), a node a little noisier than the rest is still judged.
+# Too noisy needs this many times the fleet's spread too: where most nodes agree (MAD 0), a little noisier is judged.
 TOO_NOISY_RATIO = 2.0
 # Rounds a judgement of siblings round by round needs: fewer, and how far a device's rounds stray from their own
 # median says too little of its error (sibling_z for four devices: 17.9 at three rounds, 5.7 at four, 4.8 at six).

@@ -99,6 +99,5 @@ def _figure_paces(
         if spread is None or spread.spread_pct == 0 or key not in directions or not math.isfinite(value):
             continue
         above_pct = (value - spread.median) / abs(spread.median) * 100.0
-        direction = directions[key]
-        found.append((toward_worse(spread.z(value), direction), toward_worse(above_pct, direction)))
+        found.append((toward_worse(spread.z(value), directions[key]), toward_worse(above_pct, directions[key])))
     return found

@@ -26,8 +26,7 @@ from typing import Literal
 from pytest_gbvalidate.rules.noise import NOISE_K
 
 Direction = Literal["higher", "lower"]
-# What a figure against one threshold can be: not beyond it, beyond it but within the noise it is allowed, beyond
-# it by more than the noise may excuse, or too noisy to tell which.
+# Against one threshold: not past it, past within the allowed noise, past what noise may excuse, or too noisy to tell.
 Side = Literal["within", "within_noise", "beyond", "unresolved"]
 
 

@@ -27,8 +27,7 @@ StopReason = Literal["settled", "resolved", "budget", "cap"]
 # Passes of one check at most: the first, the second every flagged figure gets, and two more for an unresolved one
 # (an error shrinks only where a pass is calmer than those before: docs/noise.md measures what they buy).
 MAX_PASSES = 4
-# The share of its level's budget (levels.BUDGET_S) the passes after the second of one check may take: ten checks
-# needing more evidence still leave the level within its budget.
+# The share of the level's budget (levels.BUDGET_S) one check's passes after the second may take: ten still fit it.
 CHECK_SHARE = 0.1
 
 
