@@ -53,8 +53,8 @@ def _pretrain_layout(f: Fields, p: _Mapping, model: str) -> tuple[dict[str, int]
     if isinstance(checkpointing, bool):  # true: every block recomputed, as files before the modes had it
         checkpointing = "full" if checkpointing else "none"
     if checkpointing not in llama_parallel.CHECKPOINTING:
-        known = f"{', '.join(llama_parallel.CHECKPOINTING)} (or true for full, false for none)"
-        raise f.at(p, "activation_checkpointing", "pretrain", f"must be one of {known}, got {_shown(checkpointing)}")
+        modes = f"{', '.join(llama_parallel.CHECKPOINTING)} (or true for full, false for none)"
+        raise f.at(p, "activation_checkpointing", "pretrain", f"must be one of {modes}, got {_shown(checkpointing)}")
     named = (
         ("engine", llama_parallel.ENGINES),
         ("precision", llama_parallel.PRECISIONS),

@@ -153,10 +153,10 @@ def from_details(details: Mapping[str, Any]) -> Noise | None:
             within = of_samples([float(v) for v in value])
             break
     passes = details.get("passes")
-    several = isinstance(passes, list) and len(passes) >= 2 and all(_is_number(p) for p in passes)
-    found = of_passes([float(p) for p in passes], [within]) if several else within
+    if isinstance(passes, list) and len(passes) >= 2 and all(_is_number(p) for p in passes):
+        within = of_passes([float(p) for p in passes], [within])
     waited = finite(details.get("cpu_wait_pct"))
-    return with_neighbours(found, None if waited is None or not 0 <= waited <= 100 else waited)
+    return with_neighbours(within, None if waited is None or not 0 <= waited <= 100 else waited)
 
 
 def of_the_median(details: Mapping[str, Any]) -> Noise | None:

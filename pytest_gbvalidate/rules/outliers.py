@@ -150,15 +150,12 @@ def judge(
                     far += f" (the MAD taken as the nodes' typical run-to-run spread, {r2r:.1f}%)"
                 rules = [far or "the value of more than half the nodes differs", practical]
                 if margin:
-                    rules.append(
-                        f"beyond the {margin:.1f}% the figures' noise allows (the fleet's spread, not its own)"
-                    )
+                    rules += [f"beyond the {margin:.1f}% the figures' noise allows (the fleet's spread, not its own)"]
             else:
                 scatter = f"{abs(z):.1f} scaled MADs from the median" if z is not None else "off the median"
                 rules = [f"{scatter}: the fleet's scatter excuses no more than its metric needs", practical]
             if noisy is not None:
-                own = f"its own spread, {spreads[host]:.1f}% against the fleet's {noisy[0]:.1f}%"
-                rules.append(f"{own}, excuses nothing")
+                rules += [f"its own spread, {spreads[host]:.1f}% against the fleet's {noisy[0]:.1f}%, excuses nothing"]
             found.append(Outlier(host, value, worse_pct, z, tuple(rules)))
             continue
         if noisy is not None:
