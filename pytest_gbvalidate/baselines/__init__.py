@@ -1,9 +1,8 @@
 """Per-SKU baselines: schema, loading, and the comparison that turns a measurement into a verdict.
 
-Pure Python (PyYAML only), no pytest: a CLI or a dashboard can reuse it. The model (model.py), reading a
-file (loading.py) against its schema (schema.py: the top level; schema_metrics.py: the metrics;
-schema_sections.py: pretrain, health and topology; fields.py: the field readers they share), verdicts
-(verdicts.py) and recording (recording.py).
+Pure Python (PyYAML only), no pytest: a CLI or a dashboard can reuse it. The model (model.py), reading a file
+(loading.py) against its schema (schema.py: the top level; schema_metrics.py: the metrics; schema_sections.py:
+pretrain, health and topology; fields.py: their field readers), verdicts (verdicts.py) and recording (recording.py).
 
 A baseline file looks like::
 

@@ -28,6 +28,10 @@ class Fields:
         line = where.key_lines.get(key, where.line) if key is not None else where.line
         return BaselineError(f"{self.path}:{line}: {field_path}: {message}")
 
+    def at(self, where: _Mapping, key: str, section: str, message: str) -> BaselineError:
+        """`error` at `key` of `where`, the field `<section>.<key>`."""
+        return self.error(where, key, f"{section}.{key}", message)
+
     def mapping(
         self, value: Any, parent: _Mapping, key: str | None, field_path: str, allowed: set[str] | None
     ) -> _Mapping:

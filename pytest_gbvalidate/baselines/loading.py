@@ -15,22 +15,18 @@ from pytest_gbvalidate.baselines.model import Baseline, BaselineError, _shown, b
 from pytest_gbvalidate.baselines.schema import baseline_from
 from pytest_gbvalidate.labels import printable
 
-# The most nodes the aliases (*name) of one baseline may stand for, counted as expanded: a value an alias
-# repeats counts every time, with everything inside it. A baseline uses a few aliases or none (cpu.yaml: 3
-# scalars); a "billion laughs" document of nested aliases (a few hundred bytes standing for billions of
-# nodes) is refused as soon as it passes the bound, before anything walks it.
+# The most nodes the aliases (*name) of one baseline may stand for, counted as expanded. A baseline uses a few or
+# none (cpu.yaml: 3 scalars); a "billion laughs" document of nested aliases is refused as soon as it passes the bound.
 MAX_ALIAS_NODES = 1000
-# The deepest a baseline's mappings and lists may nest. The deepest field is 7 levels down (the document,
-# metrics, a metric, values, a label, params, nccl_env); PyYAML composes each level in a recursive call, so a
-# document of thousands of `[` would exhaust Python's stack (RecursionError) before anything could name the line.
+# The deepest a baseline may nest (its deepest field is 7 levels down: metrics.x.values.label.params.nccl_env):
+# PyYAML composes each level in a recursive call, and thousands of `[` would exhaust Python's stack.
 MAX_DEPTH = 32
 
 
 @functools.cache
 def _loader() -> type[yaml.SafeLoader]:
-    """A SafeLoader that builds _Mappings, rejects duplicate keys and bounds what aliases expand to (and
-    refuses a recursive one). Built on first use: the plugin module loads in every pytest run, and PyYAML is
-    needed only by one that reads baselines."""
+    """A SafeLoader that builds _Mappings, rejects duplicate keys and bounds what aliases expand to (and refuses a
+    recursive one). Built on first use: only a run that reads baselines needs PyYAML."""
     import yaml
 
     def construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> _Mapping:
@@ -57,8 +53,8 @@ def _loader() -> type[yaml.SafeLoader]:
 
         def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
             event = self.peek_event()  # type: ignore[no-untyped-call]  # the stubs leave it untyped
+            line = event.start_mark.line + 1 if event.start_mark is not None else 0
             if self.depth >= MAX_DEPTH:
-                line = event.start_mark.line + 1 if event.start_mark is not None else 0
                 raise BaselineError(f"{line}: nested more than {MAX_DEPTH} levels deep (a baseline needs 7)")
             self.depth += 1
             try:
@@ -68,7 +64,6 @@ def _loader() -> type[yaml.SafeLoader]:
             if node is None:
                 return None
             if isinstance(event, yaml.AliasEvent):
-                line = event.start_mark.line + 1 if event.start_mark is not None else 0
                 size = self.expanded.get(node)
                 if size is None:  # its anchor's node is still being composed: the alias is inside it
                     raise BaselineError(f"{line}: alias {_shown(event.anchor)} is inside its own anchor")
@@ -90,8 +85,7 @@ def _loader() -> type[yaml.SafeLoader]:
     return Loader
 
 
-# The largest bundled baseline is about 10 KiB (aliases are bounded apart: MAX_ALIAS_NODES).
-MAX_BASELINE_BYTES = 2**20
+MAX_BASELINE_BYTES = 2**20  # the largest bundled baseline is about 10 KiB (aliases are bounded apart: MAX_ALIAS_NODES)
 
 
 def strict_yaml(text: str) -> Any:
@@ -102,8 +96,8 @@ def strict_yaml(text: str) -> Any:
 
 
 def load_baseline(path: Path) -> Baseline:
-    """Read and validate one baseline file. Raises BaselineError naming the file, line and field, and where the
-    file says what runs (runs_what) but others than root and this user could have written it."""
+    """Read and validate one baseline file; a BaselineError names the file, line and field, or a file that says what
+    runs (runs_what) that others than root and this user could have written."""
     from pytest_gbvalidate.files import InputError, read_input, writable_by_others
 
     try:
@@ -112,9 +106,8 @@ def load_baseline(path: Path) -> Baseline:
         raise BaselineError(str(exc)) from None
     baseline = parse_baseline(path, data)
     decides = runs_what(baseline)
-    # As a Slurm Prolog or HealthCheckProgram the run is root on every node: whoever can write this file would
-    # choose what root executes. Unless they can already change the code reading it: then refusing protects
-    # nothing (and a checkout under a shared directory would lose its bundled baselines).
+    # As a Slurm Prolog or HealthCheckProgram the run is root: whoever can write this file would choose what root
+    # executes -- unless they can change the code reading it too (then refusing protects nothing).
     if decides and (problem := writable_by_others(path)) is not None and writable_by_others(Path(__file__)) is None:
         raise BaselineError(
             f"{path}: {decides} says what the run executes or loads, and only a file that root or this user alone "
@@ -124,8 +117,7 @@ def load_baseline(path: Path) -> Baseline:
 
 
 def declared_sku(path: Path) -> str | None:
-    """The `sku` the file at `path` declares, where it is a YAML mapping that declares one; None where it is absent
-    or not such a file (whatever else it holds, or why it cannot be read, the loader says when it is read)."""
+    """The `sku` the file at `path` declares; None where it is absent or not such a file (the loader says why)."""
     import yaml
 
     from pytest_gbvalidate.files import InputError, read_input
@@ -180,16 +172,10 @@ def parse_baseline(path: Path, data: bytes) -> Baseline:
     return baseline_from(path, doc)
 
 
-# Besides line breaks and tabs, what a baseline's text may not hold, though YAML lets a quoted string spell it
-# ("\e[2J"): C0 and C1 controls (an escape sequence reaches the run's terminal), and the Unicode direction
-# overrides and isolates that make a text read other than it is.
-_CONTROLS = frozenset(
-    [
-        *(chr(c) for c in range(0x20) if chr(c) not in "\t\n"),
-        *map(chr, range(0x7F, 0xA0)),
-        *"\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069",
-    ]
-)
+# What a baseline's text may not hold, though a quoted YAML string may spell it ("\e[2J"): C0 and C1 controls but
+# line breaks and tabs (an escape reaches the terminal), and the Unicode direction overrides and isolates.
+_DIRECTION_CONTROLS = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+_CONTROLS = frozenset({*map(chr, [*range(0x20), *range(0x7F, 0xA0)]), *_DIRECTION_CONTROLS} - {"\t", "\n"})
 
 
 def _control_character(doc: Any) -> str | None:

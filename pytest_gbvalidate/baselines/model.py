@@ -1,5 +1,5 @@
-"""The baseline model: what one SKU's file says, as frozen dataclasses, and the helpers its validation,
-recording and messages share. No YAML, no pytest."""
+"""The baseline model: one SKU's file as frozen dataclasses, and the helpers validation, recording and messages
+share. No YAML, no pytest."""
 
 from __future__ import annotations
 
@@ -19,19 +19,15 @@ from pytest_gbvalidate.workloads.llama.flops import Peak
 
 SCHEMA_VERSION = 1
 STATUSES = ("measured", "provisional")
+DEFAULT_LEARNING_RATE = 3e-4  # Llama 3 8B's peak learning rate (Meta), also NeMo's llama3_8b recipe default
 
-
-# The resolution a metric needs where its baseline declares none (`resolution` at the top of the file, or a metric's
-# `resolution_pct`): twice the combined run-to-run spread of two GPU figures, each 2% at most (docs/noise.md: one
-# H100's figures moved 0.3-2% between runs).
+# The resolution a metric needs where its baseline declares none: twice the combined run-to-run spread of two GPU
+# figures, each 2% at most (docs/noise.md: one H100's figures moved 0.3-2% between runs).
 DEFAULT_NEEDED = Needed(6.0, "the default")
 
 
 class BaselineError(Exception):
     """A baseline is missing, malformed or breaks the schema. The message is one line an operator can act on."""
-
-
-# --- the model -------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -44,9 +40,8 @@ class Limit:
     def threshold(self, expected: float | None, direction: str) -> float:
         if self.absolute is not None:
             return self.absolute
-        # Both are present: a relative limit without an expected value is rejected when the file is loaded.
         assert self.relative_pct is not None
-        assert expected is not None
+        assert expected is not None  # the loader refuses a relative limit without an expected value
         return rs.moved_linearly(expected, self.relative_pct, direction)
 
     def __str__(self) -> str:
@@ -67,11 +62,8 @@ class Reference:
     warn: Limit | None
     provenance: str
     params: dict[str, Any] = field(default_factory=dict)
-    # The spread the node's samples showed when this was recorded (rules/noise.py), in percent: a verdict against the
-    # expected value counts it in the figure's resolution beside the measurement's own.
-    spread_pct: float | None = None
-    # The resolution the metric needs to be judged (rules/resolution.py): the baseline's, else DEFAULT_NEEDED.
-    needed: Needed = DEFAULT_NEEDED
+    spread_pct: float | None = None  # the recorded node's spread (percent), counted in a verdict's resolution
+    needed: Needed = DEFAULT_NEEDED  # the resolution the metric needs (rules/resolution.py)
 
     @property
     def fail_limit(self) -> float | None:
@@ -93,9 +85,7 @@ class MetricBaseline:
 
     def reference(self, scope: str) -> Reference | None:
         """The reference for a scope label: its own entry where `values` has one, else the metric's."""
-        if self.values:
-            return self.values.get(scope)
-        return self.default
+        return self.values.get(scope) if self.values else self.default
 
 
 @dataclass(frozen=True)
@@ -109,8 +99,7 @@ class Detect:
 
 @dataclass(frozen=True)
 class HealthBaseline:
-    """What the health suite holds the SKU's GPUs to. A field left out is a check the SKU has no expectation
-    for: that check skips and says so."""
+    """What the health suite holds the SKU's GPUs to. A field left out: that check skips and says so."""
 
     provenance: str
     min_driver_version: str | None = None
@@ -120,16 +109,14 @@ class HealthBaseline:
     # A site's action for an Xid code where it differs from NVIDIA's catalog (rules/xid_catalog.yaml).
     xid_actions: dict[int, XidAction] = field(default_factory=dict)
     ecc_limits: dict[str, int] = field(default_factory=dict)  # counter -> the most a healthy GPU may have
-    # The node is part of a multi-node NVLink domain (GB200 NVL72): every GPU registered with the fabric, all in
-    # one clique, and IMEX (a channel device, the daemon READY) in place.
+    # In a multi-node NVLink domain (GB200 NVL72): every GPU in the fabric, one clique, IMEX channel and daemon READY.
     multi_node_nvlink: bool | None = None
     c2c: bool | None = None  # every GPU's NVLink-C2C to its Grace CPU is enabled
     # The PCIe link every RDMA NIC trains at, at least ({gen, width}): the card's published host interface.
     nic_pcie: dict[str, int] = field(default_factory=dict)
     gpudirect_rdma: bool | None = None  # the NICs read and write GPU memory: nvidia_peermem must be loaded
     nvlink_error_limits: dict[str, int] = field(default_factory=dict)  # counter -> the most any one link may have
-    # The lowest thermal margin (degrees C below the slowdown and shutdown temperatures, NVML's T.Limit) a GPU may
-    # show; below it the GPU is past its limit by more than the SKU allows (NVSentinel ADR-042: -2 on H100, GB200).
+    # The least thermal margin a GPU may show, C below NVML's T.Limit (NVSentinel ADR-042: -2 on H100, GB200).
     thermal_margin_offset_c: int | None = None
 
     def as_doc(self) -> dict[str, Any]:
@@ -177,9 +164,6 @@ class Baseline:
     topology: TopologyBaseline | None = None
 
 
-DEFAULT_LEARNING_RATE = 3e-4  # Llama 3 8B's peak learning rate (Meta), also NeMo's llama3_8b recipe default
-
-
 @dataclass(frozen=True)
 class PretrainSpec:
     """What the pretraining check runs on this SKU: model, sequence length, parallel layout, step counts, and
@@ -194,10 +178,8 @@ class PretrainSpec:
     peak_tflops_per_gpu: float | None
     peak_tflops_source: str
     provenance: str
-    # The built-in engine compiles each transformer block (torch.compile); its first steps absorb the compilation.
-    compile: bool = True
-    # The NeMo engines' driver runs under this command (a shell-style command line) rather than this interpreter.
-    engine_python: str | None = None
+    compile: bool = True  # the built-in engine compiles each block (torch.compile); its first steps absorb it
+    engine_python: str | None = None  # the NeMo engines' driver runs under this command, not this interpreter
 
     @property
     def config(self) -> LlamaConfig:
@@ -211,8 +193,7 @@ class PretrainSpec:
     def as_doc(self) -> dict[str, Any]:
         """The section as it is written in a baseline file."""
         layout = self.layout
-        doc: dict[str, Any] = {"model": self.model, "seq_len": self.seq_len}
-        doc.update(layout.sizes())
+        doc: dict[str, Any] = {"model": self.model, "seq_len": self.seq_len, **layout.sizes()}
         doc.update(precision=layout.precision, engine=layout.engine)
         if layout.precision == "fp8":
             doc.update(fp8_recipe=layout.fp8_recipe)
@@ -226,9 +207,6 @@ class PretrainSpec:
         return doc
 
 
-# --- files ----------------------------------------------------------------------------------------------
-
-
 def baseline_path(directory: Path, sku: str) -> Path:
     return directory / f"{sku}.yaml"
 
@@ -237,16 +215,11 @@ def known_skus(directory: Path) -> list[str]:
     return sorted(p.stem for p in directory.glob("*.yaml"))
 
 
-# --- helpers shared by loading, recording and messages ----------------------------------------------------
-
-
-# Every unit in metrics.UNITS is a bandwidth, throughput, time, power, clock, size or GPU temperature, above 0 on
-# a working node, except these two: a count (of errors, retries) or a share (of time throttled) that a healthy
-# node may keep at 0, lower being better. No unit is signed (a delta would be): no figure is ever negative.
+# A count (of errors) or a share (of time throttled) a healthy node may keep at 0; every other unit in metrics.UNITS
+# is above 0 on a working node. No unit is signed: no figure is ever negative.
 _ZERO_UNITS = frozenset({"count", "%"})
-# A count is a whole number: a limit may equal the expected value ("expected: 0, fail: 0": any error fails).
-# In every other unit fail < warn < expected strictly (higher is better; the mirror for lower), so a measurement
-# at the expected value never fails and the warn band is never empty.
+# A count is whole: a limit may equal the expected value ("expected: 0, fail: 0"). In every other unit fail < warn <
+# expected strictly (mirrored for lower): the expected value never fails, the warn band is never empty.
 _WHOLE_UNITS = frozenset({"count"})
 
 
@@ -265,13 +238,12 @@ def _names(items: Any) -> str:
 SHOWN_WIDTH = 80  # the most characters of a value an error message echoes
 
 
-class _Shown(Exception):
-    pass
+class _Shown(Exception): ...
 
 
 def _shown(value: Any) -> str:
-    """`value` as an error message echoes it: its repr in ASCII, cut to SHOWN_WIDTH characters with an ellipsis. Built
-    piece by piece and stopped there, so a value that aliases nest a billion times over costs no more."""
+    """`value` as an error message echoes it: its ASCII repr, cut to SHOWN_WIDTH characters with an ellipsis (built
+    piece by piece and stopped there: a value that aliases nest a billion times costs no more)."""
     out: list[str] = []
     room = SHOWN_WIDTH + 1
 
@@ -304,13 +276,9 @@ def _shown(value: Any) -> str:
     return "".join(out)
 
 
-# --- NCCL environment ---------------------------------------------------------------------------------------
-
-
 def nccl_env(baseline: Baseline) -> dict[str, tuple[str, str]]:
-    """The NCCL environment a SKU's figures were taken with: every `params.nccl_env` of its metrics, as
-    {variable: (value, which metric asks for it)}. Two metrics asking for different values is an error: one
-    set of ranks runs every collective."""
+    """Every `params.nccl_env` of the SKU's metrics as {variable: (value, the metric asking)}; two asking for
+    different values is an error: one set of ranks runs every collective."""
     found: dict[str, tuple[str, str]] = {}
     for name, metric in baseline.metrics.items():
         for label, ref in (("", metric.default), *metric.values.items()):

@@ -1,38 +1,27 @@
 """Recording: a baseline written from a run's measurements, with limits that catch a fall on that node at the
 resolution each metric needs (rules/resolution.py), and the node's noise counted once.
 
-The rule. Each expected value is the median measured, rounded to three significant digits (more where the metric
-needs a finer resolution: the rounding stays within a twentieth of it). Its limits come from the resolution the
-metric needs (`needed`: the previous baseline's for that metric, else its SKU's `resolution`, else
-baselines.DEFAULT_NEEDED), never from the previous baseline's limits and never from the node's noise: it fails
-where the figure lies FAIL_SHARE (three quarters) of the needed resolution to the worse side of the expected value
-and warns at WARN_SHARE (half) of it, both as log ratios (resolution.worse_pct, the scale verdicts judge on), written
-as percentages of the expected value (two significant digits). A verdict excuses a figure past a limit by no more
-than the needed resolution, so a fall of twice the needed resolution (in fact of about 1.8 times it) fails however
-noisy the figure is, and a dead node (a figure of 0, or a tenth of the expected one) always fails these bands.
+The rule. Each expected value is the median measured, rounded to three significant digits (more where the rounding
+would exceed ROUNDING_SHARE of the needed resolution). Its limits come from the resolution the metric needs (the
+previous baseline's, else the SKU's `resolution`, else baselines.DEFAULT_NEEDED), never from previous limits or noise:
+fail at FAIL_SHARE, warn at WARN_SHARE of it to the worse side, as log ratios (resolution.worse_pct), written as
+percentages of the expected value (two significant digits). A verdict excuses no more than the needed resolution, so a
+fall of about 1.8 times it fails however noisy the figure, and a dead node (0, or a tenth of expected) always fails.
 
-The noise is counted once: the largest error the node's figures showed for an expected value (a metric's, or one
-size's of it: the standard error of the figure, noise.Noise.error_of, with the fall its waits for a CPU explain) is
-written beside it as `spread_pct` (rounded up), which every later verdict counts in the figure's resolution beside
-the later run's own error; the bands are not widened by it. A figure too noisy to record -- where the resolution a
-later run as noisy as this one would have against the recording, resolution.of_spreads(samples=error,
-reference=error) (2.8 times the error), is coarser than the metric needs, so that run's figures could never be
-judged against it -- is written not gated: a size of a sweep left out of its `values`, a metric `provisional`
-with no expected value, its spread and why in the provenance. Later runs report such a figure and never judge it.
-The rest is recorded. Where one of them is a figure the previous baseline gated (the SKU requires it), the recording
-is written and the run fails, naming each (NotGated.required).
+The noise is counted once: the largest error the node's figures showed for an expected value (noise.Noise.error_of,
+with the fall its waits for a CPU explain) is written beside it as `spread_pct` (rounded up), which later verdicts
+count in the figure's resolution; the bands are not widened. A figure too noisy to record -- its resolution against a
+recording as noisy, resolution.of_spreads(samples=error, reference=error) (2.8 times the error), coarser than needed
+-- is written not gated: a sweep's size left out of `values`, a metric `provisional` with no expected value, its spread
+and why in the provenance; where the previous baseline gated it, it is written and the run fails (NotGated.required).
 
-A floor-only metric (the previous baseline gave it a fail limit and no expected value or warn limit anywhere:
-figures that differ tenfold between machines) stays floor-only: its floor is kept while the node measures above it.
+A floor-only metric (a fail limit and no expected value or warn limit anywhere: figures that differ tenfold between
+machines) stays floor-only: its floor is kept while the node measures above it.
 
-Several runs: with --gb-record, gb_expect.measure_again measures every figure again and keeps the best pass
-(expect.py), so a figure measured that way is the best of its passes and its error is what its best pass's samples
-show. With the node's kept history (--gb-history), an expected value whose figure the node's last runs kept
-(noise.MIN_RUNS of them or more, this run among them; noise.MAX_RUNS at most) is the median of those runs' figures,
-and the spread written is the larger of its figure's error and its run-to-run spread (noise.of_runs): the drift
-between runs that one run's samples do not show is counted, once, and a node whose runs scatter too widely to judge
-is refused. Each metric's provenance says how many runs each expected value was taken from, how many of its figures
-were the best of several passes, and what spread was seen."""
+Several runs: --gb-record keeps each figure's best pass (gb_expect.measure_again, expect.py), with that pass's error.
+With --gb-history, an expected value the node's last noise.MIN_RUNS to noise.MAX_RUNS runs kept is their median, its
+spread the larger of its error and their run-to-run spread (noise.of_runs); runs that scatter too widely are refused.
+Each provenance says how many runs each expected value came from, how many figures were a best pass, the spread seen."""
 
 from __future__ import annotations
 
@@ -48,7 +37,6 @@ from pytest_gbvalidate.baselines.model import (
     SCHEMA_VERSION,
     Baseline,
     Detect,
-    Limit,
     MetricBaseline,
     _is_number,
 )
@@ -57,12 +45,8 @@ from pytest_gbvalidate.metrics import CATALOG, PER_LABEL_SCOPE_KINDS
 from pytest_gbvalidate.rules import noise
 from pytest_gbvalidate.rules import resolution as rs
 
-# Where a recorded metric fails and warns: these shares of the resolution it needs, as log ratios to the worse side
-# of the expected value. Fail short of the whole needed resolution: a figure past the fail limit by more than a
-# verdict may excuse (the needed resolution at most) is then one that fell by 1.75 times it, and every fall of twice
-# it is.
+# Shares of the needed resolution (the module's rule): past the fail limit by what a verdict excuses is a 1.75x fall.
 FAIL_SHARE, WARN_SHARE = 0.75, 0.5
-# The rounding of a recorded expected value stays within this share of the needed resolution.
 ROUNDING_SHARE = 0.05
 
 
@@ -111,11 +95,8 @@ def recording(
     node_gpu_count: int | None = None,
     runs: Runs = (),
 ) -> tuple[dict[str, Any], list[NotGated]]:
-    """A baseline document whose expected values are this run's medians (or, with the node's kept `runs`, the
-    median over them and this run), with limits from the resolution each metric needs (see the module's rule). The
-    needed resolutions, params and the detect, health, topology and pretrain sections carry over from `previous`
-    (the baseline the run was checked against) where it had them; a SKU recorded for the first time gets the node's
-    GPU count as its `detect.gpu_count`. With it, the figures too noisy to record, written not gated."""
+    """The baseline document recorded by the module's rule, and the figures too noisy to record, written not gated.
+    Needed resolutions, params and the detect, health, topology and pretrain sections carry over from `previous`."""
     sku_needed = previous.resolution if previous is not None else DEFAULT_NEEDED
     by_metric: dict[str, list[dict[str, Any]]] = {}
     for m in measurements:
@@ -124,8 +105,7 @@ def recording(
     metrics: dict[str, Any] = {}
     not_gated: list[NotGated] = []
     for name, records in by_metric.items():
-        first = records[0]
-        unit, direction, kind = first["unit"], first["direction"], first["scope_kind"]
+        unit, direction, kind = (records[0][k] for k in ("unit", "direction", "scope_kind"))
         old = previous.metrics.get(name) if previous else None
         needed = old.default.needed if old is not None else sku_needed
         entry = _entry(name, unit, direction, kind, needed, sku_needed)
@@ -169,9 +149,7 @@ def _entry(name: str, unit: str, direction: str, kind: str, needed: rs.Needed, s
     entry: dict[str, Any] = {}
     spec = CATALOG.get(name)
     if spec is None or (spec.unit, spec.direction, spec.scope_kind) != (unit, direction, kind):
-        # The catalog says these for its metrics; a site's own metric says them here. (One measured against a spec
-        # that disagrees with the catalog keeps them, and the loader refuses the recording.)
-        entry.update(unit=unit, direction=direction, scope=kind)
+        entry.update(unit=unit, direction=direction, scope=kind)  # a disagreeing one: the loader refuses it
     entry["status"] = "measured"
     return entry | ({"resolution_pct": needed.pct} if needed != sku_needed else {})
 
@@ -185,16 +163,16 @@ def _label_values(
     counted: list[int],
     not_gated: list[NotGated],
 ) -> dict[str, Any]:
-    """The expected value of each scope label of a per-label metric (a sweep's sizes, a node's GPUs), each with its
-    spread, and its own bands where it needs its own resolution; the runs each was taken from go to `counted`, the
-    labels too noisy to record to `not_gated`."""
+    """The expected value of each scope label (a sweep's sizes, a node's GPUs), with its spread and its own bands
+    where it needs its own resolution; the runs each was taken from go to `counted`, the too noisy to `not_gated`."""
     direction, floor_only = records[0]["direction"], old is not None and _floor_only(old)
     labels: dict[str, list[dict[str, Any]]] = {}
     for r in records:
         labels.setdefault(r["scope"], []).append(r)
     values: dict[str, Any] = {}
     for label, of_label in labels.items():
-        label_needed = _label_needed(old, label, needed)
+        ref = None if old is None else old.values.get(label)  # its own needed resolution where it declared one
+        label_needed = needed if old is None or ref is None or ref.needed == old.default.needed else ref.needed
         expected, figure, count = _expected(name, label, of_label, runs, label_needed)
         counted.append(count)
         if (why := _too_noisy(figure)) is not None:
@@ -211,30 +189,22 @@ def _label_values(
 def _carried_over(
     sku: str, previous: Baseline | None, node_gpu_count: int | None, sku_needed: rs.Needed
 ) -> dict[str, Any]:
-    """The document's head: what is not measured carries over from `previous` (its description, detect, resolution,
-    health gates and expected layout); a SKU recorded for the first time gets the node's GPU count to detect it."""
+    """The document's head: what is not measured carries over from `previous`; a SKU recorded for the first time gets
+    the node's GPU count to detect it."""
     doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "sku": sku}
-    doc["description"] = previous.description if previous else f"{sku}, recorded from a golden node"
-    if previous is None and node_gpu_count is not None:
-        doc["detect"] = {"gpu_count": node_gpu_count}
-    if previous is not None and previous.detect != Detect():
-        d = previous.detect
-        doc["detect"] = {
-            k: v
-            for k, v in (
-                ("azure_vm_sizes", list(d.azure_vm_sizes)),
-                ("gpu_name_contains", d.gpu_name_contains),
-                ("gpu_count", d.gpu_count),
-            )
-            if v not in (None, [])
-        }
-    if sku_needed != DEFAULT_NEEDED and previous is not None:
+    if previous is None:
+        doc["description"] = f"{sku}, recorded from a golden node"
+        return doc | ({"detect": {"gpu_count": node_gpu_count}} if node_gpu_count is not None else {})
+    doc["description"] = previous.description
+    if (d := previous.detect) != Detect():
+        found = {"azure_vm_sizes": list(d.azure_vm_sizes), "gpu_name_contains": d.gpu_name_contains}
+        doc["detect"] = {k: v for k, v in (found | {"gpu_count": d.gpu_count}).items() if v not in (None, [])}
+    if sku_needed != DEFAULT_NEEDED:
         where = previous.path.name
         doc["resolution"] = {"pct": sku_needed.pct, "provenance": f"as {where} declared it ({sku_needed.source})"}
-    # The health gates and the expected layout are not measured: they carry over as they were.
-    if previous is not None and previous.health is not None:
+    if previous.health is not None:
         doc["health"] = previous.health.as_doc()
-    if previous is not None and previous.topology is not None:
+    if previous.topology is not None:
         doc["topology"] = previous.topology.as_doc()
     return doc
 
@@ -242,11 +212,8 @@ def _carried_over(
 def _expected(
     metric: str, scope: str | None, records: Sequence[dict[str, Any]], runs: Runs, needed: rs.Needed
 ) -> tuple[float, _Figure | None, int]:
-    """One expected value of `metric` (at `scope`; None: every scope of the metric, pooled) from this run's
-    `records` and the node's kept `runs`: (the value, its figure as written, how many runs it was taken from).
-    Where the kept runs and this one give noise.MIN_RUNS figures or more, the median of the last noise.MAX_RUNS of
-    them, with the larger of the figure's error and the runs' spread (noise.of_runs); else this run's median and its
-    figure's error."""
+    """One expected value of `metric` (at `scope`; None: every scope, pooled) from this run's `records` and the kept
+    `runs` (the module's rule): (the value, its figure as written, how many runs it was taken from)."""
     now = statistics.median(r["value"] for r in records)
     figure = _figure(metric, records, needed)
     across = noise.of_runs([*_kept_figures(runs, metric, scope), now])
@@ -259,14 +226,10 @@ def _expected(
 
 
 def _kept_figures(runs: Runs, metric: str, scope: str | None) -> list[float]:
-    """The figure in each kept run that has it, oldest first: the median of its measurements of `metric` at
-    `scope` (every scope where None), which a run may hold for several placements or tools."""
-    found = []
-    for run in runs:
-        values = [v for key, v in run.items() if key[0] == metric and (scope is None or key[1] == scope)]
-        if values:
-            found.append(statistics.median(values))
-    return found
+    """The figure in each kept run that has it, oldest first: the median of its measurements of `metric` at `scope`
+    (every scope where None; a run may hold several placements or tools)."""
+    found = ([v for key, v in run.items() if key[0] == metric and scope in (None, key[1])] for run in runs)
+    return [statistics.median(values) for values in found if values]
 
 
 def _runs_note(counted: Sequence[int]) -> str:
@@ -278,21 +241,12 @@ def _runs_note(counted: Sequence[int]) -> str:
 
 
 def _figure(metric: str, records: Sequence[dict[str, Any]], needed: rs.Needed) -> _Figure | None:
-    """The noisiest of the records one expected value is the median of, with its spread as written (None where
-    none gives a spread)."""
+    """The noisiest of the records one expected value is the median of, its spread as written (None: none gives one)."""
     spreads = [(s, r) for r in records if (s := _spread_written(r)) is not None]
     if not spreads:
         return None
     spread, noisiest = max(spreads, key=lambda t: t[0])
     return _Figure(metric, str(noisiest["scope"]), spread, needed)
-
-
-def _label_needed(old: MetricBaseline | None, label: str, needed: rs.Needed) -> rs.Needed:
-    """The resolution one scope label of a metric needs: its own where the previous baseline declared one."""
-    ref = None if old is None else old.values.get(label)
-    if old is None or ref is None or ref.needed == old.default.needed:
-        return needed
-    return ref.needed
 
 
 def _floor_only(old: MetricBaseline) -> bool:
@@ -302,15 +256,13 @@ def _floor_only(old: MetricBaseline) -> bool:
 
 
 def too_noisy_to_record(record: Mapping[str, Any], needed: rs.Needed) -> bool:
-    """Whether a measurement's record (its report's `noise`) is too noisy to record where `needed` is the
-    resolution its metric needs: what a recording measures again for (gb_expect.measure_again)."""
+    """Whether a measurement's record is too noisy to record at resolution `needed` (gb_expect.measure_again)."""
     spread = _spread_written(dict(record))
     return spread is not None and _too_noisy(_Figure("", "", spread, needed)) is not None
 
 
 def _too_noisy(fig: _Figure | None) -> str | None:
-    """Why a figure cannot be recorded -- its resolution against a recording as noisy as itself is coarser than it
-    needs -- or None where it can (or shows no spread)."""
+    """Why a figure cannot be recorded (the module's rule), or None where it can (or shows no spread)."""
     res = None if fig is None else rs.of_spreads(samples=fig.spread_pct, reference=fig.spread_pct)
     if fig is None or res is None or res.pct <= fig.needed.pct:
         return None
@@ -324,8 +276,7 @@ def _gated(old: MetricBaseline | None, label: str | None) -> bool:
 
 
 def _recordable(value: Any) -> bool:
-    """A measured value that can be an expected one: a finite, positive number (a failed measurement comes as
-    None or text, a broken one as 0; the loader refuses either as an expected value)."""
+    """A measured value that can be an expected one: a finite number above 0 (not a failed or broken one)."""
     return _is_number(value) and value > 0
 
 
@@ -339,40 +290,33 @@ def left_out(measurements: list[dict[str, Any]]) -> list[str]:
 
 
 def _limits(floor_only: MetricBaseline | None, expected: float, direction: str, needed: rs.Needed) -> dict[str, Any]:
-    """The limits of a recorded metric: the bands of the resolution it needs; a floor-only metric's old floor
-    (`floor_only`) where the node measures above it, else the fail band alone."""
+    """The bands of the needed resolution; for a floor-only metric its old floor where the node measures above it,
+    else the fail band alone."""
     bands = _bands(needed, direction)
     if floor_only is None:
         return bands
     fail = floor_only.default.fail
     assert fail is not None  # _floor_only
     if rs.is_worse(fail.threshold(expected, direction), expected, direction):
-        return {"fail": _limit_value(fail)}
+        return {"fail": str(fail) if fail.absolute is None else fail.absolute}
     return {"fail": bands["fail"]}
 
 
 def _bands(needed: rs.Needed, direction: str) -> dict[str, Any]:
-    """Fail and warn at FAIL_SHARE and WARN_SHARE of the needed resolution to the worse side, as percentages of
-    the expected value (two significant digits: the shares stay apart, and every figure a person reads)."""
-    return {
-        "fail": f"{_band_pct(FAIL_SHARE * needed.pct, direction):g}%",
-        "warn": f"{_band_pct(WARN_SHARE * needed.pct, direction):g}%",
-    }
+    """Fail and warn at FAIL_SHARE and WARN_SHARE of the needed resolution, as percentages of the expected value
+    (two significant digits: the shares stay apart, and every figure a person reads)."""
+    return {k: f"{_band_pct(s * needed.pct, direction):g}%" for k, s in (("fail", FAIL_SHARE), ("warn", WARN_SHARE))}
 
 
 def _band_pct(log_pct: float, direction: str) -> float:
     """The percentage of the expected value a limit `log_pct` (a log ratio in percent) to the worse side lies at."""
-    linear = abs(rs.moved_toward_worse(1.0, log_pct, direction) - 1.0)
-    return float(f"{linear * 100.0:.2g}")
+    return float(f"{abs(rs.moved_toward_worse(1.0, log_pct, direction) - 1.0) * 100.0:.2g}")
 
 
 def _spread_written(record: dict[str, Any]) -> float | None:
-    """A measurement's spread (its report's `noise`) as a recording writes it: rounded up to three significant
-    digits, never counting less noise than was seen; None where the record gives none."""
+    """A measurement's spread (its report's `noise`) as a recording writes it (_rounded_up); None where none."""
     seen = noise.from_record(record.get("noise"))
-    if seen is None:
-        return None
-    return _rounded_up(seen.error_with_waits_pct())  # beside a neighbour a figure is too low by up to its waits
+    return None if seen is None else _rounded_up(seen.error_with_waits_pct())  # a neighbour's waits lower a figure
 
 
 def _rounded_up(spread: float) -> float:
@@ -409,10 +353,6 @@ def _rounded(value: float, needed_pct: float) -> float:
     return float(f"{value:.{digits}g}")
 
 
-def _limit_value(limit: Limit) -> str | float:
-    return str(limit) if limit.absolute is None else limit.absolute
-
-
 def write_recorded_baseline(
     path: Path,
     previous: Baseline | None,
@@ -421,10 +361,8 @@ def write_recorded_baseline(
     node_gpu_count: int | None,
     runs: Runs = (),
 ) -> tuple[list[str], list[NotGated]]:
-    """Write the baseline recorded from `measurements` to `path` (its file name is the SKU), atomically, with a
-    provenance naming the node and its software stack. A file the loader would refuse is not written (OutputError,
-    one line), and the old file stays. What was left out (left_out) and the figures written not gated are
-    returned."""
+    """Write the baseline `measurements` record to `path` atomically, its provenance naming the node and its stack
+    (OutputError where the loader would refuse it); returns what was left out and the figures written not gated."""
     from pytest_gbvalidate.baselines.loading import parse_baseline
     from pytest_gbvalidate.baselines.model import BaselineError
     from pytest_gbvalidate.files import OutputError, atomic_write_text

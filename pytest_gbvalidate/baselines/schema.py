@@ -23,15 +23,7 @@ from pytest_gbvalidate.baselines.schema_sections import health, pretrain, topolo
 from pytest_gbvalidate.rules.resolution import Needed
 
 _TOP_KEYS = {
-    "schema_version",
-    "sku",
-    "description",
-    "detect",
-    "resolution",
-    "metrics",
-    "health",
-    "topology",
-    "pretrain",
+    *("schema_version", "sku", "description", "detect", "resolution", "metrics", "health", "topology", "pretrain"),
 }
 _RESOLUTION_KEYS = {"pct", "provenance"}
 _DETECT_KEYS = {"azure_vm_sizes", "gpu_name_contains", "gpu_count"}
@@ -57,16 +49,9 @@ def baseline_from(path: Path, doc: Any) -> Baseline:
     metrics_doc = f.mapping(doc["metrics"], doc, "metrics", "metrics", None)
     found = detect(f, doc)
     needed = resolution(f, doc)
+    metrics = {name: metric(f, metrics_doc, name, needed) for name in metrics_doc}
     return Baseline(
-        sku=doc["sku"],
-        path=path,
-        description=description,
-        detect=found,
-        metrics={name: metric(f, metrics_doc, name, needed) for name in metrics_doc},
-        resolution=needed,
-        pretrain=pretrain(f, doc),
-        health=health(f, doc),
-        topology=topology(f, doc, found),
+        doc["sku"], path, description, found, metrics, pretrain(f, doc), needed, health(f, doc), topology(f, doc, found)
     )
 
 

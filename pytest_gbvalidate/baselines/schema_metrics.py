@@ -6,6 +6,7 @@ its entry may leave them out, and one that gives them must agree. A site's own m
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import itertools
 import math
@@ -30,40 +31,29 @@ from pytest_gbvalidate.rules.noise import NOISE_K
 from pytest_gbvalidate.rules.resolution import MAX_NEEDED_PCT, MIN_NEEDED_PCT, Needed, is_worse, side_word
 
 _OVERRIDE_KEYS = {"status", "expected", "fail", "warn", "provenance", "params", "spread_pct", "resolution_pct"}
-# The largest recorded spread a baseline may carry: one whose resolution alone (NOISE_K times it) is the coarsest a
-# metric may need; a node noisier than that is no reference.
+# The largest recorded spread a baseline may carry: its resolution alone (NOISE_K x it) the coarsest a metric needs.
 MAX_SPREAD_PCT = MAX_NEEDED_PCT / NOISE_K
 _KIND_KEYS = ("unit", "direction", "scope")  # what the catalog fixes for its metrics
 _METRIC_KEYS = _OVERRIDE_KEYS | {*_KIND_KEYS, "values"}
 
 # The params the suites read (suites/, sweeps.py) and the values they can run with.
 _PARAM_BOUNDS: dict[str, tuple[float, float]] = {
-    "iterations": (1, 10_000),
-    "warmup": (0, 10_000),
-    "size_bytes": (1, 2**40),
-    "min_bytes": (1, 2**40),
-    "max_bytes": (1, 2**40),
-    "slow_pct": (0.1, 99),
-    "batch": (1, 4096),
-    "prompt_len": (1, 2**20),
-    "new_tokens": (1, 2**20),
+    **{"iterations": (1, 10_000), "warmup": (0, 10_000), "slow_pct": (0.1, 99), "batch": (1, 4096)},
+    **dict.fromkeys(("size_bytes", "min_bytes", "max_bytes"), (1, 2**40)),
+    **dict.fromkeys(("prompt_len", "new_tokens"), (1, 2**20)),
     # A GEMM's dimensions: the bundled baselines use up to 8192; at 65536 its three bf16 matrices take 24 GiB.
-    "m": (1, 2**16),
-    "n": (1, 2**16),
-    "k": (1, 2**16),
+    **dict.fromkeys(("m", "n", "k"), (1, 2**16)),
 }
-# The message sizes a baseline may gate (its `values` labels of a message_size metric): from the sweeps' smallest
-# (sweeps.SWEEP_BYTES, two float32 elements: a label below one element is never measured; a test holds the two
-# equal, as this pure module may not import the sweeps) to max_bytes' largest (a label above the free memory would
-# fail the node for the baseline's size).
+# The message sizes a message_size metric's `values` may gate: from the sweeps' smallest (sweeps.SWEEP_BYTES, two
+# float32 elements: below one nothing is measured; a test holds the two equal, as this module may not import the
+# sweeps) to max_bytes' largest (a label beyond the free memory would fail the node for the baseline's size).
 LEAST_LABEL_BYTES = 8
 _LABEL_BYTES = (LEAST_LABEL_BYTES, int(_PARAM_BOUNDS["max_bytes"][1]))
 _FRACTIONAL_PARAMS = frozenset({"slow_pct"})
 # What a metric name is made of: the bundled metrics' names are, and Prometheus and JUnit carry them as they are.
 _METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# difflib's similarity of a site metric's name to a bundled one at or above which it is taken for a misspelling:
-# one letter wrong, missing or doubled in a name of 10 or more (`h2d_bandwith_gbps`: 0.97; a suffix such as
-# `h2d_bandwidth_gbps_numa1` against its bundled stem: 0.86).
+# difflib's similarity to a bundled name at which a site metric's is a misspelling: one letter wrong, missing or
+# doubled in 10 or more (`h2d_bandwith_gbps`: 0.97; a suffix, `h2d_bandwidth_gbps_numa1` against its stem: 0.86).
 NEAR_MISS = 0.9
 
 
@@ -81,18 +71,7 @@ def metric(f: Fields, metrics_doc: _Mapping, name: str, needed: Needed) -> Metri
     unit, direction, scope_kind = _kind(f, m, name, fp)
     if "status" not in m:
         raise f.error(m, None, f"{fp}.status", "missing")
-    base = Reference(
-        metric=name,
-        unit=unit,
-        direction=direction,
-        scope_kind=scope_kind,
-        status="provisional",
-        expected=None,
-        fail=None,
-        warn=None,
-        provenance="",
-        needed=needed,
-    )
+    base = Reference(name, unit, direction, scope_kind, "provisional", None, None, None, "", needed=needed)
     values: dict[str, Reference] = {}
     if "values" in m:
         values_doc = f.mapping(m["values"], m, "values", f"{fp}.values", None)
@@ -174,11 +153,8 @@ def _overrides(f: Fields, m: _Mapping, base: Reference, fp: str, *, check: bool)
     if "params" in m:
         _check_nccl_env(f, m, params, fp)
         _check_params(f, m, params, fp)
-    ref = Reference(
-        metric=base.metric,
-        unit=base.unit,
-        direction=base.direction,
-        scope_kind=base.scope_kind,
+    ref = dataclasses.replace(
+        base,
         status=status,
         expected=expected,
         fail=_limit(f, m, "fail", fp, base) if "fail" in m else base.fail,
@@ -229,8 +205,7 @@ def _check_nccl_env(f: Fields, m: _Mapping, params: dict[str, Any], fp: str) -> 
             raise f.error(m, "params", f"{fp}.params.nccl_env.{name}", _NODE_OWN_NCCL_VARIABLES[name])
 
 
-# What NCCL's variables are named (NCCL_ALGO, NCCL_IB_HCA, NCCL_NET_GDR_LEVEL): a name with '=' or a space
-# could not be one variable of an environment.
+# NCCL's variable names (NCCL_ALGO, NCCL_IB_HCA): a name with '=' or a space could not be one variable.
 _NCCL_NAME = re.compile(r"NCCL_[A-Z0-9_]+")
 # NCCL variables that say which node a process is, never how a SKU is measured: one value given to every node of
 # a fleet would make NCCL take them all for one host (shared memory and P2P between machines).
@@ -256,9 +231,8 @@ def _limit(f: Fields, m: _Mapping, key: str, fp: str, base: Reference) -> Limit:
 
 
 def _check_figure(f: Fields, m: _Mapping, key: str, fp: str, value: float, base: Reference) -> None:
-    """An expected value or an absolute limit is a figure in the metric's unit: above 0, or 0 or more in a
-    unit that counts what a healthy node may have none of (_ZERO_UNITS). A higher-is-better limit of 0
-    would fail nothing."""
+    """An expected value or absolute limit is above 0, or 0 or more in a unit a healthy node may have none of
+    (_ZERO_UNITS); a higher-is-better limit of 0 would fail nothing."""
     if base.unit in _ZERO_UNITS:
         if value < 0:
             raise f.error(m, key, f"{fp}.{key}", f"{value:g}: must be 0 or more (a {base.unit} is never negative)")

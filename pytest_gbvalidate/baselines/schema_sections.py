@@ -25,28 +25,15 @@ from pytest_gbvalidate.workloads.llama import parallel as llama_parallel
 from pytest_gbvalidate.workloads.llama.config import CONFIGS as LLAMA_CONFIGS
 
 _PRETRAIN_REQUIRED = {
-    "model",
-    *llama_parallel.SIZES,
-    "precision",
-    "engine",
-    "warmup_steps",
-    "timed_steps",
-    "provenance",
+    *("model", "precision", "engine", "warmup_steps", "timed_steps", "provenance", *llama_parallel.SIZES),
 }
 _PRETRAIN_KEYS = _PRETRAIN_REQUIRED | {
-    "seq_len",
-    "activation_checkpointing",
-    "compile",
-    "learning_rate",
-    "peak_tflops_per_gpu",
-    "peak_tflops_source",
-    "fp8_recipe",
-    "engine_python",
+    *("seq_len", "activation_checkpointing", "compile", "learning_rate", "peak_tflops_per_gpu", "peak_tflops_source"),
+    *("fp8_recipe", "engine_python"),
 }
 
-# The steps the pretraining check runs. Its time limit grows with them (suites/test_pretrain.py: 10 minutes a
-# step), so an unbounded count is a run that never ends. The baselines and docs use 2 to 34 warm-up steps
-# and 10 timed: a thousand is far beyond any figure's need and still ends.
+# The pretraining check's time limit grows with its steps (suites/test_pretrain.py: 10 minutes a step): the baselines
+# and docs use 2 to 34 warm-up steps and 10 timed; a thousand is far beyond any figure's need and still ends.
 _STEP_BOUNDS: dict[str, tuple[int, int | None]] = {"warmup_steps": (0, 1000), "timed_steps": (1, 1000)}
 
 
@@ -66,13 +53,8 @@ def _pretrain_layout(f: Fields, p: _Mapping, model: str) -> tuple[dict[str, int]
     if isinstance(checkpointing, bool):  # true: every block recomputed, as files before the modes had it
         checkpointing = "full" if checkpointing else "none"
     if checkpointing not in llama_parallel.CHECKPOINTING:
-        raise f.error(
-            p,
-            "activation_checkpointing",
-            "pretrain.activation_checkpointing",
-            f"must be one of {', '.join(llama_parallel.CHECKPOINTING)} (or true for full, false for none), "
-            f"got {_shown(checkpointing)}",
-        )
+        modes = f"{', '.join(llama_parallel.CHECKPOINTING)} (or true for full, false for none)"
+        raise f.at(p, "activation_checkpointing", "pretrain", f"must be one of {modes}, got {_shown(checkpointing)}")
     named = (
         ("engine", llama_parallel.ENGINES),
         ("precision", llama_parallel.PRECISIONS),
@@ -110,8 +92,7 @@ def pretrain(f: Fields, doc: _Mapping) -> PretrainSpec | None:
     learning_rate = p.get("learning_rate", DEFAULT_LEARNING_RATE)
     if not _is_number(learning_rate) or learning_rate <= 0:
         raise f.error(p, "learning_rate", "pretrain.learning_rate", "must be a positive number")
-    peak = p.get("peak_tflops_per_gpu")
-    source = p.get("peak_tflops_source", "")
+    peak, source = p.get("peak_tflops_per_gpu"), p.get("peak_tflops_source", "")
     if peak is not None and (not _is_number(peak) or peak <= 0):
         raise f.error(p, "peak_tflops_per_gpu", "pretrain.peak_tflops_per_gpu", "must be a positive number")
     if not isinstance(source, str) or (peak is not None and not source.strip()):
@@ -119,20 +100,14 @@ def pretrain(f: Fields, doc: _Mapping) -> PretrainSpec | None:
     compile_blocks = p.get("compile", True)
     if not isinstance(compile_blocks, bool):
         raise f.error(p, "compile", "pretrain.compile", f"must be true or false, got {_shown(compile_blocks)}")
-    provenance = p["provenance"]
-    if not isinstance(provenance, str) or not provenance.strip():
-        raise f.error(p, "provenance", "pretrain.provenance", "must be a non-empty string naming the source")
+    provenance = f.provenance(p, "pretrain")
     engine_python = p.get("engine_python")
     if engine_python is not None and not (
         isinstance(engine_python, str) and engine_python.strip() and p["engine"] != "native"
     ):
-        raise f.error(
-            p,
-            "engine_python",
-            "pretrain.engine_python",
-            "the command a NeMo engine's driver runs under (e.g. /opt/nemo/bin/python), for engine nemo or "
-            f"megatron_bridge only; got {_shown(engine_python)} with engine {p['engine']}",
-        )
+        got = f"got {_shown(engine_python)} with engine {p['engine']}"
+        command = "the command a NeMo engine's driver runs under (e.g. /opt/nemo/bin/python)"
+        raise f.at(p, "engine_python", "pretrain", f"{command}, for engine nemo or megatron_bridge only; {got}")
     return PretrainSpec(
         model=model,
         seq_len=counts["seq_len"],
@@ -148,9 +123,6 @@ def pretrain(f: Fields, doc: _Mapping) -> PretrainSpec | None:
     )
 
 
-# --- the health and topology sections ---------------------------------------------------------------------
-
-
 def health(f: Fields, doc: _Mapping) -> HealthBaseline | None:
     if "health" not in doc:
         return None
@@ -164,14 +136,12 @@ def health(f: Fields, doc: _Mapping) -> HealthBaseline | None:
     if plugin is not None and not (isinstance(plugin, str) and plugin.strip()):
         raise f.error(h, "nccl_net_plugin", "health.nccl_net_plugin", f"{_shown(plugin)}: a library file name")
     if "critical_xids" in h:  # a list of codes that fail, read since boot: the catalog decides now
-        raise f.error(
-            h,
-            "critical_xids",
-            "health.critical_xids",
+        why = (
             "no longer read: NVIDIA's Xid catalog decides what each code calls for (docs/checks.md, Xid events); "
             "remove it, and where your site acts otherwise list the codes under their action in health.xid_actions "
-            "(e.g. {drain: [13], ignore: [94]}; actions: drain, job, warn, ignore)",
+            "(e.g. {drain: [13], ignore: [94]}; actions: drain, job, warn, ignore)"
         )
+        raise f.at(h, "critical_xids", "health", why)
     xid_actions = _xid_actions(f, h)
     limits = _counts(f, h, "ecc_limits", _ECC_LIMIT_KEYS)
     flags = {}
@@ -181,12 +151,8 @@ def health(f: Fields, doc: _Mapping) -> HealthBaseline | None:
             raise f.error(h, key, f"health.{key}", f"{_shown(flag)}: must be true or false")
     offset = h.get("thermal_margin_offset_c")
     if offset is not None and not (isinstance(offset, int) and not isinstance(offset, bool) and -50 <= offset <= 50):
-        raise f.error(
-            h,
-            "thermal_margin_offset_c",
-            "health.thermal_margin_offset_c",
-            f"{_shown(offset)}: must be whole degrees C from -50 to 50 (e.g. -2: 2 C past the T.Limit)",
-        )
+        why = f"{_shown(offset)}: must be whole degrees C from -50 to 50 (e.g. -2: 2 C past the T.Limit)"
+        raise f.at(h, "thermal_margin_offset_c", "health", why)
     return HealthBaseline(
         provenance=f.provenance(h, "health"),
         min_driver_version=versions["min_driver_version"],
@@ -260,16 +226,10 @@ def topology(f: Fields, doc: _Mapping, detect: Detect) -> TopologyBaseline | Non
     nodes = t.get("gpu_numa_nodes")
     if nodes is not None:
         if not (isinstance(nodes, list) and nodes and all(_is_count(n) for n in nodes)):
-            raise f.error(
-                t, "gpu_numa_nodes", "topology.gpu_numa_nodes", "must be a list of NUMA node numbers, one per GPU"
-            )
+            raise f.at(t, "gpu_numa_nodes", "topology", "must be a list of NUMA node numbers, one per GPU")
         if detect.gpu_count is not None and len(nodes) != detect.gpu_count:
-            raise f.error(
-                t,
-                "gpu_numa_nodes",
-                "topology.gpu_numa_nodes",
-                f"names {len(nodes)} GPUs but detect.gpu_count is {detect.gpu_count}",
-            )
+            why = f"names {len(nodes)} GPUs but detect.gpu_count is {detect.gpu_count}"
+            raise f.at(t, "gpu_numa_nodes", "topology", why)
     nic = t.get("nic_on_gpu_numa_node")
     if nic is not None and not isinstance(nic, bool):
         raise f.error(t, "nic_on_gpu_numa_node", "topology.nic_on_gpu_numa_node", "must be true or false")
@@ -286,11 +246,9 @@ def topology(f: Fields, doc: _Mapping, detect: Detect) -> TopologyBaseline | Non
 
 
 _HEALTH_KEYS = {
-    *("provenance", "min_driver_version", "min_nccl_version", "nccl_net_plugin"),
+    *("provenance", "min_driver_version", "min_nccl_version", "nccl_net_plugin", "nic_pcie", "gpudirect_rdma"),
     *("nvlinks_per_gpu", "critical_xids", "xid_actions", "ecc_limits", "multi_node_nvlink", "c2c"),
-    "nvlink_error_limits",
-    "thermal_margin_offset_c",
-    *("nic_pcie", "gpudirect_rdma"),
+    *("nvlink_error_limits", "thermal_margin_offset_c"),
 }
 # Per-link ceilings on NVLink data-link error counters (nvml.NVLINK_ERROR_COUNTERS), since the driver loaded.
 _NVLINK_ERROR_LIMIT_KEYS = {"replay", "recovery", "crc_flit", "crc_data"}
@@ -298,12 +256,6 @@ _TOPOLOGY_KEYS = {"provenance", "gpu_numa_nodes", "gpus_per_numa_node", "nic_on_
 # Per-GPU ceilings on memory error counters (nvml.ecc_counts; volatile and aggregate counts are both held to
 # them) and on row remapping / page retirement states (pending and failed count as 1).
 _ECC_LIMIT_KEYS = {
-    "sram_uncorrectable",
-    "sram_correctable",
-    "dram_uncorrectable",
-    "dram_correctable",
-    "row_remaps_pending",
-    "row_remap_failures",
-    "retired_pages",
-    "retired_pages_pending",
+    *("sram_uncorrectable", "sram_correctable", "dram_uncorrectable", "dram_correctable", "row_remaps_pending"),
+    *("row_remap_failures", "retired_pages", "retired_pages_pending"),
 }

@@ -32,8 +32,7 @@ class Verdict:
     verdict: VerdictWord
     status: str
     provenance: str
-    # Why a value beyond a limit did not get that limit's verdict, or why it got none: its resolution.
-    noise_note: str = ""
+    noise_note: str = ""  # why a value past a limit did not get that limit's verdict, or got none: its resolution
     resolution: rs.Resolution | None = None
     needed: rs.Needed = DEFAULT_NEEDED
 
@@ -67,16 +66,10 @@ class Verdict:
 
     def resolution_record(self) -> ResolutionRecord | None:
         """The figure's resolution for the report, or None where its evidence gave none."""
-        r = self.resolution
-        if r is None:
+        if (r := self.resolution) is None:
             return None
-        spreads = {name: round(spread, 3) for name, spread in r.spreads}
-        return {
-            "pct": round(r.pct, 3),
-            "spreads": spreads,
-            "needed_pct": self.needed.pct,
-            "needed_source": self.needed.source,
-        }
+        spreads, n = {name: round(spread, 3) for name, spread in r.spreads}, self.needed
+        return {"pct": round(r.pct, 3), "spreads": spreads, "needed_pct": n.pct, "needed_source": n.source}
 
     def rounded_delta_pct(self) -> float | None:
         return None if self.delta_pct is None else round(self.delta_pct, 3)
@@ -100,24 +93,22 @@ class Verdict:
 
 
 def compare(ref: Reference, value: float, scope: str, resolution: rs.Resolution | None = None) -> Verdict:
-    """The verdict for `value` measured at `scope`, its evidence resolving `resolution` (rules/resolution.py; None: the
-    value is taken as it is). A value that is not a finite number always fails. Each limit is judged by
-    resolution.side against the resolution the metric needs (`ref.needed`): beyond the fail limit by more than
-    the noise may excuse fails; within its noise warns; beyond the warn limit warns, within its noise passes. A
-    figure whose resolution is coarser than needed passes only where it is short of the first limit by more than
-    its whole resolution or at least as good as the expected value (resolution.at_least_as_good), fails only past the
-    fail limit by more than the needed resolution, and is UNRESOLVED in between. The message says by what allowance a
-    figure past a limit was not given that limit's verdict."""
+    """The verdict for `value` measured at `scope`, its evidence resolving `resolution` (None: taken as it is). A value
+    that is not a finite number fails. Each limit is judged by resolution.side against `ref.needed`: past the fail
+    limit beyond the noise fails, within it warns; past the warn limit warns, within its noise passes; a coarse
+    figure between is UNRESOLVED, and one at least as good as the expected value passes. The message says by what
+    allowance a figure past a limit was not given that limit's verdict."""
     fail_side = _side(value, ref.fail_limit, ref.direction, resolution, ref.needed)
     warn_side = _side(value, ref.warn_limit, ref.direction, resolution, ref.needed)
     if ref.expected is not None and math.isfinite(value) and rs.at_least_as_good(value, ref.expected, ref.direction):
         fail_side = warn_side = "within"  # at or above what the SKU expects: its noise cannot hide a fall
     allowed = "" if resolution is None else f"its {resolution.describe()}"
+    coarse = resolution is not None and resolution.pct > ref.needed.pct
     verdict: VerdictWord
     note = ""
     if not math.isfinite(value) or fail_side == "beyond":
         verdict = FAIL
-    elif "unresolved" in (fail_side, warn_side) or (warn_side == "beyond" and _coarse(resolution, ref.needed)):
+    elif "unresolved" in (fail_side, warn_side) or (warn_side == "beyond" and coarse):
         verdict = UNRESOLVED
         note = f", too noisy to judge: {allowed}, coarser than the {ref.needed.pct:g}% needed ({ref.needed.source})"
     elif fail_side == "within_noise":
@@ -159,13 +150,7 @@ def resolution_of(own: noise.Noise | None, ref: Reference) -> rs.Resolution | No
 def _side(
     value: float, limit: float | None, direction: str, resolution: rs.Resolution | None, needed: rs.Needed
 ) -> rs.Side | None:
-    if limit is None:
-        return None
-    return rs.side(rs.worse_pct(value, limit, direction), resolution, needed)
-
-
-def _coarse(resolution: rs.Resolution | None, needed: rs.Needed) -> bool:
-    return resolution is not None and resolution.pct > needed.pct
+    return None if limit is None else rs.side(rs.worse_pct(value, limit, direction), resolution, needed)
 
 
 def _round(x: float | None) -> float | None:

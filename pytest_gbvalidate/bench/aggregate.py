@@ -1,11 +1,9 @@
 """Every GPU of a node copying host to device at once, each from pinned host memory on its own NUMA node: the
-node's aggregate host-to-device bandwidth (on Grace systems the NVLink-C2C links all busy together, where the
-per-GPU copy checks one link at a time). No pytest.
+node's aggregate host-to-device bandwidth (on Grace systems the NVLink-C2C links all busy together). No pytest.
 
-Each rank binds and allocates as the per-GPU copy does (`near_device`), warms up, waits at a barrier with the
-others, then copies `iterations` times and waits for its device. The node's figure is every rank's bytes over
-the window from the first start to the last end (the system's monotonic clock, shared by a node's processes):
-a rank that starts late or runs slow widens the window, so the figure counts only what ran together.
+Each rank binds and allocates as the per-GPU copy does (`near_device`), warms up, waits at a barrier, then copies
+`iterations` times. The node's figure is every rank's bytes over the window from the first start to the last end
+(the monotonic clock a node's processes share): a rank that starts late or runs slow widens the window.
 """
 
 from __future__ import annotations

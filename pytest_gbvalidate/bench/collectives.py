@@ -1,27 +1,19 @@
 """Collective bandwidth over a sweep of message sizes, measured and reported as nccl-tests does:
 
-- S is the bytes of the full buffer (for all_gather, reduce_scatter and alltoall: the total array), float32
-  elements (nccl-tests' default type); algbw = S / t with GB = 1e9 bytes; busbw = algbw x factor, the factor
-  being 2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter and alltoall, 1 for broadcast.
-- t is per iteration: each rank times every iteration (device events on GPUs, the host clock on the CPU), the
-  ranks' times are averaged per iteration (nccl-tests' default `-a 1`), and the median over iterations is
-  reported (nccl-tests: the mean over a timed loop). On an accelerator, below BACK_TO_BACK_BELOW_BYTES an
-  iteration is BACK_TO_BACK_CALLS calls back to back between two events, divided, as nccl-tests' loop runs them:
-  a small message's kernel is shorter than its launch, and events around each call would add the launch
-  latency, which nccl-tests' figures do not have.
-- After timing, every size is run once more on known data and each rank counts the elements that are wrong
-  (nccl-tests' #wrong): a fast wrong answer is a failure.
-- Before each size, what it needs (buffers and the data check's temporaries) is compared with the memory free
-  on the fullest rank; a size that cannot fit is not run, and says so, rather than dying of out-of-memory. Each
-  size's buffers are freed before the next is allocated: they live in plain locals, never in a reference cycle
-  that only Python's cyclic collector would break.
-- A collective needs at least two ranks: with one, all_reduce's busbw is 0 by definition and broadcast times
-  a no-op.
+- S is the bytes of the full buffer (for all_gather, reduce_scatter and alltoall: the total array), float32 elements
+  (nccl-tests' default type); algbw = S / t with GB = 1e9 bytes; busbw = algbw x factor: 2(n-1)/n for all_reduce,
+  (n-1)/n for all_gather, reduce_scatter and alltoall, 1 for broadcast.
+- t is per iteration: each rank times every iteration (device events on GPUs, the host clock on the CPU), the ranks'
+  times are averaged per iteration (nccl-tests' default `-a 1`), and the median over iterations is reported
+  (nccl-tests: the mean over a timed loop). On an accelerator, below BACK_TO_BACK_BELOW_BYTES an iteration is
+  BACK_TO_BACK_CALLS calls back to back between two events, divided, as nccl-tests' loop runs them: a small
+  message's kernel is shorter than its launch, whose latency nccl-tests' figures do not have.
+- After timing, every size is run once more on known data and each rank counts the wrong elements (nccl-tests'
+  #wrong): a fast wrong answer is a failure.
+- A size whose buffers and check do not fit in the memory free on the fullest rank is not run, and says so; each
+  size's buffers are freed before the next is allocated. A collective needs two ranks at least.
 
-Each collective is described once, in COLLECTIVES, as nccl-tests keeps one `testColl` per collective: its busbw
-factor, its buffers, its forms (in place, out of place), the call, and what a correct run leaves; the code that
-measures and checks a size looks it up there.
-
+Each collective is described once, in COLLECTIVES, as nccl-tests keeps one `testColl` per collective.
 `sweep_on_rank` runs on every rank of a gang (SPMD); `summarize` turns the ranks' results into one row per size.
 """
 
@@ -43,16 +35,14 @@ from pytest_gbvalidate.labels import bytes_label, size_label
 from pytest_gbvalidate.node import neighbours
 from pytest_gbvalidate.ranks.gang import RankContext
 
-# Small messages are timed in loops of back-to-back calls (see the module's docstring): below about 1 MiB a
-# collective's kernel on a GPU node lasts no longer than its launch, tens of microseconds.
-BACK_TO_BACK_BELOW_BYTES = 2**20
+BACK_TO_BACK_BELOW_BYTES = 2**20  # below about 1 MiB a GPU collective's kernel lasts no longer than its launch
 BACK_TO_BACK_CALLS = 10
 
 IN_PLACE, OUT_OF_PLACE = "in_place", "out_of_place"
 DTYPE, DTYPE_NAME, ELEMENT_BYTES = torch.float32, "float", 4
 _PERIOD, _RANK_MOD, _SENTINEL = 251, 7, -1.0  # input element j of rank r holds (j % 251) + (r % 7), exact in fp32
 _ROOT = 0  # broadcast's root, as nccl-tests' default (-r 0)
-MIN_RANKS = 2
+MIN_RANKS = 2  # with one, all_reduce's busbw is 0 by definition and broadcast times a no-op
 _CHUNK = 2**24  # elements filled and checked at a time, so checking a 16 GiB buffer needs no second 16 GiB
 # Temporaries per element of a chunk while filling or checking: the int64 index, up to four int64 intermediates
 # of the expected value, its fp32 result and the comparison's bools.
@@ -61,21 +51,17 @@ _CHECK_BYTES_PER_ELEMENT = 48
 
 @dataclass(frozen=True)
 class Collective:
-    """What measuring and checking one collective needs, as nccl-tests keeps it in one `testColl`. `count` is the
-    elements of the full buffer (S / 4), `chunk` one rank's part of it: count / n where the collective cuts the
-    buffer into one part per rank (`split`), else the whole count."""
+    """What measuring and checking one collective needs (nccl-tests' `testColl`). `count` is the elements of the full
+    buffer (S / 4), `chunk` one rank's part: count / n where `split`, else the whole count."""
 
     name: str
     busbw_factor: Callable[[int], float]  # busbw / algbw with n ranks (nccl-tests' getBw)
     split: bool  # one part per rank: the count is rounded down to a multiple of the ranks
     placements: tuple[str, ...]  # the forms torch.distributed has (IN_PLACE, OUT_OF_PLACE)
-    # (count, chunk) -> elements of the input and of the output buffer (nccl-tests' getCollByteCount). In place,
-    # the smaller is this rank's part of the larger (nccl-tests' in-place offsets), or both are one buffer.
+    # (count, chunk) -> elements of the input and the output buffer (nccl-tests' getCollByteCount; in place: _Case).
     buffer_elements: Callable[[int, int], tuple[int, int]]
-    # (input, output, group): the collective, once, on `group` (None: the default group)
     call: Callable[[torch.Tensor, torch.Tensor, Any], object]
-    # (indices into the output, rank, n, chunk) -> what a correct run leaves there, as int64, given the inputs
-    # `_Case.fill` writes: element j of rank r's input is (j % 251) + (r % 7).
+    # (indices into the output, rank, n, chunk) -> what a correct run leaves there (int64), given _Case.fill's inputs.
     expected: Callable[[torch.Tensor, int, int, int], torch.Tensor]
     root: int | None = None  # the one rank whose input the others receive; None: every rank sends its own
 
@@ -89,8 +75,8 @@ def _rank_sum(n: int) -> int:
     return sum(q % _RANK_MOD for q in range(n))
 
 
-# torch.distributed's all_reduce and broadcast only work in place, and all_to_all_single has no in-place form.
-# The calls look torch.distributed's functions up when they run, as the fault tests replace them.
+# torch.distributed's all_reduce and broadcast only work in place, and all_to_all_single has no in-place form. The
+# calls (input, output, group; None: the default group) look their functions up when run: the fault tests replace them.
 COLLECTIVES: dict[str, Collective] = {
     c.name: c
     for c in (
@@ -109,7 +95,7 @@ COLLECTIVES: dict[str, Collective] = {
             split=True,
             placements=(IN_PLACE, OUT_OF_PLACE),
             buffer_elements=lambda count, chunk: (chunk, count),
-            call=lambda inp, out, group: _all_gather_single(out, inp, group),
+            call=lambda inp, out, group: _single("all_gather_single", "all_gather_into_tensor", out, inp, group),
             # part q of the output is rank q's input
             expected=lambda idx, rank, n, chunk: idx % chunk % _PERIOD + idx // chunk % _RANK_MOD,
         ),
@@ -119,7 +105,7 @@ COLLECTIVES: dict[str, Collective] = {
             split=True,
             placements=(IN_PLACE, OUT_OF_PLACE),
             buffer_elements=lambda count, chunk: (count, chunk),
-            call=lambda inp, out, group: _reduce_scatter_single(out, inp, group),
+            call=lambda inp, out, group: _single("reduce_scatter_single", "reduce_scatter_tensor", out, inp, group),
             expected=lambda idx, rank, n, chunk: n * ((rank * chunk + idx) % _PERIOD) + _rank_sum(n),
         ),
         Collective(
@@ -190,12 +176,8 @@ class RankSizeResult:
     seconds: list[float]  # per timed iteration (empty when not run)
     wrong: int  # elements of this rank's output that differ from the expected result
     not_run: str | None = None  # why the size was not run (the same on every rank), e.g. too little memory
-    # The caching allocator's high-water mark while measuring it (accelerators only): our buffers, not NCCL's own
-    # (its channels' buffers and NVLS memory are allocated outside torch's allocator).
-    peak_memory_bytes: int | None = None
-    # On the CPU (gloo), the share of the timed window this rank waited for a CPU (node/neighbours.py); None on an
-    # accelerator, whose host only launches the work, or where it cannot be read.
-    cpu_wait_share: float | None = None
+    peak_memory_bytes: int | None = None  # the caching allocator's high-water mark (accelerators): not NCCL's own
+    cpu_wait_share: float | None = None  # on the CPU, the share of the timed window it waited for a CPU (neighbours)
 
 
 @dataclass(frozen=True)
@@ -218,28 +200,18 @@ class SizeRow:
     not_run: str | None = None  # why this size was not measured; its times and bandwidths are then NaN
     peak_memory_bytes: int | None = None  # the largest of the ranks' device-memory high-water marks
     samples_busbw_gbps: tuple[float, ...] = ()  # each timed iteration's busbw: the figure is their median
-    # The share of the timed window in which some rank waited for a CPU (neighbours.combined: a collective waits for
-    # its slowest rank); None where no rank could tell.
+    # The share of the timed window some rank waited for a CPU (neighbours.combined: a collective waits for its
+    # slowest rank); None where no rank could tell.
     cpu_wait_share: float | None = None
 
     def details(self) -> dict[str, object]:
         """What a report keeps of this row besides busbw itself."""
-        details: dict[str, object] = {
-            "collective": self.collective,
-            "placement": self.placement,
-            "size_bytes": self.bytes,
-            "count": self.count,
-            "dtype": self.dtype,
-        }
+        details: dict[str, object] = {"collective": self.collective, "placement": self.placement}
+        details |= {"size_bytes": self.bytes, "count": self.count, "dtype": self.dtype}
         if self.not_run is not None:
             return details | {"not_run": self.not_run}
-        details |= {
-            "iterations": self.iterations,
-            "time_us": round(self.time_s * 1e6, 3),
-            "algbw_gbps": self.algbw_gbps,
-            "wrong": self.wrong,
-            "samples_busbw_gbps": [float(f"{b:.6g}") for b in self.samples_busbw_gbps],
-        }
+        details |= dict(iterations=self.iterations, time_us=round(self.time_s * 1e6, 3), algbw_gbps=self.algbw_gbps)
+        details |= {"wrong": self.wrong, "samples_busbw_gbps": [float(f"{b:.6g}") for b in self.samples_busbw_gbps]}
         if self.peak_memory_bytes is not None:
             details["peak_memory_bytes"] = self.peak_memory_bytes
         if self.cpu_wait_share is not None:
@@ -256,9 +228,8 @@ def sweep_on_rank(
     iterations: int,
     group: Any = None,
 ) -> list[RankSizeResult]:
-    """Time `collective` at each size on this rank, then check one run on known data. Runs on every rank, on
-    `group` (a process group of every rank; None: the default one). A size that does not fit in the memory free on
-    every rank is not run (`not_run` says why)."""
+    """Time `collective` at each size on every rank of `group` (None: the default), then check a run on known data; a
+    size that does not fit in the memory free on every rank is not run (`not_run` says why)."""
     placements = _collective(collective).placements
     if placement not in placements:
         raise ValueError(f"{collective} has no {placement} form here (has: {', '.join(placements)})")
@@ -278,14 +249,14 @@ def sweep_on_rank(
             results.append(RankSizeResult(size, count, [], 0, not_run=reason))
             continue
         results.append(_measure(ctx, collective, placement, size, count, warmup, iterations, group))
-        _release_cached_memory(ctx.device)
+        if ctx.device.type != "cpu":  # the size's freed buffers back to the device, for the next size's memory check
+            torch.accelerator.empty_cache()
     return results
 
 
 def calls_per_sample(size_bytes: int, device: torch.device) -> int:
-    """Back-to-back calls per timed sample: BACK_TO_BACK_CALLS for a small message on an accelerator, whose
-    launch would otherwise be timed with it; one on the CPU, where a call runs synchronously on the host clock and
-    there is no launch to hide (looping would only make the cpu suites slower)."""
+    """Back-to-back calls per timed sample: BACK_TO_BACK_CALLS for a small message on an accelerator; one on the CPU,
+    where a call runs synchronously and there is no launch to hide."""
     return BACK_TO_BACK_CALLS if device.type != "cpu" and size_bytes < BACK_TO_BACK_BELOW_BYTES else 1
 
 
@@ -300,26 +271,25 @@ def _measure(
     group: Any = None,
 ) -> RankSizeResult:
     """One size on this rank. Its buffers are this frame's: freed when it returns."""
-    _reset_peak_memory(ctx.device)
+    on_host = ctx.device.type == "cpu"  # a neighbour holding the host's CPUs slows it as a slow link would
+    if not on_host:
+        torch.accelerator.reset_peak_memory_stats(ctx.device)
     case = _Case(ctx, collective, placement, count, group)
     case.fill()
     calls = calls_per_sample(size, ctx.device)
-    on_host = ctx.device.type == "cpu"  # a neighbour holding the host's CPUs slows it as a slow link would
-    # The rank's launcher (pytest, torchrun's agent, slurmstepd) and its children, the sibling ranks: no neighbours.
-    family = os.getppid()
+    family = os.getppid()  # the launcher (pytest, torchrun, slurmstepd) and its children, the ranks: no neighbours
     before = neighbours.read(family=family) if on_host else None
     seconds = time_op_s(ctx.device, case.run, warmup=warmup, iterations=iterations, calls_per_sample=calls)
     waited = neighbours.waited_share(before, neighbours.read(family=family) if on_host else None)
     case.fill()
     case.run()
-    peak = _peak_memory(ctx.device)
+    peak = None if on_host else int(torch.accelerator.max_memory_allocated(ctx.device))
     return RankSizeResult(size, count, seconds, case.count_wrong(), peak_memory_bytes=peak, cpu_wait_share=waited)
 
 
 def summarize(collective: str, placement: str, per_rank: Sequence[Sequence[RankSizeResult]]) -> list[SizeRow]:
     """One row per size from every rank's results (rank order)."""
-    n = len(per_rank)
-    factor = busbw_factor(collective, n)
+    factor = busbw_factor(collective, len(per_rank))
     rows = []
     for by_rank in zip(*per_rank, strict=True):
         first = by_rank[0]
@@ -352,9 +322,6 @@ def summarize(collective: str, placement: str, per_rank: Sequence[Sequence[RankS
     return rows
 
 
-# --- one collective at one size on one rank -------------------------------------------------------------------
-
-
 class _Case:
     """The buffers, the operation and the expected result of one collective at one size on one rank."""
 
@@ -376,17 +343,17 @@ class _Case:
             self.output = torch.empty(output_elements, dtype=DTYPE, device=device)
 
     def run(self) -> object:
-        """The collective, once. A method, not a stored closure: a closure over `self` kept on `self` is a
-        reference cycle, and the buffers would outlive the size until the cyclic collector ran."""
+        """The collective, once (a method: a closure over `self` kept on `self` would be a reference cycle)."""
         return self.spec.call(self.input, self.output, self.group)
 
     def fill(self) -> None:
-        """Known inputs: element j of a sending rank's input is (j % 251) + (rank % 7). The output is first set to
-        a value no correct result has, so what the collective should write and does not is counted wrong (the rest
-        of an in-place all_gather buffer, a broadcast's non-root buffers)."""
+        """Known inputs: element j of a sending rank's input is (j % 251) + (rank % 7). The output is first set to a
+        value no correct result has, so what the collective should write and does not is counted wrong."""
         self.output.fill_(_SENTINEL)
         if self.spec.root is None or self.spec.root == self.rank:
-            _fill_chunked(self.input, lambda idx: (idx % _PERIOD + self.rank % _RANK_MOD).to(DTYPE))
+            for lo in range(0, self.input.numel(), _CHUNK):
+                idx = torch.arange(lo, min(lo + _CHUNK, self.input.numel()), device=self.input.device)
+                self.input[lo : lo + idx.numel()] = (idx % _PERIOD + self.rank % _RANK_MOD).to(DTYPE)
 
     def expected(self, idx: torch.Tensor) -> torch.Tensor:
         """The correct value of output elements `idx` on this rank."""
@@ -401,24 +368,9 @@ class _Case:
         return wrong
 
 
-def _fill_chunked(t: torch.Tensor, value: Callable[[torch.Tensor], torch.Tensor]) -> None:
-    for lo in range(0, t.numel(), _CHUNK):
-        hi = min(lo + _CHUNK, t.numel())
-        t[lo:hi] = value(torch.arange(lo, hi, device=t.device))
-
-
-def _all_gather_single(output: torch.Tensor, input: torch.Tensor, group: Any) -> object:
-    # torch 2.13 renamed all_gather_into_tensor (now a deprecated alias); older releases have only the old name.
-    fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    return fn(output, input, group=group)
-
-
-def _reduce_scatter_single(output: torch.Tensor, input: torch.Tensor, group: Any) -> object:
-    fn = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-    return fn(output, input, group=group)
-
-
-# --- memory -------------------------------------------------------------------------------------------------
+def _single(name: str, old: str, output: torch.Tensor, input: torch.Tensor, group: Any) -> object:
+    """torch.distributed's `name`, else its `old` name (torch 2.13 renamed it; the old one is a deprecated alias)."""
+    return (getattr(dist, name, None) or getattr(dist, old))(output, input, group=group)
 
 
 def _free_bytes_on_every_rank(ctx: RankContext) -> int:
@@ -436,18 +388,3 @@ def _free_bytes(ctx: RankContext) -> int:
     else:  # CUDA-only: torch 2.9 has no torch.accelerator.get_memory_info.
         free, _total = torch.cuda.mem_get_info(ctx.device)
     return int(free) // ctx.device_sharers
-
-
-def _reset_peak_memory(device: torch.device) -> None:
-    if device.type != "cpu":
-        torch.accelerator.reset_peak_memory_stats(device)
-
-
-def _peak_memory(device: torch.device) -> int | None:
-    return None if device.type == "cpu" else int(torch.accelerator.max_memory_allocated(device))
-
-
-def _release_cached_memory(device: torch.device) -> None:
-    """Hand the last size's freed buffers back to the device, so the next size's free-memory check sees them."""
-    if device.type != "cpu":
-        torch.accelerator.empty_cache()

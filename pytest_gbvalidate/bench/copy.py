@@ -24,18 +24,11 @@ class CopyResult:
     bandwidth_gbps: float  # median over the timed iterations
     samples_gbps: list[float]
     host_binding: dict[str, str] = field(default_factory=dict)  # CPUs / NUMA node the host side was bound to
-    # The share of the time the copies were timed that the measuring process waited for a CPU (node/neighbours.py),
-    # where host memory took part; None for a copy between GPUs, or where it cannot be read.
-    cpu_wait_share: float | None = None
+    cpu_wait_share: float | None = None  # where host memory took part: the share of its time it waited for a CPU
 
 
 def copy_bandwidth(
-    src_device: torch.device,
-    dst_device: torch.device,
-    size_bytes: int,
-    *,
-    warmup: int = 3,
-    iterations: int = 20,
+    src_device: torch.device, dst_device: torch.device, size_bytes: int, *, warmup: int = 3, iterations: int = 20
 ) -> CopyResult:
     # CUDA-only: a host<->device copy runs at full rate only from page-locked (pinned) host memory.
     pin = torch.cuda.is_available() and (src_device.type == "cpu") != (dst_device.type == "cpu")
@@ -60,5 +53,4 @@ def copy_bandwidth(
 
 def _pattern(size_bytes: int) -> torch.Tensor:
     """A non-constant byte pattern (period 251, prime), so a copy that drops or shifts blocks is caught."""
-    period = torch.arange(251, dtype=torch.uint8)
-    return period.repeat(-(-size_bytes // 251))[:size_bytes].contiguous()
+    return torch.arange(251, dtype=torch.uint8).repeat(-(-size_bytes // 251))[:size_bytes].contiguous()

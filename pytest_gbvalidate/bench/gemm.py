@@ -34,16 +34,13 @@ class GemmResult:
     tflops: float  # median over the timed iterations
     samples_tflops: list[float]
     relative_error: float  # max |out - reference| / max |reference| over the checked rows
-    # On the CPU: the share of the time it was timed that it waited for a CPU (node/neighbours.py).
-    cpu_wait_share: float | None = None
+    cpu_wait_share: float | None = None  # on the CPU: the share of its timed time it waited for a CPU (neighbours)
 
 
 def fp8_speedup_x(bf16: GemmResult | None, fp8: GemmResult) -> float | None:
     """How much faster the fp8 GEMM ran than the bf16 one of the same GPU at the same shape; None where no bf16
     GEMM ran at that shape (deselected, or other params)."""
-    if bf16 is None or (bf16.m, bf16.n, bf16.k) != (fp8.m, fp8.n, fp8.k):
-        return None
-    return fp8.tflops / bf16.tflops
+    return None if bf16 is None or (bf16.m, bf16.n, bf16.k) != (fp8.m, fp8.n, fp8.k) else fp8.tflops / bf16.tflops
 
 
 def fp8_supported(device: torch.device) -> bool:
@@ -62,7 +59,8 @@ def gemm_tflops(
     before = neighbours.read() if device.type == "cpu" else None
     seconds = time_op_s(device, op, warmup=warmup, iterations=iterations)
     waited = neighbours.waited_share(before, neighbours.read() if device.type == "cpu" else None)
-    error = _relative_error(op(), a_used, b_used)
+    reference = a_used[:CHECKED_ROWS].float() @ b_used.float()
+    error = float((op()[:CHECKED_ROWS].float() - reference).abs().max() / reference.abs().max())
     if not error <= MAX_RELATIVE_ERROR:  # also catches NaN
         raise GemmResultError(
             f"{dtype} {m}x{n}x{k} matmul on {device}: relative error {error:.3g} against an fp32 reference "
@@ -81,22 +79,9 @@ def _matmul(
         b = b32.to(device=device, dtype=torch.bfloat16)
         out = torch.empty(a.shape[0], b.shape[1], device=device, dtype=torch.bfloat16)
         return (lambda: torch.matmul(a, b, out=out)), a, b
-    if dtype == "fp8":
-        return _fp8_matmul_cuda(device, a32, b32)
+    if dtype == "fp8":  # CUDA-only: e4m3 inputs, unit scales, bf16 output; cuBLASLt wants the second column-major
+        a = a32.to(device=device, dtype=torch.float8_e4m3fn)
+        b = b32.t().contiguous().to(device=device, dtype=torch.float8_e4m3fn).t()
+        scale = torch.ones((), device=device, dtype=torch.float32)
+        return (lambda: torch._scaled_mm(a, b, scale_a=scale, scale_b=scale, out_dtype=torch.bfloat16)), a, b
     raise ValueError(f"unknown GEMM dtype {dtype!r} (known: {', '.join(DTYPES)})")
-
-
-def _fp8_matmul_cuda(
-    device: torch.device, a32: torch.Tensor, b32: torch.Tensor
-) -> tuple[Callable[[], torch.Tensor], torch.Tensor, torch.Tensor]:
-    """CUDA-only: e4m3 inputs, unit scales, bf16 output. cuBLASLt wants the second operand column-major."""
-    a = a32.to(device=device, dtype=torch.float8_e4m3fn)
-    b = b32.t().contiguous().to(device=device, dtype=torch.float8_e4m3fn).t()
-    scale = torch.ones((), device=device, dtype=torch.float32)
-    return (lambda: torch._scaled_mm(a, b, scale_a=scale, scale_b=scale, out_dtype=torch.bfloat16)), a, b
-
-
-def _relative_error(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> float:
-    reference = a[:CHECKED_ROWS].float() @ b.float()
-    got = out[:CHECKED_ROWS].float()
-    return float((got - reference).abs().max() / reference.abs().max())

@@ -3,13 +3,12 @@ how the collectives suite measures all_reduce pinned to NVLS beside the Ring-pin
 own words which algorithm ran (bench/nccl_log.py reads the log).
 
 Why a communicator of its own: the gang's ranks run every other collective with the baseline's NCCL environment
-(e.g. ``NCCL_ALGO=Ring``). NCCL reads ``NCCL_ALGO`` when it builds a communicator's tuning tables
-(src/graph/tuning.cc, ncclTopoTuneModel), so the case sets its variables in the rank's environment, builds a new
-process group (a new NCCL communicator), sweeps on it, and puts the environment back. NCCL's logging is set up
-once per process; ``ncclResetDebugInit`` (exported by libnccl, src/debug.cc: "Use this after changing NCCL_DEBUG
-and related parameters in the environment") makes it read ``NCCL_DEBUG*`` again, before the case and after it.
-Where torch's NCCL is not the shared libnccl.so.2 the reset is not available and NCCL may write no log: the check
-then says NCCL did not confirm the algorithm, unresolved: never a pass on bandwidth alone, nor the node's fault.
+(e.g. ``NCCL_ALGO=Ring``), and NCCL reads ``NCCL_ALGO`` when it builds a communicator's tuning tables
+(src/graph/tuning.cc, ncclTopoTuneModel): the case sets its variables, builds a new process group, sweeps on it, and
+puts the environment back. NCCL sets its logging up once per process; ``ncclResetDebugInit`` (libnccl, src/debug.cc:
+"Use this after changing NCCL_DEBUG and related parameters in the environment") makes it read ``NCCL_DEBUG*`` again,
+before the case and after it. Where torch's NCCL is not the shared libnccl.so.2 there is no reset and maybe no log:
+the check then says NCCL did not confirm the algorithm, unresolved (never a pass on bandwidth alone, nor a fault).
 
 `sweep_with_nccl_log_on_rank` runs on every rank of a gang (SPMD).
 """
@@ -34,8 +33,7 @@ from pytest_gbvalidate.ranks.gang import RankContext
 # one node, and multi-node NVLink across the nodes of an NVLink domain.
 NVLS_METRIC, MNNVL_METRIC = "all_reduce_nvls_busbw_gbps", "mnnvl_all_reduce_busbw_gbps"
 
-# The most of a rank's NCCL log read back: rank 0 writes one TUNING line (about 90 bytes) per collective call.
-MAX_LOG_BYTES = 64 * 2**20
+MAX_LOG_BYTES = 64 * 2**20  # of a rank's NCCL log read back; rank 0 writes a TUNING line (~90 bytes) a call
 
 
 @dataclass(frozen=True)
@@ -67,9 +65,8 @@ def sweep_with_nccl_log_on_rank(
     iterations: int,
     case_env: Mapping[str, str],
 ) -> RankCase:
-    """Sweep `collective` on a new communicator built with `case_env` on top of the rank's environment, NCCL's
-    log written to a private file; return the results and what the log says. A collective that raises (NCCL
-    refusing the algorithm asked for) is reported, not re-raised: every rank refuses alike at the same call."""
+    """Sweep `collective` on a new communicator built with `case_env`, NCCL's log in a private file: the results and the
+    log. A collective that raises (NCCL refusing the algorithm) is reported: every rank refuses alike at that call."""
     log_dir = tempfile.mkdtemp(prefix="gbvalidate-nccl-")
     path = os.path.join(log_dir, f"nccl-rank{ctx.rank}.log")
     try:

@@ -4,38 +4,31 @@ torch, no pytest.
 
 The lines read, with where NCCL prints them (github.com/NVIDIA/nccl, master at 5067397c):
 
-- ``NVLS multicast support is [not ]available on dev %d`` -- src/transport/nvls.cc (subsystem INIT), once per
-  rank at communicator init.
+- ``NVLS multicast support is [not ]available on dev %d`` -- src/transport/nvls.cc (INIT), once per rank at init.
 - ``%s: %ld Bytes -> Algo %s proto %s channel{Lo..Hi}={%d..%d}`` -- src/enqueue.cc (subsystem TUNING), rank 0
-  only, one line per collective call: the algorithm NCCL ran. NCCL releases spell the algorithm ``NVLS``/``Ring``
-  or ``NVLS``/``RING``; both are read.
+  only, one line per collective call: the algorithm NCCL ran (``Ring`` or ``RING``, by release: both are read).
 - ``comm %p rank %d nRanks %d nNodes %d localRanks %d localRank %d MNNVL %d`` -- src/init.cc (INIT): MNNVL 1
   when the communicator runs over multi-node NVLink (NCCL then counts the NVLink domain as one node).
-- ``Channel %02d/%d : %d[%d] -> %d[%d] via P2P/%s%s%s`` (and ``P2P/IPC``, ``P2P/direct pointer``,
-  ``P2P/indirect/...``) -- src/transport/p2p.cc, printed by the sending rank when it sets a connection up:
-  ``P2P/MNNVL`` where the communicator runs over multi-node NVLink, ``P2P/CUMEM`` or ``P2P/IPC`` within one node;
-  ``Channel %02d : %d[%d] -> %d[%d] via SHM/%s/%s`` -- src/transport/shm.cc (same host, through host memory);
-  ``Channel %02d/%d : %d[%d] -> %d[%d] [send] via NET/%s/%d%s%s%s`` and its ``[receive]`` twin (printed by the
-  receiving rank) -- src/transport/net.cc: the network, ``NET/IB/0/GDRDMA``, ``NET/Socket/0``, or a plugin's
-  name (``NET/IBext_v8/2``); ``NET/%s/%d(%d)`` names the rank whose NIC proxies it (PXN). Older releases differ,
-  and are read too: before 2.18 the brackets hold the rank's PCI bus id (``2[c7000]``); the connection index
-  (``Channel 00/1``) came to NET's lines in 2.12 and P2P's in 2.14 (SHM's have none); before 2.13 SHM said ``via
-  direct shared memory``. Each is one connection of one channel: its ranks, its transport (the path's first two
-  parts: ``P2P/MNNVL``, ``NET/IB``; ``SHM`` alone) and the whole path. With ``NCCL_RUNTIME_CONNECT=1`` (the
-  default since 2.22) NCCL connects, and prints, only what the algorithms it runs need, at the first call that
-  needs them. Not read: CollNet's ``CollNet %02d/%1d : %d [send] via COLLNET/...`` (one rank, no peer), and NVLS,
-  which connects through multicast objects and prints no line per peer (``Connected NVLS tree`` only where NCCL
-  counts more than one node).
+- A connection of one channel, printed as it is set up: ``Channel %02d/%d : %d[%d] -> %d[%d] via P2P/%s%s%s`` (and
+  ``P2P/IPC``, ``P2P/direct pointer``, ``P2P/indirect/...``) by the sender -- src/transport/p2p.cc: ``P2P/MNNVL``
+  over multi-node NVLink, ``P2P/CUMEM`` or ``P2P/IPC`` within one node; ``Channel %02d : %d[%d] -> %d[%d] via
+  SHM/%s/%s`` -- src/transport/shm.cc (same host, through host memory); ``Channel %02d/%d : %d[%d] -> %d[%d] [send]
+  via NET/%s/%d%s%s%s`` and its ``[receive]`` twin from the receiver -- src/transport/net.cc: ``NET/IB/0/GDRDMA``,
+  ``NET/Socket/0``, or a plugin's (``NET/IBext_v8/2``); ``NET/%s/%d(%d)`` names the rank whose NIC proxies it (PXN).
+  Older releases are read too: before 2.18 the brackets hold the rank's PCI bus id (``2[c7000]``); the connection
+  index came to NET's lines in 2.12 and P2P's in 2.14 (SHM's have none); before 2.13 SHM said ``via direct shared
+  memory``. Each gives its ranks, its transport (the path's first two parts; ``SHM`` alone) and the whole path. With
+  ``NCCL_RUNTIME_CONNECT=1`` (the default since 2.22) NCCL connects, and prints, only what the algorithms it runs
+  need, at the first call that needs them. Not read: CollNet's ``CollNet %02d/%1d : %d [send] via COLLNET/...`` (no
+  peer), and NVLS, which prints no line per peer (``Connected NVLS tree`` only where NCCL counts several nodes).
 - ``NCCL WARN ...`` lines, e.g. ``No algorithm/protocol available for function AllReduce with datatype ...
-  NCCL_ALGO was set to NVLS.`` (src/enqueue.cc: NCCL_ALGO asks for an algorithm this communicator cannot run,
-  and the call fails) or ``MNNVL (cliqueSize %d) is available but not working on this system. Check the IMEX ...``
-  (src/mnnvl.cc).
+  NCCL_ALGO was set to NVLS.`` (src/enqueue.cc: an algorithm this communicator cannot run; the call fails) or
+  ``MNNVL (cliqueSize %d) is available but not working on this system. Check the IMEX ...`` (src/mnnvl.cc).
 
-NCCL writes these with NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS naming INIT and TUNING (`debug_env`): the connection
-lines are logged under ``INIT|P2P``, ``INIT|SHM`` and ``INIT|NET``, and NCCL prints a line whose subsystems share
-one with NCCL_DEBUG_SUBSYS (src/debug.cc), so INIT is enough. Each line is prefixed ``host:pid:tid [dev] NCCL
-INFO`` (or ``NCCL WARN``): the host of a communicator's rank is read from its init line, and from the connection
-lines it prints.
+NCCL writes these with NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS naming INIT and TUNING (`debug_env`): a line prints
+where its subsystems share one with NCCL_DEBUG_SUBSYS (src/debug.cc), so INIT covers the connection lines'
+``INIT|P2P``, ``INIT|SHM`` and ``INIT|NET``. A rank's host is read from the ``host:pid:tid [dev] NCCL INFO`` (or
+``WARN``) prefix of its init and connection lines.
 """
 
 from __future__ import annotations
@@ -47,13 +40,9 @@ from dataclasses import dataclass, field
 
 # NCCL's algorithms that are NVLink SHARP: NVLS within an NVLink domain, NVLSTree across nodes (tree between them).
 NVLS_ALGORITHMS = frozenset({"NVLS", "NVLSTREE"})
-# NCCL's name for the collectives this package measures (ncclFuncToString).
-NCCL_FUNCTION = {
-    "all_reduce": "AllReduce",
-    "all_gather": "AllGather",
-    "reduce_scatter": "ReduceScatter",
-    "broadcast": "Broadcast",
-}
+NCCL_FUNCTION = dict(  # NCCL's name for the collectives this package measures (ncclFuncToString)
+    all_reduce="AllReduce", all_gather="AllGather", reduce_scatter="ReduceScatter", broadcast="Broadcast"
+)
 SUBSYSTEMS = "INIT,ENV,TUNING"
 # How a problem starts where the log does not say what ran (no line of the kind the check reads): the check cannot
 # tell, and says so as unresolved, never as the node's fault (suites/test_collectives.py).
@@ -72,8 +61,7 @@ _CONNECTION = re.compile(
 # the device number) and P2P's ``direct pointer``.
 _NET_PATH = re.compile(r"(NET/.+?)/\d+\S*")
 _P2P_PATH = re.compile(r"(P2P/(?:direct pointer|[^/\s]+))\S*")
-# What multi-node NVLink runs a connection between nodes over (p2p.cc: ``comm->MNNVL ? "MNNVL" : "CUMEM"``).
-MNNVL_TRANSPORT = "P2P/MNNVL"
+MNNVL_TRANSPORT = "P2P/MNNVL"  # between nodes over multi-node NVLink (p2p.cc: comm->MNNVL ? "MNNVL" : "CUMEM")
 
 
 @dataclass(frozen=True)
@@ -98,8 +86,7 @@ class CommInit:
 
 @dataclass(frozen=True)
 class Connection:
-    """One connection of one channel as NCCL set it up: from `source` to `target` (communicator ranks) over
-    `transport`."""
+    """One connection of one channel as NCCL set it up: `source` to `target` (communicator ranks) over `transport`."""
 
     channel: int
     index: int  # NCCL's connection index (0 where the release prints none)
@@ -144,9 +131,8 @@ class NcclLog:
         return dict(sorted(Counter(c.transport for c in self.links()).items()))
 
     def between_nodes(self, connection: Connection) -> bool:
-        """Whether `connection` joins two hosts: unless the log puts both its ranks on one host. A rank whose host the
-        log does not name counts as elsewhere; NCCL joins two ranks of one host over the network only where neither
-        P2P nor SHM can connect them."""
+        """Whether `connection` joins two hosts: unless the log puts both ranks on one (an unnamed host counts as
+        elsewhere; NCCL joins two ranks of one host over the network only where P2P and SHM cannot)."""
         source, target = self.hosts.get(connection.source), self.hosts.get(connection.target)
         return source is None or target is None or source != target
 
@@ -163,13 +149,8 @@ class NcclLog:
 
     def algorithms(self, function: str, size_bytes: int | None = None) -> list[str]:
         """The distinct ``ALGO/PROTO`` NCCL ran `function` with (at `size_bytes` only, when given), sorted."""
-        return sorted(
-            {
-                f"{c.algorithm}/{c.protocol}"
-                for c in self.choices
-                if c.function == function and (size_bytes is None or c.size_bytes == size_bytes)
-            }
-        )
+        calls = [c for c in self.choices if c.function == function and size_bytes in (None, c.size_bytes)]
+        return sorted({f"{c.algorithm}/{c.protocol}" for c in calls})
 
 
 def debug_env(path: str) -> dict[str, str]:
@@ -178,8 +159,7 @@ def debug_env(path: str) -> dict[str, str]:
 
 
 def parse(text: str) -> NcclLog:
-    """The NVLS, algorithm, communicator, connection and warning lines of one NCCL log; every other line is
-    ignored."""
+    """The NVLS, algorithm, communicator, connection and warning lines of one NCCL log (no other line)."""
     log = NcclLog()
     for line in text.splitlines():
         log.lines += 1
@@ -209,9 +189,7 @@ def _host(line: str) -> str | None:
 
 def _transport(via: str) -> tuple[str, str]:
     """A connection line's text after ``via``: its transport's name and its path as NCCL printed it."""
-    if m := _NET_PATH.match(via):
-        return m[1], m[0]
-    if m := _P2P_PATH.match(via):
+    if m := _NET_PATH.match(via) or _P2P_PATH.match(via):
         return m[1], m[0]
     path = via.split()[0]
     if via.startswith("direct shared memory"):  # SHM before NCCL 2.13
@@ -264,9 +242,8 @@ def nvls_problem(log: NcclLog, function: str) -> str | None:
 
 
 def mnnvl_problem(log: NcclLog) -> str | None:
-    """Why NCCL's log does not show the communicator running over multi-node NVLink, in one line; None when
-    every communicator init line says MNNVL 1 and the connection lines (one at least) show no connection between
-    nodes over the network (NET/...): the transport NCCL used decides, whatever the init line said."""
+    """Why NCCL's log does not show the communicator over multi-node NVLink, in one line; None when every init line says
+    MNNVL 1 and no connection line (one at least) joins nodes over NET/...: the transport used decides."""
     broken = [w for w in log.warnings if w.startswith("MNNVL")]
     if broken:
         return f"NCCL did not use multi-node NVLink: {broken[0]}"
@@ -275,8 +252,9 @@ def mnnvl_problem(log: NcclLog) -> str | None:
     if network:
         used = ", ".join(sorted({c.transport for c in network}))
         counts = ", ".join(f"{name} {n}" for name, n in log.transports().items())
+        connections = f"{len(network)} connection" + ("" if len(network) == 1 else "s")
         return (
-            f"NCCL did not use multi-node NVLink: {_connections(len(network))} between nodes ran over {used}, not "
+            f"NCCL did not use multi-node NVLink: {connections} between nodes ran over {used}, not "
             f"{MNNVL_TRANSPORT} (first: {log.describe(network[0])}; NCCL's connections: {counts})"
         )
     off = [c for c in log.comms if not c.mnnvl]
@@ -296,10 +274,6 @@ def mnnvl_problem(log: NcclLog) -> str | None:
             f"so the transport between nodes is unknown (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS={SUBSYSTEMS} on the ranks)"
         )
     return None
-
-
-def _connections(n: int) -> str:
-    return f"{n} connection" if n == 1 else f"{n} connections"
 
 
 def shown_env(env: Mapping[str, str], names: Iterable[str]) -> dict[str, str]:

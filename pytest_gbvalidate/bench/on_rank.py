@@ -1,9 +1,8 @@
 """Per-GPU and per-node measurements as functions of a gang rank (`fn(ctx, ...)`), for `run_on_local_rank`: the
 rank whose GPU is measured runs alone on its node, inside the gang's time bound.
 
-Host<->device copies run with the rank's thread and new memory bound to the GPU's NUMA node (as `numactl` does
-in the public procedures). A measurement of the host itself (`host` copies, CPU matmul) uses every CPU the
-rank may run on: it has the node to itself while the other ranks wait.
+Host<->device copies run with the rank's thread and new memory bound to the GPU's NUMA node (as `numactl` does in the
+public procedures); a measurement of the host itself uses every CPU the rank may run on, the node to itself.
 """
 
 from __future__ import annotations
@@ -25,8 +24,7 @@ HOST = torch.device("cpu")
 
 
 def copy_on_rank(ctx: RankContext, kind: str, size_bytes: int, warmup: int, iterations: int) -> CopyResult:
-    """`host`: host memory to host memory (any SKU); `h2d`, `d2h`, `d2d`: between host memory and the rank's
-    device, or within it."""
+    """`host`: host memory to host memory (any SKU); `h2d`, `d2h`, `d2d`: to, from or within the rank's device."""
     device = ctx.device
     if kind == "host":
         with all_host_cpus():
@@ -42,11 +40,9 @@ def copy_on_rank(ctx: RankContext, kind: str, size_bytes: int, warmup: int, iter
 
 
 def p2p_on_rank(ctx: RankContext, dst_index: int, size_bytes: int, warmup: int, iterations: int) -> CopyResult:
-    """From this rank's GPU to GPU `dst_index` of the same node (torch issues the copy on the source GPU).
-
-    The destination buffer is allocated on the peer by this process: its caching allocator keeps the freed block
-    there (and the CUDA context it made on the peer stays, a few hundred MiB that only the process's end frees:
-    the pretraining check's headroom counts them). The cached block goes back to the peer at once."""
+    """From this rank's GPU to GPU `dst_index` of the same node (torch issues the copy on the source GPU). The cached
+    block this process allocated on the peer goes back at once (the CUDA context it made there, a few hundred MiB,
+    stays until the process ends: the pretraining check's headroom counts them)."""
     dst = torch.device(ctx.device.type, dst_index)
     try:
         return copy_bandwidth(ctx.device, dst, size_bytes, warmup=warmup, iterations=iterations)

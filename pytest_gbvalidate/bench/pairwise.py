@@ -1,16 +1,14 @@
 """Pairwise all_reduce between the nodes of a torchrun / srun world: which node is slow (or wrong) in every pair it
 joins. The nodes are paired even/odd (0-1, 2-3, ...), then shifted by one (1-2, 3-4, ..., last-0), as Meta's gcm and
-Google's cluster-health-scanner pair them; the pairs of a round run at the same time, rounds one after the other,
-REPEATS times in turn (each pair's samples pooled: what drifts over the seconds of the check moves every pair alike).
-A node slow in one pair only may have a slow partner; slow in every pair, it is a suspect -- but a healthy node
-paired once with the slow node and once in a noisy moment is slow in every pair too. So, as cluster-health-scanner's
-second pass does, each suspect is measured again, RECHECKS times, each time beside another node that passed, while
-the other nodes that passed are paired among themselves at the same time as the reference: it is named only if its
-pairs are slower than the pairs beside them round after round, by more than the rounds themselves scatter
-(`shortfall`), evidence no slow partner can fake. Where fewer nodes passed than RECHECKS, the partners are taken
-again in turn (one node that passed is measured beside the suspect RECHECKS times), and the verdict says so. In the
-first pass a pair is slow only beyond the error of its median, from its own samples (rules/noise.py): a pair measured in
-a noisy moment spreads widely, a pair with a slow node is slow in every sample.
+Google's cluster-health-scanner pair them; a round's pairs run at the same time, the rounds in turn, REPEATS times
+(each pair's samples pooled: what drifts over the seconds of the check moves every pair alike). In this first pass a
+pair is slow only beyond the error of its median (rules/noise.py): a pair measured in a noisy moment spreads widely,
+a pair with a slow node is slow in every sample. A node slow in every pair is a suspect -- but so is a healthy node
+paired once with the slow one and once in a noisy moment. So, as cluster-health-scanner's second pass does, each
+suspect is measured again RECHECKS times, each beside another node that passed (in turn where fewer passed, and the
+verdict says so), while the other nodes that passed are paired among themselves at the same time as the reference:
+it is named only if its pairs are slower than those beside them round after round, by more than the rounds scatter
+(`shortfall`), evidence no slow partner can fake.
 
 Bus bandwidth as nccl-tests computes it for all_reduce over the pair's ranks (bench/collectives.py)."""
 
@@ -31,24 +29,18 @@ from pytest_gbvalidate.bench.timing import median, time_op_s
 from pytest_gbvalidate.ranks.gang import RankContext
 from pytest_gbvalidate.rules import noise
 
-# A node is slow when each of its pairs is this much below the median of the pairs it is not in (overridable: the
-# metric's params).
+# Slow: each of a node's pairs this much below the median of the pairs it is not in (the metric's params override).
 SLOW_PCT = 10.0
-# How often the first pass measures each round, the rounds in turn, each time `iterations` samples per pair: a
-# pair's figure is the median of them all. Measured in turns, what drifts from second to second moves the pairs of
-# both rounds alike; six make each median's error √2 smaller than three (docs/noise.md, behind the constants).
+# How often the first pass measures each round, in turn, `iterations` samples per pair each time (the figure: their
+# median); six make each median's error √2 smaller than three (docs/noise.md, behind the constants).
 REPEATS = 6
-# How often each round of the second pass is measured, in turn: its verdict rests on how its rounds scatter
-# (`shortfall`), not on any one round's precision.
-RECHECK_REPEATS = 3
-# How often the second pass measures each suspect beside a node that passed (a different one each time where there
-# are enough), a round each: enough rounds to see how far they scatter. A slowed node's rounds scatter about as
-# widely as it falls short (pairs sharing cores: one's loss is the other's gain), so its mean stands about
-# 1.25 x sqrt(rounds) standard errors below, 3.5 with eight rounds (docs/noise.md, behind the constants).
+RECHECK_REPEATS = 3  # each second-pass round's measurements: its verdict rests on how rounds scatter
+# Second-pass rounds per suspect. A slowed node's rounds scatter about as widely as it falls short (pairs sharing cores:
+# one's loss is the other's gain): its mean stands 1.25 x sqrt(rounds) standard errors below, 3.5 with eight
+# (docs/noise.md, behind the constants).
 RECHECKS = 8
-# How many standard errors of their mean a suspect's rounds must stand below the pairs beside them (`shortfall`).
-# Eight normal rounds of a healthy node reach it in 1% of cases (Student's t, 7 degrees of freedom), and only where
-# the node is a suspect already (docs/noise.md, the pairwise second pass: slowed and healthy suspects measured).
+# Standard errors of their mean a suspect's rounds must stand below the pairs beside them (`shortfall`): eight
+# normal rounds reach it in 1% of cases (Student's t, 7 degrees of freedom; docs/noise.md, the second pass).
 SHORTFALL_T = 3.0
 # Pairs a verdict on one node needs: its own (one pair cannot tell which side is at fault), and as the reference
 # for slowness the pairs without it (one such pair may just be two nodes on the same leaf switch).
@@ -86,9 +78,8 @@ class PairResult:
 def pairwise_on_rank(
     ctx: RankContext, size_bytes: int, warmup: int, iterations: int, slow_pct: float = SLOW_PCT
 ) -> dict[str, Any]:
-    """Every rank joins every pair's group creation (torch requires it), measures its own node's pairs, and waits
-    for each round to end before the next one starts. Then every rank learns every pair's figure, and the
-    suspects are measured again beside nodes that passed (`recheck_pairs`): the same decision on every rank."""
+    """Every rank joins every pair's group creation (torch requires it) and measures its own node's pairs, round by
+    round; then every rank learns every pair's figure and the suspects are measured again (`recheck_pairs`)."""
     node_of_rank: list[Any] = [None] * ctx.world_size
     dist.all_gather_object(node_of_rank, (ctx.node_rank, labels.hostname()))
     hosts = {node: host for node, host in node_of_rank}
@@ -98,9 +89,8 @@ def pairwise_on_rank(
     nodes = sorted(ranks_of)
     node_ranks = [node for node, _ in node_of_rank]
     data = torch.empty(size_bytes // ELEMENT_BYTES, dtype=DTYPE, device=ctx.device)
-    # One group per set of ranks, made in the same order on every rank (the rounds are the same everywhere): a pair
-    # measured again keeps its communicator (an NCCL one holds buffers on the GPU, and making one bootstraps over
-    # the network; the second pass measures a suspect beside the same partners RECHECKS times).
+    # One group per set of ranks, made in the same order on every rank: a pair measured again keeps its communicator
+    # (an NCCL one holds GPU buffers, and making one bootstraps over the network).
     made: dict[tuple[int, ...], Any] = {}
 
     def group_of(ranks: list[int]) -> Any:
@@ -120,14 +110,9 @@ def pairwise_on_rank(
                         continue
                     if repeat == 0:
                         wrong[index, pair] = _wrong_elements(ctx.rank, data, group, members[pair])
-                    samples.setdefault((index, pair), []).extend(
-                        time_op_s(
-                            ctx.device,
-                            functools.partial(dist.all_reduce, data, group=group),
-                            warmup=warmup if repeat == 0 else 0,
-                            iterations=iterations,
-                        )
-                    )
+                    op = functools.partial(dist.all_reduce, data, group=group)
+                    times = time_op_s(ctx.device, op, warmup=warmup if repeat == 0 else 0, iterations=iterations)
+                    samples.setdefault((index, pair), []).extend(times)
                 dist.barrier()
         results = []
         for (index, pair), times in samples.items():
@@ -138,8 +123,7 @@ def pairwise_on_rank(
             results.append(PairResult(pair, index, ctx.rank, busbw, time_s, wrong[index, pair], spread, len(times)))
         return results
 
-    first = [[(nodes[a], nodes[b]) for a, b in pairs] for pairs in node_pairs(len(nodes))]
-    results = measure_rounds(first, REPEATS)
+    results = measure_rounds([[(nodes[a], nodes[b]) for a, b in pairs] for pairs in node_pairs(len(nodes))], REPEATS)
     everyone: list[Any] = [None] * ctx.world_size
     dist.all_gather_object(everyone, results)
     rows = pair_rows([r for answer in everyone for r in answer])
@@ -148,8 +132,7 @@ def pairwise_on_rank(
 
 
 def _wrong_elements(rank: int, data: torch.Tensor, group: Any, members: list[int]) -> int:
-    """Correctness first, once per pair: each rank contributes rank + 1, so every element must sum to the same
-    number. The elements of this rank's result that do not."""
+    """The elements of this rank's result that are wrong, each rank contributing rank + 1 (checked once per pair)."""
     data.fill_(rank + 1)
     dist.all_reduce(data, group=group)
     wrong = int((data != float(sum(r + 1 for r in members))).sum().item())
@@ -180,8 +163,7 @@ class PairwiseRun:
 
 
 def pair_rows(results: list[PairResult]) -> list[PairRow]:
-    """One row per pair and round, from its ranks' results: the pair's slowest rank, every rank's wrong elements,
-    the largest error of its ranks' medians."""
+    """One row per pair and round: its slowest rank's figure, every rank's wrong elements, its ranks' largest error."""
     by_pair: dict[tuple[int, tuple[int, int]], list[PairResult]] = {}
     for r in results:
         by_pair.setdefault((r.round, r.nodes), []).append(r)
@@ -220,12 +202,9 @@ class Suspect:
 def first_pass(
     rows: list[PairRow], node_of_rank: list[int], slow_pct: float
 ) -> tuple[dict[int, str], dict[int, Suspect]]:
-    """The nodes every pair of which returned wrong data (on its own ranks or its partner's: a node that corrupts
-    what it sends shows on the other side), node -> why; and the suspects of slowness: every pair of which was more
-    than `slow_pct` below the median of the pairs it was not in (a reference the slow node cannot pull down), and
-    further below it than the error of the pair's median allows (PairRow.slow_below). A node needs MIN_PAIRS pairs
-    of its own, and the slowness verdict MIN_PAIRS pairs without it: with two nodes nobody is named, with three
-    nobody is named slow."""
+    """The nodes every pair of which returned wrong data (on any rank: what a node corrupts shows on the other side),
+    node -> why; and the suspects: every pair of which was over `slow_pct` below the median of the pairs it was not in
+    (which it cannot pull down), beyond its error (PairRow.slow_below). Each needs MIN_PAIRS pairs with, and without."""
     joined: dict[int, list[PairRow]] = {}
     for row in rows:
         for node in row.nodes:
@@ -251,15 +230,11 @@ def first_pass(
 
 
 def recheck_pairs(rows: list[PairRow], node_of_rank: list[int], slow_pct: float) -> list[list[tuple[int, int]]]:
-    """The second pass: each suspect paired RECHECKS times with a node that passed (neither a suspect nor wrong),
-    each time another one where enough passed (suspect i's partners start at the i-th node that passed and go on in
-    turn, so suspects spread over the partners; with fewer than RECHECKS the turn comes round again), in rounds of
-    disjoint pairs; each round filled out with pairs of the nodes that passed and are free in it, the reference
-    measured at the same time (a suspect's pair measured alone would be faster for the share of the fabric, or of a
-    shared machine, the other pairs left it). None where nothing is suspect or nothing passed."""
+    """The second pass: each suspect paired RECHECKS times with a node that passed, in turn (suspect i's from the i-th
+    on), in rounds of disjoint pairs filled out with pairs of the free nodes that passed: the reference, measured at
+    the same time (a pair alone would have the fabric to itself). None where nothing is suspect or nothing passed."""
     wrong, suspects = first_pass(rows, node_of_rank, slow_pct)
-    nodes = sorted({node for row in rows for node in row.nodes})
-    passed = [n for n in nodes if n not in suspects and n not in wrong]
+    passed = [n for n in sorted({node for row in rows for node in row.nodes}) if n not in suspects and n not in wrong]
     if not passed or not suspects:
         return []
     rounds: list[list[tuple[int, int]]] = []
@@ -279,9 +254,8 @@ def recheck_pairs(rows: list[PairRow], node_of_rank: list[int], slow_pct: float)
 
 
 def beside(row: PairRow, references: list[PairRow]) -> float:
-    """The median of the `references` (pairs without the suspect) measured in the same round as `row`, all of them
-    where its round has none: what drifts between rounds moves a round's pairs alike, by as much as a third on a
-    2-vCPU VM (docs/noise.md, behind the constants)."""
+    """The median of the `references` measured in `row`'s round (all of them where it has none): drift between rounds
+    moves a round's pairs alike, by as much as a third on a 2-vCPU VM (docs/noise.md, behind the constants)."""
     same_round = [r.busbw_gbps for r in references if r.round == row.round]
     return statistics.median(same_round or [r.busbw_gbps for r in references])
 
@@ -299,11 +273,9 @@ class Shortfall:
 
 
 def shortfall(against: list[tuple[PairRow, float]]) -> Shortfall:
-    """A suspect's second-pass pairs, each with the reference measured beside it: the median shortfall, and the
-    mean log ratio in standard errors, the rounds' own scatter giving the error (never less than the error of the
-    pairs' medians: two rounds that agree by chance are no surer than their samples). A slow node is slow round
-    after round; a healthy one is slow in some rounds and fast in others (a neighbour took the cores in one, gave
-    them up in the next), and the scatter of its rounds is as wide as the shortfall."""
+    """A suspect's second-pass pairs against the references beside them: the median shortfall, and the mean log ratio
+    in standard errors of the rounds' scatter (never less than the pairs' own errors). A slow node is slow round after
+    round; a healthy one is slow in some and fast in others, and its rounds scatter as widely as it falls short."""
     measured = [(row, gbps) for row, gbps in against if gbps > 0]
     if not measured:
         return Shortfall(0.0, 0.0, 0)
@@ -318,15 +290,12 @@ def shortfall(against: list[tuple[PairRow, float]]) -> Shortfall:
 def blame(
     rows: list[PairRow], node_of_rank: list[int], slow_pct: float, rechecks: list[PairRow] | None = None
 ) -> Blame:
-    """Which node is at fault: one every pair of which returned wrong data (`first_pass`), or one every pair of
-    which was slow and that was slow again beside a node that passed (`rechecks`, the second pass, `shortfall`:
-    round after round, beyond the rounds' scatter; each pair against the reference pairs of its round, `beside`:
-    pairs of nodes that passed where the pass has MIN_PAIRS of them, else the pairs measured without this suspect,
-    other suspects' among them (two suspects of four nodes leave no two nodes that passed to pair, and the first
-    pass's figures would blame a suspect for a machine slower as a whole in the second pass), else against the
-    first pass's reference; a suspect the second pass could not pair, every
-    other node being suspect too, is named on the first pass's evidence alone, saying so). Wrong data never
-    passes: where no node explains it, the pair is named."""
+    """Which node is at fault: one every pair of which returned wrong data (`first_pass`), or a suspect slow again
+    beside a node that passed (`rechecks`, `shortfall`), each pair against the references of its round (`beside`):
+    pairs of nodes that passed where there are MIN_PAIRS, else the pairs without this suspect (two suspects of four
+    nodes leave no two that passed; the first pass's figures would blame a suspect for a machine slower as a whole),
+    else the first pass's reference. A suspect the second pass could not pair is named on the first pass's evidence,
+    saying so. Wrong data never passes: where no node explains it, the pair is named."""
     wrong, suspects = first_pass(rows, node_of_rank, slow_pct)
     passed_pairs = [r for r in rechecks or [] if not set(r.nodes) & set(suspects)]
     slow: dict[int, str] = {}

@@ -21,10 +21,8 @@ from pathlib import Path
 import torch
 
 BLOCK_BYTES = 16 * 2**20  # per write and read call: large and sequential, as a checkpoint writer issues them
-# Each measurement runs this many times and the best pass counts (STREAM's rule, as the triad's): a disk shared
-# with other work varies by tens of percent from one run to the next (a VM's virtual disk wrote 8 GiB at 2.5 and
-# then 1.7 GB/s, minutes apart), while a degraded one (a failed member of a RAID 0, a link trained down) is slow
-# in every pass.
+# Passes per measurement, the best counting (STREAM's rule): a shared disk varies by tens of percent between runs (a
+# VM's virtual disk wrote 8 GiB at 2.5 then 1.7 GB/s, minutes apart); a degraded one is slow in every pass.
 PASSES = 3
 _DIRECT = getattr(os, "O_DIRECT", 0)
 
@@ -53,8 +51,7 @@ class Throughput:
     read_gbps: float
     size_bytes: int
     direct_io: bool  # False where the file system refuses O_DIRECT (tmpfs): page cache dropped before the read
-    # Each block's throughput (its call's own time; the fsync, and the read that finds the end, in the last
-    # block's): the samples whose spread is the pass's own error, as a copy's or a triad's (rules/noise.py).
+    # Each block's throughput (the fsync and the read that finds the end in the last one's): the pass's samples.
     write_block_gbps: tuple[float, ...] = ()
     read_block_gbps: tuple[float, ...] = ()
 
@@ -137,10 +134,8 @@ def _write_all(fd: int, block: mmap.mmap, path: Path, done: int, blocks: int) ->
     try:
         written = os.write(fd, block)
     except OSError as exc:
-        raise StorageError(
-            f"writing {path} failed after {done * BLOCK_BYTES / 2**20:.0f} of {blocks * BLOCK_BYTES / 2**20:.0f} MiB: "
-            f"{exc.strerror or exc}"
-        ) from None
+        of = f"{done * BLOCK_BYTES / 2**20:.0f} of {blocks * BLOCK_BYTES / 2**20:.0f} MiB"
+        raise StorageError(f"writing {path} failed after {of}: {exc.strerror or exc}") from None
     if written != BLOCK_BYTES:
         raise StorageError(f"writing {path}: a short write of {written} of {BLOCK_BYTES} bytes (the device is full?)")
 
@@ -165,12 +160,8 @@ def checkpoint_state(size_bytes: int) -> dict[str, torch.Tensor]:
     """A state dict of seeded bf16 tensors of 64 MiB each, `size_bytes` in all: what `checkpoint` writes."""
     per_tensor = 64 * 2**20
     generator = torch.Generator().manual_seed(0)
-    return {
-        f"layer{i}.weight": torch.randn(
-            min(per_tensor, size_bytes - i * per_tensor) // 2, generator=generator
-        ).bfloat16()
-        for i in range(max(1, -(-size_bytes // per_tensor)))
-    }
+    sizes = [min(per_tensor, size_bytes - i * per_tensor) // 2 for i in range(max(1, -(-size_bytes // per_tensor)))]
+    return {f"layer{i}.weight": torch.randn(n, generator=generator).bfloat16() for i, n in enumerate(sizes)}
 
 
 def checkpoint_passes(scratch: Path, size_bytes: int, passes: int = PASSES) -> list[CheckpointTimes]:

@@ -16,18 +16,15 @@ def time_op_s(
     device: torch.device, op: Callable[[], object], *, warmup: int, iterations: int, calls_per_sample: int = 1
 ) -> list[float]:
     """Seconds per call of `op` on `device`, `iterations` samples after `warmup` untimed calls. Each sample times
-    `calls_per_sample` calls back to back between two marks and divides: the way nccl-tests times its loop. One
-    call per sample suits an op that keeps the device busy longer than the host takes to launch it; for a short
-    one (a small message's collective) the device would wait for each launch, and a pair of events around each
-    call would time the launch as well."""
+    `calls_per_sample` calls back to back between two marks and divides, as nccl-tests times its loop: for a short op
+    (a small message's collective) events around each call would time its launch as well."""
     if iterations < MIN_TIMED_ITERATIONS:
         raise ValueError(f"at least {MIN_TIMED_ITERATIONS} timed iterations are needed, got {iterations}")
     if calls_per_sample < 1:
         raise ValueError(f"a sample is at least one call, got {calls_per_sample}")
     for _ in range(warmup):
         op()
-    if device.type == "cpu":
-        # The CPU backend has no events, and its ops are synchronous: the host clock brackets the work.
+    if device.type == "cpu":  # no events on the CPU, and its ops are synchronous: the host clock brackets the work
         samples = []
         for _ in range(iterations):
             start = time.perf_counter()

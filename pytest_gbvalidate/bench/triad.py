@@ -1,16 +1,13 @@
 """Host memory bandwidth per NUMA node, as STREAM's Triad measures it: a = b + s * c over float64 arrays, every
 thread of the process on the node's CPUs and the arrays in the node's memory.
 
-STREAM's rules (stream.c, J. McCalpin), kept here: each array at least 4 times the last-level cache, so the kernel
-streams from memory (cut to what the timed runs can stream within TIMED_BUDGET_S, never below MIN_ARRAY_BYTES: a VM
-may claim a cache it shares with the host's other tenants); bytes counted as STREAM counts them, 3 arrays of 8-byte
-words per element (two read, one written; a write-allocate's extra read is not counted); the first run excluded; the
-reported rate is the best (the shortest time) of the timed runs, GB = 1e9 bytes. The median is kept beside it for
-the report.
+STREAM's rules (stream.c, J. McCalpin), kept here: each array at least 4 times the last-level cache (cut to what the
+timed runs stream within TIMED_BUDGET_S, never below MIN_ARRAY_BYTES: a VM may claim a cache it shares); bytes counted
+as STREAM counts them, 3 arrays of 8-byte words per element (a write-allocate's extra read not counted); the first
+run excluded; the rate reported the best of the timed runs, GB = 1e9 bytes (the median kept beside it).
 
-torch rather than numpy: `torch.add(b, c, alpha=s, out=a)` is one fused pass over the three arrays on every
-thread of torch's pool (numpy's `b + s * c` makes two passes and a temporary, on one thread), and its threads
-are the ones torch.set_num_threads sizes. No pytest.
+torch rather than numpy: `torch.add(b, c, alpha=s, out=a)` is one fused pass on every thread of torch's pool (numpy's
+`b + s * c` makes two passes and a temporary, on one thread). No pytest.
 """
 
 from __future__ import annotations
@@ -32,11 +29,11 @@ from pytest_gbvalidate.node.topology import SYSFS_ROOT, format_cpulist, numa_nod
 ARRAYS_PER_ELEMENT = 3  # STREAM's count for Triad: b and c read, a written
 SCALAR = 3.0  # STREAM's scalar
 B_VALUE, C_VALUE = 2.0, 1.0  # so every element of a must be 5.0 afterwards
+_SIZE_UNITS = {"K": 2**10, "M": 2**20, "G": 2**30}  # of sysfs's cache sizes
 CACHE_MULTIPLE = 4  # STREAM: each array at least 4x the last-level cache
 MIN_ARRAY_BYTES = 64 * 2**20  # where sysfs gives no cache size, and the least an array is cut to (TIMED_BUDGET_S)
-# What the timed runs of one node may take together: a VM may claim its host's whole last-level cache (480 MiB:
-# 1.9 GiB arrays), which a busy 2-vCPU VM streams in seconds a run, past the cpu SKU's 30 s --gb-timeout with the
-# second pass. The warm-up run's time says how much fits: the arrays are cut to it, never below MIN_ARRAY_BYTES.
+# What one node's timed runs may take: a VM may claim its host's whole last-level cache (480 MiB: 1.9 GiB arrays),
+# which a busy 2-vCPU VM streams in seconds a run, past the cpu SKU's 30 s --gb-timeout.
 TIMED_BUDGET_S = 3.0
 
 
@@ -55,9 +52,7 @@ class TriadResult:
     samples_gbps: list[float]
     threads: int
     binding: dict[str, str] = field(default_factory=dict)
-    # The share of the timed runs' time that the process waited for a CPU (node/neighbours.py); None where it
-    # cannot be read.
-    cpu_wait_share: float | None = None
+    cpu_wait_share: float | None = None  # the share of the timed runs' time it waited for a CPU (neighbours)
     allocated: int | None = None  # elements per array allocated, where the timed runs used fewer (TIMED_BUDGET_S)
 
 
@@ -88,7 +83,8 @@ def last_level_cache_bytes(cpus: Sequence[int], sysfs: Path = SYSFS_ROOT) -> int
             try:
                 level = int((index / "level").read_text())
                 kind = (index / "type").read_text().strip()
-                size = _size_bytes((index / "size").read_text())
+                text = (index / "size").read_text().strip()  # e.g. 32768K
+                size = int(text[:-1]) * _SIZE_UNITS[text[-1]] if text[-1:] in _SIZE_UNITS else int(text)
                 shared = format_cpulist(parse_cpulist((index / "shared_cpu_list").read_text()))
             except (OSError, ValueError):
                 continue
@@ -98,14 +94,6 @@ def last_level_cache_bytes(cpus: Sequence[int], sysfs: Path = SYSFS_ROOT) -> int
                 level_found, seen = level, {}
             seen[shared] = size
     return sum(seen.values()) or None
-
-
-def _size_bytes(text: str) -> int:
-    text = text.strip()
-    factors = {"K": 2**10, "M": 2**20, "G": 2**30}
-    if text[-1:] in factors:
-        return int(text[:-1]) * factors[text[-1]]
-    return int(text)
 
 
 def default_array_bytes(cpus: Sequence[int], sysfs: Path = SYSFS_ROOT) -> int:
@@ -118,7 +106,7 @@ def every_thread_on(cpus: Sequence[int]) -> Iterator[None]:
     """Every thread of this process (torch's intra-op pool included, which a binding of the calling thread alone
     would leave where it was) on `cpus`; each thread's own CPU set is restored afterwards."""
     before: dict[int, set[int]] = {}
-    for tid in _threads():
+    for tid in [int(p.name) for p in Path("/proc/self/task").iterdir() if p.name.isdigit()]:
         with contextlib.suppress(OSError):  # a thread that ended meanwhile
             before[tid] = os.sched_getaffinity(tid)
             os.sched_setaffinity(tid, cpus)
@@ -130,10 +118,6 @@ def every_thread_on(cpus: Sequence[int]) -> Iterator[None]:
                 os.sched_setaffinity(tid, old)
 
 
-def _threads() -> list[int]:
-    return [int(p.name) for p in Path("/proc/self/task").iterdir() if p.name.isdigit()]
-
-
 def triad_on_node(
     numa_node: int,
     cpus: Sequence[int],
@@ -143,9 +127,8 @@ def triad_on_node(
     warmup: int = 1,
     iterations: int = 10,
 ) -> TriadResult:
-    """STREAM Triad on `numa_node`: the arrays are allocated and first touched by the calling thread alone while
-    its memory is bound to the node (a page lands where the thread that first writes it is bound), then the
-    timed runs use one torch thread per CPU of the node."""
+    """STREAM Triad on `numa_node`: the arrays first touched by the calling thread alone, its memory bound to the node
+    (a page lands where its first writer is bound), then timed with one torch thread per CPU of the node."""
     if iterations < MIN_TIMED_ITERATIONS:
         raise ValueError(f"at least {MIN_TIMED_ITERATIONS} timed iterations are needed, got {iterations}")
     threads = torch.get_num_threads()
@@ -178,29 +161,19 @@ def triad_on_node(
         raise TriadError(f"triad on NUMA node {numa_node}: {wrong} of {elements} elements are not {expected}")
     itemsize = torch.empty(0, dtype=dtype).element_size()
     samples = [triad_gbps(elements, itemsize, s) for s in seconds]
+    name, bound = str(dtype).removeprefix("torch."), {**binding, "threads": "every thread of the rank's process"}
+    cut = None if elements == allocated else allocated
     return TriadResult(
-        numa_node,
-        elements,
-        str(dtype).removeprefix("torch."),
-        iterations,
-        max(samples),
-        median(samples),
-        samples,
-        len(cpus),
-        {**binding, "threads": "every thread of the rank's process"},
-        waited,
-        None if elements == allocated else allocated,
+        numa_node, elements, name, iterations, max(samples), median(samples), samples, len(cpus), bound, waited, cut
     )
 
 
 def within_budget(elements: int, first_s: float | None, iterations: int, itemsize: int) -> int:
-    """The elements per array the timed runs use: all of them, unless `iterations` runs at the pace of the first
-    (`first_s`, the warm-up's; None: no warm-up, nothing known) would take more than TIMED_BUDGET_S; then as many as
-    fit, never fewer than MIN_ARRAY_BYTES holds (nor more than there are)."""
+    """The elements per array the timed runs use: as many as `iterations` runs at the warm-up's pace (`first_s`; None:
+    unknown, all) fit in TIMED_BUDGET_S, never fewer than MIN_ARRAY_BYTES holds nor more than there are."""
     if first_s is None or first_s <= 0 or first_s * iterations <= TIMED_BUDGET_S:
         return elements
-    fitting = int(elements * TIMED_BUDGET_S / (first_s * iterations))
-    return min(elements, max(fitting, MIN_ARRAY_BYTES // itemsize))
+    return min(elements, max(int(elements * TIMED_BUDGET_S / (first_s * iterations)), MIN_ARRAY_BYTES // itemsize))
 
 
 def triads_on_rank(ctx: object, array_bytes: int | None, warmup: int, iterations: int) -> list[TriadResult]:

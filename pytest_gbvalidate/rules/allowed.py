@@ -10,8 +10,7 @@ DEFAULT_ALLOWED_PCT = 5.0
 
 
 def compare_fail_default() -> str:
-    """The default in words: the one text --gb-compare-fail's help, docs/settings.md and docs/history.md give
-    (tests hold them to it)."""
+    """The default in words, as --gb-compare-fail's help, docs/settings.md and docs/history.md give it (tests hold)."""
     return (
         "each figure may fall by the resolution its metric needs (the baseline's `resolution`), the run's pace as a "
         f"whole by {DEFAULT_ALLOWED_PCT:g}%"

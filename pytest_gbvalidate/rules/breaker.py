@@ -1,13 +1,11 @@
 """The breaker: neither the fleet summary's drain lines nor the health check's own drain take out more than a share
-and a number of the fleet's nodes at once. A baseline, an image or a fabric that is wrong fails every node alike, and
-a drain for each would take the fleet out for a cause no node has; past the breaker the likelier cause is
-fleet-wide, and a person looks first.
+and a number of the fleet's nodes at once. A wrong baseline, image or fabric fails every node alike; past the breaker
+the likelier cause is fleet-wide, and a person looks first.
 
 The share is of the fleet's GPU nodes (the summary's nodes of the fleet's SKU, with the hosts a multi-node run named;
 the Slurm cluster's nodes with a GPU for the health check): 50% by default, where NVIDIA's NVSentinel stops
-cordoning. The number is off by default, settable for a large fleet (where
-a share is many nodes: NVSentinel added an absolute maximum for the other end, 1% of 288 nodes being 3). A fleet
-always may drain one node. No pytest here."""
+cordoning. The number is off by default, for a large fleet (NVSentinel added an absolute maximum for the other end,
+1% of 288 nodes being 3). A fleet always may drain one node. No pytest here."""
 
 from __future__ import annotations
 

@@ -1,34 +1,22 @@
 """How noisy a measurement is, from the samples or passes that made it, and whether a difference between two figures
 holds against that noise. Pure functions on numbers: no torch, no pytest.
 
-A figure's noise is the robust spread of the samples it summarises: the scaled median absolute deviation (1.4826 x
-MAD, which estimates the standard deviation of normal data and ignores a few wild samples) in percent of their
-median: the spread of one sample, which the fleet holds against its peers' (an erratic node). How far the figure
-itself may be off is its error (`Noise.error_pct`): the standard error of the median of its samples, which shrinks
-as more are taken -- what measuring until the figure can tell (rules/sampling.py) is for. Drift between runs (a
-neighbour's job, the page cache, clocks) is no part of one run's error: the change a comparison allows is the
-resolution the metric needs, sized for that drift, and with a kept history the node's own run-to-run spread counts
-(RunToRun). A difference between two figures is real only beyond NOISE_K times their combined noise.
-
-Within one run the samples agree more than runs do: the page cache, a VM's neighbours, clocks and thermals drift
-between runs and hold still within one (docs/noise.md measures it on a 2-core VM). A comparison of two runs
-therefore also asks the node's own history: from MIN_RUNS kept runs on, a figure counts as changed only where it is
-an outlier among them too (RunToRun: the fleet's modified z-score, over time instead of over nodes).
-
-A capacity figure (bandwidth, TFLOPS, tokens/s) measured in several passes is the best pass (STREAM's rule, the
-storage check's): interference only slows a pass down, so a degraded node is slow in every pass and a busy one is
-not. Its spread is then its samples', and the passes' robust spread where there are three or more; its error is
-the best pass's own (the slower passes were disturbed, they do not make the best one less sure).
+A figure's spread is the scaled MAD of its samples (1.4826 x MAD: the standard deviation of normal data, blind to a
+few wild samples) in percent of their median; its error (`Noise.error_pct`) is their median's standard error, which
+shrinks as more are taken (rules/sampling.py). A difference between two figures is real only beyond NOISE_K times
+their combined noise. Drift between runs (a neighbour, the page cache, clocks) is no part of a run's error
+(docs/noise.md): from MIN_RUNS kept runs on, a changed figure must also be an outlier among them (RunToRun). A
+capacity figure measured in several passes is the best pass (STREAM's rule: interference only slows a pass); its
+spread is its samples' and, from three passes on, the passes', its error the best pass's own.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -39,49 +27,37 @@ if TYPE_CHECKING:
 # 1 / 0.6745 (the 0.75 quantile of the standard normal): MAD x 1.4826 estimates the standard deviation. The one MAD
 # constant: Iglewicz & Hoaglin's modified z-score, 0.6745 (x - median) / MAD, is (x - median) / (MAD_TO_SIGMA x MAD).
 MAD_TO_SIGMA = 1.4826
-# How many combined robust spreads a difference must exceed to count. The spreads are those of one sample; the
-# median of the >= 10 samples a figure summarises is several times tighter (about 0.28 of a sample's spread for
-# 20), so two medians 2 sample spreads apart are about 5 of their own standard deviations apart: only a node that
-# changed between them, or a neighbour that held on for the whole of one, gets there.
+# How many combined robust spreads (one sample's) a difference must exceed: the median of >= 10 samples is several
+# times tighter (0.28 of a sample's spread for 20), so 2 spreads apart is about 5 of its standard deviations.
 NOISE_K = 2.0
-
 MEDIAN, BEST_PASS = "median", "best_pass"
-# Iglewicz & Hoaglin's cut-off for the modified z-score 0.6745 (x - median) / MAD ("How to Detect and Handle
-# Outliers", 1993): a value beyond it is an outlier of the values the median and MAD are taken from.
-OUTLIER_Z = 3.5
-# Kept runs needed before their spread is believed: the MAD of three runs is one run's distance from the middle one.
-MIN_RUNS = 5
-# The node's most recent runs the run-to-run spread is taken from: recent enough to be the node as it is now.
-MAX_RUNS = 20
-# A node is judged on all its figures at once, each against a median and MAD taken from a few values (its peers',
-# or its own earlier runs'), themselves uncertain: with 150 figures among 10 values, 73% of healthy nodes have some
-# figure beyond OUTLIER_Z (normal figures, 4000 simulations). A figure is an outlier then only beyond the modified z
-# that a healthy node's worst figure stays within in all but FAMILY_LEVEL of such judgements (family_z).
+OUTLIER_Z = 3.5  # Iglewicz & Hoaglin's cut-off for one modified z-score ("How to Detect and Handle Outliers", 1993)
+MIN_RUNS = 5  # kept runs before their spread is believed: the MAD of three is one run's distance from the middle
+MAX_RUNS = 20  # the most recent runs the run-to-run spread is taken from: the node as it is now
+# Figures are judged at once, each against a few values: 73% of healthy nodes with 150 figures among 10 have one
+# beyond OUTLIER_Z (4000 simulations). Cut-off: the z a healthy node's worst exceeds in FAMILY_LEVEL of them (family_z).
 FAMILY_LEVEL = 0.01
 SIMULATED_FAMILIES = 2000
-# The cut-off falls as values are added and rises with figures: more values than this are judged as this many
-# (stricter than their own), more figures as this many (each figure further is one more chance).
+# More values or figures than these are judged as this many (the cut-off falls with values, rises with figures).
 MAX_SIMULATED_VALUES = 40
 MAX_SIMULATED_FIGURES = 400
+# A measurement that waited a share w of its timed window for a CPU ran 1/(1 - w) times as long as alone: as a log
+# ratio, -ln(1 - w), the fall its waits explain (explained_pct); a share past MAX_WAIT_SHARE counts as that.
+MAX_WAIT_SHARE = 0.99
+# The standard error of the median of n samples from a normal spread sigma is about sqrt(pi / 2) sigma / sqrt(n).
+MEDIAN_ERROR = math.sqrt(math.pi / 2)
 
 
 @dataclass(frozen=True)
 class Noise:
-    """How a figure was summarised (`median` of its samples, or the best of its passes), from how many samples or
-    passes, and their robust spread in percent of the figure. `passes`: each pass's figure, where there were
-    several."""
+    """How a figure was summarised (`median` of samples, or best of `passes`), from how many, their spread (%)."""
 
     summary: str
     count: int
     spread_pct: float
     passes: tuple[float, ...] = ()
-    # The share of the time it was measured (percent) that the measurement waited for a CPU another task held,
-    # where the measurement says (with_neighbours): the fall those waits explain (explained_pct), one-sided -- they
-    # can only have made the figure worse than the node is, so they are no part of `spread_pct`.
-    cpu_wait_pct: float | None = None
-    # The figure's own error in percent (the standard error of the median of the samples it is, or of its best
-    # pass's); None where the measurement gave none: then taken from `spread_pct` and `count` (error_of).
-    error_pct: float | None = None
+    cpu_wait_pct: float | None = None  # percent of its time it waited for a CPU: one-sided, no part of `spread_pct`
+    error_pct: float | None = None  # its own error (percent); None: see error_of
 
     def as_record(self) -> NoiseRecord:
         record: NoiseRecord = {"summary": self.summary, "count": self.count, "spread_pct": round(self.spread_pct, 3)}
@@ -94,9 +70,8 @@ class Noise:
         return record
 
     def error_of(self) -> float:
-        """How far the figure itself may be off (percent): its `error_pct`, else, for the median of `count`
-        samples, their median's standard error, else (the best of passes an older report gave without it) its
-        whole spread: never less sure than the evidence shows."""
+        """How far the figure may be off (percent): its `error_pct`, else its median's standard error, else (a best
+        pass an older report gave without it) its whole spread: never surer than the evidence shows."""
         if self.error_pct is not None:
             return self.error_pct
         return median_error_pct(self.spread_pct, self.count) if self.summary == MEDIAN else self.spread_pct
@@ -104,8 +79,7 @@ class Noise:
     def error_with_waits_pct(self) -> float:
         """The figure's error and the fall its waits for a CPU explain (over NOISE_K), combined: how unsure a
         reference made from this figure would be (a recording made beside a neighbour is too low by up to that)."""
-        waited = 0.0 if not self.cpu_wait_pct else neighbours_pct(self.cpu_wait_pct)
-        return math.hypot(self.error_of(), waited)
+        return math.hypot(self.error_of(), 0.0 if not self.cpu_wait_pct else neighbours_pct(self.cpu_wait_pct))
 
     def describe(self) -> str:
         how = f"best of {len(self.passes)} passes" if self.summary == BEST_PASS else f"median of {self.count}"
@@ -113,16 +87,9 @@ class Noise:
         return f"{how}, spread {self.spread_pct:.1f}%{waited}"
 
 
-# A measurement that spent a share w of its timed window waiting for a CPU another task held ran 1/(1 - w) times
-# as long as it would have alone: as a log ratio, -ln(1 - w), the fall its waits explain (explained_pct); a share
-# past MAX_WAIT_SHARE counts as that.
-MAX_WAIT_SHARE = 0.99
-
-
 def neighbours_pct(cpu_wait_pct: float) -> float:
     """The fall (percent, a log ratio) that waiting `cpu_wait_pct` of its time explains, over NOISE_K: as a spread."""
-    share = min(max(cpu_wait_pct, 0.0) / 100.0, MAX_WAIT_SHARE)
-    return -math.log1p(-share) * 100.0 / NOISE_K
+    return -math.log1p(-min(max(cpu_wait_pct, 0.0) / 100.0, MAX_WAIT_SHARE)) * 100.0 / NOISE_K
 
 
 def explained_pct(own: Noise | None) -> float:
@@ -135,30 +102,22 @@ def with_neighbours(own: Noise | None, cpu_wait_pct: float | None) -> Noise | No
     """`own` with the share of its time the measurement waited for a CPU (None: none known, unchanged)."""
     if cpu_wait_pct is None:
         return own
-    if own is None:
-        return Noise(MEDIAN, 0, 0.0, cpu_wait_pct=cpu_wait_pct)
-    return dataclasses.replace(own, cpu_wait_pct=cpu_wait_pct)
+    return Noise(MEDIAN, 0, 0.0, cpu_wait_pct=cpu_wait_pct) if own is None else replace(own, cpu_wait_pct=cpu_wait_pct)
 
 
 def modified_z(value: float, center: float, mad_value: float, *, infinite: bool = False) -> float | None:
-    """Iglewicz & Hoaglin's modified z-score of `value` among values of median `center` and median absolute deviation
-    `mad_value` (+ above the center): the one form of it here. Where the MAD is 0 it is undefined (None); with
-    `infinite`, a value off the center is infinitely far (None only on it): for a score kept as a number."""
+    """Iglewicz & Hoaglin's modified z-score of `value` among values of median `center` and MAD `mad_value` (+ above):
+    the one form of it here. None where the MAD is 0; with `infinite`, a value off the center is infinitely far."""
     if mad_value == 0:
         return None if not infinite or value == center else math.copysign(math.inf, value - center)
     return (value - center) / (MAD_TO_SIGMA * mad_value)
 
 
 def spread_pct(values: Sequence[float]) -> float | None:
-    """The scaled MAD of `values` in percent of their median; None for fewer than 2 values, a median of 0 or a
-    value that is not a finite number."""
-    if len(values) < 2 or not all(math.isfinite(v) for v in values):
+    """The scaled MAD of `values` in percent of their median; None for fewer than 2, a median of 0 or a non-finite."""
+    if len(values) < 2 or not all(math.isfinite(v) for v in values) or (center := statistics.median(values)) == 0:
         return None
-    center = statistics.median(values)
-    if center == 0:
-        return None
-    mad = statistics.median(abs(v - center) for v in values)
-    return MAD_TO_SIGMA * mad / abs(center) * 100.0
+    return MAD_TO_SIGMA * statistics.median(abs(v - center) for v in values) / abs(center) * 100.0
 
 
 def of_samples(samples: Sequence[float]) -> Noise | None:
@@ -170,19 +129,14 @@ def of_samples(samples: Sequence[float]) -> Noise | None:
 
 
 def of_passes(passes: Sequence[float], within: Sequence[Noise | None] = ()) -> Noise | None:
-    """The noise of a figure that is the best of `passes`: the largest spread of the samples `within` the passes,
-    and, from three passes on, the passes' own robust spread. Not the spread of two passes: interference only slows
-    a pass, so the slower of two says how disturbed it was, not how far the best one is from the node's figure; a
-    robust spread of three or more ignores one such pass. Two passes with nothing known within them: their
-    half-difference in percent of their median, as nothing better is known. Its error: the largest error `within`
-    (the best pass's samples'), else that spread."""
+    """The noise of the best of `passes`: the largest spread `within` them and, from three passes on, the passes' own
+    (the slower of two says how disturbed it was, not how far off the best is); of two with nothing known within,
+    their half-difference in percent of their median. Its error: the largest `within`, else that spread."""
     errors = [n.error_of() for n in within if n is not None]
     spreads = [n.spread_pct for n in within if n is not None]
     finite = [p for p in passes if math.isfinite(p)]
-    if len(finite) >= 3:
-        between = spread_pct(finite)
-        if between is not None:
-            spreads.append(between)
+    if len(finite) >= 3 and (between := spread_pct(finite)) is not None:
+        spreads.append(between)
     elif len(finite) == 2 and not spreads and statistics.median(finite) != 0:
         spreads.append(abs(finite[0] - finite[1]) / 2 / abs(statistics.median(finite)) * 100.0)
     if not spreads:
@@ -191,10 +145,8 @@ def of_passes(passes: Sequence[float], within: Sequence[Noise | None] = ()) -> N
 
 
 def from_details(details: Mapping[str, Any]) -> Noise | None:
-    """The noise of a measurement whose details carry its samples as `samples_<unit>` (a list of numbers, the
-    figure their median), where it is the best of several passes each pass's figure as `passes`, and where the
-    measurement read it, the share of its timed window it waited for a CPU as `cpu_wait_pct` (node/neighbours.py;
-    with_neighbours); None where they carry none of these."""
+    """The noise of a measurement from its details' `samples_<unit>` (the figure their median), `passes` (the best
+    of several) and `cpu_wait_pct` (node/neighbours.py); None where they carry none of these."""
     within = None
     for key, value in details.items():
         if key.startswith("samples_") and isinstance(value, list) and all(_is_number(v) for v in value):
@@ -202,25 +154,14 @@ def from_details(details: Mapping[str, Any]) -> Noise | None:
             break
     passes = details.get("passes")
     if isinstance(passes, list) and len(passes) >= 2 and all(_is_number(p) for p in passes):
-        found = of_passes([float(p) for p in passes], [within])
-    else:
-        found = within
+        within = of_passes([float(p) for p in passes], [within])
     waited = finite(details.get("cpu_wait_pct"))
-    return with_neighbours(found, None if waited is None or not 0 <= waited <= 100 else waited)
-
-
-# The standard error of the median of n samples from a normal spread sigma is about sqrt(pi / 2) sigma / sqrt(n).
-MEDIAN_ERROR = math.sqrt(math.pi / 2)
+    return with_neighbours(within, None if waited is None or not 0 <= waited <= 100 else waited)
 
 
 def of_the_median(details: Mapping[str, Any]) -> Noise | None:
-    """The noise of a figure that is the median of its samples (`samples_<unit>` in `details`; where it is the
-    better of two passes, the better pass's) as the figure's own error: its standard error, the samples' spread
-    x MEDIAN_ERROR / sqrt(their count). For figures measured side by side in one run -- a node's GPUs against
-    each other -- which no drift between runs separates (that is what the spread of one sample allows for); a
-    burst of interference in one device's samples is what measuring again before naming it is for."""
-    # Neither its passes nor its waits for a CPU: devices measured in turns share the same seconds, and a neighbour
-    # with them (what measuring in rounds is for).
+    """The noise of the median of `samples_<unit>` in `details` as its standard error, for devices measured side by
+    side in one run (no drift separates them); passes and CPU waits do not count: turns share seconds and neighbours."""
     within = from_details({k: v for k, v in details.items() if k not in ("passes", "cpu_wait_pct")})
     if within is None or within.summary != MEDIAN:
         return None
@@ -235,12 +176,9 @@ def median_error_pct(spread_pct: float, count: int) -> float:
 def in_rounds(
     rounds: Sequence[Mapping[str, tuple[float, Mapping[str, Any]]]],
 ) -> dict[str, tuple[float, dict[str, Any]]]:
-    """Devices measured in turn, round after round (each round: label -> (figure, details with its
-    `samples_<unit>`)), as one figure each: the median of all its rounds' samples, its details the first round's
-    with every sample and each round's figure (`rounds`). A node's bandwidth drifts over seconds (a VM's memory
-    10-20% between one device's pass and the next's; a GPU's clocks as it warms), so devices measured one after the
-    other differ by what drifted between them; taken in turns, every device's samples span the same seconds and
-    the drift moves them alike. A device whose details carry no samples keeps its first round's figure."""
+    """Devices measured in turns, round after round (label -> (figure, details with `samples_<unit>`)), as one figure
+    each: the median of all its rounds' samples, details the first round's with all samples and each round's figure
+    (`rounds`; no samples: the first round's). Drift over seconds (a VM's memory: 10-20%) then moves all alike."""
     merged: dict[str, tuple[float, dict[str, Any]]] = {}
     for label in rounds[0] if rounds else {}:
         value, details = rounds[0][label]
@@ -264,15 +202,11 @@ def from_record(record: object) -> Noise | None:
     passes = record.get("passes", [])
     if not isinstance(summary, str) or not isinstance(count, int) or not isinstance(spread, (int, float)):
         return None
-    if not _is_number(spread) or spread < 0:
+    if not _is_number(spread) or spread < 0 or not isinstance(passes, list) or not all(_is_number(p) for p in passes):
         return None
-    if not isinstance(passes, list) or not all(_is_number(p) for p in passes):
-        return None
-    waited = record.get("cpu_wait_pct")
-    if waited is not None and (not _is_number(waited) or not 0 <= waited <= 100):
-        return None
-    error = record.get("error_pct")
-    if error is not None and (not _is_number(error) or error < 0):
+    waited, error = record.get("cpu_wait_pct"), record.get("error_pct")
+    bad_wait = waited is not None and (not _is_number(waited) or not 0 <= waited <= 100)
+    if bad_wait or (error is not None and (not _is_number(error) or error < 0)):
         return None
     return Noise(summary, count, float(spread), tuple(float(p) for p in passes), waited, error)
 
@@ -286,10 +220,8 @@ class RunToRun:
     spread_pct: float
 
     def z(self, value: float) -> float:
-        """The modified z-score of `value` among the runs (spread_pct is 1.4826 x MAD in percent of the median):
-        signed, + above the median; infinite where the runs agree exactly and `value` does not, 0 where it does."""
-        mad = self.spread_pct / 100.0 * abs(self.median) / MAD_TO_SIGMA
-        z = modified_z(value, self.median, mad, infinite=True)
+        """The modified z of `value` among the runs (+ above); where they agree exactly, infinite or 0."""
+        z = modified_z(value, self.median, self.spread_pct / 100.0 * abs(self.median) / MAD_TO_SIGMA, infinite=True)
         return 0.0 if z is None else z
 
     def as_record(self, value: float) -> RunToRunRecord:
@@ -306,8 +238,7 @@ class RunToRun:
 
 
 def of_runs(values: Sequence[float]) -> RunToRun | None:
-    """One figure's run-to-run spread from its values in the node's earlier runs, oldest first (the last MAX_RUNS
-    count); None with fewer than MIN_RUNS finite values or a median of 0."""
+    """The run-to-run spread of a figure's last MAX_RUNS values (oldest first); None below MIN_RUNS or a median of 0."""
     recent = [v for v in values if math.isfinite(v)][-MAX_RUNS:]
     spread = spread_pct(recent) if len(recent) >= MIN_RUNS else None
     return None if spread is None else RunToRun(len(recent), statistics.median(recent), spread)
@@ -315,12 +246,9 @@ def of_runs(values: Sequence[float]) -> RunToRun | None:
 
 @functools.cache
 def family_z(values: int, figures: int, *, apart: bool = False) -> float:
-    """The modified z-score a healthy node's worst of `figures` figures stays within in all but FAMILY_LEVEL of
-    cases, each figure judged against the median and MAD of `values` values: its own and its peers' (a fleet), or,
-    `apart`, the node's earlier runs without it (a run against its history, a wider spread: the run is not among
-    the values its median and MAD are taken from). The (1 - FAMILY_LEVEL) quantile of that worst score over
-    SIMULATED_FAMILIES simulations of normal figures (seeded: the same every time), never below OUTLIER_Z (one
-    figure's cut-off)."""
+    """The modified z a healthy node's worst of `figures` figures stays within in all but FAMILY_LEVEL of cases, each
+    against the median and MAD of `values` values: its own and its peers', or (`apart`) its earlier runs without it;
+    over SIMULATED_FAMILIES seeded simulations of normal figures, never below OUTLIER_Z (one figure's cut-off)."""
     n, f = min(values, MAX_SIMULATED_VALUES), max(1, min(figures, MAX_SIMULATED_FIGURES))
     if n < 3:  # the median of two is their mean: no outlier among them
         return OUTLIER_Z
@@ -336,25 +264,21 @@ def family_z(values: int, figures: int, *, apart: bool = False) -> float:
 
 
 def margin_pct(*spreads_pct: float | None) -> float:
-    """How far apart (in percent) figures with these robust spreads may be by chance: NOISE_K times their combined
-    spread (a figure whose spread is not known, None, adds none)."""
-    # hypot, not the root of the squares' sum: a report's spread of 1e200 must not overflow.
+    """How far apart (percent) figures with these robust spreads may be by chance: NOISE_K times their combined
+    spread (None adds none; hypot: a report's spread of 1e200 must not overflow)."""
     return NOISE_K * math.hypot(*(s for s in spreads_pct if s is not None))
 
 
 def beyond(value: float, reference: float, margin_pct: float) -> bool:
-    """Whether `value` and `reference` are further apart than `margin_pct` allows, as a ratio: the spreads are
-    relative, so a figure ten times off is beyond any spread a figure's samples can show (in percent, a 90% drop
-    would be within two 45% spreads), while for small changes the ratio and the percentage agree. Figures that
-    are not both above 0 are compared in percent of |reference|."""
+    """Whether `value` and `reference` lie further apart than `margin_pct`, as a log ratio (in percent a 90% drop would
+    be within two 45% spreads); figures not both above 0 in percent of |reference|."""
     if value > 0 and reference > 0:
         return abs(math.log(value / reference)) * 100.0 > margin_pct
     return reference == 0 or abs(value - reference) / abs(reference) * 100.0 > margin_pct
 
 
 def finite(value: object) -> float | None:
-    """`value` as a finite float where it is a number that is one, else None: not a bool, not NaN or infinity, and
-    not an integer beyond float range (JSON and YAML integers have no bound, and float arithmetic refuses those)."""
+    """`value` as a finite float, else None: not a bool, NaN, infinity or an int past float range (YAML has those)."""
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return None
     try:

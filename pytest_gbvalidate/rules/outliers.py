@@ -1,43 +1,28 @@
-"""Robust statistics of one metric across the nodes of a fleet: median, spread, and the nodes that are worse than
-the fleet median by too much. Pure functions on numbers, no I/O.
+"""Robust statistics of one metric across the nodes of a fleet: median, spread, and the nodes worse than the fleet
+median by too much. Pure functions on numbers, no I/O.
 
 A node is an outlier of a metric when it is worse than the fleet median (direction-aware) by all of
 
-- more than `mad_k` scaled MADs: far from its peers in robust terms, the modified z-score of Iglewicz & Hoaglin,
-  0.6745 * (x - median) / MAD, where MAD is the median absolute deviation from the median ("How to Detect and
-  Handle Outliers", ASQC Basic References in Quality Control vol. 16, 1993, which recommends flagging |z| > 3.5);
-- beyond the practical margin: the resolution the metric needs (rules/resolution.py, as a log ratio), where its
-  reports give it, else `pct` percent, as a log ratio too: one scale, resolution.worse_pct's (a node a few
-  percent slow is a node);
-- more than the fleet's noise allows (noise.margin_pct of the fleet's typical spread, twice: the node's figure and
-  the median it is held against): the fleet's typical spread is the median of the other nodes' spreads (of two,
-  the smaller), as their reports give them beside the figure. A metric noisy on every node drains nobody; a node's
-  own scatter never widens its own allowance (an erratic figure is itself a symptom: a link retraining, a
-  throttling GPU), and no single node, however noisy, widens anybody's.
+- more than `mad_k` scaled MADs: Iglewicz & Hoaglin's modified z-score, 0.6745 * (x - median) / MAD ("How to Detect
+  and Handle Outliers", ASQC Basic References in Quality Control vol. 16, 1993, which recommends flagging |z| > 3.5);
+- more than `pct` percent, a log ratio (resolution.worse_pct's scale: a node a few percent slow is a node);
+- more than the fleet's noise allows: noise.margin_pct of the fleet's typical spread (the median of the other nodes'
+  spreads, of two the smaller), twice: the figure and the median. A node's own scatter never widens its allowance (an
+  erratic figure is itself a symptom), and no single node, however noisy, widens anybody's.
 
-Where the metric's needed resolution is given (its reports say it), that resolution decides alone: a node worse
-than the median by more than it is an outlier, unless its waits for a CPU explain the dip, and no finer fall
-drains; the MAD rule and the fleet's noise excuse nothing beyond it, since peers that happen to scatter widely
-would let a slow node pass (docs/noise.md). The rules above judge reports that do not say it.
+Where its reports give the metric's needed resolution (rules/resolution.py), that decides alone: a node worse than the
+median by more than it is an outlier unless its waits for a CPU explain the dip, and no finer fall drains (widely
+scattering peers would let a slow node pass: docs/noise.md). A node that is no outlier but whose own spread lies far
+beyond the others' (more than max(`mad_k`, OUTLIER_Z) of their scaled MADs above their median, and TOO_NOISY_RATIO
+times it) is too noisy to judge for that figure (Unjudged): neither drained nor passed.
 
-A node whose own spread for a figure lies far beyond the fleet's (more than max(`mad_k`, OUTLIER_Z) scaled MADs of
-the other nodes' spreads above their median, and more than TOO_NOISY_RATIO times it) and that is no outlier by the
-rule above is too noisy to judge for that figure (Unjudged): neither drained nor passed; run it again on an idle
-node. An erratic node clearly slow beyond the fleet's noise is an outlier all the same.
-
-The MAD is never taken as less than the nodes' typical run-to-run spread, where their reports give one (`--gb-history`
-with --gb-compare: `compare.run_to_run`): nodes differ at least as much as one node's runs do, and a few nodes'
-figures can agree closer than that by chance. That typical spread is the median of the other nodes' run-to-run
-spreads (of two, the smaller), taken where more than half of them give one: never the judged node's own, never one
-node's for the fleet (docs/noise.md: ten runs of one healthy VM as ten nodes).
-
-Each rule alone drains healthy nodes: the percent rule any metric noisier than `pct`, the MAD rule a dip of 2%
-where a few nodes happen to agree closely.
-MAD == 0 (more than half of the nodes report the very same value, as quantised readings do): the modified
-z-score is undefined there (any deviation at all is infinitely many MADs), so the MAD rule holds for any deviation.
-`noise_floor_pct` (default 0, off) also requires the deviation to exceed that percent of the median: the metric's
-run-to-run noise on one node, for reports that do not give their own.
-Only deviations to the worse side count: a node faster than the rest is no reason to drain it.
+The MAD is never taken as less than the nodes' typical run-to-run spread where over half their reports give one
+(`--gb-history` with --gb-compare): the other nodes' median (of two, the smaller), never the judged node's own
+(docs/noise.md: ten runs of one healthy VM as ten nodes). Each rule alone drains healthy nodes: the percent rule any
+metric noisier than `pct`, the MAD rule a dip of 2% where a few nodes agree closely. MAD == 0 (over half the nodes
+report the same value, as quantised readings do): the modified z-score is undefined and the MAD rule holds for any
+deviation. `noise_floor_pct` (default 0, off) also requires the deviation to exceed that percent of the median. Only
+deviations to the worse side count: a node faster than the rest is no reason to drain it.
 """
 
 from __future__ import annotations
@@ -58,16 +43,19 @@ from pytest_gbvalidate.rules.noise import modified_z
 
 DEFAULT_MAD_K = nz.OUTLIER_Z  # Iglewicz & Hoaglin's recommended cut-off for one modified z-score
 DEFAULT_PCT = 10.0
-# Fewer nodes than this: the median of two is their mean, and "worse than the rest" means nothing.
-MIN_NODES = 3
-
+MIN_NODES = 3  # fewer: the median of two is their mean, and "worse than the rest" means nothing
+# Too noisy needs this many times the fleet's spread too: where most nodes agree (MAD 0), a little noisier is judged.
+TOO_NOISY_RATIO = 2.0
+# Rounds a judgement of siblings round by round needs: fewer, and how far a device's rounds stray from their own
+# median says too little of its error (sibling_z for four devices: 17.9 at three rounds, 5.7 at four, 4.8 at six).
+MIN_SIBLING_ROUNDS = 4
 HIGHER, LOWER = "higher", "lower"
+Figures = Mapping[str, tuple[float, Mapping[str, Any]]]  # a node's devices: label -> (figure, details)
 
 
 @dataclass(frozen=True)
 class Spread:
-    """How one metric's values spread across the nodes. `spread_pct` is (max - min) / |median| in percent (None
-    where the median is 0)."""
+    """How one metric's values spread across the nodes; `spread_pct`: (max - min) / |median| in percent (None at 0)."""
 
     nodes: int
     median: float
@@ -79,8 +67,8 @@ class Spread:
 
 @dataclass(frozen=True)
 class Outlier:
-    """A node worse than the fleet median. `worse_pct`: how much worse, in percent of |median| (None where the
-    median is 0); `z`: the signed modified z-score (None where MAD is 0); `rules`: which rules flagged it."""
+    """A node worse than the fleet median: by `worse_pct` of |median| (None at 0), `z` its signed modified z-score
+    (None at MAD 0), flagged by `rules`."""
 
     host: str
     value: float
@@ -93,12 +81,7 @@ def spread(values: Sequence[float]) -> Spread:
     center = statistics.median(values)
     low, high = min(values), max(values)
     spread_pct = None if center == 0 else (high - low) / abs(center) * 100.0
-    return Spread(len(values), center, low, high, mad(values, center), spread_pct)
-
-
-def mad(values: Sequence[float], center: float) -> float:
-    """The median absolute deviation from `center` (unscaled)."""
-    return statistics.median(abs(v - center) for v in values)
+    return Spread(len(values), center, low, high, statistics.median(abs(v - center) for v in values), spread_pct)
 
 
 def outliers(
@@ -129,46 +112,31 @@ def judge(
     run_to_runs: Mapping[str, float] | None = None,
     needed_pct: float | None = None,
 ) -> Judgement:
-    """The hosts of `values` (host -> value) worse than their median by more than `mad_k` scaled MADs, by more than
-    the practical margin (as a log ratio) and `noise_floor_pct` percent of the median, and by more than the fleet's
-    noise allows; and
-    the hosts too noisy to judge (Unjudged), in the order of `values`.
-
-    The practical margin: `needed_pct`, where given, the resolution the metric needs (rules/resolution.py, a log
-    ratio), in place of `pct`: a fleet drains for no finer a fall than its metric must be able to tell, and drains
-    every fall that much beyond the other rules; else `pct` percent, a log ratio too.
-
-    `noises`: host -> the noise its report gives beside the figure, where it gives one. Each host is held against
-    the fleet's typical spread without it (fleet_spread_pct of the other hosts'), never its own. `run_to_run_pct`:
-    the fleet's typical run-to-run spread, given as one number; `run_to_runs`: host -> its own run-to-run spread,
-    from which each host's MAD floor is the fleet's without it (fleet_spread_pct); the larger of the two counts.
-    No verdicts among fewer than MIN_NODES values or for a direction other than higher/lower (nothing says which
-    side is worse)."""
+    """The outliers of `values` (host -> value) by the module's rules, and the hosts too noisy to judge, in its order.
+    `noises`: host -> its report's noise; `run_to_run_pct`: the fleet's run-to-run spread as one number, `run_to_runs`
+    host -> its own (each host's floor the others', fleet_spread_pct; the larger counts). No verdicts among fewer than
+    MIN_NODES values or for a direction other than higher/lower (nothing says which side is worse)."""
     if len(values) < MIN_NODES or direction not in (HIGHER, LOWER):
         return Judgement([], [])
     s = spread(list(values.values()))
     spreads = {host: n.spread_pct for host, n in (noises or {}).items() if n is not None and host in values}
-    hosts = list(values)
-    fleet_spreads, fleet_runs = Others(spreads, hosts), Others(run_to_runs or {}, hosts)  # sorted once, not per host
+    fleet_spreads, fleet_runs = Others(spreads, list(values)), Others(run_to_runs or {}, list(values))
     found, unjudged = [], []
     for host, value in values.items():
         typical_pct = fleet_spreads.typical(host)
         r2r = max(run_to_run_pct or 0.0, fleet_runs.typical(host) or 0.0)
         floor = abs(s.median) * r2r / 100.0 / nz.MAD_TO_SIGMA
-        mad_value = max(s.mad, floor)
         worse = rs.toward_worse(value - s.median, direction)
-        z = modified_z(value, s.median, mad_value)
-        worse_pct = math.inf if s.median == 0 else worse / abs(s.median) * 100.0
+        z = modified_z(value, s.median, max(s.mad, floor))
+        worse_pct = None if s.median == 0 else worse / abs(s.median) * 100.0
         margin = nz.margin_pct(typical_pct, typical_pct)
-        far_out = z is None or abs(z) > mad_k
         noisy = fleet_spreads.too_noisy(host, max(mad_k, nz.OUTLIER_Z))
         linear_pct = max(pct, noise_floor_pct) if needed_pct is None else noise_floor_pct
         practical = _practical(value, s.median, direction, linear_pct, needed_pct)
         if needed_pct is None:
+            far_out = z is None or abs(z) > mad_k
             out = worse > 0 and far_out and practical is not None and nz.beyond(value, s.median, margin)
-        else:
-            # The metric's needed resolution decides alone (rules/resolution.py): nothing finer drains, and the
-            # fleet's scatter and noise excuse nothing beyond it, however widely a few peers happen to scatter.
+        else:  # the needed resolution decides alone
             margin = min(margin, needed_pct)
             out = practical is not None
         if out and practical is not None:
@@ -182,16 +150,13 @@ def judge(
                     far += f" (the MAD taken as the nodes' typical run-to-run spread, {r2r:.1f}%)"
                 rules = [far or "the value of more than half the nodes differs", practical]
                 if margin:
-                    rules.append(
-                        f"beyond the {margin:.1f}% the figures' noise allows (the fleet's spread, not its own)"
-                    )
+                    rules += [f"beyond the {margin:.1f}% the figures' noise allows (the fleet's spread, not its own)"]
             else:
                 scatter = f"{abs(z):.1f} scaled MADs from the median" if z is not None else "off the median"
                 rules = [f"{scatter}: the fleet's scatter excuses no more than its metric needs", practical]
             if noisy is not None:
-                own = f"its own spread, {spreads[host]:.1f}% against the fleet's {noisy[0]:.1f}%"
-                rules.append(f"{own}, excuses nothing")
-            found.append(Outlier(host, value, None if s.median == 0 else worse_pct, z, tuple(rules)))
+                rules += [f"its own spread, {spreads[host]:.1f}% against the fleet's {noisy[0]:.1f}%, excuses nothing"]
+            found.append(Outlier(host, value, worse_pct, z, tuple(rules)))
             continue
         if noisy is not None:
             unjudged.append(Unjudged(host, value, spreads[host], noisy[0], noisy[1]))
@@ -199,52 +164,38 @@ def judge(
 
 
 def _practical(value: float, median: float, direction: str, pct: float, needed_pct: float | None) -> str | None:
-    """Why `value` lies beyond the practical margin below the fleet's `median` (judge), or None where it does not:
-    its fall as a log ratio (resolution.worse_pct, the one scale every verdict judges on) beyond `pct` and, where the
-    metric's needed resolution is given, beyond that."""
+    """Why `value` lies beyond the practical margin below the fleet's `median` (as a log ratio, beyond `pct` and any
+    `needed_pct`), or None where it does not."""
     log_pct = rs.worse_pct(value, median, direction)
-    if not log_pct > pct:
+    if not log_pct > pct or (needed_pct is not None and not log_pct > needed_pct):
         return None
     if needed_pct is None:
         return f"{log_pct:.1f}% worse than the median as a log ratio > {pct:g}%"
-    if not log_pct > needed_pct:
-        return None
     return f"{log_pct:.1f}% worse than the median as a log ratio > the {needed_pct:g}% its metric needs to tell"
 
 
 def _waits_explain(
     value: float, median: float, direction: str, own: nz.Noise | None, margin_pct: float
 ) -> tuple[float, float] | None:
-    """(the share of its time the node's measurement waited for a CPU, the fall those waits explain) where they
-    explain its dip below the fleet's median, within the fleet's noise margin; else None. Both in percent, the fall
-    as a log ratio (resolution.worse_pct's scale)."""
+    """(the share of its time the measurement waited for a CPU, the fall that explains; percent, a log ratio) where
+    those waits explain its dip below the fleet's median, within the noise margin; else None."""
     explained = nz.explained_pct(own)
     if own is None or own.cpu_wait_pct is None or not explained:
         return None
-    fits = rs.worse_pct(value, median, direction) <= explained + margin_pct
-    return (own.cpu_wait_pct, explained) if fits else None
-
-
-# A node's spread must be more than this many times the fleet's typical one, as well as far beyond the nodes'
-# spreads in robust terms, before the node is too noisy to judge: where most nodes report the same spread (their MAD
-# 0), a node a little noisier than the rest is still judged.
-TOO_NOISY_RATIO = 2.0
+    return (own.cpu_wait_pct, explained) if rs.worse_pct(value, median, direction) <= explained + margin_pct else None
 
 
 @dataclass(frozen=True)
 class Unjudged:
-    """A node too noisy to judge for a figure: its own spread (`spread_pct`) far beyond the fleet's typical one
-    (`fleet_spread_pct`, without it), `z` the modified z of its spread among the other nodes' (None where their MAD
-    is 0), and its figure no outlier. Neither drained nor passed for that figure."""
+    """A node too noisy to judge for a figure: its `spread_pct` against the fleet's typical one (without it), `z` the
+    modified z of its spread among the others' (None where their MAD is 0)."""
 
     host: str
     value: float
     spread_pct: float
     fleet_spread_pct: float
     z: float | None
-    # Where its measurement waited for a CPU (node/neighbours.py) long enough to explain its dip: (the share of its
-    # time it waited, the fall that explains), percent.
-    busy: tuple[float, float] | None = None
+    busy: tuple[float, float] | None = None  # (% of time waiting for a CPU, the fall explained) where that explains it
 
     def describe(self) -> str:
         if self.busy is not None:
@@ -265,9 +216,8 @@ class Judgement:
 
 
 class Others:
-    """The hosts' spreads of one figure (host -> spread, of `hosts`), each host's judged against the others' alone:
-    sorted once, the median of the others found by position, so that a fleet of 10,000 nodes costs 10,000 lookups
-    a metric, not 10,000 sorts of 10,000 spreads. Spreads that are negative or not a number are left out."""
+    """The hosts' spreads of one figure (host -> spread, of `hosts`; negative or NaN left out), each judged against
+    the others' alone: sorted once, the others' median found by position (10,000 nodes: lookups, not sorts)."""
 
     def __init__(self, spreads: Mapping[str, float], hosts: Sequence[str]) -> None:
         self.spreads = {h: spreads[h] for h in hosts if h in spreads and spreads[h] >= 0}
@@ -275,8 +225,7 @@ class Others:
         self.hosts = len(hosts)
 
     def values(self, host: str) -> list[float] | None:
-        """The spreads of the hosts other than `host`, where more than half of them and at least two give one; else
-        None."""
+        """The spreads of the hosts other than `host`, where more than half and at least two give one; else None."""
         known = list(self.sorted)
         if host in self.spreads:
             known.pop(bisect.bisect_left(known, self.spreads[host]))
@@ -284,9 +233,8 @@ class Others:
 
     def typical(self, host: str) -> float | None:
         """The fleet's typical spread that `host` is judged against: _typical of values(host), without a copy."""
-        known, skip = self.sorted, None
-        if host in self.spreads:
-            skip = bisect.bisect_left(known, self.spreads[host])
+        known = self.sorted
+        skip = bisect.bisect_left(known, self.spreads[host]) if host in self.spreads else None
         count = len(known) - (skip is not None)
         if count < 2 or count <= (self.hosts - 1) / 2:
             return None
@@ -300,9 +248,8 @@ class Others:
         return at(half) if count % 2 else (at(half - 1) + at(half)) / 2
 
     def too_noisy(self, host: str, cutoff: float) -> tuple[float, float | None] | None:
-        """(the fleet's typical spread, the modified z of the host's spread among the others') where `host`'s own
-        spread lies beyond the other hosts' (typical) by more than `cutoff` of their scaled MADs (any amount where
-        their MAD is 0) and more than TOO_NOISY_RATIO times it; else None."""
+        """(the fleet's typical spread, the modified z of the host's among the others') where `host`'s spread is more
+        than `cutoff` scaled MADs (any amount at MAD 0) and TOO_NOISY_RATIO times beyond the others'; else None."""
         own, center = self.spreads.get(host), self.typical(host)
         if own is None or center is None or own <= TOO_NOISY_RATIO * center:
             return None
@@ -313,9 +260,8 @@ class Others:
 
 
 def fleet_spread_pct(spreads: Mapping[str, float], hosts: Sequence[str], host: str) -> float | None:
-    """The fleet's typical spread of a figure (percent) that `host` is judged against: the median of the other
-    hosts' `spreads` (host -> spread), where more than half of them and at least two give one; else None. Neither
-    the host's own spread nor how far the noisiest of the others lies beyond the median moves it (_typical)."""
+    """The fleet's typical spread of a figure (percent) `host` is judged against: the median of the other hosts'
+    `spreads` (of two, the smaller) where more than half and at least two give one; else None."""
     return Others(spreads, hosts).typical(host)
 
 
@@ -329,18 +275,11 @@ def is_number(value: object) -> TypeGuard[float]:
     return nz.finite(value) is not None
 
 
-# Rounds a judgement of siblings round by round needs: fewer, and how far a device's rounds stray from their own
-# median says too little of its error (sibling_z for four devices: 17.9 at three rounds, 5.7 at four, 4.8 at six).
-MIN_SIBLING_ROUNDS = 4
-
-
-def sibling_outliers(figures: Mapping[str, tuple[float, Mapping[str, Any]]], direction: str) -> list[Outlier]:
-    """The devices of one node (label -> (figure, details)) worse than their siblings. Measured in rounds, every
-    device in turn each round (noise.in_rounds keeps each round's figure as `rounds`), a device is judged round by
-    round against its siblings of the same round (_outliers_by_round): what drifted between rounds moved them all.
-    Otherwise by the fleet's rule (far in robust terms, beyond PCT), beyond what the siblings' typical error allows
-    (the median of the other devices' noise.of_the_median, never the device's own: measured side by side, no drift
-    between runs separates them); a device too noisy to judge is not named."""
+def sibling_outliers(figures: Figures, direction: str) -> list[Outlier]:
+    """The devices of one node (label -> (figure, details)) worse than their siblings. Measured in rounds
+    (noise.in_rounds), each is judged round by round against its siblings of that round (_outliers_by_round): what
+    drifted between rounds moved them all. Otherwise by the fleet's rules, the noise being the other devices' typical
+    error (noise.of_the_median, never the device's own); a device too noisy to judge is not named."""
     values = {label: float(value) for label, (value, _) in figures.items()}
     rounds = _equal_rounds(figures)
     if rounds is not None:
@@ -350,29 +289,23 @@ def sibling_outliers(figures: Mapping[str, tuple[float, Mapping[str, Any]]], dir
 
 
 def sibling_verdict(
-    figures: Mapping[str, tuple[float, Mapping[str, Any]]],
-    direction: str,
-    again: Callable[[], Mapping[str, tuple[float, Mapping[str, Any]]]] | None = None,
-) -> tuple[list[Outlier], Mapping[str, tuple[float, Mapping[str, Any]]]]:
-    """The devices worse than their siblings (sibling_outliers), every device measured again (`again`) before any
-    is named: named where both passes find it, as the second pass has it (each pass's rounds are paired within the
-    pass, not across); and the figures the verdict read. A burst of interference in one pass does not repeat in
-    the next; a slow device is slow in both."""
+    figures: Figures, direction: str, again: Callable[[], Figures] | None = None
+) -> tuple[list[Outlier], Figures]:
+    """The devices worse than their siblings (sibling_outliers), all measured `again` before any is named: named where
+    both passes find it (a burst of interference does not repeat), as the second pass has it; and the figures read."""
     found = sibling_outliers(figures, direction)
     if not found or again is None:
         return found, figures
     second = again()
-    named_first = {o.host for o in found}
-    return [o for o in sibling_outliers(second, direction) if o.host in named_first], second
+    return [o for o in sibling_outliers(second, direction) if o.host in {f.host for f in found}], second
 
 
 def _outliers_by_round(
     values: Mapping[str, float], rounds: Mapping[str, Sequence[float]], direction: str
 ) -> list[Outlier]:
-    """The devices (label -> its figure in each round, positive, as many rounds each) behind their siblings round by
-    round (_behind), by more than DEFAULT_PCT and by more than sibling_z of its error: the z a healthy node's worst
-    device stays within but in FAMILY_LEVEL of simulated nodes of as many devices and rounds. A 4-device fleet's
-    MAD rule missed one slowed device in five: one healthy device measured fast widened the MAD of four."""
+    """The devices (label -> its positive figure in each round) behind their siblings round by round (_behind) by more
+    than DEFAULT_PCT and sibling_z errors. (A 4-device fleet's MAD rule missed one slowed device in five: one healthy
+    device measured fast widened the MAD of four.)"""
     labels = list(rounds)
     if len(labels) < MIN_NODES or direction not in (HIGHER, LOWER):
         return []
@@ -392,16 +325,12 @@ def _outliers_by_round(
 
 
 def _behind(figures: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(..., devices, rounds) positive figures, higher better -> how far each device is behind its siblings, as a
-    log ratio (negative: behind), and that in errors of a median. In each round a device's figure is taken against
-    the median of its siblings' in that round (what drifted between rounds moved them all); its ratio is the
-    median of its rounds', taken against the median of the devices' ratios; the error, from how far each device's
-    rounds stray from its own median, pooled over the devices (a slow device's rounds stray as little as a healthy
-    one's: it does not widen the error it is judged by)."""
+    """(..., devices, rounds) positive figures, higher better -> how far each device is behind its siblings (a log
+    ratio, each round against that round's siblings' median; its rounds' median against the devices'), and that in
+    errors of a median: how far each device's rounds stray from their own median, pooled over the devices."""
     logs = np.log(figures)
     devices, count = logs.shape[-2], logs.shape[-1]
-    siblings = np.stack([np.median(np.delete(logs, d, axis=-2), axis=-2) for d in range(devices)], axis=-2)
-    ratios = logs - siblings
+    ratios = logs - np.stack([np.median(np.delete(logs, d, axis=-2), axis=-2) for d in range(devices)], axis=-2)
     own = np.median(ratios, axis=-1)
     stray = np.abs(ratios - own[..., None]).reshape(*ratios.shape[:-2], devices * count)
     error = np.median(stray, axis=-1) * nz.MAD_TO_SIGMA * nz.MEDIAN_ERROR / math.sqrt(count)
@@ -412,27 +341,19 @@ def _behind(figures: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 @functools.cache
 def sibling_z(devices: int, rounds: int) -> float:
-    """How many errors of its median (_behind) a healthy node's worst device stays within but in FAMILY_LEVEL of
-    SIMULATED_FAMILIES simulated nodes of `devices` devices measured in `rounds` rounds (seeded: the same every
-    time). The statistic is a ratio of log deviations: the same whatever the noise's size."""
-    rng = np.random.default_rng(0)
-    _, z = _behind(np.exp(rng.standard_normal((nz.SIMULATED_FAMILIES, devices, rounds))))
+    """The errors of its median (_behind) a healthy node's worst device stays within but in FAMILY_LEVEL of seeded
+    simulated nodes of `devices` devices and `rounds` rounds (a ratio of log deviations: any noise size alike)."""
+    _, z = _behind(np.exp(np.random.default_rng(0).standard_normal((nz.SIMULATED_FAMILIES, devices, rounds))))
     return float(np.quantile(np.nan_to_num(-z, nan=0.0).max(axis=-1), 1.0 - nz.FAMILY_LEVEL))
 
 
-def _equal_rounds(figures: Mapping[str, tuple[float, Mapping[str, Any]]]) -> dict[str, list[float]] | None:
-    """Each device's round figures, where every device has as many (MIN_SIBLING_ROUNDS or more), all positive and
-    finite; else None."""
+def _equal_rounds(figures: Figures) -> dict[str, list[float]] | None:
+    """Each device's round figures, where all have as many (MIN_SIBLING_ROUNDS or more), positive and finite."""
     rounds = {}
     for label, (_, details) in figures.items():
         found = details.get("rounds")
-        if not isinstance(found, list) or not all(_positive(v) for v in found):
+        if not isinstance(found, list) or not all((x := nz.finite(v)) is not None and x > 0 for v in found):
             return None
         rounds[label] = [float(v) for v in found]
     counts = {len(r) for r in rounds.values()}
     return rounds if len(counts) == 1 and min(counts) >= MIN_SIBLING_ROUNDS else None
-
-
-def _positive(value: object) -> bool:
-    number = nz.finite(value)
-    return number is not None and number > 0

@@ -14,27 +14,20 @@ from typing import Any, Literal
 from pytest_gbvalidate.rules.noise import MAD_TO_SIGMA, MAX_RUNS, MIN_RUNS, family_z, modified_z, of_runs
 from pytest_gbvalidate.rules.resolution import toward_worse
 
-# The fewest figures a run's pace is taken over: the median of fewer says as little as one figure does.
-MIN_PACE_FIGURES = 5
-# A figure this many of the runs' robust spreads to the worse side counts in the run's share of worse figures
-# (Pace.worse_share): about 2% of normal figures lie there by chance, and all of a node's figures shifted by two
-# spreads put half of them there.
+MIN_PACE_FIGURES = 5  # the fewest figures a pace is taken over: a median of fewer says as little as one
+# A figure this many of the runs' spreads to the worse side counts in the run's share of worse figures
+# (Pace.worse_share): about 2% of normal figures by chance, half of them where all shift by two spreads.
 SHARE_Z = 2.0
 SHARE_BY_CHANCE = 0.5 * math.erfc(SHARE_Z / math.sqrt(2))  # normal figures beyond SHARE_Z: 2.3%
 
 
 @dataclass(frozen=True)
 class Pace:
-    """A run as a whole against the node's history: of its figures that the node's runs give a spread for, the
-    median of how far each lies to the worse side of those runs (modified z) and by how much (percent of their
-    median). One figure's drift between runs says little; a node that lost pace is worse in most of its figures
-    at once -- copies, GEMMs, collectives and the training step together. `earlier`: the same median z of each of
-    the node's runs, each against the others, which says how far a healthy run's pace strays.
-
-    `worse_share`: the share of its figures more than SHARE_Z of the runs' spreads to the worse side, and
-    `earlier_shares` each run's. The median moves only once most figures have moved; a node slower across the board
-    on a machine whose runs drift as wholes (a VM) moves its share first (docs/noise.md: a run 25% slower among a
-    VM's healthy runs)."""
+    """A run against the node's history: of its figures the node's runs give a spread for, the median of how far each
+    lies to the worse side of those runs (modified z) and by how much (percent of their median); `earlier`: each
+    earlier run's against the others. `worse_share`: the share of its figures more than SHARE_Z spreads to the worse
+    side, `earlier_shares` each run's: where runs drift as wholes (a VM) a node slower across the board moves its
+    share before the median (docs/noise.md: a run 25% slower among a VM's healthy runs)."""
 
     figures: int
     worse_z: float
@@ -44,25 +37,20 @@ class Pace:
     earlier_shares: tuple[float, ...] = ()
 
     def z(self) -> float | None:
-        """How far this run's pace lies beyond the earlier runs' (their modified z, + slower); None with fewer
-        than MIN_RUNS of them, or where theirs all agree and this one does too."""
+        """The modified z of this run's pace among the earlier runs' (+ slower; _z_among)."""
         return _z_among(self.worse_z, self.earlier)
 
     def share_z(self) -> float | None:
-        """The same of the run's share of worse figures among the earlier runs' shares. A share counts figures:
-        where most runs have none or the same few, their MAD is 0 and one figure more would be infinitely far; the
-        spread is at least what counting the run's figures gives (binomial, at the runs' median share, or at the
-        share normal figures have by chance)."""
+        """The same of the run's share of worse figures among the earlier runs'. Where most runs have none or the
+        same few (a MAD of 0), the spread is at least counting's (binomial, at the median share or SHARE_BY_CHANCE)."""
         if len(self.earlier_shares) < MIN_RUNS:
             return None
         center = max(statistics.median(self.earlier_shares), SHARE_BY_CHANCE)
-        counted = math.sqrt(center * (1 - center) / self.figures)
-        return _z_among(self.worse_share, self.earlier_shares, floor=counted)
+        return _z_among(self.worse_share, self.earlier_shares, floor=math.sqrt(center * (1 - center) / self.figures))
 
     def verdict(self, allowed_pct: float) -> tuple[Literal["ok", "regressed"], float]:
-        """(the verdict, the cut-off its two scores were held to): regressed where the run's pace or its share of
-        worse figures is an outlier among the earlier runs' (beyond noise.family_z for two figures against as many
-        runs, the run not among them) and its figures are, at the median, worse by more than `allowed_pct`."""
+        """(the verdict, the cut-off): regressed where the run's pace or share of worse figures is an outlier among
+        the earlier runs' (beyond noise.family_z for two, the run apart) and its median worse by over `allowed_pct`."""
         z, share_z = self.z(), self.share_z()
         cutoff = family_z(len(self.earlier), 2, apart=True)
         beyond = (z is not None and z > cutoff) or (share_z is not None and share_z > cutoff)
@@ -80,10 +68,8 @@ def _z_among(value: float, earlier: Sequence[float], floor: float = 0.0) -> floa
 
 
 def pace(now: Mapping[Any, float], runs: Sequence[Mapping[Any, float]], directions: Mapping[Any, str]) -> Pace | None:
-    """The pace of the run that measured `now` (figure key -> value), against the node's earlier `runs` (oldest
-    first; the last MAX_RUNS count), `directions` saying which way each figure is better ("higher" or "lower").
-    Figures whose runs agree exactly (error counts that stay 0) say nothing of pace and are left out. None where
-    fewer than MIN_PACE_FIGURES figures have a spread."""
+    """The pace of `now` (figure key -> value) against the node's earlier `runs` (oldest first, the last MAX_RUNS), by
+    `directions`; figures whose runs agree exactly are left out. None where under MIN_PACE_FIGURES have a spread."""
     recent = list(runs)[-MAX_RUNS:]
     figures = _figure_paces(now, recent, directions)
     if len(figures) < MIN_PACE_FIGURES:
@@ -113,6 +99,5 @@ def _figure_paces(
         if spread is None or spread.spread_pct == 0 or key not in directions or not math.isfinite(value):
             continue
         above_pct = (value - spread.median) / abs(spread.median) * 100.0
-        direction = directions[key]
-        found.append((toward_worse(spread.z(value), direction), toward_worse(above_pct, direction)))
+        found.append((toward_worse(spread.z(value), directions[key]), toward_worse(above_pct, directions[key])))
     return found

@@ -2,19 +2,18 @@
 verdict. Pure functions on numbers: no torch, no pytest.
 
 A figure's resolution is the smallest change its evidence can tell apart from noise: noise.NOISE_K times the
-combined errors that stand behind it -- its own figure's (the standard error of its median: rules/noise.py), the
-reference's it is compared with (a recorded baseline's spread, an earlier report's figure's error) and, where the
-node's runs are kept, the node's run-to-run spread. It is a distance on the same scale as `worse_pct`: a log ratio
-in percent for two positive figures, so a tenfold fall (230%) is never "within" any plausible spread.
+combined errors behind it -- its own (its median's standard error: rules/noise.py), its reference's (a recorded
+baseline's spread, an earlier report's error) and, where the node's runs are kept, their run-to-run spread. It is a
+distance on `worse_pct`'s scale: a log ratio in percent for two positive figures, so a tenfold fall (230%) is never
+"within" any plausible spread.
 
-Each metric declares the resolution it needs (the baseline's `resolution`, per SKU and per metric). Noise may move a
-verdict by no more than that: a figure beyond its threshold by more than min(resolution, needed) is judged on its
-value -- unless the measurement waited for a CPU long enough to explain that much (node/neighbours.py): a busy
-neighbour's fall is no fault of the node, and the figure is then unresolved. A figure whose resolution is coarser
-than needed is judged only where its verdict holds against its whole resolution (the threshold crossed by more than
-the needed resolution, or not approached within its resolution); anywhere between it is UNRESOLVED: never a pass,
-never a fail. Every verdict here is monotonic in the value: as a figure gets worse its verdict never gets milder
-(PASS < WARN < UNRESOLVED < FAIL).
+Each metric declares the resolution it needs (the baseline's `resolution`, per SKU and per metric), and noise may
+move a verdict by no more than that: a figure beyond its threshold by more than min(resolution, needed) is judged on
+its value -- unless its waits for a CPU explain that much (node/neighbours.py): a busy neighbour's fall is no fault of
+the node, and the figure is unresolved. A figure whose resolution is coarser than needed is judged only where its
+verdict holds against its whole resolution (the threshold crossed by more than the needed resolution, or not
+approached within its resolution); between, it is UNRESOLVED: never a pass, never a fail. Every verdict is monotonic
+in the value: as a figure gets worse its verdict never gets milder (PASS < WARN < UNRESOLVED < FAIL).
 """
 
 from __future__ import annotations
@@ -27,8 +26,7 @@ from typing import Literal
 from pytest_gbvalidate.rules.noise import NOISE_K
 
 Direction = Literal["higher", "lower"]
-# What a figure against one threshold can be: not beyond it, beyond it but within the noise it is allowed, beyond
-# it by more than the noise may excuse, or too noisy to tell which.
+# Against one threshold: not past it, past within the allowed noise, past what noise may excuse, or too noisy to tell.
 Side = Literal["within", "within_noise", "beyond", "unresolved"]
 
 
@@ -38,22 +36,19 @@ def direction_of(text: str) -> Direction:
 
 
 def worse_pct(value: float, reference: float, direction: str) -> float:
-    """How far `value` lies to the worse side of `reference` (+ worse, - better) for a metric where `direction`
-    ("higher" or "lower") is better: a log ratio in percent where both are above 0 (a tenfold fall is 230%, and
-    small changes read as percentages), else in percent of |reference|, infinite from a reference of 0. Monotonic
-    in `value` for every reference: a figure at or below 0 is infinitely far below a positive reference."""
+    """How far `value` lies to the worse side of `reference` (+ worse) where `direction` is better: a log ratio in
+    percent where both are above 0 (a tenfold fall is 230%), else in percent of |reference|, infinite from 0. Monotonic
+    in `value`: a figure at or below 0 is infinitely far below a positive reference."""
     return toward_worse(_above_pct(value, reference), direction)
 
 
 def toward_worse(signed: float, direction: str) -> float:
-    """A signed difference (+ above) turned toward the worse side (+ worse) of a metric where `direction` ("higher"
-    or "lower") is better: the one place a direction decides which side is worse."""
+    """A signed difference (+ above) turned toward the worse side (+ worse): the one place a direction decides it."""
     return -signed if direction == "higher" else signed
 
 
 def moved_toward_worse(value: float, pct: float, direction: str) -> float:
-    """`value` moved `pct` (a log ratio in percent) to the worse side of a metric where `direction` is better: the
-    inverse of worse_pct for a positive `value` (a limit `pct` worse than an expected value)."""
+    """`value` moved `pct` (a log ratio in percent) to the worse side: worse_pct's inverse for a positive `value`."""
     return value * math.exp(toward_worse(pct, direction) / 100.0)
 
 
@@ -73,16 +68,14 @@ def worse_of(values: Iterable[float], direction: str) -> float:
 
 
 def side_word(direction: str, *, worse: bool) -> str:
-    """Where a figure worse (or better) than another lies, in words, for a metric where `direction` is better:
-    a worse one `below` it where higher is better."""
+    """Where a figure worse (or better) than another lies, in words: a worse one `below` where higher is better."""
     return "below" if (direction_of(direction) == "higher") == worse else "above"
 
 
 def at_least_as_good(value: float, healthy: float, direction: str) -> bool:
-    """Whether `value` is at or to the better side of `healthy`, a healthy figure of the same node or SKU (the earlier
-    report's, the baseline's expected value). Noise only ever takes from a capacity figure (a neighbour, a page-cache
-    flush, a clock ramp slow a pass, none speeds one up), so such a figure shows the node is at least that good
-    however it scattered: judged on its value, never too noisy to judge, never held against the node."""
+    """Whether `value` is at or to the better side of `healthy` (the earlier report's, the expected value). Noise only
+    ever slows a capacity figure, so such a figure shows the node at least that good however it scattered: judged on
+    its value, never too noisy to judge."""
     return worse_pct(value, healthy, direction) <= 0
 
 
@@ -101,14 +94,12 @@ def _above_pct(value: float, reference: float) -> float:
 
 @dataclass(frozen=True)
 class Resolution:
-    """The smallest change a figure's evidence can tell (`pct`), and the errors it is made of (name -> percent:
-    `samples` (the figure's own), `reference`, `run_to_run`), each as its evidence gives it."""
+    """The smallest change a figure's evidence can tell (`pct`), and its errors (name -> percent: `samples`, the
+    figure's own, `reference`, `run_to_run`)."""
 
     pct: float
     spreads: tuple[tuple[str, float], ...]
-    # The fall (percent, a log ratio) the measurement's own waits for a CPU explain (noise.with_neighbours: a
-    # neighbour held its CPUs): one-sided evidence -- the node is at least this good -- so no part of `pct`.
-    explained_pct: float = 0.0
+    explained_pct: float = 0.0  # the fall (%, log ratio) its CPU waits explain: one-sided, the node at least this good
 
     def describe(self) -> str:
         parts = ", ".join(f"{name.replace('_', '-')} {spread:.1f}%" for name, spread in self.spreads)
@@ -117,8 +108,8 @@ class Resolution:
 
 
 def of_spreads(*, explained_pct: float = 0.0, **spreads: float | None) -> Resolution | None:
-    """The resolution of a figure from the robust spreads (percent) behind it, by name (None: not known), and the
-    fall its waits for a CPU explain; None where no spread is known: the figure is taken at its value."""
+    """The resolution from the spreads (percent) behind a figure, by name (None: not known), and the fall its waits
+    for a CPU explain; None where no spread is known (the figure is taken at its value)."""
     known = tuple((name, float(s)) for name, s in spreads.items() if s is not None)
     if not known:
         return None
@@ -140,26 +131,20 @@ class Needed:
 
 
 def side(beyond_pct: float, resolution: Resolution | None, needed: Needed, tolerance_pct: float = 0.0) -> Side:
-    """A figure `beyond_pct` past a threshold (worse_pct against it: + beyond, - short of it), with this
-    `resolution`, for a metric that needs `needed`: `beyond` where it is past by more than min(resolution, needed)
-    and by more than its waits for a CPU explain (or is not a number); `unresolved` where it is past by more than
-    the noise may excuse, or past at all where those waits explain at least that much, but by no more than those
-    waits explain (a neighbour held its CPUs), or where its resolution
-    is coarser than needed and it lies within that resolution of the threshold; `within` where it is short of the
-    threshold and either resolved or short by more than its whole resolution; else `within_noise` (past it, by no
-    more than its resolution, which the metric allows).
+    """A figure `beyond_pct` past a threshold (worse_pct against it: + beyond, - short), by the module's rule:
+    `beyond` past min(resolution, needed) and past what its waits for a CPU explain (or not a number);
+    `unresolved` past what noise may excuse but not past those waits, past at all where the waits explain all noise
+    excuses, or, with a resolution coarser than needed, within it of the threshold; `within` short of it (by more
+    than a coarse resolution); else `within_noise` (past it, by no more than the noise the metric allows).
 
-    `tolerance_pct`: where the threshold is itself a change allowed for the same noise (--gb-compare's allowed
-    change, `tolerance_pct` past the reference), noise excuses only what reaches past it: the two overlap, they do
-    not add up. A neighbour's waits are no such noise: the node alone would have measured the figure that much
-    better, and that figure is judged against the same threshold, so the fall they explain counts in full."""
+    `tolerance_pct`: where the threshold is itself a change allowed for the same noise (--gb-compare's), noise excuses
+    only what reaches past it (they overlap, not add up); a neighbour's waits are no such noise: they count in full."""
     r = 0.0 if resolution is None else resolution.pct
     excused = max(min(r, needed.pct) - tolerance_pct, 0.0)
     explained = 0.0 if resolution is None else resolution.explained_pct
     if math.isnan(beyond_pct) or beyond_pct > max(excused, explained):
         return "beyond"
-    # Past the threshold by no more than its waits explain, where they explain all its noise excuses: a neighbour's
-    # fall, not the node's, and no more within the noise (a WARN) than beyond it.
+    # Past by no more than its waits explain, where they explain all noise excuses: a neighbour's fall, not a WARN.
     if beyond_pct > excused or (beyond_pct > 0 and explained >= excused):
         return "unresolved"
     if r > needed.pct:

@@ -1,18 +1,18 @@
 """Measuring until the figures can tell: when a check measures its figures once more, and when it stops. Pure: no
 torch, no pytest.
 
-The models: nvbench keeps sampling until the noise is below `--max-noise` or `--timeout` is spent (after
-`--min-samples`); criterion.rs samples for `measurement_time` and reports within `noise_threshold`. Here a check
-measures all its figures in passes (a sweep's every size, a node's every GPU), each figure the best of its passes
-(noise.BEST_PASS: interference only slows a pass) with the best pass's error (noise.Noise.error_of). So:
+The models: nvbench samples until the noise is below `--max-noise` or `--timeout` is spent (after `--min-samples`);
+criterion.rs samples for `measurement_time` and reports within `noise_threshold`. Here a check measures all its
+figures in passes (a sweep's every size, a node's every GPU), each the best of its passes (noise.BEST_PASS) with that
+pass's error (noise.Noise.error_of):
 
-- a figure whose verdict is plain after one pass -- within every threshold by more than its resolution, or resolved
-  -- stops there: nothing more could change it (`settled`);
-- a figure that would fail, warn, regress or is unresolved gets a second pass, always: a neighbour's burst in one
-  pass is no fault of the node, and the fall must be seen twice;
-- from then on, only an unresolved figure -- the one verdict more evidence settles -- gets another pass, while the
-  check's further passes fit its share of the level's budget (CHECK_SHARE of levels.BUDGET_S, at the pace the
-  second pass took) and up to MAX_PASSES; it stops `resolved` (no figure unresolved any more), `budget` or `cap`.
+- a figure whose verdict is plain after one pass (within every threshold by more than its resolution, or resolved)
+  stops there: nothing more could change it (`settled`);
+- one that would fail, warn, regress or is unresolved gets a second pass, always: a neighbour's burst in one pass is
+  no fault of the node, and the fall must be seen twice;
+- from then on only an unresolved figure (the one verdict more evidence settles) gets another pass, while the check's
+  further passes fit CHECK_SHARE of levels.BUDGET_S at the second pass's pace, up to MAX_PASSES; it stops `resolved`
+  (no figure unresolved any more), `budget` or `cap`.
 
 What stopped it is kept beside each figure measured more than once (`sampling` in its details) and named in an
 unresolved figure's message.
@@ -25,19 +25,16 @@ from typing import Literal
 
 StopReason = Literal["settled", "resolved", "budget", "cap"]
 # Passes of one check at most: the first, the second every flagged figure gets, and two more for an unresolved one
-# (a figure's error shrinks only where a pass is calmer than the ones before it: docs/noise.md measures what they
-# buy).
+# (an error shrinks only where a pass is calmer than those before: docs/noise.md measures what they buy).
 MAX_PASSES = 4
-# The share of its level's budget (levels.BUDGET_S) the passes after the second of one check may take: ten checks
-# needing more evidence still leave the level within its budget.
+# The share of the level's budget (levels.BUDGET_S) one check's passes after the second may take: ten still fit it.
 CHECK_SHARE = 0.1
 
 
 @dataclass(frozen=True)
 class Pending:
-    """Where a check's figures stand after `passes` passes: whether any would fail, warn or regress or is
-    unresolved (`flagged`), whether any is unresolved, and the seconds one further pass took (None: not yet
-    timed)."""
+    """A check's figures after `passes` passes: whether any would fail, warn, regress or is unresolved (`flagged`),
+    whether any is unresolved, and the seconds one further pass took (None: not yet timed)."""
 
     passes: int
     flagged: bool
@@ -56,6 +53,4 @@ def stop(pending: Pending, budget_s: float) -> StopReason | None:
     if pending.passes >= MAX_PASSES:
         return "cap"
     further = pending.passes - 1  # the passes after the first, the next one among them
-    if pending.pass_s is None or pending.pass_s * further > CHECK_SHARE * budget_s:
-        return "budget"
-    return None
+    return "budget" if pending.pass_s is None or pending.pass_s * further > CHECK_SHARE * budget_s else None

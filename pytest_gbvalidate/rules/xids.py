@@ -1,8 +1,7 @@
 """What an Xid means and what to do about it: NVIDIA's Xid catalog as data (`xid_catalog.yaml` beside this file:
-each code's resolution, and the action and repair each resolution calls for), and the rule that judges a GPU's
-Xid events over a window: lines deduplicated, grouped in bursts, a job's codes escalated only when they repeat. No
-pytest here; the kernel log is read by node/xid.py.
-"""
+each code's resolution, and the action and repair each calls for), and the rule that judges a GPU's Xid events over
+a window: lines deduplicated, grouped in bursts, a job's codes escalated only when they repeat. No pytest here; the
+kernel log is read by node/xid.py."""
 
 from __future__ import annotations
 
@@ -18,17 +17,15 @@ CATALOG = Path(__file__).with_name("xid_catalog.yaml")
 # drain: the node fails the check, with the repair; job: the job's fault, reported, a drain only when it repeats on one
 # GPU (job_escalation); warn: reported as a warning, never a drain; ignore: counted in the report only.
 XidAction = Literal["drain", "job", "warn", "ignore"]
-# What brings the node back (faults.yaml's categories and the catalog's resolutions both say one). rma: the part goes
-# back to the vendor; reprovision: the node is rebuilt (image, driver, firmware); fix_job: the job that ran is at
-# fault, not the node; fix_config: the site's setting; none: nothing to do.
+# What brings the node back (faults.yaml's categories and the catalog's resolutions say one). rma: the part goes back
+# to the vendor; reprovision: rebuilt (image, driver, firmware); fix_job: the job's fault; fix_config: the site's.
 RepairAction = Literal["reboot", "gpu_reset", "reprovision", "rma", "fix_job", "fix_config", "none"]
 XID_ACTIONS: tuple[XidAction, ...] = get_args(XidAction)
 MAX_CODE = 65535  # a site may name a code newer than the catalog; the driver prints them as small numbers
 REPAIR_ACTIONS: tuple[RepairAction, ...] = get_args(RepairAction)
 
 
-class CatalogError(Exception):
-    pass
+class CatalogError(Exception): ...
 
 
 @dataclass(frozen=True)
@@ -105,18 +102,11 @@ def load(path: Path = CATALOG) -> Catalog:
             if "action" in entry:  # a code whose action differs from its resolution's
                 policy = _policy(entry, f"codes: Xid {xid}")
             codes[xid] = XidCode(xid, name, resolution, policy)
-        escalation = data["job_escalation"]
-        catalog = Catalog(
-            codes=codes,
-            provenance=f"{data['source']}, generated {data['generated']}; driver branch: {data['driver_branch']}",
-            burst_gap_s=float(data["burst_gap_s"]),
-            escalation=Escalation(
-                int(escalation["bursts"]),
-                float(escalation["within_h"]) * 3600,
-                _repair(escalation["repair"], "job_escalation.repair"),
-                str(escalation["source"]),
-            ),
-        )
+        esc = data["job_escalation"]
+        provenance = f"{data['source']}, generated {data['generated']}; driver branch: {data['driver_branch']}"
+        gap_s, bursts, within_s = float(data["burst_gap_s"]), int(esc["bursts"]), float(esc["within_h"]) * 3600
+        escalation = Escalation(bursts, within_s, _repair(esc["repair"], "job_escalation.repair"), str(esc["source"]))
+        catalog = Catalog(codes, provenance, gap_s, escalation)
     except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError, AttributeError) as exc:
         raise CatalogError(f"{path}: {type(exc).__name__}: {exc}") from None
     except CatalogError as exc:
@@ -135,9 +125,6 @@ def _repair(value: object, where: str) -> RepairAction:
     if value not in REPAIR_ACTIONS:
         raise CatalogError(f"{where}: {value!r} is not one of {', '.join(REPAIR_ACTIONS)}")
     return value
-
-
-# --- judging one GPU's events ---------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -173,8 +160,8 @@ class Finding:
         after boot; repair: reboot'"""
         when = ""
         if self.first_s is not None and self.last_s is not None:
-            when = f", {self.first_s:.1f}" + ("" if self.last_s == self.first_s else f"-{self.last_s:.1f}")
-            when += " s after boot"
+            last = "" if self.last_s == self.first_s else f"-{self.last_s:.1f}"
+            when = f", {self.first_s:.1f}{last} s after boot"
         bursts = f"{self.bursts} burst{'' if self.bursts == 1 else 's'}"
         lines = f"{self.lines} line{'' if self.lines == 1 else 's'} ({self.distinct} distinct)"
         return (
@@ -184,8 +171,7 @@ class Finding:
 
 
 def bursts(times: list[float | None], gap_s: float) -> int:
-    """How many bursts lines at these times make: a new burst where the gap to the line before exceeds `gap_s`. Lines
-    without a time make one burst between them."""
+    """The bursts lines at these times make: a new one where the gap exceeds `gap_s`; lines without a time make one."""
     known = sorted(t for t in times if t is not None)
     count = sum(1 for before, after in itertools.pairwise(known) if after - before > gap_s) + (1 if known else 0)
     return max(count, 1 if None in times else 0)
@@ -195,10 +181,9 @@ def judge(
     events: Iterable[XidEvent], catalog: Catalog, after_seq: int | None, floor_seq: int | None, now_s: float | None
 ) -> list[Finding]:
     """Each code's finding for one GPU's events, in code order. Events up to `floor_seq` (a repair acknowledged) are
-    never judged; a code is judged on the events after `after_seq` (the GPU's last clean check), so each once. A
+    never judged; a code is judged on the events after `after_seq` (the GPU's last clean check; None: since boot). A
     job's code drains where it made `escalation.bursts` bursts within the escalation window, counted across clean
-    checks: one buggy job is the job's, the same fault again and again is the GPU's. None: since boot; `now_s` (on
-    the log's clock) None: every event is recent."""
+    checks: one buggy job is the job's, the same fault again and again is the GPU's. `now_s` None: all recent."""
 
     def after(e: XidEvent, seq: int | None) -> bool:
         return seq is None or e.seq is None or e.seq > seq
@@ -212,10 +197,9 @@ def judge(
         entry = catalog.code(xid)
         policy, window = entry.policy, [e for e in seen if after(e, after_seq)]
         if policy.action == "job":
-            within_s = catalog.escalation.within_s
-            recent = [e for e in seen if now_s is None or e.time_s is None or now_s - e.time_s <= within_s]
-            if bursts([e.time_s for e in recent], catalog.burst_gap_s) >= catalog.escalation.bursts:
-                esc = catalog.escalation
+            esc = catalog.escalation
+            recent = [e for e in seen if now_s is None or e.time_s is None or now_s - e.time_s <= esc.within_s]
+            if bursts([e.time_s for e in recent], catalog.burst_gap_s) >= esc.bursts:
                 why = f"{esc.bursts} bursts or more on one GPU within {esc.within_s / 3600:g} h ({esc.source})"
                 policy, window = Policy("drain", esc.repair, why), recent
         if window:
