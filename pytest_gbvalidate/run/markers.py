@@ -4,6 +4,10 @@ warning filter that leaves a WARN to the reports."""
 
 from __future__ import annotations
 
+import ast
+import functools
+import importlib.util
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -59,6 +63,36 @@ def check_level(item: pytest.Item) -> Level:
     if marker is None:
         return DEFAULT_LEVEL
     return parse_level(marker.args[0] if len(marker.args) == 1 and not marker.kwargs else None)
+
+
+@functools.cache
+def shipped_suites() -> Path | None:
+    """The directory of the suites this package ships (pytest_gbvalidate.suites), None where it is not found."""
+    spec = importlib.util.find_spec("pytest_gbvalidate.suites")
+    locations = None if spec is None else spec.submodule_search_locations
+    return Path(locations[0]).resolve() if locations else None
+
+
+def holds_no_check_at(path: Path, run_level: Level) -> bool:
+    """Whether the module at `path` holds no check a `run_level` run takes, read from its source without importing
+    it: every `gb_level` mark in it names a level above `run_level` (a check with none is a full check). Such a
+    module is not collected, so a passive run loads no torch (levels.py). A mark whose level is not a literal, or a
+    source that does not parse, says nothing: the module is collected and its checks deselected as ever."""
+    try:
+        tree = ast.parse(path.read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return False
+    marked: list[Level] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == MARKER:
+            arg = node.args[0] if len(node.args) == 1 and not node.keywords else None
+            if not isinstance(arg, ast.Constant):
+                return False
+            try:
+                marked.append(parse_level(arg.value))
+            except LevelError:
+                return False  # collected, and named by level_problems
+    return not any(runs(run_level, level) for level in marked or [DEFAULT_LEVEL])
 
 
 def level_problems(nodes: list[pytest.Item | pytest.Collector]) -> str | None:

@@ -220,6 +220,12 @@ class GbSession:
 
             html_page.keep_last_good(self.config, self._writers_lost)
 
+    def pytest_ignore_collect(self, collection_path: Path) -> bool | None:
+        """A module of the shipped suites with no check at the run's level is not imported at all."""
+        if not collection_path.name.startswith("test_") or collection_path.parent != markers.shipped_suites():
+            return None
+        return markers.holds_no_check_at(collection_path, self.settings.level.value) or None
+
     @pytest.hookimpl(wrapper=True)
     def pytest_make_collect_report(
         self, collector: pytest.Collector

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 import torch  # noqa: F401 -- in-process pytester runs drop modules they imported, and torch cannot load twice
 
-from tests.helpers.runs import REPO, assert_usage_error
+from pytest_gbvalidate.levels import LEVELS, runs
+from pytest_gbvalidate.run import markers
+from tests.helpers.runs import REPO, SUITES, assert_usage_error
 
 CHECKS = """\
 import pytest
@@ -143,6 +145,31 @@ def test_the_levels_page_says_which_level_each_suite_check_belongs_to(
     for check, level in sorted(collected.items()):
         file = check.split("::")[0]
         assert documented.get(check, documented.get(f"{file}::*")) == level, f"docs/levels.md: {check} is {level}"
+
+
+def test_a_suite_module_without_a_check_at_the_level_is_not_imported_and_passive_loads_no_torch(
+    suite_checks: list[tuple[str, str, str]], pytester: pytest.Pytester
+) -> None:
+    """A module left uncollected holds no check the level runs (its source read against the session's collection of
+    every suite); a passive run of the shipped suites, as slurmd's hooks start it, never imports torch."""
+    modules = sorted(SUITES.glob("test_*.py"))
+    for path in modules:
+        levels = [level for file, _, level in suite_checks if file == path.name]
+        assert levels, path  # every shipped suite module holds checks
+        for run_level in LEVELS:
+            if markers.holds_no_check_at(path, run_level):
+                assert not any(runs(run_level, level) for level in levels), (path.name, run_level)  # type: ignore[arg-type]
+    assert [p.name for p in modules if not markers.holds_no_check_at(p, "passive")] == [
+        "test_health.py",
+        "test_nic.py",
+        "test_topology.py",
+    ]
+    pytester.makepyfile(
+        torch_probe="import sys\n\ndef pytest_sessionfinish():\n    print('torch imported:', 'torch' in sys.modules)\n"
+    )
+    args = ("--pyargs", "pytest_gbvalidate.suites", "--gb-sku=cpu", "--gb-level=passive", "-p", "torch_probe")
+    result = pytester.runpytest_subprocess(*args)
+    assert result.ret == 0 and "torch imported: False" in result.stdout.str(), result.stdout.str()
 
 
 def test_a_baseline_is_recorded_only_from_every_check(pytester: pytest.Pytester) -> None:

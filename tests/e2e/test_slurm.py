@@ -100,10 +100,10 @@ def prolog_node(recipe: SlurmCluster) -> Iterator[SlurmCluster]:
 
 
 def run_job(cluster: SlurmCluster) -> tuple[str, int]:
-    """`sbatch --wait` of a one-line job on the node: what it printed and sbatch's exit status."""
+    """A one-line job on the node, submitted and waited for: what it printed and its exit status."""
     out = cluster.root / "job.out"
     out.unlink(missing_ok=True)
-    done = cluster.run("sbatch", "--wait", "-N1", f"--output={out}", "--wrap", "echo the job ran", timeout=120)
+    done = cluster.batch("-N1", f"--output={out}", "--wrap", "echo the job ran", timeout=120)
     return (out.read_text() if out.exists() else ""), done.returncode
 
 
@@ -260,7 +260,7 @@ def test_our_own_failure_in_the_prolog_drains_nothing_and_the_job_runs(
     before = len(logged(log))
     printed, status = run_job(prolog_node)
     assert (printed, status) == ("the job ran\n", 0)
-    # sbatch --wait returns when the job ends, maybe before the Epilog has written its line: wait for both.
+    # The wait returns when the job ends, maybe before the Epilog has written its line: wait for both.
     prolog_node.wait_until(lambda: len(logged(log)) >= before + 2, "Prolog and Epilog lines", timeout=60)
     # and slurmctld may not have seen the Epilog end yet (IDLE+COMPLETING): a drain would stay, COMPLETING goes
     prolog_node.wait_until(lambda: "COMPLETING" not in prolog_node.state("gpu-017"), "the job's end", timeout=60)
@@ -383,9 +383,7 @@ def test_a_batch_script_is_no_world_and_drains_nothing(two_nodes: SlurmCluster, 
         f"-- {HEALTHY}\n"
         "echo healthcheck=$?\n"
     )
-    done = two_nodes.run(
-        "sbatch", "--wait", "-n2", "-N1", "--output=job.out", "--time=3", str(script), cwd=tmp_path, timeout=200
-    )
+    done = two_nodes.batch("-n2", "-N1", "--output=job.out", "--time=3", str(script), cwd=tmp_path, timeout=200)
     printed = (tmp_path / "job.out").read_text()
     assert done.returncode == 0, printed
     assert "pytest=0" in printed and "healthcheck=0" in printed, printed
@@ -410,12 +408,12 @@ def test_health_checks_started_by_one_srun_are_one_check_per_node(two_nodes: Slu
 
 
 def run_world(cluster: SlurmCluster, tmp_path: Path, *pytest_args: str) -> tuple[int, str, dict[str, Any]]:
-    """contrib/slurm/gbvalidate-world.sbatch over both nodes, `sbatch --wait`: its exit status, its output and the
-    report rank 0 wrote."""
+    """contrib/slurm/gbvalidate-world.sbatch over both nodes, submitted and waited for: its exit status, its output
+    and the report rank 0 wrote."""
     env = {"GBVALIDATE_PYTHON": sys.executable, "GBVALIDATE_OUT": str(tmp_path / "out")}
     env["MASTER_PORT"] = str(free_ports(1)[0])  # clusters of other test workers run jobs with the same ids
-    done = cluster.run(
-        *("sbatch", "--wait", "-N2", "--ntasks-per-node=1", "--time=3", "--output=world.out"),
+    done = cluster.batch(
+        *("-N2", "--ntasks-per-node=1", "--time=3", "--output=world.out"),
         *(str(CONTRIB / "gbvalidate-world.sbatch"), "--gb-sku=cpu", *pytest_args),
         env=env,
         cwd=tmp_path,
@@ -455,11 +453,11 @@ def test_the_world_recipe_s_job_fails_with_its_checks_not_cancelled(two_nodes: S
 
 
 def run_per_node(cluster: SlurmCluster, tmp_path: Path, *pytest_args: str) -> tuple[int, str]:
-    """contrib/slurm/gbvalidate-per-node.sbatch over both nodes, `sbatch --wait`: its exit status and its output;
-    the reports in tmp_path/out."""
+    """contrib/slurm/gbvalidate-per-node.sbatch over both nodes, submitted and waited for: its exit status and its
+    output; the reports in tmp_path/out."""
     env = {"GBVALIDATE_PYTHON": sys.executable, "GBVALIDATE_OUT": str(tmp_path / "out")}
-    done = cluster.run(
-        *("sbatch", "--wait", "-N2", "--time=3", "--output=per-node.out"),
+    done = cluster.batch(
+        *("-N2", "--time=3", "--output=per-node.out"),
         *(str(CONTRIB / "gbvalidate-per-node.sbatch"), *pytest_args),
         env=env,
         cwd=tmp_path,
@@ -531,8 +529,8 @@ def test_a_job_array_s_jobs_summarise_their_own_nodes_and_a_dependent_job_all(
     assert submitted.returncode == 0, submitted.stderr
     array = submitted.stdout.strip().split(";")[0]
     summary = f"{sys.executable} -m pytest_gbvalidate.fleet summary --out {out}/summary {out}/*.json"
-    done = two_nodes.run(
-        *("sbatch", "--wait", f"--dependency=afterany:{array}", "--time=3", "--output=summary.out"),
+    done = two_nodes.batch(
+        *(f"--dependency=afterany:{array}", "--time=3", "--output=summary.out"),
         *("--wrap", summary),
         cwd=tmp_path,
         timeout=200,
