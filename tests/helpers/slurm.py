@@ -185,8 +185,9 @@ class SlurmCluster:
     def batch(
         self, *sbatch_args: str, timeout: float = 120, env: Mapping[str, str] | None = None, cwd: Path | None = None
     ) -> subprocess.CompletedProcess[str]:
-        """`sbatch --wait` without its 2 s polls: the job submitted, its state read every 0.1 s until it ended; the
-        job's exit status (128 + the signal, where one ended it) and `scontrol show job`'s line."""
+        """`sbatch --wait` without its 2 s polls: the job submitted, its state read every 0.1 s until it ended and
+        its nodes are free again (its Epilog done); the job's exit status (128 + the signal, where one ended it)
+        and `scontrol show job`'s line."""
         submitted = self.run("sbatch", "--parsable", *sbatch_args, env=env, cwd=cwd)
         assert submitted.returncode == 0, submitted.stderr
         job = submitted.stdout.strip().split(";")[0]
@@ -195,7 +196,10 @@ class SlurmCluster:
         def ended() -> bool:
             nonlocal shown
             shown = self.run("scontrol", "show", "job", "-o", job, timeout=30).stdout
-            return re.search(r"\bJobState=(PENDING|RUNNING|CONFIGURING|SUSPENDED|REQUEUED|RESIZING)\b", shown) is None
+            return (
+                re.search(r"\bJobState=(PENDING|CONFIGURING|RUNNING|SUSPENDED|REQUEUED|RESIZING|COMPLETING)\b", shown)
+                is None
+            )
 
         self.wait_until(ended, f"end of job {job}", timeout=timeout)
         found = re.search(r"\bExitCode=(\d+):(\d+)", shown)
