@@ -271,7 +271,8 @@ class Expect:
     ) -> list[Measured]:
         """A check's figures (`first`, its first pass) measured again by `again` while rules/sampling.py says to
         (_pending: `gated` holds the scopes whose verdict decides the test; None: every one), each the best of its
-        passes (best_of_passes), how many passes and what stopped them in its details' `sampling`."""
+        passes (best_of_passes), how many passes and what stopped them in its details' `sampling`. `again` may
+        measure only some of them (a sweep's gated sizes): the rest keep their first pass."""
         from pytest_gbvalidate.levels import BUDGET_S
 
         directions = {m.metric: self.direction(m.metric, m.scope) for m in first}
@@ -284,7 +285,7 @@ class Expect:
         if pending.passes == 1:
             return measured
         said = {"passes": pending.passes, "stopped": stopped}
-        return [m._replace(details={**m.details, "sampling": said}) for m in measured]
+        return [m._replace(details={**m.details, "sampling": said}) if "passes" in m.details else m for m in measured]
 
     def _pending(
         self, measured: Sequence[Measured], passes: int, pass_s: float | None, gated: Collection[str] | None
