@@ -76,10 +76,19 @@ def test_a_figure_about_to_fail_is_measured_again_and_the_better_pass_counts(lab
 
         def test_quiet(gb_expect):  # nothing to decide twice
             gb_expect.each(passes(10.2)(), again=lambda: pytest.fail("measured again"))
+
+        def test_part(gb_expect):  # measured again only where it is judged, as a sweep's gated sizes are
+            first = [*passes(8.0)(), Measured("host_copy_bandwidth_gbps", 3.0, "reported", {})]
+            node, reported = gb_expect.measure_again(first, passes(10.0))
+            gb_expect.each([node])
+            gb_expect.record(*reported[:3], details=reported.details)
         """
     )
-    lab.runpytest(*ARGS).assert_outcomes(passed=2, failed=1)
+    lab.runpytest(*ARGS).assert_outcomes(passed=3, failed=1)
     by_test = {m["test_id"].rsplit("::", 1)[-1]: m for m in report(lab.path / "r.json")["measurements"]}
+    part = {m["scope"]: m for m in report(lab.path / "r.json")["measurements"] if m["test_id"].endswith("test_part")}
+    assert (part["node"]["value"], part["node"]["details"]["sampling"]) == (10.0, {"passes": 2, "stopped": "resolved"})
+    assert part["reported"]["value"] == 3.0 and part["reported"]["details"] == {}  # one pass, and says no more
     busy, degraded, quiet = by_test["test_busy"], by_test["test_degraded"], by_test["test_quiet"]
     assert (busy["value"], busy["verdict"], busy["details"]["passes"]) == (10.0, "pass", [8.0, 10.0])
     # the better pass's samples say how far it may be off; the slower pass says only that it was disturbed
