@@ -19,9 +19,11 @@ import uuid
 from pathlib import Path
 
 import psutil
+import pytest
 
 from pytest_gbvalidate.healthcheck.level_run import remove_abandoned
 from tests.helpers.healthcheck import run_env, scontrol_calls, stub_scontrol
+from tests.helpers.slurm import SKIP_REASON, hung_prolog
 
 
 def healthcheck(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -91,9 +93,15 @@ def pytest_configure(config):
 HUNG_RUN = ("--gb-sku=cpu", "-p", "hang_plugin")
 
 
-def test_a_run_past_its_deadline_is_killed_with_its_process_group(tmp_path: Path) -> None:
+@pytest.mark.outside  # a real Slurm, where one can run here
+def test_a_run_past_its_deadline_is_killed_with_its_process_group(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     """NPD: Unknown (as NPD's own timeout); Slurm: exit 142 and drained, as NHC's watchdog. Nothing stays behind.
-    The shortest deadline there is (a shorter one is a usage error), both modes at once."""
+    The shortest deadline there is (a shorter one is a usage error), both modes at once; and in the same 20 s, where
+    a real Slurm can run here, a real slurmd's Prolog whose check hangs: PrologEpilogTimeout=40 leaves the check 20 s
+    after its start-up, report and scontrol (it once kept its own 90 s deadline, and slurmd killed it at 40 s
+    without a line), and the job does not run."""
     (tmp_path / "hang_plugin.py").write_text(HANG)
     calls, mark = stub_scontrol(tmp_path), uuid.uuid4().hex
     hung = {mode: tmp_path / f"hung-{mode}" for mode in ("npd", "slurm")}
@@ -111,6 +119,7 @@ def test_a_run_past_its_deadline_is_killed_with_its_process_group(tmp_path: Path
             ("slurm", ["slurm", "--drain", "--deadline-s", "20"]),
         )
     }
+    prolog = None if SKIP_REASON else hung_prolog(tmp_path_factory.mktemp("slurm-prolog"))
     out = {mode: run.communicate(timeout=120)[0] for mode, run in runs.items()}
     assert (runs["npd"].returncode, out["npd"]) == (
         2,
@@ -128,6 +137,10 @@ def test_a_run_past_its_deadline_is_killed_with_its_process_group(tmp_path: Path
         pid = int(path.read_text())
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
     assert processes_with(mark) == [] and list((tmp_path / "tmp").iterdir()) == []
+    if prolog is not None:
+        line, job_output = prolog
+        assert line.startswith(out["slurm"].split(";")[0]), line
+        assert "the job ran" not in job_output
 
 
 def test_a_stop_from_outside_kills_the_run_and_drains_nothing(tmp_path: Path) -> None:

@@ -19,48 +19,24 @@ import pytest
 
 from tests.helpers.fleet_reports import write
 from tests.helpers.healthcheck import FAULT, record, report_with
-from tests.helpers.runs import REPO
-from tests.helpers.slurm import SKIP_REASON, SlurmCluster, free_ports, slurm_cluster
+from tests.helpers.slurm import (
+    CONTRIB,
+    HEALTHY,
+    SKIP_REASON,
+    SlurmCluster,
+    free_ports,
+    install_recipe,
+    logged,
+    recipe_lines,
+    slurm_cluster,
+)
 
 pytestmark = [pytest.mark.outside, pytest.mark.skipif(bool(SKIP_REASON), reason=SKIP_REASON)]
 
-CONTRIB = REPO / "contrib" / "slurm"
-HEALTHY = "--gb-sku=cpu -k test_numa_nodes_hold_every_cpu"  # one quick check that passes on any machine
 # A site's own check at the passive level (it reads the node), failing.
 SITE_CHECK = (
     "import pytest\n\n\n@pytest.mark.gb_level('passive')\ndef test_site_fan():\n    assert False, 'fan 3 stopped'\n"
 )
-
-
-def recipe_lines() -> str:
-    """The slurm.conf lines of contrib/slurm/README.md, as an operator copies them."""
-    readme = (CONTRIB / "README.md").read_text()
-    section = readme.split("## slurm.conf", 1)[1]
-    return section.split("```", 2)[1].lstrip("\n")
-
-
-def install_recipe(cluster: SlurmCluster, **settings: str) -> Path:
-    """contrib/slurm/ installed as its README says, at /etc/slurm on every node, the settings file edited as an
-    operator edits it; the log file its lines go to."""
-    script = cluster.etc / "gbvalidate-healthcheck.sh"
-    script.write_bytes((CONTRIB / "gbvalidate-healthcheck.sh").read_bytes())
-    script.chmod(0o755)
-    log = cluster.root / "healthcheck.log"
-    chosen = {"GBVALIDATE_PYTHON": sys.executable, "GBVALIDATE_LOG_FILE": str(log), "GBVALIDATE_SYSLOG": "0"}
-    # A drain log of the test's own: a drain another test made is no drain of this one's node.
-    chosen["GBVALIDATE_DRAIN_LOG"] = str(cluster.root / f"drains-{uuid.uuid4().hex}.json")
-    chosen |= settings
-    conf = cluster.etc / "gbvalidate-healthcheck.conf"
-    conf.write_text(
-        (CONTRIB / "gbvalidate-healthcheck.conf").read_text() + "".join(f"{k}={v}\n" for k, v in chosen.items())
-    )
-    conf.chmod(0o644)
-    return log
-
-
-def logged(log: Path) -> list[str]:
-    """The health check's lines, without the date and the node's name."""
-    return [line.split(" ", 2)[2] for line in log.read_text().splitlines()] if log.exists() else []
 
 
 @pytest.fixture(scope="module")
@@ -624,39 +600,6 @@ def test_the_gate_leaves_a_node_with_a_running_job_untouched(two_nodes: SlurmClu
         assert two_nodes.reasons() == {} and list(tmp_path.glob("gbvalidate-gate-*.out")) == []
     finally:
         two_nodes.run("scancel", job)
-
-
-HANGING_CHECK = (
-    "import time\n\nimport pytest\n\n\n@pytest.mark.gb_level('passive')\ndef test_site_hang():\n    time.sleep(300)\n"
-)
-
-
-def test_a_hung_prolog_ends_within_prolog_epilog_timeout_with_its_line(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> None:
-    """With PrologEpilogTimeout=40 the check kept its own 90 s deadline: slurmd killed it at 40 s, and it wrote no
-    line and left its directory. Its deadline is now the limit less what its start-up, report and scontrol take."""
-    root = tmp_path_factory.mktemp("slurm-prolog-limit")
-    cluster = SlurmCluster(root, ("gpu-018",), recipe_lines() + "PrologEpilogTimeout=40\n")
-    (root / "etc").mkdir()
-    log = install_recipe(cluster, GBVALIDATE_PYTEST_ARGS=HEALTHY)  # slurmd's start-up check passes
-    site = root / "site" / "test_site.py"
-    site.parent.mkdir()
-    site.write_text(HANGING_CHECK)
-    try:
-        cluster.start()
-        cluster.wait_until(lambda: logged(log), "the start-up check's line", timeout=60)
-        install_recipe(cluster, GBVALIDATE_PYTEST_ARGS=f"--gb-sku=cpu {site} -k test_site_hang")
-        before = len(logged(log))
-        cluster.run("sbatch", "-N1", f"--output={root / 'job.out'}", "--wrap", "echo the job ran")
-        cluster.wait_until(lambda: len(logged(log)) > before, "the Prolog's line", timeout=90)
-        assert logged(log)[-1].startswith(
-            "ERROR:  gbvalidate:  Health check failed:  timeout: the passive checks did not finish within 20 s"
-        ), logged(log)[-1]
-        assert not (root / "job.out").exists() or "the job ran" not in (root / "job.out").read_text()
-    finally:
-        cluster.run("scancel", "--full", "--user=root")
-        cluster.stop()
 
 
 def test_the_health_check_s_breaker_holds_a_drain_past_half_the_cluster(

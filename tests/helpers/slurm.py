@@ -21,11 +21,17 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
+import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.helpers.runs import REPO
+
+CONTRIB = REPO / "contrib" / "slurm"
+HEALTHY = "--gb-sku=cpu -k test_numa_nodes_hold_every_cpu"  # one quick check that passes on any machine
 PROGRAMS = ("munged", "slurmctld", "slurmd", "srun", "sbatch", "scontrol", "sinfo", "unshare")
 MISSING = [name for name in PROGRAMS if shutil.which(name) is None]
 SKIP_REASON = (
@@ -259,4 +265,63 @@ def slurm_cluster(root: Path, nodes: tuple[str, ...], extra_conf: str = "") -> I
         cluster.start()
         yield cluster
     finally:
+        cluster.stop()
+
+
+def recipe_lines() -> str:
+    """The slurm.conf lines of contrib/slurm/README.md, as an operator copies them."""
+    readme = (CONTRIB / "README.md").read_text()
+    section = readme.split("## slurm.conf", 1)[1]
+    return section.split("```", 2)[1].lstrip("\n")
+
+
+def install_recipe(cluster: SlurmCluster, **settings: str) -> Path:
+    """contrib/slurm/ installed as its README says, at /etc/slurm on every node, the settings file edited as an
+    operator edits it; the log file its lines go to."""
+    script = cluster.etc / "gbvalidate-healthcheck.sh"
+    script.write_bytes((CONTRIB / "gbvalidate-healthcheck.sh").read_bytes())
+    script.chmod(0o755)
+    log = cluster.root / "healthcheck.log"
+    chosen = {"GBVALIDATE_PYTHON": sys.executable, "GBVALIDATE_LOG_FILE": str(log), "GBVALIDATE_SYSLOG": "0"}
+    # A drain log of the test's own: a drain another test made is no drain of this one's node.
+    chosen["GBVALIDATE_DRAIN_LOG"] = str(cluster.root / f"drains-{uuid.uuid4().hex}.json")
+    chosen |= settings
+    conf = cluster.etc / "gbvalidate-healthcheck.conf"
+    conf.write_text(
+        (CONTRIB / "gbvalidate-healthcheck.conf").read_text() + "".join(f"{k}={v}\n" for k, v in chosen.items())
+    )
+    conf.chmod(0o644)
+    return log
+
+
+def logged(log: Path) -> list[str]:
+    """The health check's lines, without the date and the node's name."""
+    return [line.split(" ", 2)[2] for line in log.read_text().splitlines()] if log.exists() else []
+
+
+HANGING_CHECK = (
+    "import time\n\nimport pytest\n\n\n@pytest.mark.gb_level('passive')\ndef test_site_hang():\n    time.sleep(300)\n"
+)
+
+
+def hung_prolog(root: Path) -> tuple[str, str]:
+    """One node with the recipe and PrologEpilogTimeout=40, its Prolog's check hanging: the health check's line for
+    the Prolog of a job submitted there, and what the job wrote (nothing where it never ran)."""
+    cluster = SlurmCluster(root, ("gpu-018",), recipe_lines() + "PrologEpilogTimeout=40\n")
+    (root / "etc").mkdir()
+    log = install_recipe(cluster, GBVALIDATE_PYTEST_ARGS=HEALTHY)  # slurmd's start-up check passes
+    site = root / "site" / "test_site.py"
+    site.parent.mkdir()
+    site.write_text(HANGING_CHECK)
+    try:
+        cluster.start()
+        cluster.wait_until(lambda: logged(log), "the start-up check's line", timeout=60)
+        install_recipe(cluster, GBVALIDATE_PYTEST_ARGS=f"--gb-sku=cpu {site} -k test_site_hang")
+        before = len(logged(log))
+        job = root / "job.out"
+        cluster.run("sbatch", "-N1", f"--output={job}", "--wrap", "echo the job ran")
+        cluster.wait_until(lambda: len(logged(log)) > before, "the Prolog's line", timeout=90)
+        return logged(log)[-1], job.read_text() if job.exists() else ""
+    finally:
+        cluster.run("scancel", "--full", "--user=root")
         cluster.stop()
