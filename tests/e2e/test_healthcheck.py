@@ -1,8 +1,9 @@
 """`python -m pytest_gbvalidate.healthcheck` end to end: real quick runs of the shipped suites on the cpu SKU, with
 a stub `scontrol` first on PATH. A healthy node (Slurm mode, --drain): exit 0, one line, nothing drained, the
-report kept; a run past its deadline (NPD and Slurm modes): killed with its process group, Unknown for NPD, exit
-142 and drained for Slurm; a SIGTERM to the command: NHC's 143, the run killed, nothing drained. (A failing node,
-through contrib/slurm's script: e2e/test_contrib_slurm.py; verdicts on reports made here: unit/test_healthcheck_*.)"""
+report kept; a run past its deadline (NPD and Slurm modes, and a real slurmd's Prolog where a real Slurm runs here):
+killed with its process group, Unknown for NPD, exit 142 and drained for Slurm; a SIGTERM to the command: NHC's
+143, the run killed, nothing drained. (A failing node, through contrib/slurm's script: e2e/test_contrib_slurm.py;
+verdicts on reports made here: unit/test_healthcheck_*.)"""
 
 from __future__ import annotations
 
